@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up from nothing: project virtualenv with the pinned packages,
+# and the Delta jars from Maven Central. Everything fetched is cached in
+# ignored folders (.venv, .cache) so later runs are fast; nothing depends on
+# the cache being there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+STAMP=.venv/.lakestate-installed
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+if [ ! -f "$STAMP" ] || ! cmp -s requirements.txt "$STAMP"; then
+  echo "[setup] installing pinned packages (requirements.txt)"
+  PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
+  cp requirements.txt "$STAMP"
+fi
+# The trap: pyspark-client can overwrite files of the full pyspark. Prove both import.
+.venv/bin/python - <<'PY'
+import pyspark, delta, pyarrow, pandas, airflow
+from pyspark.sql import SparkSession  # fails if pyspark-client clobbered pyspark
+assert pyspark.__version__ == "4.0.1", pyspark.__version__
+PY
+if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
+  echo "[setup] fetching Delta jars from Maven Central into .cache/jars"
+  mkdir -p .cache/jars
+  mvn -q -B -f scripts/jars-pom.xml -Dmaven.repo.local="$ROOT/.cache/m2" \
+    dependency:copy-dependencies -DincludeScope=runtime \
+    -DexcludeArtifactIds=scala-library,antlr4-runtime -DoutputDirectory="$ROOT/.cache/jars"
+fi
+echo "[setup] ready: $(.venv/bin/python -c 'import pyspark,delta,airflow;print("pyspark",pyspark.__version__,"airflow",airflow.__version__)'), jars: $(ls .cache/jars | tr '\n' ' ')"

@@ -1,0 +1,26 @@
+"""Lakestate: Flink's keyed and operator state for PySpark microbatches, kept in Delta Lake.
+
+The whole user surface is importable from here; see ``state_store.functions``
+for the contract of a keyed function.
+"""
+from .descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
+from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from .job import JobSpec
+from .settings import Settings
+from .sources import DeltaSource, FileSource
+from .types import StateMigrationError, Types
+
+__all__ = [
+    "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
+    "ReducingStateDescriptor", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
+    "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
+    "DeltaSource", "FileSource", "StateMigrationError", "Types",
+]

@@ -1,0 +1,163 @@
+"""The durable catalog, kept as JSON files beside the tables in the warehouse.
+
+    <warehouse>/_lakestate/jobs/<job>.json           registered jobs
+    <warehouse>/jobs/<job>/_meta/plans/<m>.json      microbatch m's source range (written before it runs)
+    <warehouse>/jobs/<job>/_meta/commits/<m>.json    microbatch m is done
+    <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
+
+Every file is written to a temporary name and renamed, so a reader never sees
+half of one. Plain files keep the catalog readable without Spark (the CLI,
+the Airflow plugin).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, JobNotFound
+from .job import JobSpec, check_job_id
+from .settings import Settings
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+class JobRegistry:
+    """Jobs by id: each points at the Python factory that builds its JobSpec."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.dir = settings.catalog_dir / "jobs"
+
+    def register(self, entrypoint: str) -> JobSpec:
+        spec = build_spec(entrypoint)
+        spec.validate()
+        spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
+        record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe()}
+        existing = self.dir / f"{spec.job_id}.json"
+        if existing.exists():
+            record["registered_at"] = read_json(existing)["registered_at"]
+        write_json_atomic(existing, record)
+        return spec
+
+    def ids(self) -> list[str]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p.stem for p in self.dir.glob("*.json"))
+
+    def get(self, job_id: str) -> dict:
+        check_job_id(job_id)
+        path = self.dir / f"{job_id}.json"
+        if not path.exists():
+            known = ", ".join(self.ids()) or "none"
+            raise JobNotFound(
+                f"job {job_id!r} is not registered in {self.settings.warehouse} (registered: {known}); "
+                f"register it with: lakestate register <module>:<factory>"
+            )
+        return read_json(path)
+
+    def load(self, job_id: str) -> JobSpec:
+        record = self.get(job_id)
+        spec = build_spec(record["entrypoint"])
+        if spec.job_id != job_id:
+            raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; register it again")
+        return spec
+
+
+def build_spec(entrypoint: str) -> JobSpec:
+    """Import ``module:factory`` and call it; the factory returns a JobSpec."""
+    module_name, _, attr = entrypoint.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"entrypoint {entrypoint!r} must look like 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import {module_name!r} for entrypoint {entrypoint!r}: {e}; check PYTHONPATH") from e
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise ConfigError(f"{module_name!r} has no {attr!r} (entrypoint {entrypoint!r})")
+    spec = factory() if callable(factory) and not isinstance(factory, JobSpec) else factory
+    if not isinstance(spec, JobSpec):
+        raise ConfigError(f"{entrypoint} must return a state_store.JobSpec, got {type(spec).__name__}")
+    return spec
+
+
+class JobMeta:
+    """One job's plans, commits and checkpoints."""
+
+    def __init__(self, job_dir: Path):
+        self.job_dir = job_dir
+        self.dir = job_dir / "_meta"
+        self.plans, self.commits, self.checkpoints_dir = self.dir / "plans", self.dir / "commits", self.dir / "checkpoints"
+
+    @staticmethod
+    def _numbered(directory: Path, prefix: str = "") -> list[int]:
+        if not directory.is_dir():
+            return []
+        out = []
+        for p in directory.iterdir():
+            name = p.name
+            if name.startswith(prefix) and name.endswith(".json") and not name.startswith("."):
+                out.append(int(name[len(prefix):-5]))
+        return sorted(out)
+
+    def read_plan(self, batch_id: int) -> dict | None:
+        p = self.plans / f"{batch_id}.json"
+        return read_json(p) if p.exists() else None
+
+    def write_plan(self, batch_id: int, plan: dict) -> None:
+        write_json_atomic(self.plans / f"{batch_id}.json", plan)
+
+    def drop_plan(self, batch_id: int) -> None:
+        (self.plans / f"{batch_id}.json").unlink(missing_ok=True)
+
+    def write_commit(self, batch_id: int, commit: dict) -> None:
+        write_json_atomic(self.commits / f"{batch_id}.json", commit)
+
+    def last_commit(self) -> int | None:
+        ids = self._numbered(self.commits)
+        return ids[-1] if ids else None
+
+    def checkpoint_ids(self) -> list[int]:
+        return self._numbered(self.checkpoints_dir, "chk-")
+
+    def checkpoint(self, checkpoint_id: int) -> dict:
+        p = self.checkpoints_dir / f"chk-{checkpoint_id}.json"
+        if not p.exists():
+            raise ConfigError(f"checkpoint {checkpoint_id} does not exist; retained: {self.checkpoint_ids()}")
+        return read_json(p)
+
+    def checkpoints(self) -> list[dict]:
+        return [self.checkpoint(i) for i in self.checkpoint_ids()]
+
+    def latest_checkpoint(self) -> dict | None:
+        ids = self.checkpoint_ids()
+        return self.checkpoint(ids[-1]) if ids else None
+
+    def write_checkpoint(self, checkpoint: dict) -> None:
+        write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint['checkpoint_id']}.json", checkpoint)
+
+    def expire_checkpoints(self, num_retained: int) -> list[dict]:
+        """Forget all but the newest ``num_retained`` checkpoints; return the ones removed."""
+        ids = self.checkpoint_ids()
+        removed = []
+        for cid in ids[:-num_retained] if len(ids) > num_retained else []:
+            removed.append(self.checkpoint(cid))
+            (self.checkpoints_dir / f"chk-{cid}.json").unlink()
+        return removed

@@ -1,0 +1,126 @@
+"""A stateful job's definition (JobSpec) and its validation."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .descriptors import check_state_name
+from .errors import ConfigError
+from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from .key_groups import check_parallelism, compute_default_max_parallelism
+from .sources import DeltaSource, FileSource
+from .types import RowTypeInfo, TypeInfo
+
+BACKENDS = ("delta", "hashmap", "memory")
+KEY_TYPES = {"STRING": "string", "LONG": "bigint", "INT": "int"}
+_JOB_ID = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        raise ConfigError(
+            f"job id {job_id!r} is not valid: use 1-64 lower-case letters, digits, '_' or '-', starting with a letter or digit"
+        )
+    return job_id
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass
+class JobSpec:
+    """Everything that defines a stateful job.
+
+    ``key`` is the column records are keyed by, of ``key_type`` (STRING, LONG
+    or INT). ``output_type`` declares the rows ``process`` yields; they are
+    appended to the Delta table ``sink`` (a path inside the warehouse).
+    """
+
+    job_id: str
+    function: KeyedProcessFunction
+    source: FileSource | DeltaSource
+    key: str
+    key_type: TypeInfo
+    output_type: RowTypeInfo
+    sink: str
+    uid: str = "main"
+    broadcast_source: FileSource | DeltaSource | None = None
+    parallelism: int = 2
+    max_parallelism: int | None = None
+    backend: str = "delta"
+    checkpoint_interval: int = 1
+    num_retained: int = 3
+    order_by: list[str] = field(default_factory=list)
+
+    @property
+    def effective_max_parallelism(self) -> int:
+        return self.max_parallelism or compute_default_max_parallelism(self.parallelism)
+
+    def with_overrides(self, **changes: Any) -> "JobSpec":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def validate(self) -> "JobSpec":
+        """Raise ConfigError naming the first problem and its fix; return self when usable."""
+        check_job_id(self.job_id)
+        try:
+            check_state_name(self.uid, "operator uid")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not isinstance(self.function, KeyedProcessFunction):
+            raise ConfigError("function must be an instance of a state_store.KeyedProcessFunction subclass")
+        if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
+            raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
+        for name in ("parallelism", "checkpoint_interval", "num_retained"):
+            _positive(name, getattr(self, name))
+        if self.max_parallelism is not None:
+            _positive("max_parallelism", self.max_parallelism)
+        try:
+            check_parallelism(self.parallelism, self.effective_max_parallelism)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend {self.backend!r} is unknown; choose one of {BACKENDS}")
+        if not isinstance(self.key_type, TypeInfo) or self.key_type.name not in KEY_TYPES:
+            raise ConfigError(f"key_type must be Types.STRING(), Types.LONG() or Types.INT(), got {self.key_type!r}")
+        if not isinstance(self.output_type, RowTypeInfo):
+            raise ConfigError("output_type must be declared with Types.ROW_NAMED([...], [...])")
+        if not isinstance(self.source, (FileSource, DeltaSource)):
+            raise ConfigError("source must be a FileSource or a DeltaSource")
+        self.source.validate("source")
+        if self.broadcast_source is not None:
+            self.broadcast_source.validate("broadcast_source")
+        if isinstance(self.source, FileSource):
+            declared = self.source.schema.fields
+            if self.key not in declared:
+                raise ConfigError(f"key column {self.key!r} is not in the source schema {list(declared)}")
+            if declared[self.key].name != self.key_type.name:
+                raise ConfigError(
+                    f"key column {self.key!r} is declared {declared[self.key].name} in the source schema "
+                    f"but key_type is {self.key_type.name}; make them the same"
+                )
+            missing = [c for c in self.order_by if c not in declared]
+            if missing:
+                raise ConfigError(f"order_by columns {missing} are not in the source schema")
+        return self
+
+    def describe(self) -> dict:
+        """What the catalog records of this definition."""
+        return {
+            "job_id": self.job_id,
+            "uid": self.uid,
+            "function": f"{type(self.function).__module__}.{type(self.function).__qualname__}",
+            "source": self.source.describe(),
+            "broadcast_source": self.broadcast_source.describe() if self.broadcast_source else None,
+            "key": self.key,
+            "key_type": self.key_type.to_schema(),
+            "output_type": self.output_type.to_schema(),
+            "sink": self.sink,
+            "parallelism": self.parallelism,
+            "max_parallelism": self.effective_max_parallelism,
+            "backend": self.backend,
+            "checkpoint_interval": self.checkpoint_interval,
+            "num_retained": self.num_retained,
+        }

@@ -1,0 +1,67 @@
+"""The SparkSession Lakestate runs on, and the key group as a Spark column."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
+
+
+def delta_jars() -> list[str]:
+    """Jars fetched by scripts/setup.sh (or named by LAKESTATE_JARS, comma-separated)."""
+    if os.environ.get("LAKESTATE_JARS"):
+        return [j for j in os.environ["LAKESTATE_JARS"].split(",") if j]
+    return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar")))
+
+
+def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None):
+    """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Workers import state_store and the user's job modules from the project root.
+    paths = [str(PROJECT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+    builder = SparkSession.builder.appName(app_name)
+    # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master comes from --master.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or os.environ.get("LAKESTATE_SPARK_MASTER", "local[*]"))
+    jars = delta_jars()
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.adaptive.enabled": "true",
+    }
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    else:
+        conf["spark.jars.packages"] = DELTA_PACKAGE
+    for k, v in {**conf, **(extra_conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def key_group_column(key_column, max_parallelism: int):
+    """pmod(hash(key), max_parallelism): Spark SQL's Murmur3 hash, stable across runs and machines."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(key_column), F.lit(max_parallelism)).cast("int")
+
+
+def subtask_column(key_group_col, parallelism: int, max_parallelism: int):
+    """Flink's owner of a key group: key_group * parallelism / max_parallelism."""
+    from pyspark.sql import functions as F
+
+    return F.floor(key_group_col * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
