@@ -27,8 +27,15 @@ PY
 if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
   echo "[setup] fetching Delta jars from Maven Central into .cache/jars"
   mkdir -p .cache/jars
-  mvn -q -B -f scripts/jars-pom.xml -Dmaven.repo.local="$ROOT/.cache/m2" \
-    dependency:copy-dependencies -DincludeScope=runtime \
-    -DexcludeArtifactIds=scala-library,antlr4-runtime -DoutputDirectory="$ROOT/.cache/jars"
+  if command -v mvn >/dev/null; then
+    mvn -q -B -f scripts/jars-pom.xml -Dmaven.repo.local="$ROOT/.cache/m2" \
+      dependency:copy-dependencies -DincludeScope=runtime \
+      -DexcludeArtifactIds=scala-library,antlr4-runtime -DoutputDirectory="$ROOT/.cache/jars"
+  else  # no Maven: the same two jars straight from Maven Central
+    for a in delta-spark_2.13 delta-storage; do
+      .venv/bin/python -c "import sys,urllib.request as u; u.urlretrieve(sys.argv[1], sys.argv[2])" \
+        "https://repo1.maven.org/maven2/io/delta/$a/4.0.0/$a-4.0.0.jar" ".cache/jars/$a-4.0.0.jar"
+    done
+  fi
 fi
 echo "[setup] ready: $(.venv/bin/python -c 'import pyspark,delta,airflow;print("pyspark",pyspark.__version__,"airflow",airflow.__version__)'), jars: $(ls .cache/jars | tr '\n' ' ')"

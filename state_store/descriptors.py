@@ -10,6 +10,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 
 def check_state_name(name: str, what: str = "state name") -> str:
+    if isinstance(name, str) and name.startswith("__"):
+        raise ValueError(f"{what} {name!r} is reserved: names starting with '__' are Lakestate's own")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(
             f"{what} {name!r} is not valid: use 1-128 letters, digits, '_' or '-', starting with a letter or '_'"

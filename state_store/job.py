@@ -60,7 +60,8 @@ class JobSpec:
         return self.max_parallelism or compute_default_max_parallelism(self.parallelism)
 
     def with_overrides(self, **changes: Any) -> "JobSpec":
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with ``changes`` applied (validated when run)."""
+        return replace(self, **changes)
 
     def validate(self) -> "JobSpec":
         """Raise ConfigError naming the first problem and its fix; return self when usable."""
@@ -87,6 +88,10 @@ class JobSpec:
             raise ConfigError(f"key_type must be Types.STRING(), Types.LONG() or Types.INT(), got {self.key_type!r}")
         if not isinstance(self.output_type, RowTypeInfo):
             raise ConfigError("output_type must be declared with Types.ROW_NAMED([...], [...])")
+        try:
+            self.output_type.spark_schema_ddl()
+        except TypeError as e:
+            raise ConfigError(f"output_type: {e}") from None
         if not isinstance(self.source, (FileSource, DeltaSource)):
             raise ConfigError("source must be a FileSource or a DeltaSource")
         self.source.validate("source")

@@ -87,4 +87,5 @@ def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
 
 def key_group_ranges(max_parallelism: int, parallelism: int) -> list[KeyGroupRange]:
     """The ranges of all subtasks, in subtask order."""
+    check_parallelism(parallelism, max_parallelism)
     return [compute_key_group_range_for_operator_index(max_parallelism, parallelism, i) for i in range(parallelism)]

@@ -59,7 +59,9 @@ class KeyedStateStore:
         if self.current_key is None:
             raise RuntimeError("keyed state is only accessible while processing a key (in process())")
         if value is not None:
-            descriptor.stored_type.encode(value)  # fail in the user's call, with the user's value
+            # Validate now (the error points at the user's call), and keep what a reload would
+            # give back, so a value reads the same before and after a microbatch boundary.
+            value = descriptor.stored_type.decode(descriptor.stored_type.encode(value))
         entry = (state_name, self.current_key, namespace)
         self._decoded[entry] = value
         self._dirty.add(entry)
@@ -115,7 +117,7 @@ class ValueState(_KeyedState):
 class ListState(_KeyedState):
     def get(self) -> list:
         """The elements (a copy), ``[]`` when empty."""
-        return list(self._get() or [])
+        return copy.deepcopy(self._get() or [])
 
     def add(self, value: Any) -> None:
         """Append one element."""

@@ -76,7 +76,7 @@ class OperatorStateStore:
 
         qname = self.qualified("__raw__")
         self._modes[qname] = RAW
-        self._descriptors[qname] = ValueStateDescriptor("__raw__", Types.BYTES())
+        self._descriptors[qname] = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used
         self._values[qname] = data
 
     def changes(self) -> list[tuple[str, str, str | None]]:

@@ -310,6 +310,14 @@ class JobRunner:
     def _microbatch(self, plan: dict, keyed: DataFrame, operator: DataFrame, backend, planned_here: bool,
                     restored: bool) -> tuple[DataFrame, DataFrame, dict]:
         spec, m, ts = self.spec, plan["batch_id"], plan["timestamp"]
+        phases: dict[str, float] = {}
+        mark = [time.time()]
+
+        def phase(name: str) -> None:
+            now = time.time()
+            phases[name] = round(now - mark[0], 2)
+            mark[0] = now
+
         try:
             inputs = self._read_inputs(plan)
             state_in = self._state_for(keyed, operator, inputs)
@@ -322,6 +330,7 @@ class JobRunner:
             results = state_in.groupBy("subtask").cogroup(inputs.groupBy("subtask")).applyInPandas(apply, RESULT_SCHEMA)
             results = results.persist()
             results.count()  # every user and input error surfaces here, before anything is written
+            phase("compute")
         except Exception as e:
             if planned_here:
                 self.meta.drop_plan(m)
@@ -342,6 +351,7 @@ class JobRunner:
                   .groupBy("kind", F.col("value").isNull().alias("d")).count().collect()}
         stats["state_upserts"] = sum(n for (_, d), n in counts.items() if not d)
         stats["state_deletes"] = sum(n for (_, d), n in counts.items() if d)
+        phase("stats")
 
         self._fault("before_sink_write", m)
         output = results.filter("kind = 'out'").select(
@@ -349,6 +359,7 @@ class JobRunner:
         (output.write.format("delta").option("txnAppId", f"lakestate:{spec.job_id}:sink").option("txnVersion", m)
          .mode("append").save(str(self.sink_path)))
         self._fault("after_sink_write", m)
+        phase("sink_write")
 
         keyed_changes = results.filter("kind = 'k'").select(
             "state_name", "key_group", "key", "namespace", "value",
@@ -364,6 +375,7 @@ class JobRunner:
         self._fault("before_state_write", m)
         backend.write_changes(keyed_changes, operator_changes, m)
         self._fault("after_state_write", m)
+        phase("state_write")
 
         self._fault("before_commit", m)
         self.meta.write_commit(m, {**stats, "run_id": self.lease.run_id, "committed_ms": wall_clock_ms()})
@@ -372,6 +384,8 @@ class JobRunner:
         new_keyed = self._merge(keyed, keyed_changes, KEYED_ID)
         new_operator = self._merge(operator, operator_changes, OPERATOR_ID)
         results.unpersist()
+        phase("merge")
+        stats["phases"] = phases
         return new_keyed, new_operator, stats
 
     def _checkpoint(self, backend, keyed: DataFrame, operator: DataFrame, checkpoint_id: int, batch_id: int,

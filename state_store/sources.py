@@ -135,5 +135,6 @@ Source = FileSource | DeltaSource
 
 
 def source_split_entries(name: str, source: Any, offset: dict) -> list[dict[str, Any]]:
-    """A source's offsets as operator ListState entries: one per split."""
-    return [{"split": f"{name}:{source.describe()['path']}", "offset": offset}]
+    """A source's offsets as operator ListState entries: one per split (a whole directory or
+    table is one split; its path is in the job's registry record)."""
+    return [{"split": name, "offset": offset}]

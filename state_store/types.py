@@ -132,30 +132,48 @@ class ListTypeInfo(TypeInfo):
 
 
 class MapTypeInfo(TypeInfo):
-    """A map; stored as a list of [key, value] pairs so keys of any type survive JSON."""
+    """A map. With STRING keys it is a JSON object (a Spark map column in output rows);
+    with other keys a sorted list of [key, value] pairs, so keys of any type survive JSON."""
 
     name = "MAP"
 
     def __init__(self, key: TypeInfo, value: TypeInfo):
+        if not isinstance(key, _Scalar):
+            raise TypeError(f"map keys must be a scalar type (STRING, LONG, ...), got {key!r}")
         self.key, self.value = key, value
+
+    @property
+    def _string_keys(self) -> bool:
+        return self.key.name == "STRING"
 
     def encode(self, value: Any) -> Any:
         if value is None:
             return None
         if not isinstance(value, dict):
             raise self._bad(value)
+        if self._string_keys:
+            for k in value:
+                if not isinstance(k, str):
+                    raise TypeError(f"map key {k!r} is not a STRING")
+            return {k: self.value.encode(v) for k, v in value.items()}
         pairs = [[self.key.encode(k), self.value.encode(v)] for k, v in value.items()]
         pairs.sort(key=lambda kv: json.dumps(kv[0], sort_keys=True))
         return pairs
 
     def decode(self, data: Any) -> Any:
-        return None if data is None else {self.key.decode(k): self.value.decode(v) for k, v in data}
+        if data is None:
+            return None
+        if isinstance(data, dict):
+            return {k: self.value.decode(v) for k, v in data.items()}
+        return {self.key.decode(k): self.value.decode(v) for k, v in data}
 
     def to_schema(self) -> Any:
         return {"MAP": [self.key.to_schema(), self.value.to_schema()]}
 
     def spark_ddl(self) -> str:
-        return f"map<{self.key.spark_ddl()},{self.value.spark_ddl()}>"
+        if self._string_keys:
+            return f"map<string,{self.value.spark_ddl()}>"
+        raise TypeError(f"a map with {self.key.name} keys cannot be an output column; use STRING keys")
 
 
 class RowTypeInfo(TypeInfo):

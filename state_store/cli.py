@@ -1,0 +1,173 @@
+"""``lakestate``: register and run jobs, list checkpoints, look at state.
+
+    lakestate register demo.clicks:job
+    lakestate jobs
+    lakestate run --job clicks [--max-microbatches N]
+    lakestate checkpoints --job clicks
+    lakestate state --job clicks --state events --key 42 [--checkpoint N] [--namespace NS]
+
+``--warehouse`` and ``--root`` (or LAKESTATE_WAREHOUSE / LAKESTATE_ROOT) say
+where the state lives. Listing reads the catalog files only; ``run`` and
+``state`` start Spark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .catalog import JobMeta, JobRegistry
+from .errors import ConfigError, LakestateError
+from .settings import Settings
+
+
+def _table(rows: list[list], header: list[str]) -> str:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _when(ms: int | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) if ms else "-"
+
+
+def cmd_register(args, settings: Settings) -> int:
+    spec = JobRegistry(settings).register(args.entrypoint)
+    print(f"registered job {spec.job_id!r} from {args.entrypoint} in {settings.warehouse}")
+    return 0
+
+
+def cmd_jobs(args, settings: Settings) -> int:
+    registry = JobRegistry(settings)
+    rows = []
+    for job_id in registry.ids():
+        spec = registry.get(job_id)["spec"]
+        meta = JobMeta(settings.job_dir(job_id))
+        latest = meta.latest_checkpoint()
+        rows.append([job_id, spec["backend"], spec["parallelism"], spec["max_parallelism"],
+                     latest["checkpoint_id"] if latest else "-", latest["batch_id"] if latest else "-",
+                     _when(latest["completed_ms"]) if latest else "-"])
+    if not rows:
+        print(f"no jobs registered in {settings.warehouse}; register one with: lakestate register <module>:<factory>")
+        return 0
+    print(_table(rows, ["job", "backend", "parallelism", "max_parallelism", "checkpoint", "microbatch", "completed (UTC)"]))
+    return 0
+
+
+def cmd_checkpoints(args, settings: Settings) -> int:
+    JobRegistry(settings).get(args.job)
+    checkpoints = JobMeta(settings.job_dir(args.job)).checkpoints()
+    if args.json:
+        print(json.dumps(checkpoints, indent=1, sort_keys=True))
+        return 0
+    if not checkpoints:
+        print(f"job {args.job!r} has no checkpoints yet")
+        return 0
+    rows = []
+    for c in checkpoints:
+        versions = " ".join(f"{t}@v{i['version']}" for t, i in c["state"].items() if isinstance(i, dict) and "version" in i)
+        size = sum(i.get("size_bytes", 0) for i in c["state"].values() if isinstance(i, dict))
+        files = sum(i.get("num_files", 0) for i in c["state"].values() if isinstance(i, dict))
+        rows.append([c["checkpoint_id"], c["batch_id"], c["backend"], versions or "-",
+                     sum(c["entries"].values()), size, files, _when(c["completed_ms"])])
+    print(_table(rows, ["checkpoint", "microbatch", "backend", "table versions", "entries", "bytes", "files",
+                        "completed (UTC)"]))
+    return 0
+
+
+def cmd_run(args, settings: Settings) -> int:
+    from .runtime import run_job
+    from .spark import build_spark
+
+    registry = JobRegistry(settings)
+    spec = registry.load(args.job)
+    spark = build_spark(f"lakestate-{args.job}", master=args.spark_master)
+    result = run_job(spark, spec, settings, args.max_microbatches, lease_timeout_s=args.lease_timeout)
+    records = sum(b["records_in"] for b in result.batches)
+    seconds = sum(b["seconds"] for b in result.batches)
+    rate = f", {records / seconds:.0f} records/s" if seconds else ""
+    print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
+          f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
+    return 0
+
+
+def cmd_state(args, settings: Settings) -> int:
+    from pyspark.sql import functions as F
+
+    from .backends import create_backend
+    from .spark import build_spark
+    from .types import Types, from_schema
+
+    record = JobRegistry(settings).get(args.job)
+    meta = JobMeta(settings.job_dir(args.job))
+    checkpoint = meta.checkpoint(args.checkpoint) if args.checkpoint is not None else meta.latest_checkpoint()
+    if checkpoint is None:
+        raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
+    name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
+    descriptor = checkpoint["descriptors"].get(name)
+    if descriptor is None or descriptor["scope"] != "keyed":
+        known = sorted(n for n, d in checkpoint["descriptors"].items() if d["scope"] == "keyed")
+        raise ConfigError(f"checkpoint {checkpoint['checkpoint_id']} has no keyed state {name!r}; it has {known}")
+    value_type = from_schema(descriptor["type"])
+    if descriptor["kind"] == "list":
+        value_type = Types.LIST(value_type)
+    spark = build_spark(f"lakestate-state-{args.job}")
+    keyed, _ = create_backend(checkpoint["backend"], spark, settings.job_dir(args.job), args.job).restore(checkpoint)
+    rows = keyed.filter((F.col("state_name") == name) & (F.col("key") == args.key)
+                        & (F.col("namespace") == args.namespace)).select("value", "ts").collect()
+    result = {"job": args.job, "checkpoint": checkpoint["checkpoint_id"], "microbatch": checkpoint["batch_id"],
+              "state": name, "kind": descriptor["kind"], "key": args.key, "namespace": args.namespace,
+              "value": value_type.decode(json.loads(rows[0]["value"])) if rows else None,
+              "last_written_ms": rows[0]["ts"] if rows else None}
+    print(json.dumps(result, default=lambda b: b.hex() if isinstance(b, bytes) else str(b)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakestate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--warehouse", help="warehouse directory (default: $LAKESTATE_WAREHOUSE or <root>/warehouse)")
+    common.add_argument("--root", help="root every path must stay in (default: $LAKESTATE_ROOT or ./lakestate-data)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("register", parents=[common], help="register a job from a 'module:factory' that returns a JobSpec")
+    p.add_argument("entrypoint")
+    p.set_defaults(func=cmd_register)
+    p = sub.add_parser("jobs", parents=[common], help="list registered jobs and their latest checkpoint")
+    p.set_defaults(func=cmd_jobs)
+    p = sub.add_parser("checkpoints", parents=[common], help="list a job's retained checkpoints")
+    p.add_argument("--job", required=True)
+    p.add_argument("--json", action="store_true", help="print the full checkpoint rows")
+    p.set_defaults(func=cmd_checkpoints)
+    p = sub.add_parser("run", parents=[common], help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
+    p.add_argument("--job", required=True)
+    p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
+    p.add_argument("--spark-master", default=None)
+    p.add_argument("--lease-timeout", type=float, default=60.0, help="seconds after which a silent holder is stale")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
+    p.add_argument("--job", required=True)
+    p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")
+    p.add_argument("--key", required=True)
+    p.add_argument("--namespace", default="")
+    p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
+    p.set_defaults(func=cmd_state)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "max_microbatches", None) is not None and args.max_microbatches <= 0:
+        print(f"lakestate: error: --max-microbatches must be positive, got {args.max_microbatches}", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings.load(args.warehouse, args.root)
+        return args.func(args, settings)
+    except LakestateError as e:
+        print(f"lakestate: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Jobs used by the tests: small, deterministic, and touching every kind of state."""
+from __future__ import annotations
+
+from state_store import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    FileSource,
+    JobSpec,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    Types,
+    ValueStateDescriptor,
+)
+
+EVENT = Types.ROW_NAMED(["k", "v", "op", "seq"], [Types.STRING(), Types.LONG(), Types.STRING(), Types.LONG()])
+RULE = Types.ROW_NAMED(["name", "factor"], [Types.STRING(), Types.LONG()])
+OUTPUT = Types.ROW_NAMED(
+    ["k", "batch", "count", "items", "tags", "total", "avg", "ns_count", "factor"],
+    [Types.STRING(), Types.LONG(), Types.LONG(), Types.LIST(Types.LONG()), Types.MAP(Types.STRING(), Types.LONG()),
+     Types.LONG(), Types.DOUBLE(), Types.LONG(), Types.LONG()],
+)
+FACTORS = MapStateDescriptor("factors", Types.STRING(), Types.LONG())
+
+
+class Mean(AggregateFunction):
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, acc):
+        return [acc[0] + value, acc[1] + 1]
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+class AllStates(KeyedBroadcastProcessFunction):
+    """Per key: a count (Value), the values (List), tag counts (Map), a sum (Reducing), a mean (Aggregating),
+    a per-namespace counter, plus operator, union, broadcast and raw state.
+
+    An event with op 'clear' clears the key's state; op 'tag' counts v under tag 'even'/'odd'.
+    """
+
+    def __init__(self, count_type=None):
+        self.count_type = count_type or Types.LONG()
+
+    def initialize_state(self, ctx):
+        store = ctx.get_operator_state_store()
+        self.batches = store.get_list_state(ListStateDescriptor("batches_seen", Types.LONG()))
+        self.union = store.get_union_list_state(ListStateDescriptor("subtasks", Types.INT()))
+        raw = ctx.raw_operator_state()
+        self.raw_batches = int(raw.decode()) if raw else 0
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", self.count_type, 0))
+        self.items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
+        self.tags = ctx.get_map_state(MapStateDescriptor("tags", Types.STRING(), Types.LONG()))
+        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, Types.LONG()))
+        self.mean = ctx.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.LIST(Types.LONG())))
+        self.per_ns = ctx.get_state(ValueStateDescriptor("per_ns", Types.LONG(), 0))
+        self.subtask = ctx.get_index_of_this_subtask()
+
+    def process_broadcast_element(self, rule, ctx):
+        ctx.get_broadcast_state(FACTORS).put(rule["name"], rule["factor"])
+
+    def process(self, key, records, ctx):
+        factor = ctx.get_broadcast_state(FACTORS).get("factor") or 1
+        for r in records:
+            if r["op"] == "clear":
+                for s in (self.count, self.items, self.tags, self.total, self.mean):
+                    s.clear()
+                continue
+            self.count.update(self.count.value() + 1)
+            self.items.add(r["v"])
+            if r["op"] == "tag":
+                tag = "even" if r["v"] % 2 == 0 else "odd"
+                self.tags.put(tag, (self.tags.get(tag) or 0) + 1)
+            self.total.add(r["v"] * factor)
+            self.mean.add(r["v"])
+            self.per_ns.set_current_namespace(f"b{ctx.batch_id % 2}")
+            self.per_ns.update(self.per_ns.value() + 1)
+            self.per_ns.set_current_namespace("")
+        self.per_ns.set_current_namespace(f"b{ctx.batch_id % 2}")
+        ns_count = self.per_ns.value()
+        self.per_ns.set_current_namespace("")
+        yield {"k": key, "batch": ctx.batch_id, "count": self.count.value(), "items": self.items.get(),
+               "tags": dict(self.tags.items()), "total": self.total.get(), "avg": self.mean.get(),
+               "ns_count": ns_count, "factor": factor}
+
+    def snapshot_state(self, ctx):
+        self.batches.update([b for b in self.batches.get() if b != ctx.batch_id] + [ctx.batch_id])
+        self.union.update([self.subtask])
+        ctx.write_raw_operator_state(str(self.raw_batches + 1).encode())
+        for kg in list(ctx.key_group_range)[:2]:
+            ctx.write_raw_keyed_state(kg, f"kg{kg}".encode())
+
+
+class CountOnly(KeyedProcessFunction):
+    def __init__(self, count_type=None):
+        self.count_type = count_type or Types.LONG()
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", self.count_type))
+
+    def process(self, key, records, ctx):
+        current = self.count.value() or 0
+        self.count.update(current + len(records))
+        yield {"k": key, "n": current + len(records)}
+
+
+COUNT_OUTPUT = Types.ROW_NAMED(["k", "n"], [Types.STRING(), Types.LONG()])
+
+
+def all_states_job(lake, job_id="all-states", **overrides) -> JobSpec:
+    spec = JobSpec(
+        job_id=job_id,
+        function=AllStates(),
+        source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1),
+        broadcast_source=FileSource(str(lake.rules), "json", RULE),
+        key="k",
+        key_type=Types.STRING(),
+        output_type=OUTPUT,
+        sink=f"sinks/{job_id}",
+        uid="all",
+        parallelism=2,
+        max_parallelism=16,
+        checkpoint_interval=2,
+        num_retained=2,
+        order_by=["seq"],
+    )
+    return spec.with_overrides(**overrides)
+
+
+def count_job(lake, job_id="counts", **overrides) -> JobSpec:
+    spec = JobSpec(
+        job_id=job_id, function=CountOnly(), source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1),
+        key="k", key_type=Types.STRING(), output_type=COUNT_OUTPUT, sink=f"sinks/{job_id}", uid="count",
+        parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2, order_by=["seq"],
+    )
+    return spec.with_overrides(**overrides)
+
+
+def events(batch: int, keys=("a", "b", "c", "d", "e"), per_key: int = 3) -> list[dict]:
+    """Deterministic events of one input file."""
+    rows = []
+    for i, k in enumerate(keys):
+        for j in range(per_key):
+            seq = batch * 1000 + i * 10 + j
+            op = "tag" if j == 0 else ("clear" if (k == "b" and batch == 1 and j == per_key - 1) else "add")
+            rows.append({"k": k, "v": batch * 10 + j + i, "op": op, "seq": seq})
+    return rows

@@ -1,0 +1,102 @@
+"""Bad input gets a clear error naming the problem and the fix, and nothing is written."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
+from state_store.catalog import JobMeta, JobRegistry
+from tests.helpers import run, sink_rows
+from tests.jobs import EVENT, CountOnly, count_job, events
+
+
+def _nothing_written(lake, spec) -> None:
+    job_dir = lake.settings.job_dir(spec.job_id)
+    meta = JobMeta(job_dir)
+    assert meta.last_commit() is None and meta.checkpoint_ids() == []
+    assert not (meta.dir / "plans").exists() or not any((meta.dir / "plans").iterdir())
+    assert not lake.settings.in_warehouse(spec.sink, "sink").exists()
+
+
+def test_unknown_job_names_the_registered_ones(lake):
+    registry = JobRegistry(lake.settings)
+    with pytest.raises(JobNotFound, match=r"'nope' is not registered .*registered: none.*lakestate register"):
+        registry.load("nope")
+
+
+@pytest.mark.slow
+def test_malformed_source_file_is_refused_before_anything_is_written(spark, lake):
+    (lake.events / "e0.json").write_text('{"k": "a", "v": 1, "op": "add", "seq": 1}\n{"k": "b", "v": oops\n')
+    spec = count_job(lake)
+    with pytest.raises(InputError, match=r"microbatch 0 .* failed before anything was written.*e0\.json"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)
+
+
+@pytest.mark.slow
+def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake):
+    schema = Types.ROW_NAMED(["k", "v", "op", "seq"], [Types.LONG(), Types.LONG(), Types.STRING(), Types.LONG()])
+    parquet_dir = lake.inputs / "parquet"
+    parquet_dir.mkdir()
+    # The files carry k as a string; the job says LONG.
+    pq.write_table(pa.table({"k": ["a"], "v": [1], "op": ["add"], "seq": [1]}), parquet_dir / "p0.parquet")
+    spec = count_job(lake, key_type=Types.LONG(), source=FileSource(str(parquet_dir), "parquet", schema))
+    with pytest.raises(InputError, match=r"key column 'k' is string in the source but the job declares key_type LONG"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)
+
+
+@pytest.mark.slow
+def test_incompatible_state_type_change_is_refused_and_a_compatible_one_migrates(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, function=CountOnly(Types.INT()))
+    run(spark, spec, lake)
+    lake.write_events("e1.json", events(1))
+    changed = count_job(lake, function=CountOnly(Types.STRING()))
+    with pytest.raises(RestoreError, match=r"state 'count.count': type changed from INT to STRING.*another name"):
+        run(spark, changed, lake)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0  # nothing written by the refused run
+    widened = count_job(lake, function=CountOnly(Types.LONG()))  # INT -> LONG is compatible
+    run(spark, widened, lake)
+    assert '{"k": "a", "n": 6}' in sink_rows(spark, lake, widened)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("checkpoint_interval", 0, "checkpoint_interval must be a positive integer, got 0"),
+    ("checkpoint_interval", -3, "checkpoint_interval must be a positive integer, got -3"),
+    ("parallelism", 0, "parallelism must be a positive integer, got 0"),
+    ("parallelism", -1, "parallelism must be a positive integer, got -1"),
+    ("num_retained", 0, "num_retained must be a positive integer"),
+    ("parallelism", 9, "parallelism 9 is above max_parallelism 8"),
+    ("backend", "rocks", "backend 'rocks' is unknown"),
+    ("job_id", "Bad Id!", "job id 'Bad Id!' is not valid"),
+])
+def test_bad_job_parameters_are_refused_before_anything_is_written(spark, lake, field, value, message):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, **{field: value})
+    with pytest.raises(ConfigError, match=message):
+        run(spark, spec, lake)
+    assert not (lake.settings.warehouse / "jobs").exists()
+
+
+def test_a_warehouse_outside_the_configured_root_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"warehouse .*outside the configured root .*LAKESTATE_ROOT"):
+        Settings.load(warehouse=tmp_path / "elsewhere", root=tmp_path / "root")
+
+
+def test_a_sink_outside_the_warehouse_is_refused(spark, lake, tmp_path):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, sink=str(tmp_path / "escape"))
+    with pytest.raises(ConfigError, match=r"sink .*escape is outside the warehouse"):
+        run(spark, spec, lake)
+    spec = count_job(lake, sink="../../outside")
+    with pytest.raises(ConfigError, match=r"outside the warehouse"):
+        run(spark, spec, lake)
+
+
+def test_a_key_column_missing_from_the_schema_is_refused(lake):
+    spec = count_job(lake, key="user")
+    with pytest.raises(ConfigError, match=r"key column 'user' is not in the source schema"):
+        spec.validate()
+    assert EVENT.fields["k"].name == "STRING"

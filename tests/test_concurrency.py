@@ -1,0 +1,83 @@
+"""One run of a job at a time; a crashed holder is taken over."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from state_store import JobLocked
+from state_store.catalog import JobMeta
+from state_store.runtime import FaultInjector
+from tests.helpers import run, sink_rows
+from tests.jobs import count_job, events
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
+    for b in range(2):
+        lake.write_events(f"e{b}.json", events(b))
+    spec = count_job(lake)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        holding.set()
+        assert release.wait(120)
+
+    outcome = {}
+
+    def first_run():
+        try:
+            outcome["result"] = run(spark, spec, lake, faults=FaultInjector("after_sink_write", 0, action=hold))
+        except BaseException as e:  # noqa: BLE001 - reported to the test below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    try:
+        assert holding.wait(180), "the first run never reached its first microbatch"
+        holder = json.loads((JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json").read_text())
+        with pytest.raises(JobLocked, match=rf"job 'counts' is held by run {holder['run_id']}"):
+            run(spark, spec, lake)
+    finally:
+        release.set()
+        thread.join(300)
+    assert "error" not in outcome, outcome.get("error")
+    assert [b["batch_id"] for b in outcome["result"].batches] == [0, 1]
+    assert len(sink_rows(spark, lake, spec)) == 10  # 5 keys x 2 microbatches, written once
+
+
+def test_a_crashed_holder_is_taken_over(spark, lake, capsys):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json"
+    lease.parent.mkdir(parents=True)
+    import socket
+
+    lease.write_text(json.dumps({"run_id": "run-crashed", "host": socket.gethostname(), "pid": dead.pid,
+                                 "heartbeat_ms": int(time.time() * 1000)}))
+    lines = []
+    result = run(spark, spec, lake, progress=lines.append)
+    assert [b["batch_id"] for b in result.batches] == [0]
+    assert "taking over job 'counts' from run run-crashed" in capsys.readouterr().out
+    assert not lease.exists()  # released at the end of the run
+
+
+def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json"
+    lease.parent.mkdir(parents=True)
+    record = {"run_id": "run-elsewhere", "host": "another-host", "pid": 1, "heartbeat_ms": int(time.time() * 1000)}
+    lease.write_text(json.dumps(record))
+    with pytest.raises(JobLocked, match="held by run run-elsewhere"):
+        run(spark, spec, lake, lease_timeout_s=60)
+    record["heartbeat_ms"] -= 120_000
+    lease.write_text(json.dumps(record))
+    assert [b["batch_id"] for b in run(spark, spec, lake, lease_timeout_s=60).batches] == [0]
