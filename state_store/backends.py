@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from .delta_log import table_snapshot
 from .errors import RestoreError
 
 KEYED_SCHEMA = "state_name string, key_group int, key string, namespace string, value string, batch_id long, ts long"
@@ -41,13 +42,8 @@ def _latest_live(df: DataFrame, id_columns: list[str], batch_id: int) -> DataFra
 
 
 def table_info(spark: SparkSession, path: Path) -> dict:
-    """Version, size and file count of a Delta table as it is now."""
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forPath(spark, str(path))
-    detail = table.detail().select("sizeInBytes", "numFiles").first()
-    version = table.history(1).select("version").first()[0]
-    return {"path": str(path), "version": int(version), "size_bytes": int(detail[0]), "num_files": int(detail[1])}
+    """Version, size and file count of a Delta table as it is now (read from its log, no Spark job)."""
+    return table_snapshot(path)
 
 
 def _ensure_table(spark: SparkSession, path: Path, schema: str, partition_by: list[str]) -> None:

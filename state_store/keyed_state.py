@@ -21,6 +21,12 @@ from .descriptors import (
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
+_IMMUTABLE = (int, float, str, bool, bytes, type(None))
+
+
+def _copy(value):
+    """A copy the user may mutate without changing state (immutable values need none)."""
+    return value if isinstance(value, _IMMUTABLE) else copy.deepcopy(value)
 
 
 class KeyedStateStore:
@@ -106,38 +112,38 @@ class ValueState(_KeyedState):
         """The current value, or the descriptor's default value when empty."""
         v = self._get()
         if v is None:
-            return copy.deepcopy(self._descriptor.default_value)
-        return copy.deepcopy(v)
+            return _copy(self._descriptor.default_value)
+        return _copy(v)
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
-        self._put(copy.deepcopy(value))
+        self._put(_copy(value))
 
 
 class ListState(_KeyedState):
     def get(self) -> list:
         """The elements (a copy), ``[]`` when empty."""
-        return copy.deepcopy(self._get() or [])
+        return _copy(self._get() or [])
 
     def add(self, value: Any) -> None:
         """Append one element."""
         if value is None:
             raise ValueError("you cannot add None to a ListState")
-        self._put((self._get() or []) + [copy.deepcopy(value)])
+        self._put((self._get() or []) + [_copy(value)])
 
     def add_all(self, values: Iterable[Any]) -> None:
         values = list(values)
         if any(v is None for v in values):
             raise ValueError("you cannot add None to a ListState")
         if values:
-            self._put((self._get() or []) + copy.deepcopy(values))
+            self._put((self._get() or []) + _copy(values))
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace all elements; an empty list clears the state."""
         values = list(values or [])
         if any(v is None for v in values):
             raise ValueError("you cannot add None to a ListState")
-        self._put(copy.deepcopy(values) or None)
+        self._put(_copy(values) or None)
 
 
 class MapState(_KeyedState):
@@ -146,17 +152,17 @@ class MapState(_KeyedState):
 
     def get(self, key: Any) -> Any:
         """The value mapped to ``key``, or None."""
-        return copy.deepcopy((self._get() or {}).get(key))
+        return _copy((self._get() or {}).get(key))
 
     def put(self, key: Any, value: Any) -> None:
         m = self._map()
-        m[key] = copy.deepcopy(value)
+        m[key] = _copy(value)
         self._put(m)
 
     def put_all(self, mapping: dict) -> None:
         if mapping:
             m = self._map()
-            m.update(copy.deepcopy(mapping))
+            m.update(_copy(mapping))
             self._put(m)
 
     def remove(self, key: Any) -> None:
@@ -172,10 +178,10 @@ class MapState(_KeyedState):
         return list((self._get() or {}).keys())
 
     def values(self) -> list:
-        return copy.deepcopy(list((self._get() or {}).values()))
+        return _copy(list((self._get() or {}).values()))
 
     def items(self) -> list[tuple]:
-        return copy.deepcopy(list((self._get() or {}).items()))
+        return _copy(list((self._get() or {}).items()))
 
     def is_empty(self) -> bool:
         return not self._get()
@@ -184,26 +190,26 @@ class MapState(_KeyedState):
 class ReducingState(_KeyedState):
     def get(self) -> Any:
         """The reduced value, or None when nothing was added."""
-        return copy.deepcopy(self._get())
+        return _copy(self._get())
 
     def add(self, value: Any) -> None:
         """Fold ``value`` into the state with the descriptor's reduce function."""
         if value is None:
             raise ValueError("you cannot add None to a ReducingState")
         current = self._get()
-        self._put(copy.deepcopy(value) if current is None else self._descriptor.reduce_function(copy.deepcopy(current), value))
+        self._put(_copy(value) if current is None else self._descriptor.reduce_function(_copy(current), value))
 
 
 class AggregatingState(_KeyedState):
     def get(self) -> Any:
         """The aggregate function's result, or None when nothing was added."""
         acc = self._get()
-        return None if acc is None else self._descriptor.agg_function.get_result(copy.deepcopy(acc))
+        return None if acc is None else self._descriptor.agg_function.get_result(_copy(acc))
 
     def add(self, value: Any) -> None:
         fn = self._descriptor.agg_function
         acc = self._get()
-        acc = fn.create_accumulator() if acc is None else copy.deepcopy(acc)
+        acc = fn.create_accumulator() if acc is None else _copy(acc)
         self._put(fn.add(value, acc))
 
 

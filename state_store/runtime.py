@@ -280,7 +280,8 @@ class JobRunner:
             if plan is None:
                 plan = self._plan(batch_id, offsets)
                 if plan is None:
-                    self.progress(f"[lakestate] job {spec.job_id}: source drained after microbatch {batch_id - 1}")
+                    self.progress(f"[lakestate] job {spec.job_id}: source drained, no new input after microbatch "
+                                  f"{batch_id - 1}" if batch_id else f"[lakestate] job {spec.job_id}: source drained, no input yet")
                     break
                 meta.write_plan(batch_id, plan)  # write-ahead: the range is fixed before it is read
                 planned_here = True
@@ -340,17 +341,22 @@ class JobRunner:
                 f"(input: {json.dumps(files)[:600]})"
             ) from e
 
-        stats = {"batch_id": m, "records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0}
-        for (payload,) in results.filter("kind = 'stat'").select("payload").collect():
-            s = json.loads(payload)
-            stats["records_in"] += s["records"]
-            stats["keys"] += s["keys"]
-            stats["records_out"] += s["outputs"]
-            stats["broadcast_in"] = max(stats["broadcast_in"], s["broadcast"])
-        counts = {(k, d): n for k, d, n in results.filter("kind IN ('k', 'o')")
-                  .groupBy("kind", F.col("value").isNull().alias("d")).count().collect()}
-        stats["state_upserts"] = sum(n for (_, d), n in counts.items() if not d)
-        stats["state_deletes"] = sum(n for (_, d), n in counts.items() if d)
+        stats = {"batch_id": m, "records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0,
+                 "state_upserts": 0, "state_deletes": 0}
+        # One small job: the subtasks' counters and the number of changed and deleted entries.
+        summary = (results.filter("kind IN ('stat', 'k', 'o')")
+                   .groupBy(F.when(F.col("kind") == "stat", F.col("payload")).alias("stat"),
+                            F.col("value").isNull().alias("deleted"))
+                   .count().collect())
+        for stat, deleted, n in summary:
+            if stat is not None:
+                s = json.loads(stat)
+                stats["records_in"] += s["records"]
+                stats["keys"] += s["keys"]
+                stats["records_out"] += s["outputs"]
+                stats["broadcast_in"] = max(stats["broadcast_in"], s["broadcast"])
+            else:
+                stats["state_deletes" if deleted else "state_upserts"] += n
         phase("stats")
 
         self._fault("before_sink_write", m)
@@ -393,8 +399,8 @@ class JobRunner:
         spec = self.spec
         self._fault("before_checkpoint", batch_id)
         state = backend.snapshot(keyed, operator, checkpoint_id, batch_id)
-        entries = {name: n for name, n in keyed.groupBy("state_name").count().collect()}
-        entries.update({name: n for name, n in operator.groupBy("state_name").count().collect()})
+        entries = {name: n for name, n in keyed.select("state_name").unionByName(operator.select("state_name"))
+                   .groupBy("state_name").count().collect()}
         sink = table_info(self.spark, self.sink_path) if (self.sink_path / "_delta_log").exists() else None
         row = {
             "job_id": spec.job_id, "checkpoint_id": checkpoint_id, "batch_id": batch_id, "status": "COMPLETED",

@@ -25,6 +25,7 @@ def registered(lake, monkeypatch, tmp_path):
             return count_job(_L, job_id="cli-counts")
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "cli_job_module", raising=False)  # each test has its own lake
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
     args = ["--root", str(lake.root)]
     assert main(["register", "cli_job_module:job", *args]) == 0

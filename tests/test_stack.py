@@ -1,0 +1,48 @@
+"""The pinned stack works together: full pyspark (not clobbered by pyspark-client), Delta, and
+pandas/pyarrow with applyInPandasWithState (pyarrow 26 breaks it on PySpark 4.0.1)."""
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow
+import pyspark
+import pytest
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+
+def test_pinned_versions_are_the_ones_installed():
+    pins = {}
+    from state_store.spark import PROJECT_ROOT
+
+    for line in (PROJECT_ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip()] = version.strip()
+    assert pyspark.__version__ == pins["pyspark"]
+    assert pyarrow.__version__ == pins["pyarrow"]
+    assert pd.__version__ == pins["pandas"]
+
+
+@pytest.mark.slow
+def test_apply_in_pandas_with_state_runs_with_the_pinned_pandas_and_pyarrow(spark, tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text('{"k": "x"}\n{"k": "x"}\n{"k": "y"}\n')
+
+    def count(key, frames, state):
+        n = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
+        state.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    stream = spark.readStream.schema("k string").json(str(source))
+    out = stream.groupBy("k").applyInPandasWithState(count, "k string, n long", "n long", "Update",
+                                                     GroupStateTimeout.NoTimeout)
+    query = (out.writeStream.format("memory").queryName("stack_counts").outputMode("update")
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert sorted(map(tuple, spark.sql("SELECT k, n FROM stack_counts").collect())) == [("x", 2), ("y", 1)]
+
+
+def test_delta_reads_back_what_it_wrote(spark, tmp_path):
+    path = str(tmp_path / "t")
+    spark.range(5).write.format("delta").save(path)
+    assert spark.read.format("delta").load(path).count() == 5
