@@ -20,8 +20,10 @@ if [ ! -f "$STAMP" ] || ! cmp -s requirements.txt "$STAMP"; then
 fi
 # The trap: pyspark-client can overwrite files of the full pyspark. Prove both import.
 .venv/bin/python - <<'PY'
-import pyspark, delta, pyarrow, pandas, airflow
+import importlib.util, pyspark, delta, pyarrow, pandas
 from pyspark.sql import SparkSession  # fails if pyspark-client clobbered pyspark
+import importlib.metadata as md
+assert importlib.util.find_spec("airflow") and md.version("apache-airflow-providers-apache-spark")
 assert pyspark.__version__ == "4.0.1", pyspark.__version__
 PY
 if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
@@ -38,4 +40,4 @@ if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
     done
   fi
 fi
-echo "[setup] ready: $(.venv/bin/python -c 'import pyspark,delta,airflow;print("pyspark",pyspark.__version__,"airflow",airflow.__version__)'), jars: $(ls .cache/jars | tr '\n' ' ')"
+echo "[setup] ready: $(.venv/bin/python -c 'import importlib.metadata as m;print(*(f"{p} {m.version(p)}" for p in ("pyspark","delta-spark","apache-airflow")), sep=", ")'), jars: $(ls .cache/jars | tr '\n' ' ')"

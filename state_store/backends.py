@@ -104,8 +104,7 @@ class DeltaStateBackend(StateBackend):
         return _latest_live(keyed, KEYED_ID, batch), _latest_live(operator, OPERATOR_ID, batch)
 
     def write_changes(self, keyed, operator, batch_id):
-        self._ensure()
-        # txnAppId/txnVersion make a replayed microbatch write nothing twice.
+        # The tables exist: restore() made them. txnAppId/txnVersion make a replayed microbatch write nothing twice.
         for df, path, parts, app in (
             (keyed, self.keyed_path, ["state_name", "key_group"], "keyed"),
             (operator, self.operator_path, ["state_name"], "operator"),
@@ -120,7 +119,6 @@ class DeltaStateBackend(StateBackend):
             )
 
     def snapshot(self, keyed, operator, checkpoint_id, batch_id):
-        self._ensure()
         return {"keyed": table_info(self.spark, self.keyed_path), "operator": table_info(self.spark, self.operator_path),
                 "incremental": True}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +34,10 @@ class JobLease:
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.held = False
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        self._lost: str | None = None
+        self._write_lock = threading.Lock()
 
     def _record(self) -> dict:
         now = int(time.time() * 1000)
@@ -74,17 +79,42 @@ class JobLease:
         if read_json(self.path).get("run_id") != self.run_id:
             raise JobLocked(f"job {self.job_id!r} was taken by another run at the same moment; retry")
         self.held = True
+        # Heartbeats go on in the background, so a long microbatch never looks like a crash.
+        self._stop.clear()
+        self._beater = threading.Thread(target=self._beat, name=f"lease-{self.job_id}", daemon=True)
+        self._beater.start()
         return self
 
+    def _beat(self) -> None:
+        while not self._stop.wait(max(0.5, self.timeout_s / 4)):
+            try:
+                self._renew()
+            except JobLocked as e:
+                self._lost = str(e)
+                return
+            except OSError:
+                pass  # a missed beat is retried; the timeout allows for several
+
+    def _renew(self) -> None:
+        with self._write_lock:
+            holder = read_json(self.path)
+            if holder.get("run_id") != self.run_id:
+                raise JobLocked(f"run {self.run_id} lost job {self.job_id!r} to run {holder.get('run_id')}; stopping")
+            tmp = self.path.with_name(f".{self.path.name}.{self.run_id}")
+            tmp.write_text(json.dumps(self._record()))
+            os.replace(tmp, self.path)
+
     def heartbeat(self) -> None:
-        holder = read_json(self.path)
-        if holder.get("run_id") != self.run_id:
-            raise JobLocked(f"run {self.run_id} lost job {self.job_id!r} to run {holder.get('run_id')}; stopping")
-        tmp = self.path.with_name(f".{self.path.name}.{self.run_id}")
-        tmp.write_text(json.dumps(self._record()))
-        os.replace(tmp, self.path)
+        """Renew now; raise JobLocked if another run has taken the job."""
+        if self._lost:
+            raise JobLocked(self._lost)
+        self._renew()
 
     def release(self) -> None:
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join(5)
+            self._beater = None
         if self.held:
             try:
                 if read_json(self.path).get("run_id") == self.run_id:

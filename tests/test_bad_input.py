@@ -100,3 +100,20 @@ def test_a_key_column_missing_from_the_schema_is_refused(lake):
     with pytest.raises(ConfigError, match=r"key column 'user' is not in the source schema"):
         spec.validate()
     assert EVENT.fields["k"].name == "STRING"
+
+
+class _Failing(CountOnly):
+    def process(self, key, records, ctx):
+        if key == "c":
+            raise ValueError("bad record for c")
+        yield from super().process(key, records, ctx)
+
+
+@pytest.mark.slow
+def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, function=_Failing())
+    with pytest.raises(InputError, match=r"microbatch 0 of job 'counts' failed before anything was written: "
+                                         r"ValueError: bad record for c"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)

@@ -81,3 +81,19 @@ def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(s
     record["heartbeat_ms"] -= 120_000
     lease.write_text(json.dumps(record))
     assert [b["batch_id"] for b in run(spark, spec, lake, lease_timeout_s=60).batches] == [0]
+
+
+def test_the_lease_heartbeats_in_the_background_so_a_long_microbatch_is_not_taken_over(tmp_path):
+    from state_store.lease import JobLease
+
+    path = tmp_path / "lease.json"
+    holder = JobLease(path, "long", timeout_s=1.0).acquire()
+    try:
+        first = json.loads(path.read_text())["heartbeat_ms"]
+        time.sleep(1.6)  # longer than the timeout, with no call from the run
+        assert json.loads(path.read_text())["heartbeat_ms"] > first
+        with pytest.raises(JobLocked, match=f"held by run {holder.run_id}"):
+            JobLease(path, "long", timeout_s=1.0).acquire()
+    finally:
+        holder.release()
+    assert not path.exists()

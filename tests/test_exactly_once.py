@@ -43,6 +43,20 @@ def test_crash_then_rerun_gives_the_same_state_and_sink_as_a_run_without_crash(s
     assert meta.last_commit() == BATCHES - 1
 
 
+@pytest.mark.parametrize("point", ["after_sink_write", "before_checkpoint", "after_checkpoint"])
+def test_the_hashmap_backend_recovers_from_a_crash_like_the_delta_backend(spark, lake, tmp_path, point):
+    reference_lake = Lake(tmp_path / "reference")
+    _prepare(reference_lake)
+    _prepare(lake)
+    spec = all_states_job(lake, job_id="eo-hashmap", backend="hashmap")
+    run(spark, all_states_job(reference_lake, job_id="eo-hashmap", backend="hashmap"), reference_lake)
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector(point, batch_id=1))
+    run(spark, spec, lake)
+    assert sink_rows(spark, lake, spec) == sink_rows(spark, reference_lake, spec)
+    assert state_at_latest_checkpoint(spark, lake, spec) == state_at_latest_checkpoint(spark, reference_lake, spec)
+
+
 def test_crash_in_the_first_microbatch_before_any_checkpoint_recovers(spark, lake, reference):
     _prepare(lake)
     spec = all_states_job(lake, job_id="eo")
