@@ -109,6 +109,9 @@ def main() -> None:
     from demo.generate import write_events, write_rules
     from state_store.spark import build_spark
 
+    # The peer's Python workers warn once per key group about a pandas deprecation.
+    os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"
+
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-"))
     try:
         data = base / "data"
