@@ -110,6 +110,17 @@ def check_restorable(spec: JobSpec, checkpoint: dict, descriptors: dict[str, dic
             f"checkpoint {cid} was taken at parallelism {checkpoint['parallelism']}, the job now asks for "
             f"{spec.parallelism}; run at {checkpoint['parallelism']} (changing parallelism is a rescale)"
         )
+    if checkpoint.get("key_type", spec.key_type.to_schema()) != spec.key_type.to_schema():
+        raise RestoreError(
+            f"checkpoint {cid} keys records by {checkpoint['key_type']} but the job now declares key_type "
+            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type: keep "
+            f"{checkpoint['key_type']}"
+        )
+    if checkpoint.get("uid", spec.uid) != spec.uid:
+        raise RestoreError(
+            f"checkpoint {cid} holds the state of operator uid {checkpoint['uid']!r} but the job's operator is now "
+            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint['uid']!r}"
+        )
     if checkpoint["backend"] != spec.backend:
         raise RestoreError(
             f"checkpoint {cid} was taken by the {checkpoint['backend']} backend, the job now uses {spec.backend}; "
@@ -405,7 +416,7 @@ class JobRunner:
         row = {
             "job_id": spec.job_id, "checkpoint_id": checkpoint_id, "batch_id": batch_id, "status": "COMPLETED",
             "completed_ms": wall_clock_ms(), "processing_time": plan["timestamp"] if plan else None,
-            "run_id": self.lease.run_id, "uid": spec.uid, "backend": spec.backend,
+            "run_id": self.lease.run_id, "uid": spec.uid, "key_type": spec.key_type.to_schema(), "backend": spec.backend,
             "parallelism": self.p, "max_parallelism": self.maxp,
             "key_group_ranges": [r.to_list() for r in key_group_ranges(self.maxp, self.p)],
             "source_offsets": offsets, "state": state, "sink": sink, "descriptors": descriptors, "entries": entries,

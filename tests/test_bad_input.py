@@ -117,3 +117,25 @@ def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark,
                                          r"ValueError: bad record for c"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change,message", [
+    ({"key_type": Types.INT()}, r"keys records by STRING but the job now declares key_type INT"),
+    ({"uid": "renamed"}, r"holds the state of operator uid 'count' but the job's operator is now 'renamed'"),
+    ({"backend": "hashmap"}, r"taken by the delta backend, the job now uses hashmap; switch backends through a savepoint"),
+    ({"parallelism": 1}, r"taken at parallelism 2, the job now asks for 1"),
+    ({"max_parallelism": 16}, r"max_parallelism is fixed for a job's life"),
+])
+def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, message):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    run(spark, spec, lake)
+    lake.write_events("e1.json", events(1))
+    changed = count_job(lake, **change)
+    if "key_type" in change:  # the declared schema must agree with the key type
+        changed.source = FileSource(str(lake.events), "json", Types.ROW_NAMED(
+            ["k", "v", "op", "seq"], [Types.INT(), Types.LONG(), Types.STRING(), Types.LONG()]))
+    with pytest.raises(RestoreError, match=message):
+        run(spark, changed, lake)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0
