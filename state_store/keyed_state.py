@@ -18,6 +18,7 @@ from .descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from .types import to_text
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
@@ -35,7 +36,7 @@ class KeyedStateStore:
     def __init__(self) -> None:
         self._encoded: dict[tuple[str, str, str], str] = {}
         self._decoded: dict[tuple[str, str, str], Any] = {}
-        self._dirty: set[tuple[str, str, str]] = set()
+        self._dirty: dict[tuple[str, str, str], str | None] = {}  # entry -> new JSON text (None: cleared)
         self._key_groups: dict[str, int] = {}
         self.current_key: str | None = None
         self.current_key_group: int | None = None
@@ -64,20 +65,21 @@ class KeyedStateStore:
         """Set the value (None clears it); the type is checked now, not at write time."""
         if self.current_key is None:
             raise RuntimeError("keyed state is only accessible while processing a key (in process())")
+        text = None
         if value is not None:
             # Validate now (the error points at the user's call), and keep what a reload would
             # give back, so a value reads the same before and after a microbatch boundary.
-            value = descriptor.stored_type.decode(descriptor.stored_type.encode(value))
+            encoded = descriptor.stored_type.encode(value)
+            value, text = descriptor.stored_type.decode(encoded), to_text(encoded)
         entry = (state_name, self.current_key, namespace)
         self._decoded[entry] = value
-        self._dirty.add(entry)
+        self._dirty[entry] = text
 
-    def changes(self, descriptors: dict[str, StateDescriptor]) -> Iterator[tuple[str, int, str, str, str | None]]:
+    def changes(self) -> Iterator[tuple[str, int, str, str, str | None]]:
         """(state_name, key_group, key, namespace, encoded value or None for a tombstone)."""
         for entry in sorted(self._dirty):
             state_name, key, namespace = entry
-            value = self._decoded[entry]
-            text = None if value is None else descriptors[state_name].stored_type.dumps(value)
+            text = self._dirty[entry]
             if text is None and entry not in self._encoded:
                 continue  # created and cleared within the microbatch: nothing to write
             if text is not None and text == self._encoded.get(entry):

@@ -93,8 +93,9 @@ class OperatorStateStore:
             out.append((qname, self._modes[qname], text))
         return out
 
-    def descriptors(self) -> dict[str, StateDescriptor]:
-        return {q: d for q, d in self._descriptors.items() if self._modes[q] != RAW}
+    def descriptors(self) -> dict[str, tuple[str, StateDescriptor]]:
+        """Registered states (not raw state): qualified name -> (mode, descriptor)."""
+        return {q: (self._modes[q], d) for q, d in self._descriptors.items() if self._modes[q] != RAW}
 
 
 class OperatorListState:

@@ -91,8 +91,8 @@ def discover_descriptors(spec: JobSpec) -> dict[str, dict]:
     runtime_ctx = RuntimeContext(spec.uid, KeyedStateStore(), 0, p, maxp)
     function.open(runtime_ctx)
     schemas = {name: {"scope": "keyed", **d.schema()} for name, d in runtime_ctx.descriptors.items()}
-    for name, d in operator_store.descriptors().items():
-        schemas[name] = {"scope": "operator", "mode": operator_store._modes[name], **d.schema()}
+    for name, (mode, d) in operator_store.descriptors().items():
+        schemas[name] = {"scope": "operator", "mode": mode, **d.schema()}
     return schemas
 
 

@@ -48,11 +48,8 @@ class FileSource:
         return {"files": []}
 
     def _files(self) -> list[str]:
-        suffix = ".json" if self.format == "json" else ".parquet"
-        return sorted(
-            f for f in os.listdir(self.path)
-            if not f.startswith((".", "_")) and (f.endswith(suffix) or f.endswith(suffix + "l"))
-        )
+        suffixes = (".json", ".jsonl") if self.format == "json" else (".parquet",)
+        return sorted(f for f in os.listdir(self.path) if not f.startswith((".", "_")) and f.endswith(suffixes))
 
     def next_offset(self, spark, start: dict) -> dict | None:
         seen = set(start["files"])

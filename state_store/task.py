@@ -148,7 +148,7 @@ def run_subtask(plan: SubtaskPlan, state: pd.DataFrame, records: pd.DataFrame) -
              "keys": len(groups), "outputs": len(outputs)}
     rows: list[tuple] = [(None, None, None, subtask, None, None, None, None, "out", p) for p in outputs]
     rows.append((None, None, None, subtask, None, None, None, None, "stat", json.dumps(stats)))
-    for state_name, key_group, key, namespace, value in store.changes(runtime_ctx.descriptors):
+    for state_name, key_group, key, namespace, value in store.changes():
         rows.append((KEYED, state_name, key_group, subtask, key, namespace, None, value, KEYED, None))
     for key_group, data in sorted(snapshot_ctx.raw_keyed.items()):
         before = raw_keyed.get(key_group)

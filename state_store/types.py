@@ -17,6 +17,11 @@ class StateMigrationError(ValueError):
     """A state's declared type changed in a way its stored values cannot follow."""
 
 
+def to_text(encoded: Any) -> str:
+    """The canonical JSON text of an encoded value (sorted keys, no spaces)."""
+    return json.dumps(encoded, separators=(",", ":"), sort_keys=True)
+
+
 class TypeInfo:
     """A declared type: validates, encodes to JSON-able values, decodes back."""
 
@@ -37,7 +42,7 @@ class TypeInfo:
 
     def dumps(self, value: Any) -> str:
         """The JSON text stored for ``value``."""
-        return json.dumps(self.encode(value), separators=(",", ":"), sort_keys=True)
+        return to_text(self.encode(value))
 
     def loads(self, text: str) -> Any:
         return self.decode(json.loads(text))

@@ -42,7 +42,7 @@ def ctx(store):
 
 
 def changes(store, ctx):
-    return list(store.changes(ctx.descriptors))
+    return list(store.changes())
 
 
 def test_value_state_returns_default_until_updated_and_again_after_clear(store, ctx):
