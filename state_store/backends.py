@@ -16,6 +16,7 @@ once per run by ``restore`` and merged with each microbatch's changes.
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -104,11 +105,10 @@ class DeltaStateBackend(StateBackend):
         return _latest_live(keyed, KEYED_ID, batch), _latest_live(operator, OPERATOR_ID, batch)
 
     def write_changes(self, keyed, operator, batch_id):
-        # The tables exist: restore() made them. txnAppId/txnVersion make a replayed microbatch write nothing twice.
-        for df, path, parts, app in (
-            (keyed, self.keyed_path, ["state_name", "key_group"], "keyed"),
-            (operator, self.operator_path, ["state_name"], "operator"),
-        ):
+        # The tables exist: restore() made them. txnAppId/txnVersion make a replayed microbatch
+        # write nothing twice. The two tables commit independently, so both appends run at once:
+        # a small append is mostly driver-side commit latency.
+        def append(df, path, parts, app):
             (
                 df.write.format("delta")
                 .option("txnAppId", f"lakestate:{self.job_id}:{app}")
@@ -117,6 +117,12 @@ class DeltaStateBackend(StateBackend):
                 .mode("append")
                 .save(str(path))
             )
+
+        with ThreadPoolExecutor(2, thread_name_prefix="lakestate-state-write") as pool:
+            futures = [pool.submit(append, keyed, self.keyed_path, ["state_name", "key_group"], "keyed"),
+                       pool.submit(append, operator, self.operator_path, ["state_name"], "operator")]
+            for future in futures:
+                future.result()
 
     def snapshot(self, keyed, operator, checkpoint_id, batch_id):
         return {"keyed": table_info(self.spark, self.keyed_path), "operator": table_info(self.spark, self.operator_path),
