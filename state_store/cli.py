@@ -86,7 +86,7 @@ def cmd_run(args, settings: Settings) -> int:
     result = run_job(spark, spec, settings, args.max_microbatches, lease_timeout_s=args.lease_timeout)
     records = sum(b["records_in"] for b in result.batches)
     seconds = sum(b["seconds"] for b in result.batches)
-    rate = f", {records / seconds:.0f} records/s" if seconds else ""
+    rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
           f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
     return 0
