@@ -42,11 +42,6 @@ def _latest_live(df: DataFrame, id_columns: list[str], batch_id: int) -> DataFra
     )
 
 
-def table_info(spark: SparkSession, path: Path) -> dict:
-    """Version, size and file count of a Delta table as it is now (read from its log, no Spark job)."""
-    return table_snapshot(path)
-
-
 def _ensure_table(spark: SparkSession, path: Path, schema: str, partition_by: list[str]) -> None:
     from delta.tables import DeltaTable
 
@@ -125,7 +120,7 @@ class DeltaStateBackend(StateBackend):
                 future.result()
 
     def snapshot(self, keyed, operator, checkpoint_id, batch_id):
-        return {"keyed": table_info(self.spark, self.keyed_path), "operator": table_info(self.spark, self.operator_path),
+        return {"keyed": table_snapshot(self.keyed_path), "operator": table_snapshot(self.operator_path),
                 "incremental": True}
 
 
@@ -156,7 +151,7 @@ class HashMapStateBackend(StateBackend):
         # A full snapshot; overwriting makes a retried checkpoint (after a crash) idempotent.
         keyed.write.format("delta").partitionBy("state_name", "key_group").mode("overwrite").save(str(base / "keyed"))
         operator.write.format("delta").partitionBy("state_name").mode("overwrite").save(str(base / "operator"))
-        return {"keyed": table_info(self.spark, base / "keyed"), "operator": table_info(self.spark, base / "operator"),
+        return {"keyed": table_snapshot(base / "keyed"), "operator": table_snapshot(base / "operator"),
                 "incremental": False}
 
     def discard(self, checkpoint):

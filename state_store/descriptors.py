@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .types import TypeInfo
+from .types import TypeInfo, Types
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
@@ -73,8 +73,6 @@ class ListStateDescriptor(StateDescriptor):
 
     @property
     def stored_type(self) -> TypeInfo:
-        from .types import Types
-
         return Types.LIST(self.type_info)
 
 
@@ -84,8 +82,6 @@ class MapStateDescriptor(StateDescriptor):
     def __init__(self, name: str, key_type: TypeInfo, value_type: TypeInfo):
         if not isinstance(key_type, TypeInfo) or not isinstance(value_type, TypeInfo):
             raise TypeError(f"state {name!r}: declare key and value types with state_store.Types")
-        from .types import Types
-
         super().__init__(name, Types.MAP(key_type, value_type))
         self.key_type, self.value_type = key_type, value_type
 

@@ -10,6 +10,7 @@ import copy
 from typing import Any, Iterable
 
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor
+from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
 UNION = "union"
@@ -67,13 +68,9 @@ class OperatorStateStore:
     # Raw operator state: opaque bytes per subtask.
     def raw(self) -> bytes | None:
         stored = self._encoded.get(self.qualified("__raw__"))
-        from .types import Types
-
         return None if stored is None else Types.BYTES().loads(stored[1])
 
     def set_raw(self, data: bytes | None) -> None:
-        from .types import Types
-
         qname = self.qualified("__raw__")
         self._modes[qname] = RAW
         self._descriptors[qname] = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used

@@ -21,8 +21,9 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import KEYED_ID, OPERATOR_ID, OPERATOR_SCHEMA, create_backend, table_info
+from .backends import KEYED_ID, OPERATOR_ID, OPERATOR_SCHEMA, create_backend
 from .catalog import JobMeta
+from .delta_log import table_snapshot
 from .errors import InputError, RestoreError
 from .functions import FunctionInitializationContext, RuntimeContext
 from .job import KEY_TYPES, JobSpec
@@ -412,7 +413,7 @@ class JobRunner:
         state = backend.snapshot(keyed, operator, checkpoint_id, batch_id)
         entries = {name: n for name, n in keyed.select("state_name").unionByName(operator.select("state_name"))
                    .groupBy("state_name").count().collect()}
-        sink = table_info(self.spark, self.sink_path) if (self.sink_path / "_delta_log").exists() else None
+        sink = table_snapshot(self.sink_path) if (self.sink_path / "_delta_log").exists() else None
         row = {
             "job_id": spec.job_id, "checkpoint_id": checkpoint_id, "batch_id": batch_id, "status": "COMPLETED",
             "completed_ms": wall_clock_ms(), "processing_time": plan["timestamp"] if plan else None,
