@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import CheckpointMetadata, MicrobatchPlan
 from .errors import ConfigError, JobNotFound
 from .job import JobSpec, check_job_id
 from .settings import Settings
@@ -117,12 +118,12 @@ class JobMeta:
                 out.append(int(name[len(prefix):-5]))
         return sorted(out)
 
-    def read_plan(self, batch_id: int) -> dict | None:
+    def read_plan(self, batch_id: int) -> MicrobatchPlan | None:
         p = self.plans / f"{batch_id}.json"
-        return read_json(p) if p.exists() else None
+        return MicrobatchPlan.from_dict(read_json(p)) if p.exists() else None
 
-    def write_plan(self, batch_id: int, plan: dict) -> None:
-        write_json_atomic(self.plans / f"{batch_id}.json", plan)
+    def write_plan(self, plan: MicrobatchPlan) -> None:
+        write_json_atomic(self.plans / f"{plan.batch_id}.json", plan.to_dict())
 
     def drop_plan(self, batch_id: int) -> None:
         (self.plans / f"{batch_id}.json").unlink(missing_ok=True)
@@ -137,23 +138,23 @@ class JobMeta:
     def checkpoint_ids(self) -> list[int]:
         return self._numbered(self.checkpoints_dir, "chk-")
 
-    def checkpoint(self, checkpoint_id: int) -> dict:
+    def checkpoint(self, checkpoint_id: int) -> CheckpointMetadata:
         p = self.checkpoints_dir / f"chk-{checkpoint_id}.json"
         if not p.exists():
             raise ConfigError(f"checkpoint {checkpoint_id} does not exist; retained: {self.checkpoint_ids()}")
-        return read_json(p)
+        return CheckpointMetadata.from_dict(read_json(p))
 
-    def checkpoints(self) -> list[dict]:
+    def checkpoints(self) -> list[CheckpointMetadata]:
         return [self.checkpoint(i) for i in self.checkpoint_ids()]
 
-    def latest_checkpoint(self) -> dict | None:
+    def latest_checkpoint(self) -> CheckpointMetadata | None:
         ids = self.checkpoint_ids()
         return self.checkpoint(ids[-1]) if ids else None
 
-    def write_checkpoint(self, checkpoint: dict) -> None:
-        write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint['checkpoint_id']}.json", checkpoint)
+    def write_checkpoint(self, checkpoint: CheckpointMetadata) -> None:
+        write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint.checkpoint_id}.json", checkpoint.to_dict())
 
-    def expire_checkpoints(self, num_retained: int) -> list[dict]:
+    def expire_checkpoints(self, num_retained: int) -> list[CheckpointMetadata]:
         """Forget all but the newest ``num_retained`` checkpoints; return the ones removed."""
         ids = self.checkpoint_ids()
         removed = []

@@ -2,7 +2,7 @@
 
     lakestate register demo.clicks:job
     lakestate jobs
-    lakestate run --job clicks [--max-microbatches N]
+    lakestate run --job clicks [--max-microbatches N] [--max-records N]
     lakestate checkpoints --job clicks
     lakestate state --job clicks --state events --key 42 [--checkpoint N] [--namespace NS]
 
@@ -46,8 +46,8 @@ def cmd_jobs(args, settings: Settings) -> int:
         meta = JobMeta(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
         rows.append([job_id, spec["backend"], spec["parallelism"], spec["max_parallelism"],
-                     latest["checkpoint_id"] if latest else "-", latest["batch_id"] if latest else "-",
-                     _when(latest["completed_ms"]) if latest else "-"])
+                     latest.checkpoint_id if latest else "-", latest.batch_id if latest else "-",
+                     _when(latest.completed_ms) if latest else "-"])
     if not rows:
         print(f"no jobs registered in {settings.warehouse}; register one with: lakestate register <module>:<factory>")
         return 0
@@ -59,18 +59,16 @@ def cmd_checkpoints(args, settings: Settings) -> int:
     JobRegistry(settings).get(args.job)
     checkpoints = JobMeta(settings.job_dir(args.job)).checkpoints()
     if args.json:
-        print(json.dumps(checkpoints, indent=1, sort_keys=True))
+        print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
         return 0
     if not checkpoints:
         print(f"job {args.job!r} has no checkpoints yet")
         return 0
     rows = []
     for c in checkpoints:
-        versions = " ".join(f"{t}@v{i['version']}" for t, i in c["state"].items() if isinstance(i, dict) and "version" in i)
-        size = sum(i.get("size_bytes", 0) for i in c["state"].values() if isinstance(i, dict))
-        files = sum(i.get("num_files", 0) for i in c["state"].values() if isinstance(i, dict))
-        rows.append([c["checkpoint_id"], c["batch_id"], c["backend"], versions or "-",
-                     sum(c["entries"].values()), size, files, _when(c["completed_ms"])])
+        versions = " ".join(f"{t}@v{i['version']}" for t, i in c.state.items() if isinstance(i, dict) and "version" in i)
+        rows.append([c.checkpoint_id, c.batch_id, c.backend, versions or "-", sum(c.entries.values()), c.size_bytes,
+                     c.num_files, _when(c.completed_ms)])
     print(_table(rows, ["checkpoint", "microbatch", "backend", "table versions", "entries", "bytes", "files",
                         "completed (UTC)"]))
     return 0
@@ -83,9 +81,8 @@ def cmd_run(args, settings: Settings) -> int:
     registry = JobRegistry(settings)
     spec = registry.load(args.job)
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master)
-    result = run_job(spark, spec, settings, args.max_microbatches, lease_timeout_s=args.lease_timeout)
-    records = sum(b["records_in"] for b in result.batches)
-    seconds = sum(b["seconds"] for b in result.batches)
+    result = run_job(spark, spec, settings, args.max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout)
+    records, seconds = result.records_in, result.seconds
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
           f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
@@ -95,7 +92,8 @@ def cmd_run(args, settings: Settings) -> int:
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
-    from .backends import create_backend
+    from .backends import create_keyed_backend
+    from .descriptors import qualified_name
     from .spark import build_spark
     from .types import Types, from_schema
 
@@ -104,22 +102,26 @@ def cmd_state(args, settings: Settings) -> int:
     checkpoint = meta.checkpoint(args.checkpoint) if args.checkpoint is not None else meta.latest_checkpoint()
     if checkpoint is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
-    name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
-    descriptor = checkpoint["descriptors"].get(name)
+    name = args.state if "." in args.state else qualified_name(record["spec"]["uid"], args.state)
+    descriptor = checkpoint.descriptors.get(name)
     if descriptor is None or descriptor["scope"] != "keyed":
-        known = sorted(n for n, d in checkpoint["descriptors"].items() if d["scope"] == "keyed")
-        raise ConfigError(f"checkpoint {checkpoint['checkpoint_id']} has no keyed state {name!r}; it has {known}")
+        known = sorted(n for n, d in checkpoint.descriptors.items() if d["scope"] == "keyed")
+        raise ConfigError(f"checkpoint {checkpoint.checkpoint_id} has no keyed state {name!r}; it has {known}")
     value_type = from_schema(descriptor["type"])
     if descriptor["kind"] == "list":
         value_type = Types.LIST(value_type)
     spark = build_spark(f"lakestate-state-{args.job}")
-    keyed, _ = create_backend(checkpoint["backend"], spark, settings.job_dir(args.job), args.job).restore(checkpoint)
-    rows = keyed.filter((F.col("state_name") == name) & (F.col("key") == args.key)
-                        & (F.col("namespace") == args.namespace)).select("value", "ts").collect()
-    result = {"job": args.job, "checkpoint": checkpoint["checkpoint_id"], "microbatch": checkpoint["batch_id"],
+    keyed = create_keyed_backend(checkpoint.backend, spark, settings.job_dir(args.job), args.job).read(
+        checkpoint, lambda df: df.filter((F.col("state_name") == name) & (F.col("key") == args.key)
+                                         & (F.col("namespace") == args.namespace)))
+    rows = keyed.select("user_key", "value", "batch_id").collect()
+    if descriptor["kind"] == "map":
+        value = {value_type.key.loads(r["user_key"]): value_type.value.loads(r["value"]) for r in rows} or None
+    else:
+        value = value_type.loads(rows[0]["value"]) if rows else None
+    result = {"job": args.job, "checkpoint": checkpoint.checkpoint_id, "microbatch": checkpoint.batch_id,
               "state": name, "kind": descriptor["kind"], "key": args.key, "namespace": args.namespace,
-              "value": value_type.decode(json.loads(rows[0]["value"])) if rows else None,
-              "last_written_ms": rows[0]["ts"] if rows else None}
+              "value": value, "last_written_microbatch": max((r["batch_id"] for r in rows), default=None)}
     print(json.dumps(result, default=lambda b: b.hex() if isinstance(b, bytes) else str(b)))
     return 0
 
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common], help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
     p.add_argument("--job", required=True)
     p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
+    p.add_argument("--max-records", type=int, default=None,
+                   help="plan no more microbatches once the run holds about N input records (Parquet footers)")
     p.add_argument("--spark-master", default=None)
     p.add_argument("--lease-timeout", type=float, default=60.0, help="seconds after which a silent holder is stale")
     p.set_defaults(func=cmd_run)
@@ -158,9 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "max_microbatches", None) is not None and args.max_microbatches <= 0:
-        print(f"lakestate: error: --max-microbatches must be positive, got {args.max_microbatches}", file=sys.stderr)
-        return 2
+    for flag in ("max_microbatches", "max_records"):
+        value = getattr(args, flag, None)
+        if value is not None and value <= 0:
+            print(f"lakestate: error: --{flag.replace('_', '-')} must be positive, got {value}", file=sys.stderr)
+            return 2
     try:
         settings = Settings.load(args.warehouse, args.root)
         return args.func(args, settings)

@@ -1,8 +1,8 @@
-"""Read a Delta table's version, size and file count from its transaction log, without Spark.
+"""Read a Delta table's version, size, file count and app transactions from its log, without Spark.
 
-Used for checkpoint rows, the CLI and the Airflow plugin: a classic Parquet
-checkpoint (single or multi-part, as named in ``_last_checkpoint``) plus the
-JSON commits after it.
+Used for checkpoint rows, idempotent appends, the CLI and the Airflow plugin:
+a classic Parquet checkpoint (single or multi-part, as named in
+``_last_checkpoint``) plus the JSON commits after it.
 """
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ def _checkpoint_files(log: Path, version: int, parts: int | None) -> list[Path]:
     return [log / f"{version:020d}.checkpoint.parquet"]
 
 
-def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
-    """{'path', 'version', 'size_bytes', 'num_files'} of the table at ``version`` (default: latest)."""
-    log = Path(path) / "_delta_log"
+def _replay(log: Path, target: int | None, column: str, on_action) -> int | None:
+    """Feed the log's ``column`` actions ("add"/"remove" or "txn") up to version ``target`` (default:
+    latest) to ``on_action``: the newest usable checkpoint first, then the JSON commits after it.
+    Returns the version reached (None for a table without commits)."""
     if not log.is_dir():
-        raise FileNotFoundError(f"{path} is not a Delta table (no _delta_log)")
+        raise FileNotFoundError(f"{log.parent} is not a Delta table (no _delta_log)")
     versions = _commit_versions(log)
-    latest = versions[-1] if versions else None
-    target = latest if version is None else version
-    files: dict[str, int] = {}
+    target = (versions[-1] if versions else None) if target is None else target
+    if target is None:
+        return None
     start = 0
     last = log / "_last_checkpoint"
     if last.exists():
@@ -40,18 +41,41 @@ def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
             import pyarrow.parquet as pq
 
             for part in parts:
-                for add in pq.read_table(part, columns=["add"]).column("add").to_pylist():
-                    if add is not None:
-                        files[add["path"]] = int(add["size"])
+                for value in pq.read_table(part, columns=[column]).column(column).to_pylist():
+                    if value is not None:
+                        on_action({column: value})
             start = cp_version + 1
     if start == 0 and versions and versions[0] != 0:
-        raise FileNotFoundError(f"the log of {path} starts at version {versions[0]} and has no usable checkpoint")
+        raise FileNotFoundError(f"the log of {log.parent} starts at version {versions[0]} and has no usable checkpoint")
     for v in range(start, target + 1):
         with open(log / f"{v:020d}.json") as f:
             for line in f:
-                action = json.loads(line)
-                if "add" in action:
-                    files[action["add"]["path"]] = int(action["add"]["size"])
-                elif "remove" in action:
-                    files.pop(action["remove"]["path"], None)
+                on_action(json.loads(line))
+    return target
+
+
+def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
+    """{'path', 'version', 'size_bytes', 'num_files'} of the table at ``version`` (default: latest)."""
+    files: dict[str, int] = {}
+
+    def on_action(action: dict) -> None:
+        if "add" in action:
+            files[action["add"]["path"]] = int(action["add"]["size"])
+        elif "remove" in action:
+            files.pop(action["remove"]["path"], None)
+
+    target = _replay(Path(path) / "_delta_log", version, "add", on_action)
     return {"path": str(path), "version": target, "size_bytes": sum(files.values()), "num_files": len(files)}
+
+
+def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
+    """The last ``txnVersion`` the table committed for ``app_id`` (Delta's SetTransaction), or None."""
+    found: list[int] = []
+
+    def on_action(action: dict) -> None:
+        txn = action.get("txn")
+        if txn and txn.get("appId") == app_id:
+            found.append(int(txn["version"]))
+
+    _replay(Path(path) / "_delta_log", None, "txn", on_action)
+    return max(found) if found else None

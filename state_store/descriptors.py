@@ -9,6 +9,11 @@ from .types import TypeInfo, Types
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 
+def qualified_name(uid: str, name: str) -> str:
+    """A state's name in the tables: qualified by its operator's uid, so two operators may both own a ``count``."""
+    return f"{uid}.{name}"
+
+
 def check_state_name(name: str, what: str = "state name") -> str:
     if isinstance(name, str) and name.startswith("__"):
         raise ValueError(f"{what} {name!r} is reserved: names starting with '__' are Lakestate's own")

@@ -9,13 +9,21 @@
             yield {"key": key, "count": self.count.value()}
 
 ``process`` is called once per key per microbatch with that key's records
-(dicts, in a deterministic order) and yields output rows (dicts matching the
-job's ``output_type``). State handles registered in ``open`` are scoped to the
-key being processed. The CheckpointedFunction hooks ``initialize_state`` and
-``snapshot_state`` give operator state and raw state.
+(dicts, in source order unless the job sets ``order_by``) and yields output
+rows (dicts matching the job's ``output_type``). State handles registered in
+``open`` are scoped to the key being processed.
+
+Lifecycle, per subtask and run: for every microbatch of the run, in order,
+``initialize_state`` (operator and raw state as the last snapshot left them;
+the first time, followed by ``open``, as in Flink), then
+``process_broadcast_element`` for each broadcast record, ``process`` for each
+key, and ``snapshot_state``; ``close`` at the end. The
+function object lives for the subtask's whole run: its fields persist across
+the run's microbatches, not across runs; state persists across runs.
 """
 from __future__ import annotations
 
+import abc
 from typing import Any, Iterable
 
 from .descriptors import (
@@ -25,6 +33,7 @@ from .descriptors import (
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
+    qualified_name,
 )
 from .key_groups import KeyGroupRange
 from .keyed_state import (
@@ -50,7 +59,7 @@ class RuntimeContext:
     def _register(self, descriptor: StateDescriptor, expected: type):
         if not isinstance(descriptor, expected):
             raise TypeError(f"expected a {expected.__name__}, got {descriptor!r}")
-        qname = f"{self._uid}.{descriptor.name}"
+        qname = qualified_name(self._uid, descriptor.name)
         known = self.descriptors.get(qname)
         if known is not None and known.schema() != descriptor.schema():
             raise ValueError(f"state {descriptor.name!r} is registered twice with different kinds or types")
@@ -58,32 +67,41 @@ class RuntimeContext:
         return create_handle(self._store, qname, descriptor)
 
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        """A ValueState handle, scoped to the key being processed."""
         return self._register(descriptor, ValueStateDescriptor)
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+        """A ListState handle, scoped to the key being processed."""
         return self._register(descriptor, ListStateDescriptor)
 
     def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """A MapState handle, scoped to the key being processed."""
         return self._register(descriptor, MapStateDescriptor)
 
     def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
+        """A ReducingState handle, scoped to the key being processed."""
         return self._register(descriptor, ReducingStateDescriptor)
 
     def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        """An AggregatingState handle, scoped to the key being processed."""
         return self._register(descriptor, AggregatingStateDescriptor)
 
     def get_index_of_this_subtask(self) -> int:
+        """This subtask's index, in [0, parallelism)."""
         return self._subtask
 
     def get_number_of_parallel_subtasks(self) -> int:
+        """The job's parallelism."""
         return self._parallelism
 
     def get_max_number_of_parallel_subtasks(self) -> int:
+        """The job's max parallelism (its number of key groups)."""
         return self._max_parallelism
 
 
 class Context:
-    """Given to ``process`` with each key: the key, the microbatch's time, broadcast state (read-only)."""
+    """Given to ``process`` with each key: the key, the microbatch (``batch_id``) and its processing time,
+    broadcast state (read-only)."""
 
     def __init__(self, store: KeyedStateStore, operator_store: OperatorStateStore, batch_id: int, timestamp: int):
         self._store, self._operator_store = store, operator_store
@@ -95,12 +113,15 @@ class Context:
         return self._timestamp
 
     def current_processing_time(self) -> int:
+        """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
         return self._timestamp
 
     def get_current_key(self) -> Any:
+        """The key being processed, of the job's key type."""
         return self.current_key
 
     def current_key_group(self) -> int:
+        """The key group of the key being processed."""
         return self._store.current_key_group
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
@@ -115,9 +136,11 @@ class BroadcastContext:
         self._operator_store, self.batch_id, self._timestamp = operator_store, batch_id, timestamp
 
     def timestamp(self) -> int:
+        """Processing time of this microbatch, in epoch milliseconds."""
         return self._timestamp
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
+        """The broadcast state, writable."""
         return self._operator_store.get_broadcast_state(descriptor)
 
 
@@ -134,6 +157,7 @@ class FunctionInitializationContext:
         return self._restored
 
     def get_operator_state_store(self) -> OperatorStateStore:
+        """Where operator list, union list and broadcast state are registered."""
         return self._operator_store
 
     def raw_operator_state(self) -> bytes | None:
@@ -148,18 +172,21 @@ class FunctionInitializationContext:
 
 
 class FunctionSnapshotContext:
-    """Given to ``snapshot_state`` at the end of every microbatch."""
+    """Given to ``snapshot_state`` at the end of every microbatch: raw state written here replaces all
+    raw state this subtask wrote before (what is not written again is gone)."""
 
     def __init__(self, operator_store: OperatorStateStore, key_group_range: KeyGroupRange, batch_id: int):
         self._operator_store, self.key_group_range, self.batch_id = operator_store, key_group_range, batch_id
         self.raw_keyed: dict[int, bytes | None] = {}
 
     def write_raw_operator_state(self, data: bytes | None) -> None:
+        """This subtask's raw operator state as of this snapshot."""
         if data is not None and not isinstance(data, (bytes, bytearray)):
             raise TypeError("raw operator state is bytes")
         self._operator_store.set_raw(None if data is None else bytes(data))
 
     def write_raw_keyed_state(self, key_group: int, data: bytes | None) -> None:
+        """The raw keyed state of one of this subtask's key groups as of this snapshot."""
         if key_group not in self.key_group_range:
             raise ValueError(f"key group {key_group} is not owned by this subtask ({self.key_group_range})")
         if data is not None and not isinstance(data, (bytes, bytearray)):
@@ -167,29 +194,37 @@ class FunctionSnapshotContext:
         self.raw_keyed[key_group] = None if data is None else bytes(data)
 
 
-class KeyedProcessFunction:
-    """Subclass and implement ``process``; the other hooks are optional."""
+class KeyedProcessFunction(abc.ABC):
+    """Subclass and implement ``process``; the other hooks are optional.
+
+    A subclass without ``process`` cannot be instantiated, so the mistake shows
+    where the job is defined, not inside an executor.
+    """
 
     def initialize_state(self, ctx: FunctionInitializationContext) -> None:
-        """Register operator state and read raw state (Flink's CheckpointedFunction)."""
+        """Register operator state and read raw state (Flink's CheckpointedFunction); runs on every
+        subtask before every microbatch. Returns nothing."""
 
     def open(self, ctx: RuntimeContext) -> None:
-        """Register keyed state from descriptors."""
+        """Register keyed state from descriptors; runs once per subtask and run, after the first
+        ``initialize_state``. Returns nothing."""
 
+    @abc.abstractmethod
     def process(self, key: Any, records: list[dict], ctx: Context) -> Iterable[dict] | None:
-        """Handle one key's records of a microbatch; yield output rows."""
-        raise NotImplementedError("a KeyedProcessFunction must implement process(key, records, ctx)")
+        """Handle one key's records of a microbatch; return (or yield) output rows, or None."""
 
     def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
-        """Write raw state, or adjust operator state, at the end of each microbatch."""
+        """Write raw state, or adjust operator state; runs on every subtask after every microbatch,
+        with or without records. Returns nothing."""
 
     def close(self) -> None:
-        """Release what open acquired."""
+        """Release what open acquired; runs once per subtask at the end of a run. Returns nothing."""
 
 
 class KeyedBroadcastProcessFunction(KeyedProcessFunction):
     """A keyed function connected to a broadcast stream (e.g. rules)."""
 
+    @abc.abstractmethod
     def process_broadcast_element(self, value: dict, ctx: BroadcastContext) -> Iterable[dict] | None:
-        """Handle one broadcast record on every subtask; broadcast state is writable here."""
-        raise NotImplementedError("implement process_broadcast_element(value, ctx)")
+        """Handle one broadcast record on every subtask, before the keyed records of the same
+        microbatch; broadcast state is writable here. Return (or yield) output rows, or None."""

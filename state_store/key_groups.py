@@ -53,6 +53,8 @@ def check_parallelism(parallelism: int, max_parallelism: int | None = None) -> N
     """Raise ValueError naming the problem and the fix for an unusable pair."""
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism <= 0:
         raise ValueError(f"parallelism must be a positive integer, got {parallelism!r}")
+    if parallelism > UPPER_BOUND_MAX_PARALLELISM:
+        raise ValueError(f"parallelism {parallelism} is above Flink's limit {UPPER_BOUND_MAX_PARALLELISM}; lower it")
     if max_parallelism is None:
         return
     if (

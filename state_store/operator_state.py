@@ -1,51 +1,67 @@
 """Operator state of one subtask: ListState, UnionListState and BroadcastState.
 
 Each state is stored as one entry per (state, subtask) holding the whole list
-or map; redistribution on restore with another parallelism follows Flink
-(see ``redistribution``).
+or map. The store lives for a subtask's whole run: values carry over from one
+microbatch to the next, and ``flush`` after each snapshot says what changed.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any, Iterable
 
-from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor
+from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
 from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
 UNION = "union"
 BROADCAST = "broadcast"
 RAW = "raw"
+MODES = (SPLIT_DISTRIBUTE, UNION, BROADCAST, RAW)
+RAW_OPERATOR = "__raw__"
+_RAW_DESCRIPTOR = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used
 
 
 class OperatorStateStore:
-    """The operator state entries of one subtask, as encoded text, decoded on demand."""
+    """The operator state of one subtask for a whole run, as encoded text decoded on demand.
 
-    def __init__(self, uid: str, encoded: dict[str, tuple[str, str]] | None = None, read_only_broadcast: bool = False):
+    ``own`` holds what this subtask stored (qualified name -> (mode, JSON text));
+    ``union`` holds, for each union list state, the stored lists of every
+    subtask in subtask order: a union list state is given whole to every
+    subtask on every restore, at the same parallelism too (Flink's UNION).
+    """
+
+    def __init__(self, uid: str, own: dict[str, tuple[str, str]] | None = None,
+                 union: dict[str, list[str]] | None = None, read_only_broadcast: bool = False):
         self.uid = uid
-        self._encoded = dict(encoded or {})  # qualified name -> (mode, json text)
+        self._own = dict(own or {})
+        self._union = {q: list(texts) for q, texts in (union or {}).items()}
         self._values: dict[str, Any] = {}
         self._modes: dict[str, str] = {}
         self._descriptors: dict[str, StateDescriptor] = {}
+        self._raw_written = False
         self.read_only_broadcast = read_only_broadcast
 
     def qualified(self, name: str) -> str:
-        return f"{self.uid}.{name}"
+        return qualified_name(self.uid, name)
 
     def _register(self, descriptor: StateDescriptor, mode: str):
         qname = self.qualified(descriptor.name)
         known = self._modes.get(qname)
         if known and known != mode:
             raise ValueError(f"operator state {descriptor.name!r} is already registered as {known}, not {mode}")
-        stored = self._encoded.get(qname)
+        stored = self._own.get(qname)
         if stored and stored[0] != mode:
             raise ValueError(
                 f"operator state {descriptor.name!r} was stored as {stored[0]} state but is now requested as {mode}"
             )
         self._modes[qname] = mode
         self._descriptors[qname] = descriptor
-        if qname not in self._values:
-            self._values[qname] = None if stored is None else descriptor.stored_type.loads(stored[1])
+        if qname not in self._values:  # restored once per run; later registrations see the live value
+            if mode == UNION and qname in self._union:
+                value = [e for text in self._union[qname] for e in descriptor.stored_type.loads(text) or []]
+            else:
+                value = None if stored is None else descriptor.stored_type.loads(stored[1])
+            self._values[qname] = value
         return qname
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> "OperatorListState":
@@ -53,7 +69,7 @@ class OperatorStateStore:
         return OperatorListState(self, self._register(descriptor, SPLIT_DISTRIBUTE), descriptor)
 
     def get_union_list_state(self, descriptor: ListStateDescriptor) -> "OperatorListState":
-        """Union list state: on restore every subtask gets every element."""
+        """Union list state: on restore every subtask gets every subtask's elements."""
         return OperatorListState(self, self._register(descriptor, UNION), descriptor)
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> "BroadcastState":
@@ -63,31 +79,44 @@ class OperatorStateStore:
         return BroadcastState(self, self._register(descriptor, BROADCAST), descriptor)
 
     def get_registered_state_names(self) -> list[str]:
-        return sorted(n.split(".", 1)[1] for n in self._modes)
+        """The names of the operator states registered so far."""
+        return sorted(n.split(".", 1)[1] for n, mode in self._modes.items() if mode != RAW)
 
-    # Raw operator state: opaque bytes per subtask.
+    # Raw operator state: opaque bytes per subtask, exactly what the last snapshot wrote.
     def raw(self) -> bytes | None:
-        stored = self._encoded.get(self.qualified("__raw__"))
+        stored = self._own.get(self.qualified(RAW_OPERATOR))
         return None if stored is None else Types.BYTES().loads(stored[1])
 
     def set_raw(self, data: bytes | None) -> None:
-        qname = self.qualified("__raw__")
+        qname = self.qualified(RAW_OPERATOR)
         self._modes[qname] = RAW
-        self._descriptors[qname] = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used
+        self._descriptors[qname] = _RAW_DESCRIPTOR
         self._values[qname] = data
+        self._raw_written = True
 
-    def changes(self) -> list[tuple[str, str, str | None]]:
-        """(qualified name, mode, encoded value or None) for every state that changed."""
+    def flush(self) -> list[tuple[str, str, str | None, int]]:
+        """(qualified name, mode, JSON text or None, +1/-1/0 for created/removed/updated) of every state
+        that changed since the last flush;
+        the changes become what this subtask has stored. Raw state not written by the snapshot that
+        just ran is dropped: raw state is what the latest snapshot wrote, nothing older."""
+        raw = self.qualified(RAW_OPERATOR)
+        if not self._raw_written and (raw in self._own or raw in self._values):
+            self._modes[raw], self._descriptors[raw], self._values[raw] = RAW, _RAW_DESCRIPTOR, None
+        self._raw_written = False
         out = []
         for qname in sorted(self._values):
             value = self._values[qname]
             if value in ([], {}):
                 value = None
             text = None if value is None else self._descriptors[qname].stored_type.dumps(value)
-            stored = self._encoded.get(qname)
+            stored = self._own.get(qname)
             if text == (stored[1] if stored else None):
                 continue
-            out.append((qname, self._modes[qname], text))
+            out.append((qname, self._modes[qname], text, (text is not None) - (stored is not None)))
+            if text is None:
+                self._own.pop(qname, None)
+            else:
+                self._own[qname] = (self._modes[qname], text)
         return out
 
     def descriptors(self) -> dict[str, tuple[str, StateDescriptor]]:
@@ -102,23 +131,30 @@ class OperatorListState:
     def get(self) -> list:
         return copy.deepcopy(self._store._values.get(self._qname) or [])
 
+    def _canonical(self, value: Any) -> Any:
+        """Validated, and as a restore would read it back."""
+        t = self._descriptor.type_info
+        return t.decode(t.encode(value))
+
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError("you cannot add None to a ListState")
-        self._descriptor.type_info.encode(value)
-        self._store._values[self._qname] = self.get() + [copy.deepcopy(value)]
+        self._store._values[self._qname] = self.get() + [self._canonical(value)]
 
     def add_all(self, values: Iterable[Any]) -> None:
+        if values is None:
+            raise ValueError("ListState.add_all(None) is not allowed (as in Flink); pass a list")
         for v in values:
             self.add(v)
 
     def update(self, values: Iterable[Any]) -> None:
-        values = list(values or [])
+        """Replace all elements; None (or a None element) is an error, as in Flink."""
+        if values is None:
+            raise ValueError("ListState.update(None) is not allowed (as in Flink); pass a list, or call clear()")
+        values = list(values)
         if any(v is None for v in values):
             raise ValueError("you cannot add None to a ListState")
-        for v in values:
-            self._descriptor.type_info.encode(v)
-        self._store._values[self._qname] = copy.deepcopy(values)
+        self._store._values[self._qname] = [self._canonical(v) for v in values]
 
     def clear(self) -> None:
         self._store._values[self._qname] = []
@@ -158,15 +194,12 @@ class BroadcastState:
         return not self._map()
 
     def put(self, key: Any, value: Any) -> None:
-        m = self._writable()
-        m[key] = copy.deepcopy(value)
-        self._descriptor.type_info.encode(m)
-        self._store._values[self._qname] = m
+        self.put_all({key: value})
 
     def put_all(self, mapping: dict) -> None:
         m = self._writable()
-        m.update(copy.deepcopy(mapping))
-        self._descriptor.type_info.encode(m)
+        t = self._descriptor.type_info
+        m.update(t.decode(t.encode(dict(mapping))))  # validated, and as a restore would read it back
         self._store._values[self._qname] = m
 
     def remove(self, key: Any) -> None:

@@ -1,43 +1,81 @@
-"""A job run: restore, then microbatches, exactly once (DESIGN §2).
+"""A job run: restore, then a batch of microbatches in one Spark pass, exactly once (DESIGN §2).
 
-For microbatch m the driver (1) records the source range in a plan before
-anything is read, (2) has every subtask run the user function over its
-records and the state of the keys they touch (a co-grouped Arrow UDF in the
-executors), (3) appends the sink output and the changed state entries with
-Delta's idempotent ``txnAppId``/``txnVersion`` keyed by m, (4) writes the
-commit of m and, every ``checkpoint_interval`` microbatches, a checkpoint row,
-last. A crash anywhere and a rerun give the state and output of a run without
-the crash: the rerun restores the latest checkpoint and replays the recorded
-plans, and Delta skips the writes it already has.
+The protocol of a run, each step durable before the next starts:
+
+1. **plan** (write-ahead): restore the latest checkpoint (microbatch c); the
+   run's microbatches are the plans already recorded after c (a crashed run's,
+   replayed as they are), then new plans up to the run's bounds, each fixing
+   its source range and processing time. Every new plan is written before
+   anything is read.
+2. **process**, one Spark pass: every subtask gets its operator state, raw
+   keyed state and the keyed state of the keys the run touches (read once),
+   then its records microbatch by microbatch (``exchange``, ``task``). The
+   result is cached in the executors; every user or input error surfaces
+   here, before anything is written.
+3. **write**: the sink rows and the keyed and operator state changes (the three
+   at once), each row tagged with its microbatch, one Delta commit per table per run, with
+   ``txnAppId``/``txnVersion`` (= the run's last microbatch); rows of
+   microbatches a table already committed are left out, so a replay writes
+   nothing twice however it groups the microbatches.
+4. **commit** each microbatch (a marker file), then **checkpoint**: a row every
+   ``checkpoint_interval`` microbatches and at the end of the run, each pinning
+   table versions and its microbatch, written last; then expire checkpoints
+   beyond ``num_retained``.
+
+A crash anywhere and a rerun give the state and output of a run without the
+crash: the rerun restores the latest checkpoint and replays the recorded
+plans; the tables skip what they already have.
 """
 from __future__ import annotations
 
-import copy
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import KEYED_ID, OPERATOR_ID, OPERATOR_SCHEMA, create_backend
+from .backends import StateBackend, create_keyed_backend, create_operator_backend
 from .catalog import JobMeta
+from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, discover_descriptors
 from .delta_log import table_snapshot
-from .errors import InputError, RestoreError
-from .functions import FunctionInitializationContext, RuntimeContext
+from .descriptors import qualified_name
+from .errors import InputError
+from .exchange import (
+    BROADCAST_RECORD,
+    EXCHANGE_COLUMNS,
+    KIND_KEYED,
+    KIND_OPERATOR,
+    KIND_OUT,
+    KIND_STAT,
+    OUT,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    PHASE_SUBTASK,
+    RECORD,
+    SIDE_BROADCAST,
+    SIDE_KEYED,
+    partition_keys,
+    result_schema_ddl,
+    sort_columns,
+)
 from .job import KEY_TYPES, JobSpec
-from .key_groups import compute_key_group_range_for_operator_index, key_group_ranges
-from .keyed_state import KeyedStateStore
+from .key_groups import key_group_ranges
 from .lease import JobLease
-from .operator_state import SPLIT_DISTRIBUTE, OperatorStateStore
+from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .settings import Settings
 from .sources import source_split_entries
 from .spark import key_group_column, subtask_column
-from .task import INPUT_SCHEMA, RAW_KEYED, RESULT_SCHEMA, SubtaskPlan, run_subtask
-from .types import StateMigrationError, check_compatibility
+from .state_tables import append_idempotent
+from .task import RAW_KEYED, RunPlan, run_partition
 
 FAULT_POINTS = (
+    "after_plan",
     "before_sink_write", "after_sink_write",
     "before_state_write", "after_state_write",
     "before_commit", "after_commit",
@@ -52,7 +90,7 @@ class InjectedFault(RuntimeError):
 
 @dataclass
 class FaultInjector:
-    """Crash (or call ``action``) when the run reaches ``point`` of microbatch ``batch_id``."""
+    """Crash (or call ``action``) when the run reaches ``point`` with microbatch ``batch_id`` in hand."""
 
     point: str
     batch_id: int = 0
@@ -62,12 +100,12 @@ class FaultInjector:
         if self.point not in FAULT_POINTS:
             raise ValueError(f"unknown fault point {self.point!r}; choose one of {FAULT_POINTS}")
 
-    def hit(self, point: str, batch_id: int) -> None:
-        if point == self.point and batch_id == self.batch_id:
+    def hit(self, point: str, batch_ids) -> None:
+        if point == self.point and self.batch_id in batch_ids:
             if self.action is not None:
                 self.action()
             else:
-                raise InjectedFault(f"injected crash at {point} of microbatch {batch_id}")
+                raise InjectedFault(f"injected crash at {point} of microbatch {self.batch_id}")
 
 
 @dataclass
@@ -76,84 +114,27 @@ class RunResult:
     restored_from: int | None
     batches: list[dict] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
+    seconds: float = 0.0  # from the first plan to the last commit
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def records_in(self) -> int:
+        return sum(b["records_in"] for b in self.batches)
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def discover_descriptors(spec: JobSpec) -> dict[str, dict]:
-    """The schemas of every state the function registers (a dry run of its hooks on the driver)."""
-    p, maxp = spec.parallelism, spec.effective_max_parallelism
-    function = copy.deepcopy(spec.function)
-    operator_store = OperatorStateStore(spec.uid)
-    kg_range = compute_key_group_range_for_operator_index(maxp, p, 0)
-    function.initialize_state(FunctionInitializationContext(operator_store, {}, kg_range, False, 0))
-    runtime_ctx = RuntimeContext(spec.uid, KeyedStateStore(), 0, p, maxp)
-    function.open(runtime_ctx)
-    schemas = {name: {"scope": "keyed", **d.schema()} for name, d in runtime_ctx.descriptors.items()}
-    for name, (mode, d) in operator_store.descriptors().items():
-        schemas[name] = {"scope": "operator", "mode": mode, **d.schema()}
-    return schemas
-
-
-def check_restorable(spec: JobSpec, checkpoint: dict, descriptors: dict[str, dict]) -> None:
-    """Refuse, with the fix, a checkpoint this definition cannot continue from."""
-    cid = checkpoint["checkpoint_id"]
-    if checkpoint["max_parallelism"] != spec.effective_max_parallelism:
-        raise RestoreError(
-            f"checkpoint {cid} has max_parallelism {checkpoint['max_parallelism']} but the job now has "
-            f"{spec.effective_max_parallelism}; max_parallelism is fixed for a job's life: set it back to "
-            f"{checkpoint['max_parallelism']}"
-        )
-    if checkpoint["parallelism"] != spec.parallelism:
-        raise RestoreError(
-            f"checkpoint {cid} was taken at parallelism {checkpoint['parallelism']}, the job now asks for "
-            f"{spec.parallelism}; run at {checkpoint['parallelism']} (changing parallelism is a rescale)"
-        )
-    if checkpoint.get("key_type", spec.key_type.to_schema()) != spec.key_type.to_schema():
-        raise RestoreError(
-            f"checkpoint {cid} keys records by {checkpoint['key_type']} but the job now declares key_type "
-            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type: keep "
-            f"{checkpoint['key_type']}"
-        )
-    if checkpoint.get("uid", spec.uid) != spec.uid:
-        raise RestoreError(
-            f"checkpoint {cid} holds the state of operator uid {checkpoint['uid']!r} but the job's operator is now "
-            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint['uid']!r}"
-        )
-    if checkpoint["backend"] != spec.backend:
-        raise RestoreError(
-            f"checkpoint {cid} was taken by the {checkpoint['backend']} backend, the job now uses {spec.backend}; "
-            f"switch backends through a savepoint, or set backend={checkpoint['backend']!r}"
-        )
-    for name, old in checkpoint.get("descriptors", {}).items():
-        new = descriptors.get(name)
-        if new is None:
-            continue
-        if (old["kind"], old.get("mode")) != (new["kind"], new.get("mode")):
-            raise RestoreError(
-                f"state {name!r} was {old['kind']} state in checkpoint {cid} and is now {new['kind']} state; "
-                f"give the new state another name"
-            )
-        try:
-            check_compatibility(old["type"], new["type"], where=f"state {name!r}")
-        except StateMigrationError as e:
-            raise RestoreError(
-                f"{e} (since checkpoint {cid}); keep the old type, make a compatible change "
-                f"(widen a number, add a row field), or give the new state another name"
-            ) from None
-
-
 def _explain(error: Exception) -> str:
     """The useful line of a Spark or Python worker error."""
     text = str(error)
-    for marker in ("ValueError: ", "TypeError: ", "KeyError: ", "InputError: ", "PermissionError: ",
-                   "RuntimeError: ", "NotImplementedError: "):
+    for marker in ("UserFunctionError: ", "ValueError: ", "TypeError: ", "KeyError: ", "InputError: ",
+                   "PermissionError: ", "RuntimeError: ", "NotImplementedError: "):
         if marker in text:
             line = text.rsplit(marker, 1)[1].splitlines()[0]
             return marker + line
-    lines = [l for l in text.splitlines() if l.strip()]
+    lines = [line for line in text.splitlines() if line.strip()]
     return " | ".join(lines[:3])[:1200]
 
 
@@ -171,10 +152,12 @@ class JobRunner:
         self.lease = JobLease(self.meta.dir / "lease.json", spec.job_id, lease_timeout_s)
         self.p, self.maxp = spec.parallelism, spec.effective_max_parallelism
 
-    # -- protocol steps ---------------------------------------------------------------------------
-    def _fault(self, point: str, batch_id: int) -> None:
+    def _fault(self, point: str, batch_ids) -> None:
         if self.faults is not None:
-            self.faults.hit(point, batch_id)
+            self.faults.hit(point, batch_ids)
+
+    def _say(self, message: str) -> None:
+        self.progress(f"[lakestate] job {self.spec.job_id}: {message}")
 
     def _sources(self) -> dict:
         sources = {"main": self.spec.source}
@@ -182,256 +165,320 @@ class JobRunner:
             sources["broadcast"] = self.spec.broadcast_source
         return sources
 
-    def _plan(self, batch_id: int, offsets: dict) -> dict | None:
-        ranges, any_new = {}, False
+    # -- 1. plan --------------------------------------------------------------------------------------------
+    def _plan_one(self, batch_id: int, offsets: dict) -> MicrobatchPlan | None:
+        ranges, records, any_new = {}, 0, False
         for name, source in self._sources().items():
             start = offsets.get(name) or source.initial_offset()
             end = source.next_offset(self.spark, start)
             any_new |= end is not None
             ranges[name] = {"start": start, "end": end if end is not None else start}
+            if name == "main" and end is not None:
+                records = source.count_records(start, end)
         if not any_new:
             return None
-        return {"batch_id": batch_id, "sources": ranges, "timestamp": int(self.clock()), "planned_by": self.lease.run_id}
+        return MicrobatchPlan(batch_id, ranges, int(self.clock()), self.lease.run_id, records)
 
-    def _read_inputs(self, plan: dict) -> DataFrame:
-        parts = []
-        for name, source in self._sources().items():
-            rng = plan["sources"][name]
-            if rng["start"] == rng["end"]:
-                continue
-            df = source.read(self.spark, rng["start"], rng["end"])
-            record = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"})
-            if name == "main":
-                parts.append(self._keyed_records(df, record))
-            else:
-                subtasks = self.spark.range(self.p).select(F.col("id").cast("int").alias("subtask"))
-                parts.append(
-                    df.select(record.alias("record")).crossJoin(subtasks).select(
-                        "subtask", F.lit("b").alias("side"), F.lit(None).cast("int").alias("key_group"),
-                        F.lit(None).cast("string").alias("key"), "record")
+    def _plan_run(self, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,
+                  max_records: int | None) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
+        """The run's microbatches (recorded plans first, then new ones) and which of them are new."""
+        batch_id = checkpoint.batch_id + 1 if checkpoint else 0
+        offsets = dict(checkpoint.source_offsets) if checkpoint else {}
+        plans: list[MicrobatchPlan] = []
+        new: list[MicrobatchPlan] = []
+        records = 0
+        while max_microbatches is None or len(plans) < max_microbatches:
+            plan = self.meta.read_plan(batch_id)
+            if plan is None:
+                plan = self._plan_one(batch_id, offsets)
+                if plan is None:
+                    break
+                if max_records is not None and plans and records + (plan.records or 0) > max_records:
+                    break
+                new.append(plan)
+            plans.append(plan)
+            records += plan.records or 0
+            offsets = plan.end_offsets
+            batch_id += 1
+        for plan in new:  # write-ahead: every range is fixed before anything is read
+            self.meta.write_plan(plan)
+        return plans, new
+
+    # -- 2. process -----------------------------------------------------------------------------------------
+    def _frame(self, df: DataFrame, record_ddl: str, brecord_ddl: str | None, **columns) -> DataFrame:
+        """``df`` as exchange rows: the named columns, typed nulls for the rest."""
+        cols = []
+        for name, ddl in EXCHANGE_COLUMNS:
+            value = columns.get(name, F.col(name) if name in df.columns else None)
+            cols.append((value if value is not None else F.lit(None)).cast(ddl).alias(name))
+        cols.append((columns.get(RECORD) if RECORD in columns else F.lit(None)).cast(record_ddl).alias(RECORD))
+        if brecord_ddl is not None:
+            value = columns.get(BROADCAST_RECORD) if BROADCAST_RECORD in columns else F.lit(None)
+            cols.append(value.cast(brecord_ddl).alias(BROADCAST_RECORD))
+        return df.select(*cols)
+
+    def _records(self, plans: list[MicrobatchPlan], record_ddl: str, brecord_ddl: str | None) -> list[DataFrame]:
+        spec, parts = self.spec, []
+        main = spec.source.read_run(self.spark, [(p.batch_id, p.sources["main"]["start"], p.sources["main"]["end"])
+                                                 for p in plans])
+        if main is not None:
+            key = spec.key
+            if key not in main.columns:
+                raise InputError(f"the source has no key column {key!r} (columns: {main.columns}); fix the job's key")
+            actual, expected = main.schema[key].dataType.simpleString(), KEY_TYPES[spec.key_type.name]
+            if actual != expected:
+                raise InputError(
+                    f"key column {key!r} is {actual} in the source but the job declares key_type "
+                    f"{spec.key_type.name} ({expected}); cast it in the source or change key_type"
                 )
-        if not parts:
-            return self.spark.createDataFrame([], INPUT_SCHEMA)
-        out = parts[0]
-        for part in parts[1:]:
-            out = out.unionByName(part)
-        return out
+            data = [c for c in main.columns if c not in ("batch_id", "file_idx", "block", "row")]
+            kg = key_group_column(F.col(f"`{key}`"), self.maxp)
+            parts.append(self._frame(
+                main, record_ddl, brecord_ddl, subtask=subtask_column(kg, self.p, self.maxp), phase=F.lit(PHASE_RECORD),
+                side=F.lit(SIDE_KEYED), key=F.col(f"`{key}`").cast("string"), key_group=kg,
+                record=F.struct(*[F.col(f"`{c}`") for c in data])))
+        if spec.broadcast_source is not None:
+            b = spec.broadcast_source.read_run(self.spark, [
+                (p.batch_id, p.sources["broadcast"]["start"], p.sources["broadcast"]["end"]) for p in plans])
+            if b is not None:
+                data = [c for c in b.columns if c not in ("batch_id", "file_idx", "block", "row")]
+                b = b.select(F.struct(*[F.col(f"`{c}`") for c in data]).alias(BROADCAST_RECORD),
+                             "batch_id", "file_idx", "block", "row").crossJoin(self._subtasks())
+                parts.append(self._frame(b, record_ddl, brecord_ddl, phase=F.lit(PHASE_RECORD),
+                                         side=F.lit(SIDE_BROADCAST), brecord=F.col(BROADCAST_RECORD)))
+        return parts
 
-    def _keyed_records(self, df: DataFrame, record) -> DataFrame:
-        key = self.spec.key
-        if key not in df.columns:
-            raise InputError(f"the source has no key column {key!r} (columns: {df.columns}); fix the job's key")
-        actual = df.schema[key].dataType.simpleString()
-        expected = KEY_TYPES[self.spec.key_type.name]
-        if actual != expected:
-            raise InputError(
-                f"key column {key!r} is {actual} in the source but the job declares key_type "
-                f"{self.spec.key_type.name} ({expected}); cast it in the source or change key_type"
-            )
-        kg = key_group_column(F.col(f"`{key}`"), self.maxp)
-        return df.select(
-            subtask_column(kg, self.p, self.maxp).alias("subtask"), F.lit("k").alias("side"), kg.alias("key_group"),
-            F.col(f"`{key}`").cast("string").alias("key"), record.alias("record"),
-        )
+    def _subtasks(self) -> DataFrame:
+        return self.spark.range(self.p).select(F.col("id").cast("int").alias("subtask"))
 
-    def _state_for(self, keyed: DataFrame, operator: DataFrame, inputs: DataFrame) -> DataFrame:
-        """Keyed entries of the keys this microbatch touches, raw keyed state, and all operator state."""
-        raw_name = f"{self.spec.uid}.{RAW_KEYED}"
-        touched = inputs.filter("side = 'k'").select("key_group", "key").distinct()
-        touched_entries = keyed.filter(F.col("state_name") != raw_name).join(touched, ["key_group", "key"], "left_semi")
-        keyed_part = touched_entries.unionByName(keyed.filter(F.col("state_name") == raw_name))
-        keyed_part = keyed_part.select(
-            F.lit("k").alias("scope"), "state_name", "key_group",
-            subtask_column(F.col("key_group"), self.p, self.maxp).alias("subtask"), "key", "namespace",
-            F.lit(None).cast("string").alias("mode"), "value")
-        operator_part = operator.select(
-            F.lit("o").alias("scope"), "state_name", F.lit(None).cast("int").alias("key_group"), "subtask",
-            F.lit(None).cast("string").alias("key"), F.lit(None).cast("string").alias("namespace"), "mode", "value")
-        return keyed_part.unionByName(operator_part)
+    def _process(self, plans: list[MicrobatchPlan], checkpoint: CheckpointMetadata | None,
+                 keyed_backend: StateBackend, operator_backend: StateBackend) -> DataFrame:
+        spec, spark = self.spec, self.spark
+        record_ddl = spec.source.record_ddl(spark)
+        brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
+        records = self._records(plans, record_ddl, brecord_ddl)
+        raw_name = qualified_name(spec.uid, RAW_KEYED)
 
-    @staticmethod
-    def _merge(current: DataFrame, changes: DataFrame, ids: list[str]) -> DataFrame:
-        merged = current.join(changes.select(*ids), ids, "left_anti").unionByName(changes.filter("value IS NOT NULL"))
-        return merged.localCheckpoint(eager=True)
+        # The state of the keys the run touches, read once; raw keyed state (key "") of every key group too.
+        touched = [r.filter(F.col("side") == SIDE_KEYED).select("key_group", "key") for r in records]
+        touched.append(spark.range(self.maxp).select(F.col("id").cast("int").alias("key_group"),
+                                                     F.lit("").alias("key")))
+        touched_keys = touched[0]
+        for t in touched[1:]:
+            touched_keys = touched_keys.unionByName(t)
+        touched_keys = touched_keys.distinct()
+        keyed = keyed_backend.read(checkpoint, lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi"))
+        keyed = self._frame(
+            keyed, record_ddl, brecord_ddl, subtask=subtask_column(F.col("key_group"), self.p, self.maxp),
+            phase=F.when(F.col("state_name") == raw_name, F.lit(PHASE_RAW_KEYED)).otherwise(F.lit(PHASE_KEYED)))
 
-    # -- the run ------------------------------------------------------------------------------------
-    def run(self, max_microbatches: int | None = None) -> RunResult:
-        if max_microbatches is not None and (not isinstance(max_microbatches, int) or max_microbatches <= 0):
-            raise ValueError(f"max_microbatches must be a positive integer, got {max_microbatches!r}")
+        operator = operator_backend.read(checkpoint).filter(F.col("state_name") != SOURCE_OFFSETS_STATE)
+        own = operator.filter(F.col("mode") != UNION)
+        union = operator.filter(F.col("mode") == UNION).withColumnRenamed("subtask", "origin").crossJoin(self._subtasks())
+        operator = self._frame(own, record_ddl, brecord_ddl, phase=F.lit(PHASE_OPERATOR), origin=F.col("subtask"))
+        operator = operator.unionByName(
+            self._frame(union, record_ddl, brecord_ddl, phase=F.lit(PHASE_OPERATOR), origin=F.col("origin")))
+
+        markers = self._frame(self._subtasks(), record_ddl, brecord_ddl, phase=F.lit(PHASE_SUBTASK))
+        frame = markers.unionByName(operator).unionByName(keyed)
+        for part in records:
+            frame = frame.unionByName(part)
+        # One Spark partition per subtask, sorted in the order the subtask reads (exchange's docstring).
+        keys = F.array(*[F.lit(k) for k in partition_keys(self.p)])
+        frame = frame.repartition(self.p, F.element_at(keys, F.col("subtask") + 1)).sortWithinPartitions(
+            *[F.col(c).asc_nulls_last() for c in sort_columns(list(spec.order_by))])
+        run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, self.p, self.maxp,
+                           checkpoint is not None, [(p.batch_id, p.timestamp) for p in plans])
+
+        def subtasks(batches):
+            return run_partition(run_plan, batches)
+
+        return frame.mapInArrow(subtasks, result_schema_ddl(spec.output_type.spark_ddl()))
+
+    # -- the run ------------------------------------------------------------------------------------------------
+    def run(self, max_microbatches: int | None = None, max_records: int | None = None) -> RunResult:
+        for name, value in (("max_microbatches", max_microbatches), ("max_records", max_records)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         descriptors = discover_descriptors(self.spec)
         checkpoint = self.meta.latest_checkpoint()
         if checkpoint is not None:
             check_restorable(self.spec, checkpoint, descriptors)
         with self.lease:
-            return self._run(max_microbatches, descriptors)
+            return self._run(max_microbatches, max_records, descriptors)
 
-    def _run(self, max_microbatches: int | None, descriptors: dict) -> RunResult:
+    def _run(self, max_microbatches: int | None, max_records: int | None, descriptors: dict) -> RunResult:
         spec, meta = self.spec, self.meta
         checkpoint = meta.latest_checkpoint()  # again, now that we hold the job
         if checkpoint is not None:
             check_restorable(spec, checkpoint, descriptors)
-        backend = create_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
-        keyed, operator = backend.restore(checkpoint)
-        keyed = keyed.localCheckpoint(eager=True)  # the run reads state once, then keeps it in the executors
-        operator = operator.localCheckpoint(eager=True)
-        result = RunResult(self.lease.run_id, checkpoint["checkpoint_id"] if checkpoint else None)
-        batch_id = checkpoint["batch_id"] + 1 if checkpoint else 0
-        offsets = checkpoint["source_offsets"] if checkpoint else {}
-        checkpoint_id = checkpoint["checkpoint_id"] + 1 if checkpoint else 1
+        result = RunResult(self.lease.run_id, checkpoint.checkpoint_id if checkpoint else None)
         if checkpoint:
-            self.progress(f"[lakestate] job {spec.job_id}: restored checkpoint {checkpoint['checkpoint_id']} "
-                          f"(microbatch {checkpoint['batch_id']}), run {self.lease.run_id}")
+            self._say(f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), "
+                      f"run {self.lease.run_id}")
         else:
-            self.progress(f"[lakestate] job {spec.job_id}: no checkpoint, starting from the beginning, run {self.lease.run_id}")
-        last_checkpointed = checkpoint["batch_id"] if checkpoint else -1
-        done = 0
-        while max_microbatches is None or done < max_microbatches:
-            self.lease.heartbeat()
-            plan = meta.read_plan(batch_id)
-            planned_here = False
-            if plan is None:
-                plan = self._plan(batch_id, offsets)
-                if plan is None:
-                    self.progress(f"[lakestate] job {spec.job_id}: source drained, no new input after microbatch "
-                                  f"{batch_id - 1}" if batch_id else f"[lakestate] job {spec.job_id}: source drained, no input yet")
-                    break
-                meta.write_plan(batch_id, plan)  # write-ahead: the range is fixed before it is read
-                planned_here = True
-            started = time.time()
-            keyed, operator, stats = self._microbatch(plan, keyed, operator, backend, planned_here, bool(checkpoint) or batch_id > 0)
-            stats["seconds"] = round(time.time() - started, 2)
-            result.batches.append(stats)
-            self.progress(
-                f"[lakestate] job {spec.job_id} microbatch {batch_id}: {stats['records_in']} records in"
-                f" ({stats['broadcast_in']} broadcast), {stats['keys']} keys, {stats['records_out']} out, "
-                f"{stats['state_upserts']} state entries written, {stats['state_deletes']} deleted, {stats['seconds']}s"
-            )
-            offsets = {name: rng["end"] for name, rng in plan["sources"].items()}
-            done += 1
-            if (batch_id + 1) % spec.checkpoint_interval == 0:
-                self._checkpoint(backend, keyed, operator, checkpoint_id, batch_id, plan, offsets, descriptors)
-                result.checkpoints.append(checkpoint_id)
-                checkpoint_id += 1
-                last_checkpointed = batch_id
-            batch_id += 1
-        if last_checkpointed < batch_id - 1:
-            # Like Flink's stop-with-checkpoint: the next run resumes here instead of replaying.
-            self._checkpoint(backend, keyed, operator, checkpoint_id, batch_id - 1, plan, offsets, descriptors)
-            result.checkpoints.append(checkpoint_id)
-        return result
-
-    def _microbatch(self, plan: dict, keyed: DataFrame, operator: DataFrame, backend, planned_here: bool,
-                    restored: bool) -> tuple[DataFrame, DataFrame, dict]:
-        spec, m, ts = self.spec, plan["batch_id"], plan["timestamp"]
-        phases: dict[str, float] = {}
-        mark = [time.time()]
+            self._say(f"no checkpoint, starting from the beginning, run {self.lease.run_id}")
+        started = time.time()
+        mark = [started]
 
         def phase(name: str) -> None:
             now = time.time()
-            phases[name] = round(now - mark[0], 2)
+            result.phases[name] = round(now - mark[0], 2)
             mark[0] = now
 
+        plans, new = self._plan_run(checkpoint, max_microbatches, max_records)
+        if not plans:
+            last = checkpoint.batch_id if checkpoint else None
+            self._say("source drained, no new input" + (f" after microbatch {last}" if last is not None else " yet"))
+            return result
+        batch_ids = [p.batch_id for p in plans]
+        replayed = len(plans) - len(new)
+        self._say(f"planned microbatches {batch_ids[0]}..{batch_ids[-1]}"
+                  + (f" ({replayed} recorded by an earlier run, replayed)" if replayed else ""))
+        self._fault("after_plan", batch_ids)
+        phase("plan")
+
+        keyed_backend = create_keyed_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
+        operator_backend = create_operator_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
         try:
-            inputs = self._read_inputs(plan)
-            state_in = self._state_for(keyed, operator, inputs)
-            subtask_plan = SubtaskPlan(spec.uid, spec.function, spec.key_type, spec.output_type, self.p, self.maxp,
-                                       m, ts, restored, list(spec.order_by))
-
-            def apply(state, records):
-                return run_subtask(subtask_plan, state, records)
-
-            results = state_in.groupBy("subtask").cogroup(inputs.groupBy("subtask")).applyInPandas(apply, RESULT_SCHEMA)
-            results = results.persist()
-            results.count()  # every user and input error surfaces here, before anything is written
-            phase("compute")
+            results = self._process(plans, checkpoint, keyed_backend, operator_backend)
+            results = results.persist(StorageLevel.MEMORY_AND_DISK)
+            # One Spark job computes (and caches) everything: every user or input error surfaces here.
+            stat_rows = results.filter(F.col("kind") == KIND_STAT).select("batch_id", "payload").collect()
         except Exception as e:
-            if planned_here:
-                self.meta.drop_plan(m)
-            files = {n: r for n, r in plan["sources"].items()}
+            for plan in new:
+                meta.drop_plan(plan.batch_id)
+            which = (f"microbatch {batch_ids[0]}" if len(batch_ids) == 1
+                     else f"microbatches {batch_ids[0]}..{batch_ids[-1]}")
             raise InputError(
-                f"microbatch {m} of job {spec.job_id!r} failed before anything was written: {_explain(e)} "
-                f"(input: {json.dumps(files)[:600]})"
+                f"{which} of job {spec.job_id!r} failed before anything was written: {_explain(e)} "
+                f"(input: {json.dumps([p.sources for p in plans])[:600]})"
             ) from e
+        stats = self._stats(plans, stat_rows)
+        phase("process")
+        try:
+            self._write(results, plans, keyed_backend, operator_backend)
+            phase("write")
+            self._fault("before_commit", batch_ids)
+            committed = wall_clock_ms()
+            for s in stats:
+                meta.write_commit(s["batch_id"], {**s, "run_id": self.lease.run_id, "committed_ms": committed})
+            self._fault("after_commit", batch_ids)
+            result.seconds = round(time.time() - started, 2)
+            phase("commit")
+            for s in stats:
+                self._say(f"microbatch {s['batch_id']}: {s['records_in']} records in ({s['broadcast_in']} broadcast), "
+                          f"{s['keys']} keys, {s['records_out']} out, {s['state_upserts']} state entries written, "
+                          f"{s['state_deletes']} deleted")
+            result.batches = stats
+            result.checkpoints = self._checkpoints(checkpoint, plans, stats, keyed_backend, operator_backend,
+                                                   descriptors)
+            phase("checkpoint")
+        finally:
+            results.unpersist()
+        records = result.records_in
+        rate = records / result.seconds if result.seconds else 0.0
+        self._say(f"run {self.lease.run_id}: {len(plans)} microbatches, {records} records in {result.seconds}s "
+                  f"({rate:,.0f} records/s; " + ", ".join(f"{k} {v}s" for k, v in result.phases.items()) + ")")
+        return result
 
-        stats = {"batch_id": m, "records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0,
-                 "state_upserts": 0, "state_deletes": 0}
-        # One small job: the subtasks' counters and the number of changed and deleted entries.
-        summary = (results.filter("kind IN ('stat', 'k', 'o')")
-                   .groupBy(F.when(F.col("kind") == "stat", F.col("payload")).alias("stat"),
-                            F.col("value").isNull().alias("deleted"))
-                   .count().collect())
-        for stat, deleted, n in summary:
-            if stat is not None:
-                s = json.loads(stat)
-                stats["records_in"] += s["records"]
-                stats["keys"] += s["keys"]
-                stats["records_out"] += s["outputs"]
-                stats["broadcast_in"] = max(stats["broadcast_in"], s["broadcast"])
-            else:
-                stats["state_deletes" if deleted else "state_upserts"] += n
-        phase("stats")
+    def _stats(self, plans: list[MicrobatchPlan], rows) -> list[dict]:
+        """Per microbatch, the subtasks' counters summed exactly."""
+        by_batch = {p.batch_id: {"batch_id": p.batch_id, "records_in": 0, "broadcast_in": 0, "keys": 0,
+                                 "records_out": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}
+                    for p in plans}
+        for batch_id, payload in rows:
+            s, total = json.loads(payload), by_batch[batch_id]
+            total["records_in"] += s["records"]
+            total["broadcast_in"] = max(total["broadcast_in"], s["broadcast"])  # every subtask sees every one
+            total["keys"] += s["keys"]
+            total["records_out"] += s["outputs"]
+            total["state_upserts"] += s["upserts"]
+            total["state_deletes"] += s["deletes"]
+            for name, delta in s["entries"].items():
+                total["entries_delta"][name] = total["entries_delta"].get(name, 0) + delta
+        return [by_batch[p.batch_id] for p in plans]
 
-        self._fault("before_sink_write", m)
-        output = results.filter("kind = 'out'").select(
-            F.from_json("payload", spec.output_type.spark_schema_ddl()).alias("r")).select("r.*")
-        (output.write.format("delta").option("txnAppId", f"lakestate:{spec.job_id}:sink").option("txnVersion", m)
-         .mode("append").save(str(self.sink_path)))
-        self._fault("after_sink_write", m)
-        phase("sink_write")
+    # -- 3. write -----------------------------------------------------------------------------------------------
+    def _write(self, results: DataFrame, plans: list[MicrobatchPlan], keyed_backend: StateBackend,
+               operator_backend: StateBackend) -> None:
+        spec, batch_ids, last = self.spec, [p.batch_id for p in plans], plans[-1].batch_id
+        self.lease.heartbeat()  # a run that lost its lease must not write
+        output = results.filter(F.col("kind") == KIND_OUT).select(f"{OUT}.*", F.col("batch_id").alias("_microbatch"))
+        generation = F.lit(0).cast("bigint")  # microbatch writes; restore and compaction use their own
+        keyed = results.filter(F.col("kind") == KIND_KEYED).select(
+            "state_name", "key_group", "key", "namespace", "user_key", "value", "expiry", "batch_id",
+            generation.alias("generation"))
+        offsets = [(SOURCE_OFFSETS_STATE, 0, SPLIT_DISTRIBUTE,
+                    json.dumps([e for name, source in self._sources().items()
+                                for e in source_split_entries(name, source, p.end_offsets[name])], sort_keys=True),
+                    p.batch_id, 0) for p in plans]
+        operator = results.filter(F.col("kind") == KIND_OPERATOR).select(
+            "state_name", "subtask", "mode", "value", "batch_id", generation.alias("generation")).unionByName(
+            self.spark.createDataFrame(offsets, operator_backend.table.schema))
 
-        keyed_changes = results.filter("kind = 'k'").select(
-            "state_name", "key_group", "key", "namespace", "value",
-            F.lit(m).cast("long").alias("batch_id"), F.lit(ts).cast("long").alias("ts"))
-        end_offsets = {name: rng["end"] for name, rng in plan["sources"].items()}
-        entries = [e for name, source in self._sources().items()
-                   for e in source_split_entries(name, source, end_offsets[name])]
-        source_state = self.spark.createDataFrame(
-            [(SOURCE_OFFSETS_STATE, 0, SPLIT_DISTRIBUTE, json.dumps(entries, sort_keys=True), m, ts)], OPERATOR_SCHEMA)
-        operator_changes = results.filter("kind = 'o'").select(
-            "state_name", "subtask", "mode", "value",
-            F.lit(m).cast("long").alias("batch_id"), F.lit(ts).cast("long").alias("ts")).unionByName(source_state)
-        self._fault("before_state_write", m)
-        backend.write_changes(keyed_changes, operator_changes, m)
-        self._fault("after_state_write", m)
-        phase("state_write")
+        def sink() -> None:
+            self._fault("before_sink_write", batch_ids)
+            append_idempotent(output, self.sink_path, f"lakestate:{spec.job_id}:sink", last, batch_column="_microbatch")
+            self._fault("after_sink_write", batch_ids)
 
-        self._fault("before_commit", m)
-        self.meta.write_commit(m, {**stats, "run_id": self.lease.run_id, "committed_ms": wall_clock_ms()})
-        self._fault("after_commit", m)
+        def state(backend: StateBackend, changes: DataFrame) -> None:
+            self._fault("before_state_write", batch_ids)
+            backend.write_run(changes, last)
+            self._fault("after_state_write", batch_ids)
 
-        new_keyed = self._merge(keyed, keyed_changes, KEYED_ID)
-        new_operator = self._merge(operator, operator_changes, OPERATOR_ID)
-        results.unpersist()
-        phase("merge")
-        stats["phases"] = phases
-        return new_keyed, new_operator, stats
+        # The three tables commit independently and each append is idempotent, so they run at once: a
+        # small append is mostly driver-side planning and commit latency.
+        with ThreadPoolExecutor(3, thread_name_prefix="lakestate-write") as pool:
+            futures = [pool.submit(sink), pool.submit(state, keyed_backend, keyed),
+                       pool.submit(state, operator_backend, operator)]
+            for future in futures:
+                future.result()
 
-    def _checkpoint(self, backend, keyed: DataFrame, operator: DataFrame, checkpoint_id: int, batch_id: int,
-                    plan: dict, offsets: dict, descriptors: dict) -> None:
+    # -- 4. checkpoint --------------------------------------------------------------------------------------------
+    def _checkpoints(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[dict],
+                     keyed_backend: StateBackend, operator_backend: StateBackend, descriptors: dict) -> list[int]:
         spec = self.spec
-        self._fault("before_checkpoint", batch_id)
-        state = backend.snapshot(keyed, operator, checkpoint_id, batch_id)
-        entries = {name: n for name, n in keyed.select("state_name").unionByName(operator.select("state_name"))
-                   .groupBy("state_name").count().collect()}
+        due = [p for p in plans if (p.batch_id + 1) % spec.checkpoint_interval == 0]
+        if not due or due[-1] is not plans[-1]:
+            due.append(plans[-1])  # like stop-with-checkpoint: the next run resumes here, not by replaying
+        next_id = checkpoint.checkpoint_id + 1 if checkpoint else 1
+        numbered = [(next_id + i, plan) for i, plan in enumerate(due)]
+        # Checkpoints that the retention would expire at once are not materialised (hashmap snapshots are full).
+        kept = numbered[-spec.num_retained:]
+        entries = dict(checkpoint.entries) if checkpoint else {}
+        deltas = {s["batch_id"]: s["entries_delta"] for s in stats}
         sink = table_snapshot(self.sink_path) if (self.sink_path / "_delta_log").exists() else None
-        row = {
-            "job_id": spec.job_id, "checkpoint_id": checkpoint_id, "batch_id": batch_id, "status": "COMPLETED",
-            "completed_ms": wall_clock_ms(), "processing_time": plan["timestamp"] if plan else None,
-            "run_id": self.lease.run_id, "uid": spec.uid, "key_type": spec.key_type.to_schema(), "backend": spec.backend,
-            "parallelism": self.p, "max_parallelism": self.maxp,
-            "key_group_ranges": [r.to_list() for r in key_group_ranges(self.maxp, self.p)],
-            "source_offsets": offsets, "state": state, "sink": sink, "descriptors": descriptors, "entries": entries,
-        }
-        self.meta.write_checkpoint(row)  # last: the checkpoint exists only once this row does
-        self._fault("after_checkpoint", batch_id)
+        taken = []
+        for plan in plans:
+            for name, delta in deltas[plan.batch_id].items():
+                entries[name] = entries.get(name, 0) + delta
+            entries[SOURCE_OFFSETS_STATE] = 1
+            match = [cid for cid, p in kept if p is plan]
+            if not match:
+                continue
+            cid, batch_id = match[0], plan.batch_id
+            self._fault("before_checkpoint", [batch_id])
+            state = {"keyed": keyed_backend.snapshot(cid, batch_id), "operator": operator_backend.snapshot(cid, batch_id)}
+            row = CheckpointMetadata(
+                job_id=spec.job_id, checkpoint_id=cid, batch_id=batch_id, uid=spec.uid,
+                key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=self.p,
+                max_parallelism=self.maxp, key_group_ranges=[r.to_list() for r in key_group_ranges(self.maxp, self.p)],
+                source_offsets=plan.end_offsets, state=state, descriptors=descriptors,
+                entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
+                processing_time=plan.timestamp, run_id=self.lease.run_id, sink=sink)
+            self.meta.write_checkpoint(row)  # last: the checkpoint exists only once this row does
+            self._fault("after_checkpoint", [batch_id])
+            taken.append(cid)
+            self._say(f"checkpoint {cid} at microbatch {batch_id}, state {sum(row.entries.values())} entries, "
+                      f"{row.size_bytes} bytes in {row.num_files} files")
         for expired in self.meta.expire_checkpoints(spec.num_retained):
-            backend.discard(expired)
-        size = sum(t.get("size_bytes", 0) for t in state.values() if isinstance(t, dict))
-        self.progress(f"[lakestate] job {spec.job_id}: checkpoint {checkpoint_id} at microbatch {batch_id}, "
-                      f"state {sum(entries.values())} entries, {size} bytes")
+            keyed_backend.discard(expired)
+            operator_backend.discard(expired)
+        return taken
 
 
 def run_job(spark: SparkSession, spec: JobSpec, settings: Settings, max_microbatches: int | None = None,
-            **options) -> RunResult:
-    """Run ``spec`` for at most ``max_microbatches`` (or until its sources are drained)."""
-    return JobRunner(spark, spec, settings, **options).run(max_microbatches)
+            max_records: int | None = None, **options) -> RunResult:
+    """Run ``spec`` for at most ``max_microbatches`` / about ``max_records`` (or until its sources are drained)."""
+    return JobRunner(spark, spec, settings, **options).run(max_microbatches, max_records)

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, InputError
-from .types import RowTypeInfo
+from .types import RowTypeInfo, _Scalar
+
+# Columns every source adds to its records for a run: the microbatch, and the source order
+# (file, block of the file, position), so a key's records keep the order they were written in.
+POSITION_COLUMNS = ("batch_id", "file_idx", "block", "row")
 
 _FORMATS = ("json", "parquet")
 
@@ -60,19 +64,68 @@ class FileSource:
             new = new[: self.max_files_per_batch]
         return {"files": sorted(seen | set(new))}
 
-    def read(self, spark, start: dict, end: dict):
-        files = [str(Path(self.path, f)) for f in sorted(set(end["files"]) - set(start["files"]))]
+    @staticmethod
+    def new_files(start: dict, end: dict) -> list[str]:
+        return sorted(set(end["files"]) - set(start["files"]))
+
+    def count_records(self, start: dict, end: dict) -> int | None:
+        """The records in ``[start, end)`` from Parquet footers, or None for JSON (not read to count)."""
+        if self.format != "parquet":
+            return None
+        import pyarrow.parquet as pq
+
+        try:
+            return sum(pq.ParquetFile(Path(self.path, f)).metadata.num_rows for f in self.new_files(start, end))
+        except Exception:  # noqa: BLE001 - a file the reader cannot open is reported when it is read
+            return None
+
+    def record_ddl(self, spark) -> str:
+        return self.schema.spark_ddl()
+
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The records of every microbatch of a run, in one read: the declared columns plus
+        ``POSITION_COLUMNS``. ``ranges`` is ``[(batch_id, start, end)]``. None when there are none."""
+        from pyspark.sql import functions as F
+
+        names, batch_of = [], {}
+        for batch_id, start, end in ranges:
+            for f in self.new_files(start, end):
+                names.append(f)
+                batch_of[f] = batch_id
+        if not names:
+            return None
+        files = [str(Path(self.path, f)) for f in names]
         missing = [f for f in files if not os.path.exists(f)]
         if missing:
-            raise InputError(f"source files planned for this microbatch are gone: {missing}; restore them to replay it")
+            raise InputError(f"source files planned for these microbatches are gone: {missing}; restore them to "
+                             f"replay the microbatches")
         if self.format == "json":
-            return spark.read.schema(self.schema.spark_schema_ddl()).option("mode", "FAILFAST").json(files)
-        df = spark.read.parquet(*files)
-        want = set(self.schema.fields)
-        have = set(df.columns)
-        if not want <= have:
-            raise InputError(f"parquet files {files} lack the declared columns {sorted(want - have)}")
-        return df.select(*[f"`{c}`" for c in self.schema.fields])
+            df = spark.read.schema(self.schema.spark_schema_ddl()).option("mode", "FAILFAST").json(files)
+        else:
+            df = spark.read.parquet(*files)
+            self._check_parquet_columns(df, files)
+        file_name = F.col("_metadata.file_name")
+        batch_map = F.create_map(*[x for f in names for x in (F.lit(f), F.lit(batch_of[f]))])
+        index_map = F.create_map(*[x for i, f in enumerate(names) for x in (F.lit(f), F.lit(i))])
+        return df.select(
+            *[F.col(f"`{c}`") for c in self.schema.fields],
+            F.element_at(batch_map, file_name).cast("bigint").alias("batch_id"),
+            F.element_at(index_map, file_name).cast("int").alias("file_idx"),
+            F.col("_metadata.file_block_start").cast("bigint").alias("block"),
+            F.monotonically_increasing_id().alias("row"),
+        )
+
+    def _check_parquet_columns(self, df, files: list[str]) -> None:
+        have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        missing = sorted(set(self.schema.fields) - set(have))
+        if missing:
+            raise InputError(f"parquet files {files[:3]}{'...' if len(files) > 3 else ''} lack the declared "
+                             f"columns {missing}; add them to the files or fix the source schema")
+        for name, t in self.schema.fields.items():
+            if isinstance(t, _Scalar) and have[name] != t.spark_ddl():
+                raise InputError(f"column {name!r} is {have[name]} in the parquet files but the source schema "
+                                 f"declares {t.name} ({t.spark_ddl()}); write it as {t.spark_ddl()} or change "
+                                 f"the declared type")
 
 
 @dataclass
@@ -117,15 +170,36 @@ class DeltaSource:
             end = min(latest, start["version"] + self.max_versions_per_batch)
         return {"version": end}
 
-    def read(self, spark, start: dict, end: dict):
+    def count_records(self, start: dict, end: dict) -> int | None:
+        return None
+
+    def record_ddl(self, spark) -> str:
+        return spark.read.format("delta").load(self.path).schema.simpleString()
+
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The inserted rows of every microbatch of a run, in one change-feed read, plus
+        ``POSITION_COLUMNS`` (commit version, then the reader's order within it)."""
+        from pyspark.sql import functions as F
+
+        ranges = [(b, s, e) for b, s, e in ranges if e["version"] > s["version"]]
+        if not ranges:
+            return None
         df = (
             spark.read.format("delta")
             .option("readChangeFeed", "true")
-            .option("startingVersion", start["version"] + 1)
-            .option("endingVersion", end["version"])
+            .option("startingVersion", min(s["version"] for _, s, _ in ranges) + 1)
+            .option("endingVersion", max(e["version"] for _, _, e in ranges))
             .load(self.path)
-        )
-        return df.filter("_change_type = 'insert'").drop("_change_type", "_commit_version", "_commit_timestamp")
+        ).filter("_change_type = 'insert'")
+        version = F.col("_commit_version")
+        batch = None
+        for batch_id, start, end in ranges:
+            cond = (version > start["version"]) & (version <= end["version"])
+            batch = F.when(cond, F.lit(batch_id)) if batch is None else batch.when(cond, F.lit(batch_id))
+        columns = [c for c in df.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")]
+        return df.select(*[F.col(f"`{c}`") for c in columns], batch.cast("bigint").alias("batch_id"),
+                         version.cast("int").alias("file_idx"), F.lit(0).cast("bigint").alias("block"),
+                         F.monotonically_increasing_id().alias("row"))
 
 
 Source = FileSource | DeltaSource

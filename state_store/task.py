@@ -1,19 +1,36 @@
-"""What one subtask does with one microbatch, in a Spark executor.
+"""What the subtasks of a run do, in the Spark executors.
 
-Pure Python over pandas frames, so it runs (and is tested) without Spark:
-``run_subtask`` gets the state entries of the keys this subtask touches plus
-its operator state, and the records routed to it; it runs the user function
-and returns output rows and the state entries that changed.
+Pure Python over Arrow record batches, so it runs (and is tested) without
+Spark. ``run_partition`` reads the frame described in ``exchange`` as a stream
+of batches: for each subtask in it, its operator state, raw keyed state and
+the keyed state of the keys the run touches, then its records microbatch by
+microbatch. It runs the user function once per key per microbatch and yields
+result batches as it goes, so memory holds a subtask's touched state plus one
+batch, however many microbatches the run has.
 """
 from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
-import pandas as pd
-
+from .descriptors import qualified_name
+from .exchange import (
+    BROADCAST_RECORD,
+    KIND_KEYED,
+    KIND_OPERATOR,
+    KIND_OUT,
+    KIND_STAT,
+    OUT,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    RECORD,
+    RESULT_COLUMNS,
+    SIDE_BROADCAST,
+)
 from .functions import (
     BroadcastContext,
     Context,
@@ -25,140 +42,300 @@ from .functions import (
 )
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
-from .operator_state import OperatorStateStore
-from .types import TypeInfo, Types
+from .operator_state import UNION, OperatorStateStore
+from .types import RowTypeInfo, TypeInfo, Types
 
-# The working state of a run, keyed and operator entries in one frame.
-STATE_COLUMNS = ["scope", "state_name", "key_group", "subtask", "key", "namespace", "mode", "value"]
-STATE_SCHEMA = (
-    "scope string, state_name string, key_group int, subtask int, key string, namespace string, mode string, value string"
-)
-# What a subtask returns: kind 'out' (payload = an output row as JSON), 'k' (keyed entry), 'o' (operator entry).
-RESULT_SCHEMA = STATE_SCHEMA + ", kind string, payload string"
-# The records routed to a subtask: side 'k' (keyed) or 'b' (broadcast, every subtask gets them).
-INPUT_SCHEMA = "subtask int, side string, key_group int, key string, record string"
-
-KEYED, OPERATOR = "k", "o"
 RAW_KEYED = "__raw_keyed__"
+_BYTES = Types.BYTES()
+BATCH_ROWS = 8192  # result rows per Arrow batch
 
 
 def decode_key(key_type: TypeInfo, encoded: str) -> Any:
-    """Keys are stored as Spark's cast to string; turn one back into the declared type."""
+    """Keys travel as Spark's cast to string; turn one back into the declared type."""
     if key_type.name in ("LONG", "INT"):
         return int(encoded)
     return encoded
 
 
+class UserFunctionError(RuntimeError):
+    """The user's function raised or returned something invalid; says where."""
+
+
 @dataclass
-class SubtaskPlan:
+class RunPlan:
     """Everything a subtask needs besides its data; shipped to the executors with the UDF."""
 
     uid: str
     function: KeyedProcessFunction
     key_type: TypeInfo
-    output_type: TypeInfo
+    output_type: RowTypeInfo
     parallelism: int
     max_parallelism: int
-    batch_id: int
-    timestamp: int
     restored: bool
-    order_by: list[str] = field(default_factory=list)
+    microbatches: list[tuple[int, int]]  # (batch_id, processing timestamp), in order
 
 
-def _record_sort_key(order_by: list[str]):
-    def sort_key(item):
-        text, rec = item
-        # Records with equal order_by values are ordered by their full text, so the
-        # order (and every result) is the same on every run and replay.
-        return tuple((rec.get(c) is None, rec.get(c) if rec.get(c) is not None else 0) for c in order_by) + (text,)
+class ResultBuffer:
+    """Result rows (tuples in ``RESULT_COLUMNS`` order, then ``out``), cut into Arrow batches."""
 
-    return sort_key
+    def __init__(self, output_type: RowTypeInfo):
+        import pyarrow as pa
+
+        self._types = [(name, _arrow(ddl)) for name, ddl in RESULT_COLUMNS] + [(OUT, output_type.arrow_type())]
+        self.schema = pa.schema(self._types)
+        self._rows: list[tuple] = []
+
+    @property
+    def rows(self) -> int:
+        return len(self._rows)
+
+    def add(self, kind, batch_id, subtask, state_name=None, key_group=None, key=None, namespace=None, user_key=None,
+            value=None, expiry=None, mode=None, payload=None, out=None) -> None:
+        self._rows.append((kind, batch_id, subtask, state_name, key_group, key, namespace, user_key, value, expiry,
+                           mode, payload, out))
+
+    def add_output(self, batch_id: int, subtask: int, out) -> None:
+        self._rows.append((KIND_OUT, batch_id, subtask, None, None, None, None, None, None, None, None, None, out))
+
+    def take(self):
+        import pyarrow as pa
+
+        columns = list(zip(*self._rows))
+        self._rows = []
+        arrays = [pa.array(column, type=t) for column, (_, t) in zip(columns, self._types)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-def run_subtask(plan: SubtaskPlan, state: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
-    subtask = int(records["subtask"].iloc[0]) if len(records) else int(state["subtask"].iloc[0])
-    kg_range = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
-    raw_keyed_name = f"{plan.uid}.{RAW_KEYED}"
-    bytes_type = Types.BYTES()
+def _arrow(ddl: str):
+    import pyarrow as pa
 
-    store = KeyedStateStore()
-    raw_keyed: dict[int, bytes] = {}
-    operator_entries: dict[str, tuple[str, str]] = {}
-    for scope, state_name, key_group, key, namespace, mode, value in zip(
-        state["scope"], state["state_name"], state["key_group"], state["key"], state["namespace"], state["mode"],
-        state["value"],
-    ):
-        if scope == KEYED:
-            if state_name == raw_keyed_name:
-                raw_keyed[int(key_group)] = bytes_type.loads(value)
-            else:
-                store.load(state_name, key, namespace, int(key_group), value)
-        else:
-            operator_entries[state_name] = (mode, value)
+    return {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32()}[ddl]
 
-    function = copy.deepcopy(plan.function)
-    operator_store = OperatorStateStore(plan.uid, operator_entries)
-    function.initialize_state(
-        FunctionInitializationContext(operator_store, raw_keyed, kg_range, plan.restored, subtask)
-    )
-    runtime_ctx = RuntimeContext(plan.uid, store, subtask, plan.parallelism, plan.max_parallelism)
-    function.open(runtime_ctx)
 
-    outputs: list[str] = []
+def _user_value_converter(arrow_type):
+    """A function turning pyarrow's Python value of ``arrow_type`` into the user's (maps become dicts),
+    or None when they are the same."""
+    import pyarrow as pa
 
-    def emit(result):
-        for row in result or ():
-            outputs.append(plan.output_type.dumps(row))
+    if pa.types.is_map(arrow_type):
+        k, v = _user_value_converter(arrow_type.key_type), _user_value_converter(arrow_type.item_type)
+        return lambda x: None if x is None else {(k(a) if k else a): (v(b) if v else b) for a, b in x}
+    if pa.types.is_struct(arrow_type):
+        fields = [(f.name, _user_value_converter(f.type)) for f in arrow_type]
+        if all(c is None for _, c in fields):
+            return None
+        return lambda x: None if x is None else {n: (c(x[n]) if c else x[n]) for n, c in fields}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        e = _user_value_converter(arrow_type.value_type)
+        return None if e is None else (lambda x: None if x is None else [e(i) for i in x])
+    return None
 
-    sort_key = _record_sort_key(plan.order_by)
-    groups: dict[str, list] = {}
-    if len(records):
-        broadcast = records[records["side"] == "b"]
-        if len(broadcast):
-            if not isinstance(function, KeyedBroadcastProcessFunction):
-                raise TypeError("the job has a broadcast source but its function is not a KeyedBroadcastProcessFunction")
-            b_ctx = BroadcastContext(operator_store, plan.batch_id, plan.timestamp)
-            items = sorted(((t, json.loads(t)) for t in broadcast["record"]), key=sort_key)
-            for _, rec in items:
-                emit(function.process_broadcast_element(rec, b_ctx))
-        operator_store.read_only_broadcast = True
-        keyed = records[records["side"] == "k"]
-        ctx = Context(store, operator_store, plan.batch_id, plan.timestamp)
-        key_groups: dict[str, int] = {}
-        if keyed["key"].isna().any():
-            bad = keyed[keyed["key"].isna()]["record"].iloc[0]
-            raise ValueError(f"a record has a null key (e.g. {bad}); filter or fill null keys in the source")
-        for key, key_group, text in zip(keyed["key"], keyed["key_group"], keyed["record"]):
-            groups.setdefault(key, []).append(text)
-            key_groups[key] = int(key_group)
-        for key in sorted(groups):
-            items = sorted(((t, json.loads(t)) for t in groups[key]), key=sort_key)
-            store.set_current_key(key, key_groups[key])
-            ctx.current_key = decode_key(plan.key_type, key)
-            emit(function.process(ctx.current_key, [rec for _, rec in items], ctx))
-        store.current_key = None
-        operator_store.read_only_broadcast = False
 
-    snapshot_ctx = FunctionSnapshotContext(operator_store, kg_range, plan.batch_id)
-    function.snapshot_state(snapshot_ctx)
-    function.close()
+class SubtaskRunner:
+    """One subtask's run: restores its state, then runs every microbatch of the plan in order."""
 
-    stats = {"records": int((records["side"] == "k").sum()) if len(records) else 0,
-             "broadcast": int((records["side"] == "b").sum()) if len(records) else 0,
-             "keys": len(groups), "outputs": len(outputs)}
-    rows: list[tuple] = [(None, None, None, subtask, None, None, None, None, "out", p) for p in outputs]
-    rows.append((None, None, None, subtask, None, None, None, None, "stat", json.dumps(stats)))
-    for state_name, key_group, key, namespace, value in store.changes():
-        rows.append((KEYED, state_name, key_group, subtask, key, namespace, None, value, KEYED, None))
-    for key_group, data in sorted(snapshot_ctx.raw_keyed.items()):
-        before = raw_keyed.get(key_group)
-        if data != before:
-            value = None if data is None else bytes_type.dumps(data)
-            rows.append((KEYED, raw_keyed_name, key_group, subtask, "", "", None, value, KEYED, None))
-    for state_name, mode, value in operator_store.changes():
-        rows.append((OPERATOR, state_name, None, subtask, None, None, mode, value, OPERATOR, None))
-    columns = STATE_COLUMNS + ["kind", "payload"]
-    frame = pd.DataFrame(rows, columns=columns)
-    frame["key_group"] = frame["key_group"].astype("Int32")
-    frame["subtask"] = frame["subtask"].astype("Int32")
-    return frame
+    def __init__(self, plan: RunPlan, subtask: int, out: ResultBuffer):
+        self.plan, self.subtask, self.out = plan, subtask, out
+        self.kg_range = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
+        self.store = KeyedStateStore()
+        self.raw_keyed: dict[int, bytes] = {}
+        self._own: dict[str, tuple[str, str]] = {}
+        self._union: dict[str, list[str]] = {}
+        self._raw_keyed_name = qualified_name(plan.uid, RAW_KEYED)
+        self.function: KeyedProcessFunction | None = None
+        self._index = -1  # position in plan.microbatches of the microbatch being processed
+        self._open = False
+        self._group_key: str | None = None
+        self._group: list[dict] = []
+
+    # -- restore -----------------------------------------------------------------------------------------
+    def load_operator(self, state_name: str, mode: str, value: str, origin: int) -> None:
+        if mode == UNION:
+            self._union.setdefault(state_name, []).append(value)
+        if origin == self.subtask:
+            self._own[state_name] = (mode, value)
+
+    def load_raw_keyed(self, key_group: int, value: str) -> None:
+        self.raw_keyed[key_group] = _BYTES.loads(value)
+
+    # -- microbatches --------------------------------------------------------------------------------------
+    @property
+    def batch_id(self) -> int:
+        return self.plan.microbatches[self._index][0]
+
+    def _begin_next(self) -> None:
+        plan = self.plan
+        if self.function is None:
+            self.function = copy.deepcopy(plan.function)
+            self.operator_store = OperatorStateStore(plan.uid, self._own, self._union)
+        self._index += 1
+        batch_id, timestamp = plan.microbatches[self._index]
+        self.stats = {"records": 0, "broadcast": 0, "keys": 0, "outputs": 0, "upserts": 0, "deletes": 0,
+                      "entries": {}}
+        self._call("initialize_state", self.function.initialize_state, FunctionInitializationContext(
+            self.operator_store, dict(self.raw_keyed), self.kg_range, plan.restored, self.subtask))
+        if not self._open:
+            self.runtime_ctx = RuntimeContext(plan.uid, self.store, self.subtask, plan.parallelism,
+                                              plan.max_parallelism)
+            self._call("open", self.function.open, self.runtime_ctx)
+            self._open = True
+        self.ctx = Context(self.store, self.operator_store, batch_id, timestamp)
+        self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp)
+
+    def _end(self) -> None:
+        self._process_group()
+        batch_id, out, subtask = self.batch_id, self.out, self.subtask
+        snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
+        self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
+        stats, entries = self.stats, self.stats["entries"]
+        for state_name, key_group, key, namespace, user_key, value, delta in self.store.flush():
+            out.add(KIND_KEYED, batch_id, subtask, state_name, key_group, key, namespace, user_key, value)
+            stats["upserts" if value is not None else "deletes"] += 1
+            if delta:
+                entries[state_name] = entries.get(state_name, 0) + delta
+        # Raw keyed state is what this snapshot wrote: key groups it did not write again are dropped.
+        written = {kg: data for kg, data in snapshot_ctx.raw_keyed.items() if data is not None}
+        for key_group in sorted(set(written) | set(self.raw_keyed)):
+            data = written.get(key_group)
+            before = self.raw_keyed.get(key_group)
+            if data != before:
+                value = None if data is None else _BYTES.dumps(data)
+                out.add(KIND_KEYED, batch_id, subtask, self._raw_keyed_name, key_group, "", "", None, value)
+                stats["upserts" if value is not None else "deletes"] += 1
+                delta = (data is not None) - (before is not None)
+                if delta:
+                    entries[self._raw_keyed_name] = entries.get(self._raw_keyed_name, 0) + delta
+        self.raw_keyed = written
+        for state_name, mode, value, delta in self.operator_store.flush():
+            out.add(KIND_OPERATOR, batch_id, subtask, state_name, mode=mode, value=value)
+            stats["upserts" if value is not None else "deletes"] += 1
+            if delta:
+                entries[state_name] = entries.get(state_name, 0) + delta
+        out.add(KIND_STAT, batch_id, subtask, payload=json.dumps(stats))
+
+    def goto(self, batch_id: int) -> None:
+        """Finish the microbatches before ``batch_id`` (with or without records) and begin it."""
+        while self._index < 0 or self.batch_id != batch_id:
+            if self._index >= 0:
+                self._end()
+            if self._index + 1 >= len(self.plan.microbatches):
+                raise RuntimeError(f"records of microbatch {batch_id} are not in the run's plan")
+            self._begin_next()
+
+    def broadcast(self, batch_id: int, record: dict) -> None:
+        self.goto(batch_id)
+        if not isinstance(self.function, KeyedBroadcastProcessFunction):
+            raise UserFunctionError("the job has a broadcast source but its function is not a "
+                                    "KeyedBroadcastProcessFunction")
+        self.stats["broadcast"] += 1
+        self._emit(self._call("process_broadcast_element", self.function.process_broadcast_element, record,
+                              self.b_ctx))
+
+    def keyed(self, batch_id: int, key: str, key_group: int, record: dict) -> None:
+        if key is None:
+            raise UserFunctionError(f"a record has a null key (e.g. {record}); filter or fill null keys in the source")
+        if self._index < 0 or self.batch_id != batch_id:
+            self._process_group()
+            self.goto(batch_id)
+        if key != self._group_key:
+            self._process_group()
+            self._group_key, self._group_kg = key, key_group
+        self._group.append(record)
+
+    def _process_group(self) -> None:
+        if self._group_key is None:
+            return
+        key, records = self._group_key, self._group
+        self._group_key, self._group = None, []
+        self.store.set_current_key(key, self._group_kg)
+        self.ctx.current_key = decode_key(self.plan.key_type, key)
+        self.operator_store.read_only_broadcast = True
+        self.stats["records"] += len(records)
+        self.stats["keys"] += 1
+        self._emit(self._call("process", self.function.process, self.ctx.current_key, records, self.ctx, key=key))
+        self.store.current_key = None
+        self.operator_store.read_only_broadcast = False
+
+    def finish(self) -> None:
+        """Run the microbatches left (a subtask runs every microbatch, with or without records), then close."""
+        self._process_group()
+        while self._index + 1 < len(self.plan.microbatches):
+            if self._index >= 0:
+                self._end()
+            self._begin_next()
+        if self._index >= 0:
+            self._end()
+        if self.function is not None:
+            self._call("close", self.function.close)
+
+    # -- user calls ------------------------------------------------------------------------------------------
+    def _call(self, hook: str, fn, *args, key: str | None = None):
+        try:
+            result = fn(*args)
+            # A generator runs here, so its errors are reported with the key it was processing.
+            return list(result) if result is not None and not isinstance(result, (list, tuple)) else result
+        except UserFunctionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported with where it happened
+            where = f"key {key!r} of " if key is not None else ""
+            microbatch = self.batch_id if self._index >= 0 else "-"
+            raise UserFunctionError(f"{hook}() raised {type(e).__name__}: {e} (at {where}microbatch {microbatch}, "
+                                    f"subtask {self.subtask})") from e
+
+    def _emit(self, rows) -> None:
+        if not rows:
+            return
+        to_arrow, out, batch_id, subtask = self.plan.output_type.to_arrow, self.out, self.batch_id, self.subtask
+        for row in rows:
+            try:
+                if row is None:
+                    raise TypeError("a row is None")
+                value = to_arrow(row)
+            except (TypeError, ValueError) as e:
+                raise UserFunctionError(f"an output row does not match the job's output_type: {e} (row {row!r}, "
+                                        f"microbatch {batch_id})") from None
+            out.add_output(batch_id, subtask, value)
+        self.stats["outputs"] += len(rows)
+
+
+def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
+    """The executor side of a run: exchange batches in, result batches out (see ``exchange``)."""
+    out = ResultBuffer(plan.output_type)
+    runner: SubtaskRunner | None = None
+    convert = bconvert = None
+    for batch in batches:
+        if convert is None:
+            schema = batch.schema
+            convert = _user_value_converter(schema.field(RECORD).type) or (lambda x: x)
+            if schema.get_field_index(BROADCAST_RECORD) >= 0:
+                bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
+        cols = batch.to_pydict()
+        subtasks, phases, batch_ids, sides = cols["subtask"], cols["phase"], cols["batch_id"], cols["side"]
+        keys, key_groups, names, values = cols["key"], cols["key_group"], cols["state_name"], cols["value"]
+        records = cols[RECORD]
+        brecords = cols.get(BROADCAST_RECORD)
+        for i in range(batch.num_rows):
+            subtask = subtasks[i]
+            if runner is None or subtask != runner.subtask:
+                if runner is not None:
+                    runner.finish()
+                runner = SubtaskRunner(plan, subtask, out)
+            phase = phases[i]
+            if phase == PHASE_RECORD:
+                if sides[i] == SIDE_BROADCAST:
+                    runner.broadcast(batch_ids[i], bconvert(brecords[i]))
+                else:
+                    runner.keyed(batch_ids[i], keys[i], key_groups[i], convert(records[i]))
+            elif phase == PHASE_KEYED:
+                runner.store.load(names[i], keys[i], cols["namespace"][i], cols["user_key"][i], key_groups[i],
+                                  values[i])
+            elif phase == PHASE_RAW_KEYED:
+                runner.load_raw_keyed(key_groups[i], values[i])
+            elif phase == PHASE_OPERATOR:
+                runner.load_operator(names[i], cols["mode"][i], values[i], cols["origin"][i])
+            if out.rows >= BATCH_ROWS:
+                yield out.take()
+    if runner is not None:
+        runner.finish()
+    if out.rows:
+        yield out.take()

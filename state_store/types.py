@@ -1,9 +1,13 @@
 """Typed serializers for state values, keys and output rows (Flink's ``Types``).
 
 State bytes are never pickled. Every value is validated against its declared
-type and encoded as JSON text; the type's schema (``to_schema()``) is recorded
-with each checkpoint so a restore can tell an identical, a compatible (it
-migrates) and an incompatible (a clear error) change of a state's type.
+type and encoded as JSON text (engine-neutral: any engine can read a state
+table); the type's schema (``to_schema()``) is recorded with each checkpoint so
+a restore can tell an identical, a compatible (it migrates) and an
+incompatible (a clear error) change of a state's type. Records and output rows
+cross the JVM boundary as typed Arrow columns: ``arrow_type`` and
+``to_arrow``/``from_arrow`` convert between Arrow's Python values and the
+values a user function sees.
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import json
 import math
 from typing import Any
 
+import orjson
+
 
 class StateMigrationError(ValueError):
     """A state's declared type changed in a way its stored values cannot follow."""
@@ -19,7 +25,11 @@ class StateMigrationError(ValueError):
 
 def to_text(encoded: Any) -> str:
     """The canonical JSON text of an encoded value (sorted keys, no spaces)."""
-    return json.dumps(encoded, separators=(",", ":"), sort_keys=True)
+    return orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def from_text(text: str) -> Any:
+    return orjson.loads(text)
 
 
 class TypeInfo:
@@ -45,7 +55,19 @@ class TypeInfo:
         return to_text(self.encode(value))
 
     def loads(self, text: str) -> Any:
-        return self.decode(json.loads(text))
+        return self.decode(orjson.loads(text))
+
+    def arrow_type(self):
+        """The pyarrow type Spark exchanges this type as (matches ``spark_ddl``)."""
+        raise TypeError(f"{self.name} has no Arrow column type")
+
+    def to_arrow(self, value: Any) -> Any:
+        """Validate ``value`` and return what pyarrow builds a column of this type from."""
+        return self.decode(self.encode(value))
+
+    def from_arrow(self, value: Any) -> Any:
+        """The user-facing value of what pyarrow's ``to_pylist`` gives for this type."""
+        return value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TypeInfo) and self.to_schema() == other.to_schema()
@@ -63,24 +85,36 @@ class TypeInfo:
 class _Scalar(TypeInfo):
     def __init__(self, name: str, spark: str, check):
         self.name, self.spark, self._check = name, spark, check
+        self.floating = name in ("DOUBLE", "FLOAT")
 
     def encode(self, value: Any) -> Any:
         if value is None:
             return None
         if not self._check(value):
             raise self._bad(value)
-        if self.name in ("DOUBLE", "FLOAT"):
+        if self.floating:
             value = float(value)
             if not math.isfinite(value):
                 return repr(value)  # JSON has no NaN/Infinity
         return value
 
     def decode(self, data: Any) -> Any:
-        if self.name in ("DOUBLE", "FLOAT") and isinstance(data, str):
-            return float(data)
-        if self.name in ("DOUBLE", "FLOAT") and data is not None:
+        if self.floating and data is not None:
             return float(data)
         return data
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return {"STRING": pa.string(), "LONG": pa.int64(), "INT": pa.int32(), "DOUBLE": pa.float64(),
+                "FLOAT": pa.float32(), "BOOLEAN": pa.bool_()}[self.name]
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not self._check(value):
+            raise self._bad(value)
+        return float(value) if self.name in ("DOUBLE", "FLOAT") else value
 
 
 def _is_int(v: Any) -> bool:
@@ -88,11 +122,11 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_long(v: Any) -> bool:
-    return _is_int(v) and -(2**63) <= v < 2**63
+    return (type(v) is int or _is_int(v)) and -(2**63) <= v < 2**63
 
 
 def _is_int32(v: Any) -> bool:
-    return _is_int(v) and -(2**31) <= v < 2**31
+    return (type(v) is int or _is_int(v)) and -(2**31) <= v < 2**31
 
 
 def _is_number(v: Any) -> bool:
@@ -111,6 +145,18 @@ class _Bytes(TypeInfo):
 
     def decode(self, data: Any) -> Any:
         return None if data is None else base64.b64decode(data)
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.binary()
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, (bytes, bytearray)):
+            raise self._bad(value)
+        return bytes(value)
 
 
 class ListTypeInfo(TypeInfo):
@@ -134,6 +180,21 @@ class ListTypeInfo(TypeInfo):
 
     def spark_ddl(self) -> str:
         return f"array<{self.element.spark_ddl()}>"
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.list_(self.element.arrow_type())
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, (list, tuple)):
+            raise self._bad(value)
+        return [self.element.to_arrow(v) for v in value]
+
+    def from_arrow(self, value: Any) -> Any:
+        return None if value is None else [self.element.from_arrow(v) for v in value]
 
 
 class MapTypeInfo(TypeInfo):
@@ -180,6 +241,21 @@ class MapTypeInfo(TypeInfo):
             return f"map<string,{self.value.spark_ddl()}>"
         raise TypeError(f"a map with {self.key.name} keys cannot be an output column; use STRING keys")
 
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.map_(self.key.arrow_type(), self.value.arrow_type())
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._bad(value)
+        return [(self.key.to_arrow(k), self.value.to_arrow(v)) for k, v in value.items()]
+
+    def from_arrow(self, value: Any) -> Any:  # Arrow gives a map as a list of (key, value) pairs
+        return None if value is None else {self.key.from_arrow(k): self.value.from_arrow(v) for k, v in value}
+
 
 class RowTypeInfo(TypeInfo):
     """A row of named, nullable fields; values are dicts."""
@@ -192,6 +268,7 @@ class RowTypeInfo(TypeInfo):
         if len(set(names)) != len(names):
             raise ValueError(f"ROW_NAMED has duplicate field names: {names}")
         self.fields = dict(zip(names, types))
+        self._plain: bool | None = None  # every field decodes as itself (worked out on first use)
 
     def encode(self, value: Any) -> Any:
         if value is None:
@@ -209,6 +286,10 @@ class RowTypeInfo(TypeInfo):
         if data is None:
             return None
         # Fields added since the value was written decode as None: that is the migration.
+        if self._plain is None:
+            self._plain = all(isinstance(t, _Scalar) and not t.floating for t in self.fields.values())
+        if self._plain:
+            return {n: data.get(n) for n in self.fields}
         return {n: t.decode(data.get(n)) for n, t in self.fields.items()}
 
     def to_schema(self) -> Any:
@@ -216,6 +297,35 @@ class RowTypeInfo(TypeInfo):
 
     def spark_ddl(self) -> str:
         return "struct<" + ",".join(f"`{n}`:{t.spark_ddl()}" for n, t in self.fields.items()) + ">"
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.struct([(n, t.arrow_type()) for n, t in self.fields.items()])
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if hasattr(value, "asDict"):
+            value = value.asDict()
+        if not isinstance(value, dict):
+            raise self._bad(value)
+        fields = self.fields
+        if len(value) > len(fields) or any(n not in fields for n in value):
+            unknown = sorted(set(value) - set(fields))
+            raise TypeError(f"row has fields {unknown} that the declared type {self.to_schema()} lacks")
+        return {n: t.to_arrow(value.get(n)) for n, t in fields.items()}
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None or self.is_flat:
+            return value
+        return {n: t.from_arrow(value.get(n)) for n, t in self.fields.items()}
+
+    @property
+    def is_flat(self) -> bool:
+        """True when Arrow's Python values are already the user's (no map or nested row)."""
+        return all(isinstance(t, (_Scalar, _Bytes)) or (isinstance(t, ListTypeInfo) and isinstance(t.element, _Scalar))
+                   for t in self.fields.values())
 
     def spark_schema_ddl(self) -> str:
         """``a long, b string``: the DDL of a table with these columns."""

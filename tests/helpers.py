@@ -1,35 +1,46 @@
-"""Reading back what a job left: its sink rows and its state at the latest checkpoint."""
+"""Reading back what a job left: its sink rows and its state at a checkpoint."""
 from __future__ import annotations
 
 import json
 
-from state_store.backends import create_backend
+from state_store.backends import create_keyed_backend, create_operator_backend
 from state_store.catalog import JobMeta
 from state_store.runtime import JobRunner
 
 FIXED_CLOCK = lambda: 1_700_000_000_000  # noqa: E731  processing time the tests control
 
 
-def run(spark, spec, lake, max_microbatches=None, **options):
+def run(spark, spec, lake, max_microbatches=None, max_records=None, **options):
     options.setdefault("clock", FIXED_CLOCK)
     options.setdefault("progress", lambda line: None)
-    return JobRunner(spark, spec, lake.settings, **options).run(max_microbatches)
+    return JobRunner(spark, spec, lake.settings, **options).run(max_microbatches, max_records)
 
 
-def sink_rows(spark, lake, spec) -> list[str]:
+def sink_rows(spark, lake, spec, with_microbatch: bool = True) -> list[str]:
     path = lake.settings.in_warehouse(spec.sink, "sink")
-    rows = spark.read.format("delta").load(str(path)).collect()
-    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True) for r in rows)
+    df = spark.read.format("delta").load(str(path))
+    if not with_microbatch:
+        df = df.drop("_microbatch")
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True) for r in df.collect())
 
 
-def state_at_latest_checkpoint(spark, lake, spec) -> tuple[list, list]:
+def state_at_checkpoint(spark, lake, spec, checkpoint) -> tuple[list, list]:
     job_dir = lake.settings.job_dir(spec.job_id)
-    checkpoint = JobMeta(job_dir).latest_checkpoint()
-    keyed, operator = create_backend(checkpoint["backend"], spark, job_dir, spec.job_id).restore(checkpoint)
-    k = sorted(tuple(r) for r in keyed.select("state_name", "key_group", "key", "namespace", "value").collect())
+    keyed = create_keyed_backend(checkpoint.backend, spark, job_dir, spec.job_id).read(checkpoint)
+    operator = create_operator_backend(checkpoint.backend, spark, job_dir, spec.job_id).read(checkpoint)
+    k = sorted(tuple(r) for r in keyed.select("state_name", "key_group", "key", "namespace", "user_key", "value").collect())
     o = sorted(tuple(r) for r in operator.select("state_name", "subtask", "mode", "value").collect())
     return k, o
 
 
+def state_at_latest_checkpoint(spark, lake, spec) -> tuple[list, list]:
+    return state_at_checkpoint(spark, lake, spec, JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint())
+
+
 def keyed_values(keyed_rows, state_name: str) -> dict:
-    return {(key, ns): json.loads(value) for name, _, key, ns, value in keyed_rows if name == state_name}
+    """(key, namespace) -> value of a state; for MapState, (key, namespace, user key) -> value."""
+    out = {}
+    for name, _, key, ns, user_key, value in keyed_rows:
+        if name == state_name:
+            out[(key, ns) if user_key is None else (key, ns, json.loads(user_key))] = json.loads(value)
+    return out

@@ -114,7 +114,8 @@ def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark,
     lake.write_events("e0.json", events(0))
     spec = count_job(lake, function=_Failing())
     with pytest.raises(InputError, match=r"microbatch 0 of job 'counts' failed before anything was written: "
-                                         r"ValueError: bad record for c"):
+                                         r".*process\(\) raised ValueError: bad record for c \(at key 'c' of "
+                                         r"microbatch 0"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
 

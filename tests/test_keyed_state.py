@@ -1,4 +1,8 @@
-"""The five keyed state types, scoped per key and namespace, and the changes a store emits."""
+"""The five keyed state types, scoped per key and namespace, and what a store's flush returns.
+
+A flush row is (state_name, key_group, key, namespace, user_key, text or None, delta): user_key is the JSON text
+of a MapState entry's key (None for the other states), delta +1 created, -1 removed, 0 updated.
+"""
 import pytest
 
 from state_store.descriptors import (
@@ -15,6 +19,7 @@ from state_store.types import Types
 
 POINT = Types.ROW_NAMED(["x", "y"], [Types.LONG(), Types.STRING()])
 POINT_LIST = Types.LIST(POINT)
+CREATED, UPDATED, REMOVED = 1, 0, -1
 
 
 class Average(AggregateFunction):
@@ -41,10 +46,7 @@ def ctx(store):
     return RuntimeContext("op", store, 0, 1, 128)
 
 
-def changes(store, ctx):
-    return list(store.changes())
-
-
+# -- value state ------------------------------------------------------------------------------------------------
 def test_value_state_returns_default_until_updated_and_again_after_clear(store, ctx):
     count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
     store.set_current_key("a", 5)
@@ -67,6 +69,7 @@ def test_value_state_rejects_a_value_of_the_wrong_type_in_update(store, ctx):
     store.set_current_key("a", 1)
     with pytest.raises(TypeError, match="LONG"):
         count.update("three")
+    assert count.value() is None
 
 
 def test_keyed_state_outside_a_key_raises(ctx):
@@ -75,6 +78,7 @@ def test_keyed_state_outside_a_key_raises(ctx):
         count.value()
 
 
+# -- list state -------------------------------------------------------------------------------------------------
 def test_list_state_is_empty_list_when_empty_and_grows_with_add_and_add_all(store, ctx):
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
     store.set_current_key("a", 1)
@@ -87,23 +91,23 @@ def test_list_state_is_empty_list_when_empty_and_grows_with_add_and_add_all(stor
     assert items.get() == [9]
 
 
-def test_list_state_update_with_empty_list_clears_and_emits_nothing_if_never_stored(store, ctx):
+def test_list_state_created_and_emptied_in_one_microbatch_flushes_nothing(store, ctx):
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
     store.set_current_key("a", 1)
     items.add(1)
     items.update([])
     assert items.get() == []
-    assert changes(store, ctx) == []
+    assert store.flush() == []
 
 
-def test_list_state_update_with_empty_list_on_a_stored_list_emits_a_tombstone(store, ctx):
+def test_list_state_update_with_empty_list_on_a_stored_list_flushes_a_tombstone(store, ctx):
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
-    store.load("op.items", "a", "", 2, "[1,2]")
+    store.load("op.items", "a", "", None, 2, "[1,2]")
     store.set_current_key("a", 2)
     assert items.get() == [1, 2]
     items.update([])
     assert items.get() == []
-    assert changes(store, ctx) == [("op.items", 2, "a", "", None)]
+    assert store.flush() == [("op.items", 2, "a", "", None, None, REMOVED)]
 
 
 def test_list_state_rejects_none_elements(store, ctx):
@@ -115,6 +119,26 @@ def test_list_state_rejects_none_elements(store, ctx):
     assert items.get() == []
 
 
+def test_list_state_update_none_and_add_all_none_raise_value_error(store, ctx):
+    items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
+    store.set_current_key("a", 1)
+    items.add(1)
+    with pytest.raises(ValueError, match=r"update\(None\)"):
+        items.update(None)
+    with pytest.raises(ValueError, match=r"add_all\(None\)"):
+        items.add_all(None)
+    assert items.get() == [1]
+
+
+def test_mutating_an_element_returned_by_list_state_get_does_not_change_the_state(store, ctx):
+    items = ctx.get_list_state(ListStateDescriptor("items", POINT))
+    store.load("op.items", "a", "", None, 1, POINT_LIST.dumps([{"x": 1, "y": "a"}]))
+    store.set_current_key("a", 1)
+    items.get()[0]["x"] = 99
+    assert items.get() == [{"x": 1, "y": "a"}]
+
+
+# -- map state --------------------------------------------------------------------------------------------------
 def test_map_state_supports_every_flink_map_operation(store, ctx):
     m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
     store.set_current_key("a", 1)
@@ -129,13 +153,65 @@ def test_map_state_supports_every_flink_map_operation(store, ctx):
     assert sorted(m.keys()) == ["x", "z"] and not m.is_empty()
 
 
-def test_map_state_removing_the_last_entry_empties_the_state(store, ctx):
+def test_map_state_put_flushes_one_row_per_entry_keyed_by_the_json_text_of_the_map_key(store, ctx):
+    by_name = ctx.get_map_state(MapStateDescriptor("by_name", Types.STRING(), Types.LONG()))
+    by_id = ctx.get_map_state(MapStateDescriptor("by_id", Types.LONG(), Types.STRING()))
+    store.set_current_key("a", 3)
+    by_name.put("even", 2)
+    by_name.put("odd", 1)
+    by_id.put(42, "answer")
+    assert store.flush() == [("op.by_id", 3, "a", "", "42", '"answer"', CREATED),
+                             ("op.by_name", 3, "a", "", '"even"', "2", CREATED),
+                             ("op.by_name", 3, "a", "", '"odd"', "1", CREATED)]
+
+
+def test_map_state_entries_loaded_as_rows_read_back_as_one_map(store, ctx):
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.LONG(), POINT))
+    store.load("op.m", "a", "", "1", 4, POINT.dumps({"x": 1, "y": "one"}))
+    store.load("op.m", "a", "", "2", 4, POINT.dumps({"x": 2}))
+    store.load("op.m", "b", "", "1", 5, POINT.dumps({"x": 9}))
+    store.set_current_key("a", 4)
+    assert dict(m.items()) == {1: {"x": 1, "y": "one"}, 2: {"x": 2, "y": None}}
+    assert m.contains(2) and not m.contains(3)
+
+
+def test_map_state_updating_one_entry_of_a_stored_map_flushes_only_that_entry(store, ctx):
     m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
-    store.load("op.m", "a", "", 1, Types.MAP(Types.STRING(), Types.LONG()).dumps({"only": 1}))
+    store.load("op.m", "a", "", '"x"', 1, "1")
+    store.load("op.m", "a", "", '"y"', 1, "2")
+    store.set_current_key("a", 1)
+    m.put("x", 10)
+    m.put("y", 2)  # written back unchanged
+    assert store.flush() == [("op.m", 1, "a", "", '"x"', "10", UPDATED)]
+
+
+def test_map_state_remove_flushes_one_tombstone_and_removing_the_last_entry_empties_the_state(store, ctx):
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
+    store.load("op.m", "a", "", '"only"', 1, "1")
     store.set_current_key("a", 1)
     m.remove("only")
     assert m.is_empty()
-    assert changes(store, ctx) == [("op.m", 1, "a", "", None)]
+    assert store.flush() == [("op.m", 1, "a", "", '"only"', None, REMOVED)]
+    assert m.is_empty()
+
+
+def test_map_state_clear_flushes_a_tombstone_per_stored_entry(store, ctx):
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
+    store.load("op.m", "a", "", '"x"', 1, "1")
+    store.load("op.m", "a", "", '"y"', 1, "2")
+    store.set_current_key("a", 1)
+    m.put("z", 3)  # never stored: cleared before the flush, so no row
+    m.clear()
+    assert m.is_empty()
+    assert store.flush() == [("op.m", 1, "a", "", '"x"', None, REMOVED), ("op.m", 1, "a", "", '"y"', None, REMOVED)]
+
+
+def test_map_state_put_of_a_none_value_raises_value_error(store, ctx):
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
+    store.set_current_key("a", 1)
+    with pytest.raises(ValueError, match="remove"):
+        m.put("x", None)
+    assert m.is_empty() and store.flush() == []
 
 
 def test_map_state_rejects_keys_of_the_wrong_type(store, ctx):
@@ -146,6 +222,7 @@ def test_map_state_rejects_keys_of_the_wrong_type(store, ctx):
     assert m.is_empty()
 
 
+# -- reducing and aggregating state -----------------------------------------------------------------------------
 def test_reducing_state_folds_added_values_and_is_none_when_empty(store, ctx):
     total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, Types.LONG()))
     store.set_current_key("a", 1)
@@ -157,19 +234,28 @@ def test_reducing_state_folds_added_values_and_is_none_when_empty(store, ctx):
     assert total.get() is None
 
 
-def test_aggregating_state_uses_the_aggregate_function_and_is_none_when_empty(store, ctx):
+def test_aggregating_state_uses_the_aggregate_function_and_stores_the_accumulator(store, ctx):
     avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average(), Types.LIST(Types.LONG())))
     store.set_current_key("a", 1)
     assert avg.get() is None
     for v in (1, 2, 6):
         avg.add(v)
     assert avg.get() == 3.0
-    (name, _, _, _, text), = changes(store, ctx)
-    assert Types.LIST(Types.LONG()).loads(text) == [9, 3]  # the accumulator is what is stored
+    (_, _, _, _, _, text, delta), = store.flush()
+    assert Types.LIST(Types.LONG()).loads(text) == [9, 3] and delta == CREATED  # the accumulator is what is stored
     avg.clear()
     assert avg.get() is None
 
 
+def test_aggregating_state_add_none_raises_value_error(store, ctx):
+    avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average(), Types.LIST(Types.LONG())))
+    store.set_current_key("a", 1)
+    with pytest.raises(ValueError, match="None"):
+        avg.add(None)
+    assert avg.get() is None
+
+
+# -- scoping --------------------------------------------------------------------------------------------------
 def test_namespaces_keep_separate_values_for_the_same_key(store, ctx):
     count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
     store.set_current_key("a", 1)
@@ -179,7 +265,7 @@ def test_namespaces_keep_separate_values_for_the_same_key(store, ctx):
     count.update(10)
     count.set_current_namespace("")
     assert count.value() == 1
-    assert [(c[3], c[4]) for c in changes(store, ctx)] == [("", "1"), ("window-10", "10")]
+    assert [(row[3], row[5]) for row in store.flush()] == [("", "1"), ("window-10", "10")]
 
 
 def test_state_is_scoped_to_the_current_key(store, ctx):
@@ -191,10 +277,18 @@ def test_state_is_scoped_to_the_current_key(store, ctx):
     items.add("for b")
     store.set_current_key("a", 3)
     assert items.get() == ["for a"]
-    assert changes(store, ctx) == [("op.items", 3, "a", "", '["for a"]'), ("op.items", 7, "b", "", '["for b"]')]
+    assert store.flush() == [("op.items", 3, "a", "", None, '["for a"]', CREATED),
+                             ("op.items", 7, "b", "", None, '["for b"]', CREATED)]
 
 
-def test_changes_emit_encoded_values_that_decode_back_for_all_five_types(store, ctx):
+def test_registering_the_same_name_with_another_type_is_refused(ctx):
+    ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+    with pytest.raises(ValueError, match="registered twice"):
+        ctx.get_state(ValueStateDescriptor("count", Types.STRING()))
+
+
+# -- flush ------------------------------------------------------------------------------------------------------
+def test_flush_returns_encoded_values_that_decode_back_for_all_five_types(store, ctx):
     v = ctx.get_state(ValueStateDescriptor("v", POINT))
     lst = ctx.get_list_state(ListStateDescriptor("l", POINT))
     m = ctx.get_map_state(MapStateDescriptor("m", Types.LONG(), POINT))
@@ -207,59 +301,87 @@ def test_changes_emit_encoded_values_that_decode_back_for_all_five_types(store, 
     m.put(1, p)
     r.add(2.5)
     a.add(4)
-    emitted = {name: (kg, key, ns, text) for name, kg, key, ns, text in changes(store, ctx)}
-    assert set(emitted) == {"op.v", "op.l", "op.m", "op.r", "op.a"}
-    assert {(kg, key, ns) for kg, key, ns, _ in emitted.values()} == {(9, "k", "")}
-    decoded = {n: ctx.descriptors[n].stored_type.loads(t) for n, (_, _, _, t) in emitted.items()}
-    assert decoded == {"op.v": p, "op.l": [p], "op.m": {1: p}, "op.r": 2.5, "op.a": [4, 1]}
+    rows = store.flush()
+    assert {(kg, key, ns, delta) for _, kg, key, ns, _, _, delta in rows} == {(9, "k", "", CREATED)}
+    assert {name: user_key for name, _, _, _, user_key, _, _ in rows} == {
+        "op.v": None, "op.l": None, "op.m": "1", "op.r": None, "op.a": None}
+    m_type = ctx.descriptors["op.m"].value_type
+    decoded = {name: (m_type if name == "op.m" else ctx.descriptors[name].stored_type).loads(text)
+               for name, _, _, _, _, text, _ in rows}
+    assert decoded == {"op.v": p, "op.l": [p], "op.m": p, "op.r": 2.5, "op.a": [4, 1]}
 
 
-def test_changes_emit_tombstones_for_cleared_entries_that_existed(store, ctx):
+def test_flush_marks_created_updated_and_removed_entries(store, ctx):
     count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-    store.load("op.count", "a", "", 4, "5")
+    store.load("op.count", "a", "", None, 4, "5")
+    store.load("op.count", "b", "", None, 6, "7")
     store.set_current_key("a", 4)
-    assert count.value() == 5
     count.clear()
-    assert changes(store, ctx) == [("op.count", 4, "a", "", None)]
+    store.set_current_key("b", 6)
+    count.update(8)
+    store.set_current_key("c", 2)
+    count.update(1)
+    assert store.flush() == [("op.count", 4, "a", "", None, None, REMOVED),
+                             ("op.count", 6, "b", "", None, "8", UPDATED),
+                             ("op.count", 2, "c", "", None, "1", CREATED)]
 
 
-def test_changes_skip_entries_read_or_written_back_unchanged(store, ctx):
+def test_flush_skips_entries_read_or_written_back_unchanged(store, ctx):
     count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
-    store.load("op.count", "a", "", 4, "5")
-    store.load("op.items", "a", "", 4, "[1,2]")
-    store.load("op.count", "b", "", 6, "7")
+    store.load("op.count", "a", "", None, 4, "5")
+    store.load("op.items", "a", "", None, 4, "[1,2]")
+    store.load("op.count", "b", "", None, 6, "7")
     store.set_current_key("a", 4)
     count.update(count.value())
     items.update(items.get())
     store.set_current_key("b", 6)
     count.value()
-    assert changes(store, ctx) == []
-    count.update(8)
-    assert changes(store, ctx) == [("op.count", 6, "b", "", "8")]
+    assert store.flush() == []
 
 
-def test_registering_the_same_name_with_another_type_is_refused(ctx):
-    ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-    with pytest.raises(ValueError, match="registered twice"):
-        ctx.get_state(ValueStateDescriptor("count", Types.STRING()))
-
-
-def test_mutating_an_element_returned_by_list_state_get_does_not_change_the_state(store, ctx):
-    items = ctx.get_list_state(ListStateDescriptor("items", POINT))
-    store.load("op.items", "a", "", 1, POINT_LIST.dumps([{"x": 1, "y": "a"}]))
+def test_flush_makes_the_changes_the_stored_state_so_a_second_flush_returns_nothing(store, ctx):
+    count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()))
     store.set_current_key("a", 1)
-    items.get()[0]["x"] = 99
-    assert items.get() == [{"x": 1, "y": "a"}]
+    count.update(1)
+    m.put("x", 1)
+    assert len(store.flush()) == 2
+    assert store.flush() == []
+    store.set_current_key("a", 1)  # the next microbatch of the run
+    assert count.value() == 1 and m.get("x") == 1
+    count.clear()
+    m.remove("x")
+    assert store.flush() == [("op.count", 1, "a", "", None, None, REMOVED), ("op.m", 1, "a", "", '"x"', None, REMOVED)]
+    assert store.flush() == []
 
 
-def test_value_read_in_the_same_microbatch_equals_the_value_read_after_a_reload(store, ctx):
+def test_values_read_in_the_same_microbatch_equal_values_read_after_a_flush_and_a_reload(store, ctx):
     v = ctx.get_state(ValueStateDescriptor("v", POINT))
+    lst = ctx.get_list_state(ListStateDescriptor("l", Types.DOUBLE()))
+    m = ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), POINT))
+    r = ctx.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b, Types.DOUBLE()))
+
+    def read():  # repr, so an int read as 2 and a float read as 2.0 differ
+        return repr((v.value(), lst.get(), m.get("p"), r.get()))
+
     store.set_current_key("a", 1)
     v.update({"x": 1})  # y omitted: a nullable field
-    (_, _, _, _, text), = changes(store, ctx)
+    lst.add(2)  # an int in a DOUBLE list
+    m.put("p", {"y": "why"})
+    r.add(3)
+    in_microbatch = read()
+    assert in_microbatch == repr(({"x": 1, "y": None}, [2.0], {"x": None, "y": "why"}, 3.0))
+    rows = store.flush()
+    store.set_current_key("a", 1)
+    assert read() == in_microbatch  # after a flush, in the same run
     reloaded = KeyedStateStore()
-    reloaded.load("op.v", "a", "", 1, text)
+    for name, kg, key, ns, user_key, text, _ in rows:
+        reloaded.load(name, key, ns, user_key, kg, text)
+    reloaded_ctx = RuntimeContext("op", reloaded, 0, 1, 128)
+    v = reloaded_ctx.get_state(ValueStateDescriptor("v", POINT))
+    lst = reloaded_ctx.get_list_state(ListStateDescriptor("l", Types.DOUBLE()))
+    m = reloaded_ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), POINT))
+    r = reloaded_ctx.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b, Types.DOUBLE()))
     reloaded.set_current_key("a", 1)
-    assert reloaded.get("op.v", "", ctx.descriptors["op.v"]) == {"x": 1, "y": None}
-    assert v.value() == {"x": 1, "y": None}
+    assert read() == in_microbatch  # in a later run

@@ -78,26 +78,27 @@ def test_checkpoints_pin_table_versions_and_only_num_retained_are_kept(spark, la
     spec = all_states_job(lake, job_id="retained", checkpoint_interval=1, num_retained=2, broadcast_source=None)
     from tests.jobs import AllStates  # noqa: F401  (broadcast-less run of the same function)
 
+    run(spark, spec, lake, max_microbatches=3)
     run(spark, spec, lake)
     meta = JobMeta(lake.settings.job_dir("retained"))
     checkpoints = meta.checkpoints()
-    assert [c["checkpoint_id"] for c in checkpoints] == [3, 4]
-    versions = [c["state"]["keyed"]["version"] for c in checkpoints]
-    assert versions[0] < versions[1]
+    assert [c.checkpoint_id for c in checkpoints] == [3, 4]
+    versions = [c.state["keyed"]["version"] for c in checkpoints]
+    assert versions[0] < versions[1]  # two runs: each commits the keyed table once
     latest = checkpoints[-1]
-    assert latest["batch_id"] == 3 and latest["status"] == "COMPLETED"
-    assert latest["key_group_ranges"] == [[0, 7], [8, 15]]
-    assert latest["descriptors"]["all.items"] == {"scope": "keyed", "kind": "list", "type": "LONG"}
-    assert latest["state"]["keyed"]["size_bytes"] > 0 and latest["entries"]["all.count"] == 5
-    assert latest["source_offsets"]["main"]["files"] == ["e0.json", "e1.json", "e2.json", "e3.json"]
+    assert latest.batch_id == 3 and latest.status == "COMPLETED"
+    assert latest.key_group_ranges == [[0, 7], [8, 15]]
+    assert latest.descriptors["all.items"] == {"scope": "keyed", "kind": "list", "type": "LONG"}
+    assert latest.state["keyed"]["size_bytes"] > 0 and latest.entries["all.count"] == 5
+    assert latest.source_offsets["main"]["files"] == ["e0.json", "e1.json", "e2.json", "e3.json"]
 
 
 def test_state_writes_grow_with_changed_entries_not_with_state_size(spark, lake):
     lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(200)])
     lake.write_events("e1.json", [{"k": "k1", "v": 1, "op": "add", "seq": 1000}])
     spec = all_states_job(lake, job_id="growth", checkpoint_interval=1, broadcast_source=None)
-    result = run(spark, spec, lake)
-    first, second = result.batches
+    first, = run(spark, spec, lake, max_microbatches=1).batches
+    second, = run(spark, spec, lake).batches
     assert first["state_upserts"] >= 200 * 5
     # One touched key: its five states, the per-namespace counter, plus operator and raw entries.
     assert second["state_upserts"] < 20

@@ -1,44 +1,144 @@
-"""One subtask running one microbatch over pandas frames (no Spark)."""
+"""The subtasks of a run over Arrow batches, as an executor runs them (no Spark).
+
+``run_partition`` reads the exchange frame of ``state_store.exchange``: per
+subtask a marker row, its operator state, its raw keyed state, the keyed state
+of the keys the run touches, then its records microbatch by microbatch. These
+tests build such frames from readable rows and read back what it returns.
+"""
 import json
 
-import pandas as pd
+import pyarrow as pa
 import pytest
 
 from state_store.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from state_store.exchange import (
+    BROADCAST_RECORD,
+    EXCHANGE_COLUMNS,
+    OUT,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    PHASE_SUBTASK,
+    RECORD,
+    RESULT_COLUMNS,
+    SIDE_BROADCAST,
+    SIDE_KEYED,
+    sort_columns,
+)
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
-from state_store.task import STATE_COLUMNS, SubtaskPlan, run_subtask
+from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
+from state_store.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 
-INPUT_COLUMNS = ["subtask", "side", "key_group", "key", "record"]
-RULES = MapStateDescriptor("rules", Types.STRING(), Types.LONG())
+# parallelism 2 over 8 key groups: subtask 0 owns key groups 0..3, subtask 1 owns 4..7
+PARALLELISM, MAX_PARALLELISM = 2, 8
+ARROW_TYPES = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
+RECORD_TYPE = pa.struct([("v", pa.string())])  # the keyed source's record
+RULE_TYPE = pa.struct([("rule", pa.string()), ("limit", pa.int64())])  # the broadcast source's record
+RAW_KEYED_NAME = f"op.{RAW_KEYED}"
+RAW_OPERATOR_NAME = "op.__raw__"
+BYTES = Types.BYTES()
 
 
-def plan(function, output_type, order_by=(), batch_id=1):
-    # parallelism 2 over 8 key groups: subtask 0 owns key groups 0..3
-    return SubtaskPlan("op", function, Types.STRING(), output_type, 2, 8, batch_id, 1_000, False, list(order_by))
+# -- building the exchange frame -------------------------------------------------------------------------------
+def marker(subtask):
+    """The row that makes a subtask present in the partition, even without state or records."""
+    return {"subtask": subtask, "phase": PHASE_SUBTASK}
 
 
-def records(*rows):
-    return pd.DataFrame([(0, side, kg, key, json.dumps(rec) if isinstance(rec, dict) else rec)
-                         for side, kg, key, rec in rows], columns=INPUT_COLUMNS)
+def operator_row(subtask, state_name, mode, value, origin=None):
+    """Operator state stored by subtask ``origin`` (default: ``subtask`` itself)."""
+    return {"subtask": subtask, "phase": PHASE_OPERATOR, "state_name": state_name, "mode": mode, "value": value,
+            "origin": subtask if origin is None else origin}
 
 
-def no_state():
-    return pd.DataFrame([], columns=STATE_COLUMNS)
+def raw_keyed_row(subtask, key_group, data: bytes):
+    return {"subtask": subtask, "phase": PHASE_RAW_KEYED, "state_name": RAW_KEYED_NAME, "key": "", "namespace": "",
+            "key_group": key_group, "value": BYTES.dumps(data)}
 
 
-def state_of(result):
-    """The rows a run returns, as the state the next microbatch of the same subtask starts from."""
-    changed = result[result["kind"].isin(["k", "o"]) & result["value"].notna()]
-    return changed[STATE_COLUMNS].reset_index(drop=True)
+def keyed_row(subtask, state_name, key, key_group, value, namespace="", user_key=None):
+    return {"subtask": subtask, "phase": PHASE_KEYED, "state_name": state_name, "key": key, "key_group": key_group,
+            "namespace": namespace, "user_key": user_key, "value": value}
 
 
-def outputs(result):
-    return [json.loads(p) for p in result[result["kind"] == "out"]["payload"]]
+def record(subtask, batch_id, key, v, key_group=None):
+    """A keyed record ``{"v": v}``; its source position is its place in the list given to ``frame``."""
+    return {"subtask": subtask, "phase": PHASE_RECORD, "batch_id": batch_id, "side": SIDE_KEYED, "key": key,
+            "key_group": 4 * subtask + 1 if key_group is None else key_group, RECORD: {"v": v}}
+
+
+def broadcast(subtask, batch_id, rule, limit):
+    return {"subtask": subtask, "phase": PHASE_RECORD, "batch_id": batch_id, "side": SIDE_BROADCAST,
+            BROADCAST_RECORD: {"rule": rule, "limit": limit}}
+
+
+def _spark_order(row):
+    # The runtime sorts each partition by sort_columns, ascending, nulls last.
+    return tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in sort_columns([]))
+
+
+def frame(*rows, rows_per_batch=None, with_broadcast=False):
+    """Exchange batches of ``rows``: typed as EXCHANGE_COLUMNS + record (+ brecord), sorted as the runtime sorts
+    them, records given file 0, block 0 and their place in ``rows`` as source position."""
+    schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, RECORD_TYPE)]
+                       + ([(BROADCAST_RECORD, RULE_TYPE)] if with_broadcast else []))
+    full = []
+    for position, row in enumerate(rows):
+        row = dict.fromkeys(schema.names) | row
+        if row["phase"] == PHASE_RECORD:
+            row.update(file_idx=0, block=0, row=position)
+        full.append(row)
+    full.sort(key=_spark_order)
+    size = rows_per_batch or max(len(full), 1)
+    return [pa.RecordBatch.from_pylist(full[i:i + size], schema=schema) for i in range(0, len(full), size)]
+
+
+def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=False, rows_per_batch=None,
+        key_type=None):
+    """Run ``function`` over the frame of ``rows``; the result rows as dicts (``out`` is the typed sink row)."""
+    plan = RunPlan("op", function, key_type or Types.STRING(), output_type or function.OUT, PARALLELISM,
+                   MAX_PARALLELISM, restored, list(microbatches))
+    with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
+    batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast)))
+    return [r for batch in batches for r in batch.to_pylist()]
+
+
+# -- reading the result ------------------------------------------------------------------------------------------
+def outputs(result, batch_id=None):
+    return [r[OUT] for r in result if r["kind"] == "out" and batch_id in (None, r["batch_id"])]
+
+
+def keyed_changes(result):
+    """(batch_id, state_name, key_group, key, namespace, user_key, value) of every keyed change row."""
+    return [(r["batch_id"], r["state_name"], r["key_group"], r["key"], r["namespace"], r["user_key"], r["value"])
+            for r in result if r["kind"] == "k"]
+
+
+def operator_changes(result):
+    """(batch_id, subtask, state_name, mode, value) of every operator change row."""
+    return [(r["batch_id"], r["subtask"], r["state_name"], r["mode"], r["value"]) for r in result if r["kind"] == "o"]
+
+
+def stats(result):
+    """(batch_id, subtask, payload) of every stat row, in the order returned."""
+    return [(r["batch_id"], r["subtask"], json.loads(r["payload"])) for r in result if r["kind"] == "stat"]
+
+
+class Journal(list):
+    """A log every copy of a function writes to: run_partition deep-copies the function per subtask."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+# -- functions ------------------------------------------------------------------------------------------------
+KEY_COUNT = Types.ROW_NAMED(["key", "count"], [Types.STRING(), Types.LONG()])
 
 
 class CountPerKey(KeyedProcessFunction):
-    OUT = Types.ROW_NAMED(["key", "count"], [Types.STRING(), Types.LONG()])
+    OUT = KEY_COUNT
 
     def open(self, ctx):
         self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
@@ -48,48 +148,66 @@ class CountPerKey(KeyedProcessFunction):
         yield {"key": key, "count": self.count.value()}
 
 
-def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
-    recs = records(("k", 1, "a", {"v": 1}), ("k", 1, "a", {"v": 2}), ("k", 2, "b", {"v": 3}))
-    result = run_subtask(plan(CountPerKey(), CountPerKey.OUT), no_state(), recs)
-    assert outputs(result) == [{"key": "a", "count": 2}, {"key": "b", "count": 1}]
-    keyed = result[result["kind"] == "k"]
-    assert list(zip(keyed["state_name"], keyed["key_group"], keyed["key"], keyed["namespace"], keyed["value"])) == [
-        ("op.count", 1, "a", "", "2"), ("op.count", 2, "b", "", "1")]
-    assert set(keyed["scope"]) == {"k"} and set(result["subtask"]) == {0}
-    stat, = result[result["kind"] == "stat"]["payload"]
-    assert json.loads(stat) == {"records": 3, "broadcast": 0, "keys": 2, "outputs": 2}
+class RecordsPerCall(KeyedProcessFunction):
+    """One output per process() call: how many records it got."""
+
+    OUT = KEY_COUNT
+
+    def process(self, key, records, ctx):
+        return [{"key": key, "count": len(records)}]
 
 
-def test_keyed_state_returned_by_one_microbatch_continues_in_the_next():
-    first = run_subtask(plan(CountPerKey(), CountPerKey.OUT), no_state(), records(("k", 1, "a", {"v": 1})))
-    second = run_subtask(plan(CountPerKey(), CountPerKey.OUT, batch_id=2), state_of(first),
-                         records(("k", 1, "a", {"v": 2}), ("k", 1, "a", {"v": 3})))
-    assert outputs(second) == [{"key": "a", "count": 3}]
+class CallsSoFar(KeyedProcessFunction):
+    """Counts its process() calls in a field set in open."""
+
+    OUT = KEY_COUNT
+
+    def open(self, ctx):
+        self.calls = 0
+
+    def process(self, key, records, ctx):
+        self.calls += 1
+        yield {"key": key, "count": self.calls}
 
 
 class Echo(KeyedProcessFunction):
-    OUT = Types.ROW_NAMED(["key", "ts", "v"], [Types.STRING(), Types.LONG(), Types.STRING()])
+    OUT = Types.ROW_NAMED(["batch", "key", "v"], [Types.LONG(), Types.STRING(), Types.STRING()])
 
     def process(self, key, records, ctx):
         for r in records:
-            yield {"key": key, "ts": r.get("ts"), "v": r["v"]}
+            yield {"batch": ctx.batch_id, "key": key, "v": r["v"]}
 
 
-def test_records_of_a_key_arrive_sorted_by_order_by_then_by_full_json_text():
-    texts = ['{"ts": 2, "v": "late"}', '{"v": "no-ts"}', '{"ts": 1, "v": "b"}', '{"v": "c", "ts": 1}',
-             '{"ts": 1, "v": "a"}', '{"ts": 0, "v": "first"}']
-    recs = records(*[("k", 3, "a", t) for t in texts])
-    result = run_subtask(plan(Echo(), Echo.OUT, order_by=["ts"]), no_state(), recs)
-    # ts 1 ties break on the text: '{"ts": 1, "v": "a"}' < '{"ts": 1, "v": "b"}' < '{"v": "c", "ts": 1}'
-    assert [o["v"] for o in outputs(result)] == ["first", "a", "b", "c", "late", "no-ts"]
+class Lifecycle(KeyedBroadcastProcessFunction):
+    """Logs every hook as (subtask, event)."""
+
+    OUT = KEY_COUNT
+
+    def __init__(self, journal):
+        self.journal, self.subtask = journal, None
+
+    def open(self, ctx):
+        self.subtask = ctx.get_index_of_this_subtask()
+        self.journal.append((self.subtask, "open"))
+
+    def initialize_state(self, ctx):
+        self.subtask = ctx.subtask
+        self.journal.append((self.subtask, "initialize_state"))
+
+    def process_broadcast_element(self, value, ctx):
+        self.journal.append((self.subtask, f"broadcast {ctx.batch_id} {value['rule']}"))
+
+    def process(self, key, records, ctx):
+        self.journal.append((self.subtask, f"process {ctx.batch_id} {key}"))
+
+    def snapshot_state(self, ctx):
+        self.journal.append((self.subtask, f"snapshot {ctx.batch_id}"))
+
+    def close(self):
+        self.journal.append((self.subtask, "close"))
 
 
-def test_keys_are_processed_in_a_deterministic_order_whatever_the_input_order():
-    rows = [("k", 1, "b", {"v": "1"}), ("k", 2, "a", {"v": "2"}), ("k", 1, "b", {"v": "0"})]
-    one = run_subtask(plan(Echo(), Echo.OUT), no_state(), records(*rows))
-    two = run_subtask(plan(Echo(), Echo.OUT), no_state(), records(*reversed(rows)))
-    assert outputs(one) == outputs(two) == [
-        {"key": "a", "ts": None, "v": "2"}, {"key": "b", "ts": None, "v": "0"}, {"key": "b", "ts": None, "v": "1"}]
+RULES = MapStateDescriptor("rules", Types.STRING(), Types.LONG())
 
 
 class Thresholds(KeyedBroadcastProcessFunction):
@@ -103,15 +221,308 @@ class Thresholds(KeyedBroadcastProcessFunction):
         yield {"source": "keyed", "key": key, "limit": ctx.get_broadcast_state(RULES).get(key)}
 
 
+class RawState(KeyedProcessFunction):
+    """Logs the raw state initialize_state sees; snapshot 1 writes raw operator and raw keyed state (key group 2),
+    snapshot 2 raw operator state only, later snapshots nothing."""
+
+    OUT = KEY_COUNT
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def initialize_state(self, ctx):
+        keyed = {kg: ctx.raw_keyed_state(kg) for kg in ctx.key_group_range if ctx.raw_keyed_state(kg) is not None}
+        self.journal.append((ctx.raw_operator_state(), keyed))
+
+    def process(self, key, records, ctx):
+        return None
+
+    def snapshot_state(self, ctx):
+        if ctx.batch_id == 1:
+            ctx.write_raw_operator_state(b"op-1")
+            ctx.write_raw_keyed_state(2, b"\x00kg2-1")
+        elif ctx.batch_id == 2:
+            ctx.write_raw_operator_state(b"op-2")
+
+
+# -- the function contract --------------------------------------------------------------------------------------
+def test_a_keyed_process_function_without_process_cannot_be_instantiated():
+    class NoProcess(KeyedProcessFunction):
+        def open(self, ctx):
+            pass
+
+    with pytest.raises(TypeError, match="process"):
+        NoProcess()
+
+
+def test_a_keyed_broadcast_process_function_without_process_broadcast_element_cannot_be_instantiated():
+    class NoBroadcastHook(KeyedBroadcastProcessFunction):
+        def process(self, key, records, ctx):
+            return None
+
+    with pytest.raises(TypeError, match="process_broadcast_element"):
+        NoBroadcastHook()
+
+
+def test_a_keyed_state_named_like_the_internal_raw_keyed_state_is_refused():
+    with pytest.raises(ValueError, match="reserved"):
+        ValueStateDescriptor(RAW_KEYED, Types.LONG(), 0)
+
+
+# -- outputs, state changes and stats ---------------------------------------------------------------------------
+def test_result_batches_have_the_result_columns_and_a_typed_out_struct():
+    plan = RunPlan("op", CountPerKey(), Types.STRING(), KEY_COUNT, PARALLELISM, MAX_PARALLELISM, False, [(1, 0)])
+    batch, = run_partition(plan, iter(frame(record(0, 1, "a", "x"))))
+    assert batch.schema.names == [n for n, _ in RESULT_COLUMNS] + [OUT]
+    assert [batch.schema.field(n).type for n, _ in RESULT_COLUMNS] == [ARROW_TYPES[t] for _, t in RESULT_COLUMNS]
+    assert batch.schema.field(OUT).type == KEY_COUNT.arrow_type()
+
+
+def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
+    result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"),
+                 record(0, 1, "b", "3", key_group=2))
+    assert outputs(result) == [{"key": "a", "count": 2}, {"key": "b", "count": 1}]
+    assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "2"), (1, "op.count", 2, "b", "", None, "1")]
+    assert {r["subtask"] for r in result} == {0}
+    assert stats(result) == [(1, 0, {"records": 3, "broadcast": 0, "keys": 2, "outputs": 2, "upserts": 2,
+                                     "deletes": 0, "entries": {"op.count": 2}})]
+
+
+def test_keyed_state_rows_in_the_frame_are_what_process_reads():
+    result = run(CountPerKey(), marker(0), keyed_row(0, "op.count", "a", 1, "5"), record(0, 1, "a", "x"))
+    assert outputs(result) == [{"key": "a", "count": 6}]
+    assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "6")]
+    assert stats(result)[0][2]["entries"] == {}  # updated, not created
+
+
+def test_keyed_state_carries_across_the_microbatches_of_one_run():
+    result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"), record(0, 2, "a", "3"),
+                 microbatches=[(1, 0), (2, 0)])
+    assert outputs(result, 1) == [{"key": "a", "count": 2}] and outputs(result, 2) == [{"key": "a", "count": 3}]
+    assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "2"), (2, "op.count", 1, "a", "", None, "3")]
+
+
+class CountPerParity(KeyedProcessFunction):
+    OUT = KEY_COUNT
+
+    def open(self, ctx):
+        self.counts = ctx.get_map_state(MapStateDescriptor("counts", Types.STRING(), Types.LONG()))
+
+    def process(self, key, records, ctx):
+        for r in records:
+            parity = "even" if int(r["v"]) % 2 == 0 else "odd"
+            self.counts.put(parity, (self.counts.get(parity) or 0) + 1)
+        yield {"key": key, "count": sum(self.counts.values())}
+
+
+def test_map_state_entries_are_read_and_written_as_one_row_per_user_key():
+    result = run(CountPerParity(), marker(0), keyed_row(0, "op.counts", "a", 1, "3", user_key='"odd"'),
+                 keyed_row(0, "op.counts", "a", 1, "7", user_key='"prime"'), record(0, 1, "a", "2"))
+    assert outputs(result) == [{"key": "a", "count": 11}]
+    assert keyed_changes(result) == [(1, "op.counts", 1, "a", "", '"even"', "1")]  # odd and prime untouched
+
+
+def test_stats_are_counted_per_microbatch_and_per_subtask_even_when_counts_are_equal():
+    result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"), record(0, 2, "a", "3"),
+                 marker(1), record(1, 1, "x", "1"), record(1, 1, "x", "2"), microbatches=[(1, 0), (2, 0)])
+    mb1 = {"records": 2, "broadcast": 0, "keys": 1, "outputs": 1, "upserts": 1, "deletes": 0,
+           "entries": {"op.count": 1}}
+    assert stats(result) == [
+        (1, 0, mb1),
+        (2, 0, {"records": 1, "broadcast": 0, "keys": 1, "outputs": 1, "upserts": 1, "deletes": 0, "entries": {}}),
+        (1, 1, mb1),
+        (2, 1, {"records": 0, "broadcast": 0, "keys": 0, "outputs": 0, "upserts": 0, "deletes": 0, "entries": {}}),
+    ]
+
+
+# -- lifecycle ----------------------------------------------------------------------------------------------------
+def test_each_microbatch_runs_initialize_state_broadcast_elements_process_per_key_then_snapshot_state():
+    journal = Journal()
+    run(Lifecycle(journal), marker(0), broadcast(0, 1, "r1", 1), record(0, 1, "a", "x"), record(0, 1, "b", "y"),
+        broadcast(0, 2, "r2", 2), record(0, 2, "a", "z"), microbatches=[(1, 0), (2, 0), (3, 0)])
+    events = [e for _, e in journal]
+    assert events.count("open") == 1
+    assert [e for e in events if e != "open"] == [
+        "initialize_state", "broadcast 1 r1", "process 1 a", "process 1 b", "snapshot 1",
+        "initialize_state", "broadcast 2 r2", "process 2 a", "snapshot 2",
+        "initialize_state", "snapshot 3",  # microbatch 3 has no records: initialize and snapshot all the same
+        "close",
+    ]
+
+
+def test_open_runs_once_after_the_first_initialize_state_as_in_flink():
+    journal = Journal()
+    run(Lifecycle(journal), marker(0), record(0, 1, "a", "x"), microbatches=[(1, 0), (2, 0)])
+    events = [e for _, e in journal]
+    assert events[:2] == ["initialize_state", "open"] and events.count("open") == 1
+
+
+def test_every_present_subtask_initializes_and_snapshots_every_microbatch_with_or_without_records():
+    journal = Journal()
+    result = run(Lifecycle(journal), marker(0), record(0, 2, "a", "x"), marker(1),
+                 microbatches=[(1, 0), (2, 0), (3, 0)])
+    for subtask in (0, 1):
+        snapshots = [e for s, e in journal if s == subtask and e.startswith(("initialize", "snapshot"))]
+        assert snapshots == ["initialize_state", "snapshot 1", "initialize_state", "snapshot 2",
+                             "initialize_state", "snapshot 3"]
+    assert [(b, s) for b, s, _ in stats(result)] == [(1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (3, 1)]
+
+
+def test_the_function_object_and_its_fields_persist_across_the_microbatches_of_a_run():
+    result = run(CallsSoFar(), marker(0), record(0, 1, "a", "x"), record(0, 2, "a", "y"), record(0, 3, "b", "z"),
+                 microbatches=[(1, 0), (2, 0), (3, 0)])
+    assert outputs(result) == [{"key": "a", "count": 1}, {"key": "a", "count": 2}, {"key": "b", "count": 3}]
+
+
+def test_two_subtasks_in_one_partition_are_both_processed_each_with_its_own_function_copy():
+    journal = Journal()
+    run(Lifecycle(journal), marker(0), record(0, 1, "a", "x"), marker(1), record(1, 1, "x", "y"))
+    assert [(s, e) for s, e in journal if e.startswith(("open", "process", "close"))] == [
+        (0, "open"), (0, "process 1 a"), (0, "close"), (1, "open"), (1, "process 1 x"), (1, "close")]
+    result = run(CallsSoFar(), marker(0), record(0, 1, "a", "1"), record(0, 1, "b", "2", key_group=2),
+                 marker(1), record(1, 1, "x", "3"))
+    assert [(r["subtask"], r[OUT]) for r in result if r["kind"] == "out"] == [
+        (0, {"key": "a", "count": 1}), (0, {"key": "b", "count": 2}), (1, {"key": "x", "count": 1})]
+
+
+class RestoredFlags(KeyedProcessFunction):
+    OUT = KEY_COUNT
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def initialize_state(self, ctx):
+        self.journal.append(ctx.is_restored())
+
+    def process(self, key, records, ctx):
+        return None
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_is_restored_equals_the_plans_restored_flag_on_every_microbatch(restored):
+    journal = Journal()
+    run(RestoredFlags(journal), marker(0), record(0, 1, "a", "x"), microbatches=[(1, 0), (2, 0), (3, 0)],
+        restored=restored)
+    assert journal == [restored] * 3
+
+
+# -- records ------------------------------------------------------------------------------------------------------
+def test_a_keys_records_arrive_in_source_order_not_sorted_by_content():
+    result = run(Echo(), marker(0), record(0, 1, "a", "c"), record(0, 1, "a", "a"), record(0, 1, "a", "b"))
+    assert [o["v"] for o in outputs(result)] == ["c", "a", "b"]
+
+
+def test_a_keys_records_of_one_microbatch_are_one_process_call_even_across_input_batches():
+    result = run(RecordsPerCall(), marker(0), *[record(0, 1, "a", str(i)) for i in range(5)],
+                 record(0, 1, "b", "x"), record(0, 2, "a", "y"), microbatches=[(1, 0), (2, 0)], rows_per_batch=2)
+    assert outputs(result, 1) == [{"key": "a", "count": 5}, {"key": "b", "count": 1}]
+    assert outputs(result, 2) == [{"key": "a", "count": 1}]
+
+
+class KeyAndTime(KeyedProcessFunction):
+    OUT = Types.ROW_NAMED(["key", "key_group", "timestamp"], [Types.LONG(), Types.INT(), Types.LONG()])
+
+    def process(self, key, records, ctx):
+        assert key == ctx.get_current_key()
+        yield {"key": key + 1, "key_group": ctx.current_key_group(), "timestamp": ctx.timestamp()}
+
+
+def test_process_gets_the_key_in_the_declared_key_type_its_key_group_and_the_microbatchs_timestamp():
+    result = run(KeyAndTime(), marker(0), record(0, 1, "41", "x", key_group=3), record(0, 2, "41", "y", key_group=3),
+                 key_type=Types.LONG(), microbatches=[(1, 1_000), (2, 2_000)])
+    assert outputs(result) == [{"key": 42, "key_group": 3, "timestamp": 1_000},
+                               {"key": 42, "key_group": 3, "timestamp": 2_000}]
+
+
 def test_broadcast_elements_are_processed_before_keyed_records_and_stored_as_broadcast_state():
-    recs = records(("k", 1, "a", {"v": 1}), ("b", None, None, {"rule": "a", "limit": 5}))
-    result = run_subtask(plan(Thresholds(), Thresholds.OUT), no_state(), recs)
+    result = run(Thresholds(), marker(0), record(0, 1, "a", "x"), broadcast(0, 1, "a", 5))
     assert outputs(result) == [{"source": "broadcast", "key": "a", "limit": 5},
                                {"source": "keyed", "key": "a", "limit": 5}]
-    op_rows = result[result["kind"] == "o"]
-    assert list(zip(op_rows["state_name"], op_rows["mode"])) == [("op.rules", "broadcast")]
-    assert RULES.stored_type.loads(op_rows["value"].iloc[0]) == {"a": 5}
-    assert json.loads(result[result["kind"] == "stat"]["payload"].iloc[0])["broadcast"] == 1
+    (batch_id, subtask, name, mode, value), = operator_changes(result)
+    assert (batch_id, subtask, name, mode) == (1, 0, "op.rules", BROADCAST)
+    assert RULES.stored_type.loads(value) == {"a": 5}
+    assert stats(result)[0][2]["broadcast"] == 1
+
+
+# -- operator and raw state -------------------------------------------------------------------------------------
+def test_raw_operator_state_written_by_a_snapshot_is_what_the_next_initialize_state_sees_until_not_written():
+    journal = Journal()
+    result = run(RawState(journal), marker(0), operator_row(0, RAW_OPERATOR_NAME, RAW, BYTES.dumps(b"restored")),
+                 microbatches=[(1, 0), (2, 0), (3, 0), (4, 0)])
+    assert [operator for operator, _ in journal] == [b"restored", b"op-1", b"op-2", None]
+    assert operator_changes(result) == [
+        (1, 0, RAW_OPERATOR_NAME, RAW, BYTES.dumps(b"op-1")),
+        (2, 0, RAW_OPERATOR_NAME, RAW, BYTES.dumps(b"op-2")),
+        (3, 0, RAW_OPERATOR_NAME, RAW, None),  # snapshot 3 wrote none: dropped
+    ]
+
+
+def test_raw_keyed_state_written_by_a_snapshot_is_what_the_next_initialize_state_sees_until_not_written():
+    journal = Journal()
+    result = run(RawState(journal), marker(0), raw_keyed_row(0, 3, b"restored"), microbatches=[(1, 0), (2, 0), (3, 0)])
+    assert [keyed for _, keyed in journal] == [{3: b"restored"}, {2: b"\x00kg2-1"}, {}]
+    assert keyed_changes(result) == [
+        (1, RAW_KEYED_NAME, 2, "", "", None, BYTES.dumps(b"\x00kg2-1")),
+        (1, RAW_KEYED_NAME, 3, "", "", None, None),  # snapshot 1 did not write key group 3 again: dropped
+        (2, RAW_KEYED_NAME, 2, "", "", None, None),
+    ]
+
+
+class UnionAndSplit(KeyedProcessFunction):
+    OUT = KEY_COUNT
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def initialize_state(self, ctx):
+        store = ctx.get_operator_state_store()
+        self.journal.append((ctx.subtask, store.get_union_list_state(ListStateDescriptor("seen", Types.LONG())).get(),
+                             store.get_list_state(ListStateDescriptor("mine", Types.LONG())).get()))
+
+    def process(self, key, records, ctx):
+        return None
+
+
+def test_union_list_state_is_given_whole_to_every_subtask_and_split_list_state_only_to_its_own():
+    journal = Journal()
+    rows = []
+    for subtask in (0, 1):  # the runtime sends every subtask's union state to every subtask
+        rows += [marker(subtask),
+                 operator_row(subtask, "op.seen", UNION, "[1,2]", origin=0),
+                 operator_row(subtask, "op.seen", UNION, "[3]", origin=1),
+                 operator_row(subtask, "op.mine", SPLIT_DISTRIBUTE, f"[{10 + subtask}]")]
+    run(UnionAndSplit(journal), *rows)
+    assert journal == [(0, [1, 2, 3], [10]), (1, [1, 2, 3], [11])]
+
+
+# -- errors ---------------------------------------------------------------------------------------------------------
+class FailsOnB(KeyedProcessFunction):
+    OUT = KEY_COUNT
+
+    def process(self, key, records, ctx):
+        if key == "b":
+            raise ValueError("boom")
+        return None
+
+
+def test_an_error_in_user_code_names_the_hook_the_key_and_the_microbatch():
+    with pytest.raises(UserFunctionError) as err:
+        run(FailsOnB(), marker(0), record(0, 1, "a", "x"), record(0, 2, "a", "y"), record(0, 2, "b", "z"),
+            microbatches=[(1, 0), (2, 0)])
+    message = str(err.value)
+    assert "process()" in message and "'b'" in message and "microbatch 2" in message and "boom" in message
+
+
+class WrongOutput(KeyedProcessFunction):
+    OUT = KEY_COUNT
+
+    def process(self, key, records, ctx):
+        yield {"key": key, "count": "three"}
+
+
+def test_an_output_row_not_matching_the_output_type_raises_naming_output_type():
+    with pytest.raises(UserFunctionError, match="output_type"):
+        run(WrongOutput(), marker(0), record(0, 1, "a", "x"))
 
 
 class WritesBroadcastInProcess(Thresholds):
@@ -120,64 +531,22 @@ class WritesBroadcastInProcess(Thresholds):
         return []
 
 
-def test_broadcast_state_cannot_be_written_while_processing_keyed_records():
-    with pytest.raises(PermissionError, match="read-only in process"):
-        run_subtask(plan(WritesBroadcastInProcess(), Thresholds.OUT), no_state(), records(("k", 1, "a", {"v": 1})))
+def test_broadcast_state_is_read_only_while_processing_keyed_records():
+    with pytest.raises(UserFunctionError, match="read-only"):
+        run(WritesBroadcastInProcess(), marker(0), record(0, 1, "a", "x"))
 
 
 def test_broadcast_records_need_a_keyed_broadcast_process_function():
-    with pytest.raises(TypeError, match="not a KeyedBroadcastProcessFunction"):
-        run_subtask(plan(CountPerKey(), CountPerKey.OUT), no_state(), records(("b", None, None, {"rule": "a"})))
+    with pytest.raises(UserFunctionError, match="not a KeyedBroadcastProcessFunction"):
+        run(CountPerKey(), marker(0), broadcast(0, 1, "a", 1))
 
 
-def test_a_record_with_a_null_key_raises_value_error_naming_the_null_key():
-    recs = records(("k", 1, "a", {"v": 1}), ("k", 0, None, {"v": "orphan"}))
-    with pytest.raises(ValueError, match="null key") as err:
-        run_subtask(plan(CountPerKey(), CountPerKey.OUT), no_state(), recs)
+def test_a_record_with_a_null_key_after_other_keys_raises_naming_the_null_key():
+    with pytest.raises(UserFunctionError, match="null key") as err:
+        run(CountPerKey(), marker(0), record(0, 1, "a", "x"), record(0, 1, None, "orphan"))
     assert "orphan" in str(err.value)
 
 
-class RawState(KeyedProcessFunction):
-    OUT = Types.ROW_NAMED(["key", "seen"], [Types.STRING(), Types.STRING()])
-
-    def initialize_state(self, ctx):
-        self.seen = {"restored": ctx.is_restored(), "operator": repr(ctx.raw_operator_state()),
-                     "keyed": {kg: repr(ctx.raw_keyed_state(kg)) for kg in ctx.key_group_range}}
-        self.history = ctx.get_operator_state_store().get_list_state(ListStateDescriptor("history", Types.LONG()))
-
-    def process(self, key, records, ctx):
-        yield {"key": key, "seen": json.dumps(self.seen, sort_keys=True)}
-
-    def snapshot_state(self, ctx):
-        ctx.write_raw_operator_state(b"op-batch-%d" % ctx.batch_id)
-        ctx.write_raw_keyed_state(2, b"\x00kg2-batch-%d" % ctx.batch_id)
-        self.history.add(ctx.batch_id)
-
-
-def test_raw_keyed_and_raw_operator_state_written_in_snapshot_come_back_in_initialize_state():
-    first = run_subtask(plan(RawState(), RawState.OUT), no_state(), records(("k", 1, "a", {"v": 1})))
-    seen_first = json.loads(outputs(first)[0]["seen"])
-    assert seen_first["operator"] == "None" and set(seen_first["keyed"].values()) == {"None"}
-    second = run_subtask(plan(RawState(), RawState.OUT, batch_id=2), state_of(first), records(("k", 1, "a", {"v": 2})))
-    seen = json.loads(outputs(second)[0]["seen"])
-    assert seen["operator"] == repr(b"op-batch-1")
-    assert seen["keyed"] == {"0": "None", "1": "None", "2": repr(b"\x00kg2-batch-1"), "3": "None"}
-    ops = second[second["kind"] == "o"].set_index("state_name")
-    assert json.loads(ops.loc["op.history", "value"]) == [1, 2] and ops.loc["op.history", "mode"] == "split"
-    raw_keyed = second[(second["kind"] == "k") & (second["key_group"] == 2)]
-    assert Types.BYTES().loads(raw_keyed["value"].iloc[0]) == b"\x00kg2-batch-2"
-
-
-class CountInReservedName(CountPerKey):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("__raw_keyed__", Types.LONG(), 0))
-
-
-def test_a_keyed_state_named_like_the_internal_raw_keyed_state_is_refused_or_kept_apart():
-    try:
-        first = run_subtask(plan(CountInReservedName(), CountPerKey.OUT), no_state(), records(("k", 1, "a", {"v": 1})))
-    except ValueError:
-        return  # refusing the reserved name up front is a fine fix
-    second = run_subtask(plan(CountInReservedName(), CountPerKey.OUT, batch_id=2), state_of(first),
-                         records(("k", 1, "a", {"v": 2})))
-    assert outputs(second) == [{"key": "a", "count": 2}]
+def test_a_record_with_a_null_key_raises_even_when_no_other_key_precedes_it_in_its_microbatch():
+    with pytest.raises(UserFunctionError, match="null key"):
+        run(Echo(), marker(0), record(0, 1, None, "orphan"), record(0, 2, "a", "x"), microbatches=[(1, 0), (2, 0)])

@@ -1,0 +1,154 @@
+"""Typed records of the catalog: a microbatch's plan and a completed checkpoint, and what may restore one.
+
+Both are kept as JSON files (see ``catalog``) so the CLI and the Airflow
+plugin read them without Spark; here they are dataclasses with ``to_dict`` /
+``from_dict``, and ``check_restorable`` says, with the fix, when a job
+definition cannot continue from a checkpoint.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from .errors import RestoreError
+from .functions import FunctionInitializationContext, RuntimeContext
+from .key_groups import compute_key_group_range_for_operator_index
+from .keyed_state import KeyedStateStore
+from .operator_state import OperatorStateStore
+from .types import StateMigrationError, check_compatibility
+
+LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
+
+
+class _Record:
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class MicrobatchPlan(_Record):
+    """Microbatch ``batch_id`` reads ``[start, end)`` of each source, at processing time ``timestamp``.
+
+    Written before anything is read (write-ahead), so a replay reads exactly the same records.
+    """
+
+    batch_id: int
+    sources: dict[str, dict]  # source name -> {"start": offset, "end": offset}
+    timestamp: int
+    planned_by: str
+    records: int | None = None  # the planner's count of input records, when the source tells it
+
+    @property
+    def end_offsets(self) -> dict[str, Any]:
+        return {name: rng["end"] for name, rng in self.sources.items()}
+
+
+@dataclass
+class CheckpointMetadata(_Record):
+    """A completed checkpoint: the state after microbatch ``batch_id``, pinned (Flink's ``_metadata``)."""
+
+    job_id: str
+    checkpoint_id: int
+    batch_id: int
+    uid: str
+    key_type: Any
+    backend: str
+    parallelism: int
+    max_parallelism: int
+    key_group_ranges: list[list[int]]
+    source_offsets: dict[str, Any]
+    state: dict[str, dict]  # table name -> what the backend recorded (version, path, size_bytes, num_files)
+    descriptors: dict[str, dict]
+    entries: dict[str, int]  # live entries per state name
+    completed_ms: int
+    processing_time: int | None = None
+    run_id: str | None = None
+    sink: dict | None = None
+    status: str = "COMPLETED"
+    layout: int = LAYOUT_VERSION
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CheckpointMetadata":
+        return super().from_dict({"layout": 1, **data})  # rows without a layout predate layout 2
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.get("size_bytes", 0) for t in self.state.values() if isinstance(t, dict))
+
+    @property
+    def num_files(self) -> int:
+        return sum(t.get("num_files", 0) for t in self.state.values() if isinstance(t, dict))
+
+
+def discover_descriptors(spec) -> dict[str, dict]:
+    """The schemas of every state the function registers (a dry run of its hooks on the driver)."""
+    p, maxp = spec.parallelism, spec.effective_max_parallelism
+    function = copy.deepcopy(spec.function)
+    operator_store = OperatorStateStore(spec.uid)
+    kg_range = compute_key_group_range_for_operator_index(maxp, p, 0)
+    function.initialize_state(FunctionInitializationContext(operator_store, {}, kg_range, False, 0))
+    runtime_ctx = RuntimeContext(spec.uid, KeyedStateStore(), 0, p, maxp)
+    function.open(runtime_ctx)
+    schemas = {name: {"scope": "keyed", **d.schema()} for name, d in runtime_ctx.descriptors.items()}
+    for name, (mode, d) in operator_store.descriptors().items():
+        schemas[name] = {"scope": "operator", "mode": mode, **d.schema()}
+    return schemas
+
+
+def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, dict]) -> None:
+    """Refuse, with the fix, a checkpoint this definition cannot continue from."""
+    cid = checkpoint.checkpoint_id
+    if checkpoint.layout != LAYOUT_VERSION:
+        raise RestoreError(
+            f"checkpoint {cid} was written with state layout {checkpoint.layout}; this release reads layout "
+            f"{LAYOUT_VERSION}: run the job with a new job id (or a fresh warehouse)"
+        )
+    if checkpoint.max_parallelism != spec.effective_max_parallelism:
+        raise RestoreError(
+            f"checkpoint {cid} has max_parallelism {checkpoint.max_parallelism} but the job now has "
+            f"{spec.effective_max_parallelism}; max_parallelism is fixed for a job's life: set it back to "
+            f"{checkpoint.max_parallelism}"
+        )
+    if checkpoint.parallelism != spec.parallelism:
+        raise RestoreError(
+            f"checkpoint {cid} was taken at parallelism {checkpoint.parallelism}, the job now asks for "
+            f"{spec.parallelism}; run at {checkpoint.parallelism} (changing parallelism is a rescale)"
+        )
+    if checkpoint.key_type != spec.key_type.to_schema():
+        raise RestoreError(
+            f"checkpoint {cid} keys records by {checkpoint.key_type} but the job now declares key_type "
+            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type: keep "
+            f"{checkpoint.key_type}"
+        )
+    if checkpoint.uid != spec.uid:
+        raise RestoreError(
+            f"checkpoint {cid} holds the state of operator uid {checkpoint.uid!r} but the job's operator is now "
+            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint.uid!r}"
+        )
+    if checkpoint.backend != spec.backend:
+        raise RestoreError(
+            f"checkpoint {cid} was taken by the {checkpoint.backend} backend, the job now uses {spec.backend}; "
+            f"switch backends through a savepoint, or set backend={checkpoint.backend!r}"
+        )
+    for name, old in checkpoint.descriptors.items():
+        new = descriptors.get(name)
+        if new is None:
+            continue
+        if (old["kind"], old.get("mode")) != (new["kind"], new.get("mode")):
+            raise RestoreError(
+                f"state {name!r} was {old['kind']} state in checkpoint {cid} and is now {new['kind']} state; "
+                f"give the new state another name"
+            )
+        try:
+            check_compatibility(old["type"], new["type"], where=f"state {name!r}")
+        except StateMigrationError as e:
+            raise RestoreError(
+                f"{e} (since checkpoint {cid}); keep the old type, make a compatible change "
+                f"(widen a number, add a row field), or give the new state another name"
+            ) from None

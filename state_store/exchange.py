@@ -1,0 +1,82 @@
+"""The driver <-> executor frame contract of a run, in one place.
+
+A run is one Spark pass: one frame goes to the subtasks, partitioned by
+subtask (one Spark partition per subtask) and sorted so that each subtask
+reads, in this order, its marker, its operator state, its raw keyed state,
+the keyed state of the keys the run touches, then the records of every
+microbatch of the run: microbatch by microbatch, broadcast records before
+keyed ones, keys in order of their stored text, a key's records in
+``order_by`` order, then source order (file, then position in the file).
+
+What the subtasks send back is one frame of rows of four kinds: sink rows
+(``out``), keyed state changes (``k``), operator state changes (``o``), and
+one ``stat`` row per subtask and microbatch. Every row names its microbatch.
+No Spark import here: the executor side (``task``) and the tests use it alone.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+# Phases of the exchange frame, in the order a subtask reads them.
+PHASE_SUBTASK, PHASE_OPERATOR, PHASE_RAW_KEYED, PHASE_KEYED, PHASE_RECORD = 0, 1, 2, 3, 4
+# Sides of a record within a microbatch: broadcast elements first.
+SIDE_BROADCAST, SIDE_KEYED = 0, 1
+# Kinds of result rows.
+KIND_OUT, KIND_KEYED, KIND_OPERATOR, KIND_STAT = "out", "k", "o", "stat"
+
+EXCHANGE_COLUMNS = [
+    ("subtask", "int"), ("phase", "int"), ("batch_id", "bigint"), ("side", "int"), ("key", "string"),
+    ("key_group", "int"), ("file_idx", "int"), ("block", "bigint"), ("row", "bigint"),
+    ("state_name", "string"), ("origin", "int"), ("namespace", "string"), ("user_key", "string"),
+    ("value", "string"), ("expiry", "bigint"), ("mode", "string"),
+]
+RECORD, BROADCAST_RECORD = "record", "brecord"
+
+
+def sort_columns(order_by: list[str]) -> list[str]:
+    """The order a subtask reads its frame in (see the module docstring)."""
+    return (["subtask", "phase", "batch_id", "side", "key"] + [f"{RECORD}.`{c}`" for c in order_by]
+            + ["file_idx", "block", "row", "state_name", "origin", "namespace", "user_key"])
+
+
+RESULT_COLUMNS = [
+    ("kind", "string"), ("batch_id", "bigint"), ("subtask", "int"), ("state_name", "string"), ("key_group", "int"),
+    ("key", "string"), ("namespace", "string"), ("user_key", "string"), ("value", "string"), ("expiry", "bigint"),
+    ("mode", "string"), ("payload", "string"),
+]
+OUT = "out"
+
+
+def result_schema_ddl(output_ddl: str) -> str:
+    """The DDL of what the subtasks return; ``out`` is the sink row, typed."""
+    return ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS) + f", {OUT} {output_ddl}"
+
+
+# Spark's Murmur3 hash of an int (seed 42), as HashPartitioning computes it: lets the driver pick, for each
+# subtask, a value that lands in the partition of the same index, so every subtask gets a partition of its own.
+_C1, _C2, _MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def murmur3_int(value: int, seed: int = 42) -> int:
+    k1 = (_rotl((value & _MASK) * _C1 & _MASK, 15) * _C2) & _MASK
+    h1 = (_rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4
+    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & _MASK
+    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+@lru_cache(maxsize=64)
+def partition_keys(parallelism: int) -> tuple[int, ...]:
+    """For each subtask s, an int whose Spark hash partition among ``parallelism`` partitions is s."""
+    keys: dict[int, int] = {}
+    candidate = 0
+    while len(keys) < parallelism:
+        keys.setdefault(murmur3_int(candidate) % parallelism, candidate)
+        candidate += 1
+    return tuple(keys[s] for s in range(parallelism))
