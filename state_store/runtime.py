@@ -192,6 +192,8 @@ class JobRunner:
             if plan is None:
                 plan = self._plan_one(batch_id, offsets)
                 if plan is None:
+                    self._say(f"source drained: no new input after microbatch {batch_id - 1}" if batch_id
+                              else "source drained: no input yet")
                     break
                 if max_records is not None and plans and records + (plan.records or 0) > max_records:
                     break
@@ -328,8 +330,6 @@ class JobRunner:
 
         plans, new = self._plan_run(checkpoint, max_microbatches, max_records)
         if not plans:
-            last = checkpoint.batch_id if checkpoint else None
-            self._say("source drained, no new input" + (f" after microbatch {last}" if last is not None else " yet"))
             return result
         batch_ids = [p.batch_id for p in plans]
         replayed = len(plans) - len(new)

@@ -159,9 +159,7 @@ class SubtaskRunner:
         self.raw_keyed[key_group] = _BYTES.loads(value)
 
     # -- microbatches --------------------------------------------------------------------------------------
-    @property
-    def batch_id(self) -> int:
-        return self.plan.microbatches[self._index][0]
+    batch_id: int | None = None  # of the microbatch being processed
 
     def _begin_next(self) -> None:
         plan = self.plan
@@ -170,6 +168,7 @@ class SubtaskRunner:
             self.operator_store = OperatorStateStore(plan.uid, self._own, self._union)
         self._index += 1
         batch_id, timestamp = plan.microbatches[self._index]
+        self.batch_id = batch_id
         self.stats = {"records": 0, "broadcast": 0, "keys": 0, "outputs": 0, "upserts": 0, "deletes": 0,
                       "entries": {}}
         self._call("initialize_state", self.function.initialize_state, FunctionInitializationContext(
@@ -215,7 +214,7 @@ class SubtaskRunner:
 
     def goto(self, batch_id: int) -> None:
         """Finish the microbatches before ``batch_id`` (with or without records) and begin it."""
-        while self._index < 0 or self.batch_id != batch_id:
+        while self.batch_id != batch_id:
             if self._index >= 0:
                 self._end()
             if self._index + 1 >= len(self.plan.microbatches):
@@ -234,7 +233,7 @@ class SubtaskRunner:
     def keyed(self, batch_id: int, key: str, key_group: int, record: dict) -> None:
         if key is None:
             raise UserFunctionError(f"a record has a null key (e.g. {record}); filter or fill null keys in the source")
-        if self._index < 0 or self.batch_id != batch_id:
+        if self.batch_id != batch_id:
             self._process_group()
             self.goto(batch_id)
         if key != self._group_key:
@@ -278,7 +277,7 @@ class SubtaskRunner:
             raise
         except Exception as e:  # noqa: BLE001 - reported with where it happened
             where = f"key {key!r} of " if key is not None else ""
-            microbatch = self.batch_id if self._index >= 0 else "-"
+            microbatch = self.batch_id if self.batch_id is not None else "-"
             raise UserFunctionError(f"{hook}() raised {type(e).__name__}: {e} (at {where}microbatch {microbatch}, "
                                     f"subtask {self.subtask})") from e
 
@@ -300,20 +299,33 @@ class SubtaskRunner:
 
 def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
     """The executor side of a run: exchange batches in, result batches out (see ``exchange``)."""
+    import pyarrow.compute as pc
+
     out = ResultBuffer(plan.output_type)
     runner: SubtaskRunner | None = None
     convert = bconvert = None
     for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        schema = batch.schema
         if convert is None:
-            schema = batch.schema
-            convert = _user_value_converter(schema.field(RECORD).type) or (lambda x: x)
+            convert = _user_value_converter(schema.field(RECORD).type)
             if schema.get_field_index(BROADCAST_RECORD) >= 0:
                 bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
-        cols = batch.to_pydict()
-        subtasks, phases, batch_ids, sides = cols["subtask"], cols["phase"], cols["batch_id"], cols["side"]
-        keys, key_groups, names, values = cols["key"], cols["key_group"], cols["state_name"], cols["value"]
-        records = cols[RECORD]
-        brecords = cols.get(BROADCAST_RECORD)
+
+        def column(name: str) -> list:
+            return batch.column(name).to_pylist()
+
+        subtasks, phases, batch_ids, sides, keys, key_groups = (
+            column(n) for n in ("subtask", "phase", "batch_id", "side", "key", "key_group"))
+        records = column(RECORD)
+        if convert is not None:
+            records = [convert(r) for r in records]
+        brecords = column(BROADCAST_RECORD) if bconvert is not None else None
+        # Batches of records only (most of them) skip the state columns.
+        if pc.min(batch.column("phase")).as_py() != PHASE_RECORD:
+            names, values, namespaces, user_keys, modes, origins = (
+                column(n) for n in ("state_name", "value", "namespace", "user_key", "mode", "origin"))
         for i in range(batch.num_rows):
             subtask = subtasks[i]
             if runner is None or subtask != runner.subtask:
@@ -325,14 +337,13 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
                 if sides[i] == SIDE_BROADCAST:
                     runner.broadcast(batch_ids[i], bconvert(brecords[i]))
                 else:
-                    runner.keyed(batch_ids[i], keys[i], key_groups[i], convert(records[i]))
+                    runner.keyed(batch_ids[i], keys[i], key_groups[i], records[i])
             elif phase == PHASE_KEYED:
-                runner.store.load(names[i], keys[i], cols["namespace"][i], cols["user_key"][i], key_groups[i],
-                                  values[i])
+                runner.store.load(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i])
             elif phase == PHASE_RAW_KEYED:
                 runner.load_raw_keyed(key_groups[i], values[i])
             elif phase == PHASE_OPERATOR:
-                runner.load_operator(names[i], cols["mode"][i], values[i], cols["origin"][i])
+                runner.load_operator(names[i], modes[i], values[i], origins[i])
             if out.rows >= BATCH_ROWS:
                 yield out.take()
     if runner is not None:

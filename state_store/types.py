@@ -273,14 +273,16 @@ class RowTypeInfo(TypeInfo):
     def encode(self, value: Any) -> Any:
         if value is None:
             return None
-        if hasattr(value, "asDict"):
-            value = value.asDict()
-        if not isinstance(value, dict):
-            raise self._bad(value)
-        unknown = set(value) - set(self.fields)
-        if unknown:
-            raise TypeError(f"row has fields {sorted(unknown)} that the declared type {self.to_schema()} lacks")
-        return {n: t.encode(value.get(n)) for n, t in self.fields.items()}
+        if type(value) is not dict:
+            if hasattr(value, "asDict"):
+                value = value.asDict()
+            if not isinstance(value, dict):
+                raise self._bad(value)
+        fields = self.fields
+        if len(value) > len(fields) or any(n not in fields for n in value):
+            unknown = sorted(set(value) - set(fields))
+            raise TypeError(f"row has fields {unknown} that the declared type {self.to_schema()} lacks")
+        return {n: t.encode(value.get(n)) for n, t in fields.items()}
 
     def decode(self, data: Any) -> Any:
         if data is None:
@@ -306,10 +308,11 @@ class RowTypeInfo(TypeInfo):
     def to_arrow(self, value: Any) -> Any:
         if value is None:
             return None
-        if hasattr(value, "asDict"):
-            value = value.asDict()
-        if not isinstance(value, dict):
-            raise self._bad(value)
+        if type(value) is not dict:
+            if hasattr(value, "asDict"):
+                value = value.asDict()
+            if not isinstance(value, dict):
+                raise self._bad(value)
         fields = self.fields
         if len(value) > len(fields) or any(n not in fields for n in value):
             unknown = sorted(set(value) - set(fields))

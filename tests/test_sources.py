@@ -27,7 +27,7 @@ def test_a_delta_source_is_read_version_range_by_version_range(spark, lake):
     _append(spark, path, [("b", 4, "add", 4)])
     second = run(spark, spec, lake)
     assert [b["records_in"] for b in second.batches] == [1]
-    assert sink_rows(spark, lake, spec) == sorted(
+    assert sink_rows(spark, lake, spec, with_microbatch=False) == sorted(
         ['{"k": "a", "n": 1}', '{"k": "b", "n": 1}', '{"k": "a", "n": 2}', '{"k": "b", "n": 2}'])
 
 
