@@ -1,12 +1,19 @@
-"""Throughput of the demo job, side by side with Spark's own stateful streaming on the same data.
+"""Throughput: Lakestate against Spark's own stateful Python APIs, side by side on the same data, in one run.
 
-    source scripts/env.sh && python bench/throughput.py [--files 5] [--events 100000] [--keys 100000]
+    source scripts/env.sh
+    python bench/throughput.py                      # workload R: 5 files x 100,000 events over 100,000 keys
+    python bench/throughput.py --workload L --peers none
+    python bench/throughput.py --files 2 --events 1000 --keys 500   # a tiny run
 
-Both engines run on the same SparkSession (local[*]) over the same Parquet
-files, one file per microbatch, with the same per-user logic (event count,
-spend scaled by a broadcast rule, average amount, page counts, last 3 pages)
-and write their output to a Delta table. Lakestate runs with each backend asked
-for; the peer is `applyInPandasWithState` with Spark's default state store.
+Lakestate runs ``bench/jobs.py`` (a running (count, sum) per key in a
+ValueState, one output row per key per microbatch) with the ``delta`` backend,
+parallelism 2, one file per microbatch and a checkpoint after every
+microbatch, all pending microbatches in one run. The peers
+(``bench/peers.py``) run the same logic on copies of the same files with the
+RocksDB state store, one file per trigger. Events/s is over the span each
+engine is timed on: Lakestate's run from its first plan to its last commit
+(what the run prints itself), the peers' query from start to end; SparkSession
+start-up is excluded for all. Outputs are checked equal.
 """
 from __future__ import annotations
 
@@ -21,124 +28,94 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def dir_size(path: Path) -> tuple[int, int]:
-    files = [p for p in path.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), len(files)
+from bench.peers import PEERS, dir_size, outputs_equal, read_outputs  # noqa: E402
+from bench.workload import WORKLOADS, write_workload  # noqa: E402
 
 
-def run_lakestate(spark, root: Path, backend: str) -> dict:
-    os.environ["LAKESTATE_ROOT"] = str(root)
-    os.environ["LAKESTATE_BACKEND"] = backend
-    from demo.clicks import job
-    from state_store.catalog import JobMeta
+def keyed_commit_bytes(table: Path) -> int:
+    """Bytes of the data files the keyed table's commits added."""
+    total = 0
+    for log in sorted((table / "_delta_log").glob("*.json")):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                total += int(action["add"]["size"])
+    return total
+
+
+def run_lakestate(spark, input_dir: Path, root: Path, backend: str) -> dict:
+    from bench.jobs import count_sum_job
     from state_store.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
-    spec = job().with_overrides(job_id=f"clicks-{backend}", sink=f"sinks/clicks-{backend}", backend=backend)
+    spec = count_sum_job(str(input_dir), backend=backend)
     started = time.time()
     result = run_job(spark, spec, settings, progress=lambda line: print("   ", line, flush=True))
-    seconds = time.time() - started
-    events = sum(b["records_in"] for b in result.batches)
-    latest = JobMeta(settings.job_dir(spec.job_id)).latest_checkpoint()
-    state_dir = settings.job_dir(spec.job_id) / ("state" if backend == "delta" else f"snapshots/chk-{latest['checkpoint_id']}")
-    size, files = dir_size(state_dir)
-    return {"engine": f"lakestate[{backend}]", "events": events, "seconds": round(seconds, 1),
-            "events_per_s": round(events / seconds), "state_entries": sum(latest["entries"].values()),
-            "state_bytes_on_disk": size, "state_files": files,
-            "per_microbatch_s": [b["seconds"] for b in result.batches]}
-
-
-def run_spark_streaming(spark, root: Path) -> dict:
-    """The peer: Structured Streaming + applyInPandasWithState, same logic, same files."""
-    import pandas as pd
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    from demo.clicks import EVENT
-
-    inputs = root / "input"
-    rules = spark.read.json(str(inputs / "rules")).select("page", "multiplier")
-    stream = (spark.readStream.schema(EVENT.spark_schema_ddl()).option("maxFilesPerTrigger", 1)
-              .parquet(str(inputs / "clicks")))
-    joined = stream.join(F.broadcast(rules), "page", "left").fillna({"multiplier": 1.0})
-
-    def update(key, frames, state):
-        events, spend, total, pages, last = (state.get if state.exists else (0, 0.0, 0.0, "{}", "[]"))
-        pages, last = json.loads(pages), json.loads(last)
-        for pdf in frames:
-            pdf = pdf.sort_values("seq")
-            events += len(pdf)
-            spend += float((pdf["amount"] * pdf["multiplier"]).sum())
-            total += float(pdf["amount"].sum())
-            for p in pdf["page"]:
-                pages[p] = pages.get(p, 0) + 1
-            last = (last + list(pdf["page"]))[-3:]
-        state.update((events, spend, total, json.dumps(pages), json.dumps(last)))
-        yield pd.DataFrame({"user_id": [key[0]], "events": [events], "spend": [spend],
-                            "avg_amount": [total / events], "distinct_pages": [len(pages)]})
-
-    out = joined.groupBy("user_id").applyInPandasWithState(
-        update, "user_id long, events long, spend double, avg_amount double, distinct_pages int",
-        "events long, spend double, total double, pages string, last string", "Append", GroupStateTimeout.NoTimeout)
-    checkpoint = root / "peer-checkpoint"
-    started = time.time()
-    query = (out.writeStream.format("delta").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start(str(root / "peer-sink")))
-    query.awaitTermination()
-    seconds = time.time() - started
-    progress = query.recentProgress
-    events = sum(p["numInputRows"] for p in progress)
-    size, files = dir_size(checkpoint / "state")
-    return {"engine": "spark applyInPandasWithState", "events": events, "seconds": round(seconds, 1),
-            "events_per_s": round(events / seconds), "state_entries": None,
-            "state_bytes_on_disk": size, "state_files": files,
-            "per_microbatch_s": [round(p["durationMs"].get("triggerExecution", 0) / 1000, 2) for p in progress]}
+    total = time.time() - started
+    events = result.records_in
+    state = settings.job_dir(spec.job_id) / "state"
+    size, files = dir_size(state) if state.exists() else (0, 0)
+    changed = spark.read.format("delta").load(str(state / "keyed")).selectExpr(
+        "sum(length(state_name) + length(key) + length(namespace) + coalesce(length(user_key), 0) "
+        "+ length(value) + 4 + 8 + 8 + 8) AS raw").first()["raw"] if backend == "delta" else None
+    return {"engine": f"lakestate[{backend}]", "events": events, "seconds": result.seconds,
+            "events_per_s": round(events / result.seconds), "with_checkpoints_s": round(total, 1),
+            "microbatches": len(result.batches), "phases": result.phases, "state_bytes": size, "state_files": files,
+            "keyed_bytes_written": keyed_commit_bytes(state / "keyed") if backend == "delta" else None,
+            "changed_entry_bytes": changed,
+            "sink": str(settings.in_warehouse(spec.sink, "sink"))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=5)
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--keys", type=int, default=100_000)
-    parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends to run")
-    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
+    parser.add_argument("--files", type=int)
+    parser.add_argument("--events", type=int)
+    parser.add_argument("--keys", type=int)
+    parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends")
+    parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
     args = parser.parse_args()
+    files, events, keys = WORKLOADS[args.workload]
+    files, events, keys = args.files or files, args.events or events, args.keys or keys
+    peers = [] if args.peers == "none" else args.peers.split(",")
 
-    from demo.generate import write_events, write_rules
+    os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peers' pandas deprecation noise
     from state_store.spark import build_spark
-
-    # The peer's Python workers warn once per key group about a pandas deprecation.
-    os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-"))
     try:
-        data = base / "data"
-        write_events(data / "input" / "clicks", args.files, args.events, args.keys)
-        write_rules(data / "input" / "rules")
+        write_workload(base / "input", files, events, keys)
         spark = build_spark("lakestate-bench", extra_conf={"spark.driver.memory": "6g"})
-        print(f"data: {args.files} files x {args.events} events, {args.keys} keys; spark {spark.version}, "
+        print(f"data: {files} files x {events} events over {keys} keys; spark {spark.version}, "
               f"{os.cpu_count()} cores", flush=True)
         results = []
         for backend in args.backends.split(","):
-            root = base / backend
-            shutil.copytree(data / "input", root / "input")
+            shutil.copytree(base / "input", base / backend / "input")
             print(f"lakestate backend={backend}", flush=True)
-            results.append(run_lakestate(spark, root, backend))
-        if not args.no_peer:
-            root = base / "peer"
-            shutil.copytree(data / "input", root / "input")
-            print("peer: spark structured streaming applyInPandasWithState", flush=True)
-            results.append(run_spark_streaming(spark, root))
+            results.append(run_lakestate(spark, base / backend / "input", base / backend / "root", backend))
+        for name in peers:
+            shutil.copytree(base / "input", base / name / "input")
+            print(f"peer {name}", flush=True)
+            results.append(PEERS[name](spark, base / name / "input", base / name))
         print()
-        peer = next((r for r in results if r["engine"].startswith("spark")), None)
+        peer_rates = {r["engine"]: r["events_per_s"] for r in results if r["engine"].startswith("spark")}
         for r in results:
-            ratio = f"{r['events_per_s'] / peer['events_per_s']:.2f}x peer" if peer else ""
-            print(f"{r['engine']:32s} {r['events']:>8d} events {r['seconds']:>7.1f}s {r['events_per_s']:>7d} ev/s "
-                  f"{ratio:>11s}  state: {r['state_entries'] or '-'} entries, {r['state_bytes_on_disk']} bytes, "
-                  f"{r['state_files']} files; per microbatch {r['per_microbatch_s']}")
+            ratios = " ".join(f"{r['events_per_s'] / rate:.1f}x {name.split()[-1]}" for name, rate in peer_rates.items())
+            print(f"{r['engine']:34s} {r['events']:>9d} events {r['seconds']:>7.1f}s {r['events_per_s']:>8d} ev/s  "
+                  f"{ratios}", flush=True)
+        lake = next(r for r in results if r["engine"].startswith("lakestate"))
+        print(f"lakestate run phases: {lake['phases']}; with checkpoints {lake['with_checkpoints_s']}s")
+        if lake["keyed_bytes_written"]:
+            print(f"keyed state: {lake['keyed_bytes_written']} bytes written for {lake['changed_entry_bytes']} bytes "
+                  f"of changed entries ({lake['keyed_bytes_written'] / lake['changed_entry_bytes']:.2f}x); "
+                  f"state tables {lake['state_bytes']} bytes in {lake['state_files']} files")
+        ours = read_outputs(spark, lake["sink"])
+        for r in results:
+            if r["engine"].startswith("spark"):
+                print(f"outputs equal to {r['engine']}: {outputs_equal(spark, ours, read_outputs(spark, r['sink']))}")
         print(json.dumps(results))
+        spark.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -385,7 +385,8 @@ class JobRunner:
     def _stats(self, plans: list[MicrobatchPlan], rows) -> list[dict]:
         """Per microbatch, the subtasks' counters summed exactly."""
         by_batch = {p.batch_id: {"batch_id": p.batch_id, "records_in": 0, "broadcast_in": 0, "keys": 0,
-                                 "records_out": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}
+                                 "records_out": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {},
+                                 "worker_peak_rss_kb": 0}
                     for p in plans}
         for batch_id, payload in rows:
             s, total = json.loads(payload), by_batch[batch_id]
@@ -395,6 +396,7 @@ class JobRunner:
             total["records_out"] += s["outputs"]
             total["state_upserts"] += s["upserts"]
             total["state_deletes"] += s["deletes"]
+            total["worker_peak_rss_kb"] = max(total["worker_peak_rss_kb"], s.get("peak_rss_kb", 0))
             for name, delta in s["entries"].items():
                 total["entries_delta"][name] = total["entries_delta"].get(name, 0) + delta
         return [by_batch[p.batch_id] for p in plans]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import resource
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -210,6 +211,7 @@ class SubtaskRunner:
             stats["upserts" if value is not None else "deletes"] += 1
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
+        stats["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
         out.add(KIND_STAT, batch_id, subtask, payload=json.dumps(stats))
 
     def goto(self, batch_id: int) -> None:
