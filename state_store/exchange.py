@@ -5,7 +5,7 @@ subtask (one Spark partition per subtask) and sorted so that each subtask
 reads, in this order, its marker, its operator state, its raw keyed state,
 the keyed state of the keys the run touches, then the records of every
 microbatch of the run: microbatch by microbatch, broadcast records before
-keyed ones, keys in order of their stored text, a key's records in
+keyed ones, keys in order of key group then stored text, a key's records in
 ``order_by`` order, then source order (file, then position in the file).
 
 What the subtasks send back is one frame of rows of four kinds: sink rows
@@ -33,9 +33,20 @@ EXCHANGE_COLUMNS = [
 RECORD, BROADCAST_RECORD = "record", "brecord"
 
 
+SORT_KEY = "sort_key"
+MAX_RUN_MICROBATCHES = 1 << 24  # a run's microbatches fit the sort key's 24 bits
+
+
+def sort_key_parts() -> dict[str, tuple[int, int]]:
+    """How ``SORT_KEY`` packs (phase, microbatch index in the run, side, key group) into one long, so
+    Spark's sort compares one number first: name -> (shift, bits)."""
+    return {"phase": (40, 3), "batch_index": (16, 24), "side": (15, 1), "key_group": (0, 15)}
+
+
 def sort_columns(order_by: list[str]) -> list[str]:
-    """The order a subtask reads its frame in (see the module docstring)."""
-    return (["subtask", "phase", "batch_id", "side", "key"] + [f"{RECORD}.`{c}`" for c in order_by]
+    """The order a subtask reads its frame in, after ``SORT_KEY`` (see the module docstring). A Spark
+    partition holds one subtask, so the subtask is not a sort column."""
+    return ([SORT_KEY, "key"] + [f"{RECORD}.`{c}`" for c in order_by]
             + ["file_idx", "block", "row", "state_name", "origin", "namespace", "user_key"])
 
 

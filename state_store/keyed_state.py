@@ -83,8 +83,11 @@ class KeyedStateStore:
         text = None
         if value is not None:
             # Keep what a reload would give back, so a value reads the same across a microbatch boundary.
-            encoded = descriptor.stored_type.encode(value)
-            value, text = descriptor.stored_type.decode(encoded), to_text(encoded)
+            # (A row's encoding lists every declared field, so it is what a reload gives when fields decode as is.)
+            stored_type = descriptor.stored_type
+            encoded = stored_type.encode(value)
+            value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
+            text = to_text(encoded)
         self._decoded[entry] = value
         self._dirty[entry] = text
 

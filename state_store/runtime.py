@@ -60,7 +60,10 @@ from .exchange import (
     RECORD,
     SIDE_BROADCAST,
     SIDE_KEYED,
+    SORT_KEY,
+    MAX_RUN_MICROBATCHES,
     partition_keys,
+    sort_key_parts,
     result_schema_ddl,
     sort_columns,
 )
@@ -187,7 +190,8 @@ class JobRunner:
         plans: list[MicrobatchPlan] = []
         new: list[MicrobatchPlan] = []
         records = 0
-        while max_microbatches is None or len(plans) < max_microbatches:
+        limit = min(max_microbatches or MAX_RUN_MICROBATCHES, MAX_RUN_MICROBATCHES)
+        while len(plans) < limit:
             plan = self.meta.read_plan(batch_id)
             if plan is None:
                 plan = self._plan_one(batch_id, offsets)
@@ -287,8 +291,15 @@ class JobRunner:
             frame = frame.unionByName(part)
         # One Spark partition per subtask, sorted in the order the subtask reads (exchange's docstring).
         keys = F.array(*[F.lit(k) for k in partition_keys(self.p)])
-        frame = frame.repartition(self.p, F.element_at(keys, F.col("subtask") + 1)).sortWithinPartitions(
-            *[F.col(c).asc_nulls_last() for c in sort_columns(list(spec.order_by))])
+        first = plans[0].batch_id
+        sort_key = F.lit(0).cast("bigint")
+        for name, (shift, _) in sort_key_parts().items():
+            value = F.col("batch_id") - F.lit(first) if name == "batch_index" else F.col(name)
+            sort_key = sort_key + F.shiftleft(F.coalesce(value.cast("bigint"), F.lit(0).cast("bigint")), shift)
+        frame = (frame.repartition(self.p, F.element_at(keys, F.col("subtask") + 1))
+                 .withColumn(SORT_KEY, sort_key)
+                 .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in sort_columns(list(spec.order_by))])
+                 .drop(SORT_KEY))
         run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, self.p, self.maxp,
                            checkpoint is not None, [(p.batch_id, p.timestamp) for p in plans])
 

@@ -77,7 +77,8 @@ class RunPlan:
 
 
 class ResultBuffer:
-    """Result rows (tuples in ``RESULT_COLUMNS`` order, then ``out``), cut into Arrow batches."""
+    """Result rows, cut into Arrow batches of the result schema: sink rows and the other kinds (tuples in
+    ``RESULT_COLUMNS`` order) in batches of their own, so each batch converts only the columns it fills."""
 
     def __init__(self, output_type: RowTypeInfo):
         import pyarrow as pa
@@ -85,32 +86,53 @@ class ResultBuffer:
         self._types = [(name, _arrow(ddl)) for name, ddl in RESULT_COLUMNS] + [(OUT, output_type.arrow_type())]
         self.schema = pa.schema(self._types)
         self._rows: list[tuple] = []
+        self._outputs: list[tuple] = []  # (batch_id, subtask, out)
 
     @property
     def rows(self) -> int:
-        return len(self._rows)
+        return len(self._rows) + len(self._outputs)
 
     def add(self, kind, batch_id, subtask, state_name=None, key_group=None, key=None, namespace=None, user_key=None,
-            value=None, expiry=None, mode=None, payload=None, out=None) -> None:
+            value=None, expiry=None, mode=None, payload=None) -> None:
         self._rows.append((kind, batch_id, subtask, state_name, key_group, key, namespace, user_key, value, expiry,
-                           mode, payload, out))
+                           mode, payload))
 
     def add_output(self, batch_id: int, subtask: int, out) -> None:
-        self._rows.append((KIND_OUT, batch_id, subtask, None, None, None, None, None, None, None, None, None, out))
+        self._outputs.append((batch_id, subtask, out))
 
-    def take(self):
+    def take(self) -> list:
         import pyarrow as pa
 
-        columns = list(zip(*self._rows))
-        self._rows = []
-        arrays = [pa.array(column, type=t) for column, (_, t) in zip(columns, self._types)]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        batches = []
+        if self._rows:
+            columns = list(zip(*self._rows))
+            arrays = [pa.array(c, type=t) for c, (_, t) in zip(columns, self._types)]
+            arrays.append(pa.nulls(len(self._rows), self._types[-1][1]))
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+            self._rows = []
+        if self._outputs:
+            n, (batch_ids, subtasks, outs) = len(self._outputs), zip(*self._outputs)
+            filled = {"kind": pa.array([KIND_OUT] * n, pa.string()), "batch_id": pa.array(batch_ids, pa.int64()),
+                      "subtask": pa.array(subtasks, pa.int32()), OUT: pa.array(outs, self._types[-1][1])}
+            arrays = [filled.get(name) or pa.nulls(n, t) for name, t in self._types]
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+            self._outputs = []
+        return batches
 
 
 def _arrow(ddl: str):
     import pyarrow as pa
 
     return {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32()}[ddl]
+
+
+def _struct_rows(array) -> list:
+    """A struct column as dicts, field by field (faster than pyarrow's row-wise ``to_pylist``)."""
+    names = [f.name for f in array.type]
+    if not names:
+        return [None] * len(array)
+    fields = [array.field(i).to_pylist() for i in range(len(names))]
+    return [dict(zip(names, values)) for values in zip(*fields)]
 
 
 def _user_value_converter(arrow_type):
@@ -305,6 +327,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
 
     out = ResultBuffer(plan.output_type)
     runner: SubtaskRunner | None = None
+    finished: set[int] = set()
     convert = bconvert = None
     for batch in batches:
         if batch.num_rows == 0:
@@ -320,7 +343,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
 
         subtasks, phases, batch_ids, sides, keys, key_groups = (
             column(n) for n in ("subtask", "phase", "batch_id", "side", "key", "key_group"))
-        records = column(RECORD)
+        records = _struct_rows(batch.column(RECORD))
         if convert is not None:
             records = [convert(r) for r in records]
         brecords = column(BROADCAST_RECORD) if bconvert is not None else None
@@ -333,6 +356,10 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
             if runner is None or subtask != runner.subtask:
                 if runner is not None:
                     runner.finish()
+                    finished.add(runner.subtask)
+                if subtask in finished:  # the frame is sorted per partition, not by subtask
+                    raise RuntimeError(f"rows of subtask {subtask} arrived after those of another subtask: "
+                                       f"the exchange must give each subtask a partition of its own")
                 runner = SubtaskRunner(plan, subtask, out)
             phase = phases[i]
             if phase == PHASE_RECORD:
@@ -347,8 +374,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
             elif phase == PHASE_OPERATOR:
                 runner.load_operator(names[i], modes[i], values[i], origins[i])
             if out.rows >= BATCH_ROWS:
-                yield out.take()
+                yield from out.take()
     if runner is not None:
         runner.finish()
-    if out.rows:
-        yield out.take()
+    yield from out.take()

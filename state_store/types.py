@@ -55,7 +55,24 @@ class TypeInfo:
         return to_text(self.encode(value))
 
     def loads(self, text: str) -> Any:
-        return self.decode(orjson.loads(text))
+        data = orjson.loads(text)
+        return data if self.decodes_as_is else self.decode(data)
+
+    @property
+    def decodes_as_is(self) -> bool:
+        """True when ``decode`` returns what it is given (no floats, bytes, maps or nested changes)."""
+        return False
+
+    @property
+    def encoding_is_value(self) -> bool:
+        """True when ``decode(encode(v))`` is ``encode(v)`` itself, so a write need not decode (cached)."""
+        cached = self.__dict__.get("_encoding_is_value")
+        if cached is None:
+            fields = getattr(self, "fields", None)
+            cached = (all(f.encoding_is_value for f in fields.values()) if fields is not None
+                      else self.decodes_as_is)
+            self.__dict__["_encoding_is_value"] = cached
+        return cached
 
     def arrow_type(self):
         """The pyarrow type Spark exchanges this type as (matches ``spark_ddl``)."""
@@ -102,6 +119,10 @@ class _Scalar(TypeInfo):
         if self.floating and data is not None:
             return float(data)
         return data
+
+    @property
+    def decodes_as_is(self) -> bool:
+        return not self.floating
 
     def arrow_type(self):
         import pyarrow as pa
@@ -174,6 +195,10 @@ class ListTypeInfo(TypeInfo):
 
     def decode(self, data: Any) -> Any:
         return None if data is None else [self.element.decode(v) for v in data]
+
+    @property
+    def decodes_as_is(self) -> bool:
+        return self.element.decodes_as_is
 
     def to_schema(self) -> Any:
         return {"LIST": self.element.to_schema()}
@@ -257,6 +282,43 @@ class MapTypeInfo(TypeInfo):
         return None if value is None else {self.key.from_arrow(k): self.value.from_arrow(v) for k, v in value}
 
 
+_UNSET = object()
+_SCALAR_CHECKS = {
+    "STRING": "type({v}) is str",
+    "LONG": "type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807",
+    "INT": "type({v}) is int and -2147483648 <= {v} <= 2147483647",
+    "BOOLEAN": "type({v}) is bool",
+    "DOUBLE": "(type({v}) is float or type({v}) is int) and -1e309 < {v} < 1e309",
+    "FLOAT": "(type({v}) is float or type({v}) is int) and -1e309 < {v} < 1e309",
+}
+
+
+def _compile_flat_row(row: "RowTypeInfo", slow, for_json: bool):
+    """A fast encoder (or Arrow converter) for a row of scalar fields: one generated function that checks
+    each field inline and builds the result, falling back to ``slow`` (which raises the precise error, or
+    handles what the fast path does not: non-dict rows, non-finite floats, int subclasses). None when the
+    row has a field that is not a scalar."""
+    if not all(isinstance(t, _Scalar) for t in row.fields.values()):
+        return None
+    lines = ["def fast(row):",
+             "    if type(row) is not dict or not (row.keys() <= _names):",
+             "        return _slow(row)"]
+    out = []
+    for i, (name, t) in enumerate(row.fields.items()):
+        v = f"v{i}"
+        lines.append(f"    {v} = row.get({name!r})")
+        lines.append(f"    if {v} is not None:")
+        lines.append(f"        if not ({_SCALAR_CHECKS[t.name].format(v=v)}):")
+        lines.append("            return _slow(row)")
+        if t.floating:
+            lines.append(f"        {v} = float({v})")
+        out.append(f"{name!r}: {v}")
+    lines.append("    return {" + ", ".join(out) + "}")
+    namespace = {"_slow": slow, "_names": frozenset(row.fields)}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from declared field names (repr-quoted) only
+    return namespace["fast"]
+
+
 class RowTypeInfo(TypeInfo):
     """A row of named, nullable fields; values are dicts."""
 
@@ -271,6 +333,12 @@ class RowTypeInfo(TypeInfo):
         self._plain: bool | None = None  # every field decodes as itself (worked out on first use)
 
     def encode(self, value: Any) -> Any:
+        fast = self.__dict__.get("_fast_encode", _UNSET)
+        if fast is _UNSET:
+            fast = self.__dict__["_fast_encode"] = _compile_flat_row(self, self._encode_any, for_json=True)
+        return self._encode_any(value) if fast is None else fast(value)
+
+    def _encode_any(self, value: Any) -> Any:
         if value is None:
             return None
         if type(value) is not dict:
@@ -289,7 +357,7 @@ class RowTypeInfo(TypeInfo):
             return None
         # Fields added since the value was written decode as None: that is the migration.
         if self._plain is None:
-            self._plain = all(isinstance(t, _Scalar) and not t.floating for t in self.fields.values())
+            self._plain = all(t.decodes_as_is for t in self.fields.values())
         if self._plain:
             return {n: data.get(n) for n in self.fields}
         return {n: t.decode(data.get(n)) for n, t in self.fields.items()}
@@ -306,6 +374,12 @@ class RowTypeInfo(TypeInfo):
         return pa.struct([(n, t.arrow_type()) for n, t in self.fields.items()])
 
     def to_arrow(self, value: Any) -> Any:
+        fast = self.__dict__.get("_fast_to_arrow", _UNSET)
+        if fast is _UNSET:
+            fast = self.__dict__["_fast_to_arrow"] = _compile_flat_row(self, self._to_arrow_any, for_json=False)
+        return self._to_arrow_any(value) if fast is None else fast(value)
+
+    def _to_arrow_any(self, value: Any) -> Any:
         if value is None:
             return None
         if type(value) is not dict:

@@ -25,6 +25,7 @@ from state_store.exchange import (
     SIDE_BROADCAST,
     SIDE_KEYED,
     sort_columns,
+    sort_key_parts,
 )
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
@@ -75,8 +76,12 @@ def broadcast(subtask, batch_id, rule, limit):
 
 
 def _spark_order(row):
-    # The runtime sorts each partition by sort_columns, ascending, nulls last.
-    return tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in sort_columns([]))
+    # The runtime gives each subtask a partition of its own and sorts it by sort_columns (after packing
+    # SORT_KEY from sort_key_parts), ascending, nulls last. Several subtasks here follow one another.
+    packed = sum((row["batch_id" if name == "batch_index" else name] or 0) << shift
+                 for name, (shift, _) in sort_key_parts().items())
+    rest = tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in sort_columns([])[1:])
+    return (row["subtask"], packed) + rest
 
 
 def frame(*rows, rows_per_batch=None, with_broadcast=False):
@@ -122,8 +127,15 @@ def operator_changes(result):
 
 
 def stats(result):
-    """(batch_id, subtask, payload) of every stat row, in the order returned."""
-    return [(r["batch_id"], r["subtask"], json.loads(r["payload"])) for r in result if r["kind"] == "stat"]
+    """(batch_id, subtask, payload) of every stat row, in the order returned; the worker's peak RSS (which
+    every stat row carries, and must be a positive number of KiB) is left out."""
+    rows = []
+    for r in result:
+        if r["kind"] == "stat":
+            payload = json.loads(r["payload"])
+            assert payload.pop("peak_rss_kb") > 0
+            rows.append((r["batch_id"], r["subtask"], payload))
+    return rows
 
 
 class Journal(list):
@@ -272,10 +284,12 @@ def test_a_keyed_state_named_like_the_internal_raw_keyed_state_is_refused():
 # -- outputs, state changes and stats ---------------------------------------------------------------------------
 def test_result_batches_have_the_result_columns_and_a_typed_out_struct():
     plan = RunPlan("op", CountPerKey(), Types.STRING(), KEY_COUNT, PARALLELISM, MAX_PARALLELISM, False, [(1, 0)])
-    batch, = run_partition(plan, iter(frame(record(0, 1, "a", "x"))))
-    assert batch.schema.names == [n for n, _ in RESULT_COLUMNS] + [OUT]
-    assert [batch.schema.field(n).type for n, _ in RESULT_COLUMNS] == [ARROW_TYPES[t] for _, t in RESULT_COLUMNS]
-    assert batch.schema.field(OUT).type == KEY_COUNT.arrow_type()
+    batches = list(run_partition(plan, iter(frame(record(0, 1, "a", "x")))))
+    assert {k for b in batches for k in b.column("kind").to_pylist()} == {"out", "k", "stat"}
+    for batch in batches:  # sink rows and the other kinds come in batches of their own, all of one schema
+        assert batch.schema.names == [n for n, _ in RESULT_COLUMNS] + [OUT]
+        assert [batch.schema.field(n).type for n, _ in RESULT_COLUMNS] == [ARROW_TYPES[t] for _, t in RESULT_COLUMNS]
+        assert batch.schema.field(OUT).type == KEY_COUNT.arrow_type()
 
 
 def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
