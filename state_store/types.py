@@ -6,8 +6,7 @@ table); the type's schema (``to_schema()``) is recorded with each checkpoint so
 a restore can tell an identical, a compatible (it migrates) and an
 incompatible (a clear error) change of a state's type. Records and output rows
 cross the JVM boundary as typed Arrow columns: ``arrow_type`` and
-``to_arrow``/``from_arrow`` convert between Arrow's Python values and the
-values a user function sees.
+``to_arrow`` validates a value and gives what pyarrow builds a column from.
 """
 from __future__ import annotations
 
@@ -81,10 +80,6 @@ class TypeInfo:
     def to_arrow(self, value: Any) -> Any:
         """Validate ``value`` and return what pyarrow builds a column of this type from."""
         return self.decode(self.encode(value))
-
-    def from_arrow(self, value: Any) -> Any:
-        """The user-facing value of what pyarrow's ``to_pylist`` gives for this type."""
-        return value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TypeInfo) and self.to_schema() == other.to_schema()
@@ -218,9 +213,6 @@ class ListTypeInfo(TypeInfo):
             raise self._bad(value)
         return [self.element.to_arrow(v) for v in value]
 
-    def from_arrow(self, value: Any) -> Any:
-        return None if value is None else [self.element.from_arrow(v) for v in value]
-
 
 class MapTypeInfo(TypeInfo):
     """A map. With STRING keys it is a JSON object (a Spark map column in output rows);
@@ -278,11 +270,7 @@ class MapTypeInfo(TypeInfo):
             raise self._bad(value)
         return [(self.key.to_arrow(k), self.value.to_arrow(v)) for k, v in value.items()]
 
-    def from_arrow(self, value: Any) -> Any:  # Arrow gives a map as a list of (key, value) pairs
-        return None if value is None else {self.key.from_arrow(k): self.value.from_arrow(v) for k, v in value}
 
-
-_UNSET = object()
 _SCALAR_CHECKS = {
     "STRING": "type({v}) is str",
     "LONG": "type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807",
@@ -332,13 +320,8 @@ class RowTypeInfo(TypeInfo):
         self.fields = dict(zip(names, types))
         self._plain: bool | None = None  # every field decodes as itself (worked out on first use)
 
-    def encode(self, value: Any) -> Any:
-        fast = self.__dict__.get("_fast_encode", _UNSET)
-        if fast is _UNSET:
-            fast = self.__dict__["_fast_encode"] = _compile_flat_row(self, self._encode_any, for_json=True)
-        return self._encode_any(value) if fast is None else fast(value)
-
-    def _encode_any(self, value: Any) -> Any:
+    def _by_field(self, value: Any, convert: str) -> Any:
+        """Each declared field of ``value`` through its type's ``convert`` method (missing fields: None)."""
         if value is None:
             return None
         if type(value) is not dict:
@@ -350,7 +333,22 @@ class RowTypeInfo(TypeInfo):
         if len(value) > len(fields) or any(n not in fields for n in value):
             unknown = sorted(set(value) - set(fields))
             raise TypeError(f"row has fields {unknown} that the declared type {self.to_schema()} lacks")
-        return {n: t.encode(value.get(n)) for n, t in fields.items()}
+        return {n: getattr(t, convert)(value.get(n)) for n, t in fields.items()}
+
+    def __getstate__(self) -> dict:
+        # Compiled converters are made again on first use, wherever the type is unpickled.
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_fast_")}
+
+    def _compile(self, convert: str):
+        """The compiled form of ``convert`` for a row of scalars, or None for other rows."""
+        return _compile_flat_row(self, lambda v: self._by_field(v, convert), for_json=convert == "encode")
+
+    def encode(self, value: Any) -> Any:
+        try:
+            fast = self._fast_encode
+        except AttributeError:
+            fast = self._fast_encode = self._compile("encode")
+        return self._by_field(value, "encode") if fast is None else fast(value)
 
     def decode(self, data: Any) -> Any:
         if data is None:
@@ -374,35 +372,11 @@ class RowTypeInfo(TypeInfo):
         return pa.struct([(n, t.arrow_type()) for n, t in self.fields.items()])
 
     def to_arrow(self, value: Any) -> Any:
-        fast = self.__dict__.get("_fast_to_arrow", _UNSET)
-        if fast is _UNSET:
-            fast = self.__dict__["_fast_to_arrow"] = _compile_flat_row(self, self._to_arrow_any, for_json=False)
-        return self._to_arrow_any(value) if fast is None else fast(value)
-
-    def _to_arrow_any(self, value: Any) -> Any:
-        if value is None:
-            return None
-        if type(value) is not dict:
-            if hasattr(value, "asDict"):
-                value = value.asDict()
-            if not isinstance(value, dict):
-                raise self._bad(value)
-        fields = self.fields
-        if len(value) > len(fields) or any(n not in fields for n in value):
-            unknown = sorted(set(value) - set(fields))
-            raise TypeError(f"row has fields {unknown} that the declared type {self.to_schema()} lacks")
-        return {n: t.to_arrow(value.get(n)) for n, t in fields.items()}
-
-    def from_arrow(self, value: Any) -> Any:
-        if value is None or self.is_flat:
-            return value
-        return {n: t.from_arrow(value.get(n)) for n, t in self.fields.items()}
-
-    @property
-    def is_flat(self) -> bool:
-        """True when Arrow's Python values are already the user's (no map or nested row)."""
-        return all(isinstance(t, (_Scalar, _Bytes)) or (isinstance(t, ListTypeInfo) and isinstance(t.element, _Scalar))
-                   for t in self.fields.values())
+        try:
+            fast = self._fast_to_arrow
+        except AttributeError:
+            fast = self._fast_to_arrow = self._compile("to_arrow")
+        return self._by_field(value, "to_arrow") if fast is None else fast(value)
 
     def spark_schema_ddl(self) -> str:
         """``a long, b string``: the DDL of a table with these columns."""

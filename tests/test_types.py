@@ -157,3 +157,22 @@ def test_incompatible_nested_change_names_the_path_inside_the_state():
 def test_map_with_non_scalar_keys_is_refused_when_declared():
     with pytest.raises(TypeError, match="map keys must be a scalar type"):
         Types.MAP(Types.LIST(Types.LONG()), Types.STRING())
+
+
+@pytest.mark.parametrize("value", [
+    {"s": "x", "n": 1, "i": 2, "d": 1, "b": True}, {"s": None}, {}, {"d": float("nan")}, {"d": float("inf")},
+    {"n": 1.5}, {"n": True}, {"i": 2**31}, {"n": 2**63}, {"s": b"x"}, {"b": 1}, {"extra": 1}, "not a row", None,
+])
+def test_the_compiled_fast_path_of_a_row_of_scalars_agrees_with_field_by_field_conversion(value):
+    row = Types.ROW_NAMED(["s", "n", "i", "d", "b"],
+                          [Types.STRING(), Types.LONG(), Types.INT(), Types.DOUBLE(), Types.BOOLEAN()])
+    for convert in ("encode", "to_arrow"):
+        try:
+            expected = ("ok", repr(row._by_field(value, convert)))
+        except (TypeError, ValueError) as e:
+            expected = ("error", type(e).__name__)
+        try:
+            got = ("ok", repr(getattr(row, convert)(value)))
+        except (TypeError, ValueError) as e:
+            got = ("error", type(e).__name__)
+        assert got == expected, convert
