@@ -1,0 +1,47 @@
+"""Where a run's time goes in Spark: the run's phases, then every stage over 0.3 s (from the UI's REST API).
+
+    source scripts/env.sh
+    python bench/profile_stages.py [files]    # files of 100,000 events over 100,000 keys (default 5)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.jobs import count_sum_job  # noqa: E402
+from bench.workload import write_workload  # noqa: E402
+
+
+def main() -> None:
+    from state_store.runtime import run_job
+    from state_store.settings import Settings
+    from state_store.spark import build_spark
+
+    spark = build_spark("lakestate-stages", extra_conf={"spark.driver.memory": "6g", "spark.ui.enabled": "true",
+                                                         "spark.ui.port": "4051"})
+    base = Path(tempfile.mkdtemp(prefix="lakestate-stages-"))
+    write_workload(base / "input", int(sys.argv[1]) if len(sys.argv) > 1 else 5, 100_000, 100_000)
+    result = run_job(spark, count_sum_job(str(base / "input")), Settings.load(root=base / "root"),
+                     progress=lambda line: None)
+    print(f"run: {result.records_in} records in {result.seconds}s, phases {result.phases}")
+    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
+    stages = json.load(urllib.request.urlopen(url))
+
+    def at(s: str) -> float:
+        return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fGMT").timestamp()
+
+    for st in sorted(stages, key=lambda s: s["stageId"]):
+        if "completionTime" in st and at(st["completionTime"]) - at(st["submissionTime"]) > 0.3:
+            print(f"stage {st['stageId']:>3}: {at(st['completionTime']) - at(st['submissionTime']):5.2f}s wall, "
+                  f"{st['numTasks']} tasks, executor run {st['executorRunTime'] / 1000:.2f}s, JVM CPU "
+                  f"{st['executorCpuTime'] / 1e9:.2f}s, {st['outputRecords']} rows out, {st['name'][:60]}")
+
+
+if __name__ == "__main__":
+    main()

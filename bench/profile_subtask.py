@@ -1,0 +1,53 @@
+"""CPU per record of the subtask loop alone (no Spark): the bench job over N keys x 2 microbatches.
+
+    source scripts/env.sh
+    python bench/profile_subtask.py 100000          # CPU seconds and microseconds per record
+    python bench/profile_subtask.py 100000 profile  # plus cProfile's top functions
+"""
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa  # noqa: E402
+
+from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
+from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
+from state_store.task import RunPlan, run_partition  # noqa: E402
+from state_store.types import Types  # noqa: E402
+
+MICROBATCHES = 2
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    types = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
+    record = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
+    schema = pa.schema([(name, types[t]) for name, t in EXCHANGE_COLUMNS] + [("record", record)])
+    rows = [{"subtask": 0, "phase": 0}]
+    for m in range(MICROBATCHES):
+        for k in range(n):
+            key = f"user-{k:07d}"
+            rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
+                         "record": {"key": key, "amount": k, "ts": k}})
+    batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
+    plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)])
+    profiler = cProfile.Profile()
+    if len(sys.argv) > 2:
+        profiler.enable()
+    cpu = time.process_time()
+    out = sum(b.num_rows for b in run_partition(plan, iter(batches)))
+    cpu = time.process_time() - cpu
+    profiler.disable()
+    print(f"{n * MICROBATCHES} records, {out} result rows: {cpu:.2f}s CPU, {cpu / (n * MICROBATCHES) * 1e6:.1f} us/record")
+    if len(sys.argv) > 2:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
