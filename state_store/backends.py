@@ -24,10 +24,8 @@ from pyspark.sql import functions as F
 from .checkpoint import CheckpointMetadata
 from .delta_log import table_snapshot
 from .errors import RestoreError
+from .job import BACKENDS
 from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, latest_live
-
-BACKEND_NAMES = ("delta", "hashmap", "memory")
-
 
 class StateBackend:
     """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
@@ -154,6 +152,7 @@ class MemoryStateBackend(StateBackend):
 
 
 _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryStateBackend)}
+assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
 
 
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str) -> StateBackend:

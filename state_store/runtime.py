@@ -72,7 +72,7 @@ from .key_groups import key_group_ranges
 from .lease import JobLease
 from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .settings import Settings
-from .sources import source_split_entries
+from .sources import POSITION_COLUMNS, source_split_entries
 from .spark import key_group_column, subtask_column
 from .state_tables import append_idempotent
 from .task import RAW_KEYED, RunPlan, run_partition
@@ -237,7 +237,7 @@ class JobRunner:
                     f"key column {key!r} is {actual} in the source but the job declares key_type "
                     f"{spec.key_type.name} ({expected}); cast it in the source or change key_type"
                 )
-            data = [c for c in main.columns if c not in ("batch_id", "file_idx", "block", "row")]
+            data = [c for c in main.columns if c not in POSITION_COLUMNS]
             kg = key_group_column(F.col(f"`{key}`"), self.maxp)
             parts.append(self._frame(
                 main, record_ddl, brecord_ddl, subtask=subtask_column(kg, self.p, self.maxp), phase=F.lit(PHASE_RECORD),
@@ -247,9 +247,9 @@ class JobRunner:
             b = spec.broadcast_source.read_run(self.spark, [
                 (p.batch_id, p.sources["broadcast"]["start"], p.sources["broadcast"]["end"]) for p in plans])
             if b is not None:
-                data = [c for c in b.columns if c not in ("batch_id", "file_idx", "block", "row")]
+                data = [c for c in b.columns if c not in POSITION_COLUMNS]
                 b = b.select(F.struct(*[F.col(f"`{c}`") for c in data]).alias(BROADCAST_RECORD),
-                             "batch_id", "file_idx", "block", "row").crossJoin(self._subtasks())
+                             *POSITION_COLUMNS).crossJoin(self._subtasks())
                 parts.append(self._frame(b, record_ddl, brecord_ddl, phase=F.lit(PHASE_RECORD),
                                          side=F.lit(SIDE_BROADCAST), brecord=F.col(BROADCAST_RECORD)))
         return parts
