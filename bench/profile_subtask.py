@@ -1,4 +1,4 @@
-"""CPU per record of the subtask loop alone (no Spark): the bench job over N keys x 2 microbatches.
+"""CPU per record of the subtask loop alone (no Spark; files written): the bench job over N keys x 2 microbatches.
 
     source scripts/env.sh
     python bench/profile_subtask.py 100000          # CPU seconds and microseconds per record
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +20,9 @@ import pyarrow as pa  # noqa: E402
 
 from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
 from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
+from state_store.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs  # noqa: E402
+from state_store.state_tables import KEYED as KEYED_SPEC  # noqa: E402
+from state_store.state_tables import OPERATOR as OPERATOR_SPEC  # noqa: E402
 from state_store.task import RunPlan, run_partition  # noqa: E402
 from state_store.types import Types  # noqa: E402
 
@@ -36,15 +41,21 @@ def main() -> None:
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
                          "record": {"key": key, "amount": k, "ts": k}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
-    plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)])
+    directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
+    tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), None, SINK_MICROBATCH)}
+    for spec in (KEYED_SPEC, OPERATOR_SPEC):
+        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema, spec.partition_columns, None)
+    plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)],
+                   RunOutputs("profile", tables))
     profiler = cProfile.Profile()
     if len(sys.argv) > 2:
         profiler.enable()
     cpu = time.process_time()
     out = sum(b.num_rows for b in run_partition(plan, iter(batches)))
     cpu = time.process_time() - cpu
+    shutil.rmtree(directory)
     profiler.disable()
-    print(f"{n * MICROBATCHES} records, {out} result rows: {cpu:.2f}s CPU, {cpu / (n * MICROBATCHES) * 1e6:.1f} us/record")
+    print(f"{n * MICROBATCHES} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / (n * MICROBATCHES) * 1e6:.1f} us/record")
     if len(sys.argv) > 2:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
 

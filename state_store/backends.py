@@ -2,12 +2,13 @@
 
 Chosen by ``JobSpec.backend`` (``create_keyed_backend`` / ``create_operator_backend``):
 
-- ``delta`` (default): a run appends the entries that changed, each tagged with
-  its microbatch, to the job's Delta table in one idempotent commit; a
-  checkpoint only pins the table version (incremental).
-- ``hashmap``: the run's changes stay in the executors (the run's cached
-  result); each checkpoint writes a full snapshot of the live entries at its
-  microbatch to its own Delta table under ``snapshots/chk-N``.
+- ``delta`` (default): the subtasks write the entries that changed, each
+  tagged with its microbatch, as files of the job's Delta table, which one
+  idempotent commit per run adds; a checkpoint only pins the table version
+  (incremental).
+- ``hashmap``: the run's changes are staged as files of the run (removed
+  when it ends); each checkpoint writes a full snapshot of the live entries at
+  its microbatch to its own Delta table under ``snapshots/chk-N``.
 - ``memory``: like hashmap, but snapshots stay in this process. Tiny tests only.
 
 In every case a run reads the state once (``read``), and a checkpoint of
@@ -22,10 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .checkpoint import CheckpointMetadata
-from .delta_log import table_snapshot
+from .delta_log import app_transaction_version, table_snapshot
 from .errors import RestoreError
 from .job import BACKENDS
-from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, latest_live
+from .run_files import OutputTable
+from .state_tables import KEYED, OPERATOR, TableSpec, commit_files, latest_live
 
 class StateBackend:
     """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
@@ -36,6 +38,7 @@ class StateBackend:
         self.spark, self.job_dir, self.job_id, self.table = spark, job_dir, job_id, table
         self._base: DataFrame | None = None
         self._changes: DataFrame | None = None
+        self._output: OutputTable | None = None
 
     @property
     def app_id(self) -> str:
@@ -50,10 +53,26 @@ class StateBackend:
         narrows the rows first, e.g. to the keys a run touches, so only those are sorted out."""
         raise NotImplementedError
 
-    def write_run(self, changes: DataFrame, last_batch_id: int) -> None:
-        """Make a run's changes (rows of the table's schema, each tagged with its microbatch) durable
-        as far as this backend does per run."""
-        self._changes = changes
+    def staging_dir(self, token: str) -> Path:
+        return self.job_dir / "staging" / token / self.table.name
+
+    def output(self, token: str) -> OutputTable:
+        """Where run ``token``'s subtasks write this table's changes (``run_files``): by default a
+        staging directory of the run, read back by ``write_run``."""
+        self._output = OutputTable(self.table.name, str(self.staging_dir(token)), self.table.schema,
+                                   self.table.partition_columns, None)
+        return self._output
+
+    def write_run(self, files: list[dict], last_batch_id: int) -> None:
+        """Make a run's changes (the files its subtasks wrote; rows of the table's schema, each tagged with
+        its microbatch) durable as far as this backend does per run."""
+        directory = self._output.directory
+        self._changes = (self.spark.read.schema(self.table.schema).option("basePath", directory)
+                         .parquet(*[str(Path(directory) / f["path"]) for f in files]) if files else None)
+
+    def end_run(self, token: str) -> None:
+        """The run is over (its checkpoints taken or it failed): drop what it staged."""
+        shutil.rmtree(self.staging_dir(token).parent, ignore_errors=True)
 
     def snapshot(self, checkpoint_id: int, batch_id: int) -> dict:
         """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records."""
@@ -85,8 +104,15 @@ class DeltaStateBackend(StateBackend):
         df = df.filter(F.col("batch_id") <= checkpoint.batch_id)
         return latest_live(restrict(df) if restrict else df, self.table)
 
-    def write_run(self, changes, last_batch_id):
-        append_idempotent(changes, self.path, self.app_id, last_batch_id, self.table.partition_columns)
+    def output(self, token):
+        committed = app_transaction_version(self.path, self.app_id) if (self.path / "_delta_log").is_dir() else None
+        self._output = OutputTable(self.table.name, str(self.path), self.table.schema, self.table.partition_columns,
+                                   committed)
+        return self._output
+
+    def write_run(self, files, last_batch_id):
+        commit_files(self.spark, self.path, self.app_id, last_batch_id, files, self.table.schema,
+                     self.table.partition_columns, self._output.committed)
 
     def snapshot(self, checkpoint_id, batch_id):
         return {**table_snapshot(self.path), "incremental": True}

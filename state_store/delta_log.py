@@ -79,3 +79,21 @@ def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
 
     _replay(Path(path) / "_delta_log", None, "txn", on_action)
     return max(found) if found else None
+
+
+def table_metadata(path: str | os.PathLike) -> dict:
+    """The table's latest ``metaData`` action (schemaString, partitionColumns, configuration, ...)."""
+    found: list[dict] = []
+
+    def on_action(action: dict) -> None:
+        if action.get("metaData"):
+            found.append(action["metaData"])
+
+    _replay(Path(path) / "_delta_log", None, "metaData", on_action)
+    if not found:
+        raise FileNotFoundError(f"{path} has no metadata in its Delta log")
+    meta = dict(found[-1])
+    if isinstance(meta.get("configuration"), list):  # a Parquet checkpoint's map reads as pairs
+        meta["configuration"] = dict(meta["configuration"])
+    meta["configuration"] = meta.get("configuration") or {}
+    return meta

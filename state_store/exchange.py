@@ -8,9 +8,10 @@ microbatch of the run: microbatch by microbatch, broadcast records before
 keyed ones, keys in order of key group then stored text, a key's records in
 ``order_by`` order, then source order (file, then position in the file).
 
-What the subtasks send back is one frame of rows of four kinds: sink rows
-(``out``), keyed state changes (``k``), operator state changes (``o``), and
-one ``stat`` row per subtask and microbatch. Every row names its microbatch.
+The subtasks write the sink rows and state changes to files themselves
+(``run_files``); what they send back is small: one ``stat`` row per subtask
+and microbatch, and one ``file`` row per file written (its description as
+JSON), for the driver to commit.
 No Spark import here: the executor side (``task``) and the tests use it alone.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ PHASE_SUBTASK, PHASE_OPERATOR, PHASE_RAW_KEYED, PHASE_KEYED, PHASE_RECORD = 0, 1
 # Sides of a record within a microbatch: broadcast elements first.
 SIDE_BROADCAST, SIDE_KEYED = 0, 1
 # Kinds of result rows.
-KIND_OUT, KIND_KEYED, KIND_OPERATOR, KIND_STAT = "out", "k", "o", "stat"
+KIND_STAT, KIND_FILE = "stat", "file"
 
 EXCHANGE_COLUMNS = [
     ("subtask", "int"), ("phase", "int"), ("batch_id", "bigint"), ("side", "int"), ("key", "string"),
@@ -50,17 +51,8 @@ def sort_columns(order_by: list[str]) -> list[str]:
             + ["file_idx", "block", "row", "state_name", "origin", "namespace", "user_key"])
 
 
-RESULT_COLUMNS = [
-    ("kind", "string"), ("batch_id", "bigint"), ("subtask", "int"), ("state_name", "string"), ("key_group", "int"),
-    ("key", "string"), ("namespace", "string"), ("user_key", "string"), ("value", "string"), ("expiry", "bigint"),
-    ("mode", "string"), ("payload", "string"),
-]
-OUT = "out"
-
-
-def result_schema_ddl(output_ddl: str) -> str:
-    """The DDL of what the subtasks return; ``out`` is the sink row, typed."""
-    return ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS) + f", {OUT} {output_ddl}"
+RESULT_COLUMNS = [("kind", "string"), ("batch_id", "bigint"), ("subtask", "int"), ("payload", "string")]
+RESULT_DDL = ", ".join(f"{n} {t}" for n, t in RESULT_COLUMNS)
 
 
 # Spark's Murmur3 hash of an int (seed 42), as HashPartitioning computes it: lets the driver pick, for each

@@ -10,13 +10,15 @@ The protocol of a run, each step durable before the next starts:
 2. **process**, one Spark pass: every subtask gets its operator state, raw
    keyed state and the keyed state of the keys the run touches (read once),
    then its records microbatch by microbatch (``exchange``, ``task``). The
-   result is cached in the executors; every user or input error surfaces
-   here, before anything is written.
-3. **write**: the sink rows and the keyed and operator state changes (the three
-   at once), each row tagged with its microbatch, one Delta commit per table per run, with
-   ``txnAppId``/``txnVersion`` (= the run's last microbatch); rows of
-   microbatches a table already committed are left out, so a replay writes
-   nothing twice however it groups the microbatches.
+   subtasks write the sink rows and state changes, each row tagged with its
+   microbatch, to Parquet files (``run_files``) and return only a row per file
+   and per microbatch; every user or input error surfaces here, before
+   anything is committed. Rows of microbatches a table already committed are
+   left out, so a replay writes nothing twice however it groups the
+   microbatches.
+3. **write**: one Delta commit per table per run adds its files (the sink,
+   keyed and operator tables at once), with ``txnAppId``/``txnVersion`` (= the
+   run's last microbatch). Files that no commit names are removed.
 4. **commit** each microbatch (a marker file), then **checkpoint**: a row every
    ``checkpoint_interval`` microbatches and at the end of the run, each pinning
    table versions and its microbatch, written last; then expire checkpoints
@@ -30,28 +32,25 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .backends import StateBackend, create_keyed_backend, create_operator_backend
 from .catalog import JobMeta
 from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, discover_descriptors
-from .delta_log import table_snapshot
+from .delta_log import app_transaction_version, table_metadata, table_snapshot
 from .descriptors import qualified_name
 from .errors import InputError
 from .exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
-    KIND_KEYED,
-    KIND_OPERATOR,
-    KIND_OUT,
+    KIND_FILE,
     KIND_STAT,
-    OUT,
     PHASE_KEYED,
     PHASE_OPERATOR,
     PHASE_RAW_KEYED,
@@ -64,7 +63,7 @@ from .exchange import (
     MAX_RUN_MICROBATCHES,
     partition_keys,
     sort_key_parts,
-    result_schema_ddl,
+    RESULT_DDL,
     sort_columns,
 )
 from .job import KEY_TYPES, JobSpec
@@ -74,7 +73,10 @@ from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .settings import Settings
 from .sources import POSITION_COLUMNS, source_split_entries
 from .spark import key_group_column, subtask_column
-from .state_tables import append_idempotent
+from .run_files import KEYED as KEYED_TABLE
+from .run_files import OPERATOR as OPERATOR_TABLE
+from .run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, new_token, remove_uncommitted, write_rows
+from .state_tables import append_idempotent, commit_files
 from .task import RAW_KEYED, RunPlan, run_partition
 
 FAULT_POINTS = (
@@ -258,7 +260,7 @@ class JobRunner:
         return self.spark.range(self.p).select(F.col("id").cast("int").alias("subtask"))
 
     def _process(self, plans: list[MicrobatchPlan], checkpoint: CheckpointMetadata | None,
-                 keyed_backend: StateBackend, operator_backend: StateBackend) -> DataFrame:
+                 keyed_backend: StateBackend, operator_backend: StateBackend, outputs: RunOutputs) -> DataFrame:
         spec, spark = self.spec, self.spark
         record_ddl = spec.source.record_ddl(spark)
         brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
@@ -301,12 +303,12 @@ class JobRunner:
                  .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in sort_columns(list(spec.order_by))])
                  .drop(SORT_KEY))
         run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, self.p, self.maxp,
-                           checkpoint is not None, [(p.batch_id, p.timestamp) for p in plans])
+                           checkpoint is not None, [(p.batch_id, p.timestamp) for p in plans], outputs)
 
         def subtasks(batches):
             return run_partition(run_plan, batches)
 
-        return frame.mapInArrow(subtasks, result_schema_ddl(spec.output_type.spark_ddl()))
+        return frame.mapInArrow(subtasks, RESULT_DDL)
 
     # -- the run ------------------------------------------------------------------------------------------------
     def run(self, max_microbatches: int | None = None, max_records: int | None = None) -> RunResult:
@@ -351,24 +353,33 @@ class JobRunner:
 
         keyed_backend = create_keyed_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
         operator_backend = create_operator_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
+        token = new_token()
+        backends = {KEYED_TABLE: keyed_backend, OPERATOR_TABLE: operator_backend}
+        outputs = RunOutputs(token, {})
+        written: dict[str, set[str]] = {}  # per table, the files its commit added
         try:
-            results = self._process(plans, checkpoint, keyed_backend, operator_backend)
-            results = results.persist(StorageLevel.MEMORY_AND_DISK)
-            # One Spark job computes (and caches) everything: every user or input error surfaces here.
-            stat_rows = results.filter(F.col("kind") == KIND_STAT).select("batch_id", "payload").collect()
-        except Exception as e:
-            for plan in new:
-                meta.drop_plan(plan.batch_id)
-            which = (f"microbatch {batch_ids[0]}" if len(batch_ids) == 1
-                     else f"microbatches {batch_ids[0]}..{batch_ids[-1]}")
-            raise InputError(
-                f"{which} of job {spec.job_id!r} failed before anything was written: {_explain(e)} "
-                f"(input: {json.dumps([p.sources for p in plans])[:600]})"
-            ) from e
-        stats = self._stats(plans, stat_rows)
-        phase("process")
-        try:
-            self._write(results, plans, keyed_backend, operator_backend)
+            outputs.tables.update({SINK: self._sink_output(token), **{n: b.output(token) for n, b in backends.items()}})
+            try:
+                # One Spark job: the subtasks write their files and return a row per file and per microbatch;
+                # every user or input error surfaces here, before anything is committed.
+                rows = self._process(plans, checkpoint, keyed_backend, operator_backend, outputs).collect()
+            except Exception as e:
+                for plan in new:
+                    meta.drop_plan(plan.batch_id)
+                which = (f"microbatch {batch_ids[0]}" if len(batch_ids) == 1
+                         else f"microbatches {batch_ids[0]}..{batch_ids[-1]}")
+                raise InputError(
+                    f"{which} of job {spec.job_id!r} failed before anything was written: {_explain(e)} "
+                    f"(input: {json.dumps([p.sources for p in plans])[:600]})"
+                ) from e
+            stats = self._stats(plans, [(r["batch_id"], r["payload"]) for r in rows if r["kind"] == KIND_STAT])
+            files = {name: [] for name in outputs.tables}
+            for r in rows:
+                if r["kind"] == KIND_FILE:
+                    info = json.loads(r["payload"])
+                    files[info["table"]].append(info)
+            phase("process")
+            self._write(plans, outputs, files, backends, written)
             phase("write")
             self._fault("before_commit", batch_ids)
             committed = wall_clock_ms()
@@ -386,7 +397,11 @@ class JobRunner:
                                                    descriptors)
             phase("checkpoint")
         finally:
-            results.unpersist()
+            # Files of this run that no commit names: a failed task attempt's, or all of a failed run's.
+            for table in outputs.tables.values():
+                remove_uncommitted(table.directory, token, written.get(table.name, set()))
+            for backend in backends.values():
+                backend.end_run(token)
         records = result.records_in
         rate = records / result.seconds if result.seconds else 0.0
         self._say(f"run {self.lease.run_id}: {len(plans)} microbatches, {records} records in {result.seconds}s "
@@ -413,38 +428,78 @@ class JobRunner:
         return [by_batch[p.batch_id] for p in plans]
 
     # -- 3. write -----------------------------------------------------------------------------------------------
-    def _write(self, results: DataFrame, plans: list[MicrobatchPlan], keyed_backend: StateBackend,
-               operator_backend: StateBackend) -> None:
+    def _sink_output(self, token: str) -> OutputTable:
+        """Where the subtasks write the sink rows: the sink table itself when Lakestate can add files to it
+        directly, else a staging directory whose rows a Spark append then writes (see ``_write``). Refuses,
+        before anything is read, a sink whose columns are not the job's output_type."""
+        spec, path = self.spec, self.sink_path
+        ddl = spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
+        app_id = f"lakestate:{spec.job_id}:sink"
+        if not (path / "_delta_log").is_dir():
+            return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH)
+        meta = table_metadata(path)
+
+        def shape(field_type):
+            if isinstance(field_type, dict):
+                return {k: shape(v) for k, v in field_type.items() if k not in ("nullable", "metadata",
+                                                                                  "containsNull",
+                                                                                  "valueContainsNull")}
+            if isinstance(field_type, list):
+                return [shape(v) for v in field_type]
+            return field_type
+
+        actual = shape(json.loads(meta["schemaString"]))
+        expected = shape(self.spark.createDataFrame([], ddl).schema.jsonValue())
+        if actual != expected or meta.get("partitionColumns"):
+            names = [f["name"] for f in actual["fields"]]
+            raise InputError(
+                f"the sink {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+                f"that do not match the job's output_type ({ddl}); point the job's sink at a new table, or "
+                f"change output_type back")
+        committed = app_transaction_version(path, app_id)
+        text, conf = meta["schemaString"], meta["configuration"]
+        plain = (not any(k.startswith("delta.constraints.") for k in conf)
+                 and conf.get("delta.columnMapping.mode", "none") == "none"
+                 and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
+        directory = path if plain else self.job_dir / "staging" / token / SINK
+        return OutputTable(SINK, str(directory), ddl, (), committed, SINK_MICROBATCH)
+
+    def _write(self, plans: list[MicrobatchPlan], outputs: RunOutputs, files: dict[str, list[dict]],
+               backends: dict[str, StateBackend], written: dict[str, set[str]]) -> None:
         spec, batch_ids, last = self.spec, [p.batch_id for p in plans], plans[-1].batch_id
         self.lease.heartbeat()  # a run that lost its lease must not write
-        output = results.filter(F.col("kind") == KIND_OUT).select(f"{OUT}.*", F.col("batch_id").alias("_microbatch"))
-        generation = F.lit(0).cast("bigint")  # microbatch writes; restore and compaction use their own
-        keyed = results.filter(F.col("kind") == KIND_KEYED).select(
-            "state_name", "key_group", "key", "namespace", "user_key", "value", "expiry", "batch_id",
-            generation.alias("generation"))
-        offsets = [(SOURCE_OFFSETS_STATE, 0, SPLIT_DISTRIBUTE,
-                    json.dumps([e for name, source in self._sources().items()
-                                for e in source_split_entries(name, source, p.end_offsets[name])], sort_keys=True),
-                    p.batch_id, 0) for p in plans]
-        operator = results.filter(F.col("kind") == KIND_OPERATOR).select(
-            "state_name", "subtask", "mode", "value", "batch_id", generation.alias("generation")).unionByName(
-            self.spark.createDataFrame(offsets, operator_backend.table.schema))
+        # The source offsets of each microbatch are operator state, written here.
+        offsets = outputs.tables[OPERATOR_TABLE]
+        files[OPERATOR_TABLE] += write_rows(offsets, outputs.token, (SOURCE_OFFSETS_STATE,), [
+            (p.batch_id, (0, SPLIT_DISTRIBUTE, json.dumps(
+                [e for name, source in self._sources().items()
+                 for e in source_split_entries(name, source, p.end_offsets[name])], sort_keys=True), p.batch_id, 0))
+            for p in plans])
 
         def sink() -> None:
             self._fault("before_sink_write", batch_ids)
-            append_idempotent(output, self.sink_path, f"lakestate:{spec.job_id}:sink", last, batch_column="_microbatch")
+            table, app_id = outputs.tables[SINK], f"lakestate:{spec.job_id}:sink"
+            if table.directory == str(self.sink_path):
+                commit_files(self.spark, self.sink_path, app_id, last, files[SINK], table.ddl, (), table.committed,
+                             SINK_MICROBATCH)
+            else:  # a sink with constraints or generated columns: Delta's own writer checks them
+                staged = (self.spark.read.schema(table.ddl).parquet(
+                    *[str(Path(table.directory) / f["path"]) for f in files[SINK]]) if files[SINK]
+                    else self.spark.createDataFrame([], table.ddl))
+                append_idempotent(staged, self.sink_path, app_id, last, batch_column=SINK_MICROBATCH)
+            written[SINK] = {f["path"] for f in files[SINK]}
             self._fault("after_sink_write", batch_ids)
 
-        def state(backend: StateBackend, changes: DataFrame) -> None:
+        def state(name: str) -> None:
             self._fault("before_state_write", batch_ids)
-            backend.write_run(changes, last)
+            backends[name].write_run(files[name], last)
+            written[name] = {f["path"] for f in files[name]}
             self._fault("after_state_write", batch_ids)
 
-        # The three tables commit independently and each append is idempotent, so they run at once: a
-        # small append is mostly driver-side planning and commit latency.
+        # The three tables commit independently and each commit is idempotent, so they run at once: a commit
+        # is mostly driver-side latency.
         with ThreadPoolExecutor(3, thread_name_prefix="lakestate-write") as pool:
-            futures = [pool.submit(sink), pool.submit(state, keyed_backend, keyed),
-                       pool.submit(state, operator_backend, operator)]
+            futures = [pool.submit(sink), pool.submit(state, KEYED_TABLE), pool.submit(state, OPERATOR_TABLE)]
             for future in futures:
                 future.result()
 

@@ -14,6 +14,9 @@ null without TTL) lets TTL cleanup filter in the JVM.
 """
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .delta_log import app_transaction_version
+from .run_files import add_action
 
 
 
@@ -56,6 +60,51 @@ def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> 
     newest = Window.partitionBy(*spec.id_columns).orderBy(F.col("batch_id").desc(), F.col("generation").desc())
     return (df.withColumn("_rank", F.row_number().over(newest))
             .filter("_rank = 1 AND value IS NOT NULL").drop("_rank"))
+
+
+def commit_files(spark, path: Path, app_id: str, version: int, files: list[dict], ddl: str,
+                 partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id") -> bool:
+    """Add the Parquet ``files`` a run wrote (``run_files.file_info``) to the Delta table at ``path`` in one
+    commit through Delta's own transaction (its log store, conflict checks and log checkpoints), with
+    ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns ``ddl``.
+    ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when the
+    table already has ``version``."""
+    jvm = spark._jvm
+    txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path)).startTransaction()
+    action = jvm.org.apache.spark.sql.delta.actions.Action
+    if txn.readVersion() < 0:  # a new table: its metadata (and so its protocol) come with the first files
+        txn.updateMetadataForNewTable(action.fromJson(json.dumps({"metaData": {
+            "id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+            "schemaString": spark.createDataFrame([], ddl).schema.json(), "partitionColumns": list(partition_by),
+            "configuration": {}, "createdTime": int(time.time() * 1000)}})))
+    current = txn.txnVersion(app_id)  # -1: never; reading it also makes a concurrent commit of it a conflict
+    if current >= version:
+        return False
+    if current != (-1 if expected is None else expected):
+        raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
+                           f"(it read version {expected}); nothing was committed, rerun the job")
+    actions = jvm.java.util.ArrayList()
+    for info in files:
+        actions.add(action.fromJson(json.dumps(add_action(info, batch_column))))
+    actions.add(action.fromJson(json.dumps(
+        {"txn": {"appId": app_id, "version": version, "lastUpdated": int(time.time() * 1000)}})))
+    # The operation metrics Spark's own Delta writer reports, for DESCRIBE HISTORY.
+    metrics = jvm.java.util.HashMap()
+    for name, value in (("numFiles", len(files)), ("numOutputRows", sum(f["rows"] for f in files)),
+                        ("numOutputBytes", sum(f["size"] for f in files))):
+        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(spark._jsc.sc(), name)
+        metric.set(value)
+        metrics.put(name, metric)
+    utils = jvm.org.apache.spark.api.python.PythonUtils
+    txn.registerSQLMetrics(spark._jsparkSession, utils.toScalaMap(metrics))
+    partitions = jvm.java.util.ArrayList()
+    for column in partition_by:
+        partitions.add(column)
+    none = jvm.scala.Option.empty()
+    write = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+        jvm.org.apache.spark.sql.SaveMode.Append, jvm.scala.Option.apply(utils.toSeq(partitions)), none, none)
+    txn.commit(utils.toSeq(actions), write)
+    return True
 
 
 def append_idempotent(df: DataFrame, path: Path, app_id: str, version: int,

@@ -19,11 +19,8 @@ from typing import Any, Iterator
 from .descriptors import qualified_name
 from .exchange import (
     BROADCAST_RECORD,
-    KIND_KEYED,
-    KIND_OPERATOR,
-    KIND_OUT,
+    KIND_FILE,
     KIND_STAT,
-    OUT,
     PHASE_KEYED,
     PHASE_OPERATOR,
     PHASE_RAW_KEYED,
@@ -44,11 +41,11 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
+from .run_files import RunOutputs, SubtaskFiles
 from .types import RowTypeInfo, TypeInfo, Types
 
 RAW_KEYED = "__raw_keyed__"
 _BYTES = Types.BYTES()
-BATCH_ROWS = 8192  # result rows per Arrow batch
 
 
 def decode_key(key_type: TypeInfo, encoded: str) -> Any:
@@ -74,50 +71,28 @@ class RunPlan:
     max_parallelism: int
     restored: bool
     microbatches: list[tuple[int, int]]  # (batch_id, processing timestamp), in order
+    outputs: RunOutputs  # where the subtasks write the sink rows and state changes
 
 
-class ResultBuffer:
-    """Result rows, cut into Arrow batches of the result schema: sink rows and the other kinds (tuples in
-    ``RESULT_COLUMNS`` order) in batches of their own, so each batch converts only the columns it fills."""
+class ResultRows:
+    """What a subtask returns besides its files: a stat row per microbatch and a row per file written."""
 
-    def __init__(self, output_type: RowTypeInfo):
-        import pyarrow as pa
+    def __init__(self):
+        self.rows: list[tuple] = []
 
-        self._types = [(name, _arrow(ddl)) for name, ddl in RESULT_COLUMNS] + [(OUT, output_type.arrow_type())]
-        self.schema = pa.schema(self._types)
-        self._rows: list[tuple] = []
-        self._outputs: list[tuple] = []  # (batch_id, subtask, out)
-
-    @property
-    def rows(self) -> int:
-        return len(self._rows) + len(self._outputs)
-
-    def add(self, kind, batch_id, subtask, state_name=None, key_group=None, key=None, namespace=None, user_key=None,
-            value=None, expiry=None, mode=None, payload=None) -> None:
-        self._rows.append((kind, batch_id, subtask, state_name, key_group, key, namespace, user_key, value, expiry,
-                           mode, payload))
-
-    def add_output(self, batch_id: int, subtask: int, out) -> None:
-        self._outputs.append((batch_id, subtask, out))
+    def add(self, kind: str, batch_id: int | None, subtask: int, payload: str) -> None:
+        self.rows.append((kind, batch_id, subtask, payload))
 
     def take(self) -> list:
         import pyarrow as pa
 
-        batches = []
-        if self._rows:
-            columns = list(zip(*self._rows))
-            arrays = [pa.array(c, type=t) for c, (_, t) in zip(columns, self._types)]
-            arrays.append(pa.nulls(len(self._rows), self._types[-1][1]))
-            batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-            self._rows = []
-        if self._outputs:
-            n, (batch_ids, subtasks, outs) = len(self._outputs), zip(*self._outputs)
-            filled = {"kind": pa.array([KIND_OUT] * n, pa.string()), "batch_id": pa.array(batch_ids, pa.int64()),
-                      "subtask": pa.array(subtasks, pa.int32()), OUT: pa.array(outs, self._types[-1][1])}
-            arrays = [filled.get(name) or pa.nulls(n, t) for name, t in self._types]
-            batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-            self._outputs = []
-        return batches
+        if not self.rows:
+            return []
+        schema = pa.schema([(name, _arrow(ddl)) for name, ddl in RESULT_COLUMNS])
+        columns = list(zip(*self.rows))
+        self.rows = []
+        return [pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
+                                           schema=schema)]
 
 
 def _arrow(ddl: str):
@@ -157,8 +132,9 @@ def _user_value_converter(arrow_type):
 class SubtaskRunner:
     """One subtask's run: restores its state, then runs every microbatch of the plan in order."""
 
-    def __init__(self, plan: RunPlan, subtask: int, out: ResultBuffer):
-        self.plan, self.subtask, self.out = plan, subtask, out
+    def __init__(self, plan: RunPlan, subtask: int, results: ResultRows):
+        self.plan, self.subtask, self.results = plan, subtask, results
+        self.files = SubtaskFiles(plan.outputs, subtask, plan.output_type.arrow_type())
         self.kg_range = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
         self.store = KeyedStateStore()
         self.raw_keyed: dict[int, bytes] = {}
@@ -206,12 +182,13 @@ class SubtaskRunner:
 
     def _end(self) -> None:
         self._process_group()
-        batch_id, out, subtask = self.batch_id, self.out, self.subtask
+        batch_id, subtask, keyed, operator = self.batch_id, self.subtask, self.files.keyed, self.files.operator
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
         stats, entries = self.stats, self.stats["entries"]
         for state_name, key_group, key, namespace, user_key, value, delta in self.store.flush():
-            out.add(KIND_KEYED, batch_id, subtask, state_name, key_group, key, namespace, user_key, value)
+            # The keyed table's file columns: key, namespace, user_key, value, expiry, batch_id, generation.
+            keyed.add((state_name, key_group), batch_id, (key, namespace, user_key, value, None, batch_id, 0))
             stats["upserts" if value is not None else "deletes"] += 1
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
@@ -222,19 +199,20 @@ class SubtaskRunner:
             before = self.raw_keyed.get(key_group)
             if data != before:
                 value = None if data is None else _BYTES.dumps(data)
-                out.add(KIND_KEYED, batch_id, subtask, self._raw_keyed_name, key_group, "", "", None, value)
+                keyed.add((self._raw_keyed_name, key_group), batch_id, ("", "", None, value, None, batch_id, 0))
                 stats["upserts" if value is not None else "deletes"] += 1
                 delta = (data is not None) - (before is not None)
                 if delta:
                     entries[self._raw_keyed_name] = entries.get(self._raw_keyed_name, 0) + delta
         self.raw_keyed = written
         for state_name, mode, value, delta in self.operator_store.flush():
-            out.add(KIND_OPERATOR, batch_id, subtask, state_name, mode=mode, value=value)
+            # The operator table's file columns: subtask, mode, value, batch_id, generation.
+            operator.add((state_name,), batch_id, (subtask, mode, value, batch_id, 0))
             stats["upserts" if value is not None else "deletes"] += 1
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
         stats["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
-        out.add(KIND_STAT, batch_id, subtask, payload=json.dumps(stats))
+        self.results.add(KIND_STAT, batch_id, subtask, json.dumps(stats))
 
     def goto(self, batch_id: int) -> None:
         """Finish the microbatches before ``batch_id`` (with or without records) and begin it."""
@@ -290,6 +268,8 @@ class SubtaskRunner:
             self._end()
         if self.function is not None:
             self._call("close", self.function.close)
+        for info in self.files.close():
+            self.results.add(KIND_FILE, None, self.subtask, json.dumps(info))
 
     # -- user calls ------------------------------------------------------------------------------------------
     def _call(self, hook: str, fn, *args, key: str | None = None):
@@ -308,7 +288,7 @@ class SubtaskRunner:
     def _emit(self, rows) -> None:
         if not rows:
             return
-        to_arrow, out, batch_id, subtask = self.plan.output_type.to_arrow, self.out, self.batch_id, self.subtask
+        to_arrow, sink, batch_id = self.plan.output_type.to_arrow, self.files.sink, self.batch_id
         for row in rows:
             try:
                 if row is None:
@@ -317,7 +297,7 @@ class SubtaskRunner:
             except (TypeError, ValueError) as e:
                 raise UserFunctionError(f"an output row does not match the job's output_type: {e} (row {row!r}, "
                                         f"microbatch {batch_id})") from None
-            out.add_output(batch_id, subtask, value)
+            sink.add((), batch_id, value)
         self.stats["outputs"] += len(rows)
 
 
@@ -325,7 +305,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
     """The executor side of a run: exchange batches in, result batches out (see ``exchange``)."""
     import pyarrow.compute as pc
 
-    out = ResultBuffer(plan.output_type)
+    results = ResultRows()
     runner: SubtaskRunner | None = None
     finished: set[int] = set()
     convert = bconvert = None
@@ -360,7 +340,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
                 if subtask in finished:  # the frame is sorted per partition, not by subtask
                     raise RuntimeError(f"rows of subtask {subtask} arrived after those of another subtask: "
                                        f"the exchange must give each subtask a partition of its own")
-                runner = SubtaskRunner(plan, subtask, out)
+                runner = SubtaskRunner(plan, subtask, results)
             phase = phases[i]
             if phase == PHASE_RECORD:
                 if sides[i] == SIDE_BROADCAST:
@@ -373,8 +353,8 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
                 runner.load_raw_keyed(key_groups[i], values[i])
             elif phase == PHASE_OPERATOR:
                 runner.load_operator(names[i], modes[i], values[i], origins[i])
-            if out.rows >= BATCH_ROWS:
-                yield from out.take()
+        runner.files.maybe_flush()
+        yield from results.take()
     if runner is not None:
         runner.finish()
-    yield from out.take()
+    yield from results.take()

@@ -6,15 +6,17 @@ of the keys the run touches, then its records microbatch by microbatch. These
 tests build such frames from readable rows and read back what it returns.
 """
 import json
+import tempfile
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from state_store.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from state_store.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
-    OUT,
     PHASE_KEYED,
     PHASE_OPERATOR,
     PHASE_RAW_KEYED,
@@ -29,6 +31,9 @@ from state_store.exchange import (
 )
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
+from state_store.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs
+from state_store.state_tables import KEYED as KEYED_SPEC
+from state_store.state_tables import OPERATOR as OPERATOR_SPEC
 from state_store.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 
@@ -40,6 +45,7 @@ RULE_TYPE = pa.struct([("rule", pa.string()), ("limit", pa.int64())])  # the bro
 RAW_KEYED_NAME = f"op.{RAW_KEYED}"
 RAW_OPERATOR_NAME = "op.__raw__"
 BYTES = Types.BYTES()
+OUT = "out"
 
 
 # -- building the exchange frame -------------------------------------------------------------------------------
@@ -100,14 +106,48 @@ def frame(*rows, rows_per_batch=None, with_broadcast=False):
     return [pa.RecordBatch.from_pylist(full[i:i + size], schema=schema) for i in range(0, len(full), size)]
 
 
+def run_outputs(directory, committed=None) -> RunOutputs:
+    """The three tables' files under ``directory`` (as a run with the staging backends writes them)."""
+    tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), committed, SINK_MICROBATCH)}
+    for spec in (KEYED_SPEC, OPERATOR_SPEC):
+        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema, spec.partition_columns,
+                                        committed)
+    return RunOutputs("t0k3n", tables)
+
+
+def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
+    """Rows of the files a run wrote (in the order it described them), as dicts: kind ``out`` with the sink row
+    in ``OUT``, ``k`` keyed and ``o`` operator changes; then the stat rows."""
+    read = []
+    for row in result_rows:
+        if row["kind"] != "file":
+            continue
+        info = json.loads(row["payload"])
+        table = outputs.tables[info["table"]]
+        for r in pq.read_table(Path(table.directory) / info["path"]).to_pylist():
+            if info["table"] == SINK:
+                batch_id = r.pop(SINK_MICROBATCH)
+                read.append({"kind": "out", "batch_id": batch_id, "subtask": row["subtask"], OUT: r})
+            else:
+                partition = {k: int(v) if k == "key_group" else v for k, v in info["partition"].items()}
+                read.append({"kind": "k" if info["table"] == "keyed" else "o", "subtask": row["subtask"],
+                             **partition, **r})
+    # Files group rows by partition; within a kind, a run writes microbatch after microbatch.
+    read.sort(key=lambda r: (r["kind"], r["batch_id"]))
+    return read + [r for r in result_rows if r["kind"] == "stat"]
+
+
 def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=False, rows_per_batch=None,
         key_type=None):
-    """Run ``function`` over the frame of ``rows``; the result rows as dicts (``out`` is the typed sink row)."""
-    plan = RunPlan("op", function, key_type or Types.STRING(), output_type or function.OUT, PARALLELISM,
-                   MAX_PARALLELISM, restored, list(microbatches))
-    with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
-    batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast)))
-    return [r for batch in batches for r in batch.to_pylist()]
+    """Run ``function`` over the frame of ``rows``; the rows it wrote and returned, as dicts (``out`` is the
+    typed sink row)."""
+    with tempfile.TemporaryDirectory() as directory:
+        outputs = run_outputs(Path(directory))
+        plan = RunPlan("op", function, key_type or Types.STRING(), output_type or function.OUT, PARALLELISM,
+                       MAX_PARALLELISM, restored, list(microbatches), outputs)
+        with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
+        batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast)))
+        return read_files(outputs, [r for batch in batches for r in batch.to_pylist()])
 
 
 # -- reading the result ------------------------------------------------------------------------------------------
@@ -282,14 +322,37 @@ def test_a_keyed_state_named_like_the_internal_raw_keyed_state_is_refused():
 
 
 # -- outputs, state changes and stats ---------------------------------------------------------------------------
-def test_result_batches_have_the_result_columns_and_a_typed_out_struct():
-    plan = RunPlan("op", CountPerKey(), Types.STRING(), KEY_COUNT, PARALLELISM, MAX_PARALLELISM, False, [(1, 0)])
-    batches = list(run_partition(plan, iter(frame(record(0, 1, "a", "x")))))
-    assert {k for b in batches for k in b.column("kind").to_pylist()} == {"out", "k", "stat"}
-    for batch in batches:  # sink rows and the other kinds come in batches of their own, all of one schema
-        assert batch.schema.names == [n for n, _ in RESULT_COLUMNS] + [OUT]
-        assert [batch.schema.field(n).type for n, _ in RESULT_COLUMNS] == [ARROW_TYPES[t] for _, t in RESULT_COLUMNS]
-        assert batch.schema.field(OUT).type == KEY_COUNT.arrow_type()
+def test_subtasks_return_a_row_per_file_and_per_microbatch_and_write_typed_parquet(tmp_path):
+    plan = RunPlan("op", CountPerKey(), Types.STRING(), KEY_COUNT, PARALLELISM, MAX_PARALLELISM, False,
+                   [(1, 0), (2, 0)], run_outputs(tmp_path))
+    rows = [r for b in run_partition(plan, iter(frame(record(0, 1, "a", "x"), record(0, 2, "a", "y"))))
+            for r in b.to_pylist()]
+    for row in rows:
+        assert list(row) == [n for n, _ in RESULT_COLUMNS]
+    assert [(r["kind"], r["batch_id"]) for r in rows if r["kind"] == "stat"] == [("stat", 1), ("stat", 2)]
+    files = [json.loads(r["payload"]) for r in rows if r["kind"] == "file"]
+    # One file per table and partition touched (sink: one per subtask), with what a Delta add action needs.
+    assert sorted((f["table"], f["path"].rsplit("/", 1)[0] if "/" in f["path"] else "", f["rows"], f["min"], f["max"])
+                  for f in files) == [("keyed", "state_name=op.count/key_group=1", 2, 1, 2),
+                                      ("sink", "", 2, 1, 2)]
+    for f in files:
+        assert f["path"].rsplit("/", 1)[-1].startswith("part-t0k3n-00000-") and f["size"] > 0
+    sink = next(f for f in files if f["table"] == SINK)
+    table = pq.read_table(tmp_path / SINK / sink["path"])
+    assert table.schema == pa.schema(list(KEY_COUNT.arrow_type()) + [(SINK_MICROBATCH, pa.int64())])
+    assert table.to_pylist() == [{"key": "a", "count": 1, SINK_MICROBATCH: 1},
+                                 {"key": "a", "count": 2, SINK_MICROBATCH: 2}]
+
+
+def test_rows_of_microbatches_a_table_already_committed_are_not_written(tmp_path):
+    outputs = run_outputs(tmp_path, committed=1)
+    plan = RunPlan("op", CountPerKey(), Types.STRING(), KEY_COUNT, PARALLELISM, MAX_PARALLELISM, False,
+                   [(1, 0), (2, 0)], outputs)
+    rows = [r for b in run_partition(plan, iter(frame(record(0, 1, "a", "x"), record(0, 2, "a", "y"))))
+            for r in b.to_pylist()]
+    written = read_files(outputs, rows)
+    assert [(r["kind"], r["batch_id"]) for r in written] == [("k", 2), ("out", 2), ("stat", 1), ("stat", 2)]
+    assert [r[OUT] for r in written if r["kind"] == "out"] == [{"key": "a", "count": 2}]  # state still counted 1
 
 
 def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():

@@ -1,0 +1,201 @@
+"""The files a run writes: sink rows and state changes, written by the subtasks themselves.
+
+A run's subtasks write their sink rows and state changes straight to Parquet
+files (``RunFiles``), one file per touched ``(state_name, key_group)``
+partition per subtask per run (one sink file per subtask), and return only a
+description of each file. The driver then adds the files to each table in one
+Delta commit (``state_tables.commit_files``). Nothing crosses back into the
+JVM row by row and nothing is cached, so the write costs what writing Parquet
+costs. Files that no commit names (a failed task attempt, a crashed run) are
+never read; a run removes those of its own (``remove_uncommitted``).
+
+No Spark import here: the executors and the tests use it alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
+SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
+FLUSH_ROWS = 65_536  # rows held in Python before they are written as Parquet row groups
+
+
+@dataclass(frozen=True)
+class OutputTable:
+    """Where and how one table's rows of a run are written; shipped to the executors."""
+
+    name: str  # SINK, KEYED or OPERATOR
+    directory: str  # the Delta table's directory, or a staging directory
+    ddl: str  # the table's columns, partition columns included
+    partition_columns: tuple[str, ...]
+    committed: int | None  # rows of microbatches at or below this are already in the table: left out
+    batch_column: str = "batch_id"
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    token: str  # in every file name of the run, so its uncommitted files can be found
+    tables: dict[str, OutputTable]
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def arrow_schema(ddl: str, exclude: tuple[str, ...] = ()):
+    """The Arrow schema of a flat DDL of string, int and bigint columns (the state tables')."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64()}
+    fields = [part.strip().split(" ", 1) for part in ddl.split(",")]
+    return pa.schema([(name, types[t.strip()]) for name, t in fields if name not in exclude])
+
+
+class TableFiles:
+    """One table's files written by one subtask in one run: a Parquet file per partition touched."""
+
+    def __init__(self, table: OutputTable, token: str, subtask: int, schema):
+        self.table, self.schema = table, schema
+        self.prefix = f"part-{token}-{subtask:05d}-{uuid.uuid4().hex[:8]}"
+        self._pending: dict[tuple, list] = {}
+        self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch]
+        self.pending_rows = 0
+
+    def _path(self, partition: tuple) -> str:
+        dirs = "".join(f"{c}={v}/" for c, v in zip(self.table.partition_columns, partition))
+        return f"{dirs}{self.prefix}-{len(self._writers):05d}.snappy.parquet"
+
+    def add(self, partition: tuple, batch_id: int, row) -> None:
+        committed = self.table.committed
+        if committed is not None and batch_id <= committed:
+            return  # a replay: the table already has this microbatch's rows
+        self._pending.setdefault(partition, []).append((batch_id, row))
+        self.pending_rows += 1
+
+    def _arrays(self, rows: list) -> list:
+        """The file's columns from pending ``(batch_id, row)`` pairs; rows are tuples in schema order."""
+        import pyarrow as pa
+
+        columns = list(zip(*[r for _, r in rows]))
+        return [pa.array(c, type=f.type) for c, f in zip(columns, self.schema)]
+
+    def flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for partition, rows in self._pending.items():
+            entry = self._writers.get(partition)
+            if entry is None:
+                relative = self._path(partition)
+                target = Path(self.table.directory) / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                entry = [pq.ParquetWriter(str(target), self.schema, compression="snappy"), relative, 0, None, None]
+                self._writers[partition] = entry
+            entry[0].write_batch(pa.RecordBatch.from_arrays(self._arrays(rows), schema=self.schema))
+            batches = [b for b, _ in rows]
+            entry[2] += len(rows)
+            entry[3] = min(batches) if entry[3] is None else min(entry[3], min(batches))
+            entry[4] = max(batches) if entry[4] is None else max(entry[4], max(batches))
+        self._pending, self.pending_rows = {}, 0
+
+    def close(self) -> list[dict]:
+        """Write what is pending, close the files and describe each (``file_info``)."""
+        self.flush()
+        infos = []
+        for partition, (writer, relative, rows, low, high) in self._writers.items():
+            writer.close()
+            infos.append(file_info(self.table, relative, dict(zip(self.table.partition_columns, partition)),
+                                   rows, low, high))
+        self._writers = {}
+        return infos
+
+
+class SinkFiles(TableFiles):
+    """The sink's file of one subtask: rows are the typed sink rows (what ``to_arrow`` gives)."""
+
+    def __init__(self, table: OutputTable, token: str, subtask: int, out_type):
+        import pyarrow as pa
+
+        self.out_type = out_type
+        schema = pa.schema(list(out_type) + [(SINK_MICROBATCH, pa.int64())])
+        super().__init__(table, token, subtask, schema)
+
+    def _arrays(self, rows: list) -> list:
+        import pyarrow as pa
+
+        struct = pa.array([r for _, r in rows], type=self.out_type)
+        return struct.flatten() + [pa.array([b for b, _ in rows], type=pa.int64())]
+
+
+def file_info(table: OutputTable, relative: str, partition: dict, rows: int, low: int | None,
+              high: int | None) -> dict:
+    """What a commit needs to know of a written file."""
+    stat = os.stat(Path(table.directory) / relative)
+    return {"table": table.name, "path": relative, "partition": {k: str(v) for k, v in partition.items()},
+            "size": stat.st_size, "mtime": int(stat.st_mtime * 1000), "rows": rows, "min": low, "max": high}
+
+
+def add_action(info: dict, batch_column: str) -> dict:
+    """The Delta ``add`` action of a written file, with exact statistics (row count, microbatch range)."""
+    stats = {"numRecords": info["rows"]}
+    if info["min"] is not None:
+        stats.update(minValues={batch_column: info["min"]}, maxValues={batch_column: info["max"]},
+                     nullCount={batch_column: 0})
+    return {"add": {"path": info["path"], "partitionValues": info["partition"], "size": info["size"],
+                    "modificationTime": info["mtime"], "dataChange": True, "stats": json.dumps(stats)}}
+
+
+def write_rows(table: OutputTable, token: str, partition: tuple, rows: list[tuple[int, tuple]]) -> list[dict]:
+    """Write ``(batch_id, row)`` pairs as one file of ``table`` (from the driver: e.g. source offsets)."""
+    files = TableFiles(table, token, 0, arrow_schema(table.ddl, table.partition_columns))
+    for batch_id, row in rows:
+        files.add(partition, batch_id, row)
+    return files.close()
+
+
+def remove_uncommitted(directory: str | os.PathLike, token: str, keep: set[str]) -> int:
+    """Delete the files of run ``token`` under ``directory`` that are not in ``keep`` (relative paths), and
+    the folders left empty."""
+    removed, marker = 0, f"part-{token}-"
+    root = Path(directory)
+    if not root.is_dir():
+        return 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            if name.startswith(marker):
+                path = Path(folder) / name
+                if path.relative_to(root).as_posix() not in keep:
+                    path.unlink(missing_ok=True)
+                    removed += 1
+    if removed:  # and the folders that held only those (a failed first run leaves no table folder behind)
+        for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+            if not os.listdir(folder):
+                os.rmdir(folder)
+    return removed
+
+
+class SubtaskFiles:
+    """The three tables' files of one subtask's run."""
+
+    def __init__(self, outputs: RunOutputs, subtask: int, out_type):
+        tables, token = outputs.tables, outputs.token
+        self.sink = SinkFiles(tables[SINK], token, subtask, out_type)
+        self.keyed = TableFiles(tables[KEYED], token, subtask,
+                                arrow_schema(tables[KEYED].ddl, tables[KEYED].partition_columns))
+        self.operator = TableFiles(tables[OPERATOR], token, subtask,
+                                   arrow_schema(tables[OPERATOR].ddl, tables[OPERATOR].partition_columns))
+        self._all = (self.sink, self.keyed, self.operator)
+
+    def maybe_flush(self) -> None:
+        """Bound memory: write what is held once it reaches ``FLUSH_ROWS`` rows."""
+        if sum(f.pending_rows for f in self._all) >= FLUSH_ROWS:
+            for f in self._all:
+                f.flush()
+
+    def close(self) -> list[dict]:
+        return [info for f in self._all for info in f.close()]
