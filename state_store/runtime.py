@@ -341,6 +341,8 @@ class JobRunner:
             result.phases[name] = round(now - mark[0], 2)
             mark[0] = now
 
+        token = new_token()
+        sink = self._sink_output(token)  # a sink that cannot take the job's rows is refused before planning
         plans, new = self._plan_run(checkpoint, max_microbatches, max_records)
         if not plans:
             return result
@@ -353,12 +355,11 @@ class JobRunner:
 
         keyed_backend = create_keyed_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
         operator_backend = create_operator_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
-        token = new_token()
         backends = {KEYED_TABLE: keyed_backend, OPERATOR_TABLE: operator_backend}
         outputs = RunOutputs(token, {})
         written: dict[str, set[str]] = {}  # per table, the files its commit added
         try:
-            outputs.tables.update({SINK: self._sink_output(token), **{n: b.output(token) for n, b in backends.items()}})
+            outputs.tables.update({SINK: sink, **{n: b.output(token) for n, b in backends.items()}})
             try:
                 # One Spark job: the subtasks write their files and return a row per file and per microbatch;
                 # every user or input error surfaces here, before anything is committed.

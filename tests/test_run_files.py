@@ -1,0 +1,79 @@
+"""The files a run's subtasks write and the Delta commits that add them (real Spark and Delta)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from state_store.errors import InputError
+from state_store.run_files import remove_uncommitted
+from tests.helpers import run, sink_rows
+from tests.jobs import CountOnly, count_job, events
+
+pytestmark = pytest.mark.slow
+
+
+class FailsOnC(CountOnly):
+    def process(self, key, records, ctx):
+        if key == "c":
+            raise ValueError("no c here")
+        yield from super().process(key, records, ctx)
+
+
+def _part_files(root) -> list[str]:
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names if n.startswith("part-"))
+
+
+def test_a_failed_run_leaves_no_files_behind_and_a_fixed_rerun_writes_each_row_once(spark, lake):
+    lake.write_events("e0.json", events(0))
+    failing = count_job(lake, job_id="fails", function=FailsOnC())
+    with pytest.raises(InputError, match="no c here"):
+        run(spark, failing, lake)
+    job_dir, sink = lake.settings.job_dir("fails"), lake.settings.in_warehouse(failing.sink, "sink")
+    assert _part_files(job_dir) == [] and not sink.exists()  # the subtasks' files were removed, folders too
+
+    fixed = count_job(lake, job_id="fails")
+    result = run(spark, fixed, lake)
+    assert [b["records_in"] for b in result.batches] == [15]
+    assert len(sink_rows(spark, lake, fixed)) == 5
+    # Every file left is one a commit names: one sink file per subtask, one keyed file per touched partition.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{sink}`").select("operation", "operationMetrics").collect()
+    assert [(h[0], h[1]["numOutputRows"]) for h in history] == [("WRITE", "5")]
+    assert len(_part_files(sink)) == int(history[0][1]["numFiles"])
+
+
+def test_remove_uncommitted_keeps_committed_files_and_other_runs_files(tmp_path):
+    for name in ("a/part-tok-1.parquet", "a/part-tok-2.parquet", "a/part-other-1.parquet", "b/part-tok-3.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_uncommitted(tmp_path, "tok", {"a/part-tok-1.parquet"}) == 2
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "a/part-other-1.parquet", "a/part-tok-1.parquet"]
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_sink_with_a_check_constraint_is_written_by_deltas_writer_so_the_constraint_holds(spark, lake):
+    for b in range(2):
+        lake.write_events(f"e{b}.json", events(b))
+    spec = count_job(lake, job_id="checked")
+    run(spark, spec, lake, max_microbatches=1)  # counts 3 per key
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    spark.sql(f"ALTER TABLE delta.`{sink}` ADD CONSTRAINT small CHECK (n < 5)")
+    with pytest.raises(Exception, match="(?i)check constraint"):
+        run(spark, spec, lake)  # counts 6 break it
+    assert sorted(r["n"] for r in spark.read.format("delta").load(str(sink)).collect()) == [3] * 5
+    spark.sql(f"ALTER TABLE delta.`{sink}` DROP CONSTRAINT small")
+    run(spark, spec, lake)  # the replay writes microbatch 1 once
+    assert sorted(r["n"] for r in spark.read.format("delta").load(str(sink)).collect()) == [3] * 5 + [6] * 5
+
+
+def test_a_sink_whose_columns_are_not_the_output_type_is_refused_before_anything_is_planned(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, job_id="other-sink")
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    spark.createDataFrame([("a", "x")], "k string, n string").write.format("delta").save(str(sink))
+    with pytest.raises(InputError, match=r"sink .* has columns \['k', 'n'\].*do not match the job's output_type"):
+        run(spark, spec, lake)
+    plans = lake.settings.job_dir("other-sink") / "_meta" / "plans"
+    assert not plans.exists() or not any(plans.iterdir())
+    assert spark.read.format("delta").load(str(sink)).count() == 1
