@@ -1,7 +1,9 @@
-"""Where a run's time goes in Spark: the run's phases, then every stage over 0.3 s (from the UI's REST API).
+"""Where a run's time goes in Spark: the run's phases, then every stage over 0.3 s (0.05 s for the tiny run),
+from the Spark UI's REST API.
 
     source scripts/env.sh
     python bench/profile_stages.py [files]    # files of 100,000 events over 100,000 keys (default 5)
+    python bench/profile_stages.py tiny       # a 10-event run on 100,000 keys of state: its stages only
 """
 from __future__ import annotations
 
@@ -26,18 +28,25 @@ def main() -> None:
     spark = build_spark("lakestate-stages", extra_conf={"spark.driver.memory": "6g", "spark.ui.enabled": "true",
                                                          "spark.ui.port": "4051"})
     base = Path(tempfile.mkdtemp(prefix="lakestate-stages-"))
-    write_workload(base / "input", int(sys.argv[1]) if len(sys.argv) > 1 else 5, 100_000, 100_000)
-    result = run_job(spark, count_sum_job(str(base / "input")), Settings.load(root=base / "root"),
-                     progress=lambda line: None)
-    print(f"run: {result.records_in} records in {result.seconds}s, phases {result.phases}")
+    tiny = sys.argv[1:] == ["tiny"]
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
-    stages = json.load(urllib.request.urlopen(url))
+    spec, settings, before = count_sum_job(str(base / "input")), Settings.load(root=base / "root"), -1
+    if tiny:
+        write_workload(base / "input", 1, 100_000, 100_000)
+        run_job(spark, spec, settings, progress=lambda line: None)
+        before = max(s["stageId"] for s in json.load(urllib.request.urlopen(url)))
+        write_workload(base / "input", 1, 10, 100_000)
+    else:
+        write_workload(base / "input", int(sys.argv[1]) if len(sys.argv) > 1 else 5, 100_000, 100_000)
+    result = run_job(spark, spec, settings, progress=lambda line: None)
+    print(f"run: {result.records_in} records in {result.seconds}s, phases {result.phases}")
+    stages = [s for s in json.load(urllib.request.urlopen(url)) if s["stageId"] > before]
 
     def at(s: str) -> float:
         return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fGMT").timestamp()
 
     for st in sorted(stages, key=lambda s: s["stageId"]):
-        if "completionTime" in st and at(st["completionTime"]) - at(st["submissionTime"]) > 0.3:
+        if "completionTime" in st and at(st["completionTime"]) - at(st["submissionTime"]) > (0.05 if tiny else 0.3):
             print(f"stage {st['stageId']:>3}: {at(st['completionTime']) - at(st['submissionTime']):5.2f}s wall, "
                   f"{st['numTasks']} tasks, executor run {st['executorRunTime'] / 1000:.2f}s, JVM CPU "
                   f"{st['executorCpuTime'] / 1e9:.2f}s, {st['outputRecords']} rows out, {st['name'][:60]}")

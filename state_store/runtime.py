@@ -87,6 +87,7 @@ FAULT_POINTS = (
     "before_checkpoint", "after_checkpoint",
 )
 SOURCE_OFFSETS_STATE = "__source__.offsets"
+SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 
 
 class InjectedFault(RuntimeError):
@@ -275,7 +276,25 @@ class JobRunner:
         for t in touched[1:]:
             touched_keys = touched_keys.unionByName(t)
         touched_keys = touched_keys.distinct()
-        keyed = keyed_backend.read(checkpoint, lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi"))
+
+        def restrict(df: DataFrame) -> DataFrame:
+            return df.join(touched_keys, ["key_group", "key"], "left_semi")
+
+        known = [p.records for p in plans]
+        if checkpoint is not None and len(touched) > 1 and None not in known and sum(known) <= SMALL_RUN_RECORDS:
+            # A small run touches few key groups: read only their partitions (and the raw keyed state of
+            # all), and broadcast the touched keys rather than shuffle the state to them.
+            groups = touched[0]
+            for t in touched[1:-1]:
+                groups = groups.unionByName(t)
+            groups = sorted(r[0] for r in groups.select("key_group").distinct().collect())
+            small = F.broadcast(touched_keys)
+
+            def restrict(df: DataFrame) -> DataFrame:  # noqa: F811 - the small run's narrower read
+                return (df.filter(F.col("key_group").isin(groups) | (F.col("state_name") == raw_name))
+                        .join(small, ["key_group", "key"], "left_semi"))
+
+        keyed = keyed_backend.read(checkpoint, restrict)
         keyed = self._frame(
             keyed, record_ddl, brecord_ddl, subtask=subtask_column(F.col("key_group"), self.p, self.maxp),
             phase=F.when(F.col("state_name") == raw_name, F.lit(PHASE_RAW_KEYED)).otherwise(F.lit(PHASE_KEYED)))

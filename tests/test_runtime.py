@@ -7,7 +7,9 @@ import pytest
 
 from state_store.catalog import JobMeta
 from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
-from tests.jobs import all_states_job, events
+from state_store import KeyedProcessFunction, Types, ValueStateDescriptor
+from state_store.backends import DeltaStateBackend
+from tests.jobs import all_states_job, count_job, events
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +109,73 @@ def test_state_writes_grow_with_changed_entries_not_with_state_size(spark, lake)
     path = str(lake.settings.job_dir("growth") / "state" / "keyed")
     last = DeltaTable.forPath(spark, path).history(1).select("operationMetrics").first()[0]
     assert int(last["numOutputRows"]) < 20
+
+
+def _write_parquet_events(directory, name, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64()), ("op", pa.string()), ("seq", pa.int64())])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), directory / name)
+
+
+class RawKeyedTally(KeyedProcessFunction):
+    """Counts microbatches per key group of its subtask in raw keyed state; every output shows the sum of
+    the subtask's tallies, so raw keyed state lost for any key group changes the output."""
+
+    def initialize_state(self, ctx):
+        self.tally = {kg: int(ctx.raw_keyed_state(kg) or b"0") for kg in ctx.key_group_range}
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
+
+    def process(self, key, records, ctx):
+        self.count.update(self.count.value() + len(records))
+        yield {"k": key, "n": self.count.value() * 1000 + sum(self.tally.values())}
+
+    def snapshot_state(self, ctx):
+        for kg in ctx.key_group_range:
+            ctx.write_raw_keyed_state(kg, str(self.tally[kg] + 1).encode())
+
+
+def test_a_small_run_reads_only_the_key_groups_it_touches_and_loses_nothing_else(spark, lake, tmp_path, monkeypatch):
+    """A run of few records reads only the touched key groups' partitions (plus all raw keyed state); it must
+    give what the full read gives, raw keyed state of untouched key groups included."""
+    from state_store import FileSource, runtime
+    from tests.conftest import Lake
+    from tests.jobs import EVENT
+
+    reads = []
+    original = DeltaStateBackend.read
+
+    def spy(self, checkpoint, restrict=None):
+        df = original(self, checkpoint, restrict)
+        if self.table.name == "keyed" and checkpoint is not None:
+            reads.append([f for f in df.inputFiles() if "/state/keyed/" in f])  # not the touched keys' input
+        return df
+
+    monkeypatch.setattr(DeltaStateBackend, "read", spy)
+
+    def runs(lake):
+        _write_parquet_events(lake.events, "e0.parquet", [{"k": f"k{i}", "v": i, "op": "add", "seq": i}
+                                                          for i in range(40)])  # every key group of 8
+        _write_parquet_events(lake.events, "e1.parquet", [{"k": "k1", "v": 7, "op": "add", "seq": 100}])
+        spec = count_job(lake, job_id="small", function=RawKeyedTally(),
+                         source=FileSource(str(lake.events), "parquet", EVENT, max_files_per_batch=1))
+        run(spark, spec, lake, max_microbatches=1)
+        assert run(spark, spec, lake).records_in == 1
+        files = reads[-1]
+        return sink_rows(spark, lake, spec), state_at_latest_checkpoint(spark, lake, spec), files
+
+    small_sink, small_state, small_files = runs(lake)
+    monkeypatch.setattr(runtime, "SMALL_RUN_RECORDS", 0)  # the full read, for reference
+    full_sink, full_state, full_files = runs(Lake(tmp_path / "reference"))
+    assert small_sink == full_sink and small_state == full_state
+    # k1 in microbatch 1: count 2, and a tally of 1 for each of its subtask's 4 key groups (of 8)
+    assert [r for r in small_sink if '"k": "k1"' in r and '"_microbatch": 1' in r] == [
+        '{"_microbatch": 1, "k": "k1", "n": 2004}']
+    # The small run read one count partition and the raw keyed state; the full read every partition.
+    assert {f.split("state_name=")[1].split("/")[0] for f in small_files} == {"count.count", "count.__raw_keyed__"}
+    assert len([f for f in small_files if "count.count" in f]) == 1
+    assert len([f for f in full_files if "count.count" in f]) == 8
