@@ -13,7 +13,9 @@ microbatch, all pending microbatches in one run. The peers
 RocksDB state store, one file per trigger. Events/s is over the span each
 engine is timed on: Lakestate's run from its first plan to its last commit
 (what the run prints itself), the peers' query from start to end; SparkSession
-start-up is excluded for all. Outputs are checked equal.
+start-up is excluded for all, and every engine first runs once on 2 small
+files so that none is timed in a cold JVM (``--no-warmup`` to skip). Outputs
+are checked equal.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def keyed_commit_bytes(table: Path) -> int:
     return total
 
 
-def run_lakestate(spark, input_dir: Path, root: Path, backend: str) -> dict:
+def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False) -> dict:
     from bench.jobs import count_sum_job
     from state_store.runtime import run_job
     from state_store.settings import Settings
@@ -51,7 +53,8 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str) -> dict:
     settings = Settings.load(root=root)
     spec = count_sum_job(str(input_dir), backend=backend)
     started = time.time()
-    result = run_job(spark, spec, settings, progress=lambda line: print("   ", line, flush=True))
+    result = run_job(spark, spec, settings,
+                     progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
     total = time.time() - started
     events = result.records_in
     state = settings.job_dir(spec.job_id) / "state"
@@ -75,6 +78,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int)
     parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends")
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
+    parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload]
     files, events, keys = args.files or files, args.events or events, args.keys or keys
@@ -89,6 +93,19 @@ def main() -> None:
         spark = build_spark("lakestate-bench", extra_conf={"spark.driver.memory": "6g"})
         print(f"data: {files} files x {events} events over {keys} keys; spark {spark.version}, "
               f"{os.cpu_count()} cores", flush=True)
+        if not args.no_warmup:
+            # Every engine is timed in a JVM that has already run it once (classes loaded, code compiled):
+            # otherwise whichever runs first pays the JVM's warm-up for the others.
+            warm = base / "warmup"
+            write_workload(warm / "input", 2, 2_000, 2_000)
+            started = time.time()
+            for backend in args.backends.split(","):
+                shutil.copytree(warm / "input", warm / backend / "input")
+                run_lakestate(spark, warm / backend / "input", warm / backend / "root", backend, quiet=True)
+            for name in peers:
+                shutil.copytree(warm / "input", warm / name / "input")
+                PEERS[name](spark, warm / name / "input", warm / name)
+            print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
         results = []
         for backend in args.backends.split(","):
             shutil.copytree(base / "input", base / backend / "input")
