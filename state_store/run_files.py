@@ -47,7 +47,7 @@ def new_token() -> str:
 
 
 def arrow_schema(ddl: str, exclude: tuple[str, ...] = ()):
-    """The Arrow schema of a flat DDL of string, int and bigint columns (the state tables')."""
+    """The Arrow schema of a flat DDL of string, int and bigint columns (the state tables', the result rows')."""
     import pyarrow as pa
 
     types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64()}

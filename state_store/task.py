@@ -26,7 +26,7 @@ from .exchange import (
     PHASE_RAW_KEYED,
     PHASE_RECORD,
     RECORD,
-    RESULT_COLUMNS,
+    RESULT_DDL,
     SIDE_BROADCAST,
 )
 from .functions import (
@@ -41,7 +41,7 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
-from .run_files import RunOutputs, SubtaskFiles
+from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .types import RowTypeInfo, TypeInfo, Types
 
 RAW_KEYED = "__raw_keyed__"
@@ -88,17 +88,11 @@ class ResultRows:
 
         if not self.rows:
             return []
-        schema = pa.schema([(name, _arrow(ddl)) for name, ddl in RESULT_COLUMNS])
+        schema = arrow_schema(RESULT_DDL)
         columns = list(zip(*self.rows))
         self.rows = []
         return [pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
                                            schema=schema)]
-
-
-def _arrow(ddl: str):
-    import pyarrow as pa
-
-    return {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32()}[ddl]
 
 
 def _struct_rows(array) -> list:
