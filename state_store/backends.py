@@ -105,9 +105,8 @@ class DeltaStateBackend(StateBackend):
         return latest_live(restrict(df) if restrict else df, self.table)
 
     def output(self, token):
-        committed = app_transaction_version(self.path, self.app_id) if (self.path / "_delta_log").is_dir() else None
         self._output = OutputTable(self.table.name, str(self.path), self.table.schema, self.table.partition_columns,
-                                   committed)
+                                   app_transaction_version(self.path, self.app_id))
         return self._output
 
     def write_run(self, files, last_batch_id):

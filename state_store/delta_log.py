@@ -69,8 +69,11 @@ def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
 
 
 def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
-    """The last ``txnVersion`` the table committed for ``app_id`` (Delta's SetTransaction), or None."""
+    """The last ``txnVersion`` the table committed for ``app_id`` (Delta's SetTransaction), or None (also
+    when there is no table yet)."""
     found: list[int] = []
+    if not (Path(path) / "_delta_log").is_dir():
+        return None
 
     def on_action(action: dict) -> None:
         txn = action.get("txn")

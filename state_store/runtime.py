@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -157,6 +157,11 @@ class JobRunner:
         self.clock, self.faults, self.progress = clock, faults, progress
         self.lease = JobLease(self.meta.dir / "lease.json", spec.job_id, lease_timeout_s)
         self.p, self.maxp = spec.parallelism, spec.effective_max_parallelism
+
+    @property
+    def sink_app_id(self) -> str:
+        """The Delta ``txnAppId`` of the job's sink writes."""
+        return f"lakestate:{self.spec.job_id}:sink"
 
     def _fault(self, point: str, batch_ids) -> None:
         if self.faults is not None:
@@ -454,7 +459,6 @@ class JobRunner:
         before anything is read, a sink whose columns are not the job's output_type."""
         spec, path = self.spec, self.sink_path
         ddl = spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
-        app_id = f"lakestate:{spec.job_id}:sink"
         if not (path / "_delta_log").is_dir():
             return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH)
         meta = table_metadata(path)
@@ -476,7 +480,7 @@ class JobRunner:
                 f"the sink {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
                 f"that do not match the job's output_type ({ddl}); point the job's sink at a new table, or "
                 f"change output_type back")
-        committed = app_transaction_version(path, app_id)
+        committed = app_transaction_version(path, self.sink_app_id)
         text, conf = meta["schemaString"], meta["configuration"]
         plain = (not any(k.startswith("delta.constraints.") for k in conf)
                  and conf.get("delta.columnMapping.mode", "none") == "none"
@@ -498,7 +502,7 @@ class JobRunner:
 
         def sink() -> None:
             self._fault("before_sink_write", batch_ids)
-            table, app_id = outputs.tables[SINK], f"lakestate:{spec.job_id}:sink"
+            table, app_id = outputs.tables[SINK], self.sink_app_id
             if table.directory == str(self.sink_path):
                 commit_files(self.spark, self.sink_path, app_id, last, files[SINK], table.ddl, (), table.committed,
                              SINK_MICROBATCH)

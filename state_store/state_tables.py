@@ -112,7 +112,7 @@ def append_idempotent(df: DataFrame, path: Path, app_id: str, version: int,
     """Append the rows of ``df`` with Delta's ``txnAppId``/``txnVersion``; rows tagged with a ``batch_id``
     at or below what ``app_id`` already committed are left out, so a replay that groups microbatches
     differently still writes each row once. Returns False when there was nothing new to write."""
-    committed = app_transaction_version(path, app_id) if (path / "_delta_log").is_dir() else None
+    committed = app_transaction_version(path, app_id)
     if committed is not None:
         if committed >= version:
             return False
