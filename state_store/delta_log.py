@@ -84,15 +84,18 @@ def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
     return max(found) if found else None
 
 
-def table_metadata(path: str | os.PathLike) -> dict:
-    """The table's latest ``metaData`` action (schemaString, partitionColumns, configuration, ...)."""
+def table_metadata(path: str | os.PathLike) -> dict | None:
+    """The table's latest ``metaData`` action (schemaString, partitionColumns, configuration, ...), or None
+    when there is no table yet: no log, or a log without commits (a first commit that never completed)."""
     found: list[dict] = []
 
     def on_action(action: dict) -> None:
         if action.get("metaData"):
             found.append(action["metaData"])
 
-    _replay(Path(path) / "_delta_log", None, "metaData", on_action)
+    log = Path(path) / "_delta_log"
+    if not log.is_dir() or _replay(log, None, "metaData", on_action) is None:
+        return None
     if not found:
         raise FileNotFoundError(f"{path} has no metadata in its Delta log")
     meta = dict(found[-1])

@@ -459,9 +459,9 @@ class JobRunner:
         before anything is read, a sink whose columns are not the job's output_type."""
         spec, path = self.spec, self.sink_path
         ddl = spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
-        if not (path / "_delta_log").is_dir():
-            return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH)
         meta = table_metadata(path)
+        if meta is None:  # created by the run's commit
+            return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH)
 
         def shape(field_type):
             if isinstance(field_type, dict):

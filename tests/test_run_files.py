@@ -77,3 +77,20 @@ def test_a_sink_whose_columns_are_not_the_output_type_is_refused_before_anything
     plans = lake.settings.job_dir("other-sink") / "_meta" / "plans"
     assert not plans.exists() or not any(plans.iterdir())
     assert spark.read.format("delta").load(str(sink)).count() == 1
+
+
+def test_a_log_without_commits_is_no_table_yet(tmp_path):
+    """What a kill -9 during a table's first commit leaves: the next run must create the table, not fail."""
+    from state_store.delta_log import app_transaction_version, table_metadata
+
+    (tmp_path / "sink" / "_delta_log").mkdir(parents=True)
+    assert table_metadata(tmp_path / "sink") is None and table_metadata(tmp_path / "none") is None
+    assert app_transaction_version(tmp_path / "sink", "app") is None
+
+
+def test_a_run_creates_a_sink_whose_first_commit_never_completed(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, job_id="half-made")
+    (lake.settings.in_warehouse(spec.sink, "sink") / "_delta_log").mkdir(parents=True)
+    run(spark, spec, lake)
+    assert len(sink_rows(spark, lake, spec)) == 5
