@@ -20,9 +20,7 @@ import pyarrow as pa  # noqa: E402
 
 from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
 from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
-from state_store.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs  # noqa: E402
-from state_store.state_tables import KEYED as KEYED_SPEC  # noqa: E402
-from state_store.state_tables import OPERATOR as OPERATOR_SPEC  # noqa: E402
+from state_store.run_files import local_outputs  # noqa: E402
 from state_store.task import RunPlan, run_partition  # noqa: E402
 from state_store.types import Types  # noqa: E402
 
@@ -42,11 +40,8 @@ def main() -> None:
                          "record": {"key": key, "amount": k, "ts": k}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
     directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
-    tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), None, SINK_MICROBATCH)}
-    for spec in (KEYED_SPEC, OPERATOR_SPEC):
-        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema, spec.partition_columns, None)
     plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)],
-                   RunOutputs("profile", tables))
+                   local_outputs(directory, "profile"))
     profiler = cProfile.Profile()
     if len(sys.argv) > 2:
         profiler.enable()

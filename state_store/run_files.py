@@ -42,6 +42,20 @@ class RunOutputs:
     tables: dict[str, OutputTable]
 
 
+def local_outputs(directory, token: str, committed: int | None = None) -> RunOutputs:
+    """The three tables' files under ``directory`` (one folder each), as a run on the staging backends
+    writes them: for running subtasks without Spark (tests, ``bench/profile_subtask.py``)."""
+    from .state_tables import KEYED as KEYED_SPEC
+    from .state_tables import OPERATOR as OPERATOR_SPEC
+
+    directory = Path(directory)
+    tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), committed, SINK_MICROBATCH)}
+    for spec in (KEYED_SPEC, OPERATOR_SPEC):
+        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema,
+                                        spec.partition_columns, committed)
+    return RunOutputs(token, tables)
+
+
 def new_token() -> str:
     return uuid.uuid4().hex[:12]
 

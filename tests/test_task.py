@@ -31,9 +31,7 @@ from state_store.exchange import (
 )
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
-from state_store.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs
-from state_store.state_tables import KEYED as KEYED_SPEC
-from state_store.state_tables import OPERATOR as OPERATOR_SPEC
+from state_store.run_files import SINK, SINK_MICROBATCH, RunOutputs, local_outputs
 from state_store.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 
@@ -108,11 +106,7 @@ def frame(*rows, rows_per_batch=None, with_broadcast=False):
 
 def run_outputs(directory, committed=None) -> RunOutputs:
     """The three tables' files under ``directory`` (as a run with the staging backends writes them)."""
-    tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), committed, SINK_MICROBATCH)}
-    for spec in (KEYED_SPEC, OPERATOR_SPEC):
-        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema, spec.partition_columns,
-                                        committed)
-    return RunOutputs("t0k3n", tables)
+    return local_outputs(directory, "t0k3n", committed)
 
 
 def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
