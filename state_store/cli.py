@@ -19,6 +19,7 @@ import time
 
 from .catalog import JobMeta, JobRegistry
 from .errors import ConfigError, LakestateError
+from .lease import check_lease_timeout
 from .settings import Settings
 
 
@@ -148,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
     p.add_argument("--spark-master", default=None)
-    p.add_argument("--lease-timeout", type=float, default=60.0, help="seconds after which a silent holder is stale")
+    p.add_argument("--lease-timeout", type=float, default=60.0,
+                   help="seconds of this run's silence after which another run may take the job over (> 0)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
     p.add_argument("--job", required=True)
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lakestate: error: --{flag.replace('_', '-')} must be positive, got {value}", file=sys.stderr)
             return 2
     try:
+        if getattr(args, "lease_timeout", None) is not None:
+            check_lease_timeout(args.lease_timeout)
         settings = Settings.load(args.warehouse, args.root)
         return args.func(args, settings)
     except LakestateError as e:

@@ -1,8 +1,26 @@
-"""One run of a job at a time: a lease file with the holder's identity and heartbeat.
+"""One run of a job at a time: a lease held through numbered generation files.
 
-A second run is refused with an error naming the holder. A holder that
-crashed leaves a stale lease: one whose process is gone (same host) or whose
-heartbeat is older than the lease timeout is taken over.
+    <job>/_meta/lease/<generation>.json   {"run_id", "host", "pid", "heartbeat_ms", "timeout_s", "released"}
+
+The holder is the run whose file has the highest generation and is not
+released. A run takes the lease by creating generation ``g + 1`` (``g`` the
+highest present, 0 when none) with an exclusive create (``os.link`` of a
+complete file: it fails if the name exists). That create is the
+compare-and-swap: of any number of runs that saw the same generation ``g`` as
+free or stale, exactly one creates ``g + 1``; the others get ``FileExistsError``
+and are refused. A run that created a generation below the highest one (it
+was slow, and older files had been pruned) withdraws.
+
+A held lease is stale when its process is gone (same host) or its heartbeat is
+older than *its holder's* ``timeout_s``: the newcomer's timeout never decides
+whether a live run is taken over. The holder renews its heartbeat in the
+background and stops writing as soon as a higher generation appears.
+Releasing marks the file released instead of deleting it, so generations only
+grow and a slow taker can never recreate a generation that was already used.
+
+On object storage the same protocol needs only put-if-absent (S3 conditional
+writes with ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure
+``If-None-Match: *``) and a listing; README's "The single-writer fence" says so.
 """
 from __future__ import annotations
 
@@ -15,7 +33,17 @@ import uuid
 from pathlib import Path
 
 from .catalog import read_json
-from .errors import JobLocked
+from .errors import ConfigError, JobLocked
+
+KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire
+
+
+def check_lease_timeout(timeout_s: float) -> float:
+    if not timeout_s > 0:  # also refuses NaN
+        raise ConfigError(f"lease timeout {timeout_s!r} s is not usable: give a number of seconds above 0 "
+                          f"(default 60); it is how long this run's silence must last before another run "
+                          f"may take it over")
+    return float(timeout_s)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -32,59 +60,118 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def generations(directory: Path) -> list[int]:
+    """The generation numbers present, lowest first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+
+def generation_path(directory: Path, generation: int) -> Path:
+    return directory / f"{generation:012d}.json"
+
+
+def current_holder(directory: Path) -> dict | None:
+    """The record of the highest generation, or None when there is none; ``{}`` if it cannot be read."""
+    gens = generations(directory)
+    if not gens:
+        return None
+    try:
+        return read_json(generation_path(directory, gens[-1]))
+    except (ValueError, OSError):
+        return {}
+
+
 class JobLease:
-    def __init__(self, path: Path, job_id: str, timeout_s: float = 60.0, run_id: str | None = None):
-        self.path, self.job_id, self.timeout_s = path, job_id, timeout_s
+    def __init__(self, directory: Path, job_id: str, timeout_s: float = 60.0, run_id: str | None = None):
+        self.dir, self.job_id, self.timeout_s = Path(directory), job_id, check_lease_timeout(timeout_s)
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
-        self.held = False
+        self.generation: int | None = None
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         self._lost: str | None = None
         self._write_lock = threading.Lock()
+        self._acquired = 0
 
-    def _record(self) -> dict:
-        now = int(time.time() * 1000)
-        return {"run_id": self.run_id, "host": self.host, "pid": self.pid, "heartbeat_ms": now,
-                "acquired_ms": getattr(self, "_acquired", now)}
+    @property
+    def held(self) -> bool:
+        return self.generation is not None
+
+    @property
+    def path(self) -> Path:
+        """This run's generation file (only while held)."""
+        assert self.generation is not None
+        return generation_path(self.dir, self.generation)
+
+    def _record(self, released: bool = False) -> dict:
+        return {"run_id": self.run_id, "host": self.host, "pid": self.pid, "heartbeat_ms": int(time.time() * 1000),
+                "acquired_ms": self._acquired, "timeout_s": self.timeout_s, "released": released}
 
     def _stale_reason(self, holder: dict) -> str | None:
+        if holder.get("released"):
+            return None
         if holder.get("host") == self.host and not _pid_alive(int(holder.get("pid", -1))):
             return f"its process {holder.get('pid')} is gone"
+        # The holder's own timeout decides, so a newcomer cannot shorten it; a record without one
+        # (written before timeouts were recorded) gets the default.
+        timeout = holder.get("timeout_s")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 60.0
         age = time.time() - holder.get("heartbeat_ms", 0) / 1000
-        if age > self.timeout_s:
-            return f"its last heartbeat was {age:.0f}s ago (lease timeout {self.timeout_s:.0f}s)"
+        if age > timeout:
+            return f"its last heartbeat was {age:.0f}s ago (its lease timeout {timeout:.0f}s)"
         return None
 
-    def acquire(self) -> "JobLease":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._acquired = int(time.time() * 1000)
+    def _write(self, path: Path, record: dict, exclusive: bool) -> None:
+        """Write a complete file under `path`: exclusively (fails if it exists) or replacing it."""
+        tmp = self.dir / f".{path.name}.{self.run_id}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._record(), f)
-        except FileExistsError:
-            try:
-                holder = read_json(self.path)
-            except (ValueError, FileNotFoundError):
-                holder = {}
-            reason = self._stale_reason(holder) if holder else "its lease file is unreadable"
-            if reason is None:
+            if exclusive:
+                os.link(tmp, path)  # atomic create-if-absent, with the content already there
+            else:
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def acquire(self) -> "JobLease":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._acquired = int(time.time() * 1000)
+        gens = generations(self.dir)
+        seen = gens[-1] if gens else 0
+        holder = current_holder(self.dir) if gens else None
+        takeover = None
+        if holder is not None and not holder.get("released"):
+            takeover = self._stale_reason(holder) if holder else "its lease file is unreadable"
+            if takeover is None:
+                age = time.time() - holder.get("heartbeat_ms", 0) / 1000
                 raise JobLocked(
                     f"job {self.job_id!r} is held by run {holder.get('run_id')} (pid {holder.get('pid')} on "
-                    f"{holder.get('host')}, heartbeat {time.time() - holder.get('heartbeat_ms', 0) / 1000:.0f}s ago); "
-                    f"wait for it to finish, or if it crashed, retry after the {self.timeout_s:.0f}s lease timeout"
-                ) from None
-            # Take over a crashed holder: replace, then check that we won against another taker.
-            tmp = self.path.with_name(f".{self.path.name}.{self.run_id}")
-            tmp.write_text(json.dumps(self._record()))
-            os.replace(tmp, self.path)
-            print(f"[lakestate] taking over job {self.job_id!r} from run {holder.get('run_id')}: {reason}")
-        if read_json(self.path).get("run_id") != self.run_id:
+                    f"{holder.get('host')}, heartbeat {age:.0f}s ago, its lease timeout "
+                    f"{holder.get('timeout_s', 60):.0f}s); wait for it to finish, or if it crashed, retry once "
+                    f"its heartbeat is older than that timeout")
+        mine = seen + 1
+        try:
+            self._write(generation_path(self.dir, mine), self._record(), exclusive=True)
+        except FileExistsError:
+            raise JobLocked(f"job {self.job_id!r} was taken by another run at the same moment; retry") from None
+        if generations(self.dir)[-1] != mine:  # a slow taker of a generation already pruned: withdraw
+            generation_path(self.dir, mine).unlink(missing_ok=True)
             raise JobLocked(f"job {self.job_id!r} was taken by another run at the same moment; retry")
-        self.held = True
+        self.generation = mine
+        if takeover:
+            print(f"[lakestate] taking over job {self.job_id!r} from run {holder.get('run_id')}: {takeover}")
+        for old in generations(self.dir):
+            if old < mine - (KEEP_GENERATIONS - 1):
+                generation_path(self.dir, old).unlink(missing_ok=True)
         # Heartbeats go on in the background, so a long microbatch never looks like a crash.
         self._stop.clear()
+        self._lost = None
         self._beater = threading.Thread(target=self._beat, name=f"lease-{self.job_id}", daemon=True)
         self._beater.start()
         return self
@@ -99,14 +186,18 @@ class JobLease:
             except OSError:
                 pass  # a missed beat is retried; the timeout allows for several
 
+    def _check_still_holder(self) -> None:
+        latest = generations(self.dir)
+        if not latest or latest[-1] != self.generation:
+            newer = current_holder(self.dir) or {}
+            raise JobLocked(f"run {self.run_id} lost job {self.job_id!r} to run {newer.get('run_id')}; stopping")
+
     def _renew(self) -> None:
         with self._write_lock:
-            holder = read_json(self.path)
-            if holder.get("run_id") != self.run_id:
-                raise JobLocked(f"run {self.run_id} lost job {self.job_id!r} to run {holder.get('run_id')}; stopping")
-            tmp = self.path.with_name(f".{self.path.name}.{self.run_id}")
-            tmp.write_text(json.dumps(self._record()))
-            os.replace(tmp, self.path)
+            if self.generation is None:
+                return
+            self._check_still_holder()
+            self._write(self.path, self._record(), exclusive=False)
 
     def heartbeat(self) -> None:
         """Renew now; raise JobLocked if another run has taken the job."""
@@ -119,13 +210,14 @@ class JobLease:
         if self._beater is not None:
             self._beater.join(5)
             self._beater = None
-        if self.held:
-            try:
-                if read_json(self.path).get("run_id") == self.run_id:
-                    self.path.unlink()
-            except FileNotFoundError:
-                pass
-            self.held = False
+        with self._write_lock:
+            if self.generation is not None:
+                try:
+                    self._check_still_holder()
+                    self._write(self.path, self._record(released=True), exclusive=False)
+                except (JobLocked, OSError):
+                    pass  # taken over meanwhile: the newer holder's file stands
+                self.generation = None
 
     def __enter__(self) -> "JobLease":
         return self.acquire()

@@ -155,7 +155,7 @@ class JobRunner:
         self.job_dir = settings.job_dir(spec.job_id)
         self.meta = JobMeta(self.job_dir)
         self.clock, self.faults, self.progress = clock, faults, progress
-        self.lease = JobLease(self.meta.dir / "lease.json", spec.job_id, lease_timeout_s)
+        self.lease = JobLease(self.meta.dir / "lease", spec.job_id, lease_timeout_s)
         self.p, self.maxp = spec.parallelism, spec.effective_max_parallelism
 
     @property

@@ -44,3 +44,11 @@ def keyed_values(keyed_rows, state_name: str) -> dict:
         if name == state_name:
             out[(key, ns) if user_key is None else (key, ns, json.loads(user_key))] = json.loads(value)
     return out
+
+
+def write_holder(lease_dir, record: dict, generation: int = 1) -> None:
+    """Make `record` the lease holder of a job (as a crashed or remote run would have left it)."""
+    from state_store.lease import generation_path
+
+    lease_dir.mkdir(parents=True, exist_ok=True)
+    generation_path(lease_dir, generation).write_text(json.dumps(record))

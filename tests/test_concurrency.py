@@ -1,7 +1,6 @@
 """One run of a job at a time; a crashed holder is taken over."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -11,8 +10,9 @@ import pytest
 
 from state_store import JobLocked
 from state_store.catalog import JobMeta
+from state_store.lease import current_holder
 from state_store.runtime import FaultInjector
-from tests.helpers import run, sink_rows
+from tests.helpers import run, sink_rows, write_holder
 from tests.jobs import count_job, events
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
     thread.start()
     try:
         assert holding.wait(180), "the first run never reached its first microbatch"
-        holder = json.loads((JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json").read_text())
+        holder = current_holder(JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease")
         with pytest.raises(JobLocked, match=rf"job 'counts' is held by run {holder['run_id']}"):
             run(spark, spec, lake)
     finally:
@@ -56,44 +56,43 @@ def test_a_crashed_holder_is_taken_over(spark, lake, capsys):
     spec = count_job(lake)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json"
-    lease.parent.mkdir(parents=True)
+    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease"
     import socket
 
-    lease.write_text(json.dumps({"run_id": "run-crashed", "host": socket.gethostname(), "pid": dead.pid,
-                                 "heartbeat_ms": int(time.time() * 1000)}))
+    write_holder(lease, {"run_id": "run-crashed", "host": socket.gethostname(), "pid": dead.pid,
+                         "heartbeat_ms": int(time.time() * 1000)})
     lines = []
     result = run(spark, spec, lake, progress=lines.append)
     assert [b["batch_id"] for b in result.batches] == [0]
     assert "taking over job 'counts' from run run-crashed" in capsys.readouterr().out
-    assert not lease.exists()  # released at the end of the run
+    assert current_holder(lease)["released"]  # released at the end of the run
 
 
 def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake)
-    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease.json"
-    lease.parent.mkdir(parents=True)
-    record = {"run_id": "run-elsewhere", "host": "another-host", "pid": 1, "heartbeat_ms": int(time.time() * 1000)}
-    lease.write_text(json.dumps(record))
+    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease"
+    record = {"run_id": "run-elsewhere", "host": "another-host", "pid": 1, "heartbeat_ms": int(time.time() * 1000),
+              "timeout_s": 60}
+    write_holder(lease, record)
     with pytest.raises(JobLocked, match="held by run run-elsewhere"):
-        run(spark, spec, lake, lease_timeout_s=60)
+        run(spark, spec, lake, lease_timeout_s=1)  # the holder's timeout decides, not the newcomer's
     record["heartbeat_ms"] -= 120_000
-    lease.write_text(json.dumps(record))
+    write_holder(lease, record)
     assert [b["batch_id"] for b in run(spark, spec, lake, lease_timeout_s=60).batches] == [0]
 
 
 def test_the_lease_heartbeats_in_the_background_so_a_long_microbatch_is_not_taken_over(tmp_path):
     from state_store.lease import JobLease
 
-    path = tmp_path / "lease.json"
+    path = tmp_path / "lease"
     holder = JobLease(path, "long", timeout_s=1.0).acquire()
     try:
-        first = json.loads(path.read_text())["heartbeat_ms"]
+        first = current_holder(path)["heartbeat_ms"]
         time.sleep(1.6)  # longer than the timeout, with no call from the run
-        assert json.loads(path.read_text())["heartbeat_ms"] > first
+        assert current_holder(path)["heartbeat_ms"] > first
         with pytest.raises(JobLocked, match=f"held by run {holder.run_id}"):
             JobLease(path, "long", timeout_s=1.0).acquire()
     finally:
         holder.release()
-    assert not path.exists()
+    assert current_holder(path)["released"]
