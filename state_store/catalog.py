@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointMetadata, MicrobatchPlan
-from .errors import ConfigError, JobNotFound
+from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
 from .settings import Settings
 
@@ -46,14 +46,19 @@ class JobRegistry:
         self.settings = settings
         self.dir = settings.catalog_dir / "jobs"
 
-    def register(self, entrypoint: str) -> JobSpec:
+    def register(self, entrypoint: str, replace: bool = False) -> JobSpec:
         spec = build_spec(entrypoint)
         spec.validate()
         spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe()}
         existing = self.dir / f"{spec.job_id}.json"
         if existing.exists():
-            record["registered_at"] = read_json(existing)["registered_at"]
+            old = read_json(existing)
+            if old.get("entrypoint") != entrypoint and not replace:
+                raise ConfigError(f"job {spec.job_id!r} is already registered from {old.get('entrypoint')}; "
+                                  f"to point it at {entrypoint} instead, register again with --replace")
+            record["registered_at"] = old["registered_at"]
+        self.settings.check_writable()
         write_json_atomic(existing, record)
         return spec
 
@@ -93,7 +98,13 @@ def build_spec(entrypoint: str) -> JobSpec:
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigError(f"{module_name!r} has no {attr!r} (entrypoint {entrypoint!r})")
-    spec = factory() if callable(factory) and not isinstance(factory, JobSpec) else factory
+    try:
+        spec = factory() if callable(factory) and not isinstance(factory, JobSpec) else factory
+    except LakestateError:
+        raise
+    except Exception as e:  # the user's factory failed: name it, keep the cause for the trace
+        raise ConfigError(f"entrypoint {entrypoint} failed while building the job: {type(e).__name__}: {e}; "
+                          f"it must be a factory that takes no arguments and returns a JobSpec") from e
     if not isinstance(spec, JobSpec):
         raise ConfigError(f"{entrypoint} must return a state_store.JobSpec, got {type(spec).__name__}")
     return spec
@@ -127,6 +138,10 @@ class JobMeta:
 
     def drop_plan(self, batch_id: int) -> None:
         (self.plans / f"{batch_id}.json").unlink(missing_ok=True)
+        try:
+            self.plans.rmdir()  # only when no plan is left: a refused first run leaves no folder behind
+        except OSError:
+            pass
 
     def write_commit(self, batch_id: int, commit: dict) -> None:
         write_json_atomic(self.commits / f"{batch_id}.json", commit)

@@ -34,7 +34,7 @@ def _when(ms: int | None) -> str:
 
 
 def cmd_register(args, settings: Settings) -> int:
-    spec = JobRegistry(settings).register(args.entrypoint)
+    spec = JobRegistry(settings).register(args.entrypoint, replace=args.replace)
     print(f"registered job {spec.job_id!r} from {args.entrypoint} in {settings.warehouse}")
     return 0
 
@@ -112,16 +112,26 @@ def cmd_state(args, settings: Settings) -> int:
     if descriptor["kind"] == "list":
         value_type = Types.LIST(value_type)
     spark = build_spark(f"lakestate-state-{args.job}")
+    key_type = from_schema(record["spec"]["key_type"])
+    # Keys are stored as Spark's text of the typed key: parse the given text the same way ("042" is 42).
+    key = spark.range(1).select(F.lit(args.key).try_cast(key_type.spark_ddl()).cast("string")).first()[0]
+    if key is None:
+        raise ConfigError(f"key {args.key!r} is not a {key_type.name}, the key type of job {args.job!r}; "
+                          f"give a key of that type")
     keyed = create_keyed_backend(checkpoint.backend, spark, settings.job_dir(args.job), args.job).read(
-        checkpoint, lambda df: df.filter((F.col("state_name") == name) & (F.col("key") == args.key)
+        checkpoint, lambda df: df.filter((F.col("state_name") == name) & (F.col("key") == key)
                                          & (F.col("namespace") == args.namespace)))
     rows = keyed.select("user_key", "value", "batch_id").collect()
+    if not rows:
+        print(f"no entry for key {key!r} (namespace {args.namespace!r}) in state {name!r} at checkpoint "
+              f"{checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id})")
+        return 1
     if descriptor["kind"] == "map":
         value = {value_type.key.loads(r["user_key"]): value_type.value.loads(r["value"]) for r in rows} or None
     else:
         value = value_type.loads(rows[0]["value"]) if rows else None
     result = {"job": args.job, "checkpoint": checkpoint.checkpoint_id, "microbatch": checkpoint.batch_id,
-              "state": name, "kind": descriptor["kind"], "key": args.key, "namespace": args.namespace,
+              "state": name, "kind": descriptor["kind"], "key": key, "namespace": args.namespace,
               "value": value, "last_written_microbatch": max((r["batch_id"] for r in rows), default=None)}
     print(json.dumps(result, default=lambda b: b.hex() if isinstance(b, bytes) else str(b)))
     return 0
@@ -136,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("register", parents=[common], help="register a job from a 'module:factory' that returns a JobSpec")
     p.add_argument("entrypoint")
+    p.add_argument("--replace", action="store_true", help="point an already registered job id at this entrypoint")
     p.set_defaults(func=cmd_register)
     p = sub.add_parser("jobs", parents=[common], help="list registered jobs and their latest checkpoint")
     p.set_defaults(func=cmd_jobs)

@@ -186,10 +186,16 @@ def remove_uncommitted(directory: str | os.PathLike, token: str, keep: set[str])
                 if path.relative_to(root).as_posix() not in keep:
                     path.unlink(missing_ok=True)
                     removed += 1
-    if removed:  # and the folders that held only those (a failed first run leaves no table folder behind)
-        for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
-            if not os.listdir(folder):
-                os.rmdir(folder)
+    # And the folders left empty (a failed first run leaves no table folder behind), up to the table's parent
+    # when that is empty too (a job's ``state`` folder).
+    for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+        if not os.listdir(folder):
+            os.rmdir(folder)
+    if not root.exists():
+        try:
+            root.parent.rmdir()
+        except OSError:
+            pass  # not empty: another table lives there
     return removed
 
 

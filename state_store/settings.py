@@ -33,7 +33,23 @@ class Settings:
                 f"warehouse {wh_path} is outside the configured root {root_path}: "
                 f"choose a warehouse under {root_path}, or set LAKESTATE_ROOT to a folder that contains it"
             )
+        for what, path, fix in (("root", root_path, "--root or LAKESTATE_ROOT"),
+                                ("warehouse", wh_path, "--warehouse or LAKESTATE_WAREHOUSE")):
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"the {what} {path} is a file, not a folder: point {fix} at a folder "
+                                  f"(it is created if missing)")
         return cls(root_path, wh_path)
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is written, a warehouse that cannot be created or written to."""
+        try:
+            self.warehouse.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create the warehouse {self.warehouse}: {e.strerror}; choose a folder you "
+                              f"can write to (--warehouse or LAKESTATE_WAREHOUSE, under --root)") from None
+        if not os.access(self.warehouse, os.W_OK | os.X_OK):
+            raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its permissions "
+                              f"or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
 
     def in_warehouse(self, path: str | os.PathLike, what: str) -> Path:
         """Resolve ``path`` (relative paths are under the warehouse) and refuse anything outside it."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,82 @@ def test_run_then_list_checkpoints_and_show_the_state_of_one_key(spark, lake, re
 def test_run_refuses_a_non_positive_microbatch_count(registered, capsys):
     assert main(["run", "--job", "cli-counts", "--max-microbatches", "0", *registered]) == 2
     assert "--max-microbatches must be positive" in capsys.readouterr().err
+
+
+def test_register_refuses_to_repoint_a_job_id_without_replace(registered, tmp_path, capsys):
+    other = tmp_path / "cli_job_module_two.py"
+    other.write_text((tmp_path / "cli_job_module.py").read_text())
+    assert main(["register", "cli_job_module_two:job", *registered]) == 2
+    err = capsys.readouterr().err
+    assert "job 'cli-counts' is already registered from cli_job_module:job" in err and "--replace" in err
+    assert main(["jobs", *registered]) == 0
+    assert main(["register", "cli_job_module:job", *registered]) == 0  # the same entrypoint again: a refresh
+    assert main(["register", "cli_job_module_two:job", "--replace", *registered]) == 0
+    capsys.readouterr()
+    from state_store.catalog import JobRegistry
+    from state_store.settings import Settings
+
+    assert JobRegistry(Settings.load(root=registered[1])).get("cli-counts")["entrypoint"] == "cli_job_module_two:job"
+
+
+def test_a_root_or_warehouse_that_is_a_file_is_named(tmp_path, capsys):
+    root = tmp_path / "not-a-folder"
+    root.write_text("x")
+    assert main(["jobs", "--root", str(root)]) == 2
+    assert f"the root {root} is a file, not a folder" in capsys.readouterr().err
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "wh").write_text("x")
+    assert main(["jobs", "--root", str(tmp_path / "r"), "--warehouse", str(tmp_path / "r" / "wh")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_register_into_a_warehouse_that_cannot_be_written_is_a_clear_error(registered, tmp_path, capsys):
+    import os
+
+    if os.geteuid() == 0:  # root writes through permissions, not into /sys
+        root = Path("/sys/lakestate-test-root")
+    else:
+        root = tmp_path / "read-only"
+        root.mkdir()
+        root.chmod(0o500)
+    capsys.readouterr()
+    assert main(["register", "cli_job_module:job", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the warehouse {root}/warehouse" in err and "choose a folder you can write to" in err
+
+
+def test_a_factory_that_fails_is_named_in_one_line(capsys, lake):
+    assert main(["register", "tests.jobs:count_job", "--root", str(lake.root)]) == 2
+    err = capsys.readouterr().err
+    assert "entrypoint tests.jobs:count_job failed while building the job: TypeError" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_entry(spark, lake, monkeypatch,
+                                                                                      tmp_path, capsys):
+    (tmp_path / "cli_long_key_module.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from state_store import Types
+        from tests.jobs import count_job
+
+        class _L:
+            events = Path({str(lake.events)!r})
+
+        def job():
+            return count_job(_L, job_id="by-seq", key="seq", key_type=Types.LONG(),
+                             output_type=Types.ROW_NAMED(["k", "n"], [Types.LONG(), Types.LONG()]))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lake.write_events("e0.json", events(0))
+    root = ["--root", str(lake.root)]
+    assert main(["register", "cli_long_key_module:job", *root]) == 0
+    assert main(["run", "--job", "by-seq", *root]) == 0
+    capsys.readouterr()
+    assert main(["state", "--job", "by-seq", "--state", "count", "--key", "010", *root]) == 0  # seq 10 = key 10
+    shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (shown["key"], shown["value"]) == ("10", 1)
+    assert main(["state", "--job", "by-seq", "--state", "count", "--key", "999", *root]) == 1
+    assert "no entry for key '999'" in capsys.readouterr().out
+    assert main(["state", "--job", "by-seq", "--state", "count", "--key", "x1", *root]) == 2
+    assert "key 'x1' is not a LONG, the key type of job 'by-seq'" in capsys.readouterr().err
