@@ -6,6 +6,7 @@ before it is processed, so a replay reads exactly the same records.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,47 @@ class FileSource:
         suffixes = (".json", ".jsonl") if self.format == "json" else (".parquet",)
         return sorted(f for f in os.listdir(self.path) if not f.startswith((".", "_")) and f.endswith(suffixes))
 
+    def _ready(self, name: str) -> list[int] | None:
+        """The pin ``[size, mtime_ns]`` of a file that can be read now; None for one still empty (a producer
+        may be writing it: it is neither read nor marked, and is taken once it has content). A file that
+        cannot be read is refused before anything is written."""
+        path = Path(self.path, name)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None  # removed since it was listed
+        if st.st_size == 0:
+            return None
+        if not os.access(path, os.R_OK):
+            raise InputError(f"source file {path} cannot be read by this user; fix its permissions or move it "
+                             f"out of {self.path}")
+        if self.format == "parquet":
+            with open(path, "rb") as f:
+                head = f.read(4)
+                f.seek(max(0, st.st_size - 4))
+                tail = f.read(4)
+            if head != b"PAR1" or tail != b"PAR1":
+                raise InputError(f"source file {path} is not a complete Parquet file (no PAR1 header and footer): "
+                                 f"a producer may still be writing it, or it is not Parquet; producers must write "
+                                 f"to a name starting with '.' or '_' and rename when done. Move the file out of "
+                                 f"{self.path} or finish writing it")
+        return [st.st_size, st.st_mtime_ns]
+
     def next_offset(self, spark, start: dict) -> dict | None:
         seen = set(start["files"])
-        new = [f for f in self._files() if f not in seen]
-        if not new:
+        pins: dict[str, list[int]] = {}
+        for name in self._files():
+            if name in seen:
+                continue
+            pin = self._ready(name)
+            if pin is not None:
+                pins[name] = pin
+                if self.max_files_per_batch and len(pins) == self.max_files_per_batch:
+                    break
+        if not pins:
             return None
-        if self.max_files_per_batch:
-            new = new[: self.max_files_per_batch]
-        return {"files": sorted(seen | set(new))}
+        # The files read so far, and what each new file was when planned: a replay must read the same bytes.
+        return {"files": sorted(seen | set(pins)), "pins": pins}
 
     @staticmethod
     def new_files(start: dict, end: dict) -> list[str]:
@@ -99,6 +133,7 @@ class FileSource:
         if missing:
             raise InputError(f"source files planned for these microbatches are gone: {missing}; restore them to "
                              f"replay the microbatches")
+        self._check_unchanged(ranges)
         if self.format == "json":
             df = spark.read.schema(self.schema.spark_schema_ddl()).option("mode", "FAILFAST").json(files)
         else:
@@ -114,6 +149,23 @@ class FileSource:
             F.col("_metadata.file_block_start").cast("bigint").alias("block"),
             F.monotonically_increasing_id().alias("row"),
         )
+
+    def _check_unchanged(self, ranges: list[tuple[int, dict, dict]]) -> None:
+        """Refuse to read a file that is not what its microbatch's plan pinned (rewritten or grown)."""
+        for batch_id, start, end in ranges:
+            pins = end.get("pins") or {}
+            for name in self.new_files(start, end):
+                pinned = pins.get(name)
+                if pinned is None:
+                    continue  # planned by a release that did not pin files
+                st = os.stat(Path(self.path, name))
+                if [st.st_size, st.st_mtime_ns] != list(pinned):
+                    raise InputError(
+                        f"source file {Path(self.path, name)} changed after microbatch {batch_id} was planned "
+                        f"(size {pinned[0]} -> {st.st_size} bytes, modified "
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(st.st_mtime_ns / 1e9))} UTC); a planned "
+                        f"microbatch must read the same input, or its sink rows and state would disagree. Put the "
+                        f"original file back, and write new data to a new file name")
 
     def _check_parquet_columns(self, df, files: list[str]) -> None:
         have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
@@ -168,7 +220,16 @@ class DeltaSource:
         end = latest
         if self.max_versions_per_batch:
             end = min(latest, start["version"] + self.max_versions_per_batch)
-        return {"version": end}
+        return {"version": end, "commit": self._commit_pin(end)}
+
+    def _commit_pin(self, version: int) -> list[int] | None:
+        """``[size, mtime_ns]`` of the version's commit file: a table recreated under the same path since the
+        plan has another one. None where the log is not a local path."""
+        try:
+            st = os.stat(Path(self.path, "_delta_log", f"{version:020d}.json"))
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns]
 
     def count_records(self, start: dict, end: dict) -> int | None:
         return None
@@ -184,6 +245,14 @@ class DeltaSource:
         ranges = [(b, s, e) for b, s, e in ranges if e["version"] > s["version"]]
         if not ranges:
             return None
+        for batch_id, _, end in ranges:
+            pinned, now = end.get("commit"), self._commit_pin(end["version"])
+            if pinned is not None and now is not None and now != list(pinned):  # a log file gone: Delta says so
+                raise InputError(
+                    f"source table {self.path} changed after microbatch {batch_id} was planned: its commit "
+                    f"{end['version']} is not the one planned (was the table recreated or its log rewritten?); "
+                    f"a planned microbatch must read the same input. Restore the table, or give the job a new "
+                    f"source path")
         df = (
             spark.read.format("delta")
             .option("readChangeFeed", "true")

@@ -37,3 +37,72 @@ def test_a_delta_source_without_change_data_feed_is_refused_with_the_fix(spark, 
     spec = count_job(lake, job_id="no-cdf", source=DeltaSource(path))
     with pytest.raises(InputError, match=r"no change data feed; run ALTER TABLE .*enableChangeDataFeed = true"):
         run(spark, spec, lake)
+
+
+def test_a_source_file_rewritten_between_a_crash_and_the_replay_is_refused_naming_it(spark, lake):
+    from state_store.catalog import JobMeta
+    from state_store.runtime import FaultInjector, InjectedFault
+    from tests.jobs import events
+
+    for b in range(2):
+        lake.write_events(f"e{b}.json", events(b))
+    spec = count_job(lake, job_id="rewritten")
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=1))
+    sink_before = sink_rows(spark, lake, spec)
+    lake.write_events("e1.json", events(1, keys=("a", "z")))  # same name, other data
+    with pytest.raises(InputError, match=r"source file .*e1\.json changed after microbatch 1 was planned .*"
+                                         r"Put the original file back"):
+        run(spark, spec, lake)
+    assert sink_rows(spark, lake, spec) == sink_before  # never processed
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(1) is not None  # the recorded plan stays
+
+
+def test_an_empty_file_is_neither_read_nor_marked_and_is_read_once_it_has_content(spark, lake):
+    from tests.jobs import events
+
+    lake.write_events("e0.json", events(0))
+    (lake.events / "e1.json").write_text("")  # a producer has created it, not yet written it
+    spec = count_job(lake, job_id="empty-file")
+    assert [b["records_in"] for b in run(spark, spec, lake).batches] == [15]
+    lake.write_events("e1.json", events(1))
+    assert [b["records_in"] for b in run(spark, spec, lake).batches] == [15]
+
+
+def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark, lake):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from state_store import FileSource
+    from state_store.catalog import JobMeta
+    from tests.jobs import EVENT
+
+    folder = lake.inputs / "pq"
+    folder.mkdir()
+    pq.write_table(pa.table({"k": ["a"], "v": [1], "op": ["add"], "seq": [1]}), folder / "p0.parquet")
+    (folder / "p1.parquet").write_bytes(b"PAR1 half written")
+    spec = count_job(lake, job_id="not-parquet", source=FileSource(str(folder), "parquet", EVENT))
+    with pytest.raises(InputError, match=r"p1\.parquet is not a complete Parquet file .*write to a name starting "
+                                         r"with '\.' or '_' and rename"):
+        run(spark, spec, lake)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
+
+
+def test_a_delta_source_recreated_between_a_crash_and_the_replay_is_refused(spark, lake):
+    import shutil
+
+    from state_store.runtime import FaultInjector, InjectedFault
+
+    path = str(lake.inputs / "delta-recreated")
+    spark.createDataFrame([], "k string, v long, op string, seq long").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    _append(spark, path, [("a", 1, "add", 1)])
+    spec = count_job(lake, job_id="recreated", source=DeltaSource(path))
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=0))
+    shutil.rmtree(path)
+    spark.createDataFrame([], "k string, v long, op string, seq long").write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    _append(spark, path, [("z", 9, "add", 9), ("y", 8, "add", 8)])
+    with pytest.raises(InputError, match=r"source table .*delta-recreated changed after microbatch 0 was planned"):
+        run(spark, spec, lake)
