@@ -24,3 +24,14 @@ class InputError(LakestateError):
 
 class RestoreError(LakestateError):
     """A checkpoint cannot be restored by this job definition."""
+
+
+class StoredValueError(LakestateError):
+    """A value read from a state table does not have its state's declared type."""
+
+
+def stored_value_error(what: str, type_name: str, error: Exception) -> StoredValueError:
+    return StoredValueError(
+        f"{what} holds a stored value that is not its declared {type_name}: {error}. The state table was "
+        f"changed outside this job, or the state was declared again with another type: restore an earlier "
+        f"checkpoint (lakestate checkpoints --job <job>), or give the state another name")

@@ -20,6 +20,7 @@ from .descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from .errors import stored_value_error
 from .types import to_text
 
 VOID_NAMESPACE = ""
@@ -66,6 +67,15 @@ class KeyedStateStore:
             raise RuntimeError("keyed state is only accessible while processing a key (in process())")
         return state_name, self.current_key, namespace
 
+    def _where(self, state_name: str, namespace: str) -> str:
+        return f"state {state_name!r} of key {self.current_key!r}" + (f" (namespace {namespace!r})" if namespace else "")
+
+    def _load(self, stored_type, text: str, state_name: str, namespace: str) -> Any:
+        try:
+            return stored_type.loads(text)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise stored_value_error(self._where(state_name, namespace), stored_type.name, e) from None
+
     # -- single-value states (value, list, reducing, aggregating) --------------------------------------
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:
         """The decoded value (not a copy), or None when the state is empty for the current key."""
@@ -73,7 +83,7 @@ class KeyedStateStore:
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
             text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
-            value = None if text is None else descriptor.stored_type.loads(text)
+            value = None if text is None else self._load(descriptor.stored_type, text, state_name, namespace)
             self._decoded[entry] = value
         return value
 
@@ -100,7 +110,11 @@ class KeyedStateStore:
             texts = dict(self._stored_maps.get(entry, ()))
             texts.update(self._map_dirty.get(entry, ()))
             key_type, value_type = descriptor.key_type, descriptor.value_type
-            value = {key_type.loads(k): value_type.loads(v) for k, v in texts.items() if v is not None}
+            try:
+                value = {key_type.loads(k): value_type.loads(v) for k, v in texts.items() if v is not None}
+            except (TypeError, ValueError, AttributeError) as e:
+                raise stored_value_error(self._where(state_name, namespace),
+                                         f"MAP<{key_type.name}, {value_type.name}>", e) from None
             self._decoded[entry] = value
         return value
 

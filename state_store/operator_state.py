@@ -10,6 +10,7 @@ import copy
 from typing import Any, Iterable
 
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
+from .errors import stored_value_error
 from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
@@ -57,10 +58,14 @@ class OperatorStateStore:
         self._modes[qname] = mode
         self._descriptors[qname] = descriptor
         if qname not in self._values:  # restored once per run; later registrations see the live value
-            if mode == UNION and qname in self._union:
-                value = [e for text in self._union[qname] for e in descriptor.stored_type.loads(text) or []]
-            else:
-                value = None if stored is None else descriptor.stored_type.loads(stored[1])
+            stored_type = descriptor.stored_type
+            try:
+                if mode == UNION and qname in self._union:
+                    value = [e for text in self._union[qname] for e in stored_type.loads(text) or []]
+                else:
+                    value = None if stored is None else stored_type.loads(stored[1])
+            except (TypeError, ValueError, AttributeError) as e:
+                raise stored_value_error(f"operator state {qname!r}", stored_type.name, e) from None
             self._values[qname] = value
         return qname
 

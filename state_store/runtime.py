@@ -31,6 +31,7 @@ plans; the tables skip what they already have.
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -132,14 +133,18 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Fault|Exit)): (.+)$", re.M)
+
+
 def _explain(error: Exception) -> str:
-    """The useful line of a Spark or Python worker error."""
+    """The useful line of a Spark or Python worker error: the outermost error the Python worker raised (ours
+    carry where it happened and the fix), else Spark's own first line; the full trace stays chained."""
     text = str(error)
-    for marker in ("UserFunctionError: ", "ValueError: ", "TypeError: ", "KeyError: ", "InputError: ",
-                   "PermissionError: ", "RuntimeError: ", "NotImplementedError: "):
-        if marker in text:
-            line = text.rsplit(marker, 1)[1].splitlines()[0]
-            return marker + line
+    found = [(name, line) for name, line in _ERROR_LINE.findall(text)
+             if name not in ("PythonException", "SparkException", "Py4JJavaError")]
+    if found:
+        name, line = found[-1]
+        return f"{name}: {line}"
     lines = [line for line in text.splitlines() if line.strip()]
     return " | ".join(lines[:3])[:1200]
 
@@ -557,7 +562,7 @@ class JobRunner:
                 job_id=spec.job_id, checkpoint_id=cid, batch_id=batch_id, uid=spec.uid,
                 key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=self.p,
                 max_parallelism=self.maxp, key_group_ranges=[r.to_list() for r in key_group_ranges(self.maxp, self.p)],
-                source_offsets=plan.end_offsets, state=state, descriptors=descriptors,
+                source_offsets=plan.end_offsets, state=state, descriptors=self._present(checkpoint, descriptors, entries),
                 entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
                 processing_time=plan.timestamp, run_id=self.lease.run_id, sink=sink)
             self.meta.write_checkpoint(row)  # last: the checkpoint exists only once this row does
@@ -569,6 +574,16 @@ class JobRunner:
             keyed_backend.discard(expired)
             operator_backend.discard(expired)
         return taken
+
+
+    @staticmethod
+    def _present(checkpoint: CheckpointMetadata | None, descriptors: dict, entries: dict) -> dict:
+        """The descriptors of every state still in the tables: this definition's, and those of states it no
+        longer registers whose entries are still there, so a later run that registers them again is checked
+        against the type their stored values have."""
+        kept = {n: d for n, d in (checkpoint.descriptors if checkpoint else {}).items()
+                if n not in descriptors and entries.get(n)}
+        return {**kept, **descriptors}
 
 
 def run_job(spark: SparkSession, spec: JobSpec, settings: Settings, max_microbatches: int | None = None,

@@ -80,7 +80,28 @@ class FileSource:
                                  f"a producer may still be writing it, or it is not Parquet; producers must write "
                                  f"to a name starting with '.' or '_' and rename when done. Move the file out of "
                                  f"{self.path} or finish writing it")
+            self._check_parquet_schema(path)
         return [st.st_size, st.st_mtime_ns]
+
+    def _check_parquet_schema(self, path: Path) -> None:
+        """Each file's own column types against the declared ones (Spark takes one file's schema for all)."""
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except Exception as e:  # noqa: BLE001 - any unreadable footer
+            raise InputError(f"source file {path} is not a readable Parquet file ({e}); move it out of "
+                             f"{self.path} or rewrite it") from None
+        have = {f.name: _arrow_ddl(f.type) for f in schema}
+        missing = sorted(set(self.schema.fields) - set(have))
+        if missing:
+            raise InputError(f"parquet file {path} lacks the declared columns {missing}; add them to the file or "
+                             f"fix the source schema")
+        for name, t in self.schema.fields.items():
+            if isinstance(t, _Scalar) and have[name] != t.spark_ddl():
+                raise InputError(f"column {name!r} is {have[name]} in the parquet file {path} but the source "
+                                 f"schema declares {t.name} ({t.spark_ddl()}); write it as {t.spark_ddl()} or "
+                                 f"change the declared type")
 
     def next_offset(self, spark, start: dict) -> dict | None:
         seen = set(start["files"])
@@ -137,8 +158,7 @@ class FileSource:
         if self.format == "json":
             df = spark.read.schema(self.schema.spark_schema_ddl()).option("mode", "FAILFAST").json(files)
         else:
-            df = spark.read.parquet(*files)
-            self._check_parquet_columns(df, files)
+            df = spark.read.parquet(*files)  # each file's columns were checked when it was planned
         file_name = F.col("_metadata.file_name")
         batch_map = F.create_map(*[x for f in names for x in (F.lit(f), F.lit(batch_of[f]))])
         index_map = F.create_map(*[x for i, f in enumerate(names) for x in (F.lit(f), F.lit(i))])
@@ -167,17 +187,20 @@ class FileSource:
                         f"microbatch must read the same input, or its sink rows and state would disagree. Put the "
                         f"original file back, and write new data to a new file name")
 
-    def _check_parquet_columns(self, df, files: list[str]) -> None:
-        have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-        missing = sorted(set(self.schema.fields) - set(have))
-        if missing:
-            raise InputError(f"parquet files {files[:3]}{'...' if len(files) > 3 else ''} lack the declared "
-                             f"columns {missing}; add them to the files or fix the source schema")
-        for name, t in self.schema.fields.items():
-            if isinstance(t, _Scalar) and have[name] != t.spark_ddl():
-                raise InputError(f"column {name!r} is {have[name]} in the parquet files but the source schema "
-                                 f"declares {t.name} ({t.spark_ddl()}); write it as {t.spark_ddl()} or change "
-                                 f"the declared type")
+
+def _arrow_ddl(arrow_type) -> str:
+    """Spark's simple type name for an Arrow column type, as Spark reads it from Parquet."""
+    import pyarrow as pa
+
+    for test, ddl in ((pa.types.is_int64, "bigint"), (pa.types.is_int32, "int"), (pa.types.is_int16, "smallint"),
+                      (pa.types.is_int8, "tinyint"), (pa.types.is_float64, "double"), (pa.types.is_float32, "float"),
+                      (pa.types.is_boolean, "boolean"), (pa.types.is_string, "string"),
+                      (pa.types.is_large_string, "string"), (pa.types.is_binary, "binary"),
+                      (pa.types.is_large_binary, "binary"), (pa.types.is_date32, "date"),
+                      (pa.types.is_timestamp, "timestamp")):
+        if test(arrow_type):
+            return ddl
+    return str(arrow_type)
 
 
 @dataclass

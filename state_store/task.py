@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .descriptors import qualified_name
+from .errors import StoredValueError
 from .exchange import (
     BROADCAST_RECORD,
     KIND_FILE,
@@ -271,7 +272,7 @@ class SubtaskRunner:
             result = fn(*args)
             # A generator runs here, so its errors are reported with the key it was processing.
             return list(result) if result is not None and not isinstance(result, (list, tuple)) else result
-        except UserFunctionError:
+        except (UserFunctionError, StoredValueError):
             raise
         except Exception as e:  # noqa: BLE001 - reported with where it happened
             where = f"key {key!r} of " if key is not None else ""

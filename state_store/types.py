@@ -54,8 +54,12 @@ class TypeInfo:
         return to_text(self.encode(value))
 
     def loads(self, text: str) -> Any:
+        """The value stored as ``text``, checked against this type (TypeError, ValueError or AttributeError
+        when it does not have it: state written outside the job must not reach user code untyped)."""
         data = orjson.loads(text)
-        return data if self.decodes_as_is else self.decode(data)
+        value = data if self.decodes_as_is else self.decode(data)
+        self.encode(value)
+        return value
 
     @property
     def decodes_as_is(self) -> bool:

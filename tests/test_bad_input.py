@@ -44,7 +44,7 @@ def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake
     # The files carry k as a string; the job says LONG.
     pq.write_table(pa.table({"k": ["a"], "v": [1], "op": ["add"], "seq": [1]}), parquet_dir / "p0.parquet")
     spec = count_job(lake, key_type=Types.LONG(), source=FileSource(str(parquet_dir), "parquet", schema))
-    with pytest.raises(InputError, match=r"column 'k' is string in the parquet files but the source schema declares "
+    with pytest.raises(InputError, match=r"column 'k' is string in the parquet file .*p0\.parquet but the source schema declares "
                                          r"LONG \(bigint\); write it as bigint or change the declared type"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
@@ -112,6 +112,26 @@ class _Failing(CountOnly):
         yield from super().process(key, records, ctx)
 
 
+class _NoState(CountOnly):
+    def open(self, ctx):
+        pass
+
+    def process(self, key, records, ctx):
+        yield {"k": key, "n": 0}
+
+
+@pytest.mark.slow
+def test_a_state_dropped_for_a_run_then_registered_again_is_checked_against_its_stored_type(spark, lake):
+    lake.write_events("e0.json", events(0))
+    run(spark, count_job(lake), lake)  # count: LONG
+    lake.write_events("e1.json", events(1))
+    run(spark, count_job(lake, function=_NoState()), lake)  # a run without it; its entries stay in the tables
+    lake.write_events("e2.json", events(2))
+    with pytest.raises(RestoreError, match=r"state 'count.count': type changed from LONG to STRING"):
+        run(spark, count_job(lake, function=CountOnly(Types.STRING())), lake)
+    assert [b["records_in"] for b in run(spark, count_job(lake), lake).batches] == [15]  # LONG again: restored
+
+
 @pytest.mark.slow
 def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark, lake):
     lake.write_events("e0.json", events(0))
@@ -143,3 +163,41 @@ def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, mes
     with pytest.raises(RestoreError, match=message):
         run(spark, changed, lake)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0
+
+
+@pytest.mark.slow
+def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_key(spark, lake):
+    from pyspark.sql import functions as F
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    run(spark, spec, lake)
+    keyed = str(lake.settings.job_dir(spec.job_id) / "state" / "keyed")
+    # Something outside the job writes a dict where the LONG count of key 'a' lives.
+    (spark.read.format("delta").load(keyed).filter("key = 'a' AND state_name = 'count.count'")
+     .withColumn("value", F.lit('{"a": 1}')).withColumn("generation", F.col("generation") + 1)
+     .write.format("delta").mode("append").save(keyed))
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))  # and points the latest checkpoint at that version
+    checkpoint = meta.latest_checkpoint()
+    checkpoint.state["keyed"]["version"] += 1
+    meta.write_checkpoint(checkpoint)
+    lake.write_events("e1.json", events(1))
+    with pytest.raises(InputError, match=r"StoredValueError: state 'count.count' of key 'a' holds a stored value "
+                                         r"that is not its declared LONG: expected a value of type LONG, got dict"):
+        run(spark, spec, lake)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("column,values,declared", [("v", ["1"], "LONG"), ("seq", [1.5], "LONG"),
+                                                    ("op", [1], "STRING")])
+def test_a_parquet_column_of_another_type_than_declared_is_refused(spark, lake, column, values, declared):
+    parquet_dir = lake.inputs / "parquet"
+    parquet_dir.mkdir()
+    data = {"k": ["a"], "v": [1], "op": ["add"], "seq": [1], column: values}
+    pq.write_table(pa.table({"k": ["b"], "v": [2], "op": ["add"], "seq": [2]}), parquet_dir / "p0.parquet")
+    pq.write_table(pa.table(data), parquet_dir / "p1.parquet")
+    spec = count_job(lake, source=FileSource(str(parquet_dir), "parquet", EVENT))
+    with pytest.raises(InputError, match=rf"column '{column}' is \w+ in the parquet file .*p1\.parquet but the "
+                                         rf"source schema declares {declared}"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)
