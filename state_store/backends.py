@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .checkpoint import CheckpointMetadata
-from .delta_log import app_transaction_version, table_snapshot
+from .delta_log import CorruptLogError, app_transaction_version, missing_files, table_snapshot
 from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
@@ -78,6 +78,27 @@ class StateBackend:
         """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records."""
         raise NotImplementedError
 
+    def damage(self, checkpoint: CheckpointMetadata) -> str | None:
+        """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
+        or corrupt), or None when it is intact. Reads only the Delta log and file listings."""
+        return None
+
+    @staticmethod
+    def _table_damage(what: str, path: str | Path, version: int | None) -> str | None:
+        if version is None:
+            return None
+        try:
+            missing = missing_files(path, version)
+        except CorruptLogError as e:
+            return f"{what}: {e}"
+        except FileNotFoundError as e:
+            return f"{what}: {e}"
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            return (f"{what} needs {len(missing)} data file(s) that are gone: {shown}; restore them from a backup "
+                    f"(never delete files inside a state table: compaction removes what no checkpoint needs)")
+        return None
+
     def discard(self, checkpoint: CheckpointMetadata) -> None:
         """Release what an expired checkpoint held."""
 
@@ -116,6 +137,11 @@ class DeltaStateBackend(StateBackend):
     def snapshot(self, checkpoint_id, batch_id):
         return {**table_snapshot(self.path), "incremental": True}
 
+    def damage(self, checkpoint):
+        recorded = checkpoint.state.get(self.table.name) or {}
+        return self._table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
+                                  f"{self.path} (version {recorded.get('version')})", self.path, recorded.get("version"))
+
 
 class HashMapStateBackend(StateBackend):
     name = "hashmap"
@@ -146,6 +172,14 @@ class HashMapStateBackend(StateBackend):
 
     def discard(self, checkpoint):
         shutil.rmtree(self._dir(checkpoint.checkpoint_id).parent, ignore_errors=True)
+
+    def damage(self, checkpoint):
+        recorded = checkpoint.state.get(self.table.name) or {}
+        path = recorded.get("path")
+        if path is None:
+            return None
+        return self._table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {path}",
+                                  path, recorded.get("version"))
 
 
 _MEMORY_SNAPSHOTS: dict[tuple[str, str, int], list] = {}

@@ -39,6 +39,14 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint's file cannot be read."""
+
+    def __init__(self, message: str, checkpoint_id: int):
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+
+
 class JobRegistry:
     """Jobs by id: each points at the Python factory that builds its JobSpec."""
 
@@ -131,7 +139,16 @@ class JobMeta:
 
     def read_plan(self, batch_id: int) -> MicrobatchPlan | None:
         p = self.plans / f"{batch_id}.json"
-        return MicrobatchPlan.from_dict(read_json(p)) if p.exists() else None
+        if not p.exists():
+            return None
+        try:
+            return MicrobatchPlan.from_dict(read_json(p))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ConfigError(
+                f"the plan of microbatch {batch_id}, {p}, is corrupt ({type(e).__name__}: {e}); it fixes what that "
+                f"microbatch reads, and a replay must read the same. Restore the file from a backup; if no output "
+                f"row of microbatch {batch_id} is in the sink (column _microbatch) and no commit file "
+                f"{self.commits / f'{batch_id}.json'} exists, deleting it makes the next run plan it again") from None
 
     def write_plan(self, plan: MicrobatchPlan) -> None:
         write_json_atomic(self.plans / f"{plan.batch_id}.json", plan.to_dict())
@@ -157,14 +174,35 @@ class JobMeta:
         p = self.checkpoints_dir / f"chk-{checkpoint_id}.json"
         if not p.exists():
             raise ConfigError(f"checkpoint {checkpoint_id} does not exist; retained: {self.checkpoint_ids()}")
-        return CheckpointMetadata.from_dict(read_json(p))
+        try:
+            return CheckpointMetadata.from_dict(read_json(p))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise CorruptCheckpoint(f"checkpoint {checkpoint_id}'s file {p} is corrupt ({type(e).__name__}: {e})",
+                                    checkpoint_id) from None
+
+    def readable_checkpoints(self, warn=None) -> list[CheckpointMetadata]:
+        """The retained checkpoints whose files can be read, oldest first; ``warn`` is told of the others."""
+        found = []
+        for cid in self.checkpoint_ids():
+            try:
+                found.append(self.checkpoint(cid))
+            except CorruptCheckpoint as e:
+                if warn is not None:
+                    warn(str(e))
+        return found
 
     def checkpoints(self) -> list[CheckpointMetadata]:
-        return [self.checkpoint(i) for i in self.checkpoint_ids()]
+        return self.readable_checkpoints()
 
-    def latest_checkpoint(self) -> CheckpointMetadata | None:
-        ids = self.checkpoint_ids()
-        return self.checkpoint(ids[-1]) if ids else None
+    def latest_checkpoint(self, warn=None) -> CheckpointMetadata | None:
+        """The newest checkpoint that can be read (``warn`` is told of newer ones that cannot)."""
+        for cid in reversed(self.checkpoint_ids()):
+            try:
+                return self.checkpoint(cid)
+            except CorruptCheckpoint as e:
+                if warn is not None:
+                    warn(str(e))
+        return None
 
     def write_checkpoint(self, checkpoint: CheckpointMetadata) -> None:
         write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint.checkpoint_id}.json", checkpoint.to_dict())

@@ -17,6 +17,7 @@ from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
 from .types import StateMigrationError, check_compatibility
+from .sources import position
 
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
 
@@ -46,7 +47,7 @@ class MicrobatchPlan(_Record):
 
     @property
     def end_offsets(self) -> dict[str, Any]:
-        return {name: rng["end"] for name, rng in self.sources.items()}
+        return {name: position(rng["end"]) for name, rng in self.sources.items()}
 
 
 @dataclass

@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from .errors import LakestateError
+
 
 def _commit_versions(log: Path) -> list[int]:
     return sorted(int(n[:20]) for n in os.listdir(log) if n.endswith(".json") and len(n) == 25 and n[:20].isdigit())
@@ -48,14 +50,32 @@ def _replay(log: Path, target: int | None, column: str, on_action) -> int | None
     if start == 0 and versions and versions[0] != 0:
         raise FileNotFoundError(f"the log of {log.parent} starts at version {versions[0]} and has no usable checkpoint")
     for v in range(start, target + 1):
-        with open(log / f"{v:020d}.json") as f:
-            for line in f:
-                on_action(json.loads(line))
+        commit = log / f"{v:020d}.json"
+        try:
+            with open(commit) as f:
+                for number, line in enumerate(f, 1):
+                    try:
+                        action = json.loads(line)
+                    except ValueError as e:
+                        raise CorruptLogError(f"{commit} is corrupt (line {number}: {e})", commit) from None
+                    on_action(action)
+        except FileNotFoundError:
+            raise CorruptLogError(f"{commit} is missing from the table's log", commit) from None
     return target
 
 
-def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
-    """{'path', 'version', 'size_bytes', 'num_files'} of the table at ``version`` (default: latest)."""
+class CorruptLogError(LakestateError):
+    """A Delta log file that a read needs is missing or cannot be parsed."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(f"{message}: Delta cannot read the table at or past this version. Restore the file from "
+                         f"a backup (or a copy of the table), or restore the job from an older checkpoint or a "
+                         f"savepoint")
+        self.path = path
+
+
+def table_files(path: str | os.PathLike, version: int | None = None) -> dict[str, int]:
+    """The data files of the table at ``version`` (default: latest): relative path -> size."""
     files: dict[str, int] = {}
 
     def on_action(action: dict) -> None:
@@ -64,8 +84,31 @@ def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
         elif "remove" in action:
             files.pop(action["remove"]["path"], None)
 
-    target = _replay(Path(path) / "_delta_log", version, "add", on_action)
+    _replay(Path(path) / "_delta_log", version, "add", on_action)
+    return files
+
+
+def missing_files(path: str | os.PathLike, version: int) -> list[str]:
+    """The data files the table at ``version`` needs that are gone (raises CorruptLogError for its log)."""
+    from urllib.parse import unquote
+
+    root = Path(path)
+    return sorted(str(root / unquote(f)) for f in table_files(path, version) if not (root / unquote(f)).exists())
+
+
+def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
+    """{'path', 'version', 'size_bytes', 'num_files'} of the table at ``version`` (default: latest)."""
+    target = version if version is not None else latest_version(path)
+    files = table_files(path, target) if target is not None else {}
     return {"path": str(path), "version": target, "size_bytes": sum(files.values()), "num_files": len(files)}
+
+
+def latest_version(path: str | os.PathLike) -> int | None:
+    log = Path(path) / "_delta_log"
+    if not log.is_dir():
+        raise FileNotFoundError(f"{path} is not a Delta table (no _delta_log)")
+    versions = _commit_versions(log)
+    return versions[-1] if versions else None
 
 
 def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:

@@ -42,11 +42,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .backends import StateBackend, create_keyed_backend, create_operator_backend
-from .catalog import JobMeta
+from .catalog import CorruptCheckpoint, JobMeta
 from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, discover_descriptors
 from .delta_log import app_transaction_version, table_metadata, table_snapshot
 from .descriptors import qualified_name
-from .errors import InputError
+from .errors import InputError, RestoreError
 from .exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -180,6 +180,38 @@ class JobRunner:
         if self.spec.broadcast_source is not None:
             sources["broadcast"] = self.spec.broadcast_source
         return sources
+
+    def _restore_point(self) -> CheckpointMetadata | None:
+        """The newest retained checkpoint that can be restored: its file readable, and every log and data file
+        it pins there. A damaged one is named in a warning and the one before it is used (its later
+        microbatches are replayed from their recorded plans), except where the delta backend's table itself is
+        damaged: every run appends to that table, so an older checkpoint cannot stand in for it."""
+        problems: list[str] = []
+        backends = [create(self.spec.backend, self.spark, self.job_dir, self.spec.job_id)
+                    for create in (create_keyed_backend, create_operator_backend)]
+        for cid in reversed(self.meta.checkpoint_ids()):
+            try:
+                checkpoint = self.meta.checkpoint(cid)
+            except CorruptCheckpoint as e:
+                problems.append(str(e))
+                continue
+            damage = [d for b in backends if (d := b.damage(checkpoint))] if checkpoint.backend == self.spec.backend \
+                else []
+            if damage and checkpoint.state.get("keyed", {}).get("incremental"):
+                raise RestoreError("; ".join(damage) + ". The delta backend appends every run to its state "
+                                   "tables, so an older checkpoint cannot stand in for a damaged table")
+            if damage:
+                problems.extend(damage)
+                continue
+            for problem in problems:
+                self._say(f"warning: {problem}")
+            if problems:
+                self._say(f"warning: falling back to checkpoint {cid} (microbatch {checkpoint.batch_id}); the "
+                          f"microbatches after it are replayed from their recorded plans")
+            return checkpoint
+        if problems:
+            raise RestoreError("no retained checkpoint can be restored: " + " | ".join(problems))
+        return None
 
     # -- 1. plan --------------------------------------------------------------------------------------------
     def _plan_one(self, batch_id: int, offsets: dict) -> MicrobatchPlan | None:
@@ -354,7 +386,7 @@ class JobRunner:
 
     def _run(self, max_microbatches: int | None, max_records: int | None, descriptors: dict) -> RunResult:
         spec, meta = self.spec, self.meta
-        checkpoint = meta.latest_checkpoint()  # again, now that we hold the job
+        checkpoint = self._restore_point()  # again, now that we hold the job, and checked to be intact
         if checkpoint is not None:
             check_restorable(spec, checkpoint, descriptors)
         result = RunResult(self.lease.run_id, checkpoint.checkpoint_id if checkpoint else None)

@@ -20,6 +20,15 @@ POSITION_COLUMNS = ("batch_id", "file_idx", "block", "row")
 
 _FORMATS = ("json", "parquet")
 
+# An end offset in a plan also says what the plan saw of its new input (per file: size and mtime; for a Delta
+# source: its end commit file's), so a replay can refuse input that changed. It is not part of the position:
+# checkpoints and operator state keep ``position(offset)``.
+PINNED = "pinned"
+
+
+def position(offset: dict) -> dict:
+    return {k: v for k, v in offset.items() if k != PINNED}
+
 
 @dataclass
 class FileSource:
@@ -117,7 +126,7 @@ class FileSource:
         if not pins:
             return None
         # The files read so far, and what each new file was when planned: a replay must read the same bytes.
-        return {"files": sorted(seen | set(pins)), "pins": pins}
+        return {"files": sorted(seen | set(pins)), PINNED: pins}
 
     @staticmethod
     def new_files(start: dict, end: dict) -> list[str]:
@@ -173,7 +182,7 @@ class FileSource:
     def _check_unchanged(self, ranges: list[tuple[int, dict, dict]]) -> None:
         """Refuse to read a file that is not what its microbatch's plan pinned (rewritten or grown)."""
         for batch_id, start, end in ranges:
-            pins = end.get("pins") or {}
+            pins = end.get(PINNED) or {}
             for name in self.new_files(start, end):
                 pinned = pins.get(name)
                 if pinned is None:
@@ -243,7 +252,7 @@ class DeltaSource:
         end = latest
         if self.max_versions_per_batch:
             end = min(latest, start["version"] + self.max_versions_per_batch)
-        return {"version": end, "commit": self._commit_pin(end)}
+        return {"version": end, PINNED: self._commit_pin(end)}
 
     def _commit_pin(self, version: int) -> list[int] | None:
         """``[size, mtime_ns]`` of the version's commit file: a table recreated under the same path since the
@@ -269,7 +278,7 @@ class DeltaSource:
         if not ranges:
             return None
         for batch_id, _, end in ranges:
-            pinned, now = end.get("commit"), self._commit_pin(end["version"])
+            pinned, now = end.get(PINNED), self._commit_pin(end["version"])
             if pinned is not None and now is not None and now != list(pinned):  # a log file gone: Delta says so
                 raise InputError(
                     f"source table {self.path} changed after microbatch {batch_id} was planned: its commit "
