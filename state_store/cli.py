@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -180,14 +181,40 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value <= 0:
             print(f"lakestate: error: --{flag.replace('_', '-')} must be positive, got {value}", file=sys.stderr)
             return 2
+    settings = None
     try:
         if getattr(args, "lease_timeout", None) is not None:
             check_lease_timeout(args.lease_timeout)
         settings = Settings.load(args.warehouse, args.root)
         return args.func(args, settings)
     except LakestateError as e:
-        print(f"lakestate: error: {e}", file=sys.stderr)
+        print(f"lakestate: error: {e}{_trace_note(e, settings)}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - not one Lakestate foresaw: still one line, the trace in the log
+        first = (str(e).strip().splitlines() or [""])[0][:600]
+        print(f"lakestate: error: unexpected {type(e).__name__}: {first}{_trace_note(e, settings, always=True)}; "
+              f"please report it with that log", file=sys.stderr)
+        return 1
+
+
+def _trace_note(error: BaseException, settings: Settings | None, always: bool = False) -> str:
+    """Write the full trace of an error with a cause (a Spark or worker error under ours) to a log file under
+    the root, and say where; errors that are one line already need no log."""
+    if error.__cause__ is None and not always:
+        return ""
+    import traceback
+
+    text = "".join(traceback.format_exception(error))
+    if settings is None:
+        return "\n" + text
+    try:
+        logs = settings.root / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        path = logs / f"lakestate-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        path.write_text(text)
+    except OSError:
+        return "\n" + text
+    return f" (full trace: {path})"
 
 
 if __name__ == "__main__":

@@ -113,6 +113,13 @@ class CountOnly(KeyedProcessFunction):
         yield {"k": key, "n": current + len(records)}
 
 
+class FailingCount(CountOnly):
+    """Raises in process: what a bug in a user's function looks like."""
+
+    def process(self, key, records, ctx):
+        raise ValueError(f"no records for {key} please")
+
+
 COUNT_OUTPUT = Types.ROW_NAMED(["k", "n"], [Types.STRING(), Types.LONG()])
 
 

@@ -166,7 +166,10 @@ def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, mes
 
 
 @pytest.mark.slow
-def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_key(spark, lake):
+@pytest.mark.parametrize("stored,problem", [('{"a": 1}', "expected a value of type LONG, got dict"),
+                                            ("[" * 2000 + "]" * 2000, "recursion depth exceeded"),
+                                            ("1" * 40, "")], ids=["a dict", "too deep", "too large"])
+def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_key(spark, lake, stored, problem):
     from pyspark.sql import functions as F
 
     lake.write_events("e0.json", events(0))
@@ -175,7 +178,7 @@ def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_
     keyed = str(lake.settings.job_dir(spec.job_id) / "state" / "keyed")
     # Something outside the job writes a dict where the LONG count of key 'a' lives.
     (spark.read.format("delta").load(keyed).filter("key = 'a' AND state_name = 'count.count'")
-     .withColumn("value", F.lit('{"a": 1}')).withColumn("generation", F.col("generation") + 1)
+     .withColumn("value", F.lit(stored)).withColumn("generation", F.col("generation") + 1)
      .write.format("delta").mode("append").save(keyed))
     meta = JobMeta(lake.settings.job_dir(spec.job_id))  # and points the latest checkpoint at that version
     checkpoint = meta.latest_checkpoint()
@@ -183,7 +186,7 @@ def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_
     meta.write_checkpoint(checkpoint)
     lake.write_events("e1.json", events(1))
     with pytest.raises(InputError, match=r"StoredValueError: state 'count.count' of key 'a' holds a stored value "
-                                         r"that is not its declared LONG: expected a value of type LONG, got dict"):
+                                         r"that is not its declared LONG: .*" + problem):
         run(spark, spec, lake)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -146,3 +147,42 @@ def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_e
     assert "no entry for key '999'" in capsys.readouterr().out
     assert main(["state", "--job", "by-seq", "--state", "count", "--key", "x1", *root]) == 2
     assert "key 'x1' is not a LONG, the key type of job 'by-seq'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_failed_run_prints_one_clear_line_and_keeps_the_full_trace_in_a_log(spark, lake, monkeypatch, tmp_path,
+                                                                               capsys):
+    (tmp_path / "cli_failing_module.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.jobs import FailingCount, count_job
+
+        class _L:
+            events = Path({str(lake.events)!r})
+
+        def job():
+            return count_job(_L, job_id="failing", function=FailingCount())
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lake.write_events("e0.json", events(0))
+    root = ["--root", str(lake.root)]
+    assert main(["register", "cli_failing_module:job", *root]) == 0
+    capsys.readouterr()
+    assert main(["run", "--job", "failing", *root]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert re.search(r"failed before anything was written: UserFunctionError: process\(\) raised ValueError: no "
+                     r"records for (\w) please \(at key '\1' of microbatch 0", err), err
+    log = Path(err.rsplit("(full trace: ", 1)[1].rstrip(")"))
+    assert log.parent == lake.root / "logs" and "Traceback" in log.read_text()
+
+
+def test_an_unforeseen_error_is_one_line_too(lake, monkeypatch, capsys):
+    import state_store.cli as cli
+
+    def broken(args, settings):
+        raise RuntimeError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_jobs", broken)
+    assert main(["jobs", "--root", str(lake.root)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lakestate: error: unexpected RuntimeError: disk on fire (full trace: ") and "\n" not in err
