@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -381,8 +382,20 @@ class JobRunner:
         checkpoint = self.meta.latest_checkpoint()
         if checkpoint is not None:
             check_restorable(self.spec, checkpoint, descriptors)
-        with self.lease:
-            return self._run(max_microbatches, max_records, descriptors)
+        existed = self.job_dir.exists()
+        try:
+            with self.lease:
+                return self._run(max_microbatches, max_records, descriptors)
+        finally:
+            if not existed:
+                self._remove_if_only_the_lease()
+
+    def _remove_if_only_the_lease(self) -> None:
+        """A first run that wrote nothing (refused, or no input yet) leaves no job folder, not even its lease."""
+        lease_dir = self.lease.dir
+        left = [p for p in self.job_dir.rglob("*") if p.is_file() and lease_dir not in p.parents]
+        if not left:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
 
     def _run(self, max_microbatches: int | None, max_records: int | None, descriptors: dict) -> RunResult:
         spec, meta = self.spec, self.meta
