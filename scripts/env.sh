@@ -7,3 +7,10 @@ export PYTHONPATH="$ROOT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 export LAKESTATE_ROOT="${LAKESTATE_ROOT:-$ROOT_DIR/lakestate-data}"
 LAKESTATE_JARS=$(ls "$ROOT_DIR"/.cache/jars/*.jar | tr '\n' ',' | sed 's/,$//')
 export LAKESTATE_JARS
+# Airflow on the embedded default: its home (SQLite database, logs) in an ignored folder, this project's
+# DAGs, plugin and pipeline registry; no example DAGs.
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT_DIR/airflow-home}"
+export AIRFLOW__CORE__DAGS_FOLDER="$ROOT_DIR/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT_DIR/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export LAKESTATE_REGISTRY="${LAKESTATE_REGISTRY:-$ROOT_DIR/lakestate.toml}"

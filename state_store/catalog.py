@@ -54,11 +54,15 @@ class JobRegistry:
         self.settings = settings
         self.dir = settings.catalog_dir / "jobs"
 
-    def register(self, entrypoint: str, replace: bool = False) -> JobSpec:
-        spec = build_spec(entrypoint)
+    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec:
+        """Record the job ``entrypoint`` builds, with ``overrides`` of its JobSpec fields (the pipeline
+        registry's parallelism, backend, ...) applied now and whenever it is loaded."""
+        overrides = dict(overrides or {})
+        spec = build_spec(entrypoint).with_overrides(**overrides)
         spec.validate()
         spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
-        record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe()}
+        record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
+                  "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"
         if existing.exists():
             old = read_json(existing)
@@ -88,7 +92,7 @@ class JobRegistry:
 
     def load(self, job_id: str) -> JobSpec:
         record = self.get(job_id)
-        spec = build_spec(record["entrypoint"])
+        spec = build_spec(record["entrypoint"]).with_overrides(**record.get("overrides", {}))
         if spec.job_id != job_id:
             raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; register it again")
         return spec

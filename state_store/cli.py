@@ -21,6 +21,7 @@ import time
 from .catalog import JobMeta, JobRegistry
 from .errors import ConfigError, LakestateError
 from .lease import check_lease_timeout
+from .pipelines import registry_entry
 from .settings import Settings
 
 
@@ -81,9 +82,18 @@ def cmd_run(args, settings: Settings) -> int:
     from .spark import build_spark
 
     registry = JobRegistry(settings)
+    max_microbatches = args.max_microbatches
+    if args.registry is not None:  # the pipeline registry is the job's definition: record it, then run it
+        entry = registry_entry(args.job, args.registry or None)
+        spec = registry.register(entry.entrypoint, overrides=entry.overrides())
+        if spec.job_id != args.job:
+            raise ConfigError(f"registry entry [jobs.{args.job}] builds job {spec.job_id!r} from {entry.entrypoint}; "
+                              f"the entry's name and the JobSpec's job_id must be the same")
+        max_microbatches = max_microbatches or entry.max_microbatches
     spec = registry.load(args.job)
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master)
-    result = run_job(spark, spec, settings, args.max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout)
+    result = run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
+                     lease_wait_s=args.wait_for_lease)
     records, seconds = result.records_in, result.seconds
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
@@ -161,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
     p.add_argument("--spark-master", default=None)
+    p.add_argument("--registry", nargs="?", const="", default=None,
+                   help="take the job's definition from the pipeline registry (default file: $LAKESTATE_REGISTRY "
+                        "or ./lakestate.toml), as the Airflow DAGs do")
+    p.add_argument("--wait-for-lease", type=float, default=0.0,
+                   help="seconds to wait for another run of the job to finish instead of failing (default 0)")
     p.add_argument("--lease-timeout", type=float, default=60.0,
                    help="seconds of this run's silence after which another run may take the job over (> 0)")
     p.set_defaults(func=cmd_run)

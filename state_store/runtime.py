@@ -47,7 +47,7 @@ from .catalog import CorruptCheckpoint, JobMeta
 from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, discover_descriptors
 from .delta_log import app_transaction_version, table_metadata, table_snapshot
 from .descriptors import qualified_name
-from .errors import InputError, RestoreError
+from .errors import InputError, JobLocked, RestoreError
 from .exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -155,13 +155,14 @@ class JobRunner:
 
     def __init__(self, spark: SparkSession, spec: JobSpec, settings: Settings, *, clock: Callable[[], int] = wall_clock_ms,
                  faults: FaultInjector | None = None, progress: Callable[[str], None] = print,
-                 lease_timeout_s: float = 60.0):
+                 lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, spec.validate(), settings
         self.sink_path = settings.in_warehouse(spec.sink, "sink")
         self.job_dir = settings.job_dir(spec.job_id)
         self.meta = JobMeta(self.job_dir)
         self.clock, self.faults, self.progress = clock, faults, progress
         self.lease = JobLease(self.meta.dir / "lease", spec.job_id, lease_timeout_s)
+        self.lease_wait_s = lease_wait_s
         self.p, self.maxp = spec.parallelism, spec.effective_max_parallelism
 
     @property
@@ -384,11 +385,30 @@ class JobRunner:
             check_restorable(self.spec, checkpoint, descriptors)
         existed = self.job_dir.exists()
         try:
-            with self.lease:
+            self._acquire_lease()
+            try:
                 return self._run(max_microbatches, max_records, descriptors)
+            finally:
+                self.lease.release()
         finally:
             if not existed:
                 self._remove_if_only_the_lease()
+
+    def _acquire_lease(self) -> None:
+        """Take the job's lease; while another run holds it, wait up to ``lease_wait_s`` (a second trigger of
+        a pipeline waits for the first, it does not fail)."""
+        deadline, said = time.time() + self.lease_wait_s, False
+        while True:
+            try:
+                self.lease.acquire()
+                return
+            except JobLocked as e:
+                if time.time() >= deadline:
+                    raise
+                if not said:
+                    self._say(f"waiting up to {self.lease_wait_s:.0f}s for the job to be free: {e}")
+                    said = True
+                time.sleep(min(2.0, max(0.1, deadline - time.time())))
 
     def _remove_if_only_the_lease(self) -> None:
         """A first run that wrote nothing (refused, or no input yet) leaves no job folder, not even its lease."""

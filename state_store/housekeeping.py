@@ -1,0 +1,36 @@
+"""Checkpoint housekeeping after a pipeline run: report the retained checkpoints, drop what dead runs left.
+
+Reads only the catalog (no Spark), so an Airflow task runs it in-process.
+"""
+from __future__ import annotations
+
+import shutil
+
+from .catalog import JobMeta
+from .lease import current_holder
+from .settings import Settings
+
+
+def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:
+    """Print the job's retained checkpoints and remove staging folders of runs that are over; return a summary
+    (an Airflow task's XCom)."""
+    settings = settings or Settings.load()
+    job_dir = settings.job_dir(job_id)
+    meta = JobMeta(job_dir)
+    checkpoints = meta.readable_checkpoints(warn=lambda problem: say(f"warning: {problem}"))
+    removed = []
+    holder = current_holder(meta.dir / "lease")
+    staging = job_dir / "staging"
+    if (holder is None or holder.get("released")) and staging.is_dir():  # no run holds the job: all of it is left over
+        for folder in sorted(staging.iterdir()):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    rows = [{"checkpoint": c.checkpoint_id, "microbatch": c.batch_id, "entries": sum(c.entries.values()),
+             "bytes": c.size_bytes, "files": c.num_files, "completed_ms": c.completed_ms} for c in checkpoints]
+    for r in rows:
+        say(f"[lakestate] job {job_id}: checkpoint {r['checkpoint']} at microbatch {r['microbatch']}: "
+            f"{r['entries']} entries, {r['bytes']} bytes in {r['files']} files")
+    if removed:
+        say(f"[lakestate] job {job_id}: removed staging folders of finished runs: {', '.join(removed)}")
+    return {"job": job_id, "checkpoints": rows, "latest": rows[-1]["checkpoint"] if rows else None,
+            "removed_staging": removed}

@@ -1,0 +1,127 @@
+"""The pipeline registry: one TOML file a user edits, one Airflow pipeline DAG per entry.
+
+(The catalog's ``JobRegistry`` records what was registered; this file is what the user declares.)
+
+    [jobs.clicks]
+    entrypoint = "mypackage.jobs:clicks"   # required: a factory returning a JobSpec
+    schedule = "@hourly"                   # cron or preset; "none" (default): only triggered
+    max_microbatches = 10                  # per run; default: drain the source
+    parallelism = 2                        # these four override the JobSpec's own values
+    backend = "delta"
+    checkpoint_interval = 1
+    num_retained = 3
+
+Parsing imports nothing but the standard library, so DAG files stay light. Each
+entry is checked on its own: a bad entry gets an error naming its field, and
+the other entries still load. ``LAKESTATE_REGISTRY`` says where the file is
+(default ``./lakestate.toml``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+from .job import BACKENDS, check_job_id
+from .key_groups import UPPER_BOUND_MAX_PARALLELISM
+_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+_OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
+FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
+
+
+@dataclass(frozen=True)
+class PipelineEntry:
+    job_id: str
+    entrypoint: str
+    schedule: str | None = None
+    max_microbatches: int | None = None
+    parallelism: int | None = None
+    backend: str | None = None
+    checkpoint_interval: int | None = None
+    num_retained: int | None = None
+
+    def overrides(self) -> dict:
+        """What this entry sets of the JobSpec (fields left out keep the factory's values)."""
+        return {name: getattr(self, name) for name in _OVERRIDES if getattr(self, name) is not None}
+
+    @property
+    def dag_id(self) -> str:
+        return f"lakestate_{self.job_id}"
+
+
+def registry_path() -> Path:
+    return Path(os.environ.get("LAKESTATE_REGISTRY") or "lakestate.toml").expanduser().resolve()
+
+
+def _positive(where: str, name: str, value, limit: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or (limit and value > limit):
+        bound = f" and at most {limit}" if limit else ""
+        raise ConfigError(f"{where}: field {name!r} must be an integer above 0{bound}, got {value!r}")
+    return value
+
+
+def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
+    """One entry, checked field by field (ConfigError naming the first bad field)."""
+    where = f"{path} [jobs.{job_id}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table of fields ({', '.join(FIELDS)})")
+    try:
+        check_job_id(job_id)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    unknown = sorted(set(table) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}")
+    entrypoint = table.get("entrypoint")
+    if not isinstance(entrypoint, str) or not re.fullmatch(r"[\w.]+:[\w.]+", entrypoint):
+        raise ConfigError(f"{where}: field 'entrypoint' must look like 'package.module:factory', got {entrypoint!r}")
+    schedule = table.get("schedule", "none")
+    if not isinstance(schedule, str) or not (schedule == "none" or schedule in _PRESETS
+                                             or len(schedule.split()) in (5, 6)):
+        raise ConfigError(f"{where}: field 'schedule' must be a cron expression ('*/10 * * * *'), a preset "
+                          f"({', '.join(_PRESETS)}) or 'none', got {schedule!r}")
+    values = {}
+    for name, limit in (("max_microbatches", None), ("parallelism", UPPER_BOUND_MAX_PARALLELISM),
+                        ("checkpoint_interval", None), ("num_retained", None)):
+        if name in table:
+            values[name] = _positive(where, name, table[name], limit)
+    backend = table.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(f"{where}: field 'backend' must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return PipelineEntry(job_id, entrypoint, None if schedule == "none" else schedule, backend=backend, **values)
+
+
+def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:
+    """The registry's good entries by job id, and an error per bad one. A file that cannot be read or parsed
+    at all is one ConfigError."""
+    path = Path(path) if path is not None else registry_path()
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no pipeline registry at {path}: create it (see README, 'Airflow'), or set "
+                          f"LAKESTATE_REGISTRY to its path") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"the pipeline registry {path} is not valid TOML: {e}") from None
+    jobs = data.get("jobs", {})
+    if not isinstance(jobs, dict) or set(data) - {"jobs"}:
+        raise ConfigError(f"the pipeline registry {path} must hold only [jobs.<job id>] tables")
+    entries, errors = {}, {}
+    for job_id, table in jobs.items():
+        try:
+            entries[job_id] = parse_entry(job_id, table, path)
+        except ConfigError as e:
+            errors[job_id] = str(e)
+    return entries, errors
+
+
+def registry_entry(job_id: str, path: str | os.PathLike | None = None) -> PipelineEntry:
+    entries, errors = load_registry(path)
+    if job_id in errors:
+        raise ConfigError(errors[job_id])
+    if job_id not in entries:
+        raise ConfigError(f"job {job_id!r} is not in the pipeline registry {path or registry_path()} "
+                          f"(it has: {', '.join(sorted(entries)) or 'none'})")
+    return entries[job_id]

@@ -1,0 +1,182 @@
+"""The pipeline DAGs through real Airflow: they parse light, a bad registry entry is one import error naming its
+field, and ``airflow dags test`` runs a job end to end on local Spark and Delta, the second run resuming."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from state_store import ConfigError, JobLocked
+from state_store.pipelines import load_registry, registry_entry
+from state_store.runtime import FaultInjector
+from tests.helpers import run
+from tests.jobs import count_job, events
+
+ROOT = Path(__file__).resolve().parent.parent
+DAG_FILE = ROOT / "dags" / "lakestate_pipelines.py"
+
+
+def _airflow_env(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -> dict:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow-home"), "LAKESTATE_REGISTRY": str(registry),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONWARNINGS": "ignore"}
+    if lakestate_root is not None:
+        env["LAKESTATE_ROOT"] = str(lakestate_root)
+    return env
+
+
+def _parse(tmp_path: Path, registry: Path) -> dict:
+    """Parse the DAG file in a fresh interpreter with Airflow's own DagBag; what it found, and what was imported."""
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        from airflow.models.dagbag import DagBag
+        bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+        started = time.perf_counter()
+        bag.process_file({str(DAG_FILE)!r})
+        seconds = time.perf_counter() - started
+        dags = {{}}
+        for dag_id, dag in bag.dags.items():
+            dags[dag_id] = {{"tasks": sorted(t.task_id for t in dag.tasks), "max_active_runs": dag.max_active_runs,
+                            "catchup": dag.catchup, "schedule": str(dag.timetable.summary),
+                            "outlets": [a.uri for t in dag.tasks for a in t.outlets],
+                            "args": dag.get_task("run").application_args}}
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo", "tests"))
+        print(json.dumps({{"dags": dags, "errors": bag.import_errors, "seconds": seconds, "heavy": heavy}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _registry(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lakestate.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+GOOD = """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    schedule = "@hourly"
+    max_microbatches = 5
+    parallelism = 2
+
+    [jobs.counts]
+    entrypoint = "tests.jobs:count_job"
+"""
+
+
+def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
+    found = _parse(tmp_path, _registry(tmp_path, GOOD))
+    assert found["errors"] == {}
+    assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
+    clicks = found["dags"]["lakestate_clicks"]
+    assert clicks["tasks"] == ["housekeeping", "run"]
+    assert (clicks["max_active_runs"], clicks["catchup"], clicks["schedule"]) == (1, False, "0 * * * *")
+    assert clicks["outlets"] == ["lakestate://clicks/sink"]
+    assert clicks["args"][:4] == ["--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
+    assert found["dags"]["lakestate_counts"]["schedule"] == "None"
+    assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
+    assert found["seconds"] < 1.0, found["seconds"]
+
+
+@pytest.mark.parametrize("bad,message", [
+    ('parallelism = -1', r"field 'parallelism' must be an integer above 0 and at most 32768, got -1"),
+    ('backend = "rocksdb"', r"field 'backend' must be one of delta, hashmap, memory, got 'rocksdb'"),
+    ('schedule = "every hour"', r"field 'schedule' must be a cron expression"),
+    ('paralelism = 2', r"unknown field 'paralelism'"),
+])
+def test_a_bad_entry_is_one_import_error_naming_its_field_and_the_others_still_load(tmp_path, bad, message):
+    registry = _registry(tmp_path, GOOD + f"""
+    [jobs.broken]
+    entrypoint = "demo.clicks:job"
+    {bad}
+    """)
+    found = _parse(tmp_path, registry)
+    assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
+    (error,) = found["errors"].values()
+    assert "[jobs.broken]" in error
+    import re
+
+    assert re.search(message, error), error
+
+
+def test_the_registry_refuses_a_missing_entrypoint_and_names_the_file(tmp_path):
+    registry = _registry(tmp_path, """
+    [jobs.x]
+    schedule = "none"
+    """)
+    entries, errors = load_registry(registry)
+    assert entries == {} and "field 'entrypoint' must look like 'package.module:factory'" in errors["x"]
+    with pytest.raises(ConfigError, match=r"job 'nope' is not in the pipeline registry"):
+        registry_entry("nope", registry)
+    with pytest.raises(ConfigError, match=r"no pipeline registry at .*missing\.toml"):
+        load_registry(tmp_path / "missing.toml")
+
+
+@pytest.mark.slow
+def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    holding, release = threading.Event(), threading.Event()
+    first = {}
+
+    def hold():
+        holding.set()
+        release.wait(120)
+
+    thread = threading.Thread(target=lambda: first.update(
+        result=run(spark, spec, lake, faults=FaultInjector("after_sink_write", 0, action=hold))))
+    thread.start()
+    try:
+        assert holding.wait(180)
+        with pytest.raises(JobLocked):
+            run(spark, spec, lake)  # without waiting: refused
+        said = []
+        timer = threading.Timer(3.0, release.set)
+        timer.start()
+        second = run(spark, spec, lake, lease_wait_s=120, progress=said.append)
+    finally:
+        release.set()
+        thread.join(300)
+    assert [b["batch_id"] for b in first["result"].batches] == [0]
+    assert second.batches == []  # it ran after the first, which had taken the only input
+    assert any("waiting up to 120s for the job to be free" in line for line in said)
+
+
+@pytest.mark.slow
+def test_airflow_dags_test_runs_the_pipeline_end_to_end_and_the_second_run_resumes(tmp_path):
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    max_microbatches = 2
+    checkpoint_interval = 1
+    """)
+    root = tmp_path / "lakestate"
+    env = _airflow_env(tmp_path, registry, root)
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "3", "--events", "500", "--keys", "100"],
+                   env=env, check=True, capture_output=True, cwd=ROOT)
+    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    outputs = []
+    for _ in range(2):
+        out = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env, capture_output=True,
+                             text=True, timeout=900, cwd=ROOT)
+        outputs.append(out.stdout + out.stderr)
+        assert out.returncode == 0 and "state=success" in outputs[-1], outputs[-1][-4000:]
+    first, second = outputs
+    assert "planned microbatches 0..1" in first and "checkpoint 2 at microbatch 1" in first
+    assert "restored checkpoint 2 (microbatch 1)" in second and "planned microbatches 2..2" in second
+    from state_store.catalog import JobMeta
+    from state_store.settings import Settings
+
+    meta = JobMeta(Settings.load(root=root).job_dir("clicks"))
+    assert meta.latest_checkpoint().batch_id == 2
+    assert "[lakestate] job clicks: checkpoint 3 at microbatch 2" in second  # housekeeping's report
