@@ -60,7 +60,8 @@ def cmd_jobs(args, settings: Settings) -> int:
 
 def cmd_checkpoints(args, settings: Settings) -> int:
     JobRegistry(settings).get(args.job)
-    checkpoints = JobMeta(settings.job_dir(args.job)).checkpoints()
+    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(
+        warn=lambda problem: print(f"lakestate: warning: {problem}", file=sys.stderr))
     if args.json:
         print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
         return 0

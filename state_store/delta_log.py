@@ -88,6 +88,34 @@ def table_files(path: str | os.PathLike, version: int | None = None) -> dict[str
     return files
 
 
+def partition_sizes(path: str | os.PathLike, version: int | None = None) -> dict[tuple, list[int]]:
+    """Bytes and files per partition of the table at ``version`` (default: latest): a tuple of its partition
+    values (in the table's partition column order) -> [bytes, files]. Reads only the log."""
+    adds: dict[str, tuple[tuple, int]] = {}
+    columns: list[str] = []
+
+    def on_action(action: dict) -> None:
+        if "add" in action:
+            add = action["add"]
+            values = add.get("partitionValues") or {}
+            if isinstance(values, list):  # a Parquet checkpoint's map reads as pairs
+                values = dict(values)
+            adds[add["path"]] = (values, int(add["size"]))
+        elif "remove" in action:
+            adds.pop(action["remove"]["path"], None)
+
+    _replay(Path(path) / "_delta_log", version, "add", on_action)
+    meta = table_metadata(path)
+    columns = list(meta.get("partitionColumns") or []) if meta else []
+    out: dict[tuple, list[int]] = {}
+    for values, size in adds.values():
+        key = tuple(values.get(c) for c in columns)
+        cell = out.setdefault(key, [0, 0])
+        cell[0] += size
+        cell[1] += 1
+    return out
+
+
 def missing_files(path: str | os.PathLike, version: int) -> list[str]:
     """The data files the table at ``version`` needs that are gone (raises CorruptLogError for its log)."""
     from urllib.parse import unquote

@@ -1,0 +1,67 @@
+"""What the Lakestate page shows, read from the warehouse catalog and the state tables' Delta logs only (no Spark,
+no user code): registered jobs, their retained checkpoints, and state sizes per state name and per key group."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from state_store.catalog import JobMeta, read_json
+from state_store.delta_log import partition_sizes
+from state_store.settings import Settings
+
+
+@dataclass
+class JobOverview:
+    job_id: str
+    entrypoint: str
+    parallelism: int
+    max_parallelism: int
+    backend: str
+    checkpoints: list = field(default_factory=list)  # CheckpointMetadata, oldest first
+    problems: list[str] = field(default_factory=list)
+    state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
+    key_group_bytes: list[int] = field(default_factory=list)  # index: key group
+
+    @property
+    def latest(self):
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def dag_id(self) -> str:
+        return f"lakestate_{self.job_id}"
+
+
+def job_ids(settings: Settings) -> list[str]:
+    jobs = settings.catalog_dir / "jobs"
+    return sorted(p.stem for p in jobs.glob("*.json")) if jobs.is_dir() else []
+
+
+def job_overview(settings: Settings, job_id: str) -> JobOverview:
+    record = read_json(settings.catalog_dir / "jobs" / f"{job_id}.json")
+    spec = record["spec"]
+    overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
+    meta = JobMeta(settings.job_dir(job_id))
+    overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
+    latest = overview.latest
+    if latest is None:
+        return overview
+    overview.parallelism, overview.max_parallelism = latest.parallelism, latest.max_parallelism
+    overview.key_group_bytes = [0] * latest.max_parallelism
+    for table in ("keyed", "operator"):
+        recorded = latest.state.get(table) or {}
+        if "path" not in recorded or recorded.get("version") is None:
+            continue
+        try:
+            sizes = partition_sizes(recorded["path"], recorded["version"])
+        except (OSError, ValueError) as e:  # a damaged table: shown, not fatal to the page
+            overview.problems.append(f"{table} state table {recorded['path']}: {e}")
+            continue
+        for values, (size, files) in sizes.items():
+            name = values[0] if values else table
+            cell = overview.state_bytes.setdefault(name, [0, 0])
+            cell[0] += size
+            cell[1] += files
+            if table == "keyed" and len(values) > 1 and values[1] is not None:
+                group = int(values[1])
+                if 0 <= group < len(overview.key_group_bytes):
+                    overview.key_group_bytes[group] += size
+    return overview
