@@ -180,3 +180,18 @@ def test_airflow_dags_test_runs_the_pipeline_end_to_end_and_the_second_run_resum
     meta = JobMeta(Settings.load(root=root).job_dir("clicks"))
     assert meta.latest_checkpoint().batch_id == 2
     assert "[lakestate] job clicks: checkpoint 3 at microbatch 2" in second  # housekeeping's report
+
+
+def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+    airflow = compose["services"]["airflow"]
+    env = airflow["environment"]
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:airflow@postgres/")
+    assert json.loads(env["AIRFLOW_CONN_LAKESTATE_SPARK"]) == {"conn_type": "spark", "host": "spark://spark-master",
+                                                               "port": 7077}
+    assert airflow["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert {"spark-worker-1", "spark-worker-2", "postgres"} <= set(compose["services"])
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "LAKESTATE_REGISTRY=/opt/lakestate/lakestate.toml" in dockerfile and "psycopg2" in dockerfile
