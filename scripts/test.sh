@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The browser test needs Debian's Chromium; if it cannot be installed, that test fails (it is not skipped).
+bash scripts/browser.sh || echo "[setup] chromium could not be installed: the browser test will fail"
 source scripts/env.sh
 export LAKESTATE_ROOT="$(mktemp -d)/root"   # tests make their own roots; never touch the demo's
 exec python -m pytest -p no:cacheprovider "$@"

@@ -1,0 +1,96 @@
+"""A real Airflow for tests: a fresh home with SQLite, this project's DAGs and plugin, a known admin password, and
+the API server (or the whole standalone) on a free port of 127.0.0.1."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "lakestate-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def airflow_env(base: Path, lakestate_root: Path, registry: Path) -> dict:
+    (base / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+    return {**os.environ, "LAKESTATE_ROOT": str(lakestate_root), "AIRFLOW_HOME": str(base / "airflow-home"),
+            "LAKESTATE_REGISTRY": str(registry), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(base / "passwords.json"),
+            "PYTHONWARNINGS": "ignore"}
+
+
+def get(url: str, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def token(url: str) -> str:
+    request = urllib.request.Request(f"{url}/auth/token", data=json.dumps(
+        {"username": "admin", "password": PASSWORD}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["access_token"]
+
+
+@contextlib.contextmanager
+def running_airflow(base: Path, env: dict, command: str = "api-server"):
+    """``airflow db migrate``, then ``airflow <command>`` ("api-server" or "standalone") until the block ends;
+    yields the base URL once the API answers its health check."""
+    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    port = _free_port()
+    env = {**env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__HOST": "127.0.0.1",
+           # Task runners reach the API server here; the log servers take free ports too.
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+           "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+           "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port())}
+    args = ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)] if command == "api-server" \
+        else ["airflow", command]
+    log_path = base / f"airflow-{command}.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  cwd=ROOT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(360):
+                try:
+                    if get(f"{url}/api/v2/monitor/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                assert server.poll() is None, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            else:
+                raise AssertionError("Airflow did not come up: " + log_path.read_text()[-3000:])
+            yield url
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, 15)
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, 9)
+                server.wait(30)
+
+
+def demo_input(env: dict, files: int = 2) -> None:
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", str(files), "--events", "300", "--keys", "60"],
+                   env=env, check=True, capture_output=True, cwd=ROOT)
