@@ -63,3 +63,24 @@ def test_the_lakestate_page_is_in_the_ui_navigation(airflow_with_a_job):
     plugin = next(p for p in json.loads(data)["plugins"] if p["name"] == "lakestate")
     assert plugin["external_views"][0]["href"] == "/lakestate/"
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/lakestate"
+
+
+def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(airflow_with_a_job, tmp_path_factory):
+    # Last in this module: it adds 100 retained checkpoints to the job's catalog (copies of its latest one,
+    # pinning the same table versions), which is all the page reads of them.
+    from state_store.catalog import JobMeta
+    from state_store.settings import Settings
+
+    root = next(p for p in tmp_path_factory.getbasetemp().glob("plugin*/lakestate"))
+    meta = JobMeta(Settings.load(root=root).job_dir("clicks"))
+    latest = meta.latest_checkpoint()
+    for cid in range(latest.checkpoint_id + 1, latest.checkpoint_id + 101):
+        latest.checkpoint_id = cid
+        meta.write_checkpoint(latest)
+    bearer = token(airflow_with_a_job)
+    get(airflow_with_a_job + "/lakestate/", bearer)  # the first request after start-up warms the app up
+    started = time.perf_counter()
+    status, page = get(airflow_with_a_job + "/lakestate/", bearer)
+    seconds = time.perf_counter() - started
+    assert status == 200 and page.count("<tr>") >= 102 + 1
+    assert seconds < 0.5, seconds
