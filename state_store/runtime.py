@@ -70,7 +70,7 @@ from .exchange import (
 )
 from .job import KEY_TYPES, JobSpec
 from .key_groups import key_group_ranges
-from .lease import JobLease
+from .lease import JobLease, current_holder
 from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .settings import Settings
 from .sources import POSITION_COLUMNS, source_split_entries
@@ -413,6 +413,9 @@ class JobRunner:
     def _remove_if_only_the_lease(self) -> None:
         """A first run that wrote nothing (refused, or no input yet) leaves no job folder, not even its lease."""
         lease_dir = self.lease.dir
+        holder = current_holder(lease_dir)
+        if holder is not None and not holder.get("released"):
+            return  # another run holds the job (it may not have written anything yet): its lease stays
         left = [p for p in self.job_dir.rglob("*") if p.is_file() and lease_dir not in p.parents]
         if not left:
             shutil.rmtree(self.job_dir, ignore_errors=True)
