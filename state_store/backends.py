@@ -89,9 +89,7 @@ class StateBackend:
             return None
         try:
             missing = missing_files(path, version)
-        except CorruptLogError as e:
-            return f"{what}: {e}"
-        except FileNotFoundError as e:
+        except (CorruptLogError, FileNotFoundError) as e:
             return f"{what}: {e}"
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

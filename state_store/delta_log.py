@@ -74,44 +74,37 @@ class CorruptLogError(LakestateError):
         self.path = path
 
 
-def table_files(path: str | os.PathLike, version: int | None = None) -> dict[str, int]:
-    """The data files of the table at ``version`` (default: latest): relative path -> size."""
-    files: dict[str, int] = {}
+def live_adds(path: str | os.PathLike, version: int | None = None) -> dict[str, dict]:
+    """The ``add`` actions of the files live in the table at ``version`` (default: latest), by relative path."""
+    adds: dict[str, dict] = {}
 
     def on_action(action: dict) -> None:
         if "add" in action:
-            files[action["add"]["path"]] = int(action["add"]["size"])
+            adds[action["add"]["path"]] = action["add"]
         elif "remove" in action:
-            files.pop(action["remove"]["path"], None)
+            adds.pop(action["remove"]["path"], None)
 
     _replay(Path(path) / "_delta_log", version, "add", on_action)
-    return files
+    return adds
+
+
+def table_files(path: str | os.PathLike, version: int | None = None) -> dict[str, int]:
+    """The data files of the table at ``version`` (default: latest): relative path -> size."""
+    return {p: int(add["size"]) for p, add in live_adds(path, version).items()}
 
 
 def partition_sizes(path: str | os.PathLike, version: int | None = None) -> dict[tuple, list[int]]:
     """Bytes and files per partition of the table at ``version`` (default: latest): a tuple of its partition
     values (in the table's partition column order) -> [bytes, files]. Reads only the log."""
-    adds: dict[str, tuple[tuple, int]] = {}
-    columns: list[str] = []
-
-    def on_action(action: dict) -> None:
-        if "add" in action:
-            add = action["add"]
-            values = add.get("partitionValues") or {}
-            if isinstance(values, list):  # a Parquet checkpoint's map reads as pairs
-                values = dict(values)
-            adds[add["path"]] = (values, int(add["size"]))
-        elif "remove" in action:
-            adds.pop(action["remove"]["path"], None)
-
-    _replay(Path(path) / "_delta_log", version, "add", on_action)
     meta = table_metadata(path)
     columns = list(meta.get("partitionColumns") or []) if meta else []
     out: dict[tuple, list[int]] = {}
-    for values, size in adds.values():
-        key = tuple(values.get(c) for c in columns)
-        cell = out.setdefault(key, [0, 0])
-        cell[0] += size
+    for add in live_adds(path, version).values():
+        values = add.get("partitionValues") or {}
+        if isinstance(values, list):  # a Parquet checkpoint's map reads as pairs
+            values = dict(values)
+        cell = out.setdefault(tuple(values.get(c) for c in columns), [0, 0])
+        cell[0] += int(add["size"])
         cell[1] += 1
     return out
 
