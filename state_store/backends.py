@@ -27,15 +27,17 @@ from .delta_log import CorruptLogError, app_transaction_version, missing_files, 
 from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
-from .state_tables import KEYED, OPERATOR, TableSpec, commit_files, latest_live
+from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live
 
 class StateBackend:
     """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
 
     name = ""
 
-    def __init__(self, spark: SparkSession, job_dir: Path, job_id: str, table: TableSpec):
+    def __init__(self, spark: SparkSession, job_dir: Path, job_id: str, table: TableSpec,
+                 checkpoint: CheckpointMetadata | None = None):
         self.spark, self.job_dir, self.job_id, self.table = spark, job_dir, job_id, table
+        self.bound = checkpoint  # the checkpoint the run continues from (it says where a delta table lives)
         self._base: DataFrame | None = None
         self._changes: DataFrame | None = None
         self._output: OutputTable | None = None
@@ -97,8 +99,17 @@ class StateBackend:
                     f"(never delete files inside a state table: compaction removes what no checkpoint needs)")
         return None
 
-    def discard(self, checkpoint: CheckpointMetadata) -> None:
-        """Release what an expired checkpoint held."""
+    def discard(self, checkpoint: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+        """Release what an expired checkpoint held and no ``retained`` checkpoint still pins."""
+
+    def write_full(self, rows: DataFrame, checkpoint_id: int) -> dict:
+        """Write ``rows`` (live entries of this table, e.g. a restore's) as the whole state of checkpoint
+        ``checkpoint_id``, where nothing else is; return what the checkpoint records."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _pinned(retained: list[CheckpointMetadata], table: str) -> set[str]:
+        return {str(c.state.get(table, {}).get("path")) for c in retained}
 
     def _full_state_at(self, batch_id: int) -> DataFrame:
         """The live entries after ``batch_id``: the restored state with the run's changes applied."""
@@ -113,13 +124,20 @@ class DeltaStateBackend(StateBackend):
 
     @property
     def path(self) -> Path:
-        return self.job_dir / "state" / self.table.name
+        """The table runs append to: the one the bound checkpoint pins (a restore may have started a new
+        generation of it, ``state/g<N>/``), else the job's first."""
+        recorded = (self.bound.state.get(self.table.name) or {}) if self.bound and self.bound.backend == self.name \
+            else {}
+        return Path(recorded["path"]) if recorded.get("path") else self.job_dir / "state" / self.table.name
+
+    def _generation_path(self, checkpoint_id: int) -> Path:
+        return self.job_dir / "state" / f"g{checkpoint_id}" / self.table.name
 
     def read(self, checkpoint, restrict=None):
         if checkpoint is None:  # the table is made by the run's first write
             return self.empty()
-        version = checkpoint.state[self.table.name]["version"]
-        df = self.spark.read.format("delta").option("versionAsOf", version).load(str(self.path))
+        recorded = checkpoint.state[self.table.name]
+        df = self.spark.read.format("delta").option("versionAsOf", recorded["version"]).load(recorded["path"])
         df = df.filter(F.col("batch_id") <= checkpoint.batch_id)
         return latest_live(restrict(df) if restrict else df, self.table)
 
@@ -137,8 +155,28 @@ class DeltaStateBackend(StateBackend):
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}
+        path = recorded.get("path", self.path)
         return self._table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
-                                  f"{self.path} (version {recorded.get('version')})", self.path, recorded.get("version"))
+                                  f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
+
+    @property
+    def restore_app_id(self) -> str:
+        """The ``txnAppId`` of writes that are not microbatches (restore, rescale): never taken for a replay."""
+        return f"{self.app_id}:restore"
+
+    def write_full(self, rows, checkpoint_id):
+        # A new generation of the table: rows a previous life appended past this state can never mix in.
+        path = self._generation_path(checkpoint_id)
+        append_idempotent(rows, path, self.restore_app_id, checkpoint_id, self.table.partition_columns,
+                          batch_column="generation")
+        return {**table_snapshot(path), "incremental": True}
+
+    def append_changes(self, rows: DataFrame, checkpoint_id: int) -> dict:
+        """Append ``rows`` (a rescale's redistributed operator entries and tombstones, generation
+        ``checkpoint_id``) to the bound table; return what the new checkpoint records."""
+        append_idempotent(rows, self.path, self.restore_app_id, checkpoint_id, self.table.partition_columns,
+                          batch_column="generation")
+        return {**table_snapshot(self.path), "incremental": True}
 
 
 class HashMapStateBackend(StateBackend):
@@ -162,14 +200,23 @@ class HashMapStateBackend(StateBackend):
         return restrict(self._base) if restrict else self._base
 
     def snapshot(self, checkpoint_id, batch_id):
+        return self.write_full(self._full_state_at(batch_id), checkpoint_id)
+
+    def write_full(self, rows, checkpoint_id):
         path = self._dir(checkpoint_id)
         # A full snapshot; overwriting makes a retried checkpoint (after a crash) idempotent.
-        (self._full_state_at(batch_id).write.format("delta").partitionBy(*self.table.partition_columns)
+        (rows.filter(F.col("value").isNotNull()).write.format("delta").partitionBy(*self.table.partition_columns)
          .mode("overwrite").save(str(path)))
         return {**table_snapshot(path), "incremental": False}
 
-    def discard(self, checkpoint):
-        shutil.rmtree(self._dir(checkpoint.checkpoint_id).parent, ignore_errors=True)
+    def discard(self, checkpoint, retained):
+        # A rescaled checkpoint pins the keyed snapshot of the checkpoint it came from: keep what is pinned.
+        path = (checkpoint.state.get(self.table.name) or {}).get("path")
+        if path and path not in self._pinned(retained, self.table.name):
+            shutil.rmtree(path, ignore_errors=True)
+        folder = self._dir(checkpoint.checkpoint_id).parent
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}
@@ -200,11 +247,14 @@ class MemoryStateBackend(StateBackend):
         return restrict(self._base) if restrict else self._base
 
     def snapshot(self, checkpoint_id, batch_id):
-        rows = self._full_state_at(batch_id).collect()
+        return self.write_full(self._full_state_at(batch_id), checkpoint_id)
+
+    def write_full(self, rows, checkpoint_id):
+        rows = rows.filter(F.col("value").isNotNull()).collect()
         _MEMORY_SNAPSHOTS[(str(self.job_dir), self.table.name, checkpoint_id)] = rows
         return {"entries": len(rows), "incremental": False}
 
-    def discard(self, checkpoint):
+    def discard(self, checkpoint, retained):
         _MEMORY_SNAPSHOTS.pop((str(self.job_dir), self.table.name, checkpoint.checkpoint_id), None)
 
 
@@ -212,11 +262,13 @@ _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryS
 assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
 
 
-def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str) -> StateBackend:
-    """The ``name`` backend bound to the job's keyed state table."""
-    return _BACKENDS[name](spark, job_dir, job_id, KEYED)
+def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
+                         checkpoint: CheckpointMetadata | None = None) -> StateBackend:
+    """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it)."""
+    return _BACKENDS[name](spark, job_dir, job_id, KEYED, checkpoint)
 
 
-def create_operator_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str) -> StateBackend:
-    """The ``name`` backend bound to the job's operator state table."""
-    return _BACKENDS[name](spark, job_dir, job_id, OPERATOR)
+def create_operator_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
+                            checkpoint: CheckpointMetadata | None = None) -> StateBackend:
+    """The ``name`` backend bound to the job's operator state table (as ``checkpoint`` left it)."""
+    return _BACKENDS[name](spark, job_dir, job_id, OPERATOR, checkpoint)

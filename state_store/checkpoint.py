@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from .errors import RestoreError
@@ -20,6 +21,7 @@ from .types import StateMigrationError, check_compatibility
 from .sources import position
 
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
+SAVEPOINT_FORMAT = 1
 
 
 class _Record:
@@ -73,6 +75,7 @@ class CheckpointMetadata(_Record):
     sink: dict | None = None
     status: str = "COMPLETED"
     layout: int = LAYOUT_VERSION
+    restored_from: dict | None = None  # a restore's or rescale's source: {"savepoint": path} or {"job", "checkpoint"}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CheckpointMetadata":
@@ -85,6 +88,51 @@ class CheckpointMetadata(_Record):
     @property
     def num_files(self) -> int:
         return sum(t.get("num_files", 0) for t in self.state.values() if isinstance(t, dict))
+
+
+@dataclass
+class SavepointMetadata(_Record):
+    """A savepoint: a self-contained, canonical copy of a checkpoint's state (its ``_metadata.json``).
+
+    ``tables`` holds, per state table ("keyed", "operator"), the savepoint's own Delta table of live entries
+    (same columns and partitioning as the job's tables, whatever backend took the checkpoint), relative to
+    the savepoint's folder so the folder can be moved.
+    """
+
+    job_id: str
+    name: str
+    checkpoint_id: int
+    batch_id: int
+    uid: str
+    key_type: Any
+    backend: str  # of the checkpoint it was taken from
+    parallelism: int
+    max_parallelism: int
+    key_group_ranges: list[list[int]]
+    source_offsets: dict[str, Any]
+    descriptors: dict[str, dict]
+    entries: dict[str, int]
+    tables: dict[str, dict]
+    created_ms: int
+    processing_time: int | None = None
+    label: str | None = None
+    format: int = SAVEPOINT_FORMAT
+    layout: int = LAYOUT_VERSION
+    path: str = ""  # where it was found (not stored)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "path"}
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.get("size_bytes", 0) for t in self.tables.values())
+
+    @property
+    def num_files(self) -> int:
+        return sum(t.get("num_files", 0) for t in self.tables.values())
+
+    def table_path(self, table: str) -> str:
+        return str(Path(self.path) / self.tables[table]["path"])
 
 
 def discover_descriptors(spec) -> dict[str, dict]:
@@ -110,17 +158,7 @@ def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str
             f"checkpoint {cid} was written with state layout {checkpoint.layout}; this release reads layout "
             f"{LAYOUT_VERSION}: run the job with a new job id (or a fresh warehouse)"
         )
-    if checkpoint.max_parallelism != spec.effective_max_parallelism:
-        raise RestoreError(
-            f"checkpoint {cid} has max_parallelism {checkpoint.max_parallelism} but the job now has "
-            f"{spec.effective_max_parallelism}; max_parallelism is fixed for a job's life: set it back to "
-            f"{checkpoint.max_parallelism}"
-        )
-    if checkpoint.parallelism != spec.parallelism:
-        raise RestoreError(
-            f"checkpoint {cid} was taken at parallelism {checkpoint.parallelism}, the job now asks for "
-            f"{spec.parallelism}; run at {checkpoint.parallelism} (changing parallelism is a rescale)"
-        )
+    check_max_parallelism(spec, checkpoint.max_parallelism, f"checkpoint {cid}")
     if checkpoint.key_type != spec.key_type.to_schema():
         raise RestoreError(
             f"checkpoint {cid} keys records by {checkpoint.key_type} but the job now declares key_type "
@@ -130,26 +168,45 @@ def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str
     if checkpoint.uid != spec.uid:
         raise RestoreError(
             f"checkpoint {cid} holds the state of operator uid {checkpoint.uid!r} but the job's operator is now "
-            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint.uid!r}"
+            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint.uid!r}, or move the state to "
+            f"the new uid with: lakestate restore {spec.job_id} --checkpoint {cid} --uid-map "
+            f"{checkpoint.uid}={spec.uid}"
         )
-    if checkpoint.backend != spec.backend:
+    check_descriptors(checkpoint.descriptors, descriptors, f"checkpoint {cid}")
+
+
+def check_max_parallelism(spec, max_parallelism: int, where: str) -> None:
+    """max_parallelism is fixed for a job's life (it is the number of key groups)."""
+    if spec.max_parallelism is not None and spec.max_parallelism != max_parallelism:
         raise RestoreError(
-            f"checkpoint {cid} was taken by the {checkpoint.backend} backend, the job now uses {spec.backend}; "
-            f"switch backends through a savepoint, or set backend={checkpoint.backend!r}"
+            f"{where} has max_parallelism {max_parallelism} but the job now sets {spec.max_parallelism}; "
+            f"max_parallelism is the number of key groups and is fixed for a job's life: set it back to "
+            f"{max_parallelism} (or leave it unset to take the restored one)"
         )
-    for name, old in checkpoint.descriptors.items():
+
+
+def continuing_spec(spec, checkpoint: CheckpointMetadata):
+    """The definition a run continuing from ``checkpoint`` runs with: that checkpoint's parallelism, backend
+    and max_parallelism (a rescale or restore set them; the definition's values shape a job's first run)."""
+    return spec.with_overrides(parallelism=checkpoint.parallelism, backend=checkpoint.backend,
+                               max_parallelism=checkpoint.max_parallelism)
+
+
+def check_descriptors(stored: dict[str, dict], descriptors: dict[str, dict], where: str) -> None:
+    """Refuse, with the fix, a state whose kind or type the new definition changed incompatibly."""
+    for name, old in stored.items():
         new = descriptors.get(name)
         if new is None:
             continue
         if (old["kind"], old.get("mode")) != (new["kind"], new.get("mode")):
             raise RestoreError(
-                f"state {name!r} was {old['kind']} state in checkpoint {cid} and is now {new['kind']} state; "
+                f"state {name!r} was {old['kind']} state in {where} and is now {new['kind']} state; "
                 f"give the new state another name"
             )
         try:
             check_compatibility(old["type"], new["type"], where=f"state {name!r}")
         except StateMigrationError as e:
             raise RestoreError(
-                f"{e} (since checkpoint {cid}); keep the old type, make a compatible change "
+                f"{e} (since {where}); keep the old type, make a compatible change "
                 f"(widen a number, add a row field), or give the new state another name"
             ) from None

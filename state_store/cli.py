@@ -5,10 +5,17 @@
     lakestate run --job clicks [--max-microbatches N] [--max-records N]
     lakestate checkpoints --job clicks
     lakestate state --job clicks --state events --key 42 [--checkpoint N] [--namespace NS]
+    lakestate savepoint clicks [--checkpoint N] [--label L]
+    lakestate savepoints [--job clicks]
+    lakestate dispose clicks/<savepoint name>
+    lakestate restore clicks (--savepoint clicks/<name> | --checkpoint N [--from-job J]) [--parallelism N]
+                      [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state]
+    lakestate rescale clicks --parallelism N [--savepoint-first]
 
-``--warehouse`` and ``--root`` (or LAKESTATE_WAREHOUSE / LAKESTATE_ROOT) say
-where the state lives. Listing reads the catalog files only; ``run`` and
-``state`` start Spark.
+``--warehouse``, ``--root`` and ``--savepoints`` (or LAKESTATE_WAREHOUSE /
+LAKESTATE_ROOT / LAKESTATE_SAVEPOINTS) say where the state lives. Listing reads
+the catalog files only; ``run``, ``state``, ``savepoint``, ``restore`` and
+``rescale`` start Spark.
 """
 from __future__ import annotations
 
@@ -149,12 +156,108 @@ def cmd_state(args, settings: Settings) -> int:
     return 0
 
 
+def _quiet_say(line: str) -> None:
+    print(line, flush=True)
+
+
+def cmd_savepoint(args, settings: Settings) -> int:
+    from .savepoint import check_label, take_savepoint
+    from .spark import build_spark
+
+    check_label(args.label)
+    JobRegistry(settings).get(args.job)
+    spark = build_spark(f"lakestate-savepoint-{args.job}", master=args.spark_master)
+    savepoint = take_savepoint(spark, settings, args.job, args.checkpoint, args.label, args.wait_for_lease,
+                               say=_quiet_say)
+    print(f"[lakestate] savepoint path: {savepoint.path}")
+    return 0
+
+
+def cmd_savepoints(args, settings: Settings) -> int:
+    from .savepoint import list_savepoints
+
+    if args.job:
+        JobRegistry(settings).get(args.job)
+    found = list_savepoints(settings, args.job, warn=lambda m: print(f"lakestate: warning: {m}", file=sys.stderr))
+    if args.json:
+        print(json.dumps([{**s.to_dict(), "path": s.path} for s in found], indent=1, sort_keys=True))
+        return 0
+    if not found:
+        print(f"no savepoints in {settings.savepoints}" + (f" for job {args.job!r}" if args.job else "")
+              + "; take one with: lakestate savepoint <job>")
+        return 0
+    rows = [[f"{s.job_id}/{s.name}", s.checkpoint_id, s.batch_id, s.parallelism, s.backend,
+             sum(s.entries.values()), s.size_bytes, _when(s.created_ms)] for s in found]
+    print(_table(rows, ["savepoint", "checkpoint", "microbatch", "parallelism", "taken from", "entries", "bytes",
+                        "created (UTC)"]))
+    return 0
+
+
+def cmd_dispose(args, settings: Settings) -> int:
+    from .savepoint import dispose_savepoint
+
+    savepoint = dispose_savepoint(settings, args.savepoint)
+    print(f"disposed savepoint {savepoint.job_id}/{savepoint.name} ({savepoint.path})")
+    return 0
+
+
+def cmd_restore(args, settings: Settings) -> int:
+    from .restore import RestoreSource, parse_uid_map, restore_job
+    from .savepoint import load_savepoint
+    from .spark import build_spark
+
+    if (args.savepoint is None) == (args.checkpoint is None):
+        raise ConfigError("give exactly one of --savepoint <job>/<name> and --checkpoint N")
+    if args.from_job and args.savepoint:
+        raise ConfigError("--from-job goes with --checkpoint; a savepoint names its own job")
+    uid_map = parse_uid_map(args.uid_map)
+    if args.parallelism is not None and args.parallelism <= 0:
+        raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
+    spec = JobRegistry(settings).load(args.job)
+    if args.savepoint:
+        source = RestoreSource(load_savepoint(settings, args.savepoint))
+    else:
+        from_job = args.from_job or args.job
+        JobRegistry(settings).get(from_job)
+        source = RestoreSource.of_checkpoint(settings, from_job, args.checkpoint)
+    spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master)
+    checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
+                             uid_map=uid_map, allow_non_restored_state=args.allow_non_restored_state,
+                             wait_s=args.wait_for_lease, say=_quiet_say)
+    print(f"[lakestate] job {args.job}: restored as checkpoint {checkpoint.checkpoint_id} (microbatch "
+          f"{checkpoint.batch_id}, parallelism {checkpoint.parallelism}, backend {checkpoint.backend})")
+    return 0
+
+
+def cmd_rescale(args, settings: Settings) -> int:
+    from .restore import rescale_job
+    from .savepoint import take_savepoint
+    from .spark import build_spark
+
+    if args.parallelism <= 0:
+        raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
+    spec = JobRegistry(settings).load(args.job)
+    latest = JobMeta(settings.job_dir(args.job)).latest_checkpoint()
+    if latest is None:
+        raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
+    spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master)
+    if args.savepoint_first:
+        take_savepoint(spark, settings, args.job, wait_s=args.wait_for_lease, say=_quiet_say)
+    checkpoint = rescale_job(spark, settings, spec, args.parallelism,
+                             allow_non_restored_state=args.allow_non_restored_state, wait_s=args.wait_for_lease,
+                             say=_quiet_say)
+    print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
+          f"{checkpoint.parallelism}; the next run continues from it")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakestate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--warehouse", help="warehouse directory (default: $LAKESTATE_WAREHOUSE or <root>/warehouse)")
     common.add_argument("--root", help="root every path must stay in (default: $LAKESTATE_ROOT or ./lakestate-data)")
+    common.add_argument("--savepoints", help="savepoint root (default: $LAKESTATE_SAVEPOINTS or <root>/savepoints)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("register", parents=[common], help="register a job from a 'module:factory' that returns a JobSpec")
     p.add_argument("entrypoint")
@@ -187,6 +290,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default="")
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
     p.set_defaults(func=cmd_state)
+    lease = argparse.ArgumentParser(add_help=False)
+    lease.add_argument("--wait-for-lease", type=float, default=0.0,
+                       help="seconds to wait for a run of the job in progress to finish (default 0: fail at once)")
+    lease.add_argument("--spark-master", default=None)
+    p = sub.add_parser("savepoint", parents=[common, lease],
+                       help="copy a checkpoint into a self-contained savepoint under the savepoint root")
+    p.add_argument("job")
+    p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: the latest)")
+    p.add_argument("--label", default=None, help="the savepoint's name (default: savepoint-<checkpoint>-<time>)")
+    p.set_defaults(func=cmd_savepoint)
+    p = sub.add_parser("savepoints", parents=[common], help="list savepoints")
+    p.add_argument("--job", default=None)
+    p.add_argument("--json", action="store_true", help="print the full savepoint metadata")
+    p.set_defaults(func=cmd_savepoints)
+    p = sub.add_parser("dispose", parents=[common], help="delete a savepoint")
+    p.add_argument("savepoint", help="<job>/<name> as `lakestate savepoints` lists it, or its path")
+    p.set_defaults(func=cmd_dispose)
+    p = sub.add_parser("restore", parents=[common, lease],
+                       help="make a savepoint or checkpoint the job's next checkpoint, with changes")
+    p.add_argument("job", help="the registered job that continues from it")
+    p.add_argument("--savepoint", default=None, help="<job>/<name> or a path under the savepoint root")
+    p.add_argument("--checkpoint", type=int, default=None, help="a retained checkpoint id")
+    p.add_argument("--from-job", default=None, help="the job whose checkpoint it is (default: the job itself)")
+    p.add_argument("--parallelism", type=int, default=None, help="default: the source's")
+    p.add_argument("--backend", default=None, help="delta or hashmap (default: the source's)")
+    p.add_argument("--uid-map", action="append", default=[], metavar="OLD=NEW",
+                   help="move the state of operator uid OLD to NEW (repeatable)")
+    p.add_argument("--allow-non-restored-state", action="store_true",
+                   help="drop state the job no longer registers instead of refusing")
+    p.set_defaults(func=cmd_restore)
+    p = sub.add_parser("rescale", parents=[common, lease],
+                       help="write a checkpoint of the job at a new parallelism (keyed state is not moved)")
+    p.add_argument("job")
+    p.add_argument("--parallelism", type=int, required=True)
+    p.add_argument("--savepoint-first", action="store_true", help="take a savepoint of the latest checkpoint first")
+    p.add_argument("--allow-non-restored-state", action="store_true",
+                   help="drop raw operator state of subtasks that a scale-down removes instead of refusing")
+    p.set_defaults(func=cmd_rescale)
     return parser
 
 
@@ -201,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "lease_timeout", None) is not None:
             check_lease_timeout(args.lease_timeout)
-        settings = Settings.load(args.warehouse, args.root)
+        settings = Settings.load(args.warehouse, args.root, args.savepoints)
         return args.func(args, settings)
     except LakestateError as e:
         print(f"lakestate: error: {e}{_trace_note(e, settings)}", file=sys.stderr)

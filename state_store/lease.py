@@ -176,6 +176,21 @@ class JobLease:
         self._beater.start()
         return self
 
+    def acquire_waiting(self, wait_s: float, say=print) -> "JobLease":
+        """Take the lease; while another run holds it, wait up to ``wait_s`` seconds (a second trigger of a
+        pipeline, a savepoint or a rescale waits for the run in progress, it does not fail)."""
+        deadline, said = time.time() + wait_s, False
+        while True:
+            try:
+                return self.acquire()
+            except JobLocked as e:
+                if time.time() >= deadline:
+                    raise
+                if not said:
+                    say(f"waiting up to {wait_s:.0f}s for the job to be free: {e}")
+                    said = True
+                time.sleep(min(2.0, max(0.1, deadline - time.time())))
+
     def _beat(self) -> None:
         while not self._stop.wait(max(0.5, self.timeout_s / 4)):
             try:

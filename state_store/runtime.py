@@ -44,10 +44,10 @@ from pyspark.sql import functions as F
 
 from .backends import StateBackend, create_keyed_backend, create_operator_backend
 from .catalog import CorruptCheckpoint, JobMeta
-from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, discover_descriptors
+from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, continuing_spec, discover_descriptors
 from .delta_log import app_transaction_version, table_metadata, table_snapshot
 from .descriptors import qualified_name
-from .errors import InputError, JobLocked, RestoreError
+from .errors import InputError, RestoreError
 from .exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -72,6 +72,7 @@ from .job import KEY_TYPES, JobSpec
 from .key_groups import key_group_ranges
 from .lease import JobLease, current_holder
 from .operator_state import SPLIT_DISTRIBUTE, UNION
+from .repartition import split_slices
 from .settings import Settings
 from .sources import POSITION_COLUMNS, source_split_entries
 from .spark import key_group_column, subtask_column
@@ -189,16 +190,14 @@ class JobRunner:
         microbatches are replayed from their recorded plans), except where the delta backend's table itself is
         damaged: every run appends to that table, so an older checkpoint cannot stand in for it."""
         problems: list[str] = []
-        backends = [create(self.spec.backend, self.spark, self.job_dir, self.spec.job_id)
-                    for create in (create_keyed_backend, create_operator_backend)]
         for cid in reversed(self.meta.checkpoint_ids()):
             try:
                 checkpoint = self.meta.checkpoint(cid)
             except CorruptCheckpoint as e:
                 problems.append(str(e))
                 continue
-            damage = [d for b in backends if (d := b.damage(checkpoint))] if checkpoint.backend == self.spec.backend \
-                else []
+            damage = [d for create in (create_keyed_backend, create_operator_backend)
+                      if (d := create(checkpoint.backend, self.spark, self.job_dir, self.spec.job_id).damage(checkpoint))]
             if damage and checkpoint.state.get("keyed", {}).get("incremental"):
                 raise RestoreError("; ".join(damage) + ". The delta backend appends every run to its state "
                                    "tables, so an older checkpoint cannot stand in for a damaged table")
@@ -385,7 +384,7 @@ class JobRunner:
             check_restorable(self.spec, checkpoint, descriptors)
         existed = self.job_dir.exists()
         try:
-            self._acquire_lease()
+            self.lease.acquire_waiting(self.lease_wait_s, self._say)
             try:
                 return self._run(max_microbatches, max_records, descriptors)
             finally:
@@ -394,21 +393,17 @@ class JobRunner:
             if not existed:
                 self._remove_if_only_the_lease()
 
-    def _acquire_lease(self) -> None:
-        """Take the job's lease; while another run holds it, wait up to ``lease_wait_s`` (a second trigger of
-        a pipeline waits for the first, it does not fail)."""
-        deadline, said = time.time() + self.lease_wait_s, False
-        while True:
-            try:
-                self.lease.acquire()
-                return
-            except JobLocked as e:
-                if time.time() >= deadline:
-                    raise
-                if not said:
-                    self._say(f"waiting up to {self.lease_wait_s:.0f}s for the job to be free: {e}")
-                    said = True
-                time.sleep(min(2.0, max(0.1, deadline - time.time())))
+    def _continue_as(self, checkpoint: CheckpointMetadata) -> None:
+        """A job runs at the parallelism and with the backend of the checkpoint it continues from (a rescale or
+        a restore set them); the definition's values only shape its first run."""
+        changed = continuing_spec(self.spec, checkpoint)
+        for name in ("parallelism", "backend"):
+            if getattr(changed, name) != getattr(self.spec, name):
+                self._say(f"the job definition says {name} {getattr(self.spec, name)}, its checkpoint "
+                          f"{checkpoint.checkpoint_id} has {getattr(changed, name)}: continuing with "
+                          f"{getattr(changed, name)} (change it with lakestate "
+                          f"{'rescale' if name == 'parallelism' else 'restore'})")
+        self.spec, self.p, self.maxp = changed, changed.parallelism, changed.effective_max_parallelism
 
     def _remove_if_only_the_lease(self) -> None:
         """A first run that wrote nothing (refused, or no input yet) leaves no job folder, not even its lease."""
@@ -425,6 +420,8 @@ class JobRunner:
         checkpoint = self._restore_point()  # again, now that we hold the job, and checked to be intact
         if checkpoint is not None:
             check_restorable(spec, checkpoint, descriptors)
+            self._continue_as(checkpoint)
+            spec = self.spec
         result = RunResult(self.lease.run_id, checkpoint.checkpoint_id if checkpoint else None)
         if checkpoint:
             self._say(f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), "
@@ -451,8 +448,8 @@ class JobRunner:
         self._fault("after_plan", batch_ids)
         phase("plan")
 
-        keyed_backend = create_keyed_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
-        operator_backend = create_operator_backend(spec.backend, self.spark, self.job_dir, spec.job_id)
+        keyed_backend = create_keyed_backend(spec.backend, self.spark, self.job_dir, spec.job_id, checkpoint)
+        operator_backend = create_operator_backend(spec.backend, self.spark, self.job_dir, spec.job_id, checkpoint)
         backends = {KEYED_TABLE: keyed_backend, OPERATOR_TABLE: operator_backend}
         outputs = RunOutputs(token, {})
         written: dict[str, set[str]] = {}  # per table, the files its commit added
@@ -566,13 +563,16 @@ class JobRunner:
                backends: dict[str, StateBackend], written: dict[str, set[str]]) -> None:
         spec, batch_ids, last = self.spec, [p.batch_id for p in plans], plans[-1].batch_id
         self.lease.heartbeat()  # a run that lost its lease must not write
-        # The source offsets of each microbatch are operator state, written here.
-        offsets = outputs.tables[OPERATOR_TABLE]
-        files[OPERATOR_TABLE] += write_rows(offsets, outputs.token, (SOURCE_OFFSETS_STATE,), [
-            (p.batch_id, (0, SPLIT_DISTRIBUTE, json.dumps(
-                [e for name, source in self._sources().items()
-                 for e in source_split_entries(name, source, p.end_offsets[name])], sort_keys=True), p.batch_id, 0))
-            for p in plans])
+        # The source offsets of each microbatch are operator ListState (one entry per source split), cut
+        # across the subtasks as a rescale cuts them (``repartition``), written here.
+        offsets, rows = outputs.tables[OPERATOR_TABLE], []
+        for p in plans:
+            entries = [e for name, source in self._sources().items()
+                       for e in source_split_entries(name, source, p.end_offsets[name])]
+            for subtask, (start, end) in enumerate(split_slices(len(entries), self.p)):
+                rows.append((p.batch_id, (subtask, SPLIT_DISTRIBUTE, json.dumps(entries[start:end], sort_keys=True),
+                                          p.batch_id, 0)))
+        files[OPERATOR_TABLE] += write_rows(offsets, outputs.token, (SOURCE_OFFSETS_STATE,), rows)
 
         def sink() -> None:
             self._fault("before_sink_write", batch_ids)
@@ -638,9 +638,11 @@ class JobRunner:
             taken.append(cid)
             self._say(f"checkpoint {cid} at microbatch {batch_id}, state {sum(row.entries.values())} entries, "
                       f"{row.size_bytes} bytes in {row.num_files} files")
-        for expired in self.meta.expire_checkpoints(spec.num_retained):
-            keyed_backend.discard(expired)
-            operator_backend.discard(expired)
+        expired = self.meta.expire_checkpoints(spec.num_retained)
+        retained = self.meta.readable_checkpoints() if expired else []
+        for old in expired:
+            keyed_backend.discard(old, retained)
+            operator_backend.discard(old, retained)
         return taken
 
 

@@ -3,7 +3,9 @@
 ``LAKESTATE_ROOT`` (default ``./lakestate-data``) is the configured root;
 the warehouse (``LAKESTATE_WAREHOUSE``, default ``<root>/warehouse``) must lie
 inside it, and every table Lakestate writes (state, sinks) lies inside the
-warehouse.
+warehouse. Savepoints go under the savepoint root (``LAKESTATE_SAVEPOINTS``,
+default ``<root>/savepoints``), which may lie anywhere: savepoints outlive the
+job's tables.
 """
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ def _inside(path: Path, root: Path) -> bool:
 class Settings:
     root: Path
     warehouse: Path
+    savepoints: Path
 
     @classmethod
-    def load(cls, warehouse: str | os.PathLike | None = None, root: str | os.PathLike | None = None) -> "Settings":
+    def load(cls, warehouse: str | os.PathLike | None = None, root: str | os.PathLike | None = None,
+             savepoints: str | os.PathLike | None = None) -> "Settings":
         root_path = Path(root or os.environ.get("LAKESTATE_ROOT") or "lakestate-data").expanduser().resolve()
         wh = warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or root_path / "warehouse"
         wh_path = Path(wh).expanduser().resolve()
@@ -33,12 +37,19 @@ class Settings:
                 f"warehouse {wh_path} is outside the configured root {root_path}: "
                 f"choose a warehouse under {root_path}, or set LAKESTATE_ROOT to a folder that contains it"
             )
+        sp = Path(savepoints or os.environ.get("LAKESTATE_SAVEPOINTS") or root_path / "savepoints")
+        sp_path = sp.expanduser().resolve()
+        if _inside(wh_path, sp_path) or _inside(sp_path, wh_path):
+            raise ConfigError(f"the savepoint root {sp_path} and the warehouse {wh_path} must not contain one "
+                              f"another (savepoints outlive the job's tables): point --savepoints or "
+                              f"LAKESTATE_SAVEPOINTS elsewhere")
         for what, path, fix in (("root", root_path, "--root or LAKESTATE_ROOT"),
-                                ("warehouse", wh_path, "--warehouse or LAKESTATE_WAREHOUSE")):
+                                ("warehouse", wh_path, "--warehouse or LAKESTATE_WAREHOUSE"),
+                                ("savepoint root", sp_path, "--savepoints or LAKESTATE_SAVEPOINTS")):
             if path.exists() and not path.is_dir():
                 raise ConfigError(f"the {what} {path} is a file, not a folder: point {fix} at a folder "
                                   f"(it is created if missing)")
-        return cls(root_path, wh_path)
+        return cls(root_path, wh_path, sp_path)
 
     def check_writable(self) -> None:
         """Refuse, before anything is written, a warehouse that cannot be created or written to."""
@@ -60,6 +71,15 @@ class Settings:
                 f"{what} {p} is outside the warehouse {self.warehouse}: give a path inside it "
                 f"(a relative path such as 'sinks/my_job' is placed there)"
             )
+        return p
+
+    def in_savepoints(self, path: str | os.PathLike) -> Path:
+        """Resolve a savepoint path (relative: under the savepoint root) and refuse anything outside it."""
+        p = Path(path).expanduser()
+        p = (p if p.is_absolute() else self.savepoints / p).resolve()
+        if not _inside(p, self.savepoints) or p == self.savepoints:
+            raise ConfigError(f"savepoint {p} is outside the savepoint root {self.savepoints}: give a path inside "
+                              f"it, or '<job>/<savepoint name>' as `lakestate savepoints` lists them")
         return p
 
     def job_dir(self, job_id: str) -> Path:

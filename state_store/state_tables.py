@@ -35,6 +35,10 @@ class TableSpec:
     id_columns: tuple[str, ...]
     partition_columns: tuple[str, ...]
 
+    @property
+    def columns(self) -> list[str]:
+        return [column.split()[0] for column in self.schema.split(", ")]
+
 
 KEYED = TableSpec(
     "keyed",

@@ -145,10 +145,9 @@ def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark,
 @pytest.mark.slow
 @pytest.mark.parametrize("change,message", [
     ({"key_type": Types.INT()}, r"keys records by STRING but the job now declares key_type INT"),
-    ({"uid": "renamed"}, r"holds the state of operator uid 'count' but the job's operator is now 'renamed'"),
-    ({"backend": "hashmap"}, r"taken by the delta backend, the job now uses hashmap; switch backends through a savepoint"),
-    ({"parallelism": 1}, r"taken at parallelism 2, the job now asks for 1"),
-    ({"max_parallelism": 16}, r"max_parallelism is fixed for a job's life"),
+    ({"uid": "renamed"}, r"holds the state of operator uid 'count' but the job's operator is now 'renamed'.*"
+                         r"lakestate restore counts --checkpoint 1 --uid-map count=renamed"),
+    ({"max_parallelism": 16}, r"max_parallelism is the number of key groups and is fixed for a job's life"),
 ])
 def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, message):
     lake.write_events("e0.json", events(0))
@@ -162,6 +161,20 @@ def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, mes
     with pytest.raises(RestoreError, match=message):
         run(spark, changed, lake)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0
+
+
+@pytest.mark.slow
+def test_a_run_continues_at_the_parallelism_and_backend_of_its_checkpoint_and_says_so(spark, lake):
+    lake.write_events("e0.json", events(0))
+    run(spark, count_job(lake), lake)
+    lake.write_events("e1.json", events(1))
+    said = []
+    run(spark, count_job(lake, parallelism=1, backend="hashmap"), lake, progress=said.append)
+    latest = JobMeta(lake.settings.job_dir("counts")).latest_checkpoint()
+    assert (latest.parallelism, latest.backend, latest.batch_id) == (2, "delta", 1)
+    assert any("the job definition says parallelism 1, its checkpoint 1 has 2: continuing with 2 (change it with "
+               "lakestate rescale)" in line for line in said), said
+    assert any("says backend hashmap, its checkpoint 1 has delta: continuing with delta" in line for line in said)
 
 
 @pytest.mark.slow

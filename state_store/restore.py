@@ -1,0 +1,353 @@
+"""Restore with changes, and rescale: a savepoint or a checkpoint becomes a new checkpoint of a job (DESIGN §4).
+
+A restore writes checkpoint ``N`` (the job's next id) at the source's
+microbatch; the job's next run continues from it. It may change:
+
+- the **parallelism** (within max parallelism, which never changes). Keyed
+  state does not move: a key group's owner is computed from the checkpoint's
+  parallelism when a run reads it. Operator state is redistributed as Flink's
+  ``RoundRobinOperatorStateRepartitioner`` does (``repartition``), as Spark
+  work, one state per task: split lists are concatenated and cut into
+  contiguous slices, union lists are stored once and given whole to every
+  subtask, broadcast state goes to subtask ``i`` from old subtask ``i % p_old``.
+  Raw operator state is opaque bytes: subtask ``i`` keeps old subtask ``i``'s;
+  a scale-down that would drop some is refused (``allow_non_restored_state``
+  drops it).
+- the **backend** (``hashmap`` <-> ``delta``);
+- the **operator uid**, through an explicit ``uid_map`` (old -> new);
+- the **states registered**: state the new definition no longer registers is
+  refused, naming it, unless ``allow_non_restored_state`` drops it.
+
+A *rescale* (the job's own latest checkpoint, same backend and uid, nothing
+dropped) writes no keyed row: the new checkpoint pins the same keyed table
+version (delta) or snapshot (hashmap), so its cost does not grow with keyed
+state. Any other restore copies the state into a new generation of the job's
+tables (``state/g<N>/`` for delta, ``snapshots/chk-<N>/`` for hashmap), as
+Flink's NO_CLAIM mode does: the source (a savepoint may be disposed later) is
+never needed again.
+
+A restore never rewinds a job: restoring a point older than what the job has
+already committed is refused (its sink holds the later microbatches); restore
+it into a new job id instead.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .backends import create_keyed_backend, create_operator_backend
+from .catalog import JobMeta
+from .checkpoint import (
+    LAYOUT_VERSION,
+    CheckpointMetadata,
+    SavepointMetadata,
+    check_descriptors,
+    check_max_parallelism,
+    discover_descriptors,
+)
+from .delta_log import app_transaction_version, table_snapshot
+from .descriptors import check_state_name, qualified_name
+from .errors import ConfigError, RestoreError
+from .job import BACKENDS, JobSpec
+from .key_groups import check_parallelism, key_group_ranges
+from .lease import JobLease, current_holder
+from .operator_state import BROADCAST, RAW, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
+from .repartition import broadcast, split_distribute
+from .runtime import SOURCE_OFFSETS_STATE
+from .settings import Settings
+from .state_tables import KEYED, OPERATOR
+
+
+@dataclass
+class RestoreSource:
+    """What a restore starts from: a checkpoint (of this job or another) or a savepoint."""
+
+    meta: CheckpointMetadata | SavepointMetadata
+    job_dir: Path | None = None  # a checkpoint's job folder
+
+    @classmethod
+    def of_checkpoint(cls, settings: Settings, job_id: str, checkpoint_id: int | None = None) -> "RestoreSource":
+        meta = JobMeta(settings.job_dir(job_id))
+        checkpoint = meta.checkpoint(checkpoint_id) if checkpoint_id is not None else meta.latest_checkpoint()
+        if checkpoint is None:
+            raise ConfigError(f"job {job_id!r} has no checkpoint to restore from; run it first")
+        return cls(checkpoint, settings.job_dir(job_id))
+
+    @property
+    def is_savepoint(self) -> bool:
+        return isinstance(self.meta, SavepointMetadata)
+
+    @property
+    def where(self) -> str:
+        if self.is_savepoint:
+            return f"savepoint {self.meta.path}"
+        return f"checkpoint {self.meta.checkpoint_id} of job {self.meta.job_id!r}"
+
+    def describe(self) -> dict:
+        if self.is_savepoint:
+            return {"savepoint": self.meta.path, "job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
+        return {"job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
+
+    def _backend(self, create, spark):
+        return create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta)
+
+    def damage(self, spark) -> list[str]:
+        if self.is_savepoint:
+            missing = [t for t in ("keyed", "operator") if not (Path(self.meta.table_path(t)) / "_delta_log").is_dir()]
+            return [f"{self.where} has lost its {t} table" for t in missing]
+        return [d for create in (create_keyed_backend, create_operator_backend)
+                if (d := self._backend(create, spark).damage(self.meta))]
+
+    def rows(self, spark: SparkSession, table: str) -> DataFrame:
+        """The live entries of ``table`` ("keyed" or "operator")."""
+        spec = KEYED if table == "keyed" else OPERATOR
+        if self.is_savepoint:
+            df = spark.read.format("delta").load(self.meta.table_path(table))
+        else:
+            create = create_keyed_backend if table == "keyed" else create_operator_backend
+            df = self._backend(create, spark).read(self.meta)
+        return df.select(*spec.columns)
+
+
+def parse_uid_map(items: list[str] | dict | None) -> dict[str, str]:
+    """``["old=new", ...]`` (or a dict) as a checked mapping."""
+    if not items:
+        return {}
+    pairs = items.items() if isinstance(items, dict) else []
+    if not isinstance(items, dict):
+        parsed = []
+        for item in items:
+            old, sep, new = str(item).partition("=")
+            if not sep:
+                raise ConfigError(f"uid mapping {item!r} must look like OLD_UID=NEW_UID")
+            parsed.append((old.strip(), new.strip()))
+        pairs = parsed
+    out = {}
+    for old, new in pairs:
+        for uid in (old, new):
+            try:
+                check_state_name(uid, "operator uid")
+            except ValueError as e:
+                raise ConfigError(f"uid mapping {old}={new}: {e}") from None
+        out[old] = new
+    return out
+
+
+def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,
+                 generation: int) -> DataFrame:
+    """Operator entries (live rows of old subtasks) as the entries of ``parallelism`` new subtasks, one Spark
+    task per state: every new subtask's row, and a removal (null value) for each old subtask's row that no
+    new subtask has, all written as ``generation`` at ``batch_id``. At the same parallelism every subtask
+    keeps its own entries, as in Flink (union state is given whole to every subtask on every restore)."""
+    if parallelism == old_parallelism:
+        return rows.select(*[F.lit(batch_id).cast("bigint").alias(c) if c == "batch_id"
+                             else F.lit(generation).cast("bigint").alias(c) if c == "generation" else F.col(c)
+                             for c in OPERATOR.columns])
+
+    def one_state(pdf):
+        import pandas as pd
+
+        pdf = pdf.sort_values("subtask")
+        name, mode = pdf["state_name"].iloc[0], pdf["mode"].iloc[0]
+        old = dict(zip(pdf["subtask"].astype(int), pdf["value"]))
+        texts = [old[s] for s in sorted(old)]
+        if mode == SPLIT_DISTRIBUTE:
+            new = [json.dumps(part, separators=(",", ":")) if part else None
+                   for part in split_distribute([json.loads(t) for t in texts], parallelism)]
+        elif mode == UNION:  # stored once, given whole to every subtask on restore (runtime)
+            whole = [e for t in texts for e in json.loads(t)]
+            new = [json.dumps(whole, separators=(",", ":")) if whole else None] + [None] * (parallelism - 1)
+        elif mode == BROADCAST:
+            new = broadcast(texts, parallelism)
+        else:  # raw operator state: subtask i keeps old subtask i's bytes
+            new = [old.get(i) for i in range(parallelism)]
+        subtasks = list(range(parallelism)) + [s for s in sorted(old) if s >= parallelism]
+        values = new + [None] * (len(subtasks) - parallelism)
+        return pd.DataFrame({"state_name": name, "subtask": subtasks, "mode": mode, "value": values,
+                             "batch_id": batch_id, "generation": generation}).astype(
+            {"subtask": "int32", "batch_id": "int64", "generation": "int64"})
+
+    return rows.groupBy("state_name").applyInPandas(one_state, OPERATOR.schema)
+
+
+def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
+    df = df.filter(F.col("state_name").isin(list(kept)))
+    renamed = {old: new for old, new in kept.items() if old != new}
+    if not renamed:
+        return df
+    column = F.col("state_name")
+    for old, new in renamed.items():
+        column = F.when(F.col("state_name") == old, F.lit(new)).otherwise(column)
+    return df.withColumn("state_name", column)
+
+
+def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: RestoreSource | None = None, *,
+                parallelism: int | None = None, backend: str | None = None, uid_map=None,
+                allow_non_restored_state: bool = False, wait_s: float = 0.0, say=print) -> CheckpointMetadata:
+    """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
+    job is held) with the changes asked for; return it. Everything is checked before anything is written.
+
+    Example::
+
+        restore_job(spark, settings, spec, RestoreSource(load_savepoint(settings, "clicks/before-v2")),
+                    parallelism=4, backend="hashmap", uid_map={"count": "counter"})
+    """
+    spec.validate()
+    uid_map = parse_uid_map(uid_map)
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
+    meta = JobMeta(settings.job_dir(spec.job_id))
+    existed = meta.job_dir.exists()
+    lease = JobLease(meta.dir / "lease", spec.job_id, run_id=f"restore-{time.strftime('%Y%m%dT%H%M%S')}-"
+                                                             f"{uuid.uuid4().hex[:6]}")
+    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {spec.job_id}: {m}"))
+    try:
+        source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
+        return _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
+                        allow_non_restored_state, say)
+    finally:
+        lease.release()
+        holder = current_holder(lease.dir) or {}
+        if not existed and not meta.checkpoint_ids() and holder.get("released", True):
+            shutil.rmtree(meta.job_dir, ignore_errors=True)  # a refused restore into a new job leaves no folder
+
+
+def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map, allow_non_restored_state,
+             say) -> CheckpointMetadata:
+    job_id, src, where = spec.job_id, source.meta, source.where
+    if getattr(src, "layout", LAYOUT_VERSION) != LAYOUT_VERSION:
+        raise RestoreError(f"{where} was written with state layout {src.layout}; this release reads layout "
+                           f"{LAYOUT_VERSION}")
+    maxp = src.max_parallelism
+    check_max_parallelism(spec, maxp, where)
+    p_new = src.parallelism if parallelism is None else parallelism
+    try:
+        check_parallelism(p_new, maxp)
+    except ValueError as e:
+        raise ConfigError(f"cannot restore {where} at parallelism {p_new!r}: {e} (max_parallelism is fixed "
+                          f"for a job's life)") from None
+    target = backend or src.backend
+    if src.key_type != spec.key_type.to_schema():
+        raise RestoreError(f"{where} keys records by {src.key_type} but job {job_id!r} declares key_type "
+                           f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type")
+    descriptors = discover_descriptors(spec.with_overrides(parallelism=p_new, max_parallelism=maxp))
+
+    # Which stored states go where: uid-qualified names follow the uid map. A state the old definition
+    # registered up front and the new one does not is not restored; raw state and state registered only
+    # while processing (broadcast state in process_broadcast_element) follow their uid.
+    def mapped(name: str) -> str | None:
+        if name == SOURCE_OFFSETS_STATE:
+            return name
+        uid, _, rest = name.partition(".")
+        new = f"{uid_map.get(uid, uid)}.{rest}"
+        return new if uid_map.get(uid, uid) == spec.uid and (new in descriptors or name not in src.descriptors) \
+            else None
+
+    stored = sorted(set(src.descriptors) | set(src.entries))
+    kept = {n: m for n in stored if (m := mapped(n)) is not None}
+    dropped = [n for n in stored if n not in kept]
+    if dropped and not allow_non_restored_state:
+        shown = ", ".join(f"{n!r} ({src.descriptors.get(n, {}).get('scope', 'raw')} "
+                          f"{src.descriptors.get(n, {}).get('kind', 'state')}, {src.entries.get(n, 0)} entries)"
+                          for n in dropped)
+        uids = sorted({n.partition(".")[0] for n in dropped} - {spec.uid})
+        hint = f" map its uid with --uid-map {uids[0]}={spec.uid}," if uids else ""
+        raise RestoreError(f"{where} holds state that job {job_id!r} (operator uid {spec.uid!r}) would not restore: "
+                           f"{shown}. Register it again in the job,{hint} or pass --allow-non-restored-state to "
+                           f"drop it")
+    check_descriptors({kept[n]: d for n, d in src.descriptors.items() if n in kept}, descriptors, where)
+
+    started = time.time()
+    latest = meta.latest_checkpoint()
+    done = [b for b in (latest.batch_id if latest else None, meta.last_commit()) if b is not None]
+    if done and max(done) > src.batch_id:
+        raise RestoreError(
+            f"job {job_id!r} has already committed microbatch {max(done)}, and {where} is at microbatch "
+            f"{src.batch_id}: restoring it would rewind the job, whose sink holds the later microbatches' rows. "
+            f"Restore it into a new job id (register the job under another id, then lakestate restore <that id> "
+            f"...), or rescale the job's latest checkpoint")
+    damage = source.damage(spark)
+    if damage:
+        raise RestoreError(f"{where} cannot be restored: " + "; ".join(damage))
+    raw_operator = qualified_name(spec.uid, RAW_OPERATOR)  # raw keyed state moves with its key groups
+    operator_rows = _rename(source.rows(spark, "operator"), kept)
+    if p_new < src.parallelism and raw_operator in kept.values() and not allow_non_restored_state:
+        lost = sorted(r[0] for r in operator_rows.filter((F.col("state_name") == raw_operator)
+                                                         & (F.col("subtask") >= p_new)).select("subtask").collect())
+        if lost:
+            raise RestoreError(
+                f"subtasks {lost} of {where} hold raw operator state, which is opaque bytes that Lakestate cannot "
+                f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
+                f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
+    same_job = source.job_dir is not None and latest is not None and latest.checkpoint_id == getattr(
+        src, "checkpoint_id", None) and source.job_dir == meta.job_dir
+    fast = (same_job and not dropped and all(n == m for n, m in kept.items()) and target == src.backend
+            and target in ("delta", "hashmap"))
+    checkpoint_id = max(meta.checkpoint_ids(), default=0) + 1
+    keyed_backend = create_keyed_backend(target, spark, meta.job_dir, job_id, latest if fast else None)
+    operator_backend = create_operator_backend(target, spark, meta.job_dir, job_id, latest if fast else None)
+    new_operator = redistribute(operator_rows, src.parallelism, p_new, src.batch_id, checkpoint_id)
+    if fast:
+        if target == "delta":
+            written = app_transaction_version(operator_backend.path, operator_backend.app_id)
+            if written is not None and written > src.batch_id:
+                raise RestoreError(
+                    f"a run of job {job_id!r} wrote the state of microbatch {written} but crashed before its "
+                    f"checkpoint; run the job once (it finishes those microbatches), then rescale")
+            operator_record = operator_backend.append_changes(new_operator, checkpoint_id)
+        else:
+            operator_record = operator_backend.write_full(new_operator, checkpoint_id)
+        keyed_record = dict(src.state["keyed"])  # keyed state does not move: the same rows, pinned again
+        say(f"[lakestate] job {job_id}: rescaling checkpoint {src.checkpoint_id} from parallelism "
+            f"{src.parallelism} to {p_new}: keyed state stays where it is, operator state is redistributed")
+    else:
+        keyed_rows = _rename(source.rows(spark, "keyed"), kept).withColumn("generation", F.lit(checkpoint_id)
+                                                                           .cast("bigint"))
+        keyed_record = keyed_backend.write_full(keyed_rows.select(*KEYED.columns), checkpoint_id)
+        operator_record = operator_backend.write_full(new_operator, checkpoint_id)
+    sink_path = settings.in_warehouse(spec.sink, "sink")
+    checkpoint = CheckpointMetadata(
+        job_id=job_id, checkpoint_id=checkpoint_id, batch_id=src.batch_id, uid=spec.uid, key_type=src.key_type,
+        backend=target, parallelism=p_new, max_parallelism=src.max_parallelism,
+        key_group_ranges=[r.to_list() for r in key_group_ranges(src.max_parallelism, p_new)],
+        source_offsets=src.source_offsets, state={"keyed": keyed_record, "operator": operator_record},
+        descriptors={kept[n]: d for n, d in src.descriptors.items() if n in kept},
+        entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
+        processing_time=src.processing_time, run_id=lease.run_id,
+        sink=table_snapshot(sink_path) if (sink_path / "_delta_log").exists() else None,
+        restored_from=source.describe())
+    lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
+    meta.write_checkpoint(checkpoint)  # last: the restore exists only once this row does
+    retained_ids = meta.checkpoint_ids()[-spec.num_retained:]
+    expired = meta.expire_checkpoints(spec.num_retained)
+    retained = [c for c in meta.readable_checkpoints() if c.checkpoint_id in retained_ids]
+    for old in expired:
+        for create in (create_keyed_backend, create_operator_backend):
+            create(old.backend, spark, meta.job_dir, job_id, old).discard(old, retained)
+    changes = [f"parallelism {src.parallelism} -> {p_new}" if p_new != src.parallelism else "",
+               f"backend {src.backend} -> {target}" if target != src.backend else "",
+               f"dropped {dropped}" if dropped else "",
+               ", ".join(f"{a} -> {b}" for a, b in kept.items() if a != b)]
+    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {where} at microbatch "
+        f"{src.batch_id} ({'; '.join(c for c in changes if c) or 'unchanged'}) in {time.time() - started:.1f}s; "
+        f"the job's next run continues from it")
+    return checkpoint
+
+
+def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec, parallelism: int, *,
+                allow_non_restored_state: bool = False, wait_s: float = 0.0, say=print) -> CheckpointMetadata:
+    """Rescale the job's latest checkpoint to ``parallelism``: keyed state stays, operator state moves.
+
+    Example::
+
+        rescale_job(spark, settings, JobRegistry(settings).load("clicks"), 4)
+    """
+    return restore_job(spark, settings, spec, None, parallelism=parallelism,
+                       allow_non_restored_state=allow_non_restored_state, wait_s=wait_s, say=say)

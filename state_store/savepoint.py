@@ -1,0 +1,166 @@
+"""Savepoints: a checkpoint's state copied, canonical and self-contained, into its own folder.
+
+    <savepoint root>/<job>/<name>/keyed/           Delta table: the live keyed entries (state_name, key_group, ...)
+    <savepoint root>/<job>/<name>/operator/        Delta table: the live operator entries (state_name, subtask, ...)
+    <savepoint root>/<job>/<name>/_metadata.json   SavepointMetadata, written last
+
+The format is the same whatever backend took the checkpoint, and nothing in
+it points into the job's tables, so it restores after they are compacted,
+vacuumed or deleted, at another parallelism or with another backend
+(``restore``). A savepoint is written in a hidden ``.inprogress-*`` folder and
+renamed when complete: a savepoint that failed half-way never looks like one.
+Savepoints never expire; ``dispose`` deletes one.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from .catalog import JobMeta, read_json, write_json_atomic
+from .checkpoint import CheckpointMetadata, SavepointMetadata
+from .delta_log import table_snapshot
+from .errors import ConfigError, RestoreError
+from .job import check_job_id
+from .lease import JobLease
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+METADATA = "_metadata.json"
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def check_label(label: str | None) -> str | None:
+    if label is not None and not _LABEL.match(label):
+        raise ConfigError(f"savepoint label {label!r} is not usable: give 1-64 letters, digits, '_', '.' or '-', "
+                          f"starting with a letter or digit (it names the savepoint's folder)")
+    return label
+
+
+def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, checkpoint_id: int | None = None,
+                   label: str | None = None, wait_s: float = 0.0, say=print) -> SavepointMetadata:
+    """Copy checkpoint ``checkpoint_id`` (default: the latest) of ``job_id`` into a new savepoint.
+
+    Holds the job while it copies (a run in progress finishes first; runs that start meanwhile wait).
+    """
+    check_label(label)
+    check_job_id(job_id)
+    job_dir = settings.job_dir(job_id)
+    meta = JobMeta(job_dir)
+    lease = JobLease(meta.dir / "lease", job_id, run_id=f"savepoint-{time.strftime('%Y%m%dT%H%M%S')}-"
+                                                          f"{uuid.uuid4().hex[:6]}")
+    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
+    try:
+        checkpoint = (meta.checkpoint(checkpoint_id) if checkpoint_id is not None
+                      else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
+        if checkpoint is None:
+            raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
+        return _write(spark, settings, checkpoint, job_dir, label, say)
+    finally:
+        lease.release()
+
+
+def _write(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata, job_dir: Path,
+           label: str | None, say) -> SavepointMetadata:
+    from .backends import create_keyed_backend, create_operator_backend  # Spark: only where a savepoint is taken
+
+    job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
+    backends = [create(checkpoint.backend, spark, job_dir, job_id, checkpoint)
+                for create in (create_keyed_backend, create_operator_backend)]
+    damage = [d for b in backends if (d := b.damage(checkpoint))]
+    if damage:
+        raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
+                           + "; ".join(damage))
+    name = label or f"savepoint-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
+    fields = {k: getattr(checkpoint, k) for k in (
+        "checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
+        "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")}
+    return write_savepoint(settings, job_id, name, {t: b.read(checkpoint) for t, b in zip(("keyed", "operator"),
+                                                                                          backends)},
+                           fields, label, say)
+
+
+def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fields: dict, label: str | None,
+                    say=print) -> SavepointMetadata:
+    """Write ``tables`` ("keyed", "operator": DataFrames of live entries) as savepoint ``<job_id>/<name>``
+    with metadata ``fields``: into a hidden folder, ``_metadata.json`` last, then renamed into place."""
+    from .state_tables import TABLES
+
+    final = settings.in_savepoints(Path(job_id) / name)
+    if final.exists():
+        raise ConfigError(f"a savepoint named {name!r} of job {job_id!r} already exists at {final}: give another "
+                          f"--label, or dispose it first (lakestate dispose {job_id}/{name})")
+    work = final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
+    started = time.time()
+    try:
+        written = {}
+        for table, rows in tables.items():
+            spec = TABLES[table]
+            rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(
+                str(work / table))
+            snap = table_snapshot(work / table)
+            written[table] = {"path": table, "version": snap["version"], "size_bytes": snap["size_bytes"],
+                              "num_files": snap["num_files"]}
+        savepoint = SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
+                                      label=label, **fields)
+        write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
+        work.rename(final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    savepoint.path = str(final)
+    say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
+        f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
+    return savepoint
+
+
+def load_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
+    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it."""
+    path = settings.in_savepoints(ref)
+    file = path / METADATA
+    if not file.exists():
+        known = ", ".join(f"{s.job_id}/{s.name}" for s in list_savepoints(settings)) or "none"
+        raise ConfigError(f"no complete savepoint at {path} (no {METADATA}); savepoints: {known}")
+    try:
+        data = read_json(file)
+        savepoint = SavepointMetadata.from_dict(data)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
+    savepoint.path = str(path)
+    return savepoint
+
+
+def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
+    """Complete savepoints (of ``job_id``, or of every job), oldest first; ``warn`` is told of unreadable ones."""
+    root = settings.savepoints
+    jobs = [root / job_id] if job_id else (sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
+    found = []
+    for job in jobs:
+        if not job.is_dir():
+            continue
+        for folder in sorted(job.iterdir()):
+            if folder.name.startswith(".") or not (folder / METADATA).exists():
+                continue
+            try:
+                found.append(load_savepoint(settings, str(folder)))
+            except ConfigError as e:
+                if warn is not None:
+                    warn(str(e))
+    return sorted(found, key=lambda s: s.created_ms)
+
+
+def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
+    """Delete a savepoint (only a complete one inside the savepoint root)."""
+    savepoint = load_savepoint(settings, ref)
+    path = Path(savepoint.path)
+    # The metadata goes first: a dispose cut short leaves something that no longer looks like a savepoint.
+    (path / METADATA).unlink()
+    shutil.rmtree(path)
+    return savepoint

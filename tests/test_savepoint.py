@@ -1,0 +1,174 @@
+"""Savepoints and restore with changes, against real Spark and Delta (DESIGN §1, §4)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from state_store.catalog import JobMeta
+from state_store.errors import ConfigError, RestoreError
+from state_store.restore import RestoreSource, restore_job
+from state_store.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
+
+from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
+from .jobs import CountOnly, all_states_job, count_job, events
+
+QUIET = dict(say=lambda m: None)
+
+
+def _raw_free(keyed):
+    return [r for r in keyed if not r[0].endswith("__raw_keyed__")]
+
+
+def _feed(lake, batches):
+    lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
+    for batch in batches:
+        lake.write_events(f"e{batch}.json", events(batch))
+
+
+@pytest.mark.slow
+def test_a_savepoint_is_a_complete_copy_another_engine_reads_the_same(spark, lake):
+    from deltalake import DeltaTable
+
+    spec = all_states_job(lake)
+    _feed(lake, range(2))
+    run(spark, spec, lake)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, label="first", **QUIET)
+    assert savepoint.path == str(lake.settings.savepoints / spec.job_id / "first")
+    assert (savepoint.checkpoint_id, savepoint.batch_id, savepoint.parallelism, savepoint.max_parallelism) == (
+        1, 1, 2, 16)
+    assert savepoint.key_group_ranges == [[0, 7], [8, 15]] and savepoint.uid == "all"
+    assert set(savepoint.descriptors) >= {"all.count", "all.items", "all.batches_seen"}
+    keyed, operator = state_at_latest_checkpoint(spark, lake, spec)
+    # Spark and delta-rs read the savepoint's keyed and operator tables to the same rows as the checkpoint.
+    for table, expected, columns in (("keyed", keyed, ["state_name", "key_group", "key", "namespace", "user_key",
+                                                       "value"]),
+                                     ("operator", operator, ["state_name", "subtask", "mode", "value"])):
+        other = DeltaTable(savepoint.table_path(table)).to_pyarrow_table().select(columns).to_pylist()
+        assert sorted(tuple(r[c] for c in columns) for r in other) == expected
+        mine = spark.read.format("delta").load(savepoint.table_path(table)).select(*columns).collect()
+        assert sorted(tuple(r) for r in mine) == expected
+    assert [s.name for s in list_savepoints(lake.settings)] == ["first"]
+    with pytest.raises(ConfigError, match=r"a savepoint named 'first' of job 'all-states' already exists"):
+        take_savepoint(spark, lake.settings, spec.job_id, label="first", **QUIET)
+    with pytest.raises(ConfigError, match=r"savepoint label '../x' is not usable"):
+        take_savepoint(spark, lake.settings, spec.job_id, label="../x", **QUIET)
+    with pytest.raises(ConfigError, match=r"outside the savepoint root"):
+        load_savepoint(lake.settings, "../warehouse")
+    dispose_savepoint(lake.settings, f"{spec.job_id}/first")
+    assert list_savepoints(lake.settings) == [] and not (lake.settings.savepoints / spec.job_id / "first").exists()
+
+
+@pytest.mark.slow
+def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spark, lake, monkeypatch):
+    import state_store.savepoint as savepoint_module
+
+    spec = count_job(lake)
+    _feed(lake, range(1))
+    run(spark, spec, lake)
+
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(savepoint_module, "write_json_atomic", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        take_savepoint(spark, lake.settings, spec.job_id, label="broken", **QUIET)
+    assert list_savepoints(lake.settings) == []
+    assert [p.name for p in (lake.settings.savepoints / spec.job_id).iterdir()] == []
+
+
+@pytest.mark.slow
+def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_are_deleted(spark, tmp_path):
+    from .conftest import Lake
+
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        _feed(target, range(5))
+    run(spark, count_job(steady), steady)
+    spec = count_job(lake)
+    run(spark, spec, lake, max_microbatches=2)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
+    keyed_at_savepoint, _ = state_at_latest_checkpoint(spark, lake, spec)
+    run(spark, spec, lake, max_microbatches=2)
+    # VACUUM the job's tables down to their latest version: the savepoint's checkpoint is gone from them.
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    for table in ("keyed", "operator"):
+        spark.sql(f"VACUUM delta.`{lake.settings.job_dir(spec.job_id) / 'state' / table}` RETAIN 0 HOURS")
+    with pytest.raises(RestoreError, match=r"would rewind the job"):
+        restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
+    # Into a new job id: the state of the savepoint, whole.
+    copy = count_job(lake, job_id="counts-copy")
+    restored = restore_job(spark, lake.settings, copy, RestoreSource(savepoint), **QUIET)
+    assert (restored.checkpoint_id, restored.batch_id, restored.restored_from["savepoint"]) == (
+        1, 1, savepoint.path)
+    keyed, _ = state_at_latest_checkpoint(spark, lake, copy)
+    assert keyed == keyed_at_savepoint
+    # Delete the job's whole folder, restore the savepoint under the same id, and carry on: the result is that
+    # of a run that never stopped (the sink keeps its rows; replayed microbatches are not written twice).
+    shutil.rmtree(lake.settings.job_dir(spec.job_id))
+    restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
+    run(spark, spec, lake)
+    assert state_at_latest_checkpoint(spark, lake, spec)[0] == state_at_latest_checkpoint(spark, steady,
+                                                                                           count_job(steady))[0]
+    assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, count_job(steady))
+
+
+@pytest.mark.slow
+def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carries_on(spark, tmp_path):
+    from .conftest import Lake
+
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        _feed(target, range(4))
+    run(spark, all_states_job(steady), steady)
+    spec = all_states_job(lake)
+    run(spark, spec, lake, max_microbatches=2)
+    keyed, operator = state_at_latest_checkpoint(spark, lake, spec)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
+    switched = restore_job(spark, lake.settings, spec, RestoreSource(savepoint), backend="hashmap", **QUIET)
+    assert (switched.backend, switched.parallelism, switched.batch_id) == ("hashmap", 2, 1)
+    assert state_at_latest_checkpoint(spark, lake, spec) == (keyed, operator)
+    run(spark, spec, lake, max_microbatches=1)
+    back = restore_job(spark, lake.settings, spec, None, backend="delta", parallelism=3, **QUIET)
+    assert (back.backend, back.parallelism) == ("delta", 3)
+    assert back.state["keyed"]["path"].endswith(f"state/g{back.checkpoint_id}/keyed")
+    run(spark, spec, lake)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 3
+    assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
+    assert _raw_free(state_at_latest_checkpoint(spark, lake, spec)[0]) == _raw_free(
+        state_at_latest_checkpoint(spark, steady, all_states_job(steady))[0])
+
+
+class Renamed(CountOnly):
+    pass
+
+
+@pytest.mark.slow
+def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restored_state(spark, lake):
+    spec = count_job(lake)
+    _feed(lake, range(2))
+    run(spark, spec, lake, max_microbatches=1)
+    counts = keyed_values(state_at_latest_checkpoint(spark, lake, spec)[0], "count.count")
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
+    moved = count_job(lake, job_id="counter", uid="counter")
+    with pytest.raises(RestoreError, match=r"holds state that job 'counter' \(operator uid 'counter'\) would not "
+                                           r"restore: 'count.count' \(keyed value, 5 entries\)\. Register it again "
+                                           r"in the job, map its uid with --uid-map count=counter, or pass "
+                                           r"--allow-non-restored-state to drop it"):
+        restore_job(spark, lake.settings, moved, RestoreSource(savepoint), **QUIET)
+    assert not lake.settings.job_dir("counter").exists()  # refused before anything was written
+    restore_job(spark, lake.settings, moved, RestoreSource(savepoint), uid_map=["count=counter"], **QUIET)
+    assert keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count") == counts
+    run(spark, moved, lake, max_microbatches=1)
+    after = keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count")
+    assert after[("a", "")] == counts[("a", "")] + 3
+
+    from .test_bad_input import _NoState
+
+    bare = count_job(lake, job_id="bare", function=_NoState())
+    with pytest.raises(RestoreError, match=r"'count.count' \(keyed value, 5 entries\)"):
+        restore_job(spark, lake.settings, bare.with_overrides(uid="count"), RestoreSource(savepoint), **QUIET)
+    dropped = restore_job(spark, lake.settings, bare.with_overrides(uid="count"), RestoreSource(savepoint),
+                          allow_non_restored_state=True, **QUIET)
+    assert "count.count" not in dropped.entries and "count.count" not in dropped.descriptors
+    assert state_at_latest_checkpoint(spark, lake, bare)[0] == []
