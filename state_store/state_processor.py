@@ -1,0 +1,319 @@
+"""The State Processor API: read the state of a checkpoint or savepoint as Spark DataFrames, write new savepoints
+from DataFrames, and make a changed copy of a savepoint (Flink's State Processor API, in ``delta.tables``' shape).
+
+Reading::
+
+    reader = SavepointReader.for_savepoint(spark, "clicks/before-v2")      # or .for_checkpoint(spark, "clicks")
+    reader.keyed_state("count").filter("key = 42").show()   # key_group, key, namespace, value (typed)
+    reader.keyed_state("items")                              # a ListState: one row per element, with its index
+    reader.keyed_state("tags")                               # a MapState: one row per entry (user_key, value)
+    reader.list_state("offsets")                             # operator ListState / union state: subtask, index, value
+    reader.broadcast_state("rules")                          # subtask, key, value
+
+Writing a new savepoint (a job then restores from it with ``lakestate restore <job> --savepoint <job>/<name>``)::
+
+    (SavepointWriter.bootstrap(spark, "clicks", uid="main", key_type=Types.LONG(), max_parallelism=128)
+        .with_keyed_state(ValueStateDescriptor("count", Types.LONG()), counts_df, key="user", value="n")
+        .with_operator_state(ListStateDescriptor("seen", Types.STRING()), ["a", "b"])
+        .write("bootstrapped"))
+
+Changing one (always into a new savepoint: the old one stays)::
+
+    SavepointWriter.from_savepoint(spark, "clicks/v1").remove_operator("old").rename_uid("main", "clicks") \\
+        .write("v2")
+
+Values are decoded and encoded in the executors by the declared types the
+savepoint records (never unpickled); keys keep their declared type, and key
+groups are computed in the JVM as a run computes them.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .checkpoint import LAYOUT_VERSION, SavepointMetadata
+from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
+from .errors import ConfigError
+from .job import KEY_TYPES, check_job_id
+from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
+from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
+from .repartition import split_distribute
+from .restore import RestoreSource
+from .savepoint import check_label, load_savepoint, write_savepoint
+from .settings import Settings
+from .spark import key_group_column
+from .state_tables import KEYED, OPERATOR
+from .types import TypeInfo, from_schema
+
+
+def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
+    """Map each row (a dict) of ``rows`` to output tuples with ``convert``, in the executors (Arrow batches)."""
+    import pyarrow as pa
+
+    out_schema = rows.sparkSession.createDataFrame([], out_ddl).schema
+    names = [f.name for f in out_schema.fields]
+
+    def batches(iterator):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(out_schema)
+        for batch in iterator:
+            out = [t for row in batch.to_pylist() for t in convert(row)]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([r[i] for r in out], type=arrow_schema.field(i).type) for i in range(len(names))],
+                schema=arrow_schema)
+
+    return rows.mapInArrow(batches, out_schema)
+
+
+class SavepointReader:
+    """The state of one checkpoint or savepoint, as DataFrames."""
+
+    def __init__(self, spark: SparkSession, source: RestoreSource):
+        self.spark, self.source, self.meta = spark, source, source.meta
+
+    @classmethod
+    def for_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None) -> "SavepointReader":
+        """The savepoint ``ref`` ('<job>/<name>' or a path under the savepoint root)."""
+        return cls(spark, RestoreSource(load_savepoint(settings or Settings.load(), ref)))
+
+    @classmethod
+    def for_checkpoint(cls, spark: SparkSession, job_id: str, checkpoint_id: int | None = None,
+                       settings: Settings | None = None) -> "SavepointReader":
+        """Retained checkpoint ``checkpoint_id`` of ``job_id`` (default: its latest)."""
+        return cls(spark, RestoreSource.of_checkpoint(settings or Settings.load(), job_id, checkpoint_id))
+
+    @property
+    def uid(self) -> str:
+        return self.meta.uid
+
+    @property
+    def key_type(self) -> TypeInfo:
+        return from_schema(self.meta.key_type)
+
+    def states(self) -> dict[str, dict]:
+        """Qualified state name -> its recorded descriptor (scope, kind, mode, type) and entries."""
+        return {n: {**d, "entries": self.meta.entries.get(n, 0)} for n, d in sorted(self.meta.descriptors.items())}
+
+    def _descriptor(self, name: str, uid: str | None, scope: str,
+                    descriptor: StateDescriptor | None = None) -> tuple[str, dict]:
+        """The recorded descriptor of a state; a state registered only while processing (broadcast state in
+        ``process_broadcast_element``) has none recorded, and is read with the ``descriptor`` given (as
+        Flink's State Processor API always takes one)."""
+        qname = name if "." in name else qualified_name(uid or self.uid, name)
+        found = self.meta.descriptors.get(qname)
+        if found is None and descriptor is not None and self.meta.entries.get(qname):
+            return qname, {"scope": scope, **descriptor.schema()}
+        if found is None or found["scope"] != scope:
+            known = sorted(n for n, d in self.meta.descriptors.items() if d["scope"] == scope)
+            stored = sorted(n for n in set(self.meta.entries) - set(self.meta.descriptors) if "__" not in n)
+            hint = (f"; states stored without a recorded type (registered while processing): {stored}: pass "
+                    f"descriptor=<its descriptor>") if stored else ""
+            raise ConfigError(f"{self.source.where} has no {scope} state {qname!r}; it has {known}{hint}")
+        if descriptor is not None and descriptor.schema()["type"] != found["type"]:
+            raise ConfigError(f"state {qname!r} is stored as {found['type']}, not {descriptor.schema()['type']}")
+        return qname, found
+
+    def keyed_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
+                    ) -> DataFrame:
+        """A keyed state's entries: ``key_group, key, namespace`` and, by kind, ``value`` (value, reducing,
+        aggregating), ``index, value`` per element (list) or ``user_key, value`` per entry (map); typed."""
+        qname, descriptor = self._descriptor(name, uid, "keyed", descriptor)
+        kind, stored = descriptor["kind"], from_schema(descriptor["type"])
+        key_ddl = self.key_type.spark_ddl()
+        rows = (self.source.rows(self.spark, "keyed").filter(F.col("state_name") == qname)
+                .select("key_group", F.col("key").cast(key_ddl).alias("key"), "namespace", "user_key", "value"))
+        head = f"key_group int, key {key_ddl}, namespace string"
+        if kind == "list":
+            element, whole = stored, ListStateDescriptor("x", stored).stored_type
+            return _convert(rows, f"{head}, index int, value {element.spark_ddl()}",
+                            lambda row: [(row["key_group"], row["key"], row["namespace"], i, element.to_arrow(v))
+                                         for i, v in enumerate(whole.loads(row["value"]))])
+        if kind == "map":
+            key_t, value_t = stored.key, stored.value
+            return _convert(rows, f"{head}, user_key {key_t.spark_ddl()}, value {value_t.spark_ddl()}",
+                            lambda row: [(row["key_group"], row["key"], row["namespace"],
+                                          key_t.to_arrow(key_t.loads(row["user_key"])),
+                                          value_t.to_arrow(value_t.loads(row["value"])))])
+        return _convert(rows, f"{head}, value {stored.spark_ddl()}",
+                        lambda row: [(row["key_group"], row["key"], row["namespace"],
+                                      stored.to_arrow(stored.loads(row["value"])))])
+
+    def list_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
+                   ) -> DataFrame:
+        """An operator ListState or union list state: ``subtask, index, value`` per element (union state is
+        stored once after a rescale; every subtask is given all of it on restore)."""
+        qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
+        if descriptor.get("mode", SPLIT_DISTRIBUTE) not in (SPLIT_DISTRIBUTE, UNION):
+            raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with broadcast_state")
+        element = from_schema(descriptor["type"])
+        list_type = ListStateDescriptor("x", element).stored_type
+        rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
+        return _convert(rows.select("subtask", "value"), f"subtask int, index int, value {element.spark_ddl()}",
+                        lambda row: [(row["subtask"], i, element.to_arrow(v))
+                                     for i, v in enumerate(list_type.loads(row["value"]))])
+
+    def broadcast_state(self, name: str, uid: str | None = None, descriptor: MapStateDescriptor | None = None
+                        ) -> DataFrame:
+        """A BroadcastState: ``subtask, key, value`` per entry of each subtask's copy."""
+        qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
+        if descriptor.get("mode", BROADCAST) != BROADCAST:
+            raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with list_state")
+        stored = from_schema(descriptor["type"])
+        rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
+        return _convert(rows.select("subtask", "value"),
+                        f"subtask int, key {stored.key.spark_ddl()}, value {stored.value.spark_ddl()}",
+                        lambda row: [(row["subtask"], stored.key.to_arrow(k), stored.value.to_arrow(v))
+                                     for k, v in (stored.loads(row["value"]) or {}).items()])
+
+
+class SavepointWriter:
+    """Builds a new savepoint: from nothing (``bootstrap``) or from an existing one (``from_savepoint``)."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, job_id: str, fields: dict,
+                 keyed: DataFrame, operator: DataFrame):
+        self.spark, self.settings, self.job_id = spark, settings, check_job_id(job_id)
+        self.fields, self.keyed, self.operator = fields, keyed, operator
+
+    @classmethod
+    def bootstrap(cls, spark: SparkSession, job_id: str, *, uid: str, key_type: TypeInfo,
+                  max_parallelism: int | None = None, parallelism: int = 1,
+                  settings: Settings | None = None) -> "SavepointWriter":
+        """An empty savepoint of job ``job_id`` whose operator has ``uid``, keyed by ``key_type``. A job restored
+        from it starts reading its sources from the beginning (microbatch 0)."""
+        try:
+            check_state_name(uid, "operator uid")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not isinstance(key_type, TypeInfo) or key_type.name not in KEY_TYPES:
+            raise ConfigError(f"key_type must be Types.STRING(), Types.LONG() or Types.INT(), got {key_type!r}")
+        maxp = max_parallelism or compute_default_max_parallelism(parallelism)
+        try:
+            check_parallelism(parallelism, maxp)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        # "backend" is what a restore from it uses unless told otherwise.
+        fields = {"checkpoint_id": 0, "batch_id": -1, "uid": uid, "key_type": key_type.to_schema(),
+                  "backend": "delta", "parallelism": parallelism, "max_parallelism": maxp,
+                  "key_group_ranges": [r.to_list() for r in key_group_ranges(maxp, parallelism)],
+                  "source_offsets": {}, "descriptors": {}, "entries": {}, "processing_time": None}
+        return cls(spark, settings or Settings.load(), job_id, fields, spark.createDataFrame([], KEYED.schema),
+                   spark.createDataFrame([], OPERATOR.schema))
+
+    @classmethod
+    def from_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None,
+                       job_id: str | None = None) -> "SavepointWriter":
+        """A copy of savepoint ``ref`` to change (written under ``job_id``, default the same job)."""
+        settings = settings or Settings.load()
+        meta = load_savepoint(settings, ref)
+        source = RestoreSource(meta)
+        fields = {k: getattr(meta, k) for k in (
+            "checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
+            "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")}
+        fields["descriptors"], fields["entries"] = dict(fields["descriptors"]), dict(fields["entries"])
+        return cls(spark, settings, job_id or meta.job_id, fields, source.rows(spark, "keyed"),
+                   source.rows(spark, "operator"))
+
+    def _register(self, descriptor: StateDescriptor, scope: str, mode: str | None = None) -> str:
+        if not isinstance(descriptor, StateDescriptor):
+            raise ConfigError(f"give a state descriptor (ValueStateDescriptor, ...), got {descriptor!r}")
+        qname = qualified_name(self.fields["uid"], descriptor.name)
+        if qname in self.fields["descriptors"]:
+            raise ConfigError(f"the savepoint already has state {qname!r}; remove it first or use another name")
+        self.fields["descriptors"][qname] = {"scope": scope, **({"mode": mode} if mode else {}), **descriptor.schema()}
+        return qname
+
+    def with_keyed_state(self, descriptor: StateDescriptor, rows: DataFrame, *, key: str = "key",
+                         value: str = "value", user_key: str | None = None, namespace: str | None = None
+                         ) -> "SavepointWriter":
+        """Add keyed state from ``rows``: one row per key (a ListState's ``value`` column holds the whole list;
+        a MapState has one row per entry, its key in column ``user_key``). Keys must have the savepoint's key
+        type; ``namespace`` (a column) defaults to the void namespace."""
+        key_type = from_schema(self.fields["key_type"])
+        if key not in rows.columns or value not in rows.columns:
+            raise ConfigError(f"columns {key!r} and {value!r} must be in the rows (they have {rows.columns})")
+        actual = rows.schema[key].dataType.simpleString()
+        if actual != KEY_TYPES[key_type.name]:
+            raise ConfigError(f"key column {key!r} is {actual} but the savepoint's key type is {key_type.name} "
+                              f"({KEY_TYPES[key_type.name]}); cast it")
+        is_map = isinstance(descriptor, MapStateDescriptor)
+        if is_map and (user_key is None or user_key not in rows.columns):
+            raise ConfigError("a MapState needs user_key=<the column of the map keys>, one row per entry")
+        qname = self._register(descriptor, "keyed")
+        stored = descriptor.key_type if is_map else descriptor.stored_type
+        value_type = descriptor.value_type if is_map else stored
+        batch_id = self.fields["batch_id"]
+        framed = rows.select(
+            key_group_column(F.col(key), self.fields["max_parallelism"]).alias("key_group"),
+            F.col(key).cast("string").alias("key"),
+            (F.col(namespace).cast("string") if namespace else F.lit("")).alias("namespace"),
+            (F.col(user_key) if is_map else F.lit(None)).alias("user_key"), F.col(value).alias("value"))
+
+        def encode(row):
+            text = value_type.dumps(dict(row["value"]) if isinstance(row["value"], list) and
+                                    value_type.name == "MAP" else row["value"])
+            return [(qname, row["key_group"], row["key"], row["namespace"],
+                     stored.dumps(row["user_key"]) if is_map else None, text, None, batch_id, 0)]
+
+        self.keyed = self.keyed.unionByName(_convert(framed, KEYED.schema, encode))
+        return self
+
+    def with_operator_state(self, descriptor: StateDescriptor, values: Iterable[Any] | dict, *,
+                            mode: str = SPLIT_DISTRIBUTE) -> "SavepointWriter":
+        """Add operator state: a ListState's elements (``mode`` "split": spread over the subtasks as a rescale
+        would; "union": every subtask gets them all) or a BroadcastState's map (every subtask gets a copy)."""
+        is_map = isinstance(descriptor, MapStateDescriptor)
+        mode = BROADCAST if is_map else mode
+        if mode not in (SPLIT_DISTRIBUTE, UNION, BROADCAST):
+            raise ConfigError(f"mode {mode!r} is not one of {SPLIT_DISTRIBUTE!r}, {UNION!r}")
+        qname = self._register(descriptor, "operator", mode)
+        p, stored = self.fields["parallelism"], descriptor.stored_type
+        if is_map:
+            texts = [stored.dumps(dict(values))] * p
+        elif mode == UNION:
+            texts = [stored.dumps(list(values))] + [None] * (p - 1)
+        else:
+            texts = [stored.dumps(part) if part else None for part in split_distribute([list(values)], p)]
+        rows = [(qname, i, mode, t, self.fields["batch_id"], 0) for i, t in enumerate(texts) if t is not None]
+        self.operator = self.operator.unionByName(self.spark.createDataFrame(rows, OPERATOR.schema))
+        return self
+
+    def remove_operator(self, uid: str) -> "SavepointWriter":
+        """Drop every state of operator ``uid``."""
+        prefix = f"{uid}."
+        for table in ("keyed", "operator"):
+            setattr(self, table, getattr(self, table).filter(~F.col("state_name").startswith(prefix)))
+        for key in ("descriptors", "entries"):
+            self.fields[key] = {n: v for n, v in self.fields[key].items() if not n.startswith(prefix)}
+        return self
+
+    def rename_uid(self, old: str, new: str) -> "SavepointWriter":
+        """Move the state of operator ``old`` to ``new`` (the savepoint's operator becomes ``new``)."""
+        try:
+            check_state_name(new, "operator uid")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        prefix = f"{old}."
+        rename = F.when(F.col("state_name").startswith(prefix),
+                        F.concat(F.lit(f"{new}."), F.expr(f"substring(state_name, {len(prefix) + 1})"))
+                        ).otherwise(F.col("state_name"))
+        for table in ("keyed", "operator"):
+            setattr(self, table, getattr(self, table).withColumn("state_name", rename))
+        for key in ("descriptors", "entries"):
+            self.fields[key] = {(f"{new}.{n[len(prefix):]}" if n.startswith(prefix) else n): v
+                                for n, v in self.fields[key].items()}
+        if self.fields["uid"] == old:
+            self.fields["uid"] = new
+        return self
+
+    def write(self, name: str, say=print) -> SavepointMetadata:
+        """Write it as savepoint ``<job>/<name>``; returns its metadata."""
+        check_label(name)
+        counts = {r["state_name"]: r["n"] for table in (self.keyed, self.operator)
+                  for r in table.groupBy("state_name").agg(F.count("*").alias("n")).collect()}
+        fields = {**self.fields, "entries": {n: c for n, c in sorted(counts.items())}, "layout": LAYOUT_VERSION}
+        return write_savepoint(self.settings, self.job_id, name, {"keyed": self.keyed, "operator": self.operator},
+                               fields, name, say)
+
