@@ -4,7 +4,7 @@
     lakestate jobs
     lakestate run --job clicks [--max-microbatches N] [--max-records N]
     lakestate checkpoints --job clicks
-    lakestate state --job clicks --state events --key 42 [--checkpoint N] [--namespace NS]
+    lakestate state --job clicks --state events --key 42 [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
     lakestate savepoint clicks [--checkpoint N] [--label L]
     lakestate savepoints [--job clicks]
     lakestate dispose clicks/<savepoint name>
@@ -55,7 +55,10 @@ def cmd_jobs(args, settings: Settings) -> int:
         spec = registry.get(job_id)["spec"]
         meta = JobMeta(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
-        rows.append([job_id, spec["backend"], spec["parallelism"], spec["max_parallelism"],
+        # A job runs as its latest checkpoint says (a rescale or restore may have changed the definition's values).
+        rows.append([job_id, latest.backend if latest else spec["backend"],
+                     latest.parallelism if latest else spec["parallelism"],
+                     latest.max_parallelism if latest else spec["max_parallelism"],
                      latest.checkpoint_id if latest else "-", latest.batch_id if latest else "-",
                      _when(latest.completed_ms) if latest else "-"])
     if not rows:
@@ -112,47 +115,44 @@ def cmd_run(args, settings: Settings) -> int:
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
-    from .backends import create_keyed_backend
-    from .descriptors import qualified_name
     from .spark import build_spark
-    from .types import Types, from_schema
+    from .state_processor import SavepointReader
 
     record = JobRegistry(settings).get(args.job)
-    meta = JobMeta(settings.job_dir(args.job))
-    checkpoint = meta.checkpoint(args.checkpoint) if args.checkpoint is not None else meta.latest_checkpoint()
-    if checkpoint is None:
+    if args.savepoint is not None and args.checkpoint is not None:
+        raise ConfigError("give --checkpoint or --savepoint, not both")
+    if args.savepoint is None and JobMeta(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
-    name = args.state if "." in args.state else qualified_name(record["spec"]["uid"], args.state)
-    descriptor = checkpoint.descriptors.get(name)
-    if descriptor is None or descriptor["scope"] != "keyed":
-        known = sorted(n for n, d in checkpoint.descriptors.items() if d["scope"] == "keyed")
-        raise ConfigError(f"checkpoint {checkpoint.checkpoint_id} has no keyed state {name!r}; it has {known}")
-    value_type = from_schema(descriptor["type"])
-    if descriptor["kind"] == "list":
-        value_type = Types.LIST(value_type)
     spark = build_spark(f"lakestate-state-{args.job}")
-    key_type = from_schema(record["spec"]["key_type"])
-    # Keys are stored as Spark's text of the typed key: parse the given text the same way ("042" is 42).
-    key = spark.range(1).select(F.lit(args.key).try_cast(key_type.spark_ddl()).cast("string")).first()[0]
+    reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
+              else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
+    name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
+    state = reader.keyed_state(name)
+    key_type = reader.key_type
+    # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
+    key = spark.range(1).select(F.lit(args.key).try_cast(key_type.spark_ddl())).first()[0]
     if key is None:
         raise ConfigError(f"key {args.key!r} is not a {key_type.name}, the key type of job {args.job!r}; "
                           f"give a key of that type")
-    keyed = create_keyed_backend(checkpoint.backend, spark, settings.job_dir(args.job), args.job).read(
-        checkpoint, lambda df: df.filter((F.col("state_name") == name) & (F.col("key") == key)
-                                         & (F.col("namespace") == args.namespace)))
-    rows = keyed.select("user_key", "value", "batch_id").collect()
+    rows = state.filter((F.col("key") == F.lit(key)) & (F.col("namespace") == args.namespace)).collect()
+    where = reader.source.where
     if not rows:
-        print(f"no entry for key {key!r} (namespace {args.namespace!r}) in state {name!r} at checkpoint "
-              f"{checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id})")
+        print(f"no entry for key {key!r} (namespace {args.namespace!r}) in state {name!r} at {where} "
+              f"(microbatch {reader.meta.batch_id})")
         return 1
-    if descriptor["kind"] == "map":
-        value = {value_type.key.loads(r["user_key"]): value_type.value.loads(r["value"]) for r in rows} or None
+    kind = reader.states()[name]["kind"]
+    if kind == "map":
+        value = {r["user_key"]: r["value"] for r in rows}
+    elif kind == "list":
+        value = [r["value"] for r in sorted(rows, key=lambda r: r["index"])]
     else:
-        value = value_type.loads(rows[0]["value"]) if rows else None
-    result = {"job": args.job, "checkpoint": checkpoint.checkpoint_id, "microbatch": checkpoint.batch_id,
-              "state": name, "kind": descriptor["kind"], "key": key, "namespace": args.namespace,
-              "value": value, "last_written_microbatch": max((r["batch_id"] for r in rows), default=None)}
-    print(json.dumps(result, default=lambda b: b.hex() if isinstance(b, bytes) else str(b)))
+        value = rows[0]["value"]
+    result = {"job": args.job, "from": where, "microbatch": reader.meta.batch_id, "state": name, "kind": kind,
+              "key": key, "namespace": args.namespace, "value": value}
+    if not reader.source.is_savepoint:
+        result["checkpoint"] = reader.meta.checkpoint_id
+    print(json.dumps(result, default=lambda v: v.hex() if isinstance(v, bytes) else
+                     v.asDict(recursive=True) if hasattr(v, "asDict") else str(v)))
     return 0
 
 
@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", required=True)
     p.add_argument("--namespace", default="")
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
+    p.add_argument("--savepoint", default=None, help="read a savepoint (<job>/<name>) instead of a checkpoint")
     p.set_defaults(func=cmd_state)
     lease = argparse.ArgumentParser(add_help=False)
     lease.add_argument("--wait-for-lease", type=float, default=0.0,

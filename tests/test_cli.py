@@ -142,9 +142,9 @@ def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_e
     capsys.readouterr()
     assert main(["state", "--job", "by-seq", "--state", "count", "--key", "010", *root]) == 0  # seq 10 = key 10
     shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (shown["key"], shown["value"]) == ("10", 1)
+    assert (shown["key"], shown["value"], shown["checkpoint"]) == (10, 1, 1)
     assert main(["state", "--job", "by-seq", "--state", "count", "--key", "999", *root]) == 1
-    assert "no entry for key '999'" in capsys.readouterr().out
+    assert "no entry for key 999 " in capsys.readouterr().out
     assert main(["state", "--job", "by-seq", "--state", "count", "--key", "x1", *root]) == 2
     assert "key 'x1' is not a LONG, the key type of job 'by-seq'" in capsys.readouterr().err
 
