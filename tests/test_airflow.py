@@ -152,7 +152,7 @@ def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
 
 
 @pytest.mark.slow
-def test_airflow_dags_test_runs_the_pipeline_end_to_end_and_the_second_run_resumes(tmp_path):
+def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -165,21 +165,62 @@ def test_airflow_dags_test_runs_the_pipeline_end_to_end_and_the_second_run_resum
                    env=env, check=True, capture_output=True, cwd=ROOT)
     migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
-    outputs = []
-    for _ in range(2):
-        out = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env, capture_output=True,
-                             text=True, timeout=900, cwd=ROOT)
-        outputs.append(out.stdout + out.stderr)
-        assert out.returncode == 0 and "state=success" in outputs[-1], outputs[-1][-4000:]
-    first, second = outputs
+
+    def dag_test(dag_id: str, conf: dict | None = None) -> str:
+        out = subprocess.run(["airflow", "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])],
+                             env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+        text = out.stdout + out.stderr
+        assert out.returncode == 0 and "state=success" in text, text[-4000:]
+        return text
+
+    first = dag_test("lakestate_clicks")
     assert "planned microbatches 0..1" in first and "checkpoint 2 at microbatch 1" in first
-    assert "restored checkpoint 2 (microbatch 1)" in second and "planned microbatches 2..2" in second
+    # The savepoint DAG, as the UI's trigger form runs it: the path is in the log and the XCom.
+    saved = dag_test("lakestate_savepoint", {"job": "clicks", "label": "before-rescale"})
+    path = root / "savepoints" / "clicks" / "before-rescale"
+    assert f"savepoint path: {path}" in saved and (path / "_metadata.json").exists()
+    # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
+    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3})
+    assert "rescaling checkpoint 2 from parallelism 2 to 3" in rescaled
+    second = dag_test("lakestate_clicks")
+    assert "restored checkpoint 3 (microbatch 1)" in second and "planned microbatches 2..2" in second
     from state_store.catalog import JobMeta
+    from state_store.savepoint import list_savepoints
     from state_store.settings import Settings
 
-    meta = JobMeta(Settings.load(root=root).job_dir("clicks"))
-    assert meta.latest_checkpoint().batch_id == 2
-    assert "[lakestate] job clicks: checkpoint 3 at microbatch 2" in second  # housekeeping's report
+    settings = Settings.load(root=root)
+    meta = JobMeta(settings.job_dir("clicks"))
+    assert (meta.latest_checkpoint().batch_id, meta.latest_checkpoint().parallelism) == (2, 3)
+    assert "[lakestate] job clicks: checkpoint 4 at microbatch 2" in second  # housekeeping's report
+    assert len(list_savepoints(settings, "clicks")) == 2  # the labelled one and the rescale's
+
+
+def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_jobs(tmp_path):
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    [jobs.orders]
+    entrypoint = "demo.clicks:job"
+    """)
+    code = textwrap.dedent(f"""
+        import json, sys
+        from airflow.models.dagbag import DagBag
+        bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+        bag.process_file({str(ROOT / "dags" / "lakestate_operations.py")!r})
+        out = {{d: {{k: p.schema for k, p in dag.params.items()}} for d, dag in bag.dags.items()}}
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
+        print(json.dumps({{"params": out, "errors": bag.import_errors, "heavy": heavy}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["errors"] == {} and found["heavy"] == []
+    savepoint, rescale = found["params"]["lakestate_savepoint"], found["params"]["lakestate_rescale"]
+    assert savepoint["job"]["enum"] == ["clicks", "orders"] and rescale["job"]["enum"] == ["clicks", "orders"]
+    assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
+    assert rescale["parallelism"]["type"] == "integer" and rescale["parallelism"]["minimum"] == 1
+    assert rescale["savepoint_first"]["type"] == "boolean"
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():

@@ -1,5 +1,6 @@
 """A real browser against a real Airflow: log in, trigger the pipeline DAG, wait for its success, open the
-Lakestate page and find the new checkpoint and the key-group chart. Debian's Chromium drives it (installed by
+Lakestate page and find the new checkpoint and the key-group chart; then trigger the savepoint DAG from its
+trigger form and find the savepoint on the Lakestate page. Debian's Chromium drives it (installed by
 scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
@@ -63,21 +64,24 @@ def test_log_in_trigger_the_pipeline_and_find_the_new_checkpoint_on_the_lakestat
         browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         _wait(lambda: "/auth/login" not in browser.current_url, 30, "the login")
 
-        browser.get(f"{url}/dags/lakestate_clicks")
-        browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-        confirm = _wait(lambda: [b for b in browser.find_elements(By.XPATH, "//button[normalize-space(.)='Trigger']")
-                                 if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
-                        30, "the trigger form")
-        browser.save_screenshot(str(ARTIFACTS / "1-trigger-form.png"))
-        confirm[-1].click()
+        def trigger(dag_id: str, screenshot: str) -> None:
+            browser.get(f"{url}/dags/{dag_id}")
+            browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
+            confirm = _wait(lambda: [b for b in browser.find_elements(By.XPATH,
+                                                                      "//button[normalize-space(.)='Trigger']")
+                                     if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
+                            30, "the trigger form")
+            browser.save_screenshot(str(ARTIFACTS / screenshot))
+            confirm[-1].click()
 
-        def run_state():
-            status, body = get(f"{url}/api/v2/dags/lakestate_clicks/dagRuns", api)
+        def run_state(dag_id: str):
+            status, body = get(f"{url}/api/v2/dags/{dag_id}/dagRuns", api)
             runs = json.loads(body)["dag_runs"] if status == 200 else []
             return runs[0]["state"] if runs and runs[0]["state"] in ("success", "failed") else None
 
-        assert _wait(run_state, 600, "the triggered DAG run to finish", every=5) == "success", \
-            (tmp_path / "airflow-standalone.log").read_text()[-4000:]
+        trigger("lakestate_clicks", "1-trigger-form.png")
+        assert _wait(lambda: run_state("lakestate_clicks"), 600, "the triggered DAG run to finish",
+                     every=5) == "success", (tmp_path / "airflow-standalone.log").read_text()[-4000:]
         browser.get(f"{url}/dags/lakestate_clicks/runs")
         _wait(lambda: "success" in browser.page_source, 60, "the run's success in the UI")
         browser.save_screenshot(str(ARTIFACTS / "2-dag-run-success.png"))
@@ -93,3 +97,17 @@ def test_log_in_trigger_the_pipeline_and_find_the_new_checkpoint_on_the_lakestat
         assert len(chart.find_elements(By.TAG_NAME, "rect")) == 128
         browser.switch_to.default_content()
         browser.save_screenshot(str(ARTIFACTS / "3-lakestate-page.png"))
+
+        # The savepoint DAG from its trigger form: its typed params default to the registry's job and the latest
+        # checkpoint; the savepoint then shows on the Lakestate page.
+        _wait(lambda: get(f"{url}/api/v2/dags/lakestate_savepoint", api)[0] == 200, 180, "the savepoint DAG")
+        trigger("lakestate_savepoint", "4-savepoint-trigger-form.png")
+        assert _wait(lambda: run_state("lakestate_savepoint"), 600, "the savepoint DAG run to finish",
+                     every=5) == "success", (tmp_path / "airflow-standalone.log").read_text()[-4000:]
+        browser.get(f"{url}/plugin/lakestate")
+        browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
+        section = browser.find_element(By.ID, "job-clicks")
+        rows = [r.text for r in section.find_elements(By.CSS_SELECTOR, "table tr")]
+        assert any(r.startswith("airflow-manual") and r.split()[1:3] == ["2", "1"] for r in rows), rows
+        browser.switch_to.default_content()
+        browser.save_screenshot(str(ARTIFACTS / "5-savepoint-on-lakestate-page.png"))

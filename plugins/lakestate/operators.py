@@ -1,4 +1,7 @@
-"""Airflow operators over Lakestate's ``spark-submit`` entrypoints (thin: the Spark provider's hook submits)."""
+"""Airflow operators over Lakestate's ``spark-submit`` entrypoints (thin: the Spark provider's hook submits).
+
+The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``.
+"""
 from __future__ import annotations
 
 import json
@@ -13,23 +16,17 @@ SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
 
 
-class LakestateSubmitOperator(SparkSubmitOperator):
-    """Submit one run of a job of the pipeline registry: ``jobs/run_microbatches.py --job <id> --registry <file>``.
+class _LakestateSparkSubmit(SparkSubmitOperator):
+    """Submit ``jobs/<entrypoint>.py``: the Spark connection (or local[*]) and the Delta jars filled in."""
 
-    The run takes the job's pending microbatches (up to the entry's ``max_microbatches``) and waits up to
-    ``wait_for_lease_s`` for another run of the job (a manual ``spark-submit``) to finish instead of failing.
-    The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``.
-    """
-
-    def __init__(self, *, job_id: str, registry: str, wait_for_lease_s: float = 3600, conn_id: str = SPARK_CONN_ID,
+    def __init__(self, *, entrypoint: str, conn_id: str = SPARK_CONN_ID, wait_for_lease_s: float = 3600,
                  **kwargs):
-        super().__init__(
-            application=str(PROJECT_ROOT / "jobs" / "run_microbatches.py"),
-            application_args=["--job", job_id, "--registry", registry, "--wait-for-lease", str(wait_for_lease_s)],
-            conn_id=conn_id, name=f"lakestate-{job_id}", conf={"spark.log.level": "WARN"}, **kwargs)
-        self.job_id = job_id
+        kwargs.setdefault("name", f"lakestate-{entrypoint}")
+        super().__init__(application=str(PROJECT_ROOT / "jobs" / f"{entrypoint}.py"), conn_id=conn_id,
+                         conf={"spark.log.level": "WARN"}, **kwargs)
+        self.wait_for_lease_s = wait_for_lease_s
 
-    def execute(self, context):
+    def submit(self, context) -> None:
         from airflow.hooks.base import BaseHook
 
         from state_store.spark import delta_jars
@@ -40,4 +37,73 @@ class LakestateSubmitOperator(SparkSubmitOperator):
             self.log.info("connection %r is not defined: submitting to local[*]", self._conn_id)
             os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(DEFAULT_SPARK_CONN)
         self.jars = self.jars or ",".join(delta_jars())
-        return super().execute(context)
+        super().execute(context)
+
+
+class LakestateSubmitOperator(_LakestateSparkSubmit):
+    """Submit one run of a job of the pipeline registry: ``jobs/run_microbatches.py --job <id> --registry <file>``.
+
+    The run takes the job's pending microbatches (up to the entry's ``max_microbatches``) and waits up to
+    ``wait_for_lease_s`` for another run of the job (a manual ``spark-submit``, a savepoint, a rescale) to
+    finish instead of failing.
+    """
+
+    def __init__(self, *, job_id: str, registry: str, wait_for_lease_s: float = 3600, **kwargs):
+        super().__init__(entrypoint="run_microbatches", name=f"lakestate-{job_id}", wait_for_lease_s=wait_for_lease_s,
+                         application_args=["--job", job_id, "--registry", registry, "--wait-for-lease",
+                                           str(wait_for_lease_s)], **kwargs)
+        self.job_id = job_id
+
+    def execute(self, context):
+        self.submit(context)
+
+
+class LakestateSavepointOperator(_LakestateSparkSubmit):
+    """Take a savepoint of the DAG run's ``params.job`` (optional ``params.checkpoint``, ``params.label``);
+    returns (XCom) the savepoint's path, checkpoint, microbatch and size."""
+
+    def __init__(self, **kwargs):
+        super().__init__(entrypoint="savepoint", **kwargs)
+
+    def execute(self, context):
+        from state_store.savepoint import check_label, load_savepoint
+        from state_store.settings import Settings
+
+        params = context["params"]
+        job = params["job"]
+        label = params.get("label") or f"airflow-{context['run_id']}"
+        label = "".join(c if c.isalnum() or c in "_.-" else "-" for c in label)[:64]
+        check_label(label)
+        self.application_args = [job, "--label", label, "--wait-for-lease", str(self.wait_for_lease_s)]
+        if params.get("checkpoint") is not None:
+            self.application_args += ["--checkpoint", str(int(params["checkpoint"]))]
+        self.submit(context)
+        savepoint = load_savepoint(Settings.load(), f"{job}/{label}")
+        self.log.info("savepoint path: %s", savepoint.path)
+        return {"path": savepoint.path, "job": job, "name": savepoint.name, "checkpoint": savepoint.checkpoint_id,
+                "microbatch": savepoint.batch_id, "entries": sum(savepoint.entries.values()),
+                "bytes": savepoint.size_bytes}
+
+
+class LakestateRescaleOperator(_LakestateSparkSubmit):
+    """Rescale the DAG run's ``params.job`` to ``params.parallelism`` (a savepoint first when
+    ``params.savepoint_first``); returns (XCom) the new checkpoint's id, microbatch and parallelism."""
+
+    def __init__(self, **kwargs):
+        super().__init__(entrypoint="rescale", **kwargs)
+
+    def execute(self, context):
+        from state_store.catalog import JobMeta
+        from state_store.settings import Settings
+
+        params = context["params"]
+        job, parallelism = params["job"], int(params["parallelism"])
+        self.application_args = [job, "--parallelism", str(parallelism), "--wait-for-lease",
+                                 str(self.wait_for_lease_s)]
+        if params.get("savepoint_first", True):
+            self.application_args.append("--savepoint-first")
+        self.submit(context)
+        latest = JobMeta(Settings.load().job_dir(job)).latest_checkpoint()
+        self.log.info("job %s: checkpoint %s at parallelism %s", job, latest.checkpoint_id, latest.parallelism)
+        return {"job": job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
+                "parallelism": latest.parallelism}

@@ -1,11 +1,13 @@
 """What the Lakestate page shows, read from the warehouse catalog and the state tables' Delta logs only (no Spark,
-no user code): registered jobs, their retained checkpoints, and state sizes per state name and per key group."""
+no user code): registered jobs, their retained checkpoints and savepoints, and state sizes per state name and per
+key group."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from state_store.catalog import JobMeta, read_json
 from state_store.delta_log import partition_sizes
+from state_store.savepoint import list_savepoints
 from state_store.settings import Settings
 
 
@@ -17,6 +19,7 @@ class JobOverview:
     max_parallelism: int
     backend: str
     checkpoints: list = field(default_factory=list)  # CheckpointMetadata, oldest first
+    savepoints: list = field(default_factory=list)  # SavepointMetadata, oldest first
     problems: list[str] = field(default_factory=list)
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
@@ -41,10 +44,12 @@ def job_overview(settings: Settings, job_id: str) -> JobOverview:
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
     meta = JobMeta(settings.job_dir(job_id))
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
+    overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     latest = overview.latest
     if latest is None:
         return overview
-    overview.parallelism, overview.max_parallelism = latest.parallelism, latest.max_parallelism
+    overview.parallelism, overview.max_parallelism, overview.backend = (latest.parallelism, latest.max_parallelism,
+                                                                         latest.backend)
     overview.key_group_bytes = [0] * latest.max_parallelism
     for table in ("keyed", "operator"):
         recorded = latest.state.get(table) or {}

@@ -23,6 +23,14 @@ def _when(ms) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) if ms else "-"
 
 
+def _origin(restored_from: dict | None) -> str:
+    if not restored_from:
+        return "-"
+    if "savepoint" in restored_from:
+        return f"savepoint {restored_from['savepoint'].rstrip('/').rsplit('/', 1)[-1]}"
+    return f"checkpoint {restored_from.get('checkpoint')} of {restored_from.get('job')}"
+
+
 def _table(header: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
@@ -53,9 +61,17 @@ def job_section(job: JobOverview) -> str:
              f"{latest.checkpoint_id if latest else '-'} · <a href='/dags/{html.escape(job.dag_id)}' target='_top'>"
              f"DAG {html.escape(job.dag_id)}</a></p>"]
     parts += [f"<p class='problem'>{html.escape(p)}</p>" for p in job.problems]
-    parts.append(_table(["checkpoint", "microbatch", "completed (UTC)", "entries", "bytes", "files"],
-                        [[c.checkpoint_id, c.batch_id, _when(c.completed_ms), sum(c.entries.values()), c.size_bytes,
-                          c.num_files] for c in reversed(job.checkpoints)]))
+    parts.append(_table(["checkpoint", "microbatch", "completed (UTC)", "parallelism", "backend", "entries",
+                         "bytes", "files", "restored from"],
+                        [[c.checkpoint_id, c.batch_id, _when(c.completed_ms), c.parallelism, c.backend,
+                          sum(c.entries.values()), c.size_bytes, c.num_files, _origin(c.restored_from)]
+                         for c in reversed(job.checkpoints)]))
+    parts.append("<h3>Savepoints</h3>")
+    parts.append(_table(["savepoint", "checkpoint", "microbatch", "created (UTC)", "parallelism", "taken from",
+                         "entries", "bytes", "path"],
+                        [[s.name, s.checkpoint_id, s.batch_id, _when(s.created_ms), s.parallelism, s.backend,
+                          sum(s.entries.values()), s.size_bytes, s.path] for s in reversed(job.savepoints)])
+                 if job.savepoints else "<p class='meta'>no savepoints: trigger DAG lakestate_savepoint</p>")
     if latest is not None:
         names = sorted(set(latest.entries) | set(job.state_bytes))
         parts.append("<h3>State at the latest checkpoint</h3>")
@@ -83,4 +99,6 @@ def jobs_json() -> JSONResponse:
     return JSONResponse([{"job": j.job_id, "parallelism": j.parallelism, "max_parallelism": j.max_parallelism,
                           "backend": j.backend, "latest_checkpoint": j.latest.checkpoint_id if j.latest else None,
                           "checkpoints": [c.checkpoint_id for c in j.checkpoints], "problems": j.problems,
+                          "savepoints": [{"name": s.name, "path": s.path, "checkpoint": s.checkpoint_id}
+                                         for s in j.savepoints],
                           "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes} for j in overviews()])

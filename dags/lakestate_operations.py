@@ -1,0 +1,43 @@
+"""Operations on Lakestate jobs, triggered from the Airflow UI's trigger form with typed params.
+
+- ``lakestate_savepoint``: job (one of the pipeline registry's), optional checkpoint id, optional label. The
+  savepoint's path is in the task log and its XCom.
+- ``lakestate_rescale``: job, new parallelism, savepoint first (on by default). The job is held meanwhile:
+  its pipeline runs wait, none fails; the next one continues at the new parallelism.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+from lakestate.operators import LakestateRescaleOperator, LakestateSavepointOperator
+
+from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
+from state_store.pipelines import load_registry, registry_path
+
+JOBS = sorted(load_registry(registry_path())[0]) if registry_path().exists() else []
+COMMON = dict(schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["lakestate"], max_active_runs=1)
+
+
+def job_param() -> Param:
+    return Param(JOBS[0], type="string", enum=JOBS, title="Job", description="A job of the pipeline registry")
+
+
+if JOBS:
+    with DAG("lakestate_savepoint", description="Take a savepoint of a Lakestate job", params={
+        "job": job_param(),
+        "checkpoint": Param(None, type=["null", "integer"], minimum=1, title="Checkpoint",
+                            description="A retained checkpoint id (empty: the latest)"),
+        "label": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+                       title="Label", description="The savepoint's name (empty: airflow-<run id>)"),
+    }, doc_md=__doc__, **COMMON) as savepoint_dag:
+        LakestateSavepointOperator(task_id="savepoint")
+
+    with DAG("lakestate_rescale", description="Rescale a Lakestate job", params={
+        "job": job_param(),
+        "parallelism": Param(2, type="integer", minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM,
+                             title="New parallelism", description="Within the job's max parallelism"),
+        "savepoint_first": Param(True, type="boolean", title="Savepoint first",
+                                 description="Take a savepoint of the latest checkpoint before rescaling"),
+    }, doc_md=__doc__, **COMMON) as rescale_dag:
+        LakestateRescaleOperator(task_id="rescale")
