@@ -2,14 +2,15 @@
 # README command 1: set up (idempotent), then run the demo job through Airflow on the embedded default:
 # `airflow dags test` of its pipeline DAG (SQLite metadata database under ./airflow-home), which submits the
 # run with spark-submit to local[*] Spark and a warehouse under ./lakestate-data.
-# The first run writes 5 input files; every later run adds one more, and the job resumes from its latest
-# checkpoint and processes only the new file.
+# The first time it writes 3 input files (later times one), runs the pipeline, rescales the job through the
+# rescale DAG (2 <-> 3), writes 2 more files and runs the pipeline again, which continues at the new
+# parallelism from the rescaled checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 
-FILES=${DEMO_FILES:-5} EVENTS=${DEMO_EVENTS:-20000} KEYS=${DEMO_KEYS:-20000}
+FILES=${DEMO_FILES:-3} EVENTS=${DEMO_EVENTS:-20000} KEYS=${DEMO_KEYS:-20000}
 if [ -d "$LAKESTATE_ROOT/input/clicks" ] && ls "$LAKESTATE_ROOT"/input/clicks/*.parquet >/dev/null 2>&1; then
   python -m demo.generate --files 1 --events "$EVENTS" --keys "$KEYS"
 else
@@ -17,15 +18,32 @@ else
 fi
 echo "[demo] Airflow metadata database in $AIRFLOW_HOME (SQLite)"
 airflow db migrate > "$AIRFLOW_HOME.migrate.log" 2>&1 || { cat "$AIRFLOW_HOME.migrate.log"; exit 1; }
-LOG="$AIRFLOW_HOME/demo-last-run.log"
-echo "[demo] airflow dags test lakestate_clicks (the whole log: $LOG)"
-# Show Lakestate's own progress lines and the outcome; the full Airflow log goes to $LOG.
-airflow dags test lakestate_clicks 2>&1 | tee "$LOG" \
-  | sed -nE -e 's/^.*(\[lakestate\] .*) \[airflow\..*$/\1/p' -e t -e '/^\[lakestate\]/p' \
-      -e 's/^.*(DagRun Finished: dag_id=[^,]*).*(state=[a-z]+).*$/\1, \2/p'
-grep -q "DagRun Finished: .*state=success" "$LOG" || { echo "[demo] the DAG run failed: see $LOG"; exit 1; }
+
+# `airflow dags test DAG [-c CONF]`, showing Lakestate's own progress lines and the outcome; the full Airflow
+# log goes to $AIRFLOW_HOME/demo-<dag>.log.
+dag_test() {
+  local dag=$1 log="$AIRFLOW_HOME/demo-$1.log"
+  shift
+  echo "[demo] airflow dags test $dag $* (the whole log: $log)"
+  airflow dags test "$dag" "$@" 2>&1 | tee "$log" \
+    | sed -nE -e 's/^.*(\[lakestate\] .*) \[airflow\..*$/\1/p' -e t -e '/^\[lakestate\]/p' \
+        -e 's/^.*(DagRun Finished: dag_id=[^,]*).*(state=[a-z]+).*$/\1, \2/p'
+  grep -q "DagRun Finished: .*state=success" "$log" || { echo "[demo] the DAG run failed: see $log"; exit 1; }
+}
+
+dag_test lakestate_clicks
+# A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
+# keyed state stays where it is, and the next run continues at the new parallelism.
+NOW=$(python -c "from state_store.catalog import JobMeta; from state_store.settings import Settings; \
+print(JobMeta(Settings.load().job_dir('clicks')).latest_checkpoint().parallelism)")
+NEW=$(( NOW == 3 ? 2 : 3 ))
+dag_test lakestate_rescale -c "{\"job\": \"clicks\", \"parallelism\": $NEW, \"savepoint_first\": true}"
+python -m demo.generate --files 2 --events "$EVENTS" --keys "$KEYS"
+dag_test lakestate_clicks
 echo
 lakestate checkpoints --job clicks
+echo
+lakestate savepoints --job clicks
 echo
 echo "state of user 42 at the latest checkpoint:"
 lakestate state --job clicks --state events --key 42 2>/dev/null | tail -1
