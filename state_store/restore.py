@@ -58,7 +58,7 @@ from .errors import ConfigError, RestoreError
 from .job import BACKENDS, JobSpec
 from .key_groups import check_parallelism, key_group_ranges
 from .lease import JobLease, current_holder
-from .operator_state import BROADCAST, RAW, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
+from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
 from .repartition import broadcast, split_distribute
 from .runtime import SOURCE_OFFSETS_STATE
 from .settings import Settings

@@ -104,6 +104,14 @@ def test_log_in_trigger_the_pipeline_and_find_the_new_checkpoint_on_the_lakestat
         trigger("lakestate_savepoint", "4-savepoint-trigger-form.png")
         assert _wait(lambda: run_state("lakestate_savepoint"), 600, "the savepoint DAG run to finish",
                      every=5) == "success", (tmp_path / "airflow-standalone.log").read_text()[-4000:]
+        status, body = get(f"{url}/api/v2/dags/lakestate_savepoint/dagRuns", api)
+        run_id = json.loads(body)["dag_runs"][0]["dag_run_id"]
+        status, body = get(f"{url}/api/v2/dags/lakestate_savepoint/dagRuns/{run_id}/taskInstances/savepoint/"
+                           f"xcomEntries/return_value", api)
+        assert status == 200, body
+        xcom = json.loads(body)["value"]
+        xcom = json.loads(xcom) if isinstance(xcom, str) else xcom
+        assert xcom["checkpoint"] == 2 and xcom["path"].endswith(f"/savepoints/clicks/{xcom['name']}")
         browser.get(f"{url}/plugin/lakestate")
         browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
         section = browser.find_element(By.ID, "job-clicks")

@@ -8,10 +8,9 @@ import pytest
 from state_store import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types
 from state_store.catalog import JobMeta
 from state_store.errors import ConfigError, RestoreError
-from state_store.restore import RestoreSource, rescale_job, restore_job
-from state_store.savepoint import take_savepoint, load_savepoint
+from state_store.restore import rescale_job
 
-from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
+from .helpers import run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
 
 KEYS = tuple(f"k{i:02d}" for i in range(24))  # enough keys for every subtask to own some
@@ -134,3 +133,24 @@ def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(
     with pytest.raises(RestoreError, match=r"max_parallelism is the number of key groups and is fixed"):
         rescale_job(spark, lake.settings, count_job(lake, max_parallelism=16), 3, say=lambda m: None)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
+
+
+def test_a_rescale_or_savepoint_while_a_run_holds_the_job_waits_or_is_refused_naming_the_run(spark, lake):
+    import time
+
+    from state_store.errors import JobLocked
+    from state_store.savepoint import take_savepoint
+
+    from .helpers import write_holder
+
+    spec = count_job(lake)
+    lease_dir = lake.settings.job_dir(spec.job_id) / "_meta" / "lease"
+    write_holder(lease_dir, {"run_id": "run-busy", "host": "another-host", "pid": 1, "timeout_s": 60,
+                             "heartbeat_ms": int(time.time() * 1000)})
+    with pytest.raises(JobLocked, match=r"job 'counts' is held by run run-busy"):
+        rescale_job(spark, lake.settings, spec, 3, say=lambda m: None)
+    said = []
+    with pytest.raises(JobLocked, match=r"held by run run-busy"):
+        take_savepoint(spark, lake.settings, spec.job_id, wait_s=1, say=said.append)
+    assert any("waiting up to 1s for the job to be free" in line for line in said)
+    assert lease_dir.is_dir()  # the holder's lease is never removed by the refused newcomer

@@ -11,7 +11,7 @@ from state_store.restore import RestoreSource, restore_job
 from state_store.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
-from .jobs import CountOnly, all_states_job, count_job, events
+from .jobs import all_states_job, count_job, events
 
 QUIET = dict(say=lambda m: None)
 
@@ -24,6 +24,17 @@ def _feed(lake, batches):
     lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
     for batch in batches:
         lake.write_events(f"e{batch}.json", events(batch))
+
+
+def _steady_and_lake(spark, tmp_path, batches: int, job):
+    """Two lakes with the same input: in 'steady' the job has run it all without a stop; 'lake' is untouched."""
+    from .conftest import Lake
+
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        _feed(target, range(batches))
+    run(spark, job(steady), steady)
+    return steady, lake
 
 
 @pytest.mark.slow
@@ -79,12 +90,7 @@ def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spar
 
 @pytest.mark.slow
 def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_are_deleted(spark, tmp_path):
-    from .conftest import Lake
-
-    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
-    for target in (steady, lake):
-        _feed(target, range(5))
-    run(spark, count_job(steady), steady)
+    steady, lake = _steady_and_lake(spark, tmp_path, 5, count_job)
     spec = count_job(lake)
     run(spark, spec, lake, max_microbatches=2)
     savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
@@ -115,12 +121,7 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
 
 @pytest.mark.slow
 def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carries_on(spark, tmp_path):
-    from .conftest import Lake
-
-    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
-    for target in (steady, lake):
-        _feed(target, range(4))
-    run(spark, all_states_job(steady), steady)
+    steady, lake = _steady_and_lake(spark, tmp_path, 4, all_states_job)
     spec = all_states_job(lake)
     run(spark, spec, lake, max_microbatches=2)
     keyed, operator = state_at_latest_checkpoint(spark, lake, spec)
@@ -137,10 +138,6 @@ def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carr
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
     assert _raw_free(state_at_latest_checkpoint(spark, lake, spec)[0]) == _raw_free(
         state_at_latest_checkpoint(spark, steady, all_states_job(steady))[0])
-
-
-class Renamed(CountOnly):
-    pass
 
 
 @pytest.mark.slow
