@@ -247,7 +247,8 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
             return name
         uid, _, rest = name.partition(".")
         new = f"{uid_map.get(uid, uid)}.{rest}"
-        return new if uid_map.get(uid, uid) == spec.uid and (new in descriptors or name not in src.descriptors) \
+        registered_up_front = name in src.descriptors and not src.descriptors[name].get("lazy")
+        return new if uid_map.get(uid, uid) == spec.uid and (new in descriptors or not registered_up_front) \
             else None
 
     stored = sorted(set(src.descriptors) | set(src.entries))

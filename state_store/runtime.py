@@ -165,6 +165,7 @@ class JobRunner:
         self.lease = JobLease(self.meta.dir / "lease", spec.job_id, lease_timeout_s)
         self.lease_wait_s = lease_wait_s
         self.p, self.maxp = spec.parallelism, spec.effective_max_parallelism
+        self._registered: dict[str, dict] = {}  # every state the subtasks registered in this run
 
     @property
     def sink_app_id(self) -> str:
@@ -521,6 +522,7 @@ class JobRunner:
             total["worker_peak_rss_kb"] = max(total["worker_peak_rss_kb"], s.get("peak_rss_kb", 0))
             for name, delta in s["entries"].items():
                 total["entries_delta"][name] = total["entries_delta"].get(name, 0) + delta
+            self._registered.update(s.get("descriptors", {}))
         return [by_batch[p.batch_id] for p in plans]
 
     # -- 3. write -----------------------------------------------------------------------------------------------
@@ -615,6 +617,9 @@ class JobRunner:
         entries = dict(checkpoint.entries) if checkpoint else {}
         deltas = {s["batch_id"]: s["entries_delta"] for s in stats}
         sink = table_snapshot(self.sink_path) if (self.sink_path / "_delta_log").exists() else None
+        # States the function registers only while processing: recorded, marked so a restore lets them follow
+        # their uid (a dry run of the definition cannot tell whether it still registers them).
+        lazy = {n: {**d, "lazy": True} for n, d in self._registered.items() if n not in descriptors}
         taken = []
         for plan in plans:
             for name, delta in deltas[plan.batch_id].items():
@@ -630,7 +635,8 @@ class JobRunner:
                 job_id=spec.job_id, checkpoint_id=cid, batch_id=batch_id, uid=spec.uid,
                 key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=self.p,
                 max_parallelism=self.maxp, key_group_ranges=[r.to_list() for r in key_group_ranges(self.maxp, self.p)],
-                source_offsets=plan.end_offsets, state=state, descriptors=self._present(checkpoint, descriptors, entries),
+                source_offsets=plan.end_offsets, state=state,
+                descriptors=self._present(checkpoint, {**lazy, **descriptors}, entries),
                 entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
                 processing_time=plan.timestamp, run_id=self.lease.run_id, sink=sink)
             self.meta.write_checkpoint(row)  # last: the checkpoint exists only once this row does

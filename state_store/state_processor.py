@@ -28,6 +28,7 @@ groups are computed in the JVM as a run computes them.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -113,7 +114,8 @@ class SavepointReader:
                     f"descriptor=<its descriptor>") if stored else ""
             raise ConfigError(f"{self.source.where} has no {scope} state {qname!r}; it has {known}{hint}")
         if descriptor is not None and descriptor.schema()["type"] != found["type"]:
-            raise ConfigError(f"state {qname!r} is stored as {found['type']}, not {descriptor.schema()['type']}")
+            raise ConfigError(f"state {qname!r} is stored as {json.dumps(found['type'])}, not "
+                              f"{json.dumps(descriptor.schema()['type'])}: give its stored type")
         return qname, found
 
     def keyed_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None

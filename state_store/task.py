@@ -207,6 +207,11 @@ class SubtaskRunner:
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
         stats["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
+        # Every state registered so far, also those registered only while processing (broadcast state in
+        # process_broadcast_element), so the checkpoint records each one's type.
+        stats["descriptors"] = {**{q: {"scope": "keyed", **d.schema()} for q, d in self.runtime_ctx.descriptors.items()},
+                                **{q: {"scope": "operator", "mode": m, **d.schema()}
+                                   for q, (m, d) in self.operator_store.descriptors().items()}}
         self.results.add(KIND_STAT, batch_id, subtask, json.dumps(stats))
 
     def goto(self, batch_id: int) -> None:

@@ -39,11 +39,12 @@ def test_the_reader_gives_every_kind_of_state_as_typed_rows(spark, lake):
     seen = reader.list_state("batches_seen").collect()
     assert sorted((r["subtask"], r["value"]) for r in seen) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert sorted((r["subtask"], r["value"]) for r in reader.list_state("subtasks").collect()) == [(0, 0), (1, 1)]
-    with pytest.raises(ConfigError, match=r"registered while processing\): \['all.factors'\]: pass "
-                                          r"descriptor="):
-        reader.broadcast_state("factors")  # registered in process_broadcast_element: its type is not recorded
-    factors = reader.broadcast_state("factors", descriptor=MapStateDescriptor("factors", Types.STRING(), Types.LONG()))
+    # Registered only in process_broadcast_element, yet recorded by the run with its type.
+    assert reader.states()["all.factors"]["lazy"] is True
+    factors = reader.broadcast_state("factors")
     assert {(r["subtask"], r["key"], r["value"]) for r in factors.collect()} == {(0, "factor", 2), (1, "factor", 2)}
+    with pytest.raises(ConfigError, match=r"state 'all.factors' is stored as \{\"MAP\": \[\"STRING\", \"LONG\"\]\}"):
+        reader.broadcast_state("factors", descriptor=MapStateDescriptor("factors", Types.STRING(), Types.STRING()))
     with pytest.raises(ConfigError, match=r"has no keyed state 'all.nope'; it has \['all.count'"):
         reader.keyed_state("nope")
     # The same through a savepoint, and through the CLI.

@@ -162,12 +162,14 @@ def operator_changes(result):
 
 def stats(result):
     """(batch_id, subtask, payload) of every stat row, in the order returned; the worker's peak RSS (which
-    every stat row carries, and must be a positive number of KiB) is left out."""
+    every stat row carries, and must be a positive number of KiB) and the states registered so far (checked
+    end to end by the State Processor tests) are left out."""
     rows = []
     for r in result:
         if r["kind"] == "stat":
             payload = json.loads(r["payload"])
             assert payload.pop("peak_rss_kb") > 0
+            assert isinstance(payload.pop("descriptors"), dict)
             rows.append((r["batch_id"], r["subtask"], payload))
     return rows
 
