@@ -231,7 +231,6 @@ def cmd_restore(args, settings: Settings) -> int:
 
 def cmd_rescale(args, settings: Settings) -> int:
     from .restore import rescale_job
-    from .savepoint import take_savepoint
     from .spark import build_spark
 
     if args.parallelism <= 0:
@@ -241,11 +240,9 @@ def cmd_rescale(args, settings: Settings) -> int:
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master)
-    if args.savepoint_first:
-        take_savepoint(spark, settings, args.job, wait_s=args.wait_for_lease, say=_quiet_say)
     checkpoint = rescale_job(spark, settings, spec, args.parallelism,
-                             allow_non_restored_state=args.allow_non_restored_state, wait_s=args.wait_for_lease,
-                             say=_quiet_say)
+                             allow_non_restored_state=args.allow_non_restored_state,
+                             savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)
     print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
           f"{checkpoint.parallelism}; the next run continues from it")
     return 0

@@ -190,7 +190,8 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
 
 def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: RestoreSource | None = None, *,
                 parallelism: int | None = None, backend: str | None = None, uid_map=None,
-                allow_non_restored_state: bool = False, wait_s: float = 0.0, say=print) -> CheckpointMetadata:
+                allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
+                say=print) -> CheckpointMetadata:
     """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
     job is held) with the changes asked for; return it. Everything is checked before anything is written.
 
@@ -210,6 +211,10 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {spec.job_id}: {m}"))
     try:
         source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
+        if savepoint_first and not source.is_savepoint:  # under the same hold: no run comes in between
+            from .savepoint import savepoint_of_checkpoint
+
+            savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
         return _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
                         allow_non_restored_state, say)
     finally:
@@ -343,12 +348,15 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
 
 
 def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec, parallelism: int, *,
-                allow_non_restored_state: bool = False, wait_s: float = 0.0, say=print) -> CheckpointMetadata:
-    """Rescale the job's latest checkpoint to ``parallelism``: keyed state stays, operator state moves.
+                allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
+                say=print) -> CheckpointMetadata:
+    """Rescale the job's latest checkpoint to ``parallelism``: keyed state stays, operator state moves; with
+    ``savepoint_first``, a savepoint of that checkpoint is taken first, while the job is held for both.
 
     Example::
 
         rescale_job(spark, settings, JobRegistry(settings).load("clicks"), 4)
     """
     return restore_job(spark, settings, spec, None, parallelism=parallelism,
-                       allow_non_restored_state=allow_non_restored_state, wait_s=wait_s, say=say)
+                       allow_non_restored_state=allow_non_restored_state, savepoint_first=savepoint_first,
+                       wait_s=wait_s, say=say)

@@ -61,13 +61,14 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
                       else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
-        return _write(spark, settings, checkpoint, job_dir, label, say)
+        return savepoint_of_checkpoint(spark, settings, checkpoint, job_dir, label, say)
     finally:
         lease.release()
 
 
-def _write(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata, job_dir: Path,
-           label: str | None, say) -> SavepointMetadata:
+def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
+                            job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
+    """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
     from .backends import create_keyed_backend, create_operator_backend  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id

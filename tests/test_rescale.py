@@ -70,7 +70,11 @@ def test_operator_state_is_redistributed_as_flink_does_up_and_down(spark, lake):
     for batch in range(3):
         lake.write_events(f"e{batch}.json", events(batch, keys=KEYS, per_key=1))
     run(spark, spec, lake, max_microbatches=1)
-    rescale_job(spark, lake.settings, spec, 3, say=lambda m: None)
+    rescale_job(spark, lake.settings, spec, 3, savepoint_first=True, say=lambda m: None)
+    from state_store.savepoint import list_savepoints
+
+    (savepoint,) = list_savepoints(lake.settings, spec.job_id)  # taken under the same hold, before the rescale
+    assert (savepoint.checkpoint_id, savepoint.parallelism) == (1, 2)
     run(spark, spec, lake, max_microbatches=1)
     got = restored_by_subtask(spark, lake, spec, 1)
     assert got == {0: [["a", "b"], ["u0", "u1"], {"from": "b0"}],
