@@ -211,12 +211,8 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {spec.job_id}: {m}"))
     try:
         source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
-        if savepoint_first and not source.is_savepoint:  # under the same hold: no run comes in between
-            from .savepoint import savepoint_of_checkpoint
-
-            savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
         return _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
-                        allow_non_restored_state, say)
+                        allow_non_restored_state, savepoint_first, say)
     finally:
         lease.release()
         holder = current_holder(lease.dir) or {}
@@ -225,7 +221,7 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
 
 
 def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map, allow_non_restored_state,
-             say) -> CheckpointMetadata:
+             savepoint_first, say) -> CheckpointMetadata:
     job_id, src, where = spec.job_id, source.meta, source.where
     if getattr(src, "layout", LAYOUT_VERSION) != LAYOUT_VERSION:
         raise RestoreError(f"{where} was written with state layout {src.layout}; this release reads layout "
@@ -273,6 +269,13 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
     started = time.time()
     latest = meta.latest_checkpoint()
     done = [b for b in (latest.batch_id if latest else None, meta.last_commit()) if b is not None]
+    own_latest = source.job_dir == meta.job_dir and latest is not None and latest.checkpoint_id == getattr(
+        src, "checkpoint_id", None)
+    if done and max(done) > src.batch_id and own_latest:
+        raise RestoreError(
+            f"a run of job {job_id!r} committed microbatch {max(done)} after its latest checkpoint "
+            f"{latest.checkpoint_id} (microbatch {src.batch_id}) but stopped before checkpointing it; run the job "
+            f"once (it finishes those microbatches), then try again")
     if done and max(done) > src.batch_id:
         raise RestoreError(
             f"job {job_id!r} has already committed microbatch {max(done)}, and {where} is at microbatch "
@@ -292,9 +295,11 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
                 f"subtasks {lost} of {where} hold raw operator state, which is opaque bytes that Lakestate cannot "
                 f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
                 f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
-    same_job = source.job_dir is not None and latest is not None and latest.checkpoint_id == getattr(
-        src, "checkpoint_id", None) and source.job_dir == meta.job_dir
-    fast = (same_job and not dropped and all(n == m for n, m in kept.items()) and target == src.backend
+    if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
+        from .savepoint import savepoint_of_checkpoint
+
+        savepoint_of_checkpoint(spark, settings, src, source.job_dir, say=say)
+    fast = (own_latest and not dropped and all(n == m for n, m in kept.items()) and target == src.backend
             and target in ("delta", "hashmap"))
     checkpoint_id = max(meta.checkpoint_ids(), default=0) + 1
     keyed_backend = create_keyed_backend(target, spark, meta.job_dir, job_id, latest if fast else None)

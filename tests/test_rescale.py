@@ -133,7 +133,10 @@ def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(
     lake.write_events("e0.json", events(0))
     run(spark, spec, lake)
     with pytest.raises(ConfigError, match=r"parallelism 9 is above max_parallelism 8"):
-        rescale_job(spark, lake.settings, spec, 9, say=lambda m: None)
+        rescale_job(spark, lake.settings, spec, 9, savepoint_first=True, say=lambda m: None)
+    from state_store.savepoint import list_savepoints
+
+    assert list_savepoints(lake.settings) == []  # refused before anything was written, the savepoint too
     with pytest.raises(RestoreError, match=r"max_parallelism is the number of key groups and is fixed"):
         rescale_job(spark, lake.settings, count_job(lake, max_parallelism=16), 3, say=lambda m: None)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
