@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from .catalog import read_json
@@ -239,3 +241,29 @@ class JobLease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def remove_if_only_the_lease(job_dir: Path, lease_dir: Path) -> None:
+    """Remove a job folder that holds nothing but its lease (a refused first run, savepoint or restore of a
+    job that did not exist leaves no folder), unless a live run holds the job (it may not have written yet)."""
+    holder = current_holder(lease_dir)
+    if holder is not None and not holder.get("released"):
+        return
+    if not any(p.is_file() and lease_dir not in p.parents for p in job_dir.rglob("*")):
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+@contextmanager
+def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=print):
+    """Hold job ``job_id`` for ``purpose`` (a savepoint, a restore) as a run holds it: wait up to ``wait_s``
+    for the run in progress; a job folder this created and left empty is removed afterwards."""
+    existed = job_dir.exists()
+    lease = JobLease(job_dir / "_meta" / "lease", job_id,
+                     run_id=f"{purpose}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
+    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
+    try:
+        yield lease
+    finally:
+        lease.release()
+        if not existed:
+            remove_if_only_the_lease(job_dir, lease.dir)

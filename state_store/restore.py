@@ -33,9 +33,7 @@ it into a new job id instead.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +55,7 @@ from .descriptors import check_state_name, qualified_name
 from .errors import ConfigError, RestoreError
 from .job import BACKENDS, JobSpec
 from .key_groups import check_parallelism, key_group_ranges
-from .lease import JobLease, current_holder
+from .lease import holding
 from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
 from .repartition import broadcast, split_distribute
 from .runtime import SOURCE_OFFSETS_STATE
@@ -205,19 +203,10 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     if backend is not None and backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
     meta = JobMeta(settings.job_dir(spec.job_id))
-    existed = meta.job_dir.exists()
-    lease = JobLease(meta.dir / "lease", spec.job_id, run_id=f"restore-{time.strftime('%Y%m%dT%H%M%S')}-"
-                                                             f"{uuid.uuid4().hex[:6]}")
-    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {spec.job_id}: {m}"))
-    try:
+    with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
         source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
         return _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
                         allow_non_restored_state, savepoint_first, say)
-    finally:
-        lease.release()
-        holder = current_holder(lease.dir) or {}
-        if not existed and not meta.checkpoint_ids() and holder.get("released", True):
-            shutil.rmtree(meta.job_dir, ignore_errors=True)  # a refused restore into a new job leaves no folder
 
 
 def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map, allow_non_restored_state,

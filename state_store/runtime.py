@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -70,7 +69,7 @@ from .exchange import (
 )
 from .job import KEY_TYPES, JobSpec
 from .key_groups import key_group_ranges
-from .lease import JobLease, current_holder
+from .lease import JobLease, remove_if_only_the_lease
 from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .repartition import split_slices
 from .settings import Settings
@@ -392,7 +391,7 @@ class JobRunner:
                 self.lease.release()
         finally:
             if not existed:
-                self._remove_if_only_the_lease()
+                remove_if_only_the_lease(self.job_dir, self.lease.dir)
 
     def _continue_as(self, checkpoint: CheckpointMetadata) -> None:
         """A job runs at the parallelism and with the backend of the checkpoint it continues from (a rescale or
@@ -405,16 +404,6 @@ class JobRunner:
                           f"{getattr(changed, name)} (change it with lakestate "
                           f"{'rescale' if name == 'parallelism' else 'restore'})")
         self.spec, self.p, self.maxp = changed, changed.parallelism, changed.effective_max_parallelism
-
-    def _remove_if_only_the_lease(self) -> None:
-        """A first run that wrote nothing (refused, or no input yet) leaves no job folder, not even its lease."""
-        lease_dir = self.lease.dir
-        holder = current_holder(lease_dir)
-        if holder is not None and not holder.get("released"):
-            return  # another run holds the job (it may not have written anything yet): its lease stays
-        left = [p for p in self.job_dir.rglob("*") if p.is_file() and lease_dir not in p.parents]
-        if not left:
-            shutil.rmtree(self.job_dir, ignore_errors=True)
 
     def _run(self, max_microbatches: int | None, max_records: int | None, descriptors: dict) -> RunResult:
         spec, meta = self.spec, self.meta

@@ -26,7 +26,7 @@ from .checkpoint import CheckpointMetadata, SavepointMetadata
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
-from .lease import JobLease
+from .lease import holding
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -53,17 +53,12 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
     check_job_id(job_id)
     job_dir = settings.job_dir(job_id)
     meta = JobMeta(job_dir)
-    lease = JobLease(meta.dir / "lease", job_id, run_id=f"savepoint-{time.strftime('%Y%m%dT%H%M%S')}-"
-                                                          f"{uuid.uuid4().hex[:6]}")
-    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
-    try:
+    with holding(job_dir, job_id, "savepoint", wait_s, say):
         checkpoint = (meta.checkpoint(checkpoint_id) if checkpoint_id is not None
                       else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
         return savepoint_of_checkpoint(spark, settings, checkpoint, job_dir, label, say)
-    finally:
-        lease.release()
 
 
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,

@@ -70,6 +70,13 @@ def test_a_savepoint_is_a_complete_copy_another_engine_reads_the_same(spark, lak
     assert list_savepoints(lake.settings) == [] and not (lake.settings.savepoints / spec.job_id / "first").exists()
 
 
+def test_a_savepoint_of_a_job_without_a_checkpoint_is_refused_and_leaves_no_folder(spark, lake):
+    with pytest.raises(ConfigError, match=r"job 'nothing-yet' has no checkpoint yet: run it first, then take a "
+                                          r"savepoint"):
+        take_savepoint(spark, lake.settings, "nothing-yet", **QUIET)
+    assert not lake.settings.job_dir("nothing-yet").exists()
+
+
 @pytest.mark.slow
 def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spark, lake, monkeypatch):
     import state_store.savepoint as savepoint_module
