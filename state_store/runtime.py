@@ -450,6 +450,7 @@ class JobRunner:
                 # every user or input error surfaces here, before anything is committed.
                 rows = self._process(plans, checkpoint, keyed_backend, operator_backend, outputs).collect()
             except Exception as e:
+                self._wait_for_running_tasks()
                 for plan in new:
                     meta.drop_plan(plan.batch_id)
                 which = (f"microbatch {batch_ids[0]}" if len(batch_ids) == 1
@@ -493,6 +494,13 @@ class JobRunner:
         self._say(f"run {self.lease.run_id}: {len(plans)} microbatches, {records} records in {result.seconds}s "
                   f"({rate:,.0f} records/s; " + ", ".join(f"{k} {v}s" for k, v in result.phases.items()) + ")")
         return result
+
+    def _wait_for_running_tasks(self, seconds: float = 60.0) -> None:
+        """After a failed pass, let Spark stop its other tasks first: one still running could write a file after
+        the run removed its uncommitted ones."""
+        tracker, deadline = self.spark.sparkContext.statusTracker(), time.time() + seconds
+        while tracker.getActiveStageIds() and time.time() < deadline:
+            time.sleep(0.2)
 
     def _stats(self, plans: list[MicrobatchPlan], rows) -> list[dict]:
         """Per microbatch, the subtasks' counters summed exactly."""
