@@ -262,6 +262,12 @@ _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryS
 assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
 
 
+def checkpoint_damage(spark: SparkSession, job_dir: Path, checkpoint: CheckpointMetadata) -> list[str]:
+    """What makes ``checkpoint`` unrestorable, per state table (empty when intact); see ``StateBackend.damage``."""
+    return [d for create in (create_keyed_backend, create_operator_backend)
+            if (d := create(checkpoint.backend, spark, job_dir, checkpoint.job_id, checkpoint).damage(checkpoint))]
+
+
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
                          checkpoint: CheckpointMetadata | None = None) -> StateBackend:
     """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it)."""

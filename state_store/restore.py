@@ -40,7 +40,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend
+from .backends import checkpoint_damage, create_keyed_backend, create_operator_backend
 from .catalog import JobMeta
 from .checkpoint import (
     LAYOUT_VERSION,
@@ -100,8 +100,7 @@ class RestoreSource:
         if self.is_savepoint:
             missing = [t for t in ("keyed", "operator") if not (Path(self.meta.table_path(t)) / "_delta_log").is_dir()]
             return [f"{self.where} has lost its {t} table" for t in missing]
-        return [d for create in (create_keyed_backend, create_operator_backend)
-                if (d := self._backend(create, spark).damage(self.meta))]
+        return checkpoint_damage(spark, self.job_dir, self.meta)
 
     def rows(self, spark: SparkSession, table: str) -> DataFrame:
         """The live entries of ``table`` ("keyed" or "operator")."""

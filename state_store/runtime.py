@@ -41,7 +41,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import StateBackend, create_keyed_backend, create_operator_backend
+from .backends import StateBackend, checkpoint_damage, create_keyed_backend, create_operator_backend
 from .catalog import CorruptCheckpoint, JobMeta
 from .checkpoint import CheckpointMetadata, MicrobatchPlan, check_restorable, continuing_spec, discover_descriptors
 from .delta_log import app_transaction_version, table_metadata, table_snapshot
@@ -196,8 +196,7 @@ class JobRunner:
             except CorruptCheckpoint as e:
                 problems.append(str(e))
                 continue
-            damage = [d for create in (create_keyed_backend, create_operator_backend)
-                      if (d := create(checkpoint.backend, self.spark, self.job_dir, self.spec.job_id).damage(checkpoint))]
+            damage = checkpoint_damage(self.spark, self.job_dir, checkpoint)
             if damage and checkpoint.state.get("keyed", {}).get("incremental"):
                 raise RestoreError("; ".join(damage) + ". The delta backend appends every run to its state "
                                    "tables, so an older checkpoint cannot stand in for a damaged table")

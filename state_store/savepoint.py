@@ -13,6 +13,7 @@ Savepoints never expire; ``dispose`` deletes one.
 """
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import time
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 METADATA = "_metadata.json"
+POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
+                "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -64,23 +67,23 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
-    from .backends import create_keyed_backend, create_operator_backend  # Spark: only where a savepoint is taken
+    from .restore import RestoreSource  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
-    backends = [create(checkpoint.backend, spark, job_dir, job_id, checkpoint)
-                for create in (create_keyed_backend, create_operator_backend)]
-    damage = [d for b in backends if (d := b.damage(checkpoint))]
+    source = RestoreSource(checkpoint, job_dir)
+    damage = source.damage(spark)
     if damage:
         raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
                            + "; ".join(damage))
     name = label or f"savepoint-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
-    fields = {k: getattr(checkpoint, k) for k in (
-        "checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
-        "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")}
-    return write_savepoint(settings, job_id, name, {t: b.read(checkpoint) for t, b in zip(("keyed", "operator"),
-                                                                                          backends)},
-                           fields, label, say)
+    return write_savepoint(settings, job_id, name, {t: source.rows(spark, t) for t in ("keyed", "operator")},
+                           point_fields(checkpoint), label, say)
+
+
+def point_fields(point) -> dict:
+    """What a savepoint's metadata takes over from the checkpoint or savepoint it is made from."""
+    return {k: copy.deepcopy(getattr(point, k)) for k in POINT_FIELDS}
 
 
 def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fields: dict, label: str | None,

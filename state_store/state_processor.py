@@ -42,7 +42,7 @@ from .key_groups import check_parallelism, compute_default_max_parallelism, key_
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from .repartition import split_distribute
 from .restore import RestoreSource
-from .savepoint import check_label, load_savepoint, write_savepoint
+from .savepoint import check_label, load_savepoint, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
 from .state_tables import KEYED, OPERATOR
@@ -211,11 +211,7 @@ class SavepointWriter:
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
         source = RestoreSource(meta)
-        fields = {k: getattr(meta, k) for k in (
-            "checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
-            "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")}
-        fields["descriptors"], fields["entries"] = dict(fields["descriptors"]), dict(fields["entries"])
-        return cls(spark, settings, job_id or meta.job_id, fields, source.rows(spark, "keyed"),
+        return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, "keyed"),
                    source.rows(spark, "operator"))
 
     def _register(self, descriptor: StateDescriptor, scope: str, mode: str | None = None) -> str:

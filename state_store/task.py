@@ -141,6 +141,7 @@ class SubtaskRunner:
         self._open = False
         self._group_key: str | None = None
         self._group: list[dict] = []
+        self._reported = 0  # how many registered states the stat rows have reported
 
     # -- restore -----------------------------------------------------------------------------------------
     def load_operator(self, state_name: str, mode: str, value: str, origin: int) -> None:
@@ -207,11 +208,14 @@ class SubtaskRunner:
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
         stats["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
-        # Every state registered so far, also those registered only while processing (broadcast state in
-        # process_broadcast_element), so the checkpoint records each one's type.
-        stats["descriptors"] = {**{q: {"scope": "keyed", **d.schema()} for q, d in self.runtime_ctx.descriptors.items()},
-                                **{q: {"scope": "operator", "mode": m, **d.schema()}
-                                   for q, (m, d) in self.operator_store.descriptors().items()}}
+        # The states registered since the last report, also those registered only while processing (broadcast
+        # state in process_broadcast_element), so the checkpoint records each one's type; usually none.
+        operator = self.operator_store.descriptors()
+        stats["descriptors"] = {}
+        if len(self.runtime_ctx.descriptors) + len(operator) != self._reported:
+            stats["descriptors"] = {**{q: {"scope": "keyed", **d.schema()} for q, d in self.runtime_ctx.descriptors.items()},
+                                    **{q: {"scope": "operator", "mode": m, **d.schema()} for q, (m, d) in operator.items()}}
+            self._reported = len(self.runtime_ctx.descriptors) + len(operator)
         self.results.add(KIND_STAT, batch_id, subtask, json.dumps(stats))
 
     def goto(self, batch_id: int) -> None:
