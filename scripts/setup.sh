@@ -40,4 +40,30 @@ if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
     done
   fi
 fi
+# hadoop-aws and the AWS SDK bundle it needs, for warehouses and savepoint roots on s3a:// (Spark adds them to
+# its classpath only when one is configured: the bundle is 530 MiB, and a cluster's executors would copy it).
+S3_JARS=(org/apache/hadoop/hadoop-aws/3.4.1/hadoop-aws-3.4.1.jar software/amazon/awssdk/bundle/2.24.6/bundle-2.24.6.jar)
+mkdir -p .cache/jars-s3
+for j in "${S3_JARS[@]}"; do
+  f=.cache/jars-s3/$(basename "$j")
+  if [ ! -f "$f" ]; then
+    echo "[setup] fetching $(basename "$j") from Maven Central into .cache/jars-s3"
+    .venv/bin/python - "https://repo1.maven.org/maven2/$j" "$f" <<'PY'
+import hashlib, os, sys, urllib.request as u
+url, target = sys.argv[1], sys.argv[2]
+tmp = target + ".part"
+u.urlretrieve(url, tmp)
+want = u.urlopen(url + ".sha1").read().decode().split()[0]
+digest = hashlib.sha1()
+with open(tmp, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
+got = digest.hexdigest()
+if got != want:
+    os.remove(tmp)
+    sys.exit(f"[setup] {url}: sha1 {got} is not Maven Central's {want}; run set-up again")
+os.replace(tmp, target)  # only a complete, verified jar gets the name
+PY
+  fi
+done
 echo "[setup] ready: $(.venv/bin/python -c 'import importlib.metadata as m;print(*(f"{p} {m.version(p)}" for p in ("pyspark","delta-spark","apache-airflow")), sep=", ")'), jars: $(ls .cache/jars | tr '\n' ' ')"

@@ -16,7 +16,6 @@ microbatch m restores exactly the state after m.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +26,7 @@ from .delta_log import CorruptLogError, app_transaction_version, missing_files, 
 from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
+from .storage import location, options_of, rmtree
 from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live
 
 class StateBackend:
@@ -62,7 +62,7 @@ class StateBackend:
         """Where run ``token``'s subtasks write this table's changes (``run_files``): by default a
         staging directory of the run, read back by ``write_run``."""
         self._output = OutputTable(self.table.name, str(self.staging_dir(token)), self.table.schema,
-                                   self.table.partition_columns, None)
+                                   self.table.partition_columns, None, storage=options_of(self.job_dir))
         return self._output
 
     def write_run(self, files: list[dict], last_batch_id: int) -> None:
@@ -70,11 +70,11 @@ class StateBackend:
         its microbatch) durable as far as this backend does per run."""
         directory = self._output.directory
         self._changes = (self.spark.read.schema(self.table.schema).option("basePath", directory)
-                         .parquet(*[str(Path(directory) / f["path"]) for f in files]) if files else None)
+                         .parquet(*[str(self._output.root / f["path"]) for f in files]) if files else None)
 
     def end_run(self, token: str) -> None:
         """The run is over (its checkpoints taken or it failed): drop what it staged."""
-        shutil.rmtree(self.staging_dir(token).parent, ignore_errors=True)
+        rmtree(self.staging_dir(token).parent, ignore_errors=True)
 
     def snapshot(self, checkpoint_id: int, batch_id: int) -> dict:
         """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records."""
@@ -128,7 +128,7 @@ class DeltaStateBackend(StateBackend):
         generation of it, ``state/g<N>/``), else the job's first."""
         recorded = (self.bound.state.get(self.table.name) or {}) if self.bound and self.bound.backend == self.name \
             else {}
-        return Path(recorded["path"]) if recorded.get("path") else self.job_dir / "state" / self.table.name
+        return location(recorded["path"]) if recorded.get("path") else self.job_dir / "state" / self.table.name
 
     def _generation_path(self, checkpoint_id: int) -> Path:
         return self.job_dir / "state" / f"g{checkpoint_id}" / self.table.name
@@ -143,7 +143,7 @@ class DeltaStateBackend(StateBackend):
 
     def output(self, token):
         self._output = OutputTable(self.table.name, str(self.path), self.table.schema, self.table.partition_columns,
-                                   app_transaction_version(self.path, self.app_id))
+                                   app_transaction_version(self.path, self.app_id), storage=options_of(self.path))
         return self._output
 
     def write_run(self, files, last_batch_id):
@@ -190,7 +190,7 @@ class HashMapStateBackend(StateBackend):
             self._base = self.empty()
             return self._base
         recorded = checkpoint.state[self.table.name]
-        if not (Path(recorded["path"]) / "_delta_log").is_dir():
+        if not (location(recorded["path"]) / "_delta_log").is_dir():
             raise RestoreError(
                 f"checkpoint {checkpoint.checkpoint_id}'s snapshot {recorded['path']} is missing; "
                 f"restore an older checkpoint or a savepoint"
@@ -213,7 +213,7 @@ class HashMapStateBackend(StateBackend):
         # A rescaled checkpoint pins the keyed snapshot of the checkpoint it came from: keep what is pinned.
         path = (checkpoint.state.get(self.table.name) or {}).get("path")
         if path and path not in self._pinned(retained, self.table.name):
-            shutil.rmtree(path, ignore_errors=True)
+            rmtree(path, ignore_errors=True)
         folder = self._dir(checkpoint.checkpoint_id).parent
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()

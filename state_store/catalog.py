@@ -5,38 +5,31 @@
     <warehouse>/jobs/<job>/_meta/commits/<m>.json    microbatch m is done
     <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
 
-Every file is written to a temporary name and renamed, so a reader never sees
-half of one. Plain files keep the catalog readable without Spark (the CLI,
+Every file is written so that a reader never sees half of one (``storage.write_atomic``:
+a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable without Spark (the CLI,
 the Airflow plugin).
 """
 from __future__ import annotations
 
 import importlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from . import storage
 from .checkpoint import CheckpointMetadata, MicrobatchPlan
 from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
 from .settings import Settings
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_json_atomic(path, data: Any) -> None:
+    storage.write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def read_json(path: Path) -> Any:
-    with open(path) as f:
-        return json.load(f)
+def read_json(path) -> Any:
+    return storage.read_json(path)
 
 
 class CorruptCheckpoint(ConfigError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from .errors import RestoreError
@@ -19,6 +18,7 @@ from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
 from .types import StateMigrationError, check_compatibility
 from .sources import position
+from .storage import location
 
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
 SAVEPOINT_FORMAT = 1
@@ -132,7 +132,7 @@ class SavepointMetadata(_Record):
         return sum(t.get("num_files", 0) for t in self.tables.values())
 
     def table_path(self, table: str) -> str:
-        return str(Path(self.path) / self.tables[table]["path"])
+        return str(location(self.path) / self.tables[table]["path"])
 
 
 def discover_descriptors(spec) -> dict[str, dict]:

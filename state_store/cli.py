@@ -102,7 +102,7 @@ def cmd_run(args, settings: Settings) -> int:
                               f"the entry's name and the JobSpec's job_id must be the same")
         max_microbatches = max_microbatches or entry.max_microbatches
     spec = registry.load(args.job)
-    spark = build_spark(f"lakestate-{args.job}", master=args.spark_master)
+    spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     result = run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
                      lease_wait_s=args.wait_for_lease)
     records, seconds = result.records_in, result.seconds
@@ -123,7 +123,7 @@ def cmd_state(args, settings: Settings) -> int:
         raise ConfigError("give --checkpoint or --savepoint, not both")
     if args.savepoint is None and JobMeta(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
-    spark = build_spark(f"lakestate-state-{args.job}")
+    spark = build_spark(f"lakestate-state-{args.job}", s3=settings.on_object_storage or None)
     reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
               else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
@@ -166,7 +166,7 @@ def cmd_savepoint(args, settings: Settings) -> int:
 
     check_label(args.label)
     JobRegistry(settings).get(args.job)
-    spark = build_spark(f"lakestate-savepoint-{args.job}", master=args.spark_master)
+    spark = build_spark(f"lakestate-savepoint-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     savepoint = take_savepoint(spark, settings, args.job, args.checkpoint, args.label, args.wait_for_lease,
                                say=_quiet_say)
     print(f"[lakestate] savepoint path: {savepoint.path}")
@@ -220,7 +220,7 @@ def cmd_restore(args, settings: Settings) -> int:
         from_job = args.from_job or args.job
         JobRegistry(settings).get(from_job)
         source = RestoreSource.of_checkpoint(settings, from_job, args.checkpoint)
-    spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master)
+    spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
                              uid_map=uid_map, allow_non_restored_state=args.allow_non_restored_state,
                              wait_s=args.wait_for_lease, say=_quiet_say)
@@ -239,7 +239,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     latest = JobMeta(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
-    spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master)
+    spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = rescale_job(spark, settings, spec, args.parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,
                              savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)

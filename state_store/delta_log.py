@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 
 from .errors import LakestateError
+from .storage import ObjectPath, listdir, location, read_parquet
 
 
-def _commit_versions(log: Path) -> list[int]:
-    return sorted(int(n[:20]) for n in os.listdir(log) if n.endswith(".json") and len(n) == 25 and n[:20].isdigit())
+def _commit_versions(log) -> list[int]:
+    return sorted(int(n[:20]) for n in listdir(log) if n.endswith(".json") and len(n) == 25 and n[:20].isdigit())
 
 
 def _checkpoint_files(log: Path, version: int, parts: int | None) -> list[Path]:
@@ -40,10 +41,8 @@ def _replay(log: Path, target: int | None, column: str, on_action) -> int | None
         cp_version = int(info["version"])
         parts = _checkpoint_files(log, cp_version, info.get("parts"))
         if cp_version <= target and all(p.exists() for p in parts):
-            import pyarrow.parquet as pq
-
             for part in parts:
-                for value in pq.read_table(part, columns=[column]).column(column).to_pylist():
+                for value in read_parquet(part, columns=[column]).column(column).to_pylist():
                     if value is not None:
                         on_action({column: value})
             start = cp_version + 1
@@ -52,7 +51,7 @@ def _replay(log: Path, target: int | None, column: str, on_action) -> int | None
     for v in range(start, target + 1):
         commit = log / f"{v:020d}.json"
         try:
-            with open(commit) as f:
+            with commit.open() as f:
                 for number, line in enumerate(f, 1):
                     try:
                         action = json.loads(line)
@@ -84,7 +83,7 @@ def live_adds(path: str | os.PathLike, version: int | None = None) -> dict[str, 
         elif "remove" in action:
             adds.pop(action["remove"]["path"], None)
 
-    _replay(Path(path) / "_delta_log", version, "add", on_action)
+    _replay(location(path) / "_delta_log", version, "add", on_action)
     return adds
 
 
@@ -113,8 +112,12 @@ def missing_files(path: str | os.PathLike, version: int) -> list[str]:
     """The data files the table at ``version`` needs that are gone (raises CorruptLogError for its log)."""
     from urllib.parse import unquote
 
-    root = Path(path)
-    return sorted(str(root / unquote(f)) for f in table_files(path, version) if not (root / unquote(f)).exists())
+    root = location(path)
+    needed = [unquote(f) for f in table_files(path, version)]
+    if isinstance(root, ObjectPath):  # one listing, not a request per file
+        present = {f.relative_to(root).as_posix() for f in root.files()}
+        return sorted(str(root / f) for f in needed if f not in present)
+    return sorted(str(root / f) for f in needed if not (root / f).exists())
 
 
 def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
@@ -125,7 +128,7 @@ def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:
 
 
 def latest_version(path: str | os.PathLike) -> int | None:
-    log = Path(path) / "_delta_log"
+    log = location(path) / "_delta_log"
     if not log.is_dir():
         raise FileNotFoundError(f"{path} is not a Delta table (no _delta_log)")
     versions = _commit_versions(log)
@@ -136,7 +139,7 @@ def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
     """The last ``txnVersion`` the table committed for ``app_id`` (Delta's SetTransaction), or None (also
     when there is no table yet)."""
     found: list[int] = []
-    if not (Path(path) / "_delta_log").is_dir():
+    if not (location(path) / "_delta_log").is_dir():
         return None
 
     def on_action(action: dict) -> None:
@@ -144,7 +147,7 @@ def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
         if txn and txn.get("appId") == app_id:
             found.append(int(txn["version"]))
 
-    _replay(Path(path) / "_delta_log", None, "txn", on_action)
+    _replay(location(path) / "_delta_log", None, "txn", on_action)
     return max(found) if found else None
 
 
@@ -157,7 +160,7 @@ def table_metadata(path: str | os.PathLike) -> dict | None:
         if action.get("metaData"):
             found.append(action["metaData"])
 
-    log = Path(path) / "_delta_log"
+    log = location(path) / "_delta_log"
     if not log.is_dir() or _replay(log, None, "metaData", on_action) is None:
         return None
     if not found:

@@ -4,11 +4,10 @@ Reads only the catalog (no Spark), so an Airflow task runs it in-process.
 """
 from __future__ import annotations
 
-import shutil
-
 from .catalog import JobMeta
 from .lease import current_holder
 from .settings import Settings
+from .storage import rmtree
 
 
 def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:
@@ -23,7 +22,7 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     staging = job_dir / "staging"
     if (holder is None or holder.get("released")) and staging.is_dir():  # no run holds the job: all of it is left over
         for folder in sorted(staging.iterdir()):
-            shutil.rmtree(folder, ignore_errors=True)
+            rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     rows = [{"checkpoint": c.checkpoint_id, "microbatch": c.batch_id, "entries": sum(c.entries.values()),
              "bytes": c.size_bytes, "files": c.num_files, "completed_ms": c.completed_ms} for c in checkpoints]

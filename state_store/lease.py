@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -34,6 +33,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import storage
 from .catalog import read_json
 from .errors import ConfigError, JobLocked
 
@@ -65,7 +65,7 @@ def _pid_alive(pid: int) -> bool:
 def generations(directory: Path) -> list[int]:
     """The generation numbers present, lowest first."""
     try:
-        names = os.listdir(directory)
+        names = storage.listdir(directory)
     except FileNotFoundError:
         return []
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
@@ -88,7 +88,7 @@ def current_holder(directory: Path) -> dict | None:
 
 class JobLease:
     def __init__(self, directory: Path, job_id: str, timeout_s: float = 60.0, run_id: str | None = None):
-        self.dir, self.job_id, self.timeout_s = Path(directory), job_id, check_lease_timeout(timeout_s)
+        self.dir, self.job_id, self.timeout_s = storage.location(directory), job_id, check_lease_timeout(timeout_s)
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.generation: int | None = None
@@ -126,20 +126,13 @@ class JobLease:
             return f"its last heartbeat was {age:.0f}s ago (its lease timeout {timeout:.0f}s)"
         return None
 
-    def _write(self, path: Path, record: dict, exclusive: bool) -> None:
+    def _write(self, path, record: dict, exclusive: bool) -> None:
         """Write a complete file under `path`: exclusively (fails if it exists) or replacing it."""
-        tmp = self.dir / f".{path.name}.{self.run_id}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            if exclusive:
-                os.link(tmp, path)  # atomic create-if-absent, with the content already there
-            else:
-                os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        text = json.dumps(record)
+        if exclusive:
+            storage.create_exclusive(path, text)
+        else:
+            storage.write_atomic(path, text)
 
     def acquire(self) -> "JobLease":
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -250,7 +243,7 @@ def remove_if_only_the_lease(job_dir: Path, lease_dir: Path) -> None:
     if holder is not None and not holder.get("released"):
         return
     if not any(p.is_file() and lease_dir not in p.parents for p in job_dir.rglob("*")):
-        shutil.rmtree(job_dir, ignore_errors=True)
+        storage.rmtree(job_dir, ignore_errors=True)
 
 
 @contextmanager

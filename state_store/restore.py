@@ -61,6 +61,7 @@ from .repartition import broadcast, split_distribute
 from .runtime import SOURCE_OFFSETS_STATE
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
+from .storage import location
 
 
 @dataclass
@@ -98,7 +99,7 @@ class RestoreSource:
 
     def damage(self, spark) -> list[str]:
         if self.is_savepoint:
-            missing = [t for t in ("keyed", "operator") if not (Path(self.meta.table_path(t)) / "_delta_log").is_dir()]
+            missing = [t for t in ("keyed", "operator") if not (location(self.meta.table_path(t)) / "_delta_log").is_dir()]
             return [f"{self.where} has lost its {t} table" for t in missing]
         return checkpoint_damage(spark, self.job_dir, self.meta)
 

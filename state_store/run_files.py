@@ -14,10 +14,12 @@ No Spark import here: the executors and the tests use it alone.
 from __future__ import annotations
 
 import json
-import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from .storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
 SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
 SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
@@ -34,6 +36,12 @@ class OutputTable:
     partition_columns: tuple[str, ...]
     committed: int | None  # rows of microbatches at or below this are already in the table: left out
     batch_column: str = "batch_id"
+    storage: S3Options | None = None  # how to reach an s3a:// directory (travels to the executors)
+
+    @property
+    def root(self):
+        """The directory as a Path or ObjectPath."""
+        return location(self.directory, self.storage)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class TableFiles:
         self.table, self.schema = table, schema
         self.prefix = f"part-{token}-{subtask:05d}-{uuid.uuid4().hex[:8]}"
         self._pending: dict[tuple, list] = {}
-        self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch]
+        self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
         self.pending_rows = 0
 
     def _path(self, partition: tuple) -> str:
@@ -105,9 +113,8 @@ class TableFiles:
             entry = self._writers.get(partition)
             if entry is None:
                 relative = self._path(partition)
-                target = Path(self.table.directory) / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                entry = [pq.ParquetWriter(str(target), self.schema, compression="snappy"), relative, 0, None, None]
+                sink = output_stream(self.table.root / relative)
+                entry = [pq.ParquetWriter(sink, self.schema, compression="snappy"), relative, 0, None, None, sink]
                 self._writers[partition] = entry
             entry[0].write_batch(pa.RecordBatch.from_arrays(self._arrays(rows), schema=self.schema))
             batches = [b for b, _ in rows]
@@ -120,10 +127,12 @@ class TableFiles:
         """Write what is pending, close the files and describe each (``file_info``)."""
         self.flush()
         infos = []
-        for partition, (writer, relative, rows, low, high) in self._writers.items():
+        for partition, (writer, relative, rows, low, high, sink) in self._writers.items():
             writer.close()
+            size = sink.tell()
+            sink.close()
             infos.append(file_info(self.table, relative, dict(zip(self.table.partition_columns, partition)),
-                                   rows, low, high))
+                                   rows, low, high, size))
         self._writers = {}
         return infos
 
@@ -146,11 +155,10 @@ class SinkFiles(TableFiles):
 
 
 def file_info(table: OutputTable, relative: str, partition: dict, rows: int, low: int | None,
-              high: int | None) -> dict:
-    """What a commit needs to know of a written file."""
-    stat = os.stat(Path(table.directory) / relative)
+              high: int | None, size: int) -> dict:
+    """What a commit needs to know of a written file (just closed: its modification time is now)."""
     return {"table": table.name, "path": relative, "partition": {k: str(v) for k, v in partition.items()},
-            "size": stat.st_size, "mtime": int(stat.st_mtime * 1000), "rows": rows, "min": low, "max": high}
+            "size": size, "mtime": int(time.time() * 1000), "rows": rows, "min": low, "max": high}
 
 
 def add_action(info: dict, batch_column: str) -> dict:
@@ -171,26 +179,20 @@ def write_rows(table: OutputTable, token: str, partition: tuple, rows: list[tupl
     return files.close()
 
 
-def remove_uncommitted(directory: str | os.PathLike, token: str, keep: set[str]) -> int:
+def remove_uncommitted(directory, token: str, keep: set[str], storage: S3Options | None = None) -> int:
     """Delete the files of run ``token`` under ``directory`` that are not in ``keep`` (relative paths), and
     the folders left empty."""
     removed, marker = 0, f"part-{token}-"
-    root = Path(directory)
+    root = location(directory, storage)
     if not root.is_dir():
         return 0
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        for name in names:
-            if name.startswith(marker):
-                path = Path(folder) / name
-                if path.relative_to(root).as_posix() not in keep:
-                    path.unlink(missing_ok=True)
-                    removed += 1
+    for path in walk_files(root):
+        if path.name.startswith(marker) and path.relative_to(root).as_posix() not in keep:
+            path.unlink(missing_ok=True)
+            removed += 1
     # And the folders left empty (a failed first run leaves no table folder behind), up to the table's parent
     # when that is empty too (a job's ``state`` folder).
-    for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
-        if not os.listdir(folder):
-            os.rmdir(folder)
+    remove_empty_folders(root)
     if not root.exists():
         try:
             root.parent.rmdir()

@@ -35,7 +35,6 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -80,6 +79,7 @@ from .run_files import OPERATOR as OPERATOR_TABLE
 from .run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, new_token, remove_uncommitted, write_rows
 from .state_tables import append_idempotent, commit_files
 from .task import RAW_KEYED, RunPlan, run_partition
+from .storage import options_of
 
 FAULT_POINTS = (
     "after_plan",
@@ -485,7 +485,7 @@ class JobRunner:
         finally:
             # Files of this run that no commit names: a failed task attempt's, or all of a failed run's.
             for table in outputs.tables.values():
-                remove_uncommitted(table.directory, token, written.get(table.name, set()))
+                remove_uncommitted(table.directory, token, written.get(table.name, set()), table.storage)
             for backend in backends.values():
                 backend.end_run(token)
         records = result.records_in
@@ -530,7 +530,7 @@ class JobRunner:
         ddl = spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
         meta = table_metadata(path)
         if meta is None:  # created by the run's commit
-            return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH)
+            return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
 
         def shape(field_type):
             if isinstance(field_type, dict):
@@ -555,7 +555,7 @@ class JobRunner:
                  and conf.get("delta.columnMapping.mode", "none") == "none"
                  and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
         directory = path if plain else self.job_dir / "staging" / token / SINK
-        return OutputTable(SINK, str(directory), ddl, (), committed, SINK_MICROBATCH)
+        return OutputTable(SINK, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
 
     def _write(self, plans: list[MicrobatchPlan], outputs: RunOutputs, files: dict[str, list[dict]],
                backends: dict[str, StateBackend], written: dict[str, set[str]]) -> None:
@@ -580,7 +580,7 @@ class JobRunner:
                              SINK_MICROBATCH)
             else:  # a sink with constraints or generated columns: Delta's own writer checks them
                 staged = (self.spark.read.schema(table.ddl).parquet(
-                    *[str(Path(table.directory) / f["path"]) for f in files[SINK]]) if files[SINK]
+                    *[str(table.root / f["path"]) for f in files[SINK]]) if files[SINK]
                     else self.spark.createDataFrame([], table.ddl))
                 append_idempotent(staged, self.sink_path, app_id, last, batch_column=SINK_MICROBATCH)
             written[SINK] = {f["path"] for f in files[SINK]}

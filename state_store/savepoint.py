@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +28,7 @@ from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding
 from .settings import Settings
+from .storage import ObjectPath, location, rmtree
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,14 +89,19 @@ def point_fields(point) -> dict:
 def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fields: dict, label: str | None,
                     say=print) -> SavepointMetadata:
     """Write ``tables`` ("keyed", "operator": DataFrames of live entries) as savepoint ``<job_id>/<name>``
-    with metadata ``fields``: into a hidden folder, ``_metadata.json`` last, then renamed into place."""
+    with metadata ``fields``, ``_metadata.json`` last: locally into a hidden folder then renamed into place; on
+    object storage (no rename) in place, where nothing lists as a savepoint until its metadata is there."""
     from .state_tables import TABLES
 
     final = settings.in_savepoints(Path(job_id) / name)
+    if final.exists() and not (final / METADATA).exists():
+        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}: an attempt that was killed "
+                          f"left it): delete that folder, or give another --label")
     if final.exists():
         raise ConfigError(f"a savepoint named {name!r} of job {job_id!r} already exists at {final}: give another "
                           f"--label, or dispose it first (lakestate dispose {job_id}/{name})")
-    work = final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
+    in_place = isinstance(final, ObjectPath)
+    work = final if in_place else final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
     started = time.time()
     try:
         written = {}
@@ -110,9 +115,10 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
         savepoint = SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
                                       label=label, **fields)
         write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
-        work.rename(final)
+        if not in_place:
+            work.rename(final)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        rmtree(work, ignore_errors=True)
         raise
     savepoint.path = str(final)
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
@@ -158,8 +164,8 @@ def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) ->
 def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
     """Delete a savepoint (only a complete one inside the savepoint root)."""
     savepoint = load_savepoint(settings, ref)
-    path = Path(savepoint.path)
+    path = location(savepoint.path)
     # The metadata goes first: a dispose cut short leaves something that no longer looks like a savepoint.
     (path / METADATA).unlink()
-    shutil.rmtree(path)
+    rmtree(path)
     return savepoint

@@ -5,7 +5,8 @@ the warehouse (``LAKESTATE_WAREHOUSE``, default ``<root>/warehouse``) must lie
 inside it, and every table Lakestate writes (state, sinks) lies inside the
 warehouse. Savepoints go under the savepoint root (``LAKESTATE_SAVEPOINTS``,
 default ``<root>/savepoints``), which may lie anywhere: savepoints outlive the
-job's tables.
+job's tables. Each may be a local folder or an ``s3a://bucket/folder`` on
+S3-compatible storage (``storage``).
 """
 from __future__ import annotations
 
@@ -14,31 +15,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
+from .storage import ObjectPath, check_bucket, is_remote, location
 
 
-def _inside(path: Path, root: Path) -> bool:
+def _inside(path, root) -> bool:
     return path == root or root in path.parents
+
+
+def _place(value) -> Path | ObjectPath:
+    """A configured folder: ``s3a://...`` as it is, a local one expanded and made absolute."""
+    return location(str(value)) if is_remote(str(value)) else Path(value).expanduser().resolve()
 
 
 @dataclass(frozen=True)
 class Settings:
-    root: Path
-    warehouse: Path
-    savepoints: Path
+    root: Path | ObjectPath
+    warehouse: Path | ObjectPath
+    savepoints: Path | ObjectPath
 
     @classmethod
     def load(cls, warehouse: str | os.PathLike | None = None, root: str | os.PathLike | None = None,
              savepoints: str | os.PathLike | None = None) -> "Settings":
-        root_path = Path(root or os.environ.get("LAKESTATE_ROOT") or "lakestate-data").expanduser().resolve()
-        wh = warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or root_path / "warehouse"
-        wh_path = Path(wh).expanduser().resolve()
+        root_path = _place(root or os.environ.get("LAKESTATE_ROOT") or "lakestate-data")
+        wh_path = _place(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or root_path / "warehouse")
         if not _inside(wh_path, root_path):
             raise ConfigError(
                 f"warehouse {wh_path} is outside the configured root {root_path}: "
                 f"choose a warehouse under {root_path}, or set LAKESTATE_ROOT to a folder that contains it"
             )
-        sp = Path(savepoints or os.environ.get("LAKESTATE_SAVEPOINTS") or root_path / "savepoints")
-        sp_path = sp.expanduser().resolve()
+        sp_path = _place(savepoints or os.environ.get("LAKESTATE_SAVEPOINTS") or root_path / "savepoints")
         if _inside(wh_path, sp_path) or _inside(sp_path, wh_path):
             raise ConfigError(f"the savepoint root {sp_path} and the warehouse {wh_path} must not contain one "
                               f"another (savepoints outlive the job's tables): point --savepoints or "
@@ -46,13 +51,19 @@ class Settings:
         for what, path, fix in (("root", root_path, "--root or LAKESTATE_ROOT"),
                                 ("warehouse", wh_path, "--warehouse or LAKESTATE_WAREHOUSE"),
                                 ("savepoint root", sp_path, "--savepoints or LAKESTATE_SAVEPOINTS")):
-            if path.exists() and not path.is_dir():
+            if isinstance(path, ObjectPath):
+                if path.is_file():
+                    raise ConfigError(f"the {what} {path} is an object, not a folder: point {fix} at a folder")
+            elif path.exists() and not path.is_dir():
                 raise ConfigError(f"the {what} {path} is a file, not a folder: point {fix} at a folder "
                                   f"(it is created if missing)")
         return cls(root_path, wh_path, sp_path)
 
     def check_writable(self) -> None:
         """Refuse, before anything is written, a warehouse that cannot be created or written to."""
+        if isinstance(self.warehouse, ObjectPath):
+            check_bucket(self.warehouse, "warehouse", "point --warehouse or LAKESTATE_WAREHOUSE at another bucket")
+            return
         try:
             self.warehouse.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -62,9 +73,9 @@ class Settings:
             raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its permissions "
                               f"or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
 
-    def in_warehouse(self, path: str | os.PathLike, what: str) -> Path:
+    def in_warehouse(self, path: str | os.PathLike, what: str) -> Path | ObjectPath:
         """Resolve ``path`` (relative paths are under the warehouse) and refuse anything outside it."""
-        p = Path(path).expanduser()
+        p = location(path).expanduser()
         p = (p if p.is_absolute() else self.warehouse / p).resolve()
         if not _inside(p, self.warehouse) or p == self.warehouse:
             raise ConfigError(
@@ -73,18 +84,23 @@ class Settings:
             )
         return p
 
-    def in_savepoints(self, path: str | os.PathLike) -> Path:
+    def in_savepoints(self, path: str | os.PathLike) -> Path | ObjectPath:
         """Resolve a savepoint path (relative: under the savepoint root) and refuse anything outside it."""
-        p = Path(path).expanduser()
+        p = location(path).expanduser()
         p = (p if p.is_absolute() else self.savepoints / p).resolve()
         if not _inside(p, self.savepoints) or p == self.savepoints:
             raise ConfigError(f"savepoint {p} is outside the savepoint root {self.savepoints}: give a path inside "
                               f"it, or '<job>/<savepoint name>' as `lakestate savepoints` lists them")
         return p
 
-    def job_dir(self, job_id: str) -> Path:
+    @property
+    def on_object_storage(self) -> bool:
+        """Whether the warehouse or the savepoint root is on ``s3a://`` (Spark then needs hadoop-aws)."""
+        return isinstance(self.warehouse, ObjectPath) or isinstance(self.savepoints, ObjectPath)
+
+    def job_dir(self, job_id: str) -> Path | ObjectPath:
         return self.warehouse / "jobs" / job_id
 
     @property
-    def catalog_dir(self) -> Path:
+    def catalog_dir(self) -> Path | ObjectPath:
         return self.warehouse / "_lakestate"

@@ -17,8 +17,35 @@ def delta_jars() -> list[str]:
     return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar")))
 
 
-def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None):
-    """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles."""
+def s3_jars() -> list[str]:
+    """hadoop-aws and the AWS SDK bundle (scripts/setup.sh fetches them), for ``s3a://`` paths."""
+    return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars-s3" / "*.jar")))
+
+
+def wants_s3() -> bool:
+    """Whether this process reaches object storage: a configured root, warehouse or savepoint root on
+    ``s3a://``, or ``LAKESTATE_S3=1`` (set it when only a later call names an ``s3a://`` path)."""
+    from .storage import is_remote
+
+    return os.environ.get("LAKESTATE_S3") == "1" or any(
+        is_remote(os.environ.get(v, "")) for v in ("LAKESTATE_ROOT", "LAKESTATE_WAREHOUSE", "LAKESTATE_SAVEPOINTS"))
+
+
+def configure_s3(spark, options=None) -> None:
+    """Point Spark's ``s3a://`` at the store ``options`` (default: the AWS environment variables) name, as
+    Lakestate's own file operations reach it (``storage.S3Options``). Takes effect for file systems opened
+    afterwards, so it can be called on a running session."""
+    from .storage import S3Options
+
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in (options or S3Options.from_env()).spark_conf().items():
+        conf.set(key, value)
+
+
+def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None,
+                s3: bool | None = None):
+    """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles; with ``s3`` (default:
+    ``wants_s3()``) it reaches ``s3a://`` too."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -31,7 +58,7 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
     # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master comes from --master.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or os.environ.get("LAKESTATE_SPARK_MASTER", "local[*]"))
-    jars = delta_jars()
+    s3 = wants_s3() if s3 is None else s3
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -42,13 +69,23 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
     }
+    jars = delta_jars()
+    if not jars:
+        conf["spark.jars.packages"] = DELTA_PACKAGE
+    if s3 and not any("hadoop-aws" in j for j in jars):
+        if not s3_jars():
+            from .errors import ConfigError
+
+            raise ConfigError("s3a:// needs the hadoop-aws jars: run scripts/setup.sh (it fetches them into "
+                              ".cache/jars-s3), or add them to LAKESTATE_JARS")
+        jars += s3_jars()
     if jars:
         conf["spark.jars"] = ",".join(jars)
-    else:
-        conf["spark.jars.packages"] = DELTA_PACKAGE
     for k, v in {**conf, **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if s3:
+        configure_s3(spark)
     spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_SPARK_LOG_LEVEL", "ERROR"))
     return spark
 

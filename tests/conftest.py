@@ -18,7 +18,7 @@ def spark():
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
-    })
+    }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
     yield session
     session.stop()
 

@@ -29,14 +29,17 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
     def submit(self, context) -> None:
         from airflow.hooks.base import BaseHook
 
-        from state_store.spark import delta_jars
+        from state_store.spark import delta_jars, s3_jars, wants_s3
 
         try:
             BaseHook.get_connection(self._conn_id)
         except AirflowNotFoundException:
             self.log.info("connection %r is not defined: submitting to local[*]", self._conn_id)
             os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(DEFAULT_SPARK_CONN)
-        self.jars = self.jars or ",".join(delta_jars())
+        jars = delta_jars()
+        if wants_s3() and not any("hadoop-aws" in j for j in jars):
+            jars += s3_jars()
+        self.jars = self.jars or ",".join(jars)
         super().execute(context)
 
 

@@ -1,0 +1,193 @@
+"""The warehouse and the savepoint root on S3-compatible storage (``s3a://``), against a real S3 server
+(moto's, started on 127.0.0.1), real Spark with hadoop-aws, and real Delta: a job runs, takes a savepoint,
+rescales, is restored, and ends with exactly what the same steps give on a local warehouse."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from state_store.catalog import JobMeta, JobRegistry
+from state_store.cli import main as lakestate
+from state_store.errors import JobLocked
+from state_store.lease import JobLease
+from state_store.restore import RestoreSource, rescale_job, restore_job
+from state_store.savepoint import list_savepoints, take_savepoint
+from state_store.settings import Settings
+from state_store.spark import configure_s3
+from state_store.storage import ObjectPath, S3Options, create_exclusive, location
+
+from .conftest import Lake
+from .helpers import run, sink_rows, state_at_latest_checkpoint
+from .jobs import all_states_job, events
+
+pytestmark = pytest.mark.slow
+BUCKET = "lakestate-it"
+QUIET = dict(say=lambda m: None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(spark, tmp_path_factory):
+    """An S3 server on 127.0.0.1 with one bucket; the AWS variables point at it while the module runs."""
+    import boto3
+
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    options = S3Options(endpoint=f"http://127.0.0.1:{port}", access_key="lakestate", secret_key="lakestate-secret",
+                        region="us-east-1")
+    env = {"AWS_ENDPOINT_URL": options.endpoint, "AWS_ACCESS_KEY_ID": options.access_key,
+           "AWS_SECRET_ACCESS_KEY": options.secret_key, "AWS_REGION": options.region}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
+                              aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
+        deadline = time.time() + 60
+        while True:
+            try:
+                client.create_bucket(Bucket=BUCKET)
+                break
+            except Exception:
+                assert server.poll() is None, f"the S3 server exited: see {log.name}"
+                assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
+                time.sleep(0.2)
+        configure_s3(spark, options)
+        yield options
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.terminate()
+        server.wait(30)
+
+
+def _object_lake(tmp_path, name: str) -> Lake:
+    """Inputs in a local folder, as a user's would be; warehouse and savepoint root in the bucket."""
+    lake = Lake(tmp_path / name)
+    lake.settings = Settings.load(root=f"s3a://{BUCKET}/{name}")
+    return lake
+
+
+def _steps(spark, lake: Lake) -> dict:
+    """Run 2 microbatches at parallelism 2, take a savepoint, rescale to 3, run 2 more; restore the savepoint
+    into a second job and run it to the end; then the first job too. Returns what a user would look at."""
+    lake.write_rules("r0.json", [{"name": "factor", "factor": 3}])
+    for batch in range(6):
+        lake.write_events(f"e{batch}.json", events(batch))
+    spec = all_states_job(lake)
+    run(spark, spec, lake, max_microbatches=2)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, label="before-rescale", **QUIET)
+    rescale_job(spark, lake.settings, spec, 3, **QUIET)
+    run(spark, spec, lake, max_microbatches=2)
+    copy = all_states_job(lake, job_id="all-states-copy")
+    restore_job(spark, lake.settings, copy, RestoreSource(savepoint), parallelism=3, backend="hashmap", **QUIET)
+    run(spark, copy, lake)
+    run(spark, spec, lake)
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    return {
+        "sink": sink_rows(spark, lake, spec),
+        "state": state_at_latest_checkpoint(spark, lake, spec),
+        "copy sink": sink_rows(spark, lake, copy),
+        "copy state": state_at_latest_checkpoint(spark, lake, copy),
+        "checkpoints": [(c.checkpoint_id, c.batch_id, c.parallelism) for c in meta.checkpoints()],
+        "savepoints": [(s.name, s.checkpoint_id, s.entries) for s in list_savepoints(lake.settings)],
+    }
+
+
+def test_a_job_savepoint_rescale_and_restore_on_s3a_end_as_on_a_local_warehouse(spark, s3, tmp_path):
+    on_s3 = _object_lake(tmp_path, "s3")
+    assert isinstance(on_s3.settings.warehouse, ObjectPath)
+    got = _steps(spark, on_s3)
+    expected = _steps(spark, Lake(tmp_path / "local"))
+    assert got == expected
+    assert got["checkpoints"][-1][2] == 3 and got["savepoints"][0][0].endswith("before-rescale")
+    # Everything is in the bucket: the job's catalog, tables and the savepoint; nothing was written locally.
+    keys = {f.relative_to(on_s3.settings.root).parts[0] for f in on_s3.settings.root.files()}
+    assert keys == {"warehouse", "savepoints"}
+    assert not (tmp_path / "s3" / "root" / "warehouse").exists()
+    names = {f.name for f in (on_s3.settings.job_dir("all-states") / "_meta" / "checkpoints").iterdir()}
+    assert names and all(n.startswith("chk-") and n.endswith(".json") for n in names)
+
+
+def test_the_catalog_and_the_cli_work_on_s3a(spark, s3, tmp_path, monkeypatch):
+    lake = _object_lake(tmp_path, "cli")
+    module_dir = tmp_path / "modules"
+    module_dir.mkdir()
+    (module_dir / "s3_job.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.jobs import all_states_job
+
+        class _Lake:
+            events, rules = Path({str(lake.events)!r}), Path({str(lake.rules)!r})
+
+        def job():
+            return all_states_job(_Lake, job_id="on-s3")
+    """))
+    monkeypatch.syspath_prepend(str(module_dir))
+    root = str(lake.settings.root)
+    assert lakestate(["register", "s3_job:job", "--root", root]) == 0
+    assert JobRegistry(lake.settings).ids() == ["on-s3"]
+    lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
+    lake.write_events("e0.json", events(0))
+    run(spark, JobRegistry(lake.settings).load("on-s3"), lake)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert lakestate(["jobs", "--root", root]) == 0
+        assert lakestate(["savepoint", "on-s3", "--label", "cli", "--root", root]) == 0
+        assert lakestate(["savepoints", "--root", root]) == 0
+    text = out.getvalue()
+    assert "on-s3" in text and f"s3a://{BUCKET}/cli/savepoints/on-s3/" in text, text
+    # A user's own process: `lakestate state` builds its SparkSession with hadoop-aws because --root is s3a://,
+    # and prints what this session's read prints.
+    ask = ["state", "--job", "on-s3", "--state", "count", "--key", "a", "--root", root]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert lakestate(ask) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(module_dir), os.environ.get("PYTHONPATH", "")])}
+    env.pop("LAKESTATE_JARS", None)  # the Delta jars from .cache/jars; hadoop-aws must come from the --root
+    done = subprocess.run([sys.executable, "-m", "state_store.cli", *ask], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == out.getvalue() and "3" in done.stdout, done.stdout
+
+
+def test_the_lease_on_s3a_is_a_conditional_put_only_one_run_gets(s3):
+    target = location(f"s3a://{BUCKET}/lease-test/000000000001.json")
+    create_exclusive(target, '{"run": 1}')
+    with pytest.raises(FileExistsError):
+        create_exclusive(target, '{"run": 2}')
+    assert target.read_text() == '{"run": 1}'  # the first writer's content stands
+    lease_dir = location(f"s3a://{BUCKET}/lease-test/job/_meta/lease")
+    first = JobLease(lease_dir, "job").acquire()
+    try:
+        with pytest.raises(JobLocked, match="is held by run"):
+            JobLease(lease_dir, "job").acquire()
+    finally:
+        first.release()
+    second = JobLease(lease_dir, "job").acquire()  # released: the next run takes it
+    second.release()
+
+
+def test_a_missing_bucket_is_refused_before_anything_is_written(s3, tmp_path):
+    from state_store.errors import ConfigError
+
+    settings = Settings.load(root="s3a://no-such-bucket/x")
+    with pytest.raises(ConfigError, match="bucket 'no-such-bucket' .* does not exist: create it"):
+        settings.check_writable()
