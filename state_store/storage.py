@@ -353,15 +353,7 @@ def write_atomic(path, text: str) -> None:
         path.write_text(text)  # an upload appears whole or not at all
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _publish(path, text, os.replace)
 
 
 def create_exclusive(path, text: str) -> None:
@@ -371,13 +363,18 @@ def create_exclusive(path, text: str) -> None:
     if isinstance(path, ObjectPath):
         _put_if_absent(path, text.encode())
         return
+    _publish(path, text, os.link)  # a link is an atomic create-if-absent, with the content already there
+
+
+def _publish(path: Path, text: str, move) -> None:
+    """Write ``text`` to a temporary file beside ``path``, synced, then ``move`` it to ``path``."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.link(tmp, path)  # atomic create-if-absent, with the content already there
+        move(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 

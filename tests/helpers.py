@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from state_store.backends import create_keyed_backend, create_operator_backend
 from state_store.catalog import JobMeta
@@ -52,3 +53,19 @@ def write_holder(lease_dir, record: dict, generation: int = 1) -> None:
 
     lease_dir.mkdir(parents=True, exist_ok=True)
     generation_path(lease_dir, generation).write_text(json.dumps(record))
+
+
+def write_job_module(directory, module: str, lake, job_id: str, **overrides) -> None:
+    """``<directory>/<module>.py`` with a factory ``job()`` building ``all_states_job`` over ``lake``'s inputs
+    (with ``overrides``): what ``lakestate register <module>:job`` needs in another process."""
+    extra = "".join(f", {k}={v!r}" for k, v in overrides.items())
+    (directory / f"{module}.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.jobs import all_states_job
+
+        class _Lake:
+            events, rules = Path({str(lake.events)!r}), Path({str(lake.rules)!r})
+
+        def job():
+            return all_states_job(_Lake, job_id={job_id!r}{extra})
+    """))

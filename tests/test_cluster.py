@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from state_store.spark import PROJECT_ROOT, delta_jars
 from tests.conftest import Lake
-from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from tests.jobs import all_states_job, events
 
 pytestmark = pytest.mark.slow
@@ -76,16 +75,7 @@ def test_a_run_on_a_standalone_cluster_equals_a_local_run(spark, tmp_path, stand
             lake.write_events(f"e{b}.json", events(b))
     modules = tmp_path / "modules"
     modules.mkdir()
-    (modules / "cluster_job.py").write_text(textwrap.dedent(f"""
-        from pathlib import Path
-        from tests.jobs import all_states_job
-
-        class _Lake:
-            events, rules = Path({str(on_cluster.events)!r}), Path({str(on_cluster.rules)!r})
-
-        def job():
-            return all_states_job(_Lake, job_id="on-cluster")
-    """))
+    write_job_module(modules, "cluster_job", on_cluster, "on-cluster")
     env = {**os.environ, "PYTHONPATH": f"{modules}{os.pathsep}{PROJECT_ROOT}",
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     root = ["--root", str(on_cluster.root)]

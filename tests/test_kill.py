@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from state_store.cli import main as lakestate
 from state_store.spark import PROJECT_ROOT, delta_jars
 from tests.conftest import Lake
-from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from tests.jobs import all_states_job, events
 
 pytestmark = pytest.mark.slow
@@ -43,16 +42,7 @@ def reference(spark, tmp_path_factory):
 
 def _register(lake: Lake, module_dir: Path) -> None:
     module_dir.mkdir()
-    (module_dir / "killed_job.py").write_text(textwrap.dedent(f"""
-        from pathlib import Path
-        from tests.jobs import all_states_job
-
-        class _Lake:
-            events, rules = Path({str(lake.events)!r}), Path({str(lake.rules)!r})
-
-        def job():
-            return all_states_job(_Lake, job_id={JOB!r}, checkpoint_interval=1, num_retained=2)
-    """))
+    write_job_module(module_dir, "killed_job", lake, JOB, checkpoint_interval=1, num_retained=2)
     import sys
 
     sys.path.insert(0, str(module_dir))

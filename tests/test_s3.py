@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -25,7 +24,7 @@ from state_store.spark import configure_s3
 from state_store.storage import ObjectPath, S3Options, create_exclusive, location
 
 from .conftest import Lake
-from .helpers import run, sink_rows, state_at_latest_checkpoint
+from .helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from .jobs import all_states_job, events
 
 pytestmark = pytest.mark.slow
@@ -130,16 +129,7 @@ def test_the_catalog_and_the_cli_work_on_s3a(spark, s3, tmp_path, monkeypatch):
     lake = _object_lake(tmp_path, "cli")
     module_dir = tmp_path / "modules"
     module_dir.mkdir()
-    (module_dir / "s3_job.py").write_text(textwrap.dedent(f"""
-        from pathlib import Path
-        from tests.jobs import all_states_job
-
-        class _Lake:
-            events, rules = Path({str(lake.events)!r}), Path({str(lake.rules)!r})
-
-        def job():
-            return all_states_job(_Lake, job_id="on-s3")
-    """))
+    write_job_module(module_dir, "s3_job", lake, "on-s3")
     monkeypatch.syspath_prepend(str(module_dir))
     root = str(lake.settings.root)
     assert lakestate(["register", "s3_job:job", "--root", root]) == 0
