@@ -9,6 +9,7 @@ from .descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateTtlConfig,
     ValueStateDescriptor,
 )
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
@@ -20,7 +21,7 @@ from .types import StateMigrationError, Types
 
 __all__ = [
     "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
-    "ReducingStateDescriptor", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
+    "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "StateMigrationError", "Types",
 ]

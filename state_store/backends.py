@@ -76,8 +76,9 @@ class StateBackend:
         """The run is over (its checkpoints taken or it failed): drop what it staged."""
         rmtree(self.staging_dir(token).parent, ignore_errors=True)
 
-    def snapshot(self, checkpoint_id: int, batch_id: int) -> dict:
-        """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records."""
+    def snapshot(self, checkpoint_id: int, batch_id: int, cleanup=None) -> dict:
+        """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records. A full
+        snapshot passes its rows through ``cleanup`` (TTL's full snapshot cleanup); an incremental one cannot."""
         raise NotImplementedError
 
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
@@ -150,7 +151,7 @@ class DeltaStateBackend(StateBackend):
         commit_files(self.spark, self.path, self.app_id, last_batch_id, files, self.table.schema,
                      self.table.partition_columns, self._output.committed)
 
-    def snapshot(self, checkpoint_id, batch_id):
+    def snapshot(self, checkpoint_id, batch_id, cleanup=None):
         return {**table_snapshot(self.path), "incremental": True}
 
     def damage(self, checkpoint):
@@ -199,8 +200,9 @@ class HashMapStateBackend(StateBackend):
                       .load(recorded["path"]))
         return restrict(self._base) if restrict else self._base
 
-    def snapshot(self, checkpoint_id, batch_id):
-        return self.write_full(self._full_state_at(batch_id), checkpoint_id)
+    def snapshot(self, checkpoint_id, batch_id, cleanup=None):
+        rows = self._full_state_at(batch_id)
+        return self.write_full(cleanup(rows) if cleanup else rows, checkpoint_id)
 
     def write_full(self, rows, checkpoint_id):
         path = self._dir(checkpoint_id)
@@ -246,8 +248,9 @@ class MemoryStateBackend(StateBackend):
         self._base = self.spark.createDataFrame(rows, self.table.schema)
         return restrict(self._base) if restrict else self._base
 
-    def snapshot(self, checkpoint_id, batch_id):
-        return self.write_full(self._full_state_at(batch_id), checkpoint_id)
+    def snapshot(self, checkpoint_id, batch_id, cleanup=None):
+        rows = self._full_state_at(batch_id)
+        return self.write_full(cleanup(rows) if cleanup else rows, checkpoint_id)
 
     def write_full(self, rows, checkpoint_id):
         rows = rows.filter(F.col("value").isNotNull()).collect()

@@ -7,6 +7,15 @@ is None except for MapState, whose every map entry is an entry of its own (a
 ``put`` writes one row, as in Flink's RocksDB backend). ``flush`` returns what
 changed in a microbatch (None for a removed entry), so writes grow with the
 entries that changed.
+
+State TTL (``StateTtlConfig``, Flink's semantics): every entry of a state with
+TTL carries its expiry, ``last_access + ttl`` in epoch ms, in the ``expiry``
+column, so Spark can filter expired rows without decoding values. A list's
+elements expire one by one: its value is stored as ``[[expiry, element],
+...]`` and the row's ``expiry`` is the latest of them (the row is dead once
+every element is). "Now" is the microbatch's processing time
+(``set_time``). An entry written before its state had TTL has no expiry
+until it is next written (or read, under OnReadAndWrite).
 """
 from __future__ import annotations
 
@@ -21,7 +30,7 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import stored_value_error
-from .types import to_text
+from .types import from_text, to_text
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
@@ -42,21 +51,35 @@ class KeyedStateStore:
     def __init__(self) -> None:
         self._stored: dict[tuple, str] = {}  # (state, key, ns) -> JSON text
         self._stored_maps: dict[tuple, dict[str, str]] = {}  # (state, key, ns) -> {user key text: value text}
+        self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
         self._decoded: dict[tuple, Any] = {}  # entries read or written in this microbatch
+        self._list_expiry: dict[tuple, list[int]] = {}  # a TTL list's element expiries, beside its _decoded
         self._dirty: dict[tuple, str | None] = {}
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
+        self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
+        self.now = 0  # the microbatch's processing time, epoch ms: TTL's clock
         self._key_groups: dict[str, int] = {}
+        self._list_types: dict[str, Any] = {}  # a TTL list state's stored type, to encode its elements
         self.current_key: str | None = None
         self.current_key_group: int | None = None
 
     def load(self, state_name: str, key: str, namespace: str, user_key: str | None, key_group: int,
-             value: str) -> None:
+             value: str, expiry: int | None = None) -> None:
         entry = (state_name, key, namespace)
         if user_key is None:
             self._stored[entry] = value
         else:
             self._stored_maps.setdefault(entry, {})[user_key] = value
+        if expiry is not None:
+            self._expiry[entry if user_key is None else entry + (user_key,)] = expiry
         self._key_groups[key] = key_group
+
+    def set_time(self, now: int) -> None:
+        """Processing time from now on (the microbatch's timestamp): what TTL compares expiries with."""
+        self.now = now
+
+    def _current_expiry(self, slot: tuple) -> int | None:
+        return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
 
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
@@ -78,17 +101,73 @@ class KeyedStateStore:
 
     # -- single-value states (value, list, reducing, aggregating) --------------------------------------
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:
-        """The decoded value (not a copy), or None when the state is empty for the current key."""
+        """The decoded value (not a copy), or None when the state is empty for the current key. Under TTL, the
+        first read in a microbatch removes an expired entry (returning it that once under
+        ReturnExpiredIfNotCleanedUp, so a reducing or aggregating add still folds it in, as in Flink) and,
+        under OnReadAndWrite, prolongs a live one. An entry stored before its state had TTL counts as
+        accessed at its first read with TTL (Flink stamps such entries when it migrates them)."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
             text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
-            value = None if text is None else self._load(descriptor.stored_type, text, state_name, namespace)
+            ttl, expiry = descriptor.ttl_config, self._current_expiry(entry)
+            if ttl is not None and descriptor.kind == "list":
+                self._list_types[state_name] = descriptor.stored_type
+            if text is None:
+                value = None
+            elif descriptor.kind == "list" and expiry is not None:
+                value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
+            else:
+                value = self._load(descriptor.stored_type, text, state_name, namespace)
             self._decoded[entry] = value
+            if value is not None and ttl is not None and descriptor.kind == "list":
+                value = self._list_ttl_check(entry, value, ttl)
+            elif value is not None and ttl is not None and expiry is not None and expiry <= self.now:
+                self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
+                return value if ttl.return_expired else None
+            elif value is not None and ttl is not None and (ttl.update_on_read or expiry is None):
+                self._dirty[entry], self._dirty_expiry[entry] = text, ttl.expiry(self.now)
         return value
 
+    def _load_ttl_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
+        """A list stored with element expiries: the elements, their expiries kept beside them."""
+        try:
+            pairs = from_text(text)
+            element_type = descriptor.type_info
+            values = [element_type.decode(e) for _, e in pairs]
+        except (TypeError, ValueError, AttributeError) as e:
+            raise stored_value_error(self._where(state_name, namespace), descriptor.stored_type.name, e) from None
+        self._list_expiry[entry] = [int(x) for x, _ in pairs]
+        return values
+
+    def _list_ttl_check(self, entry: tuple, values: list, ttl) -> list:
+        """Drop a TTL list's expired elements (returned once under ReturnExpiredIfNotCleanedUp); under
+        OnReadAndWrite, the live ones are prolonged."""
+        expiries = self._list_expiry.get(entry) or [None] * len(values)
+        live = [(v, x) for v, x in zip(values, expiries) if x is None or x > self.now]
+        if ttl.update_on_read and live:
+            live = [(v, ttl.expiry(self.now)) for v, _ in live]
+        if len(live) != len(values) or ttl.update_on_read:
+            self._write_list(entry, [v for v, _ in live], [x for _, x in live], ttl)
+        return values if ttl.return_expired else self._decoded[entry]
+
+    def _write_list(self, entry: tuple, values: list, expiries: list, ttl) -> None:
+        """Stage a TTL list with its element expiries (an empty list removes the entry)."""
+        if not values:
+            self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
+            self._list_expiry.pop(entry, None)
+            return
+        self._decoded[entry], self._list_expiry[entry] = values, expiries
+        self._dirty_expiry[entry] = max(expiries) if all(x is not None for x in expiries) else None
+        self._dirty[entry] = self._list_text(entry, values, expiries)
+
+    def _list_text(self, entry: tuple, values: list, expiries: list) -> str:
+        encoded = self._list_types[entry[0]].encode(values)
+        return to_text([[x, e] for x, e in zip(expiries, encoded)])
+
     def put(self, state_name: str, namespace: str, descriptor: StateDescriptor, value: Any) -> None:
-        """Set the value (None clears it); the type is checked now, where the user's call is."""
+        """Set the value (None clears it); the type is checked now, where the user's call is. Under TTL the
+        entry lives ``ttl`` from now (every element of a list given whole)."""
         entry = self._entry(state_name, namespace)
         text = None
         if value is not None:
@@ -98,25 +177,63 @@ class KeyedStateStore:
             encoded = stored_type.encode(value)
             value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
             text = to_text(encoded)
+        ttl = descriptor.ttl_config
+        if ttl is not None and descriptor.kind == "list":
+            self._list_types[state_name] = descriptor.stored_type
+            self._write_list(entry, value or [], [ttl.expiry(self.now)] * len(value or []), ttl)
+            return
         self._decoded[entry] = value
         self._dirty[entry] = text
+        self._dirty_expiry[entry] = ttl.expiry(self.now) if ttl is not None and text is not None else None
+        self._list_expiry.pop(entry, None)
+
+    def list_add(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
+        """Append ``values`` to the current list; under TTL only they get a new expiry."""
+        current = self.get(state_name, namespace, descriptor) or []
+        ttl = descriptor.ttl_config
+        if ttl is None:
+            self.put(state_name, namespace, descriptor, current + values)
+            return
+        entry = self._entry(state_name, namespace)
+        live = self._decoded.get(entry) or []
+        expiries = list(self._list_expiry.get(entry) or [None] * len(live))
+        encoded = descriptor.stored_type.encode(live + values)  # checks the new elements' type now
+        values = encoded[len(live):] if descriptor.stored_type.encoding_is_value \
+            else descriptor.stored_type.decode(encoded)[len(live):]
+        self._list_types[state_name] = descriptor.stored_type
+        self._write_list(entry, live + values, expiries + [ttl.expiry(self.now)] * len(values), ttl)
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
-        """The decoded map of the current key (not a copy)."""
+        """The decoded map of the current key (not a copy). Under TTL the first read in a microbatch removes
+        the expired entries (they are returned that once under ReturnExpiredIfNotCleanedUp)."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
             texts = dict(self._stored_maps.get(entry, ()))
             texts.update(self._map_dirty.get(entry, ()))
-            key_type, value_type = descriptor.key_type, descriptor.value_type
-            try:
-                value = {key_type.loads(k): value_type.loads(v) for k, v in texts.items() if v is not None}
-            except (TypeError, ValueError, AttributeError) as e:
-                raise stored_value_error(self._where(state_name, namespace),
-                                         f"MAP<{key_type.name}, {value_type.name}>", e) from None
+            texts = {k: v for k, v in texts.items() if v is not None}
+            expired, ttl = {}, descriptor.ttl_config
+            if ttl is not None:
+                for user_key in list(texts):
+                    expiry = self._current_expiry(entry + (user_key,))
+                    if expiry is not None and expiry <= self.now:
+                        expired[user_key] = texts.pop(user_key)
+                        self._map_dirty.setdefault(entry, {})[user_key] = None
+                        self._dirty_expiry[entry + (user_key,)] = None
+            value = self._decode_map(texts, descriptor, state_name, namespace)
             self._decoded[entry] = value
+            if expired and ttl.return_expired:
+                return {**self._decode_map(expired, descriptor, state_name, namespace), **value}
         return value
+
+    def _decode_map(self, texts: dict, descriptor: MapStateDescriptor, state_name: str, namespace: str) -> dict:
+        key_type, value_type = descriptor.key_type, descriptor.value_type
+        try:
+            return {key_type.loads(k): value_type.loads(v) for k, v in texts.items()}
+        except (TypeError, ValueError, AttributeError) as e:
+            raise stored_value_error(self._where(state_name, namespace),
+                                     f"MAP<{key_type.name}, {value_type.name}>", e) from None
 
     def map_put(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
                 value: Any) -> None:
@@ -127,55 +244,86 @@ class KeyedStateStore:
         if encoded_key is None:
             raise ValueError("a MapState key cannot be None")
         current[descriptor.key_type.decode(encoded_key)] = descriptor.value_type.decode(encoded)
-        self._map_dirty.setdefault(self._entry(state_name, namespace), {})[to_text(encoded_key)] = to_text(encoded)
+        entry, key_text = self._entry(state_name, namespace), to_text(encoded_key)
+        self._map_dirty.setdefault(entry, {})[key_text] = to_text(encoded)
+        ttl = descriptor.ttl_config
+        self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now) if ttl is not None else None
+
+    def map_touch(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys) -> None:
+        """Under OnReadAndWrite, prolong the entries of ``user_keys`` that were read (live ones only)."""
+        ttl = descriptor.ttl_config
+        if ttl is None or not ttl.update_on_read:
+            return
+        entry = self._entry(state_name, namespace)
+        current = self.get_map(state_name, namespace, descriptor)
+        dirty, stored = self._map_dirty.setdefault(entry, {}), self._stored_maps.get(entry, {})
+        for user_key in user_keys:
+            if user_key in current:
+                key_text = to_text(descriptor.key_type.encode(user_key))
+                text = dirty.get(key_text) or stored.get(key_text)
+                if text is not None:
+                    dirty[key_text] = text
+                    self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now)
 
     def map_remove(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any) -> None:
         current = self.get_map(state_name, namespace, descriptor)
         if user_key in current:
             del current[user_key]
             text = to_text(descriptor.key_type.encode(user_key))
-            self._map_dirty.setdefault(self._entry(state_name, namespace), {})[text] = None
+            entry = self._entry(state_name, namespace)
+            self._map_dirty.setdefault(entry, {})[text] = None
+            self._dirty_expiry[entry + (text,)] = None
 
     def map_clear(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> None:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
             self.map_remove(state_name, namespace, descriptor, user_key)
 
     # -- end of a microbatch ---------------------------------------------------------------------------
-    def flush(self) -> list[tuple[str, int, str, str, str | None, str | None, int]]:
+    def flush(self) -> list[tuple[str, int, str, str, str | None, str | None, int, int | None]]:
         """What changed since the last flush, as (state_name, key_group, key, namespace, user_key, text or
-        None for a removed entry, +1/-1/0 for an entry created/removed/updated), in a deterministic
-        order; the changes become the stored state."""
+        None for a removed entry, +1/-1/0 for an entry created/removed/updated, expiry or None), in a
+        deterministic order; the changes become the stored state."""
         out = []
         for entry in sorted(self._dirty):
             text, stored = self._dirty[entry], self._stored.get(entry)
-            if text == stored:
+            expiry = self._dirty_expiry.get(entry)
+            if text == stored and expiry == self._expiry.get(entry):
                 continue  # written back unchanged, or created and cleared in the same microbatch
             state_name, key, namespace = entry
             out.append((state_name, self._key_groups[key], key, namespace, None, text,
-                        (text is not None) - (stored is not None)))
-            if text is None:
-                del self._stored[entry]
-            else:
-                self._stored[entry] = text
+                        (text is not None) - (stored is not None), expiry))
+            self._keep(self._stored, entry, text, entry, expiry)
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
             state_name, key, namespace = entry
             for user_key in sorted(self._map_dirty[entry]):
                 text, stored = self._map_dirty[entry][user_key], stored_map.get(user_key)
-                if text == stored:
+                slot = entry + (user_key,)
+                expiry = self._dirty_expiry.get(slot)
+                if text == stored and expiry == self._expiry.get(slot):
                     continue
                 out.append((state_name, self._key_groups[key], key, namespace, user_key, text,
-                            (text is not None) - (stored is not None)))
-                if text is None:
-                    del stored_map[user_key]
-                else:
-                    stored_map[user_key] = text
+                            (text is not None) - (stored is not None), expiry))
+                self._keep(stored_map, user_key, text, slot, expiry)
             if not stored_map:
                 del self._stored_maps[entry]
         self._dirty.clear()
         self._map_dirty.clear()
+        self._dirty_expiry.clear()
         self._decoded.clear()
+        self._list_expiry.clear()
         return out
+
+    def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:
+        """Make a flushed change the stored state."""
+        if text is None:
+            stored.pop(name, None)
+        else:
+            stored[name] = text
+        if expiry is None:
+            self._expiry.pop(slot, None)
+        else:
+            self._expiry[slot] = expiry
 
 
 class _KeyedState:
@@ -235,13 +383,13 @@ class ListState(_KeyedState):
         """Append one element; None is an error."""
         if value is None:
             raise ValueError("you cannot add None to a ListState")
-        self._put((self._get() or []) + [value])
+        self._store.list_add(self._name, self._namespace, self._descriptor, [value])
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append every element of ``values``; None (or a None element) is an error."""
         values = _elements(values, "add_all")
         if values:
-            self._put((self._get() or []) + values)
+            self._store.list_add(self._name, self._namespace, self._descriptor, values)
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace all elements; an empty list clears the state; None is an error."""
@@ -254,9 +402,15 @@ class MapState(_KeyedState):
     def _map(self) -> dict:
         return self._store.get_map(self._name, self._namespace, self._descriptor)
 
+    def _read(self, keys=None) -> dict:
+        """The map, its entries ``keys`` (default: all) counted as read (TTL's OnReadAndWrite)."""
+        current = self._map()
+        self._store.map_touch(self._name, self._namespace, self._descriptor, list(current) if keys is None else keys)
+        return current
+
     def get(self, key: Any) -> Any:
         """The value mapped to ``key``, or None."""
-        return _copy(self._map().get(key))
+        return _copy(self._read([key]).get(key))
 
     def put(self, key: Any, value: Any) -> None:
         """Map ``key`` to ``value`` (writes one entry)."""
@@ -273,19 +427,19 @@ class MapState(_KeyedState):
 
     def contains(self, key: Any) -> bool:
         """True when ``key`` is mapped."""
-        return key in self._map()
+        return key in self._read([key])
 
     def keys(self) -> list:
         """The user keys, in insertion order (stored entries first, sorted by their encoded text)."""
-        return list(self._map().keys())
+        return list(self._read().keys())
 
     def values(self) -> list:
         """The values (copies)."""
-        return _copy(list(self._map().values()))
+        return _copy(list(self._read().values()))
 
     def items(self) -> list[tuple]:
         """(key, value) pairs (copies)."""
-        return [(k, _copy(v)) for k, v in self._map().items()]
+        return [(k, _copy(v)) for k, v in self._read().items()]
 
     def is_empty(self) -> bool:
         """True when the map has no entry."""

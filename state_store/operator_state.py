@@ -46,6 +46,9 @@ class OperatorStateStore:
         return qualified_name(self.uid, name)
 
     def _register(self, descriptor: StateDescriptor, mode: str):
+        if getattr(descriptor, "ttl_config", None) is not None:
+            raise ValueError(f"operator state {descriptor.name!r} has a TTL: TTL applies to keyed state only, as in "
+                             f"Flink; remove enable_time_to_live from its descriptor")
         qname = self.qualified(descriptor.name)
         known = self._modes.get(qname)
         if known and known != mode:

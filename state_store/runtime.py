@@ -80,6 +80,7 @@ from .run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, new_token
 from .state_tables import append_idempotent, commit_files
 from .task import RAW_KEYED, RunPlan, run_partition
 from .storage import options_of
+from .ttl import count_entries, drop_expired, ttl_states
 
 FAULT_POINTS = (
     "after_plan",
@@ -616,6 +617,7 @@ class JobRunner:
         # States the function registers only while processing: recorded, marked so a restore lets them follow
         # their uid (a dry run of the definition cannot tell whether it still registers them).
         lazy = {n: {**d, "lazy": True} for n, d in self._registered.items() if n not in descriptors}
+        cleaned = ttl_states({**lazy, **descriptors}, "full_snapshot")
         taken = []
         for plan in plans:
             for name, delta in deltas[plan.batch_id].items():
@@ -626,7 +628,14 @@ class JobRunner:
                 continue
             cid, batch_id = match[0], plan.batch_id
             self._fault("before_checkpoint", [batch_id])
-            state = {"keyed": keyed_backend.snapshot(cid, batch_id), "operator": operator_backend.snapshot(cid, batch_id)}
+            cleanup = None
+            if cleaned and keyed_backend.name != "delta":  # full snapshot cleanup: only a full snapshot has it
+                cleanup = lambda rows, now=plan.timestamp: drop_expired(rows, cleaned, now)  # noqa: E731
+            state = {"keyed": keyed_backend.snapshot(cid, batch_id, cleanup),
+                     "operator": operator_backend.snapshot(cid, batch_id)}
+            if cleanup and state["keyed"].get("path"):  # entries of the thinned states: what the snapshot holds
+                counts = count_entries(self.spark.read.format("delta").load(state["keyed"]["path"]), cleaned)
+                entries.update({n: counts.get(n, 0) for n in cleaned})
             row = CheckpointMetadata(
                 job_id=spec.job_id, checkpoint_id=cid, batch_id=batch_id, uid=spec.uid,
                 key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=self.p,

@@ -68,6 +68,7 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
     from .restore import RestoreSource  # Spark: only where a savepoint is taken
+    from .ttl import drop_expired, ttl_states
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
     source = RestoreSource(checkpoint, job_dir)
@@ -77,8 +78,12 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
                            + "; ".join(damage))
     name = label or f"savepoint-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
-    return write_savepoint(settings, job_id, name, {t: source.rows(spark, t) for t in ("keyed", "operator")},
-                           point_fields(checkpoint), label, say)
+    tables = {t: source.rows(spark, t) for t in ("keyed", "operator")}
+    # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
+    cleaned = ttl_states(checkpoint.descriptors, "full_snapshot") if checkpoint.processing_time is not None else {}
+    if cleaned:
+        tables["keyed"] = drop_expired(tables["keyed"], cleaned, checkpoint.processing_time)
+    return write_savepoint(settings, job_id, name, tables, point_fields(checkpoint), label, say, recount=cleaned)
 
 
 def point_fields(point) -> dict:
@@ -87,7 +92,7 @@ def point_fields(point) -> dict:
 
 
 def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fields: dict, label: str | None,
-                    say=print) -> SavepointMetadata:
+                    say=print, recount=()) -> SavepointMetadata:
     """Write ``tables`` ("keyed", "operator": DataFrames of live entries) as savepoint ``<job_id>/<name>``
     with metadata ``fields``, ``_metadata.json`` last: locally into a hidden folder then renamed into place; on
     object storage (no rename) in place, where nothing lists as a savepoint until its metadata is there."""
@@ -112,6 +117,13 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
             snap = table_snapshot(work / table)
             written[table] = {"path": table, "version": snap["version"], "size_bytes": snap["size_bytes"],
                               "num_files": snap["num_files"]}
+        if recount:  # states a cleanup thinned: their entries are what the savepoint holds
+            from .ttl import count_entries
+
+            keyed = tables["keyed"].sparkSession.read.format("delta").load(str(work / "keyed"))
+            counts = count_entries(keyed, recount)
+            entries = {**fields["entries"], **{n: counts.get(n, 0) for n in recount}}
+            fields = {**fields, "entries": {n: c for n, c in sorted(entries.items()) if c}}
         savepoint = SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
                                       label=label, **fields)
         write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it

@@ -46,7 +46,8 @@ from .savepoint import check_label, load_savepoint, point_fields, write_savepoin
 from .settings import Settings
 from .spark import key_group_column
 from .state_tables import KEYED, OPERATOR
-from .types import TypeInfo, from_schema
+from .ttl import expired
+from .types import TypeInfo, from_schema, from_text
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
@@ -126,13 +127,25 @@ class SavepointReader:
         kind, stored = descriptor["kind"], from_schema(descriptor["type"])
         key_ddl = self.key_type.spark_ddl()
         rows = (self.source.rows(self.spark, "keyed").filter(F.col("state_name") == qname)
-                .select("key_group", F.col("key").cast(key_ddl).alias("key"), "namespace", "user_key", "value"))
+                .select("key_group", F.col("key").cast(key_ddl).alias("key"), "namespace", "user_key", "value",
+                        "expiry"))
+        # Under TTL with NeverReturnExpired, what had expired at the point's processing time is not shown.
+        ttl, now = descriptor.get("ttl"), self.meta.processing_time
+        hide = bool(ttl) and ttl.get("state_visibility") == "NeverReturnExpired" and now is not None
+        if hide:
+            rows = rows.filter(~expired(now))
         head = f"key_group int, key {key_ddl}, namespace string"
         if kind == "list":
             element, whole = stored, ListStateDescriptor("x", stored).stored_type
+
+            def elements(row):
+                if row["expiry"] is None:  # stored without TTL: the plain list
+                    return whole.loads(row["value"])
+                return [element.decode(e) for x, e in from_text(row["value"]) if not hide or x > now]
+
             return _convert(rows, f"{head}, index int, value {element.spark_ddl()}",
                             lambda row: [(row["key_group"], row["key"], row["namespace"], i, element.to_arrow(v))
-                                         for i, v in enumerate(whole.loads(row["value"]))])
+                                         for i, v in enumerate(elements(row))])
         if kind == "map":
             key_t, value_t = stored.key, stored.value
             return _convert(rows, f"{head}, user_key {key_t.spark_ddl()}, value {value_t.spark_ddl()}",

@@ -173,6 +173,7 @@ class SubtaskRunner:
                                               plan.max_parallelism)
             self._call("open", self.function.open, self.runtime_ctx)
             self._open = True
+        self.store.set_time(timestamp)
         self.ctx = Context(self.store, self.operator_store, batch_id, timestamp)
         self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp)
 
@@ -182,9 +183,9 @@ class SubtaskRunner:
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
         stats, entries = self.stats, self.stats["entries"]
-        for state_name, key_group, key, namespace, user_key, value, delta in self.store.flush():
+        for state_name, key_group, key, namespace, user_key, value, delta, expiry in self.store.flush():
             # The keyed table's file columns: key, namespace, user_key, value, expiry, batch_id, generation.
-            keyed.add((state_name, key_group), batch_id, (key, namespace, user_key, value, None, batch_id, 0))
+            keyed.add((state_name, key_group), batch_id, (key, namespace, user_key, value, expiry, batch_id, 0))
             stats["upserts" if value is not None else "deletes"] += 1
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
@@ -333,8 +334,8 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
         brecords = column(BROADCAST_RECORD) if bconvert is not None else None
         # Batches of records only (most of them) skip the state columns.
         if pc.min(batch.column("phase")).as_py() != PHASE_RECORD:
-            names, values, namespaces, user_keys, modes, origins = (
-                column(n) for n in ("state_name", "value", "namespace", "user_key", "mode", "origin"))
+            names, values, namespaces, user_keys, modes, origins, expiries = (
+                column(n) for n in ("state_name", "value", "namespace", "user_key", "mode", "origin", "expiry"))
         for i in range(batch.num_rows):
             subtask = subtasks[i]
             if runner is None or subtask != runner.subtask:
@@ -352,7 +353,8 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
                 else:
                     runner.keyed(batch_ids[i], keys[i], key_groups[i], records[i])
             elif phase == PHASE_KEYED:
-                runner.store.load(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i])
+                runner.store.load(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i],
+                                  expiries[i])
             elif phase == PHASE_RAW_KEYED:
                 runner.load_raw_keyed(key_groups[i], values[i])
             elif phase == PHASE_OPERATOR:

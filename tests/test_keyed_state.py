@@ -1,6 +1,6 @@
 """The five keyed state types, scoped per key and namespace, and what a store's flush returns.
 
-A flush row is (state_name, key_group, key, namespace, user_key, text or None, delta): user_key is the JSON text
+A flush row is (state_name, key_group, key, namespace, user_key, text or None, delta, expiry): user_key is the JSON text
 of a MapState entry's key (None for the other states), delta +1 created, -1 removed, 0 updated.
 """
 import pytest
@@ -107,7 +107,7 @@ def test_list_state_update_with_empty_list_on_a_stored_list_flushes_a_tombstone(
     assert items.get() == [1, 2]
     items.update([])
     assert items.get() == []
-    assert store.flush() == [("op.items", 2, "a", "", None, None, REMOVED)]
+    assert store.flush() == [("op.items", 2, "a", "", None, None, REMOVED, None)]
 
 
 def test_list_state_rejects_none_elements(store, ctx):
@@ -160,9 +160,9 @@ def test_map_state_put_flushes_one_row_per_entry_keyed_by_the_json_text_of_the_m
     by_name.put("even", 2)
     by_name.put("odd", 1)
     by_id.put(42, "answer")
-    assert store.flush() == [("op.by_id", 3, "a", "", "42", '"answer"', CREATED),
-                             ("op.by_name", 3, "a", "", '"even"', "2", CREATED),
-                             ("op.by_name", 3, "a", "", '"odd"', "1", CREATED)]
+    assert store.flush() == [("op.by_id", 3, "a", "", "42", '"answer"', CREATED, None),
+                             ("op.by_name", 3, "a", "", '"even"', "2", CREATED, None),
+                             ("op.by_name", 3, "a", "", '"odd"', "1", CREATED, None)]
 
 
 def test_map_state_entries_loaded_as_rows_read_back_as_one_map(store, ctx):
@@ -182,7 +182,7 @@ def test_map_state_updating_one_entry_of_a_stored_map_flushes_only_that_entry(st
     store.set_current_key("a", 1)
     m.put("x", 10)
     m.put("y", 2)  # written back unchanged
-    assert store.flush() == [("op.m", 1, "a", "", '"x"', "10", UPDATED)]
+    assert store.flush() == [("op.m", 1, "a", "", '"x"', "10", UPDATED, None)]
 
 
 def test_map_state_remove_flushes_one_tombstone_and_removing_the_last_entry_empties_the_state(store, ctx):
@@ -191,7 +191,7 @@ def test_map_state_remove_flushes_one_tombstone_and_removing_the_last_entry_empt
     store.set_current_key("a", 1)
     m.remove("only")
     assert m.is_empty()
-    assert store.flush() == [("op.m", 1, "a", "", '"only"', None, REMOVED)]
+    assert store.flush() == [("op.m", 1, "a", "", '"only"', None, REMOVED, None)]
     assert m.is_empty()
 
 
@@ -203,7 +203,7 @@ def test_map_state_clear_flushes_a_tombstone_per_stored_entry(store, ctx):
     m.put("z", 3)  # never stored: cleared before the flush, so no row
     m.clear()
     assert m.is_empty()
-    assert store.flush() == [("op.m", 1, "a", "", '"x"', None, REMOVED), ("op.m", 1, "a", "", '"y"', None, REMOVED)]
+    assert store.flush() == [("op.m", 1, "a", "", '"x"', None, REMOVED, None), ("op.m", 1, "a", "", '"y"', None, REMOVED, None)]
 
 
 def test_map_state_put_of_a_none_value_raises_value_error(store, ctx):
@@ -241,7 +241,7 @@ def test_aggregating_state_uses_the_aggregate_function_and_stores_the_accumulato
     for v in (1, 2, 6):
         avg.add(v)
     assert avg.get() == 3.0
-    (_, _, _, _, _, text, delta), = store.flush()
+    (_, _, _, _, _, text, delta, _), = store.flush()
     assert Types.LIST(Types.LONG()).loads(text) == [9, 3] and delta == CREATED  # the accumulator is what is stored
     avg.clear()
     assert avg.get() is None
@@ -277,8 +277,8 @@ def test_state_is_scoped_to_the_current_key(store, ctx):
     items.add("for b")
     store.set_current_key("a", 3)
     assert items.get() == ["for a"]
-    assert store.flush() == [("op.items", 3, "a", "", None, '["for a"]', CREATED),
-                             ("op.items", 7, "b", "", None, '["for b"]', CREATED)]
+    assert store.flush() == [("op.items", 3, "a", "", None, '["for a"]', CREATED, None),
+                             ("op.items", 7, "b", "", None, '["for b"]', CREATED, None)]
 
 
 def test_registering_the_same_name_with_another_type_is_refused(ctx):
@@ -302,12 +302,12 @@ def test_flush_returns_encoded_values_that_decode_back_for_all_five_types(store,
     r.add(2.5)
     a.add(4)
     rows = store.flush()
-    assert {(kg, key, ns, delta) for _, kg, key, ns, _, _, delta in rows} == {(9, "k", "", CREATED)}
-    assert {name: user_key for name, _, _, _, user_key, _, _ in rows} == {
+    assert {(kg, key, ns, delta) for _, kg, key, ns, _, _, delta, _ in rows} == {(9, "k", "", CREATED)}
+    assert {name: user_key for name, _, _, _, user_key, _, _, _ in rows} == {
         "op.v": None, "op.l": None, "op.m": "1", "op.r": None, "op.a": None}
     m_type = ctx.descriptors["op.m"].value_type
     decoded = {name: (m_type if name == "op.m" else ctx.descriptors[name].stored_type).loads(text)
-               for name, _, _, _, _, text, _ in rows}
+               for name, _, _, _, _, text, _, _ in rows}
     assert decoded == {"op.v": p, "op.l": [p], "op.m": p, "op.r": 2.5, "op.a": [4, 1]}
 
 
@@ -321,9 +321,9 @@ def test_flush_marks_created_updated_and_removed_entries(store, ctx):
     count.update(8)
     store.set_current_key("c", 2)
     count.update(1)
-    assert store.flush() == [("op.count", 4, "a", "", None, None, REMOVED),
-                             ("op.count", 6, "b", "", None, "8", UPDATED),
-                             ("op.count", 2, "c", "", None, "1", CREATED)]
+    assert store.flush() == [("op.count", 4, "a", "", None, None, REMOVED, None),
+                             ("op.count", 6, "b", "", None, "8", UPDATED, None),
+                             ("op.count", 2, "c", "", None, "1", CREATED, None)]
 
 
 def test_flush_skips_entries_read_or_written_back_unchanged(store, ctx):
@@ -352,7 +352,7 @@ def test_flush_makes_the_changes_the_stored_state_so_a_second_flush_returns_noth
     assert count.value() == 1 and m.get("x") == 1
     count.clear()
     m.remove("x")
-    assert store.flush() == [("op.count", 1, "a", "", None, None, REMOVED), ("op.m", 1, "a", "", '"x"', None, REMOVED)]
+    assert store.flush() == [("op.count", 1, "a", "", None, None, REMOVED, None), ("op.m", 1, "a", "", '"x"', None, REMOVED, None)]
     assert store.flush() == []
 
 
@@ -376,7 +376,7 @@ def test_values_read_in_the_same_microbatch_equal_values_read_after_a_flush_and_
     store.set_current_key("a", 1)
     assert read() == in_microbatch  # after a flush, in the same run
     reloaded = KeyedStateStore()
-    for name, kg, key, ns, user_key, text, _ in rows:
+    for name, kg, key, ns, user_key, text, _, _ in rows:
         reloaded.load(name, key, ns, user_key, kg, text)
     reloaded_ctx = RuntimeContext("op", reloaded, 0, 1, 128)
     v = reloaded_ctx.get_state(ValueStateDescriptor("v", POINT))

@@ -1,0 +1,253 @@
+"""State TTL with Flink's semantics (DESIGN §3), on the store a subtask runs, with a clock the test sets.
+
+An entry is expired when ``last_access + ttl <= now``; list elements and map entries expire one by one. Each
+update type and visibility is checked for value, list, map, reducing and aggregating state, at the boundary.
+"""
+import math
+
+import pytest
+
+from state_store import StateTtlConfig
+from state_store.descriptors import (
+    MAX_TIMESTAMP,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from state_store.functions import RuntimeContext
+from state_store.keyed_state import KeyedStateStore
+from state_store.types import Types
+
+from .test_keyed_state import Average
+
+TTL = 10
+ON_WRITE, ON_READ = StateTtlConfig.UpdateType.OnCreateAndWrite, StateTtlConfig.UpdateType.OnReadAndWrite
+NEVER, RETURN = (StateTtlConfig.StateVisibility.NeverReturnExpired,
+                 StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
+
+
+def ttl(update=ON_WRITE, visibility=NEVER, ms=TTL):
+    return StateTtlConfig.new_builder(ms).set_update_type(update).set_state_visibility(visibility).build()
+
+
+class Clock:
+    """A store, a context on it and the microbatch time; ``at(t)`` ends the microbatch (a flush) and starts
+    one at time t for key 'k'."""
+
+    def __init__(self):
+        self.store = KeyedStateStore()
+        self.ctx = RuntimeContext("op", self.store, 0, 1, 128)
+        self.rows = []
+        self.at(0)
+
+    def at(self, now: int) -> "Clock":
+        self.rows = self.store.flush()
+        self.store.set_time(now)
+        self.store.set_current_key("k", 3)
+        return self
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+# -- configuration -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [0, -5, math.nan, 0.5])
+def test_a_ttl_that_is_not_a_positive_whole_number_of_ms_is_refused_with_the_fix(bad):
+    with pytest.raises(ValueError, match="give a positive whole number of milliseconds"):
+        StateTtlConfig.new_builder(bad)
+
+
+def test_the_defaults_are_flinks_and_disabling_background_cleanup_keeps_only_what_was_configured():
+    import datetime
+
+    config = StateTtlConfig.new_builder(datetime.timedelta(seconds=2)).build()
+    assert (config.ttl_ms, config.update_type, config.state_visibility) == (2000, ON_WRITE, NEVER)
+    assert (config.full_snapshot, config.incremental, config.compaction) == (False, (5, False), True)
+    off = StateTtlConfig.new_builder(5).disable_cleanup_in_background().build()
+    assert (off.full_snapshot, off.incremental, off.compaction) == (False, None, False)
+    mine = StateTtlConfig.new_builder(5).cleanup_incrementally(100, True).cleanup_full_snapshot() \
+        .disable_cleanup_in_background().build()
+    assert (mine.full_snapshot, mine.incremental, mine.compaction) == (True, (100, True), False)
+    with pytest.raises(ValueError, match="cleanup_size 0 is not usable"):
+        StateTtlConfig.new_builder(5).cleanup_incrementally(0)
+    with pytest.raises(TypeError, match="enable_time_to_live takes a StateTtlConfig"):
+        ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(5)
+
+
+def test_the_expiry_sum_is_guarded_against_overflow():
+    config = StateTtlConfig.new_builder(MAX_TIMESTAMP - 1).build()
+    assert config.expiry(10) == MAX_TIMESTAMP  # never expires, instead of wrapping into the past
+
+
+# -- value state ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("visibility", [NEVER, RETURN])
+def test_a_value_expires_exactly_at_last_write_plus_ttl(clock, visibility):
+    v = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl(ON_WRITE, visibility)))
+    v.update(1)
+    assert clock.at(3).rows == [("op.v", 3, "k", "", None, "1", 1, 3 - 3 + TTL)]  # written at 0: expires at 10
+    assert v.value() == 1  # a read does not prolong under OnCreateAndWrite
+    assert clock.at(TTL - 1).store.get("op.v", "", v._descriptor) == 1
+    clock.at(TTL)
+    assert v.value() == (1 if visibility == RETURN else None)  # returned once at most, and cleaned up
+    assert v.value() is None
+    assert clock.at(TTL + 1).rows == [("op.v", 3, "k", "", None, None, -1, None)]
+
+
+def test_on_read_and_write_a_read_prolongs_a_live_value_but_never_revives_an_expired_one(clock):
+    v = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl(ON_READ, RETURN)))
+    v.update(1)
+    clock.at(6)
+    assert v.value() == 1  # prolonged: now expires at 16
+    assert clock.at(15).rows == [("op.v", 3, "k", "", None, "1", 0, 16)]
+    assert v.value() == 1
+    clock.at(15 + TTL)
+    assert v.value() == 1  # expired: returned once under ReturnExpiredIfNotCleanedUp, not prolonged
+    assert v.value() is None
+
+
+# -- list state: element by element ------------------------------------------------------------------------------
+def test_list_elements_expire_one_by_one_and_the_row_lives_until_its_last(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(ttl()))
+    items.add("a")
+    clock.at(5)
+    items.add_all(["b", "c"])
+    assert items.get() == ["a", "b", "c"]
+    (row,) = clock.at(TTL - 1).rows
+    assert (row[5], row[7]) == ('[[10,"a"],[15,"b"],[15,"c"]]', 15)  # the row's expiry is its last element's
+    assert items.get() == ["a", "b", "c"]
+    clock.at(TTL)
+    assert items.get() == ["b", "c"]
+    items.add("d")
+    assert items.get() == ["b", "c", "d"]
+    clock.at(15)
+    assert items.get() == ["d"]
+    clock.at(TTL + TTL)
+    assert items.get() == []
+    assert clock.at(21).rows[-1][5:] == (None, -1, None)
+
+
+def test_list_update_restamps_every_element_and_return_expired_shows_them_once(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl(ON_WRITE, RETURN)))
+    items.update([1, 2])
+    clock.at(8)
+    items.update([3])
+    clock.at(TTL)
+    assert items.get() == [3]
+    clock.at(18)
+    assert items.get() == [3]
+    assert items.get() == []
+
+
+def test_list_on_read_and_write_restamps_the_live_elements_it_returns(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl(ON_READ)))
+    items.add(1)
+    clock.at(9)
+    assert items.get() == [1]
+    clock.at(18)
+    assert items.get() == [1]
+    clock.at(28)
+    assert items.get() == []
+
+
+# -- map state: entry by entry ----------------------------------------------------------------------------------
+def test_map_entries_expire_one_by_one_and_each_read_prolongs_only_its_entry(clock):
+    m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
+        ttl(ON_READ)))
+    m.put("x", 1)
+    clock.at(5)
+    m.put("y", 2)
+    clock.at(9)
+    assert m.get("y") == 2  # prolongs y to 19; x stays at 10
+    clock.at(TTL)
+    assert dict(m.items()) == {"y": 2}
+    assert not m.contains("x")
+    rows = {r[4]: r[5:] for r in clock.at(11).rows}
+    assert rows['"x"'] == (None, -1, None)  # cleaned up on read
+    clock.at(21)  # y last read (items) at 10: expired at 20
+    assert m.is_empty()
+
+
+def test_map_return_expired_shows_an_expired_entry_once(clock):
+    m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
+        ttl(ON_WRITE, RETURN)))
+    m.put("x", 1)
+    clock.at(TTL)
+    assert m.contains("x")
+    assert not m.contains("x")
+
+
+# -- reducing and aggregating ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("visibility, expected", [(NEVER, 5), (RETURN, 6)])
+def test_an_expired_reducing_value_is_dropped_unless_expired_values_are_returned(clock, visibility, expected):
+    total = clock.ctx.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b, Types.LONG())
+                                         .enable_time_to_live(ttl(ON_WRITE, visibility)))
+    total.add(1)
+    clock.at(TTL)
+    total.add(5)  # as Flink's TtlReduceFunction: the expired value is folded in only under ReturnExpired
+    assert total.get() == expected
+    assert clock.at(TTL + 1).rows[-1][7] == 2 * TTL  # the new value lives from its write
+
+
+@pytest.mark.parametrize("visibility, expected", [(NEVER, 6.0), (RETURN, 4.0)])
+def test_an_expired_accumulator_starts_over_unless_expired_values_are_returned(clock, visibility, expected):
+    mean = clock.ctx.get_aggregating_state(AggregatingStateDescriptor("a", Average(), Types.LIST(Types.LONG()))
+                                           .enable_time_to_live(ttl(ON_WRITE, visibility)))
+    mean.add(2)
+    clock.at(TTL - 1)
+    assert mean.get() == 2.0
+    clock.at(TTL)
+    mean.add(6)
+    assert mean.get() == expected
+
+
+# -- across a reload (what the next run reads back from the table) --------------------------------------------------
+def test_expiries_survive_a_reload_and_ttl_turned_off_shows_every_stored_value(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl()))
+    value = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl()))
+    items.add_all([1, 2])
+    value.update(7)
+    rows = clock.at(1).rows
+
+    def reloaded(now, list_descriptor, value_descriptor):
+        store = KeyedStateStore()
+        for name, kg, key, ns, user_key, text, _, expiry in rows:
+            store.load(name, key, ns, user_key, kg, text, expiry)
+        store.set_time(now)
+        store.set_current_key("k", 3)
+        ctx = RuntimeContext("op", store, 0, 1, 128)
+        return ctx.get_list_state(list_descriptor).get(), ctx.get_state(value_descriptor).value()
+
+    with_ttl = (ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl()),
+                ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl()))
+    assert reloaded(TTL - 1, *with_ttl) == ([1, 2], 7)
+    assert reloaded(TTL, *with_ttl) == ([], None)
+    # TTL turned off (Flink 2.2: the TTL metadata is ignored): every stored value is visible, expired or not.
+    assert reloaded(TTL, ListStateDescriptor("l", Types.LONG()), ValueStateDescriptor("v", Types.LONG())) == (
+        [1, 2], 7)
+
+
+def test_state_stored_before_ttl_was_on_lives_a_full_ttl_from_its_first_read_with_ttl(clock):
+    plain = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()))
+    plain.update(4)
+    rows = clock.at(1).rows
+    store = KeyedStateStore()
+    for name, kg, key, ns, user_key, text, _, expiry in rows:
+        store.load(name, key, ns, user_key, kg, text, expiry)
+    store.set_time(100)
+    store.set_current_key("k", 3)
+    v = RuntimeContext("op", store, 0, 1, 128).get_state(ValueStateDescriptor("v", Types.LONG())
+                                                          .enable_time_to_live(ttl()))
+    assert v.value() == 4
+    assert store.flush()[0][7] == 100 + TTL
+
+
+def test_operator_state_with_a_ttl_is_refused_naming_the_fix():
+    from state_store.operator_state import OperatorStateStore
+
+    store = OperatorStateStore("op", {}, {})
+    with pytest.raises(ValueError, match="TTL applies to keyed state only"):
+        store.get_list_state(ListStateDescriptor("offsets", Types.LONG()).enable_time_to_live(ttl()))

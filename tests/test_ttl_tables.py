@@ -1,0 +1,102 @@
+"""State TTL through whole runs on real Spark and Delta, with a clock the test sets: the expiry column,
+what a job reads back, and full snapshot cleanup in savepoints and ``hashmap`` checkpoints."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from state_store import (
+    FileSource,
+    JobSpec,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    StateTtlConfig,
+    Types,
+    ValueStateDescriptor,
+)
+from state_store.catalog import JobMeta
+from state_store.savepoint import take_savepoint
+from state_store.state_processor import SavepointReader
+
+from .helpers import run
+from .jobs import EVENT
+
+TTL_MS = 1500  # microbatches are 1000 ms apart: an entry not written for two microbatches has expired
+OUT = Types.ROW_NAMED(["k", "batch", "last", "seen"],
+                      [Types.STRING(), Types.LONG(), Types.LONG(), Types.LIST(Types.LONG())])
+
+
+class Remember(KeyedProcessFunction):
+    """Per key: the last value (ValueState) and the values seen (ListState), both under a TTL with full snapshot
+    cleanup; emits what it read before writing."""
+
+    def open(self, ctx):
+        config = StateTtlConfig.new_builder(TTL_MS).cleanup_full_snapshot().build()
+        self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
+        self.seen = ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()).enable_time_to_live(config))
+
+    def process(self, key, records, ctx):
+        yield {"k": key, "batch": ctx.batch_id, "last": self.last.value(), "seen": sorted(self.seen.get())}
+        for r in records:
+            self.last.update(r["v"])
+            self.seen.add(r["v"])
+
+
+def _job(lake, backend):
+    return JobSpec(job_id=f"ttl-{backend}", function=Remember(),
+                   source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
+                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/ttl-{backend}", uid="ttl", parallelism=2,
+                   max_parallelism=8, checkpoint_interval=1, num_retained=3, backend=backend)
+
+
+def _clock():
+    ticks = iter(range(0, 100_000, 1000))  # microbatch b is planned at b * 1000 ms
+    return lambda: next(ticks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["delta", "hashmap"])
+def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(spark, lake, backend):
+    # Key a is written in microbatches 0 and 3, key b in 0, 1 and 2, key c only in 2.
+    plan = {0: ["a", "b"], 1: ["b"], 2: ["b", "c"], 3: ["a"]}
+    for batch, keys in plan.items():
+        lake.write_events(f"e{batch}.json", [{"k": k, "v": batch * 10 + i, "op": "add", "seq": batch * 100 + i}
+                                             for i, k in enumerate(keys)])
+    spec = _job(lake, backend)
+    run(spark, spec, lake, clock=_clock())
+    sink = {(r["k"], r["batch"]): (r["last"], r["seen"]) for r in
+            spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect()}
+    # a, written at 0 ms, expired at 1500 ms: microbatch 3 (3000 ms) reads nothing.
+    assert sink[("a", 3)] == (None, [])
+    # b is rewritten every microbatch: each list element lives 1500 ms from its own write.
+    assert sink[("b", 1)] == (0 + 1, [1])  # value 1 written at 0 (v = batch*10 + position)
+    assert sink[("b", 2)] == (10, [10])  # element 1 (written at 0 ms) expired at 1500 ms
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    latest = meta.latest_checkpoint()
+    assert latest.processing_time == 3000
+    assert latest.descriptors["ttl.last"]["ttl"]["ttl_ms"] == TTL_MS
+    # The expiry column holds last write + TTL, readable without decoding values.
+    keyed = spark.read.format("delta").load(latest.state["keyed"]["path"])
+    if backend == "delta":
+        rows = {(r["state_name"], r["key"], r["batch_id"]): (r["value"], r["expiry"]) for r in keyed.collect()}
+        assert rows[("ttl.last", "c", 2)] == ("21", 2000 + TTL_MS)
+        # A list: each element with its expiry, the row's expiry its last element's. The working state (and so
+        # an incremental checkpoint) keeps element 10, expired at 2500 ms, until something cleans it up.
+        value, expiry = rows[("ttl.seen", "b", 2)]
+        assert (json.loads(value), expiry) == ([[2500, 10], [3500, 20]], 3500)
+    # A savepoint of the last checkpoint (3000 ms) leaves out what had expired by then: b (last written at
+    # 2000 ms, expiring 3500) stays with its live elements only; c (2000 -> 3500) stays; a was rewritten at 3000.
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, label="ttl", say=lambda m: None)
+    saved = spark.read.format("delta").load(savepoint.table_path("keyed")).collect()
+    seen = {r["key"]: json.loads(r["value"]) for r in saved if r["state_name"] == "ttl.seen"}
+    assert seen == {"a": [[4500, 30]], "b": [[3500, 20]], "c": [[3500, 21]]}
+    assert savepoint.entries["ttl.seen"] == 3
+    # Through the State Processor API: typed elements, nothing expired.
+    reader = SavepointReader.for_checkpoint(spark, spec.job_id, settings=lake.settings)
+    got = sorted((r["key"], r["value"]) for r in reader.keyed_state("seen").collect())
+    assert got == [("a", 30), ("b", 20), ("c", 21)]
+    if backend == "hashmap":  # a full snapshot per checkpoint: cleaned as a savepoint is
+        values = {r["key"]: json.loads(r["value"]) for r in keyed.collect() if r["state_name"] == "ttl.seen"}
+        assert values == seen
+        assert latest.entries["ttl.seen"] == 3
