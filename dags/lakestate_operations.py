@@ -4,13 +4,15 @@
   savepoint's path is in the task log and its XCom.
 - ``lakestate_rescale``: job, new parallelism, savepoint first (on by default). The job is held meanwhile:
   its pipeline runs wait, none fails; the next one continues at the new parallelism.
+- ``lakestate_compaction`` (daily): one mapped task per registered job with a checkpoint, each compacting
+  that job's state tables (``lakestate compact``) while its pipeline waits.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
-from lakestate.operators import LakestateRescaleOperator, LakestateSavepointOperator
+from airflow.sdk import DAG, Param, task
+from lakestate.operators import LakestateCompactOperator, LakestateRescaleOperator, LakestateSavepointOperator
 
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.pipelines import load_registry, registry_path
@@ -41,3 +43,18 @@ if JOBS:
                                  description="Take a savepoint of the latest checkpoint before rescaling"),
     }, doc_md=__doc__, **COMMON) as rescale_dag:
         LakestateRescaleOperator(task_id="rescale")
+
+    with DAG("lakestate_compaction", description="Compact every Lakestate job's state tables",
+             schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False, tags=["lakestate"],
+             max_active_runs=1, doc_md=__doc__) as compaction_dag:
+
+        @task
+        def jobs_with_checkpoints() -> list[str]:
+            """The registered jobs that have a checkpoint (a job that never ran has nothing to compact)."""
+            from state_store.catalog import JobMeta
+            from state_store.settings import Settings
+
+            settings = Settings.load()
+            return [j for j in JOBS if JobMeta(settings.job_dir(j)).checkpoint_ids()]
+
+        LakestateCompactOperator.partial(task_id="compact").expand(job=jobs_with_checkpoints())

@@ -4,6 +4,7 @@
     <warehouse>/jobs/<job>/_meta/plans/<m>.json      microbatch m's source range (written before it runs)
     <warehouse>/jobs/<job>/_meta/commits/<m>.json    microbatch m is done
     <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
+    <warehouse>/jobs/<job>/_meta/compaction.json     the last compaction's report
 
 Every file is written so that a reader never sees half of one (``storage.write_atomic``:
 a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable without Spark (the CLI,
@@ -200,6 +201,14 @@ class JobMeta:
                 if warn is not None:
                     warn(str(e))
         return None
+
+    def last_compaction(self) -> dict | None:
+        """The report of the job's last compaction (``compaction.compact_job``), or None."""
+        path = self.dir / "compaction.json"
+        return read_json(path) if path.exists() else None
+
+    def write_compaction(self, report: dict) -> None:
+        write_json_atomic(self.dir / "compaction.json", report)
 
     def write_checkpoint(self, checkpoint: CheckpointMetadata) -> None:
         write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint.checkpoint_id}.json", checkpoint.to_dict())

@@ -173,6 +173,19 @@ def cmd_savepoint(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_compact(args, settings: Settings) -> int:
+    from .compaction import compact_job
+    from .spark import build_spark
+
+    JobRegistry(settings).get(args.job)
+    spark = build_spark(f"lakestate-compact-{args.job}", master=args.spark_master,
+                        s3=settings.on_object_storage or None)
+    report = compact_job(spark, settings, args.job, wait_s=args.wait_for_lease, say=_quiet_say)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    return 0
+
+
 def cmd_savepoints(args, settings: Settings) -> int:
     from .savepoint import list_savepoints
 
@@ -318,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="drop state the job no longer registers instead of refusing")
     p.set_defaults(func=cmd_restore)
+    p = sub.add_parser("compact", parents=[common, lease],
+                       help="rewrite the job's state tables to their live entries (TTL's compaction filter) and "
+                            "delete files no retained checkpoint needs")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_compact)
     p = sub.add_parser("rescale", parents=[common, lease],
                        help="write a checkpoint of the job at a new parallelism (keyed state is not moved)")
     p.add_argument("job")

@@ -193,6 +193,12 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert (meta.latest_checkpoint().batch_id, meta.latest_checkpoint().parallelism) == (2, 3)
     assert "[lakestate] job clicks: checkpoint 4 at microbatch 2" in second  # housekeeping's report
     assert len(list_savepoints(settings, "clicks")) == 2  # the labelled one and the rescale's
+    # The scheduled compaction DAG maps over the registered jobs; the job's last report is kept for the UI.
+    compacted = dag_test("lakestate_compaction")
+    assert "[lakestate] job clicks: compacted checkpoint 4 (microbatch 2)" in compacted
+    report = meta.last_compaction()
+    assert report["new_checkpoint"] == 5 and report["rows_scanned"] >= report["tables"]["keyed"]["rows_after"] > 0
+    assert meta.latest_checkpoint().checkpoint_id == 5
 
 
 def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_jobs(tmp_path):
@@ -221,6 +227,7 @@ def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_job
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
     assert rescale["parallelism"]["type"] == "integer" and rescale["parallelism"]["minimum"] == 1
     assert rescale["savepoint_first"]["type"] == "boolean"
+    assert found["params"]["lakestate_compaction"] == {}  # scheduled, mapped over the registered jobs
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():

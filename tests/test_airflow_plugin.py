@@ -25,6 +25,7 @@ def airflow_with_a_job(spark, tmp_path_factory):
     os.environ["LAKESTATE_ROOT"] = str(root)  # the demo job's factory reads its input folder from it
     try:
         assert lakestate(["run", "--job", "clicks", "--registry", str(registry), "--root", str(root)]) == 0
+        assert lakestate(["compact", "clicks", "--root", str(root)]) == 0  # its report is on the page
     finally:
         if saved is None:
             os.environ.pop("LAKESTATE_ROOT")
@@ -51,7 +52,9 @@ def test_the_page_shows_checkpoints_state_and_the_key_group_chart_to_a_logged_in
     assert "<svg id='key-groups-clicks'" in page and page.count("<rect") == 128
     status, data = get(airflow_with_a_job + "/lakestate/api/jobs", bearer)
     (job,) = json.loads(data)
-    assert job["latest_checkpoint"] == 2 and job["checkpoints"] == [1, 2]
+    assert job["latest_checkpoint"] == 3 and job["checkpoints"] == [1, 2, 3]  # 3: the compaction's
+    assert job["compaction"]["checkpoint"] == 2 and job["compaction"]["new_checkpoint"] == 3
+    assert "<h3>Last compaction</h3>" in page and f"<td>{job['compaction']['rows_scanned']}</td>" in page
     assert sum(job["key_group_bytes"]) > 0 and job["problems"] == []
     assert any(name.endswith(".events") and size > 0 for name, (size, files) in job["state_bytes"].items())
     assert seconds < 1.0, seconds

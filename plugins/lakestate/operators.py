@@ -110,3 +110,28 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         self.log.info("job %s: checkpoint %s at parallelism %s", job, latest.checkpoint_id, latest.parallelism)
         return {"job": job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                 "parallelism": latest.parallelism}
+
+
+class LakestateCompactOperator(_LakestateSparkSubmit):
+    """Compact job ``job`` (``jobs/compact.py``): its state tables rewritten to their live entries, expired ones
+    dropped (TTL's compaction filter), files no retained checkpoint needs deleted; the job is held meanwhile (its
+    pipeline runs wait). Returns (XCom) the compaction report, which the Lakestate page shows too."""
+
+    template_fields = (*_LakestateSparkSubmit.template_fields, "job")
+
+    def __init__(self, *, job: str, **kwargs):
+        super().__init__(entrypoint="compact", **kwargs)
+        self.job = job
+
+    def execute(self, context):
+        from state_store.catalog import JobMeta
+        from state_store.settings import Settings
+
+        self.application_args = [self.job, "--wait-for-lease", str(self.wait_for_lease_s)]
+        self.submit(context)
+        report = JobMeta(Settings.load().job_dir(self.job)).last_compaction()
+        self.log.info("job %s: %s rows scanned, %s expired and %s superseded removed, files %s -> %s, %s bytes "
+                      "reclaimed", self.job, report["rows_scanned"], report["expired_removed"],
+                      report["superseded_removed"], report["files_before"], report["files_after"],
+                      report["bytes_reclaimed"])
+        return report

@@ -20,6 +20,7 @@ class JobOverview:
     backend: str
     checkpoints: list = field(default_factory=list)  # CheckpointMetadata, oldest first
     savepoints: list = field(default_factory=list)  # SavepointMetadata, oldest first
+    compaction: dict | None = None  # the last compaction's report
     problems: list[str] = field(default_factory=list)
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
@@ -45,6 +46,10 @@ def job_overview(settings: Settings, job_id: str) -> JobOverview:
     meta = JobMeta(settings.job_dir(job_id))
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
+    try:
+        overview.compaction = JobMeta(settings.job_dir(job_id)).last_compaction()
+    except (OSError, ValueError) as e:
+        overview.problems.append(f"the last compaction report cannot be read: {e}")
     latest = overview.latest
     if latest is None:
         return overview

@@ -72,6 +72,14 @@ def job_section(job: JobOverview) -> str:
                         [[s.name, s.checkpoint_id, s.batch_id, _when(s.created_ms), s.parallelism, s.backend,
                           sum(s.entries.values()), s.size_bytes, s.path] for s in reversed(job.savepoints)])
                  if job.savepoints else "<p class='meta'>no savepoints: trigger DAG lakestate_savepoint</p>")
+    parts.append("<h3>Last compaction</h3>")
+    c = job.compaction
+    parts.append(_table(["checkpoint", "new checkpoint", "started (UTC)", "rows scanned", "expired removed",
+                         "superseded removed", "files before", "files after", "bytes reclaimed", "seconds"],
+                        [[c["checkpoint"], c.get("new_checkpoint", "-"), _when(c["started_ms"]), c["rows_scanned"],
+                          c["expired_removed"], c["superseded_removed"], c["files_before"], c["files_after"],
+                          c["bytes_reclaimed"], c["seconds"]]])
+                 if c else "<p class='meta'>never compacted: DAG lakestate_compaction runs daily</p>")
     if latest is not None:
         names = sorted(set(latest.entries) | set(job.state_bytes))
         parts.append("<h3>State at the latest checkpoint</h3>")
@@ -101,4 +109,5 @@ def jobs_json() -> JSONResponse:
                           "checkpoints": [c.checkpoint_id for c in j.checkpoints], "problems": j.problems,
                           "savepoints": [{"name": s.name, "path": s.path, "checkpoint": s.checkpoint_id}
                                          for s in j.savepoints],
-                          "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes} for j in overviews()])
+                          "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes,
+                          "compaction": j.compaction} for j in overviews()])

@@ -1,0 +1,13 @@
+"""spark-submit entrypoint: `lakestate compact` (see `lakestate compact --help`).
+
+    spark-submit --jars <delta jars> jobs/compact.py <job> [options]
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the project root: state_store and job modules
+
+from state_store.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(["compact", *sys.argv[1:]]))

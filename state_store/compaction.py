@@ -1,0 +1,179 @@
+"""Compaction: keep a job's state tables bounded (DESIGN §3, TTL's compaction filter).
+
+Every run of the ``delta`` backend appends the entries that changed, so a table
+holds every version of every entry and a file per touched partition per
+subtask per run. ``compact_job`` (``lakestate compact <job>``,
+``jobs/compact.py``), while it holds the job (runs wait, none fails):
+
+1. rewrites each state table as of the job's latest checkpoint: per entry only
+   its newest row, removed entries dropped, and for states with TTL's
+   compaction filter (``cleanup_in_compaction()``, on by default) entries
+   expired at that checkpoint's processing time dropped (a live list keeps its
+   live elements only). One file per ``(state_name, key_group)`` partition.
+   Rows of microbatches after that checkpoint (a crashed run's) are left as
+   they are. It is one Delta commit per table (``replaceWhere``), then a new
+   checkpoint of the same microbatch pins the compacted versions;
+2. deletes the data files no retained checkpoint pins (checkpoint versions
+   are read by time travel, so those files are kept; savepoints are copies and
+   need nothing here), and table folders and ``hashmap`` snapshots no retained
+   checkpoint pins (an old generation after a restore).
+
+A crash at any step leaves every retained checkpoint restorable: the rewrite is
+a new table version (the old ones stay readable), the new checkpoint is
+written after it, and only then are files no checkpoint pins deleted. The last
+report is kept in ``_meta/compaction.json`` (``JobMeta.last_compaction``) for the Lakestate page.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from urllib.parse import unquote
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from .backends import create_keyed_backend, create_operator_backend
+from .catalog import JobMeta
+from .checkpoint import CheckpointMetadata
+from .delta_log import table_files, table_snapshot
+from .errors import ConfigError
+from .lease import holding
+from .settings import Settings
+from .state_tables import KEYED, OPERATOR, latest_live
+from .storage import location, rmtree, walk_files
+from .ttl import drop_expired, ttl_states
+
+def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
+                fault=lambda step: None) -> dict:
+    """Compact job ``job_id``'s state tables and delete what no retained checkpoint needs; return the report
+    (entries scanned, expired and superseded entries removed, files and bytes before and after)."""
+    job_dir = settings.job_dir(job_id)
+    meta = JobMeta(job_dir)
+    if not meta.checkpoint_ids():
+        raise ConfigError(f"job {job_id!r} has no checkpoint in {settings.warehouse}: nothing to compact (run it "
+                          f"first)")
+    started = time.time()
+    with holding(job_dir, job_id, "compact", wait_s, say):
+        latest = meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}"))
+        if latest is None:
+            raise ConfigError(f"no checkpoint of job {job_id!r} can be read: restore from a savepoint instead")
+        report = {"job": job_id, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
+                  "backend": latest.backend, "started_ms": int(started * 1000), "tables": {}}
+        state = dict(latest.state)
+        if latest.backend == "delta":
+            for create, spec in ((create_keyed_backend, KEYED), (create_operator_backend, OPERATOR)):
+                state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, job_dir, create, spec)
+            fault("after_rewrite")
+            entries = _entries_after(spark, latest, state["keyed"])
+            compacted = replace(latest, checkpoint_id=latest.checkpoint_id + 1, state=state, entries=entries,
+                                completed_ms=int(time.time() * 1000))
+            meta.write_checkpoint(compacted)  # from now on runs continue from the compacted tables
+            report["new_checkpoint"] = compacted.checkpoint_id
+            fault("after_checkpoint")
+        retained = meta.readable_checkpoints()
+        report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(job_dir, retained, fault)
+        report["seconds"] = round(time.time() - started, 2)
+        totals = report["tables"].values()
+        report.update({k: sum(t[k] for t in totals) for k in
+                       ("rows_scanned", "expired_removed", "superseded_removed", "files_before", "files_after",
+                        "bytes_before", "bytes_after")})
+        meta.write_compaction(report)
+    say(f"[lakestate] job {job_id}: compacted checkpoint {latest.checkpoint_id} (microbatch {latest.batch_id}): "
+        f"{report['rows_scanned']} rows scanned, {report['expired_removed']} expired and "
+        f"{report['superseded_removed']} superseded or removed entries dropped; files {report['files_before']} -> "
+        f"{report['files_after']}; {report['files_deleted']} files ({report['bytes_reclaimed']} bytes) no "
+        f"retained checkpoint needs deleted, {report['seconds']}s")
+    return report
+
+
+def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir, create, spec):
+    recorded = checkpoint.state[spec.name]
+    path, version, b = recorded["path"], recorded["version"], checkpoint.batch_id
+    before = table_snapshot(path, version)
+    rows = spark.read.format("delta").option("versionAsOf", version).load(path)
+    scanned = rows.filter(F.col("batch_id") <= b).count()
+    live = latest_live(rows, spec, b)
+    expired_removed = 0
+    if spec.name == "keyed":
+        filtered = ttl_states(checkpoint.descriptors, "compaction")
+        if filtered and checkpoint.processing_time is not None:
+            kept = drop_expired(live, filtered, checkpoint.processing_time)
+            mine = F.col("state_name").isin(sorted(filtered))
+            expired_removed = live.filter(mine).count() - kept.filter(mine).count()
+            live = kept
+    live = live.select(*spec.columns).cache()
+    try:
+        count = live.count()
+        (live.repartition(*spec.partition_columns).write.format("delta").mode("overwrite")
+         .option("replaceWhere", f"batch_id <= {b}").partitionBy(*spec.partition_columns).save(path))
+    finally:
+        live.unpersist()
+    after = table_snapshot(path)
+    return ({**after, "incremental": True},
+            {"rows_scanned": scanned, "expired_removed": expired_removed,
+             "superseded_removed": scanned - count - expired_removed, "rows_after": count,
+             "files_before": before["num_files"], "files_after": after["num_files"],
+             "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
+
+
+def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: dict) -> dict[str, int]:
+    """Entries per state: counted in the compacted keyed table, as the checkpoint has them for the rest."""
+    df = spark.read.format("delta").option("versionAsOf", keyed["version"]).load(keyed["path"])
+    counts = {r["state_name"]: r["count"] for r in df.filter(F.col("batch_id") <= checkpoint.batch_id)
+              .groupBy("state_name").count().collect()}
+    keyed_names = set(counts) | {n for n, d in checkpoint.descriptors.items() if d.get("scope", "keyed") == "keyed"}
+    entries = {n: c for n, c in checkpoint.entries.items() if n not in keyed_names}
+    entries.update(counts)
+    return {n: c for n, c in sorted(entries.items()) if c}
+
+
+def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tuple[int, int]:
+    """Delete data files of the job's state tables that no retained checkpoint's table version references, and
+    table folders and snapshots no retained checkpoint pins. Returns (files deleted, bytes reclaimed)."""
+    pinned_tables: dict[str, set[str]] = {}
+    for c in retained:
+        for recorded in c.state.values():
+            if recorded.get("path") and recorded.get("version") is not None:
+                files = pinned_tables.setdefault(str(location(recorded["path"])), set())
+                files.update(unquote(f) for f in table_files(recorded["path"], recorded["version"]))
+    deleted = reclaimed = 0
+    for folder in ("state", "snapshots"):
+        root = location(job_dir) / folder
+        if not root.is_dir():
+            continue
+        for table in _tables_under(root):
+            keep = pinned_tables.get(str(table))
+            if keep is None:  # a table no retained checkpoint reads: an old generation or snapshot
+                size = sum(f.stat().st_size for f in walk_files(table))
+                count = len(walk_files(table))
+                rmtree(table)
+                deleted, reclaimed = deleted + count, reclaimed + size
+                continue
+            for f in walk_files(table):
+                relative = f.relative_to(table).as_posix()
+                if relative not in keep:
+                    size = f.stat().st_size
+                    f.unlink(missing_ok=True)
+                    deleted, reclaimed = deleted + 1, reclaimed + size
+                    fault("while_deleting")
+        _remove_empty(root)
+    return deleted, reclaimed
+
+
+def _tables_under(root) -> list:
+    """The Delta tables (folders with a ``_delta_log``) under ``root``, at any depth."""
+    found = []
+    for child in sorted(root.iterdir()):
+        if not child.is_dir():
+            continue
+        if (child / "_delta_log").is_dir():
+            found.append(child)
+        else:
+            found.extend(_tables_under(child))
+    return found
+
+
+def _remove_empty(root) -> None:
+    from .storage import remove_empty_folders
+
+    remove_empty_folders(root)

@@ -1,0 +1,107 @@
+"""The compaction job (TTL's compaction filter) on real Spark and Delta: state tables shrink to their live
+entries, every retained checkpoint still restores with identical state, a crash at any step loses nothing, and
+a job carries on after it as if it had never been compacted."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from state_store.catalog import JobMeta
+from state_store.compaction import compact_job
+from state_store.delta_log import table_snapshot
+
+from .conftest import Lake
+from .helpers import run, sink_rows, state_at_checkpoint, state_at_latest_checkpoint
+from .jobs import all_states_job, events
+from .test_ttl_tables import TTL_MS, _clock, _job
+
+QUIET = dict(say=lambda m: None)
+pytestmark = pytest.mark.slow
+
+
+class Crash(Exception):
+    pass
+
+
+def _feed(lake, batches):
+    lake.write_rules("r0.json", [{"name": "factor", "factor": 3}])
+    for batch in batches:
+        lake.write_events(f"e{batch}.json", events(batch))
+
+
+def _retained_states(spark, lake, spec):
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    return {c.checkpoint_id: state_at_checkpoint(spark, lake, spec, c) for c in meta.checkpoints()}
+
+
+def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_never_compacted(spark, tmp_path):
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        _feed(target, range(6))
+    run(spark, all_states_job(steady), steady)
+    spec = all_states_job(lake, num_retained=2)
+    for _ in range(4):  # four runs of one microbatch: four appends per table
+        run(spark, spec, lake, max_microbatches=1)
+    job_dir = lake.settings.job_dir(spec.job_id)
+    before = _retained_states(spark, lake, spec)
+    keyed_before = table_snapshot(job_dir / "state" / "keyed")
+    report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
+    # Every retained checkpoint reads the same state; the new one (same microbatch) too.
+    after = _retained_states(spark, lake, spec)
+    assert {c: after[c] for c in before} == before
+    latest = JobMeta(job_dir).latest_checkpoint()
+    assert latest.checkpoint_id == report["new_checkpoint"] and after[latest.checkpoint_id] == before[max(before)]
+    assert latest.batch_id == 3
+    # Superseded and removed entries are gone from the table's live version; its file count went down.
+    assert report["superseded_removed"] > 0 and report["expired_removed"] == 0
+    assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
+    assert report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
+    assert JobMeta(job_dir).last_compaction() == json.loads(json.dumps(report))
+    # The job continues from the compacted tables and ends as the job that was never compacted.
+    run(spark, spec, lake)
+    assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
+    assert state_at_latest_checkpoint(spark, lake, spec) == state_at_latest_checkpoint(
+        spark, steady, all_states_job(steady))
+
+
+@pytest.mark.parametrize("step", ["after_rewrite", "after_checkpoint", "while_deleting"])
+def test_a_crash_at_any_step_of_a_compaction_leaves_every_retained_checkpoint_restorable(spark, tmp_path, step):
+    lake = Lake(tmp_path)
+    _feed(lake, range(4))
+    spec = all_states_job(lake, num_retained=3)
+    for _ in range(3):
+        run(spark, spec, lake, max_microbatches=1)
+    before = _retained_states(spark, lake, spec)
+
+    def fault(at):
+        if at == step:
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        compact_job(spark, lake.settings, spec.job_id, fault=fault, **QUIET)
+    after = _retained_states(spark, lake, spec)
+    assert {c: after[c] for c in before} == before
+    compact_job(spark, lake.settings, spec.job_id, **QUIET)  # the lease was released: a retry completes
+    run(spark, spec, lake)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 3
+
+
+def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, lake):
+    plan = {0: ["a", "b"], 1: ["b"], 2: ["b", "c"], 3: ["a"], 4: ["c"]}
+    for batch, keys in plan.items():
+        lake.write_events(f"e{batch}.json", [{"k": k, "v": batch * 10 + i, "op": "add", "seq": batch * 100 + i}
+                                             for i, k in enumerate(keys)])
+    spec = _job(lake, "delta")
+    run(spark, spec, lake, clock=_clock())
+    report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
+    latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
+    assert latest.processing_time == 4000
+    rows = spark.read.format("delta").load(latest.state["keyed"]["path"]).collect()
+    live = {(r["state_name"], r["key"]): (json.loads(r["value"]), r["expiry"]) for r in rows}
+    # At 4000 ms: b (last written at 2000, expired at 3500) is gone; a (3000 -> 4500) and c (4000 -> 5500) live;
+    # c's list element from 2000 ms is cut out.
+    assert live == {("ttl.last", "a"): (30, 3000 + TTL_MS), ("ttl.seen", "a"): ([[4500, 30]], 4500),
+                    ("ttl.last", "c"): (40, 4000 + TTL_MS), ("ttl.seen", "c"): ([[5500, 40]], 5500)}
+    assert report["expired_removed"] == 2
+    assert latest.entries["ttl.last"] == 2 and latest.entries["ttl.seen"] == 2
