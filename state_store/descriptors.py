@@ -43,6 +43,15 @@ class AggregateFunction:
 MAX_TIMESTAMP = (1 << 63) - 1  # Long.MAX_VALUE: an expiry that never comes
 
 
+def _one_of(value: str, options: type, what: str) -> str:
+    """``value`` if it is one of the constants of ``options`` (an enum-like class), else a clear error."""
+    names = [n for n in vars(options) if not n.startswith("_")]
+    if value not in names:
+        raise ValueError(f"{what} {value!r} is not one of StateTtlConfig.{options.__name__}."
+                         + " or .".join(names))
+    return value
+
+
 class StateTtlConfig:
     """Flink's StateTtlConfig: how long a keyed state entry lives after its last access, and how expired
     entries are hidden and cleaned up. Build it with ``StateTtlConfig.new_builder(ttl)``; time is processing
@@ -113,10 +122,7 @@ class StateTtlConfig:
             self._full_snapshot, self._incremental, self._compaction, self._background = False, None, False, True
 
         def set_update_type(self, update_type: str) -> "StateTtlConfig.Builder":
-            if update_type not in (StateTtlConfig.UpdateType.OnCreateAndWrite, StateTtlConfig.UpdateType.OnReadAndWrite):
-                raise ValueError(f"update type {update_type!r} is not one of StateTtlConfig.UpdateType."
-                                 f"OnCreateAndWrite or OnReadAndWrite")
-            self._update = update_type
+            self._update = _one_of(update_type, StateTtlConfig.UpdateType, "update type")
             return self
 
         def update_ttl_on_create_and_write(self) -> "StateTtlConfig.Builder":
@@ -126,11 +132,7 @@ class StateTtlConfig:
             return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
 
         def set_state_visibility(self, visibility: str) -> "StateTtlConfig.Builder":
-            if visibility not in (StateTtlConfig.StateVisibility.NeverReturnExpired,
-                                  StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp):
-                raise ValueError(f"state visibility {visibility!r} is not one of StateTtlConfig.StateVisibility."
-                                 f"NeverReturnExpired or ReturnExpiredIfNotCleanedUp")
-            self._visibility = visibility
+            self._visibility = _one_of(visibility, StateTtlConfig.StateVisibility, "state visibility")
             return self
 
         def never_return_expired(self) -> "StateTtlConfig.Builder":

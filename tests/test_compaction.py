@@ -105,3 +105,11 @@ def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, la
                     ("ttl.last", "c"): (40, 4000 + TTL_MS), ("ttl.seen", "c"): ([[5500, 40]], 5500)}
     assert report["expired_removed"] == 2
     assert latest.entries["ttl.last"] == 2 and latest.entries["ttl.seen"] == 2
+
+
+def test_compacting_a_job_without_a_checkpoint_is_refused_before_anything_is_written(lake):
+    from state_store.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="has no checkpoint .* nothing to compact"):
+        compact_job(None, lake.settings, "never-ran", **QUIET)
+    assert not lake.settings.job_dir("never-ran").exists()

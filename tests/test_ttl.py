@@ -251,3 +251,11 @@ def test_operator_state_with_a_ttl_is_refused_naming_the_fix():
     store = OperatorStateStore("op", {}, {})
     with pytest.raises(ValueError, match="TTL applies to keyed state only"):
         store.get_list_state(ListStateDescriptor("offsets", Types.LONG()).enable_time_to_live(ttl()))
+
+
+def test_an_unknown_update_type_or_visibility_names_the_choices():
+    with pytest.raises(ValueError, match=r"update type 'OnRead' is not one of StateTtlConfig.UpdateType."
+                                         r"OnCreateAndWrite or .OnReadAndWrite"):
+        StateTtlConfig.new_builder(5).set_update_type("OnRead")
+    with pytest.raises(ValueError, match="state visibility 'Always' is not one of StateTtlConfig.StateVisibility"):
+        StateTtlConfig.new_builder(5).set_state_visibility("Always")

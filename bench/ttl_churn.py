@@ -1,0 +1,124 @@
+"""State under TTL stays bounded only with compaction: a churn workload, with and without it, in one run.
+
+    source scripts/env.sh
+    python bench/ttl_churn.py [--microbatches 50] [--keys 2000] [--every 10]
+
+Each microbatch brings ``--keys`` new keys, each written once (a ValueState with a TTL of 5 microbatches:
+microbatch m is planned at m * 1000 ms, the TTL is 5000 ms), so about 5 microbatches' keys are live at any time.
+The same input runs twice, one microbatch per run (``delta`` backend, parallelism 2, max parallelism 8):
+without compaction, and with ``compact_job`` after every ``--every``-th microbatch. After each microbatch (and
+after each compaction) it prints live entries (not expired at that microbatch's time), stored entries (rows
+in the keyed table's current version), table bytes and file count, then the largest stored/live and
+bytes-per-live-entry ratios of each variant.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TTL_MS, TICK_MS = 5000, 1000
+
+
+def _job(input_dir: str, job_id: str):
+    from state_store import FileSource, JobSpec, KeyedProcessFunction, StateTtlConfig, Types, ValueStateDescriptor
+
+    class Touch(KeyedProcessFunction):
+        def open(self, ctx):
+            ttl = StateTtlConfig.new_builder(TTL_MS).build()  # compaction filter on by default
+            self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.LONG()).enable_time_to_live(ttl))
+
+        def process(self, key, records, ctx):
+            self.seen.update(len(records) + (self.seen.value() or 0))
+            return []
+
+    event = Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.LONG()])
+    return JobSpec(job_id=job_id, function=Touch(), source=FileSource(input_dir, "json", event, max_files_per_batch=1),
+                   key="k", key_type=Types.STRING(), output_type=Types.ROW_NAMED(["k"], [Types.STRING()]),
+                   sink=f"sinks/{job_id}", uid="churn", parallelism=2, max_parallelism=8, checkpoint_interval=1,
+                   num_retained=2)
+
+
+def _measure(spark, settings, job_id: str, now: int) -> dict:
+    from pyspark.sql import functions as F
+
+    from state_store.catalog import JobMeta
+    from state_store.delta_log import table_snapshot
+    from state_store.state_tables import KEYED, latest_live
+
+    latest = JobMeta(settings.job_dir(job_id)).latest_checkpoint()
+    path = latest.state["keyed"]["path"]
+    df = spark.read.format("delta").load(path)
+    live = latest_live(df, KEYED).filter(F.coalesce(F.col("expiry") > now, F.lit(True))).count()
+    snap = table_snapshot(path)
+    return {"live": live, "stored": df.count(), "bytes": snap["size_bytes"], "files": snap["num_files"]}
+
+
+def variant(spark, base: Path, microbatches: int, every: int | None) -> list[dict]:
+    from state_store.compaction import compact_job
+    from state_store.runtime import JobRunner
+    from state_store.settings import Settings
+
+    name = f"every-{every}" if every else "never"
+    settings = Settings.load(root=base / name)
+    spec = _job(str(base / "input"), f"churn-{name}")
+    lines = []
+    for m in range(microbatches):
+        now = m * TICK_MS
+        JobRunner(spark, spec, settings, clock=lambda now=now: now, progress=lambda line: None).run(1)
+        row = {"variant": name, "microbatch": m, "after": "run", **_measure(spark, settings, spec.job_id, now)}
+        print(json.dumps(row), flush=True)
+        lines.append(row)
+        if every and (m + 1) % every == 0:
+            started = time.perf_counter()
+            compact_job(spark, settings, spec.job_id, say=lambda line: None)
+            row = {"variant": name, "microbatch": m, "after": "compaction",
+                   "seconds": round(time.perf_counter() - started, 1), **_measure(spark, settings, spec.job_id, now)}
+            print(json.dumps(row), flush=True)
+            lines.append(row)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--microbatches", type=int, default=50)
+    parser.add_argument("--keys", type=int, default=2000)
+    parser.add_argument("--every", type=int, default=10)
+    args = parser.parse_args()
+    from state_store.spark import build_spark
+
+    spark = build_spark("bench-ttl-churn", master="local[2]", extra_conf={"spark.ui.enabled": "false",
+                                                                          "spark.sql.shuffle.partitions": "2"})
+    base = Path(tempfile.mkdtemp(prefix="lakestate-churn-"))
+    try:
+        (base / "input").mkdir()
+        for m in range(args.microbatches):
+            rows = "".join(json.dumps({"k": f"m{m}-k{i}", "v": i}) + "\n" for i in range(args.keys))
+            (base / "input" / f"e{m:04d}.json").write_text(rows)
+        results = {name: variant(spark, base, args.microbatches, every)
+                   for name, every in (("never", None), (f"every-{args.every}", args.every))}
+        print()
+        for name, lines in results.items():
+            steady = [r for r in lines if r["microbatch"] >= 5]  # once the TTL window is full
+            worst = max(steady, key=lambda r: r["stored"] / r["live"])
+            per_entry = max(r["bytes"] / r["live"] for r in steady)
+            first = min(r["bytes"] / r["live"] for r in steady)
+            files = [r["files"] for r in lines if r["after"] == ("compaction" if name != "never" else "run")]
+            print(f"{name:>9}: live {steady[-1]['live']:,} at the end; stored/live at most "
+                  f"{worst['stored'] / worst['live']:.2f} (microbatch {worst['microbatch']}, after {worst['after']}); "
+                  f"bytes per live entry {first:.0f}..{per_entry:.0f}; files {files[0]}..{files[-1]} "
+                  f"({'after each compaction' if name != 'never' else 'after each run'}); "
+                  f"stored at the end {lines[-1]['stored']:,}, {lines[-1]['bytes']:,} bytes in {lines[-1]['files']} files")
+    finally:
+        spark.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
