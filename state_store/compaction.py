@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
@@ -40,7 +41,7 @@ from .errors import ConfigError
 from .lease import holding
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR, latest_live
-from .storage import location, rmtree, walk_files
+from .storage import location, remove_empty_folders, rmtree, walk_files
 from .ttl import drop_expired, ttl_states
 
 def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
@@ -134,15 +135,20 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
     for c in retained:
         for recorded in c.state.values():
             if recorded.get("path") and recorded.get("version") is not None:
-                files = pinned_tables.setdefault(str(location(recorded["path"])), set())
+                files = pinned_tables.setdefault(_same(recorded["path"]), set())
                 files.update(unquote(f) for f in table_files(recorded["path"], recorded["version"]))
+    tables = {folder: _tables_under(location(job_dir) / folder) for folder in ("state", "snapshots")
+              if (location(job_dir) / folder).is_dir()}
+    found = {_same(t) for ts in tables.values() for t in ts}
+    lost = [p for p in pinned_tables if p.startswith(_same(job_dir) + "/") and p not in found]
+    if lost:  # a pinned table not found where it should be: delete nothing rather than guess
+        raise ConfigError(f"compaction found no table at {lost[0]}, which a retained checkpoint pins; nothing was "
+                          f"deleted. Check the job folder {job_dir} (was it moved or copied?)")
     deleted = reclaimed = 0
-    for folder in ("state", "snapshots"):
+    for folder, under in tables.items():
         root = location(job_dir) / folder
-        if not root.is_dir():
-            continue
-        for table in _tables_under(root):
-            keep = pinned_tables.get(str(table))
+        for table in under:
+            keep = pinned_tables.get(_same(table))
             if keep is None:  # a table no retained checkpoint reads: an old generation or snapshot
                 size = sum(f.stat().st_size for f in walk_files(table))
                 count = len(walk_files(table))
@@ -156,8 +162,14 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
                     f.unlink(missing_ok=True)
                     deleted, reclaimed = deleted + 1, reclaimed + size
                     fault("while_deleting")
-        _remove_empty(root)
+        remove_empty_folders(root)
     return deleted, reclaimed
+
+
+def _same(path) -> str:
+    """One spelling of a table's path, whatever a checkpoint recorded (a local path fully resolved)."""
+    path = location(path)
+    return str(path.resolve()) if isinstance(path, Path) else str(path)
 
 
 def _tables_under(root) -> list:
