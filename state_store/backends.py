@@ -81,6 +81,15 @@ class StateBackend:
         snapshot passes its rows through ``cleanup`` (TTL's full snapshot cleanup); an incremental one cannot."""
         raise NotImplementedError
 
+    def live_after(self, batch_id: int) -> DataFrame:
+        """The live entries after ``batch_id`` of this run (its changes written): what cleanup visits."""
+        return self._full_state_at(batch_id)
+
+    def add_tombstones(self, rows: DataFrame, batch_id: int) -> None:
+        """Remove the entries of ``rows`` (tombstones of microbatch ``batch_id``, generation 1) from the state
+        this run leaves: here, from what its snapshots capture."""
+        self._changes = rows if self._changes is None else self._changes.unionByName(rows)
+
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
         """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
         or corrupt), or None when it is intact. Reads only the Delta log and file listings."""
@@ -153,6 +162,13 @@ class DeltaStateBackend(StateBackend):
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
         return {**table_snapshot(self.path), "incremental": True}
+
+    def live_after(self, batch_id):
+        return latest_live(self.spark.read.format("delta").load(str(self.path)), self.table, batch_id)
+
+    def add_tombstones(self, rows, batch_id):
+        # Their own txnAppId: a replayed run never writes them twice, and they never pass for a microbatch.
+        append_idempotent(rows, self.path, f"{self.app_id}:cleanup", batch_id, self.table.partition_columns)
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}

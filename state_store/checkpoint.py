@@ -76,6 +76,7 @@ class CheckpointMetadata(_Record):
     status: str = "COMPLETED"
     layout: int = LAYOUT_VERSION
     restored_from: dict | None = None  # a restore's or rescale's source: {"savepoint": path} or {"job", "checkpoint"}
+    cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl.cleanup``)
 
     @classmethod
     def from_dict(cls, data: dict) -> "CheckpointMetadata":

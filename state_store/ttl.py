@@ -11,11 +11,23 @@ its JSON text (by an Arrow UDF on those rows only; values are never decoded).
 Full snapshot cleanup (``cleanup_full_snapshot()``) applies this to savepoints
 and ``hashmap`` checkpoints, at the processing time of the microbatch they
 capture; the working state of a run is untouched, as in Flink.
+
+Incremental cleanup (``cleanup_incrementally(size, every_record)``, on by
+default with 5 entries) keeps a cursor over ``(key_group, state_name, key,
+namespace, user_key)`` in the checkpoint. After a run's state is written, the
+next ``size`` entries per subtask per microbatch after the cursor (per record
+too with ``every_record``) are visited in Spark, and those expired at the
+run's last microbatch time get a tombstone of that microbatch (``cleanup``).
+Only the key groups the cursor is about to visit are read.
 """
 from __future__ import annotations
 
+import math
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+CURSOR_ORDER = ("key_group", "state_name", "key", "namespace", "_user_key")
 
 
 def ttl_states(descriptors: dict[str, dict], strategy: str | None = None) -> dict[str, dict]:
@@ -69,3 +81,49 @@ def count_entries(df: DataFrame, states) -> dict[str, int]:
         return {}
     rows = df.filter(F.col("state_name").isin(sorted(states))).groupBy("state_name").count().collect()
     return {r["state_name"]: r["count"] for r in rows}
+
+
+def cleanup_width(states: dict[str, dict], parallelism: int, plans) -> int:
+    """How many entries a run's incremental cleanup visits: per subtask, ``size`` per microbatch (and per record
+    of it with ``every_record``), as each of Flink's subtasks visits ``size`` entries per state access."""
+    size = max(d["ttl"]["incremental"][0] for d in states.values())
+    every_record = any(d["ttl"]["incremental"][1] for d in states.values())
+    per_microbatch = [1 + ((p.records or 0) if every_record else 0) for p in plans]
+    return parallelism * size * sum(per_microbatch)
+
+
+def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_parallelism: int,
+            stored_entries: int, width: int, now: int, batch_id: int):
+    """Visit ``width`` entries of ``states`` after ``cursor`` in ``live`` (the live keyed entries after the run)
+    and make tombstones of the expired ones. Returns (tombstones DataFrame, removed per state, visited, new
+    cursor). Only key groups from the cursor's on are read: about as many as ``width`` entries need, from the
+    entries per key group the checkpoint counts (``stored_entries``)."""
+    start = int(cursor[0]) if cursor else 0
+    per_group = max(stored_entries, 1) / max_parallelism
+    end = min(max_parallelism, start + math.ceil(width / per_group) + 1)
+    df = (live.filter(F.col("state_name").isin(sorted(states)) & (F.col("key_group") >= start)
+                      & (F.col("key_group") < end))
+          .withColumn("_user_key", F.coalesce(F.col("user_key"), F.lit(""))))
+    if cursor and len(cursor) == len(CURSOR_ORDER):  # resume after the last entry visited
+        position = F.struct(*[F.col(c) for c in CURSOR_ORDER])
+        df = df.filter(position > F.struct(*[F.lit(v) for v in cursor]))
+    window = df.orderBy(*CURSOR_ORDER).limit(width).cache()
+    try:
+        summary = window.agg(F.count(F.lit(1)).alias("visited"),
+                             F.max(F.struct(*[F.col(c) for c in CURSOR_ORDER])).alias("last")).first()
+        dead = window.filter(expired(now))
+        removed = {r["state_name"]: r["count"] for r in dead.groupBy("state_name").count().collect()}
+        tombstones = (dead.drop("_user_key").withColumn("value", F.lit(None).cast("string"))
+                      .withColumn("expiry", F.lit(None).cast("bigint"))
+                      .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+                      .withColumn("generation", F.lit(1).cast("bigint")))
+        if removed:
+            tombstones = tombstones.localCheckpoint()  # before the window's cache goes
+        visited = summary["visited"]
+    finally:
+        window.unpersist()
+    if visited == width and summary["last"] is not None:
+        new_cursor = list(summary["last"])
+    else:  # the key groups up to ``end`` are done: the next run starts after them (from 0 after the last)
+        new_cursor = [end % max_parallelism]
+    return (tombstones if removed else None), removed, visited, new_cursor

@@ -100,3 +100,42 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
         values = {r["key"]: json.loads(r["value"]) for r in keyed.collect() if r["state_name"] == "ttl.seen"}
         assert values == seen
         assert latest.entries["ttl.seen"] == 3
+
+
+class Sweep(KeyedProcessFunction):
+    """A ValueState under TTL whose only cleanup is incremental: one entry per subtask per microbatch."""
+
+    def open(self, ctx):
+        config = StateTtlConfig.new_builder(TTL_MS).cleanup_incrementally(1).disable_cleanup_in_background().build()
+        self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
+
+    def process(self, key, records, ctx):
+        self.last.update(records[-1]["v"])
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["delta", "hashmap"])
+def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake,
+                                                                                                backend):
+    # Microbatch 0 writes six keys that nothing writes again; every later microbatch writes key z.
+    lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(6)])
+    for batch in range(1, 8):
+        lake.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
+    spec = JobSpec(job_id=f"sweep-{backend}", function=Sweep(),
+                   source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
+                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/sweep-{backend}", uid="ttl",
+                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2, backend=backend)
+    clock, meta = _clock(), JobMeta(lake.settings.job_dir(spec.job_id))
+    said, entries = [], []
+    for _ in range(8):  # a run per microbatch: each visits 2 entries (1 per subtask)
+        run(spark, spec, lake, max_microbatches=1, clock=clock, progress=said.append)
+        entries.append(meta.latest_checkpoint().entries.get("ttl.last", 0))
+    removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]
+    assert len(removed) == 8 and all(r <= 2 for r in removed)  # never more than it visits
+    assert removed[:2] == [0, 0]  # at 0 and 1000 ms nothing had expired (the keys of 0 ms expire at 1500)
+    assert sum(removed) == 6 and entries[-1] == 1  # all six went, a few per microbatch; z stays
+    assert entries == [6] + [7 - sum(removed[:i + 1]) for i in range(1, 8)]  # counts follow every removal
+    keyed = SavepointReader.for_checkpoint(spark, spec.job_id, settings=lake.settings).keyed_state("last")
+    assert [(r["key"], r["value"]) for r in keyed.collect()] == [("z", 7)]
+    assert meta.latest_checkpoint().cleanup_cursor is not None
