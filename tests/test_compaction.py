@@ -7,14 +7,17 @@ import json
 
 import pytest
 
+from state_store import StateTtlConfig
 from state_store.catalog import JobMeta
 from state_store.compaction import compact_job
 from state_store.delta_log import table_snapshot
+from state_store.restore import RestoreSource, restore_job
+from state_store.savepoint import take_savepoint
 
 from .conftest import Lake
 from .helpers import run, sink_rows, state_at_checkpoint, state_at_latest_checkpoint
 from .jobs import all_states_job, events
-from .test_ttl_tables import TTL_MS, _clock, _job
+from .test_ttl_tables import TTL_MS, Remember, _clock, _job
 
 QUIET = dict(say=lambda m: None)
 pytestmark = pytest.mark.slow
@@ -45,6 +48,7 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
         run(spark, spec, lake, max_microbatches=1)
     job_dir = lake.settings.job_dir(spec.job_id)
     before = _retained_states(spark, lake, spec)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, checkpoint_id=min(before), **QUIET)
     keyed_before = table_snapshot(job_dir / "state" / "keyed")
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
     # Every retained checkpoint reads the same state; the new one (same microbatch) too.
@@ -58,6 +62,10 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
     assert report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
     assert JobMeta(job_dir).last_compaction() == json.loads(json.dumps(report))
+    # A savepoint taken before compaction restores, into a new job, the state of the checkpoint it copied.
+    copy = all_states_job(lake, job_id="all-states-copy")
+    restore_job(spark, lake.settings, copy, RestoreSource(savepoint), **QUIET)
+    assert state_at_latest_checkpoint(spark, lake, copy) == before[min(before)]
     # The job continues from the compacted tables and ends as the job that was never compacted.
     run(spark, spec, lake)
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
@@ -87,12 +95,19 @@ def test_a_crash_at_any_step_of_a_compaction_leaves_every_retained_checkpoint_re
     assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 2
 
 
+class CompactionOnly(Remember):
+    """Remember, its only TTL cleanup the compaction filter (the incremental one would get there first)."""
+
+    def ttl(self):
+        return StateTtlConfig.new_builder(TTL_MS).disable_cleanup_in_background().cleanup_in_compaction().build()
+
+
 def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, lake):
     plan = {0: ["a", "b"], 1: ["b"], 2: ["b", "c"], 3: ["a"], 4: ["c"]}
     for batch, keys in plan.items():
         lake.write_events(f"e{batch}.json", [{"k": k, "v": batch * 10 + i, "op": "add", "seq": batch * 100 + i}
                                              for i, k in enumerate(keys)])
-    spec = _job(lake, "delta")
+    spec = _job(lake, "delta", CompactionOnly())
     run(spark, spec, lake, clock=_clock())
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
     latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()

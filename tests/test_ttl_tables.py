@@ -31,8 +31,11 @@ class Remember(KeyedProcessFunction):
     """Per key: the last value (ValueState) and the values seen (ListState), both under a TTL with full snapshot
     cleanup; emits what it read before writing."""
 
+    def ttl(self):
+        return StateTtlConfig.new_builder(TTL_MS).cleanup_full_snapshot().build()
+
     def open(self, ctx):
-        config = StateTtlConfig.new_builder(TTL_MS).cleanup_full_snapshot().build()
+        config = self.ttl()
         self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
         self.seen = ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()).enable_time_to_live(config))
 
@@ -43,8 +46,8 @@ class Remember(KeyedProcessFunction):
             self.seen.add(r["v"])
 
 
-def _job(lake, backend):
-    return JobSpec(job_id=f"ttl-{backend}", function=Remember(),
+def _job(lake, backend, function=None):
+    return JobSpec(job_id=f"ttl-{backend}", function=function or Remember(),
                    source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
                    key_type=Types.STRING(), output_type=OUT, sink=f"sinks/ttl-{backend}", uid="ttl", parallelism=2,
                    max_parallelism=8, checkpoint_interval=1, num_retained=3, backend=backend)
