@@ -150,8 +150,8 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
         for table in under:
             keep = pinned_tables.get(_same(table))
             if keep is None:  # a table no retained checkpoint reads: an old generation or snapshot
-                size = sum(f.stat().st_size for f in walk_files(table))
-                count = len(walk_files(table))
+                files = walk_files(table)
+                size, count = sum(f.stat().st_size for f in files), len(files)
                 rmtree(table)
                 deleted, reclaimed = deleted + count, reclaimed + size
                 continue
