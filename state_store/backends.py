@@ -16,18 +16,26 @@ microbatch m restores exactly the state after m.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .checkpoint import CheckpointMetadata
-from .delta_log import CorruptLogError, app_transaction_version, missing_files, table_snapshot
+from .delta_log import (
+    CorruptLogError,
+    app_transaction_version,
+    first_version_past,
+    missing_files,
+    table_snapshot,
+    transaction_metadata,
+)
 from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
 from .storage import location, options_of, rmtree
-from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live
+from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live, remove_rows
 
 class StateBackend:
     """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
@@ -85,10 +93,17 @@ class StateBackend:
         """The live entries after ``batch_id`` of this run (its changes written): what cleanup visits."""
         return self._full_state_at(batch_id)
 
-    def add_tombstones(self, rows: DataFrame, batch_id: int) -> None:
-        """Remove the entries of ``rows`` (tombstones of microbatch ``batch_id``, generation 1) from the state
-        this run leaves: here, from what its snapshots capture."""
+    def remove_entries(self, rows: DataFrame, batch_id: int, note: dict) -> None:
+        """Remove the entries of ``rows`` (tombstones of microbatch ``batch_id``, generation 1: TTL's
+        incremental cleanup, which ``note`` describes) from the state this run leaves: here, from what its
+        snapshots capture."""
         self._changes = rows if self._changes is None else self._changes.unionByName(rows)
+
+    def cleanup_done(self, batch_id: int) -> dict | None:
+        """The ``note`` of an incremental cleanup an earlier attempt of this run already committed for
+        ``batch_id``; ``{"ahead": n}`` when one committed past it (a replay that groups microbatches
+        differently); None when there is none (here, always: a run's changes are staged with it)."""
+        return None
 
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
         """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
@@ -161,14 +176,35 @@ class DeltaStateBackend(StateBackend):
                      self.table.partition_columns, self._output.committed)
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
-        return {**table_snapshot(self.path), "incremental": True}
+        # The latest version, unless an incremental cleanup of a later microbatch (this run's last, or an
+        # earlier attempt's) already deleted rows that are live at ``batch_id``: then the version before it.
+        past = first_version_past(self.path, self.cleanup_app_id, batch_id)
+        return {**table_snapshot(self.path, None if past is None else past - 1), "incremental": True}
 
     def live_after(self, batch_id):
         return latest_live(self.spark.read.format("delta").load(str(self.path)), self.table, batch_id)
 
-    def add_tombstones(self, rows, batch_id):
-        # Their own txnAppId: a replayed run never writes them twice, and they never pass for a microbatch.
-        append_idempotent(rows, self.path, f"{self.app_id}:cleanup", batch_id, self.table.partition_columns)
+    @property
+    def cleanup_app_id(self) -> str:
+        """The ``txnAppId`` of TTL's incremental cleanup commits."""
+        return f"{self.app_id}:cleanup"
+
+    def remove_entries(self, rows, batch_id, note):
+        """Delete every row of these entries from the table's current version, as a DELETE would: the files
+        holding them are rewritten without them (copy on write), so the table's rows and bytes shrink between
+        compactions, where tombstones would only add rows. Older versions, which earlier checkpoints pin, keep
+        them. The commit carries its own ``txnAppId`` at ``batch_id``: a replayed run never commits it twice and
+        it never passes for a microbatch."""
+        remove_rows(self.spark, self.path, rows, self.cleanup_app_id, batch_id, self.table, json.dumps(note))
+
+    def cleanup_done(self, batch_id):
+        committed = app_transaction_version(self.path, self.cleanup_app_id)
+        if committed is None or committed < batch_id:
+            return None
+        if committed > batch_id:
+            return {"ahead": committed}
+        note = transaction_metadata(self.path, self.cleanup_app_id, batch_id)
+        return json.loads(note) if note else {"removed": {}, "cursor": None}
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}

@@ -151,6 +151,37 @@ def app_transaction_version(path: str | os.PathLike, app_id: str) -> int | None:
     return max(found) if found else None
 
 
+def first_version_past(path: str | os.PathLike, app_id: str, txn_version: int) -> int | None:
+    """The table version of the first commit that recorded ``app_id`` past ``txn_version``, or None when none
+    did. App transaction versions only grow, so the JSON commits are read from the newest back only until one
+    at or below ``txn_version``."""
+    committed = app_transaction_version(path, app_id)
+    if committed is None or committed <= txn_version:
+        return None
+    log, first = location(path) / "_delta_log", None
+    for v in reversed(_commit_versions(log)):
+        with (log / f"{v:020d}.json").open() as f:
+            recorded = [int(a["txn"]["version"]) for a in map(json.loads, filter(str.strip, f))
+                        if (a.get("txn") or {}).get("appId") == app_id]
+        if recorded and recorded[0] <= txn_version:
+            break
+        if recorded:
+            first = v
+    return first
+
+
+def transaction_metadata(path: str | os.PathLike, app_id: str, version: int) -> str | None:
+    """The ``userMetadata`` of the commit that recorded ``app_id`` at ``version`` (newest JSON commit first),
+    or None when no JSON commit the log still keeps has it."""
+    log = location(path) / "_delta_log"
+    for v in reversed(_commit_versions(log)):
+        with (log / f"{v:020d}.json").open() as f:
+            actions = [json.loads(line) for line in f if line.strip()]
+        if any((a.get("txn") or {}).get("appId") == app_id and int(a["txn"]["version"]) == version for a in actions):
+            return next(((a["commitInfo"] or {}).get("userMetadata") for a in actions if "commitInfo" in a), None)
+    return None
+
+
 def table_metadata(path: str | os.PathLike) -> dict | None:
     """The table's latest ``metaData`` action (schemaString, partitionColumns, configuration, ...), or None
     when there is no table yet: no log, or a log without commits (a first commit that never completed)."""

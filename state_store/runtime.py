@@ -90,6 +90,8 @@ FAULT_POINTS = (
     "before_commit", "after_commit",
     "before_checkpoint", "after_checkpoint",
 )
+# Reached only by a run of a job with TTL's incremental cleanup, once its state is written.
+CLEANUP_FAULT_POINTS = ("before_cleanup_write", "after_cleanup_write")
 SOURCE_OFFSETS_STATE = "__source__.offsets"
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 
@@ -107,8 +109,8 @@ class FaultInjector:
     action: Callable[[], None] | None = None
 
     def __post_init__(self):
-        if self.point not in FAULT_POINTS:
-            raise ValueError(f"unknown fault point {self.point!r}; choose one of {FAULT_POINTS}")
+        if self.point not in FAULT_POINTS + CLEANUP_FAULT_POINTS:
+            raise ValueError(f"unknown fault point {self.point!r}; choose one of {FAULT_POINTS + CLEANUP_FAULT_POINTS}")
 
     def hit(self, point: str, batch_ids) -> None:
         if point == self.point and self.batch_id in batch_ids:
@@ -611,6 +613,15 @@ class JobRunner:
         if not states or keyed_backend.name == "memory":
             return {"removed": {}, "cursor": cursor}
         last = plans[-1]
+        done = keyed_backend.cleanup_done(last.batch_id)
+        if done is not None:  # a replay: what the first attempt removed, so that counts and cursor follow it
+            if "ahead" in done:
+                self._say(f"TTL incremental cleanup: none; an earlier attempt already cleaned up at microbatch "
+                          f"{done['ahead']}, which a later run replays")
+                return {"removed": {}, "cursor": cursor}
+            self._say(f"TTL incremental cleanup: committed by an earlier attempt, removed "
+                      f"{sum(done['removed'].values())} expired")
+            return {"removed": done["removed"], "cursor": done["cursor"]}
         stored = sum((checkpoint.entries if checkpoint else {}).get(n, 0) for n in states)
         width = cleanup_width(states, self.p, plans)
         tombstones, removed, visited, cursor = ttl_cleanup(
@@ -618,7 +629,8 @@ class JobRunner:
             last.batch_id)
         if tombstones is not None:
             self._fault("before_cleanup_write", [last.batch_id])
-            keyed_backend.add_tombstones(tombstones, last.batch_id)
+            keyed_backend.remove_entries(tombstones, last.batch_id, {"removed": removed, "cursor": cursor})
+            self._fault("after_cleanup_write", [last.batch_id])
         self._say(f"TTL incremental cleanup: visited {visited} entries, removed {sum(removed.values())} expired")
         return {"removed": removed, "cursor": cursor}
 

@@ -126,3 +126,50 @@ def append_idempotent(df: DataFrame, path: Path, app_id: str, version: int,
         writer = writer.partitionBy(*partition_by)
     writer.save(str(path))
     return True
+
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def remove_rows(spark, path, rows: DataFrame, app_id: str, version: int, spec: TableSpec,
+                note: str | None = None) -> bool:
+    """Delete from the Delta table at ``path`` every row of the entries in ``rows`` (matched on
+    ``spec.id_columns``, nulls equal) written up to microbatch ``version``: one MERGE ... DELETE, which
+    rewrites only the files holding them, in the partitions ``rows`` name, committed with ``txnAppId`` /
+    ``txnVersion``. Delta takes those for a DML only from the session, and leaves them set: they are set
+    around this one commit and always unset, as is ``note``, the commit's ``userMetadata``. Returns False when
+    ``app_id`` already committed ``version``."""
+    from delta.tables import DeltaTable
+
+    committed = app_transaction_version(path, app_id)
+    if committed is not None and committed >= version:
+        return False
+    partitions = rows.select(*spec.partition_columns).distinct().collect()
+    if not partitions:
+        return False
+    # Literal partition values, so that Delta prunes the files it reads to those partitions.
+    pruning = F.lit(False)
+    for row in partitions:
+        one = F.lit(True)
+        for c in spec.partition_columns:
+            one = one & (F.col(f"t.{c}") == F.lit(row[c]))
+        pruning = pruning | one
+    condition = pruning & (F.col("t.batch_id") <= F.lit(int(version)))
+    for c in spec.id_columns:
+        condition = condition & F.col(f"t.{c}").eqNullSafe(F.col(f"s.{c}"))
+    conf = spark.conf
+    conf.set(TXN_APP_ID_CONF, app_id)
+    conf.set(TXN_VERSION_CONF, str(version))
+    if note is not None:
+        conf.set(USER_METADATA_CONF, note)
+    try:
+        (DeltaTable.forPath(spark, str(path)).alias("t")
+         .merge(rows.select(*spec.id_columns).alias("s"), condition)
+         .whenMatchedDelete().execute())
+    finally:
+        conf.unset(TXN_APP_ID_CONF)
+        conf.unset(TXN_VERSION_CONF)
+        conf.unset(USER_METADATA_CONF)
+    return True

@@ -17,8 +17,10 @@ default with 5 entries) keeps a cursor over ``(key_group, state_name, key,
 namespace, user_key)`` in the checkpoint. After a run's state is written, the
 next ``size`` entries per subtask per microbatch after the cursor (per record
 too with ``every_record``) are visited in Spark, and those expired at the
-run's last microbatch time get a tombstone of that microbatch (``cleanup``).
-Only the key groups the cursor is about to visit are read.
+run's last microbatch time are removed (``cleanup`` returns them as tombstones
+of that microbatch; the ``delta`` backend deletes their rows instead, see
+``StateBackend.remove_entries``). Only the key groups the cursor is about to
+visit are read.
 """
 from __future__ import annotations
 

@@ -16,10 +16,12 @@ from state_store import (
     ValueStateDescriptor,
 )
 from state_store.catalog import JobMeta
+from state_store.runtime import FaultInjector, InjectedFault
 from state_store.savepoint import take_savepoint
 from state_store.state_processor import SavepointReader
 
-from .helpers import run
+from .conftest import Lake
+from .helpers import run, state_at_checkpoint
 from .jobs import EVENT
 
 TTL_MS = 1500  # microbatches are 1000 ms apart: an entry not written for two microbatches has expired
@@ -117,28 +119,68 @@ class Sweep(KeyedProcessFunction):
         return []
 
 
+def _sweep(lake, job_id, backend):
+    # Microbatch 0 writes k0..k5, which nothing writes again (expired from 1500 ms); microbatches 1-5 write z.
+    lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(6)])
+    for batch in range(1, 6):
+        lake.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
+    return JobSpec(job_id=job_id, function=Sweep(), source=FileSource(str(lake.events), "json", EVENT,
+                                                                      max_files_per_batch=1),
+                   key="k", key_type=Types.STRING(), output_type=OUT, sink=f"sinks/{job_id}", uid="ttl",
+                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=10, backend=backend)
+
+
+def _keys_at(spark, lake, job_id, batch):
+    meta = JobMeta(lake.settings.job_dir(job_id))
+    checkpoint = [c for c in meta.readable_checkpoints() if c.batch_id == batch][-1]
+    reader = SavepointReader.for_checkpoint(spark, job_id, settings=lake.settings,
+                                            checkpoint_id=checkpoint.checkpoint_id)
+    return sorted(r["key"] for r in reader.keyed_state("last").collect())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake,
-                                                                                                backend):
-    # Microbatch 0 writes six keys that nothing writes again; every later microbatch writes key z.
-    lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(6)])
-    for batch in range(1, 8):
-        lake.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
-    spec = JobSpec(job_id=f"sweep-{backend}", function=Sweep(),
-                   source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
-                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/sweep-{backend}", uid="ttl",
-                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2, backend=backend)
-    clock, meta = _clock(), JobMeta(lake.settings.job_dir(spec.job_id))
-    said, entries = [], []
-    for _ in range(8):  # a run per microbatch: each visits 2 entries (1 per subtask)
-        run(spark, spec, lake, max_microbatches=1, clock=clock, progress=said.append)
-        entries.append(meta.latest_checkpoint().entries.get("ttl.last", 0))
+                                                                                                tmp_path, backend):
+    spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    runs = (1, 3, 2)  # microbatches 0, 1-3, 4-5; a run visits 2 entries per microbatch (1 per subtask)
+    for n in runs:
+        run(spark, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
     removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]
-    assert len(removed) == 8 and all(r <= 2 for r in removed)  # never more than it visits
-    assert removed[:2] == [0, 0]  # at 0 and 1000 ms nothing had expired (the keys of 0 ms expire at 1500)
-    assert sum(removed) == 6 and entries[-1] == 1  # all six went, a few per microbatch; z stays
-    assert entries == [6] + [7 - sum(removed[:i + 1]) for i in range(1, 8)]  # counts follow every removal
-    keyed = SavepointReader.for_checkpoint(spark, spec.job_id, settings=lake.settings).keyed_state("last")
-    assert [(r["key"], r["value"]) for r in keyed.collect()] == [("z", 7)]
+    assert len(removed) == len(runs) and all(r <= 2 * n for r, n in zip(removed, runs))  # never more than visited
+    assert removed[0] == 0 and sum(removed) == 6  # all six went, a few per run, judged at its last microbatch
+    entries = {c.batch_id: c.entries.get("ttl.last", 0) for c in meta.readable_checkpoints()}
+    assert entries == {0: 6, 1: 7, 2: 7, 3: 7 - removed[1], 4: 7 - removed[1], 5: 1}  # counts follow
+    assert _keys_at(spark, lake, spec.job_id, 5) == ["z"]
+    # The run of microbatches 1-3 removed them at 3000 ms: its checkpoint of microbatch 1 (1000 ms, when nothing
+    # had expired) still holds all seven.
+    assert _keys_at(spark, lake, spec.job_id, 1) == ["k0", "k1", "k2", "k3", "k4", "k5", "z"]
     assert meta.latest_checkpoint().cleanup_cursor is not None
+    if backend == "hashmap":
+        return
+    # delta: the rows are deleted from the table's current version, not shadowed by tombstones, and the
+    # table's first version still holds them.
+    path = meta.latest_checkpoint().state["keyed"]["path"]
+    current = spark.read.format("delta").load(path).filter("state_name = 'ttl.last'")
+    assert {r["key"] for r in current.collect()} == {"z"} and current.filter("value IS NULL").count() == 0
+    first = spark.read.format("delta").option("versionAsOf", 0).load(path)
+    assert {r["key"] for r in first.collect()} == {f"k{i}" for i in range(6)}
+    # A crash right after the cleanup's commit, then a replay in smaller runs, ends as the job that never
+    # crashed, checkpoint by checkpoint.
+    crashed = Lake(tmp_path / "crashed")
+    again, clock, said = _sweep(crashed, spec.job_id, backend), _clock(), []
+    run(spark, again, crashed, max_microbatches=1, clock=clock)
+    with pytest.raises(InjectedFault):
+        run(spark, again, crashed, max_microbatches=3, clock=clock, faults=FaultInjector("after_cleanup_write", 3))
+    for n in (1, 2, 2):  # microbatch 1 replayed alone, 2-3 replayed, then 4-5 as the job that never crashed
+        run(spark, again, crashed, max_microbatches=n, clock=clock, progress=said.append)
+    assert any("an earlier attempt already cleaned up at microbatch 3" in line for line in said)  # at 1
+    assert any("committed by an earlier attempt, removed" in line for line in said)  # at 3
+    ours = {c.batch_id: c for c in JobMeta(crashed.settings.job_dir(spec.job_id)).readable_checkpoints()}
+    theirs = {c.batch_id: c for c in meta.readable_checkpoints()}
+    for batch in range(6):
+        assert state_at_checkpoint(spark, crashed, again, ours[batch]) == state_at_checkpoint(
+            spark, lake, spec, theirs[batch]), batch
+        assert (ours[batch].entries, ours[batch].cleanup_cursor) == (theirs[batch].entries,
+                                                                      theirs[batch].cleanup_cursor), batch
