@@ -16,6 +16,7 @@ from state_store import (
     ValueStateDescriptor,
 )
 from state_store.catalog import JobMeta
+from state_store.restore import RestoreSource, restore_job
 from state_store.runtime import FaultInjector, InjectedFault
 from state_store.savepoint import take_savepoint
 from state_store.state_processor import SavepointReader
@@ -38,8 +39,10 @@ class Remember(KeyedProcessFunction):
 
     def open(self, ctx):
         config = self.ttl()
-        self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
-        self.seen = ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()).enable_time_to_live(config))
+        last, seen = ValueStateDescriptor("last", Types.LONG()), ListStateDescriptor("seen", Types.LONG())
+        if config is not None:
+            last, seen = last.enable_time_to_live(config), seen.enable_time_to_live(config)
+        self.last, self.seen = ctx.get_state(last), ctx.get_list_state(seen)
 
     def process(self, key, records, ctx):
         yield {"k": key, "batch": ctx.batch_id, "last": self.last.value(), "seen": sorted(self.seen.get())}
@@ -48,10 +51,11 @@ class Remember(KeyedProcessFunction):
             self.seen.add(r["v"])
 
 
-def _job(lake, backend, function=None):
-    return JobSpec(job_id=f"ttl-{backend}", function=function or Remember(),
+def _job(lake, backend, function=None, name=None):
+    name = name or f"ttl-{backend}"
+    return JobSpec(job_id=name, function=function or Remember(),
                    source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
-                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/ttl-{backend}", uid="ttl", parallelism=2,
+                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/{name}", uid="ttl", parallelism=2,
                    max_parallelism=8, checkpoint_interval=1, num_retained=3, backend=backend)
 
 
@@ -97,6 +101,13 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     seen = {r["key"]: json.loads(r["value"]) for r in saved if r["state_name"] == "ttl.seen"}
     assert seen == {"a": [[4500, 30]], "b": [[3500, 20]], "c": [[3500, 21]]}
     assert savepoint.entries["ttl.seen"] == 3
+    if backend == "delta":  # TTL turned off across a restore (Flink 2.2): every stored value is visible again
+        off = _job(lake, backend, NoTtl(), name="ttl-off")
+        restore_job(spark, lake.settings, off, RestoreSource(savepoint), say=lambda m: None)
+        lake.write_events("e4.json", [{"k": "b", "v": 40, "op": "add", "seq": 400}])
+        run(spark, off, lake, clock=lambda: 60_000)  # long after b's entries (3500 ms) expired
+        rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(off.sink, "sink"))).collect()
+        assert [(r["k"], r["batch"], r["last"], r["seen"]) for r in rows] == [("b", 4, 20, [20])]
     # Through the State Processor API: typed elements, nothing expired.
     reader = SavepointReader.for_checkpoint(spark, spec.job_id, settings=lake.settings)
     got = sorted((r["key"], r["value"]) for r in reader.keyed_state("seen").collect())
@@ -105,6 +116,13 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
         values = {r["key"]: json.loads(r["value"]) for r in keyed.collect() if r["state_name"] == "ttl.seen"}
         assert values == seen
         assert latest.entries["ttl.seen"] == 3
+
+
+class NoTtl(Remember):
+    """Remember with TTL turned off."""
+
+    def ttl(self):
+        return None
 
 
 class Sweep(KeyedProcessFunction):
