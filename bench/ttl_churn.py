@@ -1,4 +1,4 @@
-"""State under TTL stays bounded only with compaction: a churn workload, with and without it, in one run.
+"""State under TTL, bounded by compaction and by incremental cleanup: a churn workload, three ways, in one run.
 
     source scripts/env.sh
     python bench/ttl_churn.py [--microbatches 50] [--keys 2000] [--every 10]
@@ -108,7 +108,7 @@ def main() -> None:
             rows = "".join(json.dumps({"k": f"m{m}-k{i}", "v": i}) + "\n" for i in range(args.keys))
             (base / "input" / f"e{m:04d}.json").write_text(rows)
         variants = (("never", None, False), (f"every-{args.every}", args.every, False),
-                    (f"every-{args.every}+per-record", args.every, True))
+                    (f"every-{args.every}-per-record", args.every, True))
         results = {name: variant(spark, base, name, args.microbatches, every, every_record)
                    for name, every, every_record in variants}
         print()

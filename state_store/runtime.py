@@ -470,7 +470,8 @@ class JobRunner:
                     files[info["table"]].append(info)
             phase("process")
             self._write(plans, outputs, files, backends, written)
-            self._cleanup = self._incremental_cleanup(plans, checkpoint, keyed_backend)
+            self._cleanup = self._incremental_cleanup(plans, [s["records_in"] for s in stats], checkpoint,
+                                                      keyed_backend)
             phase("write")
             self._fault("before_commit", batch_ids)
             committed = wall_clock_ms()
@@ -604,8 +605,8 @@ class JobRunner:
             for future in futures:
                 future.result()
 
-    def _incremental_cleanup(self, plans: list[MicrobatchPlan], checkpoint: CheckpointMetadata | None,
-                             keyed_backend: StateBackend) -> dict:
+    def _incremental_cleanup(self, plans: list[MicrobatchPlan], records: list[int],
+                             checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend) -> dict:
         """TTL's incremental cleanup, once the run's state is written (``ttl.cleanup``): what it removed and the
         cursor the run's last checkpoint records."""
         states = ttl_states({**(checkpoint.descriptors if checkpoint else {}), **self._registered}, "incremental")
@@ -623,7 +624,7 @@ class JobRunner:
                       f"{sum(done['removed'].values())} expired")
             return {"removed": done["removed"], "cursor": done["cursor"]}
         stored = sum((checkpoint.entries if checkpoint else {}).get(n, 0) for n in states)
-        width = cleanup_width(states, self.p, plans)
+        width = cleanup_width(states, self.p, records)
         tombstones, removed, visited, cursor = ttl_cleanup(
             keyed_backend.live_after(last.batch_id), states, cursor, self.maxp, stored, width, last.timestamp,
             last.batch_id)

@@ -85,13 +85,13 @@ def count_entries(df: DataFrame, states) -> dict[str, int]:
     return {r["state_name"]: r["count"] for r in rows}
 
 
-def cleanup_width(states: dict[str, dict], parallelism: int, plans) -> int:
-    """How many entries a run's incremental cleanup visits: per subtask, ``size`` per microbatch (and per record
-    of it with ``every_record``), as each of Flink's subtasks visits ``size`` entries per state access."""
+def cleanup_width(states: dict[str, dict], parallelism: int, records: list[int]) -> int:
+    """How many entries a run's incremental cleanup visits: per subtask, ``size`` per microbatch, and with
+    ``every_record`` also ``size`` per record each microbatch processed (``records``, in all subtasks), as
+    Flink's ``runCleanupForEveryRecord`` visits ``size`` entries per record."""
     size = max(d["ttl"]["incremental"][0] for d in states.values())
     every_record = any(d["ttl"]["incremental"][1] for d in states.values())
-    per_microbatch = [1 + ((p.records or 0) if every_record else 0) for p in plans]
-    return parallelism * size * sum(per_microbatch)
+    return size * (parallelism * len(records) + (sum(records) if every_record else 0))
 
 
 def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_parallelism: int,

@@ -259,3 +259,16 @@ def test_an_unknown_update_type_or_visibility_names_the_choices():
         StateTtlConfig.new_builder(5).set_update_type("OnRead")
     with pytest.raises(ValueError, match="state visibility 'Always' is not one of StateTtlConfig.StateVisibility"):
         StateTtlConfig.new_builder(5).set_state_visibility("Always")
+
+
+def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_record_with_every_record():
+    from state_store.ttl import cleanup_width
+
+    def states(*configs):
+        return {f"op.s{i}": {"ttl": StateTtlConfig.new_builder(TTL).cleanup_incrementally(size, every).build()
+                             .to_dict()} for i, (size, every) in enumerate(configs)}
+
+    records = [2000, 0, 7]  # three microbatches, 2 subtasks
+    assert cleanup_width(states((5, False)), 2, records) == 5 * 2 * 3
+    assert cleanup_width(states((5, True)), 2, records) == 5 * (2 * 3 + 2007)
+    assert cleanup_width(states((1, False), (3, True)), 2, records) == 3 * (2 * 3 + 2007)  # the largest, per record
