@@ -3,8 +3,9 @@
     source scripts/env.sh
     python bench/ttl_churn.py [--microbatches 50] [--keys 2000] [--every 10]
 
-Each microbatch brings ``--keys`` new keys, each written once (a ValueState with a TTL of 5 microbatches:
-microbatch m is planned at m * 1000 ms, the TTL is 5000 ms), so about 5 microbatches' keys are live at any time.
+Each microbatch brings ``--keys`` new keys (all of one length, so bytes per entry compare across microbatches),
+each written once (a ValueState with a TTL of 5 microbatches: microbatch m is planned at m * 1000 ms, the TTL
+is 5000 ms), so about 5 microbatches' keys are live at any time.
 The same input runs three times, one microbatch per run (``delta`` backend, parallelism 2, max parallelism 8):
 without compaction; with ``compact_job`` after every ``--every``-th microbatch; and the same with incremental
 cleanup per record (``cleanup_incrementally(5, True)``) instead of Flink's default (5 entries per subtask per
@@ -105,7 +106,7 @@ def main() -> None:
     try:
         (base / "input").mkdir()
         for m in range(args.microbatches):
-            rows = "".join(json.dumps({"k": f"m{m}-k{i}", "v": i}) + "\n" for i in range(args.keys))
+            rows = "".join(json.dumps({"k": f"m{m:03d}-k{i:04d}", "v": i}) + "\n" for i in range(args.keys))
             (base / "input" / f"e{m:04d}.json").write_text(rows)
         variants = (("never", None, False), (f"every-{args.every}", args.every, False),
                     (f"every-{args.every}-per-record", args.every, True))

@@ -83,13 +83,21 @@ class TableFiles:
     def __init__(self, table: OutputTable, token: str, subtask: int, schema):
         self.table, self.schema = table, schema
         self.prefix = f"part-{token}-{subtask:05d}-{uuid.uuid4().hex[:8]}"
+        # zstd, as Spark writes the tables (build_spark); no Arrow schema in the footer (Spark reads the Parquet
+        # schema). A run file of a state table holds a few hundred entries of one partition, so its footer and
+        # pages weigh as much as its rows: keys and values (nearly all distinct) get no dictionary and no
+        # min/max statistics (Delta skips files by the log's statistics); the small columns keep both.
+        self._options = {"compression": "zstd", "store_schema": False}
+        if table.name != SINK:
+            small = [f.name for f in schema if f.name not in ("key", "value")]
+            self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
         self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
         self.pending_rows = 0
 
     def _path(self, partition: tuple) -> str:
         dirs = "".join(f"{c}={v}/" for c, v in zip(self.table.partition_columns, partition))
-        return f"{dirs}{self.prefix}-{len(self._writers):05d}.snappy.parquet"
+        return f"{dirs}{self.prefix}-{len(self._writers):05d}.zstd.parquet"
 
     def add(self, partition: tuple, batch_id: int, row) -> None:
         committed = self.table.committed
@@ -114,7 +122,8 @@ class TableFiles:
             if entry is None:
                 relative = self._path(partition)
                 sink = output_stream(self.table.root / relative)
-                entry = [pq.ParquetWriter(sink, self.schema, compression="snappy"), relative, 0, None, None, sink]
+                writer = pq.ParquetWriter(sink, self.schema, **self._options)
+                entry = [writer, relative, 0, None, None, sink]
                 self._writers[partition] = entry
             entry[0].write_batch(pa.RecordBatch.from_arrays(self._arrays(rows), schema=self.schema))
             batches = [b for b, _ in rows]

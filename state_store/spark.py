@@ -68,6 +68,8 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
         "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
+        # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).
+        "spark.sql.parquet.compression.codec": "zstd",
     }
     jars = delta_jars()
     if not jars:
