@@ -6,6 +6,8 @@ import shutil
 import pytest
 
 from state_store.catalog import JobMeta
+from state_store.compaction import compact_job
+from state_store.delta_log import table_snapshot
 from state_store.errors import ConfigError, RestoreError
 from state_store.restore import RestoreSource, restore_job
 from state_store.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
@@ -103,10 +105,15 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
     savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
     keyed_at_savepoint, _ = state_at_latest_checkpoint(spark, lake, spec)
     run(spark, spec, lake, max_microbatches=2)
-    # VACUUM the job's tables down to their latest version: the savepoint's checkpoint is gone from them.
+    # Compact the job's tables (their rows move into new files) and VACUUM them down to their latest version:
+    # the files of the savepoint's checkpoint are gone from them.
+    compact_job(spark, lake.settings, spec.job_id, say=lambda line: None)
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     for table in ("keyed", "operator"):
-        spark.sql(f"VACUUM delta.`{lake.settings.job_dir(spec.job_id) / 'state' / table}` RETAIN 0 HOURS")
+        path = lake.settings.job_dir(spec.job_id) / "state" / table
+        before = len(list(path.rglob("*.parquet")))
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+        assert before > len(list(path.rglob("*.parquet"))) == table_snapshot(path)["num_files"]
     with pytest.raises(RestoreError, match=r"would rewind the job"):
         restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
     # Into a new job id: the state of the savepoint, whole.
