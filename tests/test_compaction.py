@@ -96,6 +96,42 @@ def test_a_crash_at_each_step_of_a_compaction_leaves_every_retained_checkpoint_r
     assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 2
 
 
+def test_on_hashmap_compaction_deletes_a_snapshot_no_checkpoint_pins_and_the_job_carries_on(spark, tmp_path,
+                                                                                              monkeypatch):
+    from state_store.backends import HashMapStateBackend
+
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        _feed(target, range(4))
+    run(spark, all_states_job(steady, backend="hashmap"), steady)
+    spec = all_states_job(lake, backend="hashmap", num_retained=2)
+    for _ in range(2):
+        run(spark, spec, lake, max_microbatches=1)
+    # A crash after checkpoint 3 is written and checkpoint 1 forgotten, before its snapshot is deleted.
+    discard = HashMapStateBackend.discard
+
+    def crash(self, checkpoint, retained):
+        raise Crash("before discard")
+
+    monkeypatch.setattr(HashMapStateBackend, "discard", crash)
+    with pytest.raises(Crash):
+        run(spark, spec, lake, max_microbatches=1)
+    monkeypatch.setattr(HashMapStateBackend, "discard", discard)
+    job_dir = lake.settings.job_dir(spec.job_id)
+    orphan = job_dir / "snapshots" / "chk-1"
+    assert orphan.is_dir() and sorted(c.checkpoint_id for c in JobMeta(job_dir).checkpoints()) == [2, 3]
+    before = _retained_states(spark, lake, spec)
+    report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
+    # Nothing rewritten (full snapshots hold live entries only); the orphan gone, the retained ones kept.
+    assert report["backend"] == "hashmap" and "new_checkpoint" not in report and report["tables"] == {}
+    assert not orphan.exists() and report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
+    assert _retained_states(spark, lake, spec) == before
+    run(spark, spec, lake)
+    assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady, backend="hashmap"))
+    assert state_at_latest_checkpoint(spark, lake, spec) == state_at_latest_checkpoint(
+        spark, steady, all_states_job(steady, backend="hashmap"))
+
+
 class CompactionOnly(Remember):
     """Remember, its only TTL cleanup the compaction filter (the incremental one would get there first)."""
 
