@@ -11,10 +11,10 @@
     checkpoint_interval = 1
     num_retained = 3
 
-Parsing imports nothing but the standard library, so DAG files stay light. Each
-entry is checked on its own: a bad entry gets an error naming its field, and
-the other entries still load. ``LAKESTATE_REGISTRY`` says where the file is
-(default ``./lakestate.toml``).
+Parsing imports nothing but the standard library (and croniter, Airflow's own cron parser, to check a
+schedule), so DAG files stay light. Each entry is checked on its own: a bad entry gets an error naming its
+field, and the other entries still load. ``LAKESTATE_REGISTRY`` says where the file is (default
+``./lakestate.toml``).
 """
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ from .key_groups import UPPER_BOUND_MAX_PARALLELISM
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
+# A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
+PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
+# dags/lakestate_operations.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
+OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction")
 
 
 @dataclass(frozen=True)
@@ -63,35 +67,72 @@ def _positive(where: str, name: str, value, limit: int | None = None) -> int:
     return value
 
 
-def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
-    """One entry, checked field by field (ConfigError naming the first bad field)."""
-    where = f"{path} [jobs.{job_id}]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: must be a table of fields ({', '.join(FIELDS)})")
+def _check_name(where: str, job_id: str) -> None:
     try:
         check_job_id(job_id)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
+    dag_id = f"lakestate_{job_id}"
+    if dag_id in OPERATION_DAG_IDS:  # Airflow would only say "duplicate DAG id", naming no entry
+        raise ConfigError(f"{where}: the entry's name {job_id!r} makes DAG id {dag_id}, the id of Lakestate's "
+                          f"{job_id} operation DAG (dags/lakestate_operations.py): rename the entry, and the "
+                          f"JobSpec's job_id with it")
+
+
+def _cron_problem(text: str) -> str | None:
+    """Why Airflow would refuse ``text`` as a cron schedule, or None. Airflow 3.1 checks a cron with croniter
+    (``CronMixin.validate``), so the same check here refuses exactly what it would, while the file is read."""
+    from croniter import CroniterError, croniter  # only when there is a cron to check
+
+    try:
+        croniter(text)
+    except CroniterError as e:
+        return str(e)
+    return None
+
+
+def _schedule(where: str, schedule) -> str | None:
+    """The entry's schedule: None for "none", else a preset or a cron expression Airflow accepts."""
+    if schedule == "none":
+        return None
+    problem = "not a string" if not isinstance(schedule, str) else None if schedule in _PRESETS \
+        else _cron_problem(schedule)
+    if problem:
+        raise ConfigError(f"{where}: field 'schedule' must be a cron expression ('*/10 * * * *'), a preset "
+                          f"({', '.join(_PRESETS)}) or 'none', got {schedule!r} ({problem})")
+    return schedule
+
+
+def _backend(where: str, backend) -> str | None:
+    if backend == "memory":
+        raise ConfigError(f"{where}: field 'backend' is 'memory', which keeps a job's state in the process of "
+                          f"one run only (it is only for tiny in-process tests): a DAG run's state must outlive "
+                          f"it; use delta (the default) or hashmap")
+    if backend is not None and backend not in PIPELINE_BACKENDS:
+        raise ConfigError(f"{where}: field 'backend' must be one of {', '.join(PIPELINE_BACKENDS)}, "
+                          f"got {backend!r}")
+    return backend
+
+
+def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
+    """One entry, checked field by field (ConfigError naming the file, the entry and its first bad field)."""
+    where = f"{path} [jobs.{job_id}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table of fields ({', '.join(FIELDS)})")
+    _check_name(where, job_id)
     unknown = sorted(set(table) - set(FIELDS))
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}")
     entrypoint = table.get("entrypoint")
     if not isinstance(entrypoint, str) or not re.fullmatch(r"[\w.]+:[\w.]+", entrypoint):
         raise ConfigError(f"{where}: field 'entrypoint' must look like 'package.module:factory', got {entrypoint!r}")
-    schedule = table.get("schedule", "none")
-    if not isinstance(schedule, str) or not (schedule == "none" or schedule in _PRESETS
-                                             or len(schedule.split()) in (5, 6)):
-        raise ConfigError(f"{where}: field 'schedule' must be a cron expression ('*/10 * * * *'), a preset "
-                          f"({', '.join(_PRESETS)}) or 'none', got {schedule!r}")
+    schedule = _schedule(where, table.get("schedule", "none"))
     values = {}
     for name, limit in (("max_microbatches", None), ("parallelism", UPPER_BOUND_MAX_PARALLELISM),
                         ("checkpoint_interval", None), ("num_retained", None)):
         if name in table:
             values[name] = _positive(where, name, table[name], limit)
-    backend = table.get("backend")
-    if backend is not None and backend not in BACKENDS:
-        raise ConfigError(f"{where}: field 'backend' must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    return PipelineEntry(job_id, entrypoint, None if schedule == "none" else schedule, backend=backend, **values)
+    return PipelineEntry(job_id, entrypoint, schedule, backend=_backend(where, table.get("backend")), **values)
 
 
 def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:

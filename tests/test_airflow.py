@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, JobLocked
-from state_store.pipelines import load_registry, registry_entry
+from state_store.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
 from state_store.runtime import FaultInjector
 from tests.helpers import run
 from tests.jobs import count_job, events
@@ -89,7 +89,7 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
 
 @pytest.mark.parametrize("bad,message", [
     ('parallelism = -1', r"field 'parallelism' must be an integer above 0 and at most 32768, got -1"),
-    ('backend = "rocksdb"', r"field 'backend' must be one of delta, hashmap, memory, got 'rocksdb'"),
+    ('backend = "rocksdb"', r"field 'backend' must be one of delta, hashmap, got 'rocksdb'"),
     ('schedule = "every hour"', r"field 'schedule' must be a cron expression"),
     ('paralelism = 2', r"unknown field 'paralelism'"),
 ])
@@ -119,6 +119,78 @@ def test_the_registry_refuses_a_missing_entrypoint_and_names_the_file(tmp_path):
         registry_entry("nope", registry)
     with pytest.raises(ConfigError, match=r"no pipeline registry at .*missing\.toml"):
         load_registry(tmp_path / "missing.toml")
+
+
+def test_the_registry_refuses_the_memory_backend_naming_file_entry_and_field(tmp_path):
+    # Memory state lives only in the process of one run: the first DAG run would succeed, every later one fail.
+    registry = _registry(tmp_path, GOOD + """
+    [jobs.tiny]
+    entrypoint = "tests.jobs:count_job"
+    backend = "memory"
+    """)
+    entries, errors = load_registry(registry)
+    assert sorted(entries) == ["clicks", "counts"]
+    assert errors["tiny"].startswith(f"{registry} [jobs.tiny]: field 'backend' is 'memory'")
+    assert "only for tiny in-process tests" in errors["tiny"] and "delta (the default) or hashmap" in errors["tiny"]
+
+
+@pytest.mark.parametrize("schedule", ["a b c d e", "61 * * * *", "0 0 1 1 * 2099", "* * * *"])
+def test_a_schedule_airflow_cannot_parse_is_refused_naming_file_entry_and_field(tmp_path, schedule):
+    registry = _registry(tmp_path, GOOD + f"""
+    [jobs.odd]
+    entrypoint = "tests.jobs:count_job"
+    schedule = "{schedule}"
+    """)
+    entries, errors = load_registry(registry)
+    assert sorted(entries) == ["clicks", "counts"]
+    assert errors["odd"].startswith(f"{registry} [jobs.odd]: field 'schedule' must be a cron expression"), errors
+    assert f"got {schedule!r}" in errors["odd"]
+
+
+def test_cron_expressions_airflow_accepts_are_accepted(tmp_path):
+    schedules = ["*/10 * * * *", "0 0 * * 1-5", "0 6 1,15 * *", "@daily", "@once", "none"]
+    registry = _registry(tmp_path, "".join(f"""
+    [jobs.j{i}]
+    entrypoint = "tests.jobs:count_job"
+    schedule = "{s}"
+    """ for i, s in enumerate(schedules)))
+    entries, errors = load_registry(registry)
+    assert errors == {} and [entries[f"j{i}"].schedule for i in range(6)] == [*schedules[:5], None]
+
+
+def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
+    """Parse both DAG files as Airflow's dag processor does (DagBag over the folder): each DAG's job drop-down
+    (None without one), and the import errors by file."""
+    code = textwrap.dedent(f"""
+        import json
+        from airflow.models.dagbag import DagBag
+        bag = DagBag(dag_folder={str(ROOT / "dags")!r}, include_examples=False)
+        dags = {{d: {{k: p.schema for k, p in dag.params.items()}}.get("job", {{}}).get("enum")
+                for d, dag in bag.dags.items()}}
+        print(json.dumps({{"dags": dags, "errors": bag.import_errors}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescale": ["clicks", "counts"],
+                  "lakestate_compaction": None}
+
+
+@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction"])
+def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(tmp_path, name):
+    registry = _registry(tmp_path, GOOD + f"""
+    [jobs.{name}]
+    entrypoint = "tests.jobs:count_job"
+    """)
+    found = _parse_dag_folder(tmp_path, registry)
+    assert sorted(OPERATION_DAGS) == sorted(OPERATION_DAG_IDS)  # the registry refuses every operation's id
+    assert found["dags"] == {**OPERATION_DAGS, "lakestate_clicks": None, "lakestate_counts": None}
+    (error,) = found["errors"].values()
+    assert f"{registry} [jobs.{name}]: the entry's name {name!r} makes DAG id lakestate_{name}" in error, error
+    assert "rename the entry" in error
 
 
 @pytest.mark.slow
