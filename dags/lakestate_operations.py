@@ -6,6 +6,9 @@
   its pipeline runs wait, none fails; the next one continues at the new parallelism.
 - ``lakestate_compaction`` (daily): one mapped task per registered job with a checkpoint, each compacting
   that job's state tables (``lakestate compact``) while its pipeline waits.
+
+The jobs are the registry's good entries; when the registry is not valid TOML, those of its readable
+``[jobs.<id>]`` headers, so these DAGs still load (the pipeline DAG file's import error names the bad line).
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ from airflow.sdk import DAG, Param, task
 from lakestate.operators import LakestateCompactOperator, LakestateRescaleOperator, LakestateSavepointOperator
 
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
-from state_store.pipelines import load_registry, registry_path
+from state_store.pipelines import declared_job_ids
 
-JOBS = sorted(load_registry(registry_path())[0]) if registry_path().exists() else []
+JOBS = declared_job_ids()  # even when the registry does not parse, so one bad line does not take these DAGs away
 COMMON = dict(schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["lakestate"], max_active_runs=1)
 
 

@@ -3,7 +3,8 @@
 Each DAG run submits the job's run with the Spark provider (``LakestateSubmitOperator``), then does
 checkpoint housekeeping. Runs of a job never overlap (``max_active_runs=1``, and the run waits for the job's
 lease). The job's sink is the DAG's Asset, so downstream DAGs can be scheduled on it. A bad registry entry
-shows as this file's import error naming its field; the other entries' DAGs still load.
+shows as this file's import error naming its field; the other entries' DAGs still load. A registry that is not
+valid TOML is this file's import error naming its line, and no pipeline DAG loads (the operation DAGs do).
 """
 from __future__ import annotations
 

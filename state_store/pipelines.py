@@ -13,8 +13,10 @@
 
 Parsing imports nothing but the standard library (and croniter, Airflow's own cron parser, to check a
 schedule), so DAG files stay light. Each entry is checked on its own: a bad entry gets an error naming its
-field, and the other entries still load. ``LAKESTATE_REGISTRY`` says where the file is (default
-``./lakestate.toml``).
+field, and the other entries still load. A file that is not valid TOML (a ``[jobs.x]`` declared twice, say)
+is one error naming its line: no entry of it can be trusted, but the ids of its ``[jobs.<id>]`` headers are
+still known (``declared_job_ids``), so the operation DAGs keep offering them. ``LAKESTATE_REGISTRY`` says
+where the file is (default ``./lakestate.toml``).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
 PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # dags/lakestate_operations.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
 OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction")
+_HEADER = re.compile(r"^[ \t]*\[[ \t]*jobs[ \t]*\.[ \t]*([A-Za-z0-9_-]+)[ \t]*\][ \t]*(?:#.*)?$", re.M)
 
 
 @dataclass(frozen=True)
@@ -140,12 +143,14 @@ def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, Pipe
     at all is one ConfigError."""
     path = Path(path) if path is not None else registry_path()
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"no pipeline registry at {path}: create it (see README, 'Airflow'), or set "
                           f"LAKESTATE_REGISTRY to its path") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"the pipeline registry {path} is not valid TOML: {e}") from None
+        raise _not_toml(path, text, e) from None
     jobs = data.get("jobs", {})
     if not isinstance(jobs, dict) or set(data) - {"jobs"}:
         raise ConfigError(f"the pipeline registry {path} must hold only [jobs.<job id>] tables")
@@ -156,6 +161,52 @@ def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, Pipe
         except ConfigError as e:
             errors[job_id] = str(e)
     return entries, errors
+
+
+def _headers(text: str) -> list[tuple[str, int]]:
+    """The ``[jobs.<id>]`` headers of a registry's text with their line numbers, read line by line: what can
+    be known of a file that is not valid TOML."""
+    return [(m[1], text.count("\n", 0, m.start()) + 1) for m in _HEADER.finditer(text)]
+
+
+def _not_toml(path: Path, text: str, error: tomllib.TOMLDecodeError) -> ConfigError:
+    """The parse error naming the file and the line (tomllib says it only at the end of its message), with the
+    fix; a table declared twice, the likely slip, is named with both of its lines."""
+    at = re.search(r"at line (\d+)", str(error))
+    line = int(at[1]) if at else None
+    first = {}
+    for job_id, number in _headers(text):
+        if job_id in first and number == line:
+            return ConfigError(f"{path}, line {line}: [jobs.{job_id}] is declared again (first at line "
+                               f"{first[job_id]}), and TOML allows a table once, so no entry of the file can be "
+                               f"trusted and no pipeline DAG loads: merge the two [jobs.{job_id}] tables into one, "
+                               f"or rename one")
+        first.setdefault(job_id, number)
+    return ConfigError(f"{path}{f', line {line}' if line else ''}: the pipeline registry is not valid TOML "
+                       f"({error}), so no pipeline DAG loads: fix that line")
+
+
+def declared_job_ids(path: str | os.PathLike | None = None) -> list[str]:
+    """The job ids the operation DAGs (savepoint, rescale, compaction) offer: the registry's good entries; when
+    the file does not parse, the ids of the ``[jobs.<id>]`` headers that can be read, so one bad line does not
+    take the operations of every job away (the pipeline DAG file shows the error); none without a file."""
+    path = Path(path) if path is not None else registry_path()
+    try:
+        return sorted(load_registry(path)[0])
+    except ConfigError:
+        try:
+            text = path.read_text()
+        except OSError:
+            return []
+        return sorted({job_id for job_id, _ in _headers(text) if _good_name(job_id)})
+
+
+def _good_name(job_id: str) -> bool:
+    try:
+        _check_name("", job_id)
+    except ConfigError:
+        return False
+    return True
 
 
 def registry_entry(job_id: str, path: str | os.PathLike | None = None) -> PipelineEntry:

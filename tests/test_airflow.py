@@ -193,6 +193,21 @@ def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_opera
     assert "rename the entry" in error
 
 
+def test_a_duplicate_entry_is_an_import_error_naming_file_and_line_and_the_operation_dags_still_load(tmp_path):
+    registry = _registry(tmp_path, GOOD + """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    """)
+    found = _parse_dag_folder(tmp_path, registry)
+    # No entry of a file that does not parse can be trusted: no pipeline DAG; the operations offer the jobs
+    # whose [jobs.<id>] headers can be read.
+    assert found["dags"] == OPERATION_DAGS
+    ((file, error),) = found["errors"].items()
+    assert Path(file).name == "lakestate_pipelines.py"
+    assert f"{registry}, line 11: [jobs.clicks] is declared again (first at line 2)" in error, error
+    assert "merge the two [jobs.clicks] tables into one, or rename one" in error
+
+
 @pytest.mark.slow
 def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
     lake.write_events("e0.json", events(0))
