@@ -34,8 +34,10 @@ def airflow_env(base: Path, lakestate_root: Path, registry: Path) -> dict:
             "PYTHONWARNINGS": "ignore"}
 
 
-def get(url: str, token: str | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+def get(url: str, token: str | None = None, method: str = "GET") -> tuple[int, str]:
+    """Status and body of a request without a body (GET, or ``method``), as ``token``'s user or anonymously."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {},
+                                     method=method)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -35,11 +39,31 @@ def airflow_with_a_job(spark, tmp_path_factory):
         yield url
 
 
-@pytest.mark.parametrize("path", ["/lakestate/", "/lakestate/api/jobs"])
-def test_the_plugin_refuses_an_anonymous_request(airflow_with_a_job, path):
-    status, body = get(airflow_with_a_job + path)
-    assert status in (401, 403), (status, body[:300])
-    assert "clicks" not in body
+def _plugin_routes(env: dict) -> list[tuple[str, str]]:
+    """(method, path) of every route of every app the plugin gives Airflow, as Airflow's plugin manager loads
+    them (FastAPI's own /docs, /redoc, /openapi.json included), so a new route cannot slip past the test."""
+    code = textwrap.dedent("""
+        import json
+        from airflow import plugins_manager
+        plugins_manager.initialize_fastapi_plugins()
+        routes = [(m, a["url_prefix"] + r.path) for a in plugins_manager.fastapi_apps
+                  for r in a["app"].routes for m in sorted(getattr(r, "methods", None) or ["GET"])]
+        print(json.dumps(routes))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def test_every_route_of_the_plugin_refuses_an_anonymous_request(airflow_with_a_job, tmp_path):
+    routes = _plugin_routes(airflow_env(tmp_path, tmp_path / "lakestate", tmp_path / "lakestate.toml"))
+    assert {("GET", "/lakestate/"), ("GET", "/lakestate/api/jobs")} <= set(routes), routes
+    answers = {}
+    for method, path in routes:
+        status, body = get(airflow_with_a_job + re.sub(r"\{[^}]*\}", "x", path), method=method)
+        answers[f"{method} {path}"] = status
+        assert "clicks" not in body, (method, path, body[:300])
+    assert set(answers.values()) == {401}, answers
 
 
 def test_the_page_shows_checkpoints_state_and_the_key_group_chart_to_a_logged_in_user(airflow_with_a_job):

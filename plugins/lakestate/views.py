@@ -12,7 +12,10 @@ from lakestate.reader import JobOverview, job_ids, job_overview
 
 from state_store.settings import Settings
 
-app = FastAPI(title="Lakestate", dependencies=[Depends(requires_authenticated())])
+# FastAPI's own /docs, /redoc and /openapi.json are plain routes that the app's dependencies do not reach, so
+# they answered anyone: turned off, every route left is one of ours and needs a logged-in user.
+app = FastAPI(title="Lakestate", dependencies=[Depends(requires_authenticated())], docs_url=None, redoc_url=None,
+              openapi_url=None)
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1b1f24}table{border-collapse:collapse;margin:.5rem 0}
 td,th{border:1px solid #d0d7de;padding:.2rem .6rem;text-align:right}th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
