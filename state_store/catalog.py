@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import storage
-from .checkpoint import CheckpointMetadata, MicrobatchPlan
+from .checkpoint import CheckpointMetadata, MicrobatchPlan, discover_descriptors
 from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
 from .settings import Settings
@@ -54,6 +54,9 @@ class JobRegistry:
         overrides = dict(overrides or {})
         spec = build_spec(entrypoint).with_overrides(**overrides)
         spec.validate()
+        # States (and their TTL) are declared in the user's open(): calling the hooks once on the driver, as a
+        # run's start does, refuses a bad declaration before the record is written, not at the first run.
+        discover_descriptors(spec)
         spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
                   "overrides": overrides}

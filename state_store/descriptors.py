@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .errors import ConfigError
 from .types import TypeInfo, Types
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
@@ -114,9 +115,13 @@ class StateTtlConfig:
                 ms = ttl
             else:
                 raise TypeError(f"a TTL is a datetime.timedelta or a number of milliseconds, got {ttl!r}")
-            if not ms > 0 or ms != int(ms):  # also refuses NaN
-                raise ValueError(f"TTL {ttl!r} is not usable: give a positive whole number of milliseconds "
-                                 f"(or a timedelta of at least 1 ms); an entry lives this long after its last access")
+            # ConfigError, so the CLI says it in one line when register or a run's start meets it on the driver.
+            if ms > MAX_TIMESTAMP:  # before int(), which an infinity overflows
+                raise ConfigError(f"TTL {ttl!r} is too long: at most {MAX_TIMESTAMP} ms (Long.MAX_VALUE, as in "
+                                  f"Flink); for entries that never expire, leave TTL off")
+            if not ms > 0 or ms != int(ms):  # also refuses NaN and -inf
+                raise ConfigError(f"TTL {ttl!r} is not usable: give a positive whole number of milliseconds (or "
+                                  f"a timedelta of at least 1 ms); an entry lives this long after its last access")
             self._ttl_ms, self._update = int(ms), StateTtlConfig.UpdateType.OnCreateAndWrite
             self._visibility = StateTtlConfig.StateVisibility.NeverReturnExpired
             self._full_snapshot, self._incremental, self._compaction, self._background = False, None, False, True

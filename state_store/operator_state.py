@@ -10,7 +10,7 @@ import copy
 from typing import Any, Iterable
 
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
-from .errors import stored_value_error
+from .errors import ConfigError, stored_value_error
 from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
@@ -47,8 +47,8 @@ class OperatorStateStore:
 
     def _register(self, descriptor: StateDescriptor, mode: str):
         if getattr(descriptor, "ttl_config", None) is not None:
-            raise ValueError(f"operator state {descriptor.name!r} has a TTL: TTL applies to keyed state only, as in "
-                             f"Flink; remove enable_time_to_live from its descriptor")
+            raise ConfigError(f"operator state {descriptor.name!r} has a TTL: TTL applies to keyed state only, as "
+                              f"in Flink; remove enable_time_to_live from its descriptor")
         qname = self.qualified(descriptor.name)
         known = self._modes.get(qname)
         if known and known != mode:

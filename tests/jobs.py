@@ -11,6 +11,7 @@ from state_store import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateTtlConfig,
     Types,
     ValueStateDescriptor,
 )
@@ -111,6 +112,28 @@ class CountOnly(KeyedProcessFunction):
         current = self.count.value() or 0
         self.count.update(current + len(records))
         yield {"k": key, "n": current + len(records)}
+
+
+class TtlCount(CountOnly):
+    """CountOnly whose count lives ``ttl`` (whatever the test gives, bad values too), its TTL config built in
+    ``open()`` as users write it; with ``on_operator_state``, an operator list state gets the TTL instead."""
+
+    def __init__(self, ttl, on_operator_state: bool = False):
+        super().__init__()
+        self.ttl, self.on_operator_state = ttl, on_operator_state
+
+    def _config(self) -> StateTtlConfig:
+        return StateTtlConfig.new_builder(self.ttl).build()
+
+    def initialize_state(self, ctx):
+        if self.on_operator_state:
+            ctx.get_operator_state_store().get_list_state(
+                ListStateDescriptor("seen", Types.LONG()).enable_time_to_live(self._config()))
+
+    def open(self, ctx):
+        descriptor = ValueStateDescriptor("count", Types.LONG())
+        self.count = ctx.get_state(descriptor if self.on_operator_state
+                                   else descriptor.enable_time_to_live(self._config()))
 
 
 class FailingCount(CountOnly):

@@ -1,12 +1,16 @@
 """Bad input gets a clear error naming the problem and the fix, and nothing is written."""
 from __future__ import annotations
 
+import sys
+import textwrap
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
 from state_store.catalog import JobMeta, JobRegistry
+from state_store.cli import main
 from tests.helpers import run, sink_rows
 from tests.jobs import EVENT, CountOnly, count_job, events
 
@@ -216,3 +220,72 @@ def test_a_parquet_column_of_another_type_than_declared_is_refused(spark, lake, 
                                          rf"source schema declares {declared}"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
+
+
+# A TTL that cannot be used, as Python source a job module is written with (name -> expression).
+BAD_TTLS = {"zero": "0", "negative": "-5", "NaN": "float('nan')", "one microsecond": "timedelta(microseconds=1)",
+            "infinite": "float('inf')", "longer than Long.MAX_VALUE ms": "2 ** 63",
+            "on operator state": "10_000"}
+
+
+@pytest.fixture
+def ttl_job(lake, monkeypatch, tmp_path):
+    """``lakestate`` arguments for a job module ``ttl_job_module:job`` building TtlCount with the TTL that
+    $TTL_CASE names (read when the job is built, so a test may change it between register and run)."""
+    (tmp_path / "ttl_job_module.py").write_text(textwrap.dedent(f"""
+        import os
+        from datetime import timedelta
+        from pathlib import Path
+        from tests.jobs import TtlCount, count_job
+
+        TTLS = {{"ten seconds": 10_000, {", ".join(f"{k!r}: {v}" for k, v in BAD_TTLS.items())}}}
+
+        class _L:
+            events = Path({str(lake.events)!r})
+
+        def job():
+            case = os.environ["TTL_CASE"]
+            return count_job(_L, job_id="ttl-counts", function=TtlCount(TTLS[case], case == "on operator state"))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ttl_job_module", raising=False)
+    return ["--root", str(lake.root)]
+
+
+def _one_error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lakestate: error: "), lines
+    assert "unexpected" not in lines[0] and "full trace" not in lines[0], lines[0]
+    return lines[0]
+
+
+def _ttl_message(case: str) -> str:
+    if case == "on operator state":
+        return "operator state 'seen' has a TTL: TTL applies to keyed state only"
+    if case in ("infinite", "longer than Long.MAX_VALUE ms"):
+        return "is too long: at most 9223372036854775807 ms (Long.MAX_VALUE, as in Flink); for entries that never " \
+               "expire, leave TTL off"
+    return "is not usable: give a positive whole number of milliseconds"
+
+
+@pytest.mark.parametrize("case", BAD_TTLS)
+def test_a_bad_ttl_is_refused_by_register_in_one_line_and_nothing_is_recorded(lake, ttl_job, monkeypatch, capsys,
+                                                                             case):
+    monkeypatch.setenv("TTL_CASE", case)
+    assert main(["register", "ttl_job_module:job", *ttl_job]) == 2
+    assert _ttl_message(case) in _one_error_line(capsys)
+    assert JobRegistry(lake.settings).ids() == []
+
+
+@pytest.mark.parametrize("case", ["infinite", "on operator state"])
+def test_a_bad_ttl_is_refused_at_the_runs_start_in_one_line_before_anything_is_written(spark, lake, ttl_job,
+                                                                                     monkeypatch, capsys, case):
+    monkeypatch.setenv("TTL_CASE", "ten seconds")
+    assert main(["register", "ttl_job_module:job", *ttl_job]) == 0
+    lake.write_events("e0.json", events(0))
+    monkeypatch.setenv("TTL_CASE", case)  # the job's code changed after it was registered
+    capsys.readouterr()
+    assert main(["run", "--job", "ttl-counts", *ttl_job]) == 2
+    assert _ttl_message(case) in _one_error_line(capsys)
+    assert not lake.settings.job_dir("ttl-counts").exists()
+    assert not lake.settings.in_warehouse("sinks/ttl-counts", "sink").exists()

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from state_store import StateTtlConfig
+from state_store import ConfigError, StateTtlConfig
 from state_store.descriptors import (
     MAX_TIMESTAMP,
     AggregatingStateDescriptor,
@@ -59,6 +59,13 @@ def clock():
 def test_a_ttl_that_is_not_a_positive_whole_number_of_ms_is_refused_with_the_fix(bad):
     with pytest.raises(ValueError, match="give a positive whole number of milliseconds"):
         StateTtlConfig.new_builder(bad)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, 2 ** 63, 1e300])
+def test_an_infinite_or_too_long_ttl_is_refused_at_the_builder_naming_the_bound(bad):
+    with pytest.raises(ConfigError, match=r"(too long: at most 9223372036854775807 ms|positive whole number)"):
+        StateTtlConfig.new_builder(bad)
+    assert StateTtlConfig.new_builder(MAX_TIMESTAMP).build().expiry(5) == MAX_TIMESTAMP  # the bound itself is fine
 
 
 def test_the_defaults_are_flinks_and_disabling_background_cleanup_keeps_only_what_was_configured():
