@@ -54,6 +54,7 @@ class KeyedStateStore:
         self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
         self._decoded: dict[tuple, Any] = {}  # entries read or written in this microbatch
         self._list_expiry: dict[tuple, list[int]] = {}  # a TTL list's element expiries, beside its _decoded
+        self._unread: set[tuple] = set()  # TTL lists decoded by an add: their next read still checks expiry
         self._dirty: dict[tuple, str | None] = {}
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
         self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
@@ -109,24 +110,39 @@ class KeyedStateStore:
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
-            text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
-            ttl, expiry = descriptor.ttl_config, self._current_expiry(entry)
-            if ttl is not None and descriptor.kind == "list":
-                self._list_types[state_name] = descriptor.stored_type
-            if text is None:
-                value = None
-            elif descriptor.kind == "list" and expiry is not None:
-                value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
-            else:
-                value = self._load(descriptor.stored_type, text, state_name, namespace)
-            self._decoded[entry] = value
-            if value is not None and ttl is not None and descriptor.kind == "list":
-                value = self._list_ttl_check(entry, value, ttl)
-            elif value is not None and ttl is not None and expiry is not None and expiry <= self.now:
-                self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
-                return value if ttl.return_expired else None
-            elif value is not None and ttl is not None and (ttl.update_on_read or expiry is None):
-                self._dirty[entry], self._dirty_expiry[entry] = text, ttl.expiry(self.now)
+            value = self._decode(entry, descriptor)
+        elif entry not in self._unread:
+            return value
+        self._unread.discard(entry)
+        ttl = descriptor.ttl_config
+        if value is None or ttl is None:
+            return value
+        if descriptor.kind == "list":
+            return self._list_ttl_check(entry, value, ttl)
+        expiry = self._current_expiry(entry)
+        if expiry is not None and expiry <= self.now:
+            self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
+            return value if ttl.return_expired else None
+        if ttl.update_on_read or expiry is None:
+            self._dirty[entry], self._dirty_expiry[entry] = self._text(entry), ttl.expiry(self.now)
+        return value
+
+    def _text(self, entry: tuple) -> str | None:
+        return self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
+
+    def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
+        """Decode an entry into the microbatch's cache, checking no TTL (a read checks it; a list add does not)."""
+        state_name, _, namespace = entry
+        text = self._text(entry)
+        if descriptor.ttl_config is not None and descriptor.kind == "list":
+            self._list_types[state_name] = descriptor.stored_type
+        if text is None:
+            value = None
+        elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
+            value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
+        else:
+            value = self._load(descriptor.stored_type, text, state_name, namespace)
+        self._decoded[entry] = value
         return value
 
     def _load_ttl_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
@@ -145,11 +161,15 @@ class KeyedStateStore:
         OnReadAndWrite, the live ones are prolonged."""
         expiries = self._list_expiry.get(entry) or [None] * len(values)
         live = [(v, x) for v, x in zip(values, expiries) if x is None or x > self.now]
-        if ttl.update_on_read and live:
-            live = [(v, ttl.expiry(self.now)) for v, _ in live]
-        if len(live) != len(values) or ttl.update_on_read:
-            self._write_list(entry, [v for v, _ in live], [x for _, x in live], ttl)
+        stamped = [(v, ttl.expiry(self.now) if ttl.update_on_read else x) for v, x in self._stamped(live, ttl)]
+        if len(stamped) != len(values) or [x for _, x in stamped] != expiries:
+            self._write_list(entry, [v for v, _ in stamped], [x for _, x in stamped], ttl)
         return values if ttl.return_expired else self._decoded[entry]
+
+    def _stamped(self, elements: list[tuple], ttl) -> list[tuple]:
+        """(element, expiry) pairs where an element stored before its state had TTL lives a full TTL from now,
+        its first access with TTL (a list row holds expiries for all its elements or for none)."""
+        return [(v, ttl.expiry(self.now) if x is None else x) for v, x in elements]
 
     def _write_list(self, entry: tuple, values: list, expiries: list, ttl) -> None:
         """Stage a TTL list with its element expiries (an empty list removes the entry)."""
@@ -169,6 +189,7 @@ class KeyedStateStore:
         """Set the value (None clears it); the type is checked now, where the user's call is. Under TTL the
         entry lives ``ttl`` from now (every element of a list given whole)."""
         entry = self._entry(state_name, namespace)
+        self._unread.discard(entry)  # nothing stored before is left to check
         text = None
         if value is not None:
             # Keep what a reload would give back, so a value reads the same across a microbatch boundary.
@@ -188,20 +209,23 @@ class KeyedStateStore:
         self._list_expiry.pop(entry, None)
 
     def list_add(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
-        """Append ``values`` to the current list; under TTL only they get a new expiry."""
-        current = self.get(state_name, namespace, descriptor) or []
+        """Append ``values`` to the current list. Under TTL only they get an expiry, as Flink's
+        ``TtlListState.add``: an add is no read, so it neither prolongs nor drops the elements it finds (the
+        next read checks them)."""
         ttl = descriptor.ttl_config
         if ttl is None:
-            self.put(state_name, namespace, descriptor, current + values)
+            self.put(state_name, namespace, descriptor, (self.get(state_name, namespace, descriptor) or []) + values)
             return
         entry = self._entry(state_name, namespace)
-        live = self._decoded.get(entry) or []
-        expiries = list(self._list_expiry.get(entry) or [None] * len(live))
-        encoded = descriptor.stored_type.encode(live + values)  # checks the new elements' type now
-        values = encoded[len(live):] if descriptor.stored_type.encoding_is_value \
-            else descriptor.stored_type.decode(encoded)[len(live):]
-        self._list_types[state_name] = descriptor.stored_type
-        self._write_list(entry, live + values, expiries + [ttl.expiry(self.now)] * len(values), ttl)
+        if entry not in self._decoded:
+            self._decode(entry, descriptor)
+            self._unread.add(entry)
+        current = self._decoded[entry] or []
+        old = self._stamped(list(zip(current, self._list_expiry.get(entry) or [None] * len(current))), ttl)
+        encoded = descriptor.stored_type.encode(current + values)  # checks the new elements' type now
+        values = encoded[len(current):] if descriptor.stored_type.encoding_is_value \
+            else descriptor.stored_type.decode(encoded)[len(current):]
+        self._write_list(entry, current + values, [x for _, x in old] + [ttl.expiry(self.now)] * len(values), ttl)
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
@@ -312,6 +336,7 @@ class KeyedStateStore:
         self._dirty_expiry.clear()
         self._decoded.clear()
         self._list_expiry.clear()
+        self._unread.clear()
         return out
 
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:

@@ -153,6 +153,21 @@ def test_list_on_read_and_write_restamps_the_live_elements_it_returns(clock):
     assert items.get() == []
 
 
+
+def test_list_add_under_on_read_and_write_stamps_only_the_new_element_as_flinks_ttl_list_state(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(
+        ttl(ON_READ, ms=1000)))
+    items.add("a")
+    clock.at(500)
+    items.add("b")  # an add is no read: "a" still expires at 1000
+    clock.at(1000)
+    assert items.get() == ["b"]
+    clock.at(1400)
+    items.add("c")  # the next read still checks (and prolongs) the elements the add found
+    assert items.get() == ["b", "c"]
+    clock.at(2399)
+    assert items.get() == ["b", "c"]
+
 # -- map state: entry by entry ----------------------------------------------------------------------------------
 def test_map_entries_expire_one_by_one_and_each_read_prolongs_only_its_entry(clock):
     m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
@@ -178,6 +193,7 @@ def test_map_return_expired_shows_an_expired_entry_once(clock):
     clock.at(TTL)
     assert m.contains("x")
     assert not m.contains("x")
+
 
 
 # -- reducing and aggregating ----------------------------------------------------------------------------------
@@ -231,18 +247,26 @@ def test_expiries_survive_a_reload_and_ttl_turned_off_shows_every_stored_value(c
 
 
 def test_state_stored_before_ttl_was_on_lives_a_full_ttl_from_its_first_read_with_ttl(clock):
-    plain = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()))
-    plain.update(4)
+    clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG())).update(4)
+    clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING())).add("a")
     rows = clock.at(1).rows
-    store = KeyedStateStore()
-    for name, kg, key, ns, user_key, text, _, expiry in rows:
-        store.load(name, key, ns, user_key, kg, text, expiry)
-    store.set_time(100)
-    store.set_current_key("k", 3)
-    v = RuntimeContext("op", store, 0, 1, 128).get_state(ValueStateDescriptor("v", Types.LONG())
-                                                          .enable_time_to_live(ttl()))
+
+    def reloaded(now, rows):
+        store = KeyedStateStore()
+        for name, kg, key, ns, user_key, text, _, expiry in rows:
+            store.load(name, key, ns, user_key, kg, text, expiry)
+        store.set_time(now)
+        store.set_current_key("k", 3)
+        ctx = RuntimeContext("op", store, 0, 1, 128)
+        return (store, ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl())),
+                ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(ttl())))
+
+    store, v, items = reloaded(100, rows)
     assert v.value() == 4
-    assert store.flush()[0][7] == 100 + TTL
+    items.add("b")  # an add is the list's first access with TTL: "a" is stamped too, not left unreadable
+    rows = store.flush()
+    assert {r[0]: r[7] for r in rows} == {"op.v": 100 + TTL, "op.l": 100 + TTL}
+    assert reloaded(105, rows)[2].get() == ["a", "b"]
 
 
 def test_operator_state_with_a_ttl_is_refused_naming_the_fix():
