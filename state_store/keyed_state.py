@@ -15,7 +15,9 @@ elements expire one by one: its value is stored as ``[[expiry, element],
 ...]`` and the row's ``expiry`` is the latest of them (the row is dead once
 every element is). "Now" is the microbatch's processing time
 (``set_time``). An entry written before its state had TTL has no expiry
-until it is next written (or read, under OnReadAndWrite).
+until its first read (or write) with TTL. A map entry is checked on its own by
+the read of it (``map_read``), as Flink's ``TtlMapState`` does, so every map
+read works on the one decoded map that puts and removes change.
 """
 from __future__ import annotations
 
@@ -229,27 +231,58 @@ class KeyedStateStore:
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
-        """The decoded map of the current key (not a copy). Under TTL the first read in a microbatch removes
-        the expired entries (they are returned that once under ReturnExpiredIfNotCleanedUp)."""
+        """The decoded map of the current key (not a copy, the one every write changes): each entry not removed
+        yet, expired ones too; reads check TTL entry by entry (``map_read``)."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
             texts = dict(self._stored_maps.get(entry, ()))
             texts.update(self._map_dirty.get(entry, ()))
             texts = {k: v for k, v in texts.items() if v is not None}
-            expired, ttl = {}, descriptor.ttl_config
-            if ttl is not None:
-                for user_key in list(texts):
-                    expiry = self._current_expiry(entry + (user_key,))
-                    if expiry is not None and expiry <= self.now:
-                        expired[user_key] = texts.pop(user_key)
-                        self._map_dirty.setdefault(entry, {})[user_key] = None
-                        self._dirty_expiry[entry + (user_key,)] = None
-            value = self._decode_map(texts, descriptor, state_name, namespace)
-            self._decoded[entry] = value
-            if expired and ttl.return_expired:
-                return {**self._decode_map(expired, descriptor, state_name, namespace), **value}
+            value = self._decoded[entry] = self._decode_map(texts, descriptor, state_name, namespace)
         return value
+
+    def map_read(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys=None) -> dict:
+        """What a read of the entries ``user_keys`` (default: every entry) returns. Under TTL each entry is
+        checked on its own, as Flink's ``TtlMapState`` does: an expired one is removed, and returned by this
+        read only under ReturnExpiredIfNotCleanedUp (so once); under OnReadAndWrite a live one is prolonged, as
+        is one stored before its state had TTL (its first read with TTL)."""
+        current = self.get_map(state_name, namespace, descriptor)
+        keys = list(current) if user_keys is None else [k for k in user_keys if k in current]
+        ttl, entry, out = descriptor.ttl_config, self._entry(state_name, namespace), {}
+        for user_key in keys:
+            if ttl is None:
+                out[user_key] = current[user_key]
+                continue
+            key_text = to_text(descriptor.key_type.encode(user_key))
+            expiry = self._current_expiry(entry + (key_text,))
+            if expiry is not None and expiry <= self.now:
+                value = current.pop(user_key)
+                self._stage_map_entry(entry, key_text, None, None)
+                if ttl.return_expired:
+                    out[user_key] = value
+                continue
+            out[user_key] = current[user_key]
+            if ttl.update_on_read or expiry is None:
+                self._stage_map_entry(entry, key_text, self._map_text(entry, key_text), ttl.expiry(self.now))
+        return out
+
+    def map_is_empty(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> bool:
+        """True when a read of every entry would return nothing; it removes and prolongs nothing itself."""
+        current = self.get_map(state_name, namespace, descriptor)
+        ttl, entry = descriptor.ttl_config, self._entry(state_name, namespace)
+        if ttl is None or ttl.return_expired:
+            return not current
+        return all((expiry := self._current_expiry(entry + (to_text(descriptor.key_type.encode(k)),))) is not None
+                   and expiry <= self.now for k in current)
+
+    def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
+        self._map_dirty.setdefault(entry, {})[key_text] = text
+        self._dirty_expiry[entry + (key_text,)] = expiry
+
+    def _map_text(self, entry: tuple, key_text: str) -> str | None:
+        dirty = self._map_dirty.get(entry, {})
+        return dirty[key_text] if key_text in dirty else self._stored_maps.get(entry, {}).get(key_text)
 
     def _decode_map(self, texts: dict, descriptor: MapStateDescriptor, state_name: str, namespace: str) -> dict:
         key_type, value_type = descriptor.key_type, descriptor.value_type
@@ -261,6 +294,7 @@ class KeyedStateStore:
 
     def map_put(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
                 value: Any) -> None:
+        """Map ``user_key`` to ``value`` (an entry of its own; under TTL it lives ``ttl`` from now)."""
         current = self.get_map(state_name, namespace, descriptor)
         if value is None:
             raise ValueError("a MapState value cannot be None; use remove(key)")
@@ -268,35 +302,17 @@ class KeyedStateStore:
         if encoded_key is None:
             raise ValueError("a MapState key cannot be None")
         current[descriptor.key_type.decode(encoded_key)] = descriptor.value_type.decode(encoded)
-        entry, key_text = self._entry(state_name, namespace), to_text(encoded_key)
-        self._map_dirty.setdefault(entry, {})[key_text] = to_text(encoded)
         ttl = descriptor.ttl_config
-        self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now) if ttl is not None else None
-
-    def map_touch(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys) -> None:
-        """Under OnReadAndWrite, prolong the entries of ``user_keys`` that were read (live ones only)."""
-        ttl = descriptor.ttl_config
-        if ttl is None or not ttl.update_on_read:
-            return
-        entry = self._entry(state_name, namespace)
-        current = self.get_map(state_name, namespace, descriptor)
-        dirty, stored = self._map_dirty.setdefault(entry, {}), self._stored_maps.get(entry, {})
-        for user_key in user_keys:
-            if user_key in current:
-                key_text = to_text(descriptor.key_type.encode(user_key))
-                text = dirty.get(key_text) or stored.get(key_text)
-                if text is not None:
-                    dirty[key_text] = text
-                    self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now)
+        self._stage_map_entry(self._entry(state_name, namespace), to_text(encoded_key), to_text(encoded),
+                              ttl.expiry(self.now) if ttl is not None else None)
 
     def map_remove(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any) -> None:
+        """Remove the entry ``user_key``, expired or not (no read: it returns nothing)."""
         current = self.get_map(state_name, namespace, descriptor)
         if user_key in current:
             del current[user_key]
-            text = to_text(descriptor.key_type.encode(user_key))
-            entry = self._entry(state_name, namespace)
-            self._map_dirty.setdefault(entry, {})[text] = None
-            self._dirty_expiry[entry + (text,)] = None
+            key_text = to_text(descriptor.key_type.encode(user_key))
+            self._stage_map_entry(self._entry(state_name, namespace), key_text, None, None)
 
     def map_clear(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> None:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
@@ -424,14 +440,9 @@ class ListState(_KeyedState):
 class MapState(_KeyedState):
     """A map per key and namespace; each map entry is stored (and written) on its own."""
 
-    def _map(self) -> dict:
-        return self._store.get_map(self._name, self._namespace, self._descriptor)
-
     def _read(self, keys=None) -> dict:
-        """The map, its entries ``keys`` (default: all) counted as read (TTL's OnReadAndWrite)."""
-        current = self._map()
-        self._store.map_touch(self._name, self._namespace, self._descriptor, list(current) if keys is None else keys)
-        return current
+        """What a read of the entries ``keys`` (default: all) returns, each checked for TTL on its own."""
+        return self._store.map_read(self._name, self._namespace, self._descriptor, keys)
 
     def get(self, key: Any) -> Any:
         """The value mapped to ``key``, or None."""
@@ -467,8 +478,8 @@ class MapState(_KeyedState):
         return [(k, _copy(v)) for k, v in self._read().items()]
 
     def is_empty(self) -> bool:
-        """True when the map has no entry."""
-        return not self._map()
+        """True when the map has no entry a read would return."""
+        return self._store.map_is_empty(self._name, self._namespace, self._descriptor)
 
     def clear(self) -> None:
         """Remove every entry of the current key and namespace."""
