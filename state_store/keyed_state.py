@@ -84,6 +84,9 @@ class KeyedStateStore:
     def _current_expiry(self, slot: tuple) -> int | None:
         return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
 
+    def _expired(self, expiry: int | None) -> bool:
+        return expiry is not None and expiry <= self.now  # no expiry: stored before its state had TTL
+
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
         self._key_groups[key] = key_group
@@ -122,7 +125,7 @@ class KeyedStateStore:
         if descriptor.kind == "list":
             return self._list_ttl_check(entry, value, ttl)
         expiry = self._current_expiry(entry)
-        if expiry is not None and expiry <= self.now:
+        if self._expired(expiry):
             self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
             return value if ttl.return_expired else None
         if ttl.update_on_read or expiry is None:
@@ -256,7 +259,7 @@ class KeyedStateStore:
                 continue
             key_text = to_text(descriptor.key_type.encode(user_key))
             expiry = self._current_expiry(entry + (key_text,))
-            if expiry is not None and expiry <= self.now:
+            if self._expired(expiry):
                 value = current.pop(user_key)
                 self._stage_map_entry(entry, key_text, None, None)
                 if ttl.return_expired:
@@ -273,8 +276,8 @@ class KeyedStateStore:
         ttl, entry = descriptor.ttl_config, self._entry(state_name, namespace)
         if ttl is None or ttl.return_expired:
             return not current
-        return all((expiry := self._current_expiry(entry + (to_text(descriptor.key_type.encode(k)),))) is not None
-                   and expiry <= self.now for k in current)
+        key_type = descriptor.key_type
+        return all(self._expired(self._current_expiry(entry + (to_text(key_type.encode(k)),))) for k in current)
 
     def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
         self._map_dirty.setdefault(entry, {})[key_text] = text
