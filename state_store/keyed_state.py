@@ -15,7 +15,9 @@ elements expire one by one: its value is stored as ``[[expiry, element],
 ...]`` and the row's ``expiry`` is the latest of them (the row is dead once
 every element is). "Now" is the microbatch's processing time
 (``set_time``). An entry written before its state had TTL has no expiry
-until it is next written (or read, under OnReadAndWrite).
+until its first read (or write) with TTL. A map entry is checked on its own by
+the read of it (``map_read``), as Flink's ``TtlMapState`` does, so every map
+read works on the one decoded map that puts and removes change.
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ class KeyedStateStore:
         self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
         self._decoded: dict[tuple, Any] = {}  # entries read or written in this microbatch
         self._list_expiry: dict[tuple, list[int]] = {}  # a TTL list's element expiries, beside its _decoded
+        self._unread: set[tuple] = set()  # TTL lists decoded by an add: their next read still checks expiry
         self._dirty: dict[tuple, str | None] = {}
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
         self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
@@ -80,6 +83,9 @@ class KeyedStateStore:
 
     def _current_expiry(self, slot: tuple) -> int | None:
         return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
+
+    def _expired(self, expiry: int | None) -> bool:
+        return expiry is not None and expiry <= self.now  # no expiry: stored before its state had TTL
 
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
@@ -109,24 +115,39 @@ class KeyedStateStore:
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
-            text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
-            ttl, expiry = descriptor.ttl_config, self._current_expiry(entry)
-            if ttl is not None and descriptor.kind == "list":
-                self._list_types[state_name] = descriptor.stored_type
-            if text is None:
-                value = None
-            elif descriptor.kind == "list" and expiry is not None:
-                value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
-            else:
-                value = self._load(descriptor.stored_type, text, state_name, namespace)
-            self._decoded[entry] = value
-            if value is not None and ttl is not None and descriptor.kind == "list":
-                value = self._list_ttl_check(entry, value, ttl)
-            elif value is not None and ttl is not None and expiry is not None and expiry <= self.now:
-                self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
-                return value if ttl.return_expired else None
-            elif value is not None and ttl is not None and (ttl.update_on_read or expiry is None):
-                self._dirty[entry], self._dirty_expiry[entry] = text, ttl.expiry(self.now)
+            value = self._decode(entry, descriptor)
+        elif entry not in self._unread:
+            return value
+        self._unread.discard(entry)
+        ttl = descriptor.ttl_config
+        if value is None or ttl is None:
+            return value
+        if descriptor.kind == "list":
+            return self._list_ttl_check(entry, value, ttl)
+        expiry = self._current_expiry(entry)
+        if self._expired(expiry):
+            self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
+            return value if ttl.return_expired else None
+        if ttl.update_on_read or expiry is None:
+            self._dirty[entry], self._dirty_expiry[entry] = self._text(entry), ttl.expiry(self.now)
+        return value
+
+    def _text(self, entry: tuple) -> str | None:
+        return self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
+
+    def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
+        """Decode an entry into the microbatch's cache, checking no TTL (a read checks it; a list add does not)."""
+        state_name, _, namespace = entry
+        text = self._text(entry)
+        if descriptor.ttl_config is not None and descriptor.kind == "list":
+            self._list_types[state_name] = descriptor.stored_type
+        if text is None:
+            value = None
+        elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
+            value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
+        else:
+            value = self._load(descriptor.stored_type, text, state_name, namespace)
+        self._decoded[entry] = value
         return value
 
     def _load_ttl_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
@@ -145,11 +166,15 @@ class KeyedStateStore:
         OnReadAndWrite, the live ones are prolonged."""
         expiries = self._list_expiry.get(entry) or [None] * len(values)
         live = [(v, x) for v, x in zip(values, expiries) if x is None or x > self.now]
-        if ttl.update_on_read and live:
-            live = [(v, ttl.expiry(self.now)) for v, _ in live]
-        if len(live) != len(values) or ttl.update_on_read:
-            self._write_list(entry, [v for v, _ in live], [x for _, x in live], ttl)
+        stamped = [(v, ttl.expiry(self.now) if ttl.update_on_read else x) for v, x in self._stamped(live, ttl)]
+        if len(stamped) != len(values) or [x for _, x in stamped] != expiries:
+            self._write_list(entry, [v for v, _ in stamped], [x for _, x in stamped], ttl)
         return values if ttl.return_expired else self._decoded[entry]
+
+    def _stamped(self, elements: list[tuple], ttl) -> list[tuple]:
+        """(element, expiry) pairs where an element stored before its state had TTL lives a full TTL from now,
+        its first access with TTL (a list row holds expiries for all its elements or for none)."""
+        return [(v, ttl.expiry(self.now) if x is None else x) for v, x in elements]
 
     def _write_list(self, entry: tuple, values: list, expiries: list, ttl) -> None:
         """Stage a TTL list with its element expiries (an empty list removes the entry)."""
@@ -169,6 +194,7 @@ class KeyedStateStore:
         """Set the value (None clears it); the type is checked now, where the user's call is. Under TTL the
         entry lives ``ttl`` from now (every element of a list given whole)."""
         entry = self._entry(state_name, namespace)
+        self._unread.discard(entry)  # nothing stored before is left to check
         text = None
         if value is not None:
             # Keep what a reload would give back, so a value reads the same across a microbatch boundary.
@@ -188,44 +214,78 @@ class KeyedStateStore:
         self._list_expiry.pop(entry, None)
 
     def list_add(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
-        """Append ``values`` to the current list; under TTL only they get a new expiry."""
-        current = self.get(state_name, namespace, descriptor) or []
+        """Append ``values`` to the current list. Under TTL only they get an expiry, as Flink's
+        ``TtlListState.add``: an add is no read, so it neither prolongs nor drops the elements it finds (the
+        next read checks them)."""
         ttl = descriptor.ttl_config
         if ttl is None:
-            self.put(state_name, namespace, descriptor, current + values)
+            self.put(state_name, namespace, descriptor, (self.get(state_name, namespace, descriptor) or []) + values)
             return
         entry = self._entry(state_name, namespace)
-        live = self._decoded.get(entry) or []
-        expiries = list(self._list_expiry.get(entry) or [None] * len(live))
-        encoded = descriptor.stored_type.encode(live + values)  # checks the new elements' type now
-        values = encoded[len(live):] if descriptor.stored_type.encoding_is_value \
-            else descriptor.stored_type.decode(encoded)[len(live):]
-        self._list_types[state_name] = descriptor.stored_type
-        self._write_list(entry, live + values, expiries + [ttl.expiry(self.now)] * len(values), ttl)
+        if entry not in self._decoded:
+            self._decode(entry, descriptor)
+            self._unread.add(entry)
+        current = self._decoded[entry] or []
+        old = self._stamped(list(zip(current, self._list_expiry.get(entry) or [None] * len(current))), ttl)
+        encoded = descriptor.stored_type.encode(current + values)  # checks the new elements' type now
+        values = encoded[len(current):] if descriptor.stored_type.encoding_is_value \
+            else descriptor.stored_type.decode(encoded)[len(current):]
+        self._write_list(entry, current + values, [x for _, x in old] + [ttl.expiry(self.now)] * len(values), ttl)
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
-        """The decoded map of the current key (not a copy). Under TTL the first read in a microbatch removes
-        the expired entries (they are returned that once under ReturnExpiredIfNotCleanedUp)."""
+        """The decoded map of the current key (not a copy, the one every write changes): each entry not removed
+        yet, expired ones too; reads check TTL entry by entry (``map_read``)."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
             texts = dict(self._stored_maps.get(entry, ()))
             texts.update(self._map_dirty.get(entry, ()))
             texts = {k: v for k, v in texts.items() if v is not None}
-            expired, ttl = {}, descriptor.ttl_config
-            if ttl is not None:
-                for user_key in list(texts):
-                    expiry = self._current_expiry(entry + (user_key,))
-                    if expiry is not None and expiry <= self.now:
-                        expired[user_key] = texts.pop(user_key)
-                        self._map_dirty.setdefault(entry, {})[user_key] = None
-                        self._dirty_expiry[entry + (user_key,)] = None
-            value = self._decode_map(texts, descriptor, state_name, namespace)
-            self._decoded[entry] = value
-            if expired and ttl.return_expired:
-                return {**self._decode_map(expired, descriptor, state_name, namespace), **value}
+            value = self._decoded[entry] = self._decode_map(texts, descriptor, state_name, namespace)
         return value
+
+    def map_read(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys=None) -> dict:
+        """What a read of the entries ``user_keys`` (default: every entry) returns. Under TTL each entry is
+        checked on its own, as Flink's ``TtlMapState`` does: an expired one is removed, and returned by this
+        read only under ReturnExpiredIfNotCleanedUp (so once); under OnReadAndWrite a live one is prolonged, as
+        is one stored before its state had TTL (its first read with TTL)."""
+        current = self.get_map(state_name, namespace, descriptor)
+        keys = list(current) if user_keys is None else [k for k in user_keys if k in current]
+        ttl, entry, out = descriptor.ttl_config, self._entry(state_name, namespace), {}
+        for user_key in keys:
+            if ttl is None:
+                out[user_key] = current[user_key]
+                continue
+            key_text = to_text(descriptor.key_type.encode(user_key))
+            expiry = self._current_expiry(entry + (key_text,))
+            if self._expired(expiry):
+                value = current.pop(user_key)
+                self._stage_map_entry(entry, key_text, None, None)
+                if ttl.return_expired:
+                    out[user_key] = value
+                continue
+            out[user_key] = current[user_key]
+            if ttl.update_on_read or expiry is None:
+                self._stage_map_entry(entry, key_text, self._map_text(entry, key_text), ttl.expiry(self.now))
+        return out
+
+    def map_is_empty(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> bool:
+        """True when a read of every entry would return nothing; it removes and prolongs nothing itself."""
+        current = self.get_map(state_name, namespace, descriptor)
+        ttl, entry = descriptor.ttl_config, self._entry(state_name, namespace)
+        if ttl is None or ttl.return_expired:
+            return not current
+        key_type = descriptor.key_type
+        return all(self._expired(self._current_expiry(entry + (to_text(key_type.encode(k)),))) for k in current)
+
+    def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
+        self._map_dirty.setdefault(entry, {})[key_text] = text
+        self._dirty_expiry[entry + (key_text,)] = expiry
+
+    def _map_text(self, entry: tuple, key_text: str) -> str | None:
+        dirty = self._map_dirty.get(entry, {})
+        return dirty[key_text] if key_text in dirty else self._stored_maps.get(entry, {}).get(key_text)
 
     def _decode_map(self, texts: dict, descriptor: MapStateDescriptor, state_name: str, namespace: str) -> dict:
         key_type, value_type = descriptor.key_type, descriptor.value_type
@@ -237,6 +297,7 @@ class KeyedStateStore:
 
     def map_put(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
                 value: Any) -> None:
+        """Map ``user_key`` to ``value`` (an entry of its own; under TTL it lives ``ttl`` from now)."""
         current = self.get_map(state_name, namespace, descriptor)
         if value is None:
             raise ValueError("a MapState value cannot be None; use remove(key)")
@@ -244,35 +305,17 @@ class KeyedStateStore:
         if encoded_key is None:
             raise ValueError("a MapState key cannot be None")
         current[descriptor.key_type.decode(encoded_key)] = descriptor.value_type.decode(encoded)
-        entry, key_text = self._entry(state_name, namespace), to_text(encoded_key)
-        self._map_dirty.setdefault(entry, {})[key_text] = to_text(encoded)
         ttl = descriptor.ttl_config
-        self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now) if ttl is not None else None
-
-    def map_touch(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys) -> None:
-        """Under OnReadAndWrite, prolong the entries of ``user_keys`` that were read (live ones only)."""
-        ttl = descriptor.ttl_config
-        if ttl is None or not ttl.update_on_read:
-            return
-        entry = self._entry(state_name, namespace)
-        current = self.get_map(state_name, namespace, descriptor)
-        dirty, stored = self._map_dirty.setdefault(entry, {}), self._stored_maps.get(entry, {})
-        for user_key in user_keys:
-            if user_key in current:
-                key_text = to_text(descriptor.key_type.encode(user_key))
-                text = dirty.get(key_text) or stored.get(key_text)
-                if text is not None:
-                    dirty[key_text] = text
-                    self._dirty_expiry[entry + (key_text,)] = ttl.expiry(self.now)
+        self._stage_map_entry(self._entry(state_name, namespace), to_text(encoded_key), to_text(encoded),
+                              ttl.expiry(self.now) if ttl is not None else None)
 
     def map_remove(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any) -> None:
+        """Remove the entry ``user_key``, expired or not (no read: it returns nothing)."""
         current = self.get_map(state_name, namespace, descriptor)
         if user_key in current:
             del current[user_key]
-            text = to_text(descriptor.key_type.encode(user_key))
-            entry = self._entry(state_name, namespace)
-            self._map_dirty.setdefault(entry, {})[text] = None
-            self._dirty_expiry[entry + (text,)] = None
+            key_text = to_text(descriptor.key_type.encode(user_key))
+            self._stage_map_entry(self._entry(state_name, namespace), key_text, None, None)
 
     def map_clear(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> None:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
@@ -312,6 +355,7 @@ class KeyedStateStore:
         self._dirty_expiry.clear()
         self._decoded.clear()
         self._list_expiry.clear()
+        self._unread.clear()
         return out
 
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:
@@ -399,14 +443,9 @@ class ListState(_KeyedState):
 class MapState(_KeyedState):
     """A map per key and namespace; each map entry is stored (and written) on its own."""
 
-    def _map(self) -> dict:
-        return self._store.get_map(self._name, self._namespace, self._descriptor)
-
     def _read(self, keys=None) -> dict:
-        """The map, its entries ``keys`` (default: all) counted as read (TTL's OnReadAndWrite)."""
-        current = self._map()
-        self._store.map_touch(self._name, self._namespace, self._descriptor, list(current) if keys is None else keys)
-        return current
+        """What a read of the entries ``keys`` (default: all) returns, each checked for TTL on its own."""
+        return self._store.map_read(self._name, self._namespace, self._descriptor, keys)
 
     def get(self, key: Any) -> Any:
         """The value mapped to ``key``, or None."""
@@ -442,8 +481,8 @@ class MapState(_KeyedState):
         return [(k, _copy(v)) for k, v in self._read().items()]
 
     def is_empty(self) -> bool:
-        """True when the map has no entry."""
-        return not self._map()
+        """True when the map has no entry a read would return."""
+        return self._store.map_is_empty(self._name, self._namespace, self._descriptor)
 
     def clear(self) -> None:
         """Remove every entry of the current key and namespace."""

@@ -8,8 +8,10 @@ microbatch; the job's next run continues from it. It may change:
   parallelism when a run reads it. Operator state is redistributed as Flink's
   ``RoundRobinOperatorStateRepartitioner`` does (``repartition``), as Spark
   work, one state per task: split lists are concatenated and cut into
-  contiguous slices, union lists are stored once and given whole to every
-  subtask, broadcast state goes to subtask ``i`` from old subtask ``i % p_old``.
+  contiguous slices from the subtask Flink's rotation starts each at (from
+  every split list's element count, the one thing the driver collects), union
+  lists are stored once and given whole to every subtask, broadcast state goes
+  to subtask ``i`` from old subtask ``i % p_old``.
   Raw operator state is opaque bytes: subtask ``i`` keeps old subtask ``i``'s;
   a scale-down that would drop some is refused (``allow_non_restored_state``
   drops it).
@@ -57,7 +59,7 @@ from .job import BACKENDS, JobSpec
 from .key_groups import check_parallelism, key_group_ranges
 from .lease import holding
 from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
-from .repartition import broadcast, split_distribute
+from .repartition import broadcast, operator_split_starts, split_distribute
 from .runtime import SOURCE_OFFSETS_STATE
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
@@ -148,6 +150,7 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
         return rows.select(*[F.lit(batch_id).cast("bigint").alias(c) if c == "batch_id"
                              else F.lit(generation).cast("bigint").alias(c) if c == "generation" else F.col(c)
                              for c in OPERATOR.columns])
+    starts = _split_starts(rows, parallelism)
 
     def one_state(pdf):
         import pandas as pd
@@ -158,7 +161,7 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
         texts = [old[s] for s in sorted(old)]
         if mode == SPLIT_DISTRIBUTE:
             new = [json.dumps(part, separators=(",", ":")) if part else None
-                   for part in split_distribute([json.loads(t) for t in texts], parallelism)]
+                   for part in split_distribute([json.loads(t) for t in texts], parallelism, starts.get(name, 0))]
         elif mode == UNION:  # stored once, given whole to every subtask on restore (runtime)
             whole = [e for t in texts for e in json.loads(t)]
             new = [json.dumps(whole, separators=(",", ":")) if whole else None] + [None] * (parallelism - 1)
@@ -173,6 +176,14 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
             {"subtask": "int32", "batch_id": "int64", "generation": "int64"})
 
     return rows.groupBy("state_name").applyInPandas(one_state, OPERATOR.schema)
+
+
+def _split_starts(rows: DataFrame, parallelism: int) -> dict[str, int]:
+    """Where each split state starts on the new subtasks (``operator_split_starts``): it depends on every split
+    state's size, so the element counts, and only they, come to the driver before the per-state tasks run."""
+    sizes = (rows.filter(F.col("mode") == SPLIT_DISTRIBUTE)
+             .groupBy("state_name").agg(F.sum(F.json_array_length("value")).alias("elements")).collect())
+    return operator_split_starts({r["state_name"]: r["elements"] or 0 for r in sizes}, parallelism)
 
 
 def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:

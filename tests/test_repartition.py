@@ -1,7 +1,15 @@
 """Flink's operator state redistribution cases (RoundRobinOperatorStateRepartitioner), up and down."""
 import pytest
 
-from state_store.repartition import broadcast, split_distribute, split_slices, union
+from state_store.repartition import (
+    broadcast,
+    java_hash_map_order,
+    java_string_hash,
+    operator_split_starts,
+    split_distribute,
+    split_slices,
+    union,
+)
 
 
 def test_split_lists_abc_and_de_to_three_subtasks_give_ab_cd_e():
@@ -45,3 +53,44 @@ def test_split_slices_cover_the_list_once():
 def test_a_parallelism_that_is_not_a_positive_integer_is_refused(p):
     with pytest.raises(ValueError, match="new parallelism must be a positive integer"):
         split_distribute([["a"]], p)
+
+
+# -- several split states of one operator: Flink rotates where each starts --------------------------------------
+@pytest.mark.parametrize("sizes, per_subtask", [
+    # 2 -> 3 subtasks. Java's HashMap iterates "split" (bucket 3) before "pending" (bucket 7): "split" starts at
+    # subtask 0 and gives its extra elements to 0 and 1, so "pending" starts at subtask 2, where they stopped.
+    ({"split": 5, "pending": 4}, {"split": [2, 2, 1], "pending": [1, 1, 2]}),
+    ({"split": 5, "pending": 7}, {"split": [2, 2, 1], "pending": [2, 2, 3]}),  # every start at 0: 3+2, 2+2, 2+1
+])
+def test_each_further_split_state_starts_at_the_first_subtask_the_previous_gave_no_extra_element(sizes, per_subtask):
+    starts = operator_split_starts({f"op.{name}": size for name, size in sizes.items()}, 3)
+    assert starts == {"op.split": 0, "op.pending": 2}
+    for name, size in sizes.items():
+        old = [[f"{name}{i}" for i in range(size // 2)], [f"{name}{i}" for i in range(size // 2, size)]]
+        new = split_distribute(old, 3, starts[f"op.{name}"])
+        assert [len(part) for part in new] == per_subtask[name]
+        assert [e for part in new[starts[f"op.{name}"]:] + new[:starts[f"op.{name}"]] for e in part] == \
+            [e for part in old for e in part]  # still contiguous slices, in order, from the start subtask on
+
+
+def test_split_states_rotate_per_operator_and_the_source_offsets_are_an_operator_of_their_own():
+    starts = operator_split_starts({"a.split": 5, "a.pending": 4, "b.pending": 4, "__source__.offsets": 2}, 3)
+    assert starts == {"a.split": 0, "a.pending": 2, "b.pending": 0, "__source__.offsets": 0}
+
+
+def test_java_string_hash_is_javas_over_utf16_code_units():
+    # Values printed by Java 17's String.hashCode().
+    assert [java_string_hash(s) for s in ("a", "ü", "😀", "split", "pending", "buffer")] == \
+        [97, 252, 1772899, 109648666, -682587753, -1378118592]
+
+
+def test_java_hash_map_order_is_javas_bucket_order_and_grows_the_table_past_three_quarters_full():
+    # Orders printed by a Java 17 HashMap<String, ?> filled with put() in name order.
+    assert java_hash_map_order(["seen", "buffer", "words", "union", "offsets", "count", "bcast"]) == \
+        ["bcast", "offsets", "count", "words", "buffer", "union", "seen"]
+    twelve = [f"state{i}" for i in range(12)]  # 16 buckets hold 12 names
+    assert java_hash_map_order(twelve) == ["state0", "state9", "state6", "state5", "state11", "state8", "state10",
+                                           "state7", "state2", "state1", "state4", "state3"]
+    assert java_hash_map_order(twelve + ["state12"]) == [  # a 13th doubles the table to 32 buckets
+        "state9", "state6", "state5", "state8", "state7", "state2", "state1", "state4", "state3", "state0", "state12",
+        "state11", "state10"]

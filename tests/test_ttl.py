@@ -160,6 +160,21 @@ def test_list_on_read_and_write_restamps_the_live_elements_it_returns(clock):
     assert items.get() == []
 
 
+
+def test_list_add_under_on_read_and_write_stamps_only_the_new_element_as_flinks_ttl_list_state(clock):
+    items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(
+        ttl(ON_READ, ms=1000)))
+    items.add("a")
+    clock.at(500)
+    items.add("b")  # an add is no read: "a" still expires at 1000
+    clock.at(1000)
+    assert items.get() == ["b"]
+    clock.at(1400)
+    items.add("c")  # the next read still checks (and prolongs) the elements the add found
+    assert items.get() == ["b", "c"]
+    clock.at(2399)
+    assert items.get() == ["b", "c"]
+
 # -- map state: entry by entry ----------------------------------------------------------------------------------
 def test_map_entries_expire_one_by_one_and_each_read_prolongs_only_its_entry(clock):
     m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
@@ -186,6 +201,42 @@ def test_map_return_expired_shows_an_expired_entry_once(clock):
     assert m.contains("x")
     assert not m.contains("x")
 
+
+
+@pytest.mark.parametrize("update", [ON_WRITE, ON_READ])
+def test_map_reads_see_the_microbatchs_puts_and_removes_after_a_read_found_an_expired_entry(update):
+    clock = Clock()
+    m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
+        ttl(update, RETURN, ms=1000)))
+    m.put("p", 1)
+    clock.at(500)
+    m.put("s", 6)
+    clock.at(1000)  # p expired, s live
+    m.put("q", 2)
+    assert m.get("q") == 2
+    m.remove("s")
+    assert m.get("s") is None
+    assert not m.contains("s")
+    m.put("q", m.get("q") + 1)
+    assert dict(m.items()) == {"p": 1, "q": 3}  # p, expired, is returned by this one read
+    rows = {r[4]: r[5] for r in clock.at(1001).rows}
+    assert rows == {'"p"': None, '"q"': "3", '"s"': None}
+
+
+def test_under_return_expired_each_expired_map_entry_is_returned_once_by_its_own_read(clock):
+    m = clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(
+        ttl(ON_WRITE, RETURN)))
+    m.put_all({"x": 1, "z": 9, "p": 1, "w": 4})
+    clock.at(TTL)
+    assert m.get("x") == 1
+    assert m.get("z") == 9  # Flink's TtlMapState checks entry by entry: x's read did not consume z
+    assert (m.get("x"), m.get("z")) == (None, None)
+    m.put("q", 2)
+    assert m.get("p") == 1
+    assert not m.is_empty()
+    assert dict(m.items()) == {"w": 4, "q": 2}  # the entries iterator returns w, the last expired one, once
+    assert dict(m.items()) == {"q": 2}
+    assert sorted(r[4] for r in clock.at(TTL + 1).rows if r[5] is None) == ['"p"', '"w"', '"x"', '"z"']
 
 # -- reducing and aggregating ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("visibility, expected", [(NEVER, 5), (RETURN, 6)])
@@ -238,18 +289,28 @@ def test_expiries_survive_a_reload_and_ttl_turned_off_shows_every_stored_value(c
 
 
 def test_state_stored_before_ttl_was_on_lives_a_full_ttl_from_its_first_read_with_ttl(clock):
-    plain = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()))
-    plain.update(4)
+    clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG())).update(4)
+    clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING())).add("a")
+    clock.ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG())).put("x", 1)
     rows = clock.at(1).rows
-    store = KeyedStateStore()
-    for name, kg, key, ns, user_key, text, _, expiry in rows:
-        store.load(name, key, ns, user_key, kg, text, expiry)
-    store.set_time(100)
-    store.set_current_key("k", 3)
-    v = RuntimeContext("op", store, 0, 1, 128).get_state(ValueStateDescriptor("v", Types.LONG())
-                                                          .enable_time_to_live(ttl()))
-    assert v.value() == 4
-    assert store.flush()[0][7] == 100 + TTL
+
+    def reloaded(now, rows):
+        store = KeyedStateStore()
+        for name, kg, key, ns, user_key, text, _, expiry in rows:
+            store.load(name, key, ns, user_key, kg, text, expiry)
+        store.set_time(now)
+        store.set_current_key("k", 3)
+        ctx = RuntimeContext("op", store, 0, 1, 128)
+        return (store, ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl())),
+                ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(ttl())),
+                ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(ttl())))
+
+    store, v, items, m = reloaded(100, rows)
+    assert (v.value(), m.get("x")) == (4, 1)
+    items.add("b")  # an add is the list's first access with TTL: "a" is stamped too, not left unreadable
+    rows = store.flush()
+    assert {r[0]: r[7] for r in rows} == {"op.v": 100 + TTL, "op.l": 100 + TTL, "op.m": 100 + TTL}
+    assert reloaded(105, rows)[2].get() == ["a", "b"]
 
 
 def test_operator_state_with_a_ttl_is_refused_naming_the_fix():
