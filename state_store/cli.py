@@ -48,11 +48,14 @@ def cmd_register(args, settings: Settings) -> int:
     return 0
 
 
+def _warn(message: str) -> None:
+    print(f"lakestate: warning: {message}", file=sys.stderr)
+
+
 def cmd_jobs(args, settings: Settings) -> int:
-    registry = JobRegistry(settings)
     rows = []
-    for job_id in registry.ids():
-        spec = registry.get(job_id)["spec"]
+    for job_id, record in JobRegistry(settings).records(warn=_warn).items():
+        spec = record["spec"]
         meta = JobMeta(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
         # A job runs as its latest checkpoint says (a rescale or restore may have changed the definition's values).
@@ -70,8 +73,7 @@ def cmd_jobs(args, settings: Settings) -> int:
 
 def cmd_checkpoints(args, settings: Settings) -> int:
     JobRegistry(settings).get(args.job)
-    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(
-        warn=lambda problem: print(f"lakestate: warning: {problem}", file=sys.stderr))
+    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(warn=_warn)
     if args.json:
         print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
         return 0
@@ -191,7 +193,7 @@ def cmd_savepoints(args, settings: Settings) -> int:
 
     if args.job:
         JobRegistry(settings).get(args.job)
-    found = list_savepoints(settings, args.job, warn=lambda m: print(f"lakestate: warning: {m}", file=sys.stderr))
+    found = list_savepoints(settings, args.job, warn=_warn)
     if args.json:
         print(json.dumps([{**s.to_dict(), "path": s.path} for s in found], indent=1, sort_keys=True))
         return 0

@@ -186,3 +186,36 @@ def test_an_unforeseen_error_is_one_line_too(lake, monkeypatch, capsys):
     assert main(["jobs", "--root", str(lake.root)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("lakestate: error: unexpected RuntimeError: disk on fire (full trace: ") and "\n" not in err
+
+
+def _catalog_jobs(root) -> Path:
+    from state_store.settings import Settings
+
+    return Settings.load(root=root).catalog_dir / "jobs"
+
+
+def test_jobs_names_a_truncated_or_incomplete_job_record_and_lists_the_others(registered, capsys):
+    jobs = _catalog_jobs(registered[1])
+    good = (jobs / "cli-counts.json").read_text()
+    (jobs / "truncated.json").write_text(good[:len(good) // 2])
+    (jobs / "no-spec.json").write_text(json.dumps({"entrypoint": "cli_job_module:job", "registered_at": 1}))
+    capsys.readouterr()
+    assert main(["jobs", *registered]) == 0
+    out, err = capsys.readouterr()
+    assert "cli-counts" in out and "truncated" not in out and "no-spec" not in out
+    assert re.search(r"lakestate: warning: job record .*truncated\.json cannot be read \(JSONDecodeError", err), err
+    assert re.search(r"lakestate: warning: job record .*no-spec\.json has no 'spec'", err), err
+    assert "lakestate register" in err and "unexpected" not in err
+    assert main(["checkpoints", "--job", "truncated", *registered]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lakestate: error: job record ") and "truncated.json cannot be read" in err, err
+
+
+def test_jobs_names_a_stray_file_that_is_not_a_job_id_and_lists_the_rest(registered, capsys):
+    jobs = _catalog_jobs(registered[1])
+    (jobs / "Bad Job.json").write_text((jobs / "cli-counts.json").read_text())
+    capsys.readouterr()
+    assert main(["jobs", *registered]) == 0
+    out, err = capsys.readouterr()
+    assert "cli-counts" in out and "Bad Job" not in out
+    assert re.search(r"lakestate: warning: .*Bad Job\.json is not a job record: job id 'Bad Job' is not valid", err), err
