@@ -219,3 +219,13 @@ def test_jobs_names_a_stray_file_that_is_not_a_job_id_and_lists_the_rest(registe
     out, err = capsys.readouterr()
     assert "cli-counts" in out and "Bad Job" not in out
     assert re.search(r"lakestate: warning: .*Bad Job\.json is not a job record: job id 'Bad Job' is not valid", err), err
+
+
+def test_register_with_replace_repairs_a_damaged_job_record(registered, capsys):
+    record = _catalog_jobs(registered[1]) / "cli-counts.json"
+    record.write_text(record.read_text()[:40])
+    capsys.readouterr()
+    assert main(["register", "cli_job_module:job", *registered]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    assert main(["register", "cli_job_module:job", "--replace", *registered]) == 0
+    assert json.loads(record.read_text())["entrypoint"] == "cli_job_module:job"
