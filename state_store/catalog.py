@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -168,22 +170,31 @@ def build_spec(entrypoint: str) -> JobSpec:
 
 
 class JobMeta:
-    """One job's plans, commits and checkpoints."""
+    """One job's plans, commits and checkpoints; ``warn`` is told of files in their folders that are not
+    Lakestate's (default: the ``lakestate`` logger)."""
 
-    def __init__(self, job_dir: Path):
+    def __init__(self, job_dir: Path, warn=None):
         self.job_dir = job_dir
         self.dir = job_dir / "_meta"
         self.plans, self.commits, self.checkpoints_dir = self.dir / "plans", self.dir / "commits", self.dir / "checkpoints"
+        self._warn = warn or logging.getLogger("lakestate").warning
+        self._strays: set[str] = set()
 
-    @staticmethod
-    def _numbered(directory: Path, prefix: str = "") -> list[int]:
+    def _numbered(self, directory: Path, prefix: str = "") -> list[int]:
+        """The numbers N of the files ``<prefix><N>.json`` in ``directory``, sorted. Any other name (a copy
+        someone made, an editor's backup) is not Lakestate's: it is ignored, with a warning, rather than
+        stopping every command that lists the folder."""
         if not directory.is_dir():
             return []
-        out = []
+        pattern, out = re.compile(rf"{re.escape(prefix)}(\d+)\.json"), []
         for p in directory.iterdir():
-            name = p.name
-            if name.startswith(prefix) and name.endswith(".json") and not name.startswith("."):
-                out.append(int(name[len(prefix):-5]))
+            found = pattern.fullmatch(p.name)
+            if found:
+                out.append(int(found.group(1)))
+            elif not p.name.startswith(".") and p.name not in self._strays:  # "." : a write in progress
+                self._strays.add(p.name)
+                self._warn(f"ignoring {p}: not a name Lakestate writes there ({prefix}<N>.json); move it out of "
+                           f"{directory}")
         return sorted(out)
 
     def read_plan(self, batch_id: int) -> MicrobatchPlan | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -50,6 +51,29 @@ def cmd_register(args, settings: Settings) -> int:
 
 def _warn(message: str) -> None:
     print(f"lakestate: warning: {message}", file=sys.stderr)
+
+
+class _WarningLine(logging.Handler):
+    """Prints the library's warnings (the ``lakestate`` logger) as the command's own warning lines, each once
+    per command (a command reads the same folders many times)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.seen:
+            self.seen.add(message)
+            _warn(message)
+
+
+def _route_warnings() -> None:
+    logger = logging.getLogger("lakestate")
+    for old in [h for h in logger.handlers if isinstance(h, _WarningLine)]:
+        logger.removeHandler(old)
+    logger.addHandler(_WarningLine())
+    logger.propagate = False
 
 
 def cmd_jobs(args, settings: Settings) -> int:
@@ -352,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _route_warnings()
     for flag in ("max_microbatches", "max_records"):
         value = getattr(args, flag, None)
         if value is not None and value <= 0:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from state_store.catalog import JobMeta
 from state_store.cli import main
 from tests.jobs import events
 
@@ -229,3 +230,23 @@ def test_register_with_replace_repairs_a_damaged_job_record(registered, capsys):
     assert "cannot be read" in capsys.readouterr().err
     assert main(["register", "cli_job_module:job", "--replace", *registered]) == 0
     assert json.loads(record.read_text())["entrypoint"] == "cli_job_module:job"
+
+
+@pytest.mark.slow
+def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_command(spark, lake, registered, capsys):
+    import shutil
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    checkpoints = lake.settings.job_dir("cli-counts") / "_meta" / "checkpoints"
+    shutil.copy(checkpoints / "chk-1.json", checkpoints / "chk-11 (copy).json")
+    lake.write_events("e1.json", events(1))
+    for command in (["jobs"], ["checkpoints", "--job", "cli-counts"],
+                    ["state", "--job", "cli-counts", "--state", "count", "--key", "a"], ["run", "--job", "cli-counts"]):
+        capsys.readouterr()
+        assert main([*command, *registered]) == 0, (command, capsys.readouterr().err)
+        err = capsys.readouterr().err
+        assert err.count("chk-11 (copy).json") == 1, (command, err)
+        assert re.search(r"lakestate: warning: ignoring .*chk-11 \(copy\)\.json: not a name Lakestate writes there "
+                         r"\(chk-<N>\.json\)", err), (command, err)
+    assert JobMeta(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]

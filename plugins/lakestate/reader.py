@@ -45,11 +45,11 @@ def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
 def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
-    meta = JobMeta(settings.job_dir(job_id))
+    meta = JobMeta(settings.job_dir(job_id), warn=overview.problems.append)
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     try:
-        overview.compaction = JobMeta(settings.job_dir(job_id)).last_compaction()
+        overview.compaction = meta.last_compaction()
     except (OSError, ValueError) as e:
         overview.problems.append(f"the last compaction report cannot be read: {e}")
     latest = overview.latest
