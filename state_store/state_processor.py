@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 
 from .checkpoint import LAYOUT_VERSION, SavepointMetadata
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
-from .errors import ConfigError
+from .errors import ConfigError, RestoreError
 from .job import KEY_TYPES, check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
@@ -70,11 +70,20 @@ def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
     return rows.mapInArrow(batches, out_schema)
 
 
+def _intact(spark: SparkSession, source: RestoreSource) -> RestoreSource:
+    """``source``, once every Delta log entry and data file it pins is there (``backends.point_damage``, the
+    check a run, a savepoint and a restore make too): damage is named with the fix before any read."""
+    damage = source.damage(spark)
+    if damage:
+        raise RestoreError(f"{source.where} cannot be read: " + "; ".join(damage))
+    return source
+
+
 class SavepointReader:
     """The state of one checkpoint or savepoint, as DataFrames."""
 
     def __init__(self, spark: SparkSession, source: RestoreSource):
-        self.spark, self.source, self.meta = spark, source, source.meta
+        self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
 
     @classmethod
     def for_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None) -> "SavepointReader":
@@ -223,7 +232,7 @@ class SavepointWriter:
         """A copy of savepoint ``ref`` to change (written under ``job_id``, default the same job)."""
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
-        source = RestoreSource(meta)
+        source = _intact(spark, RestoreSource(meta))
         return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, "keyed"),
                    source.rows(spark, "operator"))
 

@@ -250,3 +250,41 @@ def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_comma
         assert re.search(r"lakestate: warning: ignoring .*chk-11 \(copy\)\.json: not a name Lakestate writes there "
                          r"\(chk-<N>\.json\)", err), (command, err)
     assert JobMeta(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]
+
+
+@pytest.mark.slow
+def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_error(spark, lake, registered, capsys):
+    from urllib.parse import unquote
+
+    from state_store.delta_log import table_files
+    from state_store.errors import RestoreError
+    from state_store.state_processor import SavepointReader
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    assert main(["savepoint", "cli-counts", "--label", "sp", *registered]) == 0
+    keyed, saved = lake.settings.job_dir("cli-counts") / "state" / "keyed", lake.settings.savepoints / "cli-counts/sp"
+    version = JobMeta(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"]["version"]
+    state = ["state", "--job", "cli-counts", "--state", "count", "--key", "a", *registered]
+    of_checkpoint = lambda: SavepointReader.for_checkpoint(spark, "cli-counts", settings=lake.settings)  # noqa: E731
+    gone = r"needs 1 data file\(s\) that are gone: .*restore them from a backup"
+    damages = [  # the file damaged, how, the commands that read it, the reader, what the error says
+        (keyed / "_delta_log" / f"{version:020d}.json", lambda p: p.write_text(p.read_text()[:30]), [state],
+         of_checkpoint, r"_delta_log/0+\d+\.json is corrupt \(line 1"),
+        (keyed / unquote(sorted(table_files(keyed, version))[0]), Path.unlink, [state], of_checkpoint, gone),
+        (saved / "keyed" / unquote(sorted(table_files(saved / "keyed"))[0]), Path.unlink,
+         [[*state, "--savepoint", "cli-counts/sp"], ["restore", "cli-counts", "--savepoint", "cli-counts/sp",
+                                                    *registered]],
+         lambda: SavepointReader.for_savepoint(spark, "cli-counts/sp", lake.settings), gone)]
+    for path, damage, commands, reader, problem in damages:
+        kept = path.read_bytes()
+        damage(path)
+        for command in commands:
+            capsys.readouterr()
+            assert main(command) == 2, command
+            err = capsys.readouterr().err.strip()
+            assert re.fullmatch(rf"lakestate: error: (checkpoint 1 of job 'cli-counts'|savepoint \S+/sp) cannot be "
+                                rf"(read|restored): .*{problem}.*", err), err
+        with pytest.raises(RestoreError, match=problem):
+            reader()
+        path.write_bytes(kept)
