@@ -153,14 +153,13 @@ def cmd_state(args, settings: Settings) -> int:
     reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
               else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
-    state = reader.keyed_state(name)
     key_type = reader.key_type
     # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
     key = spark.range(1).select(F.lit(args.key).try_cast(key_type.spark_ddl())).first()[0]
     if key is None:
         raise ConfigError(f"key {args.key!r} is not a {key_type.name}, the key type of job {args.job!r}; "
                           f"give a key of that type")
-    rows = state.filter((F.col("key") == F.lit(key)) & (F.col("namespace") == args.namespace)).collect()
+    rows = reader.keyed_entries(name, key, args.namespace)  # only this key's values are decoded
     where = reader.source.where
     if not rows:
         print(f"no entry for key {key!r} (namespace {args.namespace!r}) in state {name!r} at {where} "

@@ -288,3 +288,36 @@ def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_err
         with pytest.raises(RestoreError, match=problem):
             reader()
         path.write_bytes(kept)
+
+
+@pytest.mark.slow
+def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark, lake, registered, capsys):
+    import pickle
+
+    from pyspark.sql import functions as F
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    keyed = str(lake.settings.job_dir("cli-counts") / "state" / "keyed")
+    bad = {"a": pickle.dumps(3, protocol=0).decode(), "b": "[" * 200_000 + "]" * 200_000, "c": '{"n": 3}'}
+    # Something outside the job writes values of the wrong type where three keys' LONG counts live.
+    stored = spark.read.format("delta").load(keyed).filter("state_name = 'count.count'")
+    value = F.col("value")
+    for k, text in bad.items():
+        value = F.when(F.col("key") == k, F.lit(text)).otherwise(value)
+    (stored.filter(F.col("key").isin(list(bad))).withColumn("value", value)
+     .withColumn("generation", F.col("generation") + 1).write.format("delta").mode("append").save(keyed))
+    meta = JobMeta(lake.settings.job_dir("cli-counts"))  # and points the latest checkpoint at that version
+    checkpoint = meta.latest_checkpoint()
+    checkpoint.state["keyed"]["version"] += 1
+    meta.write_checkpoint(checkpoint)
+    state = ["state", "--job", "cli-counts", "--state", "count", *registered]
+    capsys.readouterr()
+    assert main([*state, "--key", "d"]) == 0  # a healthy key
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["value"] == 3
+    for k, text in bad.items():
+        assert main([*state, "--key", k]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"lakestate: error: state 'count.count' of key '{k}' holds a stored value that is not "
+                              f"its declared LONG: ") and f"(stored: {text[:20]!r}"[:-1] in err, err
+        assert "\n" not in err and len(err) < 2000
