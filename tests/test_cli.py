@@ -321,3 +321,25 @@ def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark
         assert err.startswith(f"lakestate: error: state 'count.count' of key '{k}' holds a stored value that is not "
                               f"its declared LONG: ") and f"(stored: {text[:20]!r}"[:-1] in err, err
         assert "\n" not in err and len(err) < 2000
+
+
+@pytest.mark.slow
+def test_state_takes_a_key_over_128_kib_from_a_file_or_standard_input(spark, lake, registered, capsys, monkeypatch,
+                                                                      tmp_path):
+    import io
+
+    key = "k" * 200_000  # over the 128 KiB a single command-line argument may have
+    lake.write_events("e0.json", [{"k": key, "v": 1, "op": "add", "seq": 1}, {"k": "a", "v": 1, "op": "add", "seq": 2}])
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    (tmp_path / "key.txt").write_text(key + "\n")  # as an editor or `echo` leaves it
+    state = ["state", "--job", "cli-counts", "--state", "count", *registered]
+    for source, stdin in ((str(tmp_path / "key.txt"), None), ("-", key)):
+        if stdin is not None:
+            monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        assert main([*state, "--key-file", source]) == 0
+        shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (shown["key"], shown["value"]) == (key, 1)
+    assert main([*state, "--key-file", str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lakestate: error: cannot read the key from ") and "nope.txt" in err, err
