@@ -4,8 +4,8 @@
     lakestate jobs
     lakestate run --job clicks [--max-microbatches N] [--max-records N]
     lakestate checkpoints --job clicks
-    lakestate state --job clicks --state events (--key 42 | --key-file PATH|-) [--checkpoint N | --savepoint clicks/<name>]
-                    [--namespace NS]
+    lakestate state --job clicks --state events (--key 42 | --key-file PATH|-)
+                    [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
     lakestate savepoint clicks [--checkpoint N] [--label L]
     lakestate savepoints [--job clicks]
     lakestate dispose clicks/<savepoint name>

@@ -177,7 +177,8 @@ class SavepointReader:
                     return list(enumerate(whole.loads(row["value"])))
                 return list(enumerate(element.decode(e) for x, e in from_text(row["value"]) if not hide or x > now))
 
-            return _KeyedDecoding(rows, ("index", Types.INT()), element, _checked(elements, qname, f"LIST<{element.name}>"))
+            return _KeyedDecoding(rows, ("index", Types.INT()), element,
+                                  _checked(elements, qname, f"LIST<{element.name}>"))
         if kind == "map":
             key_t, value_t = stored.key, stored.value
             return _KeyedDecoding(rows, ("user_key", key_t), value_t, _checked(

@@ -219,7 +219,8 @@ def test_jobs_names_a_stray_file_that_is_not_a_job_id_and_lists_the_rest(registe
     assert main(["jobs", *registered]) == 0
     out, err = capsys.readouterr()
     assert "cli-counts" in out and "Bad Job" not in out
-    assert re.search(r"lakestate: warning: .*Bad Job\.json is not a job record: job id 'Bad Job' is not valid", err), err
+    assert re.search(r"lakestate: warning: .*Bad Job\.json is not a job record: job id 'Bad Job' is not valid",
+                     err), err
 
 
 def test_register_with_replace_repairs_a_damaged_job_record(registered, capsys):
