@@ -37,6 +37,7 @@ from .run_files import OutputTable
 from .storage import location, options_of, rmtree
 from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live, remove_rows
 
+
 def table_damage(what: str, path: str | Path, version: int | None) -> str | None:
     """What makes Delta table ``path`` at ``version`` unreadable (a log entry or data file it needs is missing
     or corrupt), said of ``what``; None when it is intact. Reads only the Delta log and file listings."""
@@ -212,7 +213,7 @@ class DeltaStateBackend(StateBackend):
         recorded = checkpoint.state.get(self.table.name) or {}
         path = recorded.get("path", self.path)
         return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
-                                  f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
+                            f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
 
     @property
     def restore_app_id(self) -> str:
@@ -280,7 +281,7 @@ class HashMapStateBackend(StateBackend):
         if path is None:
             return None
         return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {path}",
-                                  path, recorded.get("version"))
+                            path, recorded.get("version"))
 
 
 _MEMORY_SNAPSHOTS: dict[tuple[str, str, int], list] = {}
