@@ -22,7 +22,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .checkpoint import CheckpointMetadata
+from .checkpoint import CheckpointMetadata, SavepointMetadata
 from .delta_log import (
     CorruptLogError,
     app_transaction_version,
@@ -36,6 +36,23 @@ from .job import BACKENDS
 from .run_files import OutputTable
 from .storage import location, options_of, rmtree
 from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live, remove_rows
+
+
+def table_damage(what: str, path: str | Path, version: int | None) -> str | None:
+    """What makes Delta table ``path`` at ``version`` unreadable (a log entry or data file it needs is missing
+    or corrupt), said of ``what``; None when it is intact. Reads only the Delta log and file listings."""
+    if version is None:
+        return None
+    try:
+        missing = missing_files(path, version)
+    except (CorruptLogError, FileNotFoundError) as e:
+        return f"{what}: {e}"
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return (f"{what} needs {len(missing)} data file(s) that are gone: {shown}; restore them from a backup "
+                f"(never delete files inside a state table: compaction removes what no checkpoint needs)")
+    return None
+
 
 class StateBackend:
     """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
@@ -108,20 +125,6 @@ class StateBackend:
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
         """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
         or corrupt), or None when it is intact. Reads only the Delta log and file listings."""
-        return None
-
-    @staticmethod
-    def _table_damage(what: str, path: str | Path, version: int | None) -> str | None:
-        if version is None:
-            return None
-        try:
-            missing = missing_files(path, version)
-        except (CorruptLogError, FileNotFoundError) as e:
-            return f"{what}: {e}"
-        if missing:
-            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            return (f"{what} needs {len(missing)} data file(s) that are gone: {shown}; restore them from a backup "
-                    f"(never delete files inside a state table: compaction removes what no checkpoint needs)")
         return None
 
     def discard(self, checkpoint: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
@@ -209,8 +212,8 @@ class DeltaStateBackend(StateBackend):
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}
         path = recorded.get("path", self.path)
-        return self._table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
-                                  f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
+        return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
+                            f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
 
     @property
     def restore_app_id(self) -> str:
@@ -277,8 +280,8 @@ class HashMapStateBackend(StateBackend):
         path = recorded.get("path")
         if path is None:
             return None
-        return self._table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {path}",
-                                  path, recorded.get("version"))
+        return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {path}",
+                            path, recorded.get("version"))
 
 
 _MEMORY_SNAPSHOTS: dict[tuple[str, str, int], list] = {}
@@ -321,6 +324,17 @@ def checkpoint_damage(spark: SparkSession, job_dir: Path, checkpoint: Checkpoint
     """What makes ``checkpoint`` unrestorable, per state table (empty when intact); see ``StateBackend.damage``."""
     return [d for create in (create_keyed_backend, create_operator_backend)
             if (d := create(checkpoint.backend, spark, job_dir, checkpoint.job_id, checkpoint).damage(checkpoint))]
+
+
+def point_damage(spark: SparkSession, point: CheckpointMetadata | SavepointMetadata, job_dir: Path | None
+                 ) -> list[str]:
+    """What makes a checkpoint (of the job in ``job_dir``) or a savepoint unreadable, per state table (empty
+    when intact): the one check every reader makes first (a run, a savepoint, a restore, the State Processor),
+    so a damaged table is named with the fix instead of failing in Spark halfway through a read."""
+    if isinstance(point, SavepointMetadata):
+        return [d for t in ("keyed", "operator") if (d := table_damage(
+            f"savepoint {point.path}'s {t} table", point.table_path(t), point.tables[t].get("version")))]
+    return checkpoint_damage(spark, job_dir, point)
 
 
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,

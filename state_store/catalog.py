@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,10 @@ class CorruptCheckpoint(ConfigError):
         self.checkpoint_id = checkpoint_id
 
 
+# What the CLI and the Lakestate page take from a record's spec.
+_SPEC_FIELDS = ("uid", "backend", "parallelism", "max_parallelism")
+
+
 class JobRegistry:
     """Jobs by id: each points at the Python factory that builds its JobSpec."""
 
@@ -62,21 +68,50 @@ class JobRegistry:
                   "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"
         if existing.exists():
-            old = read_json(existing)
-            if old.get("entrypoint") != entrypoint and not replace:
-                raise ConfigError(f"job {spec.job_id!r} is already registered from {old.get('entrypoint')}; "
+            try:
+                old = self._read(existing)
+            except ConfigError:
+                if not replace:
+                    raise
+                old = record  # a damaged record is what --replace is for
+            if old["entrypoint"] != entrypoint and not replace:
+                raise ConfigError(f"job {spec.job_id!r} is already registered from {old['entrypoint']}; "
                                   f"to point it at {entrypoint} instead, register again with --replace")
-            record["registered_at"] = old["registered_at"]
+            record["registered_at"] = old.get("registered_at", record["registered_at"])
         self.settings.check_writable()
         write_json_atomic(existing, record)
         return spec
 
-    def ids(self) -> list[str]:
+    def ids(self, warn=None) -> list[str]:
+        """The ids of the registered jobs, sorted; ``warn`` is told of each file in the catalog folder whose name
+        is not a job id (nothing Lakestate wrote)."""
         if not self.dir.is_dir():
             return []
-        return sorted(p.stem for p in self.dir.glob("*.json"))
+        found = []
+        for path in sorted(self.dir.glob("*.json")):
+            if path.name.startswith("."):  # a write in progress (storage.write_atomic)
+                continue
+            try:
+                found.append(check_job_id(path.stem))
+            except ConfigError as e:
+                if warn is not None:
+                    warn(f"{path} is not a job record: {e}; rename or remove it")
+        return found
+
+    def records(self, warn) -> dict[str, dict]:
+        """Every job record that can be read, by job id; ``warn`` is told of each one that cannot, and why:
+        one damaged record must not hide the others."""
+        found = {}
+        for job_id in self.ids(warn):
+            try:
+                found[job_id] = self._read(self.dir / f"{job_id}.json")
+            except ConfigError as e:
+                warn(str(e))
+        return found
 
     def get(self, job_id: str) -> dict:
+        """Job ``job_id``'s record (entrypoint, spec, overrides); a clear error when it is not registered or its
+        record cannot be read."""
         check_job_id(job_id)
         path = self.dir / f"{job_id}.json"
         if not path.exists():
@@ -85,7 +120,25 @@ class JobRegistry:
                 f"job {job_id!r} is not registered in {self.settings.warehouse} (registered: {known}); "
                 f"register it with: lakestate register <module>:<factory>"
             )
-        return read_json(path)
+        return self._read(path)
+
+    @staticmethod
+    def _read(path) -> dict:
+        """The record at ``path``, checked for what every reader of the catalog takes from it."""
+        fix = f"register the job again (lakestate register <module>:<factory> --replace), or remove {path}"
+        try:
+            record = read_json(path)
+        except (OSError, ValueError) as e:  # truncated, not UTF-8, unreadable
+            raise ConfigError(f"job record {path} cannot be read ({type(e).__name__}: {e}); {fix}") from None
+        if not isinstance(record, dict):
+            raise ConfigError(f"job record {path} is not a JSON object; {fix}")
+        for name, kind in (("entrypoint", str), ("spec", dict)):
+            if not isinstance(record.get(name), kind):
+                raise ConfigError(f"job record {path} has no {name!r} ({kind.__name__}); {fix}")
+        missing = [f for f in _SPEC_FIELDS if f not in record["spec"]]
+        if missing:
+            raise ConfigError(f"job record {path} has a 'spec' without {missing}; {fix}")
+        return record
 
     def load(self, job_id: str) -> JobSpec:
         record = self.get(job_id)
@@ -120,22 +173,31 @@ def build_spec(entrypoint: str) -> JobSpec:
 
 
 class JobMeta:
-    """One job's plans, commits and checkpoints."""
+    """One job's plans, commits and checkpoints; ``warn`` is told of files in their folders that are not
+    Lakestate's (default: the ``lakestate`` logger)."""
 
-    def __init__(self, job_dir: Path):
+    def __init__(self, job_dir: Path, warn=None):
         self.job_dir = job_dir
         self.dir = job_dir / "_meta"
         self.plans, self.commits, self.checkpoints_dir = self.dir / "plans", self.dir / "commits", self.dir / "checkpoints"
+        self._warn = warn or logging.getLogger("lakestate").warning
+        self._strays: set[str] = set()
 
-    @staticmethod
-    def _numbered(directory: Path, prefix: str = "") -> list[int]:
+    def _numbered(self, directory: Path, prefix: str = "") -> list[int]:
+        """The numbers N of the files ``<prefix><N>.json`` in ``directory``, sorted. Any other name (a copy
+        someone made, an editor's backup) is not Lakestate's: it is ignored, with a warning, rather than
+        stopping every command that lists the folder."""
         if not directory.is_dir():
             return []
-        out = []
+        pattern, out = re.compile(rf"{re.escape(prefix)}(\d+)\.json"), []
         for p in directory.iterdir():
-            name = p.name
-            if name.startswith(prefix) and name.endswith(".json") and not name.startswith("."):
-                out.append(int(name[len(prefix):-5]))
+            found = pattern.fullmatch(p.name)
+            if found:
+                out.append(int(found.group(1)))
+            elif not p.name.startswith(".") and p.name not in self._strays:  # "." : a write in progress
+                self._strays.add(p.name)
+                self._warn(f"ignoring {p}: not a name Lakestate writes there ({prefix}<N>.json); move it out of "
+                           f"{directory}")
         return sorted(out)
 
     def read_plan(self, batch_id: int) -> MicrobatchPlan | None:

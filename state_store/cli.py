@@ -4,7 +4,8 @@
     lakestate jobs
     lakestate run --job clicks [--max-microbatches N] [--max-records N]
     lakestate checkpoints --job clicks
-    lakestate state --job clicks --state events --key 42 [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
+    lakestate state --job clicks --state events (--key 42 | --key-file PATH|-)
+                    [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
     lakestate savepoint clicks [--checkpoint N] [--label L]
     lakestate savepoints [--job clicks]
     lakestate dispose clicks/<savepoint name>
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 from .catalog import JobMeta, JobRegistry
 from .errors import ConfigError, LakestateError
@@ -48,11 +51,37 @@ def cmd_register(args, settings: Settings) -> int:
     return 0
 
 
+def _warn(message: str) -> None:
+    print(f"lakestate: warning: {message}", file=sys.stderr)
+
+
+class _WarningLine(logging.Handler):
+    """Prints the library's warnings (the ``lakestate`` logger) as the command's own warning lines, each once
+    per command (a command reads the same folders many times)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.seen:
+            self.seen.add(message)
+            _warn(message)
+
+
+def _route_warnings() -> None:
+    logger = logging.getLogger("lakestate")
+    for old in [h for h in logger.handlers if isinstance(h, _WarningLine)]:
+        logger.removeHandler(old)
+    logger.addHandler(_WarningLine())
+    logger.propagate = False
+
+
 def cmd_jobs(args, settings: Settings) -> int:
-    registry = JobRegistry(settings)
     rows = []
-    for job_id in registry.ids():
-        spec = registry.get(job_id)["spec"]
+    for job_id, record in JobRegistry(settings).records(warn=_warn).items():
+        spec = record["spec"]
         meta = JobMeta(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
         # A job runs as its latest checkpoint says (a rescale or restore may have changed the definition's values).
@@ -70,8 +99,7 @@ def cmd_jobs(args, settings: Settings) -> int:
 
 def cmd_checkpoints(args, settings: Settings) -> int:
     JobRegistry(settings).get(args.job)
-    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(
-        warn=lambda problem: print(f"lakestate: warning: {problem}", file=sys.stderr))
+    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(warn=_warn)
     if args.json:
         print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
         return 0
@@ -112,6 +140,24 @@ def cmd_run(args, settings: Settings) -> int:
     return 0
 
 
+def _key_text(args) -> str:
+    """The key of ``--key``, or read from ``--key-file`` (``-``: standard input) without one trailing newline,
+    which editors and ``echo`` add; a file is how a key over the 128 KiB of one argument is given."""
+    if args.key_file is None:
+        return args.key
+    try:
+        text = sys.stdin.read() if args.key_file == "-" else Path(args.key_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the key from {args.key_file!r}: {e}; give a readable UTF-8 file, or - for "
+                          f"standard input") from None
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def _shown(key) -> str:
+    """A key as messages quote it: whole when short, its start and length when long (a key may be 1 MB)."""
+    return repr(key) if len(str(key)) <= 80 else f"{str(key)[:60]!r}... ({len(str(key))} characters)"
+
+
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
@@ -121,23 +167,23 @@ def cmd_state(args, settings: Settings) -> int:
     record = JobRegistry(settings).get(args.job)
     if args.savepoint is not None and args.checkpoint is not None:
         raise ConfigError("give --checkpoint or --savepoint, not both")
+    text = _key_text(args)
     if args.savepoint is None and JobMeta(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
     spark = build_spark(f"lakestate-state-{args.job}", s3=settings.on_object_storage or None)
     reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
               else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
-    state = reader.keyed_state(name)
     key_type = reader.key_type
     # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
-    key = spark.range(1).select(F.lit(args.key).try_cast(key_type.spark_ddl())).first()[0]
+    key = spark.range(1).select(F.lit(text).try_cast(key_type.spark_ddl())).first()[0]
     if key is None:
-        raise ConfigError(f"key {args.key!r} is not a {key_type.name}, the key type of job {args.job!r}; "
+        raise ConfigError(f"key {_shown(text)} is not a {key_type.name}, the key type of job {args.job!r}; "
                           f"give a key of that type")
-    rows = state.filter((F.col("key") == F.lit(key)) & (F.col("namespace") == args.namespace)).collect()
+    rows = reader.keyed_entries(name, key, args.namespace)  # only this key's values are decoded
     where = reader.source.where
     if not rows:
-        print(f"no entry for key {key!r} (namespace {args.namespace!r}) in state {name!r} at {where} "
+        print(f"no entry for key {_shown(key)} (namespace {args.namespace!r}) in state {name!r} at {where} "
               f"(microbatch {reader.meta.batch_id})")
         return 1
     kind = reader.states()[name]["kind"]
@@ -191,7 +237,7 @@ def cmd_savepoints(args, settings: Settings) -> int:
 
     if args.job:
         JobRegistry(settings).get(args.job)
-    found = list_savepoints(settings, args.job, warn=lambda m: print(f"lakestate: warning: {m}", file=sys.stderr))
+    found = list_savepoints(settings, args.job, warn=_warn)
     if args.json:
         print(json.dumps([{**s.to_dict(), "path": s.path} for s in found], indent=1, sort_keys=True))
         return 0
@@ -296,7 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
     p.add_argument("--job", required=True)
     p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")
-    p.add_argument("--key", required=True)
+    key = p.add_mutually_exclusive_group(required=True)
+    key.add_argument("--key")
+    key.add_argument("--key-file", metavar="PATH",
+                     help="read the key from PATH ('-': standard input) without its trailing newline: a key over "
+                          "128 KiB does not fit a command-line argument")
     p.add_argument("--namespace", default="")
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
     p.add_argument("--savepoint", default=None, help="read a savepoint (<job>/<name>) instead of a checkpoint")
@@ -350,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _route_warnings()
     for flag in ("max_microbatches", "max_records"):
         value = getattr(args, flag, None)
         if value is not None and value <= 0:

@@ -30,8 +30,12 @@ class StoredValueError(LakestateError):
     """A value read from a state table does not have its state's declared type."""
 
 
-def stored_value_error(what: str, type_name: str, error: Exception) -> StoredValueError:
+def stored_value_error(what: str, type_name: str, error: Exception, stored: str | None = None) -> StoredValueError:
+    """The error for a stored value of ``what`` that is not its declared ``type_name``; ``stored``, the stored
+    text, is quoted (its start only, when long)."""
+    quoted = "" if stored is None else f" (stored: {stored!r})" if len(stored) <= 80 else \
+        f" (stored: {stored[:60]!r}..., {len(stored)} characters)"
     return StoredValueError(
-        f"{what} holds a stored value that is not its declared {type_name}: {error}. The state table was "
+        f"{what} holds a stored value that is not its declared {type_name}: {error}{quoted}. The state table was "
         f"changed outside this job, or the state was declared again with another type: restore an earlier "
         f"checkpoint (lakestate checkpoints --job <job>), or give the state another name")

@@ -42,7 +42,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import checkpoint_damage, create_keyed_backend, create_operator_backend
+from .backends import create_keyed_backend, create_operator_backend, point_damage
 from .catalog import JobMeta
 from .checkpoint import (
     LAYOUT_VERSION,
@@ -63,7 +63,6 @@ from .repartition import broadcast, operator_split_starts, split_distribute
 from .runtime import SOURCE_OFFSETS_STATE
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
-from .storage import location
 
 
 @dataclass
@@ -100,10 +99,7 @@ class RestoreSource:
         return create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta)
 
     def damage(self, spark) -> list[str]:
-        if self.is_savepoint:
-            missing = [t for t in ("keyed", "operator") if not (location(self.meta.table_path(t)) / "_delta_log").is_dir()]
-            return [f"{self.where} has lost its {t} table" for t in missing]
-        return checkpoint_damage(spark, self.job_dir, self.meta)
+        return point_damage(spark, self.meta, self.job_dir)
 
     def rows(self, spark: SparkSession, table: str) -> DataFrame:
         """The live entries of ``table`` ("keyed" or "operator")."""

@@ -29,14 +29,15 @@ groups are computed in the JVM as a run computes them.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .checkpoint import LAYOUT_VERSION, SavepointMetadata
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
-from .errors import ConfigError
+from .errors import ConfigError, RestoreError, stored_value_error
 from .job import KEY_TYPES, check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
@@ -47,7 +48,7 @@ from .settings import Settings
 from .spark import key_group_column
 from .state_tables import KEYED, OPERATOR
 from .ttl import expired
-from .types import TypeInfo, from_schema, from_text
+from .types import TypeInfo, Types, from_schema, from_text
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
@@ -70,11 +71,48 @@ def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
     return rows.mapInArrow(batches, out_schema)
 
 
+def _intact(spark: SparkSession, source: RestoreSource) -> RestoreSource:
+    """``source``, once every Delta log entry and data file it pins is there (``backends.point_damage``, the
+    check a run, a savepoint and a restore make too): damage is named with the fix before any read."""
+    damage = source.damage(spark)
+    if damage:
+        raise RestoreError(f"{source.where} cannot be read: " + "; ".join(damage))
+    return source
+
+
+@dataclass
+class _KeyedDecoding:
+    """How a keyed state's stored rows decode: ``rows`` (``key_group``, typed ``key``, ``namespace``,
+    ``user_key``, ``value``, ``expiry``; entries TTL hides left out); ``extra``, the column beside the value
+    (``("index", INT)`` for a list, ``("user_key", <its type>)`` for a map, else None); the ``value`` type;
+    ``decode(row)``, the row's entries as ``(extra or None, value)``."""
+
+    rows: DataFrame
+    extra: tuple[str, TypeInfo] | None
+    value: TypeInfo
+    decode: Callable[[dict], list[tuple]]
+
+
+def _checked(decode: Callable[[dict], list[tuple]], qname: str, type_name: str) -> Callable[[dict], list[tuple]]:
+    """``decode``, where a stored value that is not of its declared type is a StoredValueError naming the state,
+    the key and the value, as a run's is."""
+
+    def checked(row: dict) -> list[tuple]:
+        try:
+            return decode(row)
+        except (TypeError, ValueError, AttributeError, RecursionError) as e:
+            where = f"state {qname!r} of key {row['key']!r}" + (
+                f" (namespace {row['namespace']!r})" if row["namespace"] else "")
+            raise stored_value_error(where, type_name, e, stored=row["value"]) from None
+
+    return checked
+
+
 class SavepointReader:
     """The state of one checkpoint or savepoint, as DataFrames."""
 
     def __init__(self, spark: SparkSession, source: RestoreSource):
-        self.spark, self.source, self.meta = spark, source, source.meta
+        self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
 
     @classmethod
     def for_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None) -> "SavepointReader":
@@ -119,42 +157,67 @@ class SavepointReader:
                               f"{json.dumps(descriptor.schema()['type'])}: give its stored type")
         return qname, found
 
-    def keyed_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
-                    ) -> DataFrame:
-        """A keyed state's entries: ``key_group, key, namespace`` and, by kind, ``value`` (value, reducing,
-        aggregating), ``index, value`` per element (list) or ``user_key, value`` per entry (map); typed."""
+    def _keyed(self, name: str, uid: str | None, descriptor: StateDescriptor | None) -> _KeyedDecoding:
+        """How a keyed state's stored rows decode (see ``_KeyedDecoding``)."""
         qname, descriptor = self._descriptor(name, uid, "keyed", descriptor)
         kind, stored = descriptor["kind"], from_schema(descriptor["type"])
-        key_ddl = self.key_type.spark_ddl()
         rows = (self.source.rows(self.spark, "keyed").filter(F.col("state_name") == qname)
-                .select("key_group", F.col("key").cast(key_ddl).alias("key"), "namespace", "user_key", "value",
-                        "expiry"))
+                .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
+                        "user_key", "value", "expiry"))
         # Under TTL with NeverReturnExpired, what had expired at the point's processing time is not shown.
         ttl, now = descriptor.get("ttl"), self.meta.processing_time
         hide = bool(ttl) and ttl.get("state_visibility") == "NeverReturnExpired" and now is not None
         if hide:
             rows = rows.filter(~expired(now))
-        head = f"key_group int, key {key_ddl}, namespace string"
         if kind == "list":
             element, whole = stored, ListStateDescriptor("x", stored).stored_type
 
             def elements(row):
                 if row["expiry"] is None:  # stored without TTL: the plain list
-                    return whole.loads(row["value"])
-                return [element.decode(e) for x, e in from_text(row["value"]) if not hide or x > now]
+                    return list(enumerate(whole.loads(row["value"])))
+                return list(enumerate(element.decode(e) for x, e in from_text(row["value"]) if not hide or x > now))
 
-            return _convert(rows, f"{head}, index int, value {element.spark_ddl()}",
-                            lambda row: [(row["key_group"], row["key"], row["namespace"], i, element.to_arrow(v))
-                                         for i, v in enumerate(elements(row))])
+            return _KeyedDecoding(rows, ("index", Types.INT()), element,
+                                  _checked(elements, qname, f"LIST<{element.name}>"))
         if kind == "map":
             key_t, value_t = stored.key, stored.value
-            return _convert(rows, f"{head}, user_key {key_t.spark_ddl()}, value {value_t.spark_ddl()}",
-                            lambda row: [(row["key_group"], row["key"], row["namespace"],
-                                          key_t.to_arrow(key_t.loads(row["user_key"])),
-                                          value_t.to_arrow(value_t.loads(row["value"])))])
-        return _convert(rows, f"{head}, value {stored.spark_ddl()}",
-                        lambda row: [(row["key_group"], row["key"], row["namespace"],
-                                      stored.to_arrow(stored.loads(row["value"])))])
+            return _KeyedDecoding(rows, ("user_key", key_t), value_t, _checked(
+                lambda row: [(key_t.loads(row["user_key"]), value_t.loads(row["value"]))], qname,
+                f"MAP<{key_t.name}, {value_t.name}>"))
+        return _KeyedDecoding(rows, None, stored, _checked(lambda row: [(None, stored.loads(row["value"]))], qname,
+                                                           stored.name))
+
+    def keyed_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
+                    ) -> DataFrame:
+        """A keyed state's entries: ``key_group, key, namespace`` and, by kind, ``value`` (value, reducing,
+        aggregating), ``index, value`` per element (list) or ``user_key, value`` per entry (map); typed. Values
+        are decoded in the executors; one not of its declared type fails the read with a StoredValueError
+        naming the key (``keyed_entries`` reads one key only)."""
+        decoding = self._keyed(name, uid, descriptor)
+        extra, value_t, decode = decoding.extra, decoding.value, decoding.decode  # no DataFrame in the closure
+        head = f"key_group int, key {self.key_type.spark_ddl()}, namespace string"
+        ddl = f"{head}, {extra[0]} {extra[1].spark_ddl()}, value {value_t.spark_ddl()}" if extra \
+            else f"{head}, value {value_t.spark_ddl()}"
+        return _convert(decoding.rows, ddl, lambda row: [
+            (row["key_group"], row["key"], row["namespace"], *([extra[1].to_arrow(x)] if extra else []),
+             value_t.to_arrow(v)) for x, v in decode(row)])
+
+    def keyed_entries(self, name: str, key: Any, namespace: str = "", uid: str | None = None,
+                      descriptor: StateDescriptor | None = None) -> list[dict]:
+        """One key's entries of a keyed state, decoded: ``[{"value": v}]`` (value, reducing, aggregating),
+        ``{"index", "value"}`` per element (list) or ``{"user_key", "value"}`` per entry (map); ``[]`` when the
+        key has none. Only this key's stored values are decoded, so a damaged value of another key does not
+        matter; one of this key is a StoredValueError naming it and the value.
+
+        Example::
+
+            reader.keyed_entries("count", 42)      # [{"value": 7}]
+        """
+        decoding = self._keyed(name, uid, descriptor)
+        mine = decoding.rows.filter((F.col("key") == F.lit(key)) & (F.col("namespace") == namespace))
+        field = decoding.extra[0] if decoding.extra else None
+        return [{field: x, "value": v} if field else {"value": v}
+                for row in mine.collect() for x, v in decoding.decode(row.asDict())]
 
     def list_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
                    ) -> DataFrame:
@@ -223,7 +286,7 @@ class SavepointWriter:
         """A copy of savepoint ``ref`` to change (written under ``job_id``, default the same job)."""
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
-        source = RestoreSource(meta)
+        source = _intact(spark, RestoreSource(meta))
         return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, "keyed"),
                    source.rows(spark, "operator"))
 

@@ -2,6 +2,7 @@
 the job's checkpoints, its state per state name and the key-group chart, read from the catalog and Delta logs."""
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -92,14 +93,42 @@ def test_the_lakestate_page_is_in_the_ui_navigation(airflow_with_a_job):
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/lakestate"
 
 
+def _settings(tmp_path_factory):
+    """The settings of the module's Airflow (its LAKESTATE_ROOT)."""
+    from state_store.settings import Settings
+
+    return Settings.load(root=next(p for p in tmp_path_factory.getbasetemp().glob("plugin*/lakestate")))
+
+
+def test_the_page_names_a_job_record_that_cannot_be_read_and_shows_the_other_jobs(airflow_with_a_job,
+                                                                                    tmp_path_factory):
+    jobs = _settings(tmp_path_factory).catalog_dir / "jobs"
+    good = (jobs / "clicks.json").read_text()
+    bad = {"truncated.json": (good[:len(good) // 2], r"cannot be read \(JSONDecodeError"),
+           "no-spec.json": (json.dumps({"entrypoint": "demo.clicks:job"}), r"has no 'spec'"),
+           "Bad Job.json": (good, r"is not a job record: job id 'Bad Job' is not valid")}
+    try:
+        for name, (text, _) in bad.items():
+            (jobs / name).write_text(text)
+        bearer = token(airflow_with_a_job)
+        status, page = get(airflow_with_a_job + "/lakestate/", bearer)
+        assert status == 200, page[:500]
+        assert "<section id='job-clicks'>" in page and "<svg id='key-groups-clicks'" in page
+        for name, (_, why) in bad.items():
+            assert re.search(rf"<p class='problem'>[^<]*{re.escape(name)}[^<]* {why}", html.unescape(page)), name
+        status, data = get(airflow_with_a_job + "/lakestate/api/jobs", bearer)
+        assert status == 200 and [j["job"] for j in json.loads(data)] == ["clicks"], data[:500]
+    finally:
+        for name in bad:
+            (jobs / name).unlink(missing_ok=True)
+
+
 def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(airflow_with_a_job, tmp_path_factory):
     # Last in this module: it adds 100 retained checkpoints to the job's catalog (copies of its latest one,
     # pinning the same table versions), which is all the page reads of them.
     from state_store.catalog import JobMeta
-    from state_store.settings import Settings
 
-    root = next(p for p in tmp_path_factory.getbasetemp().glob("plugin*/lakestate"))
-    meta = JobMeta(Settings.load(root=root).job_dir("clicks"))
+    meta = JobMeta(_settings(tmp_path_factory).job_dir("clicks"))
     latest = meta.latest_checkpoint()
     for cid in range(latest.checkpoint_id + 1, latest.checkpoint_id + 101):
         latest.checkpoint_id = cid

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from state_store.catalog import JobMeta
 from state_store.cli import main
 from tests.jobs import events
 
@@ -186,3 +187,160 @@ def test_an_unforeseen_error_is_one_line_too(lake, monkeypatch, capsys):
     assert main(["jobs", "--root", str(lake.root)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("lakestate: error: unexpected RuntimeError: disk on fire (full trace: ") and "\n" not in err
+
+
+def _catalog_jobs(root) -> Path:
+    from state_store.settings import Settings
+
+    return Settings.load(root=root).catalog_dir / "jobs"
+
+
+def test_jobs_names_a_truncated_or_incomplete_job_record_and_lists_the_others(registered, capsys):
+    jobs = _catalog_jobs(registered[1])
+    good = (jobs / "cli-counts.json").read_text()
+    (jobs / "truncated.json").write_text(good[:len(good) // 2])
+    (jobs / "no-spec.json").write_text(json.dumps({"entrypoint": "cli_job_module:job", "registered_at": 1}))
+    capsys.readouterr()
+    assert main(["jobs", *registered]) == 0
+    out, err = capsys.readouterr()
+    assert "cli-counts" in out and "truncated" not in out and "no-spec" not in out
+    assert re.search(r"lakestate: warning: job record .*truncated\.json cannot be read \(JSONDecodeError", err), err
+    assert re.search(r"lakestate: warning: job record .*no-spec\.json has no 'spec'", err), err
+    assert "lakestate register" in err and "unexpected" not in err
+    assert main(["checkpoints", "--job", "truncated", *registered]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lakestate: error: job record ") and "truncated.json cannot be read" in err, err
+
+
+def test_jobs_names_a_stray_file_that_is_not_a_job_id_and_lists_the_rest(registered, capsys):
+    jobs = _catalog_jobs(registered[1])
+    (jobs / "Bad Job.json").write_text((jobs / "cli-counts.json").read_text())
+    capsys.readouterr()
+    assert main(["jobs", *registered]) == 0
+    out, err = capsys.readouterr()
+    assert "cli-counts" in out and "Bad Job" not in out
+    assert re.search(r"lakestate: warning: .*Bad Job\.json is not a job record: job id 'Bad Job' is not valid",
+                     err), err
+
+
+def test_register_with_replace_repairs_a_damaged_job_record(registered, capsys):
+    record = _catalog_jobs(registered[1]) / "cli-counts.json"
+    record.write_text(record.read_text()[:40])
+    capsys.readouterr()
+    assert main(["register", "cli_job_module:job", *registered]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    assert main(["register", "cli_job_module:job", "--replace", *registered]) == 0
+    assert json.loads(record.read_text())["entrypoint"] == "cli_job_module:job"
+
+
+@pytest.mark.slow
+def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_command(spark, lake, registered, capsys):
+    import shutil
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    checkpoints = lake.settings.job_dir("cli-counts") / "_meta" / "checkpoints"
+    shutil.copy(checkpoints / "chk-1.json", checkpoints / "chk-11 (copy).json")
+    lake.write_events("e1.json", events(1))
+    for command in (["jobs"], ["checkpoints", "--job", "cli-counts"],
+                    ["state", "--job", "cli-counts", "--state", "count", "--key", "a"], ["run", "--job", "cli-counts"]):
+        capsys.readouterr()
+        assert main([*command, *registered]) == 0, (command, capsys.readouterr().err)
+        err = capsys.readouterr().err
+        assert err.count("chk-11 (copy).json") == 1, (command, err)
+        assert re.search(r"lakestate: warning: ignoring .*chk-11 \(copy\)\.json: not a name Lakestate writes there "
+                         r"\(chk-<N>\.json\)", err), (command, err)
+    assert JobMeta(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]
+
+
+@pytest.mark.slow
+def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_error(spark, lake, registered, capsys):
+    from urllib.parse import unquote
+
+    from state_store.delta_log import table_files
+    from state_store.errors import RestoreError
+    from state_store.state_processor import SavepointReader
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    assert main(["savepoint", "cli-counts", "--label", "sp", *registered]) == 0
+    keyed, saved = lake.settings.job_dir("cli-counts") / "state" / "keyed", lake.settings.savepoints / "cli-counts/sp"
+    version = JobMeta(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"]["version"]
+    state = ["state", "--job", "cli-counts", "--state", "count", "--key", "a", *registered]
+    of_checkpoint = lambda: SavepointReader.for_checkpoint(spark, "cli-counts", settings=lake.settings)  # noqa: E731
+    gone = r"needs 1 data file\(s\) that are gone: .*restore them from a backup"
+    damages = [  # the file damaged, how, the commands that read it, the reader, what the error says
+        (keyed / "_delta_log" / f"{version:020d}.json", lambda p: p.write_text(p.read_text()[:30]), [state],
+         of_checkpoint, r"_delta_log/0+\d+\.json is corrupt \(line 1"),
+        (keyed / unquote(sorted(table_files(keyed, version))[0]), Path.unlink, [state], of_checkpoint, gone),
+        (saved / "keyed" / unquote(sorted(table_files(saved / "keyed"))[0]), Path.unlink,
+         [[*state, "--savepoint", "cli-counts/sp"], ["restore", "cli-counts", "--savepoint", "cli-counts/sp",
+                                                    *registered]],
+         lambda: SavepointReader.for_savepoint(spark, "cli-counts/sp", lake.settings), gone)]
+    for path, damage, commands, reader, problem in damages:
+        kept = path.read_bytes()
+        damage(path)
+        for command in commands:
+            capsys.readouterr()
+            assert main(command) == 2, command
+            err = capsys.readouterr().err.strip()
+            assert re.fullmatch(rf"lakestate: error: (checkpoint 1 of job 'cli-counts'|savepoint \S+/sp) cannot be "
+                                rf"(read|restored): .*{problem}.*", err), err
+        with pytest.raises(RestoreError, match=problem):
+            reader()
+        path.write_bytes(kept)
+
+
+@pytest.mark.slow
+def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark, lake, registered, capsys):
+    import pickle
+
+    from pyspark.sql import functions as F
+
+    lake.write_events("e0.json", events(0))
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    keyed = str(lake.settings.job_dir("cli-counts") / "state" / "keyed")
+    bad = {"a": pickle.dumps(3, protocol=0).decode(), "b": "[" * 200_000 + "]" * 200_000, "c": '{"n": 3}'}
+    # Something outside the job writes values of the wrong type where three keys' LONG counts live.
+    stored = spark.read.format("delta").load(keyed).filter("state_name = 'count.count'")
+    value = F.col("value")
+    for k, text in bad.items():
+        value = F.when(F.col("key") == k, F.lit(text)).otherwise(value)
+    (stored.filter(F.col("key").isin(list(bad))).withColumn("value", value)
+     .withColumn("generation", F.col("generation") + 1).write.format("delta").mode("append").save(keyed))
+    meta = JobMeta(lake.settings.job_dir("cli-counts"))  # and points the latest checkpoint at that version
+    checkpoint = meta.latest_checkpoint()
+    checkpoint.state["keyed"]["version"] += 1
+    meta.write_checkpoint(checkpoint)
+    state = ["state", "--job", "cli-counts", "--state", "count", *registered]
+    capsys.readouterr()
+    assert main([*state, "--key", "d"]) == 0  # a healthy key
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["value"] == 3
+    for k, text in bad.items():
+        assert main([*state, "--key", k]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"lakestate: error: state 'count.count' of key '{k}' holds a stored value that is not "
+                              f"its declared LONG: ") and f"(stored: {text[:20]!r}"[:-1] in err, err
+        assert "\n" not in err and len(err) < 2000
+
+
+@pytest.mark.slow
+def test_state_takes_a_key_over_128_kib_from_a_file_or_standard_input(spark, lake, registered, capsys, monkeypatch,
+                                                                      tmp_path):
+    import io
+
+    key = "k" * 200_000  # over the 128 KiB a single command-line argument may have
+    lake.write_events("e0.json", [{"k": key, "v": 1, "op": "add", "seq": 1}, {"k": "a", "v": 1, "op": "add", "seq": 2}])
+    assert main(["run", "--job", "cli-counts", *registered]) == 0
+    (tmp_path / "key.txt").write_text(key + "\n")  # as an editor or `echo` leaves it
+    state = ["state", "--job", "cli-counts", "--state", "count", *registered]
+    for source, stdin in ((str(tmp_path / "key.txt"), None), ("-", key)):
+        if stdin is not None:
+            monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        assert main([*state, "--key-file", source]) == 0
+        shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (shown["key"], shown["value"]) == (key, 1)
+    assert main([*state, "--key-file", str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lakestate: error: cannot read the key from ") and "nope.txt" in err, err

@@ -34,6 +34,12 @@ def test_the_reader_gives_every_kind_of_state_as_typed_rows(spark, lake):
     assert [r["value"] for r in items] == keyed_values(keyed, "all.items")[("a", "")]
     tags = {(r["key"], r["user_key"]): r["value"] for r in reader.keyed_state("tags").collect()}
     assert tags == {(k, u): v for (k, _, u), v in keyed_values(keyed, "all.tags").items()}
+    # One key's entries, decoded as keyed_state gives them: what `lakestate state` shows.
+    assert reader.keyed_entries("count", "a") == [{"value": 6}]
+    assert [e["value"] for e in sorted(reader.keyed_entries("items", "a"), key=lambda e: e["index"])] == \
+        [r["value"] for r in items]
+    assert {e["user_key"]: e["value"] for e in reader.keyed_entries("tags", "a")} == \
+        {u: v for (k, u), v in tags.items() if k == "a"}
     assert reader.keyed_state("mean").schema.simpleString() == (
         "struct<key_group:int,key:string,namespace:string,value:array<bigint>>")
     seen = reader.list_state("batches_seen").collect()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from state_store.catalog import JobMeta, read_json
+from state_store.catalog import JobMeta, JobRegistry
 from state_store.delta_log import partition_sizes
 from state_store.savepoint import list_savepoints
 from state_store.settings import Settings
@@ -34,20 +34,22 @@ class JobOverview:
         return f"lakestate_{self.job_id}"
 
 
-def job_ids(settings: Settings) -> list[str]:
-    jobs = settings.catalog_dir / "jobs"
-    return sorted(p.stem for p in jobs.glob("*.json")) if jobs.is_dir() else []
+def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
+    """Every registered job's overview, and the catalog's own problems: a job record that cannot be read is
+    named there and skipped, so it never hides the other jobs."""
+    problems: list[str] = []
+    records = JobRegistry(settings).records(warn=problems.append)
+    return [job_overview(settings, job_id, record) for job_id, record in records.items()], problems
 
 
-def job_overview(settings: Settings, job_id: str) -> JobOverview:
-    record = read_json(settings.catalog_dir / "jobs" / f"{job_id}.json")
+def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
-    meta = JobMeta(settings.job_dir(job_id))
+    meta = JobMeta(settings.job_dir(job_id), warn=overview.problems.append)
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     try:
-        overview.compaction = JobMeta(settings.job_dir(job_id)).last_compaction()
+        overview.compaction = meta.last_compaction()
     except (OSError, ValueError) as e:
         overview.problems.append(f"the last compaction report cannot be read: {e}")
     latest = overview.latest

@@ -8,7 +8,7 @@ import time
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
-from lakestate.reader import JobOverview, job_ids, job_overview
+from lakestate.reader import JobOverview, job_overviews
 
 from state_store.settings import Settings
 
@@ -92,17 +92,13 @@ def job_section(job: JobOverview) -> str:
     return "".join(parts) + "</section>"
 
 
-def overviews() -> list[JobOverview]:
-    settings = Settings.load()
-    return [job_overview(settings, j) for j in job_ids(settings)]
-
-
 @app.get("/", response_class=HTMLResponse)
 def page() -> str:
-    jobs = overviews()
+    jobs, problems = job_overviews(Settings.load())
     body = "".join(job_section(j) for j in jobs) or "<p>No jobs registered yet: run a pipeline DAG.</p>"
+    named = "".join(f"<p class='problem'>{html.escape(p)}</p>" for p in problems)
     return f"<!doctype html><html><head><title>Lakestate</title><style>{_STYLE}</style></head><body>" \
-           f"<h1>Lakestate</h1>{body}</body></html>"
+           f"<h1>Lakestate</h1>{named}{body}</body></html>"
 
 
 @app.get("/api/jobs")
@@ -113,4 +109,4 @@ def jobs_json() -> JSONResponse:
                           "savepoints": [{"name": s.name, "path": s.path, "checkpoint": s.checkpoint_id}
                                          for s in j.savepoints],
                           "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes,
-                          "compaction": j.compaction} for j in overviews()])
+                          "compaction": j.compaction} for j in job_overviews(Settings.load())[0]])
