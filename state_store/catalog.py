@@ -54,7 +54,8 @@ class JobRegistry:
         overrides = dict(overrides or {})
         spec = build_spec(entrypoint).with_overrides(**overrides)
         spec.validate()
-        spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
+        sink = self.settings.sink(spec.sink)  # refused before the record is written
+        spec.sink = str(sink)
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
                   "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"

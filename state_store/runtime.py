@@ -161,7 +161,7 @@ class JobRunner:
                  faults: FaultInjector | None = None, progress: Callable[[str], None] = print,
                  lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, spec.validate(), settings
-        self.sink_path = settings.in_warehouse(spec.sink, "sink")
+        self.sink_path = settings.sink(spec.sink)
         self.job_dir = settings.job_dir(spec.job_id)
         self.meta = JobMeta(self.job_dir)
         self.clock, self.faults, self.progress = clock, faults, progress
@@ -490,8 +490,8 @@ class JobRunner:
             phase("checkpoint")
         finally:
             # Files of this run that no commit names: a failed task attempt's, or all of a failed run's.
-            for table in outputs.tables.values():
-                remove_uncommitted(table.directory, token, written.get(table.name, set()), table.storage)
+            for t in outputs.tables.values():
+                remove_uncommitted(t.directory, token, written.get(t.name, set()), t.storage, t.partition_columns)
             for backend in backends.values():
                 backend.end_run(token)
         records = result.records_in

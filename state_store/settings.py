@@ -84,6 +84,18 @@ class Settings:
             )
         return p
 
+    def sink(self, path: str | os.PathLike) -> Path | ObjectPath:
+        """A job's sink (``in_warehouse``), refused inside the folders Lakestate keeps for itself: a sink there
+        would be written over a job's state tables or the catalog, and a failed run's cleanup would delete
+        their files."""
+        p = self.in_warehouse(path, "sink")
+        for reserved in (self.warehouse / "jobs", self.catalog_dir):
+            if _inside(p, reserved):
+                raise ConfigError(f"sink {p} is inside the warehouse's {reserved.name!r} folder, where Lakestate "
+                                  f"keeps the jobs' state and catalog: give the sink its own folder, such as "
+                                  f"'sinks/<job>'")
+        return p
+
     def in_savepoints(self, path: str | os.PathLike) -> Path | ObjectPath:
         """Resolve a savepoint path (relative: under the savepoint root) and refuse anything outside it."""
         p = location(path).expanduser()

@@ -216,3 +216,50 @@ def test_a_parquet_column_of_another_type_than_declared_is_refused(spark, lake, 
                                          rf"source schema declares {declared}"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
+
+
+def _count_job_module(tmp_path, monkeypatch, lake) -> str:
+    """An entrypoint ``bad_sink_module:job`` building ``count_job`` over ``lake``, for ``JobRegistry.register``."""
+    (tmp_path / "bad_sink_module.py").write_text(
+        "from pathlib import Path\nfrom tests.jobs import count_job\n\n"
+        f"class _L:\n    events = Path({str(lake.events)!r})\n\n"
+        "def job():\n    return count_job(_L)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "bad_sink_module", raising=False)
+    return "bad_sink_module:job"
+
+
+@pytest.mark.parametrize("sink", ["jobs/counts/state/keyed", "jobs/other-job/out", "jobs", "_lakestate/out"])
+def test_a_sink_inside_the_jobs_or_catalog_folders_is_refused_at_register_and_at_run(spark, lake, tmp_path,
+                                                                                   monkeypatch, sink):
+    lake.write_events("e0.json", events(0))
+    entrypoint = _count_job_module(tmp_path, monkeypatch, lake)
+    message = (r"sink .* is inside the warehouse's '(jobs|_lakestate)' folder, where Lakestate keeps the jobs' state "
+               r"and catalog: give the sink its own folder, such as 'sinks/<job>'")
+    with pytest.raises(ConfigError, match=message):
+        JobRegistry(lake.settings).register(entrypoint, overrides={"sink": sink})
+    assert JobRegistry(lake.settings).ids() == []
+    spec = count_job(lake, sink=sink)
+    with pytest.raises(ConfigError, match=message):
+        run(spark, spec, lake)
+    assert not (lake.settings.warehouse / "jobs" / "counts").exists()
+
+
+@pytest.mark.slow
+def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_cleanups(spark, lake):
+    from contextlib import ExitStack
+
+    from state_store.runtime import FaultInjector
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    sink.mkdir(parents=True)
+    with ExitStack() as stack:  # the volume turns read-only once the run has checked it
+        mount = FaultInjector("after_plan", action=lambda: stack.enter_context(read_only(sink)))
+        with pytest.raises(InputError, match=r"microbatch 0 .* failed before anything was written: .*Read-only file "
+                                             r"system") as failure:
+            run(spark, spec, lake, faults=mount)
+    assert "Device or resource busy" not in str(failure.value)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
