@@ -65,7 +65,7 @@ class JobRegistry:
                 raise ConfigError(f"job {spec.job_id!r} is already registered from {old.get('entrypoint')}; "
                                   f"to point it at {entrypoint} instead, register again with --replace")
             record["registered_at"] = old["registered_at"]
-        self.settings.check_writable()
+        self.settings.check_writable(sink)
         write_json_atomic(existing, record)
         return spec
 

@@ -380,7 +380,7 @@ class JobRunner:
         for name, value in (("max_microbatches", max_microbatches), ("max_records", max_records)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.settings.check_writable()
+        self.settings.check_writable(self.sink_path)
         descriptors = discover_descriptors(self.spec)
         checkpoint = self.meta.latest_checkpoint()
         if checkpoint is not None:

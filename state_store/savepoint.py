@@ -99,6 +99,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     from .state_tables import TABLES
 
     final = settings.in_savepoints(Path(job_id) / name)
+    settings.check_savepoints_writable(final.parent)
     if final.exists() and not (final / METADATA).exists():
         raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}: an attempt that was killed "
                           f"left it): delete that folder, or give another --label")

@@ -263,3 +263,34 @@ def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_
             run(spark, spec, lake, faults=mount)
     assert "Device or resource busy" not in str(failure.value)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
+
+
+def test_a_read_only_sink_folder_is_refused_before_anything_is_written(spark, lake):
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    with read_only(sink):
+        with pytest.raises(ConfigError, match=rf"the sink {sink} cannot be written: its folder {sink} is on a "
+                                              rf"read-only file system; give the job a sink it can write"):
+            run(spark, spec, lake)
+        assert list(sink.iterdir()) == []
+    assert not lake.settings.job_dir(spec.job_id).exists()
+
+
+@pytest.mark.slow
+def test_a_read_only_savepoint_root_is_refused_before_anything_is_written(spark, lake):
+    from state_store.savepoint import take_savepoint
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    run(spark, spec, lake)
+    root = lake.settings.savepoints
+    with read_only(root):
+        with pytest.raises(ConfigError, match=rf"the savepoint root {root} cannot be written: its folder {root} is "
+                                              rf"on a read-only file system; point --savepoints or "
+                                              rf"LAKESTATE_SAVEPOINTS"):
+            take_savepoint(spark, lake.settings, spec.job_id, label="first", say=lambda m: None)
+        assert list(root.iterdir()) == []
