@@ -6,6 +6,7 @@ before it is processed, so a replay reads exactly the same records.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,9 @@ class FileSource:
             st = os.stat(path)
         except FileNotFoundError:
             return None  # removed since it was listed
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"source {self.path} holds a folder {name}: a FileSource reads the files in its folder, "
+                             f"not folders; move it out of {self.path}, or read it with a FileSource of its own")
         if st.st_size == 0:
             return None
         if not os.access(path, os.R_OK):

@@ -294,3 +294,15 @@ def test_a_read_only_savepoint_root_is_refused_before_anything_is_written(spark,
                                               rf"LAKESTATE_SAVEPOINTS"):
             take_savepoint(spark, lake.settings, spec.job_id, label="first", say=lambda m: None)
         assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_folder_named_like_a_source_file_is_refused_before_anything_is_written(spark, lake, fmt):
+    folder = lake.inputs / "mixed"
+    (folder / f"spark-output.{fmt}").mkdir(parents=True)
+    spec = count_job(lake, source=FileSource(str(folder), fmt, EVENT))
+    with pytest.raises(InputError, match=rf"source {folder} holds a folder spark-output\.{fmt}: a FileSource reads "
+                                         rf"the files in its folder, not folders; move it out of {folder}, or read "
+                                         rf"it with a FileSource of its own"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)
