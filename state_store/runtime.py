@@ -72,7 +72,7 @@ from .lease import JobLease, remove_if_only_the_lease
 from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .repartition import split_slices
 from .settings import Settings
-from .sources import POSITION_COLUMNS, source_split_entries
+from .sources import POSITION_COLUMNS, source_split_entries, warn_changed
 from .spark import key_group_column, subtask_column
 from .run_files import KEYED as KEYED_TABLE
 from .run_files import OPERATOR as OPERATOR_TABLE
@@ -236,6 +236,7 @@ class JobRunner:
         """The run's microbatches (recorded plans first, then new ones) and which of them are new."""
         batch_id = checkpoint.batch_id + 1 if checkpoint else 0
         offsets = dict(checkpoint.source_offsets) if checkpoint else {}
+        warn_changed(self._sources(), offsets, lambda line: self._say(f"warning: {line}"))  # once per run
         plans: list[MicrobatchPlan] = []
         new: list[MicrobatchPlan] = []
         records = 0
