@@ -7,7 +7,8 @@
 The format is the same whatever backend took the checkpoint, and nothing in
 it points into the job's tables, so it restores after they are compacted,
 vacuumed or deleted, at another parallelism or with another backend
-(``restore``). A savepoint is written in a hidden ``.inprogress-*`` folder and
+(``restore``); a savepoint whose metadata points a table outside its folder is
+refused. A savepoint is written in a hidden ``.inprogress-*`` folder and
 renamed when complete: a savepoint that failed half-way never looks like one.
 Savepoints never expire; ``dispose`` deletes one.
 """
@@ -139,8 +140,9 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     return savepoint
 
 
-def load_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
-    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it."""
+def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
+    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with
+    ``own_tables``, refused when its metadata puts a table outside its folder."""
     path = settings.in_savepoints(ref)
     file = path / METADATA
     if not file.exists():
@@ -152,7 +154,26 @@ def load_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
     savepoint.path = str(path)
+    if own_tables:
+        _check_tables_inside(savepoint, path)
     return savepoint
+
+
+def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
+    """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
+    in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
+    for table, record in savepoint.tables.items():
+        relative = str(record.get("path") or "") if isinstance(record, dict) else ""
+        try:
+            where = (folder / relative).resolve()
+        except ValueError:  # on object storage: an absolute path, or another bucket
+            where = relative
+        if not isinstance(where, (Path, ObjectPath)) or where == folder or folder not in where.parents:
+            raise ConfigError(f"savepoint {folder}'s {METADATA} puts its {table} table at {where}, outside the "
+                              f"savepoint's folder: a savepoint's tables must be inside its own folder (it "
+                              f"restores from them alone); put back the {METADATA} the savepoint was written "
+                              f"with, or dispose it (lakestate dispose {savepoint.job_id}/{savepoint.name}) and "
+                              f"take a new one")
 
 
 def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
@@ -175,8 +196,8 @@ def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) ->
 
 
 def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
-    """Delete a savepoint (only a complete one inside the savepoint root)."""
-    savepoint = load_savepoint(settings, ref)
+    """Delete a savepoint (only a complete one inside the savepoint root; it need not be restorable)."""
+    savepoint = load_savepoint(settings, ref, own_tables=False)
     path = location(savepoint.path)
     # The metadata goes first: a dispose cut short leaves something that no longer looks like a savepoint.
     (path / METADATA).unlink()

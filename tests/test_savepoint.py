@@ -183,3 +183,34 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
                           allow_non_restored_state=True, **QUIET)
     assert "count.count" not in dropped.entries and "count.count" not in dropped.descriptors
     assert state_at_latest_checkpoint(spark, lake, bare)[0] == []
+
+
+def _metadata(job_id: str, name: str, keyed_path: str) -> dict:
+    from state_store.checkpoint import SavepointMetadata
+
+    return SavepointMetadata(
+        job_id=job_id, name=name, checkpoint_id=1, batch_id=0, uid="count", key_type="STRING", backend="delta",
+        parallelism=1, max_parallelism=8, key_group_ranges=[[0, 7]], source_offsets={}, descriptors={}, entries={},
+        tables={"keyed": {"path": keyed_path}, "operator": {"path": "operator"}}, created_ms=0).to_dict()
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative", "symlink"])
+def test_a_savepoint_whose_metadata_points_a_table_outside_its_folder_is_refused(lake, where):
+    import json
+
+    live = lake.settings.job_dir("counts") / "state" / "keyed"  # a job's live table
+    live.mkdir(parents=True)
+    folder = lake.settings.savepoints / "counts" / "edited"
+    folder.mkdir(parents=True)
+    keyed = {"absolute": str(live), "relative": "../../../warehouse/jobs/counts/state/keyed", "symlink": "keyed"}[where]
+    if where == "symlink":
+        (folder / "keyed").symlink_to(live)
+    (folder / "_metadata.json").write_text(json.dumps(_metadata("counts", "edited", keyed)))
+    message = (rf"savepoint {folder}'s _metadata.json puts its keyed table at {live}, outside the savepoint's folder: "
+               r"a savepoint's tables must be inside its own folder")
+    with pytest.raises(ConfigError, match=message):
+        load_savepoint(lake.settings, "counts/edited")
+    warnings = []
+    assert list_savepoints(lake.settings, warn=warnings.append) == [] and len(warnings) == 1
+    dispose_savepoint(lake.settings, "counts/edited")  # what the error says to do: the live table is untouched
+    assert not folder.exists() and live.is_dir()
