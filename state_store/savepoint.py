@@ -10,11 +10,14 @@ vacuumed or deleted, at another parallelism or with another backend
 (``restore``); a savepoint whose metadata points a table outside its folder is
 refused. A savepoint is written in a hidden ``.inprogress-*`` folder and
 renamed when complete: a savepoint that failed half-way never looks like one.
-Savepoints never expire; ``dispose`` deletes one.
+That folder first records its writer (``_owner.json``), so what a killed one
+leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
+no live process owns it. Savepoints never expire; ``dispose`` deletes one.
 """
 from __future__ import annotations
 
 import copy
+import json
 import re
 import time
 import uuid
@@ -27,14 +30,15 @@ from .checkpoint import CheckpointMetadata, SavepointMetadata
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
-from .lease import holding
+from .lease import holding, owner_record, still_at_work
 from .settings import Settings
-from .storage import ObjectPath, location, rmtree
+from .storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 METADATA = "_metadata.json"
+OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -101,9 +105,11 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
 
     final = settings.in_savepoints(Path(job_id) / name)
     settings.check_savepoints_writable(final.parent)
+    remove_abandoned(settings, job_id, say)
     if final.exists() and not (final / METADATA).exists():
-        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}: an attempt that was killed "
-                          f"left it): delete that folder, or give another --label")
+        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}): one being written now, what "
+                          f"a writer left that cannot be judged dead from here, or a dispose cut short; give "
+                          f"another --label, or delete that folder once nothing writes it")
     if final.exists():
         raise ConfigError(f"a savepoint named {name!r} of job {job_id!r} already exists at {final}: give another "
                           f"--label, or dispose it first (lakestate dispose {job_id}/{name})")
@@ -111,6 +117,8 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     work = final if in_place else final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
     started = time.time()
     try:
+        # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
+        write_atomic(work / OWNER, json.dumps(owner_record(JobMeta(settings.job_dir(job_id)).dir / "lease")))
         written = {}
         for table, rows in tables.items():
             spec = TABLES[table]
@@ -134,6 +142,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     except BaseException:
         rmtree(work, ignore_errors=True)
         raise
+    (final / OWNER).unlink(missing_ok=True)
     savepoint.path = str(final)
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
@@ -193,6 +202,37 @@ def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) ->
                 if warn is not None:
                     warn(str(e))
     return sorted(found, key=lambda s: s.created_ms)
+
+
+def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:
+    """Delete what savepoints of ``job_id`` that were cut short (killed) left in the savepoint root: the folders
+    of writes that no live process is at (``lease.still_at_work``); return their names. Housekeeping and every
+    savepoint call it."""
+    folder, lease_dir = settings.savepoints / job_id, JobMeta(settings.job_dir(job_id)).dir / "lease"
+    removed = []
+    for work in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if _in_progress(work) and not still_at_work(_owner(work), lease_dir):
+            rmtree(work, ignore_errors=True)
+            removed.append(work.name)
+    if removed:
+        say(f"[lakestate] job {job_id}: removed savepoint folders that no live process is writing: "
+            f"{', '.join(removed)}")
+    return removed
+
+
+def _in_progress(folder) -> bool:
+    """A savepoint's folder while it is written: locally a hidden ``.inprogress-*`` folder renamed when
+    complete; on object storage (no rename) the savepoint's own folder, until its metadata is there."""
+    if isinstance(folder, ObjectPath):
+        return folder.is_dir() and not (folder / METADATA).exists()
+    return folder.name.startswith(".inprogress-") and folder.is_dir()
+
+
+def _owner(folder) -> dict | None:
+    try:
+        return read_json(folder / OWNER)
+    except (OSError, ValueError):
+        return None
 
 
 def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:

@@ -88,3 +88,10 @@ def read_only(folder):
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=True)
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
