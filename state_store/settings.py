@@ -62,19 +62,19 @@ class Settings:
     def check_writable(self, sink: Path | ObjectPath | None = None) -> None:
         """Refuse, before anything is written, a warehouse that cannot be created or written to, and a ``sink``
         whose folder (or the nearest one that exists) this process cannot write."""
-        if sink is not None:
-            check_folder_writable(sink, "sink", "give the job a sink it can write (its `sink` field)")
         if isinstance(self.warehouse, ObjectPath):
             check_bucket(self.warehouse, "warehouse", "point --warehouse or LAKESTATE_WAREHOUSE at another bucket")
-            return
-        try:
-            self.warehouse.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"cannot create the warehouse {self.warehouse}: {e.strerror}; choose a folder you "
-                              f"can write to (--warehouse or LAKESTATE_WAREHOUSE, under --root)") from None
-        if not os.access(self.warehouse, os.W_OK | os.X_OK):
-            raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its permissions "
-                              f"or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
+        else:
+            try:
+                self.warehouse.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"cannot create the warehouse {self.warehouse}: {e.strerror}; choose a folder you "
+                                  f"can write to (--warehouse or LAKESTATE_WAREHOUSE, under --root)") from None
+            if not os.access(self.warehouse, os.W_OK | os.X_OK):
+                raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its "
+                                  f"permissions or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
+        if sink is not None:  # checked once the warehouse is there: the sink's nearest existing folder may be it
+            check_folder_writable(sink, "sink", "give the job a sink it can write (its `sink` field)")
 
     def in_warehouse(self, path: str | os.PathLike, what: str) -> Path | ObjectPath:
         """Resolve ``path`` (relative paths are under the warehouse) and refuse anything outside it."""
