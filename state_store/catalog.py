@@ -63,7 +63,8 @@ class JobRegistry:
         # States (and their TTL) are declared in the user's open(): calling the hooks once on the driver, as a
         # run's start does, refuses a bad declaration before the record is written, not at the first run.
         discover_descriptors(spec)
-        spec.sink = str(self.settings.in_warehouse(spec.sink, "sink"))
+        sink = self.settings.sink(spec.sink)  # refused before the record is written
+        spec.sink = str(sink)
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
                   "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"
@@ -78,7 +79,7 @@ class JobRegistry:
                 raise ConfigError(f"job {spec.job_id!r} is already registered from {old['entrypoint']}; "
                                   f"to point it at {entrypoint} instead, register again with --replace")
             record["registered_at"] = old.get("registered_at", record["registered_at"])
-        self.settings.check_writable()
+        self.settings.check_writable(sink)
         write_json_atomic(existing, record)
         return spec
 

@@ -1,4 +1,5 @@
-"""Checkpoint housekeeping after a pipeline run: report the retained checkpoints, drop what dead runs left.
+"""Checkpoint housekeeping after a pipeline run: report the retained checkpoints, drop what dead runs and dead
+savepoints left.
 
 Reads only the catalog (no Spark), so an Airflow task runs it in-process.
 """
@@ -6,13 +7,14 @@ from __future__ import annotations
 
 from .catalog import JobMeta
 from .lease import current_holder
+from .savepoint import remove_abandoned
 from .settings import Settings
 from .storage import rmtree
 
 
 def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:
-    """Print the job's retained checkpoints and remove staging folders of runs that are over; return a summary
-    (an Airflow task's XCom)."""
+    """Print the job's retained checkpoints and remove staging folders of runs that are over and folders of
+    savepoints cut short; return a summary (an Airflow task's XCom)."""
     settings = settings or Settings.load()
     job_dir = settings.job_dir(job_id)
     meta = JobMeta(job_dir)
@@ -32,4 +34,4 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     if removed:
         say(f"[lakestate] job {job_id}: removed staging folders of finished runs: {', '.join(removed)}")
     return {"job": job_id, "checkpoints": rows, "latest": rows[-1]["checkpoint"] if rows else None,
-            "removed_staging": removed}
+            "removed_staging": removed, "removed_savepoints": remove_abandoned(settings, job_id, say)}

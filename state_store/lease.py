@@ -86,6 +86,53 @@ def current_holder(directory: Path) -> dict | None:
         return {}
 
 
+def stale_reason(holder: dict, host: str) -> str | None:
+    """Why the lease ``holder`` (a generation's record) no longer holds, as judged on ``host``; None while it does."""
+    if holder.get("released"):
+        return None
+    if holder.get("host") == host and not _pid_alive(int(holder.get("pid", -1))):
+        return f"its process {holder.get('pid')} is gone"
+    # The holder's own timeout decides, so a newcomer cannot shorten it; a record without one
+    # (written before timeouts were recorded) gets the default.
+    timeout = holder.get("timeout_s")
+    timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 60.0
+    age = time.time() - holder.get("heartbeat_ms", 0) / 1000
+    if age > timeout:
+        return f"its last heartbeat was {age:.0f}s ago (its lease timeout {timeout:.0f}s)"
+    return None
+
+
+def live_holder(directory: Path) -> dict | None:
+    """The record of the run that holds the job now (neither released nor stale), or None."""
+    holder = current_holder(directory)
+    if not holder or holder.get("released") or stale_reason(holder, socket.gethostname()):
+        return None
+    return holder
+
+
+def owner_record(directory: Path) -> dict:
+    """Who writes something on behalf of a job (a savepoint): this process, and the run holding the job's lease
+    at ``directory`` when that run is this process's. ``still_at_work`` judges it later, from any host."""
+    holder, host, pid = current_holder(directory) or {}, socket.gethostname(), os.getpid()
+    ours = holder.get("host") == host and holder.get("pid") == pid and not holder.get("released")
+    return {"host": host, "pid": pid, "run_id": holder.get("run_id") if ours else None}
+
+
+def still_at_work(owner: dict | None, directory: Path) -> bool:
+    """Whether the writer ``owner`` (``owner_record``) may still be at work: on this host, while its process
+    lives; on another, while its run holds the job's lease at ``directory`` and is not stale. Without a record
+    (an older release's, or one cut short before it wrote it), while any live run holds the job. A writer on
+    another host that held no lease cannot be judged from here: it counts as at work."""
+    if owner is None:
+        return live_holder(directory) is not None
+    if owner.get("host") == socket.gethostname():
+        return _pid_alive(int(owner.get("pid", -1)))
+    if owner.get("run_id") is None:
+        return True
+    holder = live_holder(directory)
+    return holder is not None and holder.get("run_id") == owner["run_id"]
+
+
 class JobLease:
     def __init__(self, directory: Path, job_id: str, timeout_s: float = 60.0, run_id: str | None = None):
         self.dir, self.job_id, self.timeout_s = storage.location(directory), job_id, check_lease_timeout(timeout_s)
@@ -112,20 +159,6 @@ class JobLease:
         return {"run_id": self.run_id, "host": self.host, "pid": self.pid, "heartbeat_ms": int(time.time() * 1000),
                 "acquired_ms": self._acquired, "timeout_s": self.timeout_s, "released": released}
 
-    def _stale_reason(self, holder: dict) -> str | None:
-        if holder.get("released"):
-            return None
-        if holder.get("host") == self.host and not _pid_alive(int(holder.get("pid", -1))):
-            return f"its process {holder.get('pid')} is gone"
-        # The holder's own timeout decides, so a newcomer cannot shorten it; a record without one
-        # (written before timeouts were recorded) gets the default.
-        timeout = holder.get("timeout_s")
-        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 60.0
-        age = time.time() - holder.get("heartbeat_ms", 0) / 1000
-        if age > timeout:
-            return f"its last heartbeat was {age:.0f}s ago (its lease timeout {timeout:.0f}s)"
-        return None
-
     def _write(self, path, record: dict, exclusive: bool) -> None:
         """Write a complete file under `path`: exclusively (fails if it exists) or replacing it."""
         text = json.dumps(record)
@@ -142,7 +175,7 @@ class JobLease:
         holder = current_holder(self.dir) if gens else None
         takeover = None
         if holder is not None and not holder.get("released"):
-            takeover = self._stale_reason(holder) if holder else "its lease file is unreadable"
+            takeover = stale_reason(holder, self.host) if holder else "its lease file is unreadable"
             if takeover is None:
                 age = time.time() - holder.get("heartbeat_ms", 0) / 1000
                 raise JobLocked(

@@ -188,17 +188,26 @@ def write_rows(table: OutputTable, token: str, partition: tuple, rows: list[tupl
     return files.close()
 
 
-def remove_uncommitted(directory, token: str, keep: set[str], storage: S3Options | None = None) -> int:
+def remove_uncommitted(directory, token: str, keep: set[str], storage: S3Options | None = None,
+                       partition_columns: tuple[str, ...] | None = None) -> int:
     """Delete the files of run ``token`` under ``directory`` that are not in ``keep`` (relative paths), and
-    the folders left empty."""
+    the folders left empty. With ``partition_columns`` (the table's), only files where the table's own writer
+    puts them (``<column>=<value>/`` folders, in order): another table in a folder inside this one keeps its
+    files. Best effort: this runs after a failure too, whose error must not be hidden by one of its own."""
     removed, marker = 0, f"part-{token}-"
     root = location(directory, storage)
     if not root.is_dir():
         return 0
     for path in walk_files(root):
-        if path.name.startswith(marker) and path.relative_to(root).as_posix() not in keep:
+        relative = path.relative_to(root)
+        if (not path.name.startswith(marker) or relative.as_posix() in keep
+                or not _placed_by_table(relative.parts[:-1], partition_columns)):
+            continue
+        try:
             path.unlink(missing_ok=True)
             removed += 1
+        except OSError:
+            pass  # a read-only volume: the file is named by no commit, so nothing ever reads it
     # And the folders left empty (a failed first run leaves no table folder behind), up to the table's parent
     # when that is empty too (a job's ``state`` folder).
     remove_empty_folders(root)
@@ -208,6 +217,13 @@ def remove_uncommitted(directory, token: str, keep: set[str], storage: S3Options
         except OSError:
             pass  # not empty: another table lives there
     return removed
+
+
+def _placed_by_table(folders: tuple[str, ...], partition_columns: tuple[str, ...] | None) -> bool:
+    if partition_columns is None:
+        return True
+    return len(folders) == len(partition_columns) and all(
+        folder.startswith(f"{column}=") for folder, column in zip(folders, partition_columns))
 
 
 class SubtaskFiles:

@@ -72,7 +72,7 @@ from .lease import JobLease, remove_if_only_the_lease
 from .operator_state import SPLIT_DISTRIBUTE, UNION
 from .repartition import split_slices
 from .settings import Settings
-from .sources import POSITION_COLUMNS, source_split_entries
+from .sources import POSITION_COLUMNS, source_split_entries, warn_changed
 from .spark import key_group_column, subtask_column
 from .run_files import KEYED as KEYED_TABLE
 from .run_files import OPERATOR as OPERATOR_TABLE
@@ -161,7 +161,7 @@ class JobRunner:
                  faults: FaultInjector | None = None, progress: Callable[[str], None] = print,
                  lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, spec.validate(), settings
-        self.sink_path = settings.in_warehouse(spec.sink, "sink")
+        self.sink_path = settings.sink(spec.sink)
         self.job_dir = settings.job_dir(spec.job_id)
         self.meta = JobMeta(self.job_dir)
         self.clock, self.faults, self.progress = clock, faults, progress
@@ -236,6 +236,7 @@ class JobRunner:
         """The run's microbatches (recorded plans first, then new ones) and which of them are new."""
         batch_id = checkpoint.batch_id + 1 if checkpoint else 0
         offsets = dict(checkpoint.source_offsets) if checkpoint else {}
+        warn_changed(self._sources(), offsets, lambda line: self._say(f"warning: {line}"))  # once per run
         plans: list[MicrobatchPlan] = []
         new: list[MicrobatchPlan] = []
         records = 0
@@ -380,7 +381,7 @@ class JobRunner:
         for name, value in (("max_microbatches", max_microbatches), ("max_records", max_records)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.settings.check_writable()
+        self.settings.check_writable(self.sink_path)
         descriptors = discover_descriptors(self.spec)
         checkpoint = self.meta.latest_checkpoint()
         if checkpoint is not None:
@@ -490,8 +491,8 @@ class JobRunner:
             phase("checkpoint")
         finally:
             # Files of this run that no commit names: a failed task attempt's, or all of a failed run's.
-            for table in outputs.tables.values():
-                remove_uncommitted(table.directory, token, written.get(table.name, set()), table.storage)
+            for t in outputs.tables.values():
+                remove_uncommitted(t.directory, token, written.get(t.name, set()), t.storage, t.partition_columns)
             for backend in backends.values():
                 backend.end_run(token)
         records = result.records_in

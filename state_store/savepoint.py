@@ -7,13 +7,17 @@
 The format is the same whatever backend took the checkpoint, and nothing in
 it points into the job's tables, so it restores after they are compacted,
 vacuumed or deleted, at another parallelism or with another backend
-(``restore``). A savepoint is written in a hidden ``.inprogress-*`` folder and
+(``restore``); a savepoint whose metadata points a table outside its folder is
+refused. A savepoint is written in a hidden ``.inprogress-*`` folder and
 renamed when complete: a savepoint that failed half-way never looks like one.
-Savepoints never expire; ``dispose`` deletes one.
+That folder first records its writer (``_owner.json``), so what a killed one
+leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
+no live process owns it. Savepoints never expire; ``dispose`` deletes one.
 """
 from __future__ import annotations
 
 import copy
+import json
 import re
 import time
 import uuid
@@ -26,14 +30,15 @@ from .checkpoint import CheckpointMetadata, SavepointMetadata
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
-from .lease import holding
+from .lease import holding, owner_record, still_at_work
 from .settings import Settings
-from .storage import ObjectPath, location, rmtree
+from .storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 METADATA = "_metadata.json"
+OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -99,9 +104,12 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     from .state_tables import TABLES
 
     final = settings.in_savepoints(Path(job_id) / name)
+    settings.check_savepoints_writable(final.parent)
+    remove_abandoned(settings, job_id, say)
     if final.exists() and not (final / METADATA).exists():
-        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}: an attempt that was killed "
-                          f"left it): delete that folder, or give another --label")
+        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}): one being written now, what "
+                          f"a writer left that cannot be judged dead from here, or a dispose cut short; give "
+                          f"another --label, or delete that folder once nothing writes it")
     if final.exists():
         raise ConfigError(f"a savepoint named {name!r} of job {job_id!r} already exists at {final}: give another "
                           f"--label, or dispose it first (lakestate dispose {job_id}/{name})")
@@ -109,6 +117,8 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     work = final if in_place else final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
     started = time.time()
     try:
+        # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
+        write_atomic(work / OWNER, json.dumps(owner_record(JobMeta(settings.job_dir(job_id)).dir / "lease")))
         written = {}
         for table, rows in tables.items():
             spec = TABLES[table]
@@ -132,14 +142,16 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     except BaseException:
         rmtree(work, ignore_errors=True)
         raise
+    (final / OWNER).unlink(missing_ok=True)
     savepoint.path = str(final)
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
     return savepoint
 
 
-def load_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
-    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it."""
+def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
+    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with
+    ``own_tables``, refused when its metadata puts a table outside its folder."""
     path = settings.in_savepoints(ref)
     file = path / METADATA
     if not file.exists():
@@ -151,7 +163,26 @@ def load_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
     savepoint.path = str(path)
+    if own_tables:
+        _check_tables_inside(savepoint, path)
     return savepoint
+
+
+def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
+    """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
+    in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
+    for table, record in savepoint.tables.items():
+        relative = str(record.get("path") or "") if isinstance(record, dict) else ""
+        try:
+            where = (folder / relative).resolve()
+        except ValueError:  # on object storage: an absolute path, or another bucket
+            where = relative
+        if not isinstance(where, (Path, ObjectPath)) or where == folder or folder not in where.parents:
+            raise ConfigError(f"savepoint {folder}'s {METADATA} puts its {table} table at {where}, outside the "
+                              f"savepoint's folder: a savepoint's tables must be inside its own folder (it "
+                              f"restores from them alone); put back the {METADATA} the savepoint was written "
+                              f"with, or dispose it (lakestate dispose {savepoint.job_id}/{savepoint.name}) and "
+                              f"take a new one")
 
 
 def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
@@ -173,9 +204,40 @@ def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) ->
     return sorted(found, key=lambda s: s.created_ms)
 
 
+def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:
+    """Delete what savepoints of ``job_id`` that were cut short (killed) left in the savepoint root: the folders
+    of writes that no live process is at (``lease.still_at_work``); return their names. Housekeeping and every
+    savepoint call it."""
+    folder, lease_dir = settings.savepoints / job_id, JobMeta(settings.job_dir(job_id)).dir / "lease"
+    removed = []
+    for work in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if _in_progress(work) and not still_at_work(_owner(work), lease_dir):
+            rmtree(work, ignore_errors=True)
+            removed.append(work.name)
+    if removed:
+        say(f"[lakestate] job {job_id}: removed savepoint folders that no live process is writing: "
+            f"{', '.join(removed)}")
+    return removed
+
+
+def _in_progress(folder) -> bool:
+    """A savepoint's folder while it is written: locally a hidden ``.inprogress-*`` folder renamed when
+    complete; on object storage (no rename) the savepoint's own folder, until its metadata is there."""
+    if isinstance(folder, ObjectPath):
+        return folder.is_dir() and not (folder / METADATA).exists()
+    return folder.name.startswith(".inprogress-") and folder.is_dir()
+
+
+def _owner(folder) -> dict | None:
+    try:
+        return read_json(folder / OWNER)
+    except (OSError, ValueError):
+        return None
+
+
 def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
-    """Delete a savepoint (only a complete one inside the savepoint root)."""
-    savepoint = load_savepoint(settings, ref)
+    """Delete a savepoint (only a complete one inside the savepoint root; it need not be restorable)."""
+    savepoint = load_savepoint(settings, ref, own_tables=False)
     path = location(savepoint.path)
     # The metadata goes first: a dispose cut short leaves something that no longer looks like a savepoint.
     (path / METADATA).unlink()

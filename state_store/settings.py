@@ -59,19 +59,22 @@ class Settings:
                                   f"(it is created if missing)")
         return cls(root_path, wh_path, sp_path)
 
-    def check_writable(self) -> None:
-        """Refuse, before anything is written, a warehouse that cannot be created or written to."""
+    def check_writable(self, sink: Path | ObjectPath | None = None) -> None:
+        """Refuse, before anything is written, a warehouse that cannot be created or written to, and a ``sink``
+        whose folder (or the nearest one that exists) this process cannot write."""
         if isinstance(self.warehouse, ObjectPath):
             check_bucket(self.warehouse, "warehouse", "point --warehouse or LAKESTATE_WAREHOUSE at another bucket")
-            return
-        try:
-            self.warehouse.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"cannot create the warehouse {self.warehouse}: {e.strerror}; choose a folder you "
-                              f"can write to (--warehouse or LAKESTATE_WAREHOUSE, under --root)") from None
-        if not os.access(self.warehouse, os.W_OK | os.X_OK):
-            raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its permissions "
-                              f"or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
+        else:
+            try:
+                self.warehouse.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"cannot create the warehouse {self.warehouse}: {e.strerror}; choose a folder you "
+                                  f"can write to (--warehouse or LAKESTATE_WAREHOUSE, under --root)") from None
+            if not os.access(self.warehouse, os.W_OK | os.X_OK):
+                raise ConfigError(f"the warehouse {self.warehouse} is not writable by this user: fix its "
+                                  f"permissions or choose another folder (--warehouse or LAKESTATE_WAREHOUSE)")
+        if sink is not None:  # checked once the warehouse is there: the sink's nearest existing folder may be it
+            check_folder_writable(sink, "sink", "give the job a sink it can write (its `sink` field)")
 
     def in_warehouse(self, path: str | os.PathLike, what: str) -> Path | ObjectPath:
         """Resolve ``path`` (relative paths are under the warehouse) and refuse anything outside it."""
@@ -82,6 +85,18 @@ class Settings:
                 f"{what} {p} is outside the warehouse {self.warehouse}: give a path inside it "
                 f"(a relative path such as 'sinks/my_job' is placed there)"
             )
+        return p
+
+    def sink(self, path: str | os.PathLike) -> Path | ObjectPath:
+        """A job's sink (``in_warehouse``), refused inside the folders Lakestate keeps for itself: a sink there
+        would be written over a job's state tables or the catalog, and a failed run's cleanup would delete
+        their files."""
+        p = self.in_warehouse(path, "sink")
+        for reserved in (self.warehouse / "jobs", self.catalog_dir):
+            if _inside(p, reserved):
+                raise ConfigError(f"sink {p} is inside the warehouse's {reserved.name!r} folder, where Lakestate "
+                                  f"keeps the jobs' state and catalog: give the sink its own folder, such as "
+                                  f"'sinks/<job>'")
         return p
 
     def in_savepoints(self, path: str | os.PathLike) -> Path | ObjectPath:
@@ -98,9 +113,30 @@ class Settings:
         """Whether the warehouse or the savepoint root is on ``s3a://`` (Spark then needs hadoop-aws)."""
         return isinstance(self.warehouse, ObjectPath) or isinstance(self.savepoints, ObjectPath)
 
+    def check_savepoints_writable(self, folder: Path | ObjectPath) -> None:
+        """Refuse, before anything is written, a savepoint ``folder`` this process cannot write."""
+        check_folder_writable(folder, "savepoint root", "point --savepoints or LAKESTATE_SAVEPOINTS at a folder "
+                                                        "you can write to", shown=self.savepoints)
+
     def job_dir(self, job_id: str) -> Path | ObjectPath:
         return self.warehouse / "jobs" / job_id
 
     @property
     def catalog_dir(self) -> Path | ObjectPath:
         return self.warehouse / "_lakestate"
+
+
+def check_folder_writable(folder: Path | ObjectPath, what: str, fix: str, shown=None) -> None:
+    """Refuse ``folder`` (the ``what``, named as ``shown``) when its nearest existing folder cannot be written,
+    before anything is written: a read-only volume otherwise fails deep inside Spark, or in the cleanup."""
+    shown = shown or folder
+    if isinstance(folder, ObjectPath):
+        check_bucket(folder, what, fix)
+        return
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if os.access(existing, os.W_OK | os.X_OK):
+        return
+    probe = os.statvfs(existing)
+    why = ("on a read-only file system" if probe.f_flag & os.ST_RDONLY
+           else "not writable by this user (its permissions or attributes)")
+    raise ConfigError(f"the {what} {shown} cannot be written: its folder {existing} is {why}; {fix}")

@@ -6,6 +6,7 @@ before it is processed, so a replay reads exactly the same records.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ _FORMATS = ("json", "parquet")
 # source: its end commit file's), so a replay can refuse input that changed. It is not part of the position:
 # checkpoints and operator state keep ``position(offset)``.
 PINNED = "pinned"
+# A file source's position in a checkpoint also keeps the pin of every file read so far, so a later run can tell
+# a producer that a file it already read has changed since (``FileSource.changed_since_read``).
+READ = "read"
 
 
 def position(offset: dict) -> dict:
@@ -74,6 +78,9 @@ class FileSource:
             st = os.stat(path)
         except FileNotFoundError:
             return None  # removed since it was listed
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"source {self.path} holds a folder {name}: a FileSource reads the files in its folder, "
+                             f"not folders; move it out of {self.path}, or read it with a FileSource of its own")
         if st.st_size == 0:
             return None
         if not os.access(path, os.R_OK):
@@ -126,7 +133,23 @@ class FileSource:
         if not pins:
             return None
         # The files read so far, and what each new file was when planned: a replay must read the same bytes.
-        return {"files": sorted(seen | set(pins)), PINNED: pins}
+        return {"files": sorted(seen | set(pins)), READ: {**start.get(READ, {}), **pins}, PINNED: pins}
+
+    def changed_since_read(self, offset: dict) -> list[str]:
+        """A line for each file read up to ``offset`` that is no longer what was read. It is not read again
+        (each file is read once), so what was added to it is lost unless its producer is told."""
+        lines = []
+        for name, pinned in sorted(offset.get(READ, {}).items()):
+            try:
+                st = os.stat(Path(self.path, name))
+            except FileNotFoundError:
+                continue  # removed after it was read: nothing is lost
+            if [st.st_size, st.st_mtime_ns] != list(pinned):
+                verb = "grew" if st.st_size > pinned[0] else "changed"
+                lines.append(f"source file {Path(self.path, name)} {verb} after a run read it ({pinned[0]} -> "
+                             f"{st.st_size} bytes): each file is read once, so what changed in it is never read; "
+                             f"its producer must write new data to a new file")
+        return lines
 
     @staticmethod
     def new_files(start: dict, end: dict) -> list[str]:
@@ -306,7 +329,16 @@ class DeltaSource:
 Source = FileSource | DeltaSource
 
 
+def warn_changed(sources: dict, offsets: dict, warn) -> None:
+    """Tell ``warn`` of every file a run of these ``sources`` already read (up to ``offsets``) that changed."""
+    for name, source in sources.items():
+        if isinstance(source, FileSource) and offsets.get(name):
+            for line in source.changed_since_read(offsets[name]):
+                warn(line)
+
+
 def source_split_entries(name: str, source: Any, offset: dict) -> list[dict[str, Any]]:
     """A source's offsets as operator ListState entries: one per split (a whole directory or
-    table is one split; its path is in the job's registry record)."""
-    return [{"split": name, "offset": offset}]
+    table is one split; its path is in the job's registry record). The pins of the files read stay in the
+    checkpoint row: state is the same wherever, and whenever, the same input was written."""
+    return [{"split": name, "offset": {k: v for k, v in offset.items() if k != READ}}]

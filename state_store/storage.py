@@ -439,13 +439,17 @@ def walk_files(root) -> list:
 
 
 def remove_empty_folders(root) -> None:
-    """Remove the folders under ``root`` (and ``root``) left empty; nothing to do on object storage."""
+    """Remove the folders under ``root`` (and ``root``) left empty, those that can be; nothing to do on object
+    storage."""
     root = location(root)
     if isinstance(root, ObjectPath) or not root.is_dir():
         return
     for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
-        if not os.listdir(folder):
-            os.rmdir(folder)
+        try:
+            if not os.listdir(folder):
+                os.rmdir(folder)
+        except OSError:
+            pass  # a mount point (EBUSY), a read-only volume, or a writer that just added a file: it stays
 
 
 def check_bucket(path: ObjectPath, what: str, fix: str) -> None:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
+from contextlib import contextmanager
 
 from state_store.backends import create_keyed_backend, create_operator_backend
 from state_store.catalog import JobMeta
@@ -69,3 +71,27 @@ def write_job_module(directory, module: str, lake, job_id: str, **overrides) -> 
         def job():
             return all_states_job(_Lake, job_id={job_id!r}{extra})
     """))
+
+
+@contextmanager
+def read_only(folder):
+    """``folder`` on a read-only bind mount for the block: the tests run as root, so chmod would not stop a
+    write, and a mount point is what a read-only volume is (removing it fails with EBUSY, as in production)."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True, capture_output=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

@@ -289,3 +289,93 @@ def test_a_bad_ttl_is_refused_at_the_runs_start_in_one_line_before_anything_is_w
     assert _ttl_message(case) in _one_error_line(capsys)
     assert not lake.settings.job_dir("ttl-counts").exists()
     assert not lake.settings.in_warehouse("sinks/ttl-counts", "sink").exists()
+
+
+def _count_job_module(tmp_path, monkeypatch, lake) -> str:
+    """An entrypoint ``bad_sink_module:job`` building ``count_job`` over ``lake``, for ``JobRegistry.register``."""
+    (tmp_path / "bad_sink_module.py").write_text(
+        "from pathlib import Path\nfrom tests.jobs import count_job\n\n"
+        f"class _L:\n    events = Path({str(lake.events)!r})\n\n"
+        "def job():\n    return count_job(_L)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "bad_sink_module", raising=False)
+    return "bad_sink_module:job"
+
+
+@pytest.mark.parametrize("sink", ["jobs/counts/state/keyed", "jobs/other-job/out", "jobs", "_lakestate/out"])
+def test_a_sink_inside_the_jobs_or_catalog_folders_is_refused_at_register_and_at_run(spark, lake, tmp_path,
+                                                                                   monkeypatch, sink):
+    lake.write_events("e0.json", events(0))
+    entrypoint = _count_job_module(tmp_path, monkeypatch, lake)
+    message = (r"sink .* is inside the warehouse's '(jobs|_lakestate)' folder, where Lakestate keeps the jobs' state "
+               r"and catalog: give the sink its own folder, such as 'sinks/<job>'")
+    with pytest.raises(ConfigError, match=message):
+        JobRegistry(lake.settings).register(entrypoint, overrides={"sink": sink})
+    assert JobRegistry(lake.settings).ids() == []
+    spec = count_job(lake, sink=sink)
+    with pytest.raises(ConfigError, match=message):
+        run(spark, spec, lake)
+    assert not (lake.settings.warehouse / "jobs" / "counts").exists()
+
+
+@pytest.mark.slow
+def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_cleanups(spark, lake):
+    from contextlib import ExitStack
+
+    from state_store.runtime import FaultInjector
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    sink.mkdir(parents=True)
+    with ExitStack() as stack:  # the volume turns read-only once the run has checked it
+        mount = FaultInjector("after_plan", action=lambda: stack.enter_context(read_only(sink)))
+        with pytest.raises(InputError, match=r"microbatch 0 .* failed before anything was written: .*Read-only file "
+                                             r"system") as failure:
+            run(spark, spec, lake, faults=mount)
+    assert "Device or resource busy" not in str(failure.value)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
+
+
+def test_a_read_only_sink_folder_is_refused_before_anything_is_written(spark, lake):
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    with read_only(sink):
+        with pytest.raises(ConfigError, match=rf"the sink {sink} cannot be written: its folder {sink} is on a "
+                                              rf"read-only file system; give the job a sink it can write"):
+            run(spark, spec, lake)
+        assert list(sink.iterdir()) == []
+    assert not lake.settings.job_dir(spec.job_id).exists()
+
+
+@pytest.mark.slow
+def test_a_read_only_savepoint_root_is_refused_before_anything_is_written(spark, lake):
+    from state_store.savepoint import take_savepoint
+    from tests.helpers import read_only
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake)
+    run(spark, spec, lake)
+    root = lake.settings.savepoints
+    with read_only(root):
+        with pytest.raises(ConfigError, match=rf"the savepoint root {root} cannot be written: its folder {root} is "
+                                              rf"on a read-only file system; point --savepoints or "
+                                              rf"LAKESTATE_SAVEPOINTS"):
+            take_savepoint(spark, lake.settings, spec.job_id, label="first", say=lambda m: None)
+        assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_folder_named_like_a_source_file_is_refused_before_anything_is_written(spark, lake, fmt):
+    folder = lake.inputs / "mixed"
+    (folder / f"spark-output.{fmt}").mkdir(parents=True)
+    spec = count_job(lake, source=FileSource(str(folder), fmt, EVENT))
+    with pytest.raises(InputError, match=rf"source {folder} holds a folder spark-output\.{fmt}: a FileSource reads "
+                                         rf"the files in its folder, not folders; move it out of {folder}, or read "
+                                         rf"it with a FileSource of its own"):
+        run(spark, spec, lake)
+    _nothing_written(lake, spec)

@@ -52,6 +52,20 @@ def test_remove_uncommitted_keeps_committed_files_and_other_runs_files(tmp_path)
     assert not (tmp_path / "b").exists()
 
 
+def test_a_failed_runs_cleanup_deletes_only_the_files_it_wrote_to_that_table(tmp_path):
+    # A table nested in another's folder (a sink once pointed into a job's state): the run wrote files of both
+    # with its token, and only the nested table's commit went through.
+    for name in ("part-tok-0.parquet", "state_name=c/key_group=1/part-tok-1.parquet",
+                 "state_name=c/key_group=2/part-tok-2.parquet", "other/part-tok-3.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_uncommitted(tmp_path, "tok", set(), partition_columns=()) == 1  # the outer table: its own file
+    assert remove_uncommitted(tmp_path, "tok", {"state_name=c/key_group=1/part-tok-1.parquet"},
+                              partition_columns=("state_name", "key_group")) == 1
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "other/part-tok-3.parquet", "state_name=c/key_group=1/part-tok-1.parquet"]
+
+
 def test_a_sink_with_a_check_constraint_is_written_by_deltas_writer_so_the_constraint_holds(spark, lake):
     for b in range(2):
         lake.write_events(f"e{b}.json", events(b))

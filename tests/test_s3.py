@@ -181,3 +181,22 @@ def test_a_missing_bucket_is_refused_before_anything_is_written(s3, tmp_path):
     settings = Settings.load(root="s3a://no-such-bucket/x")
     with pytest.raises(ConfigError, match="bucket 'no-such-bucket' .* does not exist: create it"):
         settings.check_writable()
+
+
+def test_housekeeping_removes_what_a_killed_savepoint_left_in_place_on_s3a_and_keeps_one_being_written(s3):
+    import json
+
+    from state_store.housekeeping import housekeeping
+    from .helpers import dead_pid
+
+    settings = Settings.load(root=f"s3a://{BUCKET}/abandoned")
+    job = settings.savepoints / "counts"
+    # No rename on object storage: a savepoint is written in place, and is in progress until its metadata is there.
+    for name, pid in (("killed", dead_pid()), ("writing", os.getpid()), ("complete", dead_pid())):
+        (job / name / "keyed" / "part-0.parquet").write_bytes(b"x" * 100)
+        (job / name / "_owner.json").write_text(json.dumps({"host": socket.gethostname(), "pid": pid,
+                                                            "run_id": None}))
+    (job / "complete" / "_metadata.json").write_text("{}")
+    report = housekeeping("counts", settings, say=lambda m: None)
+    assert report["removed_savepoints"] == ["killed"]
+    assert sorted(p.name for p in job.iterdir()) == ["complete", "writing"]

@@ -183,3 +183,106 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
                           allow_non_restored_state=True, **QUIET)
     assert "count.count" not in dropped.entries and "count.count" not in dropped.descriptors
     assert state_at_latest_checkpoint(spark, lake, bare)[0] == []
+
+
+def _metadata(job_id: str, name: str, keyed_path: str) -> dict:
+    from state_store.checkpoint import SavepointMetadata
+
+    return SavepointMetadata(
+        job_id=job_id, name=name, checkpoint_id=1, batch_id=0, uid="count", key_type="STRING", backend="delta",
+        parallelism=1, max_parallelism=8, key_group_ranges=[[0, 7]], source_offsets={}, descriptors={}, entries={},
+        tables={"keyed": {"path": keyed_path}, "operator": {"path": "operator"}}, created_ms=0).to_dict()
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative", "symlink"])
+def test_a_savepoint_whose_metadata_points_a_table_outside_its_folder_is_refused(lake, where):
+    import json
+
+    live = lake.settings.job_dir("counts") / "state" / "keyed"  # a job's live table
+    live.mkdir(parents=True)
+    folder = lake.settings.savepoints / "counts" / "edited"
+    folder.mkdir(parents=True)
+    keyed = {"absolute": str(live), "relative": "../../../warehouse/jobs/counts/state/keyed", "symlink": "keyed"}[where]
+    if where == "symlink":
+        (folder / "keyed").symlink_to(live)
+    (folder / "_metadata.json").write_text(json.dumps(_metadata("counts", "edited", keyed)))
+    message = (rf"savepoint {folder}'s _metadata.json puts its keyed table at {live}, outside the savepoint's folder: "
+               r"a savepoint's tables must be inside its own folder")
+    with pytest.raises(ConfigError, match=message):
+        load_savepoint(lake.settings, "counts/edited")
+    warnings = []
+    assert list_savepoints(lake.settings, warn=warnings.append) == [] and len(warnings) == 1
+    dispose_savepoint(lake.settings, "counts/edited")  # what the error says to do: the live table is untouched
+    assert not folder.exists() and live.is_dir()
+
+
+def test_housekeeping_removes_inprogress_savepoints_no_live_process_owns(lake):
+    import json
+    import socket
+    import time
+
+    from state_store.housekeeping import housekeeping
+    from .helpers import dead_pid, write_holder
+
+    job = lake.settings.savepoints / "counts"
+    lease = lake.settings.job_dir("counts") / "_meta" / "lease"
+
+    def left(name: str, owner: dict | None) -> None:  # what a savepoint's write leaves when it is cut short
+        folder = job / f".inprogress-{name}-0123abcd"
+        (folder / "keyed").mkdir(parents=True)
+        (folder / "keyed" / "part-0.parquet").write_bytes(b"x" * 100)
+        if owner is not None:
+            (folder / "_owner.json").write_text(json.dumps(owner))
+
+    left("killed", {"host": socket.gethostname(), "pid": dead_pid(), "run_id": None})
+    left("alive-here", {"host": socket.gethostname(), "pid": __import__("os").getpid(), "run_id": None})
+    left("remote", {"host": "another-host", "pid": 1, "run_id": "savepoint-remote"})
+    left("unrecorded", None)  # killed before it recorded its owner (or left by an older release)
+    remote = {"run_id": "savepoint-remote", "host": "another-host", "pid": 1, "timeout_s": 60}
+    write_holder(lease, {**remote, "heartbeat_ms": int(time.time() * 1000)})  # still at work, on another host
+    said = []
+    report = housekeeping("counts", lake.settings, say=said.append)
+    assert sorted(p.name for p in job.iterdir()) == [
+        ".inprogress-alive-here-0123abcd", ".inprogress-remote-0123abcd", ".inprogress-unrecorded-0123abcd"]
+    assert report["removed_savepoints"] == [".inprogress-killed-0123abcd"]
+    assert any("removed savepoint folders that no live process is writing: .inprogress-killed-0123abcd" in line
+               for line in said), said
+    write_holder(lease, {**remote, "heartbeat_ms": int(time.time() * 1000), "released": True}, generation=2)
+    housekeeping("counts", lake.settings, say=said.append)  # the remote savepoint is over: what it left goes
+    assert [p.name for p in job.iterdir()] == [".inprogress-alive-here-0123abcd"]
+
+
+@pytest.mark.slow
+def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keeps_one_in_progress(spark, lake,
+                                                                                                  monkeypatch):
+    import json
+    import shutil
+
+    import state_store.savepoint as savepoint_module
+    from state_store.housekeeping import housekeeping
+    from .helpers import dead_pid
+
+    spec = count_job(lake)
+    _feed(lake, range(1))
+    run(spark, spec, lake)
+    job = lake.settings.savepoints / spec.job_id
+    snapshot = savepoint_module.table_snapshot
+
+    def meanwhile(path):  # while the first savepoint writes: housekeeping runs, and a copy of it is "killed"
+        work = path.parent
+        housekeeping(spec.job_id, lake.settings, say=lambda m: None)
+        assert work.is_dir()  # this process, holding the job's lease, writes it
+        owner = json.loads((work / "_owner.json").read_text())
+        killed = job / ".inprogress-killed-0123abcd"
+        if not killed.exists():
+            shutil.copytree(work, killed)
+            (killed / "_owner.json").write_text(json.dumps({**owner, "pid": dead_pid()}))
+        return snapshot(path)
+
+    monkeypatch.setattr(savepoint_module, "table_snapshot", meanwhile)
+    take_savepoint(spark, lake.settings, spec.job_id, label="first", **QUIET)
+    monkeypatch.undo()
+    assert sorted(p.name for p in job.iterdir()) == [".inprogress-killed-0123abcd", "first"]
+    assert sorted(p.name for p in (job / "first").iterdir()) == ["_metadata.json", "keyed", "operator"]
+    take_savepoint(spark, lake.settings, spec.job_id, label="second", **QUIET)
+    assert sorted(p.name for p in job.iterdir()) == ["first", "second"]

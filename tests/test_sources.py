@@ -69,6 +69,28 @@ def test_an_empty_file_is_neither_read_nor_marked_and_is_read_once_it_has_conten
     assert [b["records_in"] for b in run(spark, spec, lake).batches] == [15]
 
 
+def test_a_file_grown_after_it_was_read_gets_one_warning_naming_it_and_is_not_read_again(spark, lake):
+    from tests.jobs import events
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, job_id="grown")
+    run(spark, spec, lake)
+    with open(lake.events / "e0.json", "a") as f:  # a producer appends to a file already read
+        f.write('{"k": "a", "v": 99, "op": "add", "seq": 99}\n')
+    for b in (1, 2):
+        lake.write_events(f"e{b}.json", events(b))
+    said = []
+    result = run(spark, spec, lake, progress=said.append)
+    assert [b["records_in"] for b in result.batches] == [15, 15]  # e1 and e2; the appended line is not read
+    warnings = [line for line in said if "e0.json" in line]
+    assert len(warnings) == 1 and "warning: source file " in warnings[0], said
+    assert "grew after a run read it (" in warnings[0] and "is never read" in warnings[0]
+    said.clear()
+    lake.write_events("e3.json", events(3))
+    run(spark, spec, lake, progress=said.append)
+    assert len([line for line in said if "e0.json" in line]) == 1  # every run says so again
+
+
 def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark, lake):
     import pyarrow as pa
     import pyarrow.parquet as pq
