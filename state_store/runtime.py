@@ -503,10 +503,15 @@ class JobRunner:
 
     def _wait_for_running_tasks(self, seconds: float = 60.0) -> None:
         """After a failed pass, let Spark stop its other tasks first: one still running could write a file after
-        the run removed its uncommitted ones."""
-        tracker, deadline = self.spark.sparkContext.statusTracker(), time.time() + seconds
-        while tracker.getActiveStageIds() and time.time() < deadline:
+        the run removed its uncommitted ones. An aborted stage leaves the active list before its other tasks are
+        killed, so the executors' running tasks are waited for too, then Spark's grace for a killed task's
+        Python worker (``spark.python.task.killTimeout``), which may still be writing."""
+        sc, deadline = self.spark.sparkContext, time.time() + seconds
+        tracker, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
+        while (tracker.getActiveStageIds() or any(e.numRunningTasks() for e in executors.getExecutorInfos())) \
+                and time.time() < deadline:
             time.sleep(0.2)
+        time.sleep(min(2.0, max(0.0, deadline - time.time())))
 
     def _stats(self, plans: list[MicrobatchPlan], rows) -> list[dict]:
         """Per microbatch, the subtasks' counters summed exactly."""
