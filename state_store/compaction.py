@@ -33,14 +33,14 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend
+from .backends import create_keyed_backend, create_operator_backend, delta_record
 from .catalog import JobMeta
 from .checkpoint import CheckpointMetadata
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
 from .lease import holding
 from .settings import Settings
-from .state_tables import KEYED, OPERATOR, latest_live
+from .state_tables import KEYED, OPERATOR, latest_live, visible
 from .storage import location, remove_empty_folders, rmtree, walk_files
 from .ttl import drop_expired, ttl_states
 
@@ -93,7 +93,8 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir,
     before = table_snapshot(path, version)
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
-    live = latest_live(rows, spec, b)
+    # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
+    live = latest_live(visible(rows, recorded.get("generations")), spec, b)
     expired_removed = 0
     if spec.name == "keyed":
         filtered = ttl_states(checkpoint.descriptors, "compaction")
@@ -110,7 +111,7 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir,
     finally:
         live.unpersist()
     after = table_snapshot(path)
-    return ({**after, "incremental": True},
+    return (delta_record(path, recorded.get("generations"), after["version"]),
             {"rows_scanned": scanned, "expired_removed": expired_removed,
              "superseded_removed": scanned - count - expired_removed, "rows_after": count,
              "files_before": before["num_files"], "files_after": after["num_files"],
