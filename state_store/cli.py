@@ -215,7 +215,7 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 
 def cmd_restore(args, settings: Settings) -> int:
-    from .restore import RestoreSource, parse_uid_map, restore_job
+    from .restore import RestoreSource, check_restore_backend, parse_uid_map, restore_job
     from .savepoint import load_savepoint
     from .spark import build_spark
 
@@ -224,6 +224,7 @@ def cmd_restore(args, settings: Settings) -> int:
     if args.from_job and args.savepoint:
         raise ConfigError("--from-job goes with --checkpoint; a savepoint names its own job")
     uid_map = parse_uid_map(args.uid_map)
+    check_restore_backend(args.backend)  # before Spark starts
     if args.parallelism is not None and args.parallelism <= 0:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
     spec = JobRegistry(settings).load(args.job)

@@ -187,9 +187,14 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
 
 
 def check_restore_backend(backend: str | None) -> None:
-    """Refuse a backend that is not one."""
-    if backend is not None and backend not in BACKENDS:
+    """Refuse a backend that a restore or rescale cannot write (its checkpoint is for a later process)."""
+    if backend is None:
+        return
+    if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
+    if backend == "memory":
+        raise ConfigError("a restore or rescale writes a checkpoint for the job's next run, and the memory backend "
+                          "keeps checkpoints only in the process that took them; choose --backend delta or hashmap")
 
 
 @dataclass
@@ -209,7 +214,7 @@ class _Plan:
     def rescale(self) -> bool:
         """The job's own latest checkpoint, same backend and states: keyed rows are not rewritten."""
         return (self.own_latest and not self.dropped and all(n == m for n, m in self.kept.items())
-                and self.backend == self.source.meta.backend and self.backend in ("delta", "hashmap"))
+                and self.backend == self.source.meta.backend)
 
     def changes(self) -> str:
         src = self.source.meta
@@ -263,6 +268,7 @@ def _plan(spec: JobSpec, source: RestoreSource, meta: JobMeta, parallelism: int 
         raise ConfigError(f"cannot restore {where} at parallelism {p_new!r}: {e} (max_parallelism is fixed "
                           f"for a job's life)") from None
     target = backend or src.backend
+    check_restore_backend(target)  # a rescale of a job on the memory backend too
     if src.key_type != spec.key_type.to_schema():
         raise RestoreError(f"{where} keys records by {src.key_type} but job {spec.job_id!r} declares key_type "
                            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type")
