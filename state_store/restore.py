@@ -280,12 +280,21 @@ def _plan(spec: JobSpec, source: RestoreSource, meta: JobMeta, parallelism: int 
     return _Plan(spec, source, p_new, target, kept, dropped, latest, own_latest)
 
 
+def _stored_uids(src) -> list[str]:
+    return sorted({n.partition(".")[0] for n in set(src.descriptors) | set(src.entries)} - {
+        SOURCE_OFFSETS_STATE.partition(".")[0]})
+
+
 def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_map: dict[str, str],
                  allow_non_restored_state: bool) -> tuple[dict[str, str], list[str]]:
     """Which stored states the job restores (stored name -> the job's name) and which it drops. A state the
     old definition registered up front and the new one does not is not restored; raw state and state
     registered only while processing (broadcast state in process_broadcast_element) follow their uid."""
     src, where, job_id = source.meta, source.where, spec.job_id
+    unknown = sorted(set(uid_map) - set(_stored_uids(src)))
+    if unknown:  # a mapping that maps nothing is a mistake (a typo, the wrong savepoint), not a no-op
+        raise ConfigError(f"--uid-map {unknown[0]}={uid_map[unknown[0]]} maps nothing: {where} has no operator uid "
+                          f"{unknown[0]!r}; the uids it has are {_stored_uids(src)}")
 
     def mapped(name: str) -> str | None:
         if name == SOURCE_OFFSETS_STATE:

@@ -27,6 +27,14 @@ def _savepoint(spark, lake):
     return RestoreSource(load_savepoint(lake.settings, "sp/x"))
 
 
+def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_has(spark, lake):
+    spec = count_job(lake, job_id="rj")
+    with pytest.raises(ConfigError, match=r"--uid-map nope=rj maps nothing: savepoint .*sp/x has no operator uid "
+                                          r"'nope'; the uids it has are \['count'\]"):
+        restore_job(spark, lake.settings, spec, _savepoint(spark, lake), uid_map=["nope=rj"], **QUIET)
+    assert not lake.settings.job_dir("rj").exists()  # refused before anything was written
+
+
 def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is_written(spark, lake, registered,
                                                                                         capsys):
     _savepoint(spark, lake)
