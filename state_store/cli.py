@@ -244,7 +244,7 @@ def cmd_restore(args, settings: Settings) -> int:
 
 
 def cmd_rescale(args, settings: Settings) -> int:
-    from .restore import rescale_job
+    from .restore import already_at, rescale_job
     from .spark import build_spark
 
     if args.parallelism <= 0:
@@ -253,6 +253,9 @@ def cmd_rescale(args, settings: Settings) -> int:
     latest = JobMeta(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
+    if latest.parallelism == args.parallelism:  # nothing to write: no Spark either
+        print(already_at(args.job, latest))
+        return 0
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = rescale_job(spark, settings, spec, args.parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,

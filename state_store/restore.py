@@ -197,6 +197,12 @@ def check_restore_backend(backend: str | None) -> None:
                           "keeps checkpoints only in the process that took them; choose --backend delta or hashmap")
 
 
+def already_at(job_id: str, checkpoint: CheckpointMetadata) -> str:
+    """What a rescale to the parallelism the job already has says: it writes nothing."""
+    return (f"[lakestate] job {job_id}: already at parallelism {checkpoint.parallelism}, nothing to do (checkpoint "
+            f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
+
+
 @dataclass
 class _Plan:
     """A restore that passed every check: from where, and what it changes."""
@@ -216,6 +222,11 @@ class _Plan:
         return (self.own_latest and not self.dropped and all(n == m for n, m in self.kept.items())
                 and self.backend == self.source.meta.backend)
 
+    @property
+    def nothing_to_do(self) -> bool:
+        """A rescale to the parallelism the checkpoint has: a new checkpoint would only push out the oldest."""
+        return self.rescale and self.parallelism == self.source.meta.parallelism
+
     def changes(self) -> str:
         src = self.source.meta
         return "; ".join(c for c in (
@@ -230,7 +241,9 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
     """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
-    job is held) with the changes asked for; return it. Everything is checked before anything is written.
+    job is held) with the changes asked for; return it. Everything is checked before anything is written; when
+    nothing would change (the job's latest checkpoint at its own parallelism), nothing is written, not even
+    the savepoint asked for first, and that checkpoint is returned.
 
     Example::
 
@@ -244,6 +257,9 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
         source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
         plan = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
+        if plan.nothing_to_do:
+            say(already_at(spec.job_id, plan.latest))
+            return plan.latest
         operator_rows = _checked_operator_rows(spark, plan, meta, allow_non_restored_state)
         if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
             from .savepoint import savepoint_of_checkpoint

@@ -56,3 +56,46 @@ def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_
                                           r"them; choose --backend delta or hashmap"):
         rescale_job(spark, lake.settings, spec, 3, **QUIET)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
+
+
+@pytest.mark.slow
+def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, lake, registered, capsys):
+    spec = count_job(lake, job_id="cli-counts")
+    for batch in range(2):
+        lake.write_events(f"e{batch}.json", events(batch))
+        run(spark, spec, lake, max_microbatches=1)
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    before = (meta.checkpoint_ids(), meta.latest_checkpoint())
+    said = []
+    same = rescale_job(spark, lake.settings, spec, 2, savepoint_first=True, say=said.append)
+    assert same == before[1] and (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
+    assert said == ["[lakestate] job cli-counts: already at parallelism 2, nothing to do (checkpoint 2 stays the "
+                    "latest; nothing was written)"]
+    assert list_savepoints(lake.settings) == []  # no savepoint either: there is no rescale to guard
+    # The same from the command line (what jobs/rescale.py runs), without starting Spark.
+    assert main(["rescale", "cli-counts", "--parallelism", "2", "--savepoint-first", *registered]) == 0
+    assert capsys.readouterr().out.strip() == said[0]
+    assert (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
+
+
+@pytest.mark.slow
+def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothing_changed(spark, lake, tmp_path,
+                                                                                         monkeypatch):
+    from pathlib import Path
+
+    from structlog.testing import capture_logs  # what Airflow's task logger is built on
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "plugins"))
+    from lakestate.operators import LakestateRescaleOperator
+
+    spec = count_job(lake)
+    lake.write_events("e0.json", events(0))
+    run(spark, spec, lake)
+    task = LakestateRescaleOperator(task_id="rescale")
+    with capture_logs() as logged:
+        returned = task.execute({"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}})
+    assert returned == {"job": "counts", "checkpoint": 1, "microbatch": 0, "parallelism": 2, "changed": False}
+    assert any("job counts: already at parallelism 2, nothing to do" in e["event"] for e in logged), logged
+    assert JobMeta(lake.settings.job_dir("counts")).checkpoint_ids() == [1] and list_savepoints(lake.settings) == []
