@@ -108,11 +108,11 @@ class StateBackend:
         snapshots capture."""
         self._changes = rows if self._changes is None else self._changes.unionByName(rows)
 
-    def cleanup_done(self, batch_id: int) -> dict | None:
-        """The ``note`` of an incremental cleanup an earlier attempt of this run already committed for
-        ``batch_id``; ``{"ahead": n}`` when one committed past it (a replay that groups microbatches
-        differently); None when there is none (here, always: a run's changes are staged with it)."""
-        return None
+    def cleanups_done(self, batch_ids: list[int]) -> tuple[int | None, dict[int, dict]]:
+        """The last microbatch an incremental cleanup of this table was committed for (None: none ever was), and
+        the ``note`` of each one an earlier attempt committed for one of ``batch_ids`` (a replay takes them as
+        they were). Here none: a run's changes, its cleanup's too, are staged with it."""
+        return None, {}
 
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
         """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
@@ -216,14 +216,12 @@ class DeltaStateBackend(StateBackend):
         it never passes for a microbatch."""
         remove_rows(self.spark, self.path, rows, self.cleanup_app_id, batch_id, self.table, json.dumps(note))
 
-    def cleanup_done(self, batch_id):
+    def cleanups_done(self, batch_ids):
         committed = app_transaction_version(self.path, self.cleanup_app_id)
-        if committed is None or committed < batch_id:
-            return None
-        if committed > batch_id:
-            return {"ahead": committed}
-        note = transaction_metadata(self.path, self.cleanup_app_id, batch_id)
-        return json.loads(note) if note else {"removed": {}, "cursor": None}
+        if committed is None:
+            return None, {}
+        return committed, {b: json.loads(note) for b in batch_ids if b <= committed
+                           and (note := transaction_metadata(self.path, self.cleanup_app_id, b))}
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}

@@ -105,3 +105,33 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
     both(lambda t, s: run(spark, s, t))
     same()
     assert sink_rows(spark, lake, specs[id(lake)]) == sink_rows(spark, steady, specs[id(steady)])
+
+
+def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_ends_as_a_clean_job(spark, tmp_path):
+    from state_store.runtime import FaultInjector, InjectedFault
+
+    from .helpers import state_at_checkpoint
+    from .test_ttl_tables import _clock, _sweep
+
+    clean, lake = Lake(tmp_path / "clean"), Lake(tmp_path / "lake")
+    specs = {id(t): _sweep(t, "sweep", "delta") for t in (clean, lake)}
+    clocks = {id(t): _clock() for t in (clean, lake)}
+    for target in (clean, lake):
+        run(spark, specs[id(target)], target, max_microbatches=1, clock=clocks[id(target)])
+    with pytest.raises(InjectedFault):  # microbatches 1-3, killed once their cleanup is committed
+        run(spark, specs[id(lake)], lake, max_microbatches=3, clock=clocks[id(lake)],
+            faults=FaultInjector("after_cleanup_write", 3))
+    for batch in (6, 7):  # more input: the replay goes on past the killed run's microbatches
+        for target in (clean, lake):
+            target.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
+    run(spark, specs[id(clean)], clean, max_microbatches=3, clock=clocks[id(clean)])  # as the killed run did
+    for target in (clean, lake):
+        run(spark, specs[id(target)], target, clock=clocks[id(target)])
+    ours = {c.batch_id: c for c in JobMeta(lake.settings.job_dir("sweep")).readable_checkpoints()}
+    theirs = {c.batch_id: c for c in JobMeta(clean.settings.job_dir("sweep")).readable_checkpoints()}
+    assert sorted(ours) == sorted(theirs) == list(range(8))
+    for batch in range(8):
+        assert state_at_checkpoint(spark, lake, specs[id(lake)], ours[batch]) == state_at_checkpoint(
+            spark, clean, specs[id(clean)], theirs[batch]), batch
+        assert (ours[batch].entries, ours[batch].cleanup_cursor) == (theirs[batch].entries,
+                                                                      theirs[batch].cleanup_cursor), batch
