@@ -107,6 +107,56 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
     assert sink_rows(spark, lake, specs[id(lake)]) == sink_rows(spark, steady, specs[id(steady)])
 
 
+def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as_a_clean_job(spark, tmp_path):
+    from state_store.compaction import compact_job
+
+    clean, lake = Lake(tmp_path / "clean"), Lake(tmp_path / "lake")
+    for target in (clean, lake):
+        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
+        for batch in range(4):
+            target.write_events(f"e{batch}.json", events(batch))
+    specs = {id(t): all_states_job(t) for t in (clean, lake)}
+    for target in (clean, lake):
+        run(spark, specs[id(target)], target, max_microbatches=2)
+
+    def crash(at):
+        if at == "after_rewrite":
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        compact_job(spark, lake.settings, specs[id(lake)].job_id, fault=crash, **QUIET)
+    for target in (clean, lake):  # more input, then the retry compacts a later checkpoint
+        run(spark, specs[id(target)], target)
+        compact_job(spark, target.settings, specs[id(target)].job_id, **QUIET)
+    assert state_at_latest_checkpoint(spark, lake, specs[id(lake)]) == state_at_latest_checkpoint(
+        spark, clean, specs[id(clean)])
+    assert sink_rows(spark, lake, specs[id(lake)]) == sink_rows(spark, clean, specs[id(clean)])
+
+
+def test_a_bootstrap_killed_after_writing_its_tables_then_retried_with_other_rows_holds_only_those(
+        spark, lake, monkeypatch):
+    import state_store.savepoint as savepoint_module
+    from state_store.state_processor import SavepointReader
+
+    def killed(path, data):
+        raise Crash(f"killed before {path} was written")
+
+    # What a kill -9 leaves: both tables committed in the hidden folder, no metadata, nothing cleaned up.
+    monkeypatch.setattr(savepoint_module, "write_json_atomic", killed)
+    monkeypatch.setattr(savepoint_module, "rmtree", lambda *a, **k: None)
+    with pytest.raises(Crash):
+        _bootstrap(spark, lake, "boot", "v1", {"a": 5, "b": 7})
+    monkeypatch.undo()
+    _bootstrap(spark, lake, "boot", "v1", {"b": 3, "c": 1})
+    _bootstrap(spark, lake, "boot", "clean", {"b": 3, "c": 1})
+
+    def counts(name):
+        rows = SavepointReader.for_savepoint(spark, f"boot/{name}", lake.settings).keyed_state("count").collect()
+        return sorted((r["key"], r["value"]) for r in rows)
+
+    assert counts("v1") == counts("clean") == [("b", 3), ("c", 1)]
+
+
 def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_ends_as_a_clean_job(spark, tmp_path):
     from state_store.runtime import FaultInjector, InjectedFault
 
