@@ -157,10 +157,12 @@ def test_a_bootstrap_killed_after_writing_its_tables_then_retried_with_other_row
     assert counts("v1") == counts("clean") == [("b", 3), ("c", 1)]
 
 
-def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_ends_as_a_clean_job(spark, tmp_path):
+def _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input: int):
+    """Two sweep jobs (TTL with incremental cleanup only) after microbatch 0 and ``more_input`` files more: in
+    ``lake`` a run of microbatches 1-3 killed once its cleanup is committed; ``clean`` ran them as that run
+    did. The caller retries ``lake`` (the killed run's microbatches are replayed) and runs ``clean`` on."""
     from state_store.runtime import FaultInjector, InjectedFault
 
-    from .helpers import state_at_checkpoint
     from .test_ttl_tables import _clock, _sweep
 
     clean, lake = Lake(tmp_path / "clean"), Lake(tmp_path / "lake")
@@ -168,20 +170,47 @@ def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_end
     clocks = {id(t): _clock() for t in (clean, lake)}
     for target in (clean, lake):
         run(spark, specs[id(target)], target, max_microbatches=1, clock=clocks[id(target)])
-    with pytest.raises(InjectedFault):  # microbatches 1-3, killed once their cleanup is committed
+    with pytest.raises(InjectedFault):
         run(spark, specs[id(lake)], lake, max_microbatches=3, clock=clocks[id(lake)],
             faults=FaultInjector("after_cleanup_write", 3))
-    for batch in (6, 7):  # more input: the replay goes on past the killed run's microbatches
+    for batch in range(6, 6 + more_input):
         for target in (clean, lake):
             target.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
-    run(spark, specs[id(clean)], clean, max_microbatches=3, clock=clocks[id(clean)])  # as the killed run did
-    for target in (clean, lake):
-        run(spark, specs[id(target)], target, clock=clocks[id(target)])
+    run(spark, specs[id(clean)], clean, max_microbatches=3, clock=clocks[id(clean)])
+    return clean, lake, specs, clocks
+
+
+def _same_at_every_microbatch(spark, clean, lake, specs, last):
+    from .helpers import state_at_checkpoint
+
     ours = {c.batch_id: c for c in JobMeta(lake.settings.job_dir("sweep")).readable_checkpoints()}
     theirs = {c.batch_id: c for c in JobMeta(clean.settings.job_dir("sweep")).readable_checkpoints()}
-    assert sorted(ours) == sorted(theirs) == list(range(8))
-    for batch in range(8):
+    assert sorted(ours) == sorted(theirs) == list(range(last + 1))
+    for batch in range(last + 1):
         assert state_at_checkpoint(spark, lake, specs[id(lake)], ours[batch]) == state_at_checkpoint(
             spark, clean, specs[id(clean)], theirs[batch]), batch
         assert (ours[batch].entries, ours[batch].cleanup_cursor) == (theirs[batch].entries,
                                                                       theirs[batch].cleanup_cursor), batch
+
+
+def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_ends_as_a_clean_job(spark, tmp_path):
+    clean, lake, specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input=2)
+    for target in (clean, lake):  # the replay goes on past the killed run's microbatches, in one run
+        run(spark, specs[id(target)], target, clock=clocks[id(target)])
+    _same_at_every_microbatch(spark, clean, lake, specs, 7)
+
+
+def test_a_compaction_between_a_killed_ttl_cleanup_and_its_replay_brings_no_removed_entry_back(spark, tmp_path):
+    from state_store.compaction import compact_job
+
+    clean, lake, specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input=0)
+    said = []
+    report = compact_job(spark, lake.settings, "sweep", say=said.append)
+    for target in (clean, lake):
+        run(spark, specs[id(target)], target, clock=clocks[id(target)])
+    _same_at_every_microbatch(spark, clean, lake, specs, 5)
+    # The compaction left the tables as they were, said why, and the next one compacts.
+    assert "new_checkpoint" not in report and report["files_deleted"] == 0
+    assert any("a run removed expired entries after microbatch 3 but stopped before its checkpoint" in line
+               for line in said), said
+    assert "new_checkpoint" in compact_job(spark, lake.settings, "sweep", **QUIET)
