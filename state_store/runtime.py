@@ -469,10 +469,8 @@ class JobRunner:
                     files[info["table"]].append(info)
             phase("process")
             self._write(plans, outputs, files, backends, written)
-            self._cleanup = run_incremental_cleanup(
-                keyed_backend, ttl_states({**(checkpoint.descriptors if checkpoint else {}), **self._registered},
-                                          "incremental"), checkpoint, plans, stats, self.p, self.maxp, self._fault,
-                self._say)
+            self._cleanup = run_incremental_cleanup(keyed_backend, self._registered, checkpoint, plans, stats,
+                                                    self.p, self.maxp, self._fault, self._say)
             phase("write")
             self._fault("before_commit", batch_ids)
             committed = wall_clock_ms()
@@ -629,11 +627,10 @@ class JobRunner:
         for plan in plans:
             for name, delta in deltas[plan.batch_id].items():
                 entries[name] = entries.get(name, 0) + delta
-            sweep = sweeps.get(plan.batch_id)  # an incremental cleanup after this microbatch (ttl's docstring)
-            if sweep is not None:
-                for name, count in sweep["removed"].items():
-                    entries[name] = entries.get(name, 0) - count
-                cursor = sweep["cursor"]
+            sweep = sweeps.get(plan.batch_id, {"removed": {}, "cursor": cursor})  # a TTL cleanup after it?
+            for name, count in sweep["removed"].items():
+                entries[name] = entries.get(name, 0) - count
+            cursor = sweep["cursor"]
             entries[SOURCE_OFFSETS_STATE] = 1
             match = [cid for cid, p in kept if p is plan]
             if not match:

@@ -132,14 +132,16 @@ def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_p
     return (tombstones if removed else None), removed, visited, new_cursor
 
 
-def run_incremental_cleanup(backend, states: dict[str, dict], checkpoint, plans: list, stats: list[dict],
+def run_incremental_cleanup(backend, registered: dict[str, dict], checkpoint, plans: list, stats: list[dict],
                             parallelism: int, max_parallelism: int, fault, say) -> dict[int, dict]:
-    """TTL's incremental cleanup of a run, once the run's state is written: per microbatch after which a cleanup
-    ran, what it removed and the cursor after it (``{batch_id: {"removed", "cursor"}}``), for the run's
-    checkpoints to count and record. A cleanup that an earlier attempt of these microbatches committed (this
+    """TTL's incremental cleanup of a run, once the run's state is written, for the states with it (those of
+    ``checkpoint`` and those the run ``registered``): per microbatch after which a cleanup ran, what it removed
+    and the cursor after it (``{batch_id: {"removed", "cursor"}}``), for the run's checkpoints to count and
+    record. A cleanup that an earlier attempt of these microbatches committed (this
     run is a replay) is taken as it was, whatever the run's grouping of microbatches, so counts and cursor
     follow what the table holds; the run's own one starts after the last of them, as a run that began there
     would (``fault(point, batch_ids)`` crashes it at its commit, ``say`` reports)."""
+    states = ttl_states({**(checkpoint.descriptors if checkpoint else {}), **registered}, "incremental")
     if not states or backend.name == "memory":
         return {}
     last = plans[-1]
