@@ -252,10 +252,13 @@ class DeltaStateBackend(StateBackend):
         return delta_record(self.path, None if pinned is None else [*pinned, generation])
 
     def _append(self, rows: DataFrame, path: Path, generation: int) -> None:
-        if generation <= 0:
-            raise ValueError(f"a write that is not a microbatch needs its attempt's generation (> 0), got {generation}")
-        append_idempotent(rows, path, self.restore_app_id, generation, self.table.partition_columns,
-                          batch_column="generation")
+        # Generations are unique to an attempt: a table that already has this one (or a later one) was written by
+        # another attempt, whose rows must never pass for this one's.
+        if not append_idempotent(rows, path, self.restore_app_id, generation, self.table.partition_columns,
+                                 batch_column="generation"):
+            raise RestoreError(f"{path} already holds a restore or rescale write at generation {generation} or "
+                               f"later, which this attempt cannot be; nothing was written. Take a savepoint of job "
+                               f"{self.job_id!r} and restore it: that writes its state into new tables")
 
 
 class HashMapStateBackend(StateBackend):

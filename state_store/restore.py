@@ -24,7 +24,13 @@ version (delta) or snapshot (hashmap), so its cost does not grow with keyed
 state. Any other restore copies the state into a new generation of the job's
 tables (``state/g<N>/`` for delta, ``snapshots/chk-<N>/`` for hashmap), as
 Flink's NO_CLAIM mode does: the source (a savepoint may be disposed later) is
-never needed again.
+never needed again. A rescale to the parallelism the checkpoint already has
+writes nothing.
+
+The rows a restore or rescale writes are of its attempt's generation (the
+generation of the job's lease it holds), which the new checkpoint lists: a
+retry after a kill is never skipped as the killed attempt's write, and the
+killed attempt's rows are read by no checkpoint (``state_tables``).
 
 A restore never rewinds a job: restoring a point older than what the job has
 already committed is refused (its sink holds the later microbatches); restore
