@@ -3,7 +3,8 @@
 - ``lakestate_savepoint``: job (one of the pipeline registry's), optional checkpoint id, optional label. The
   savepoint's path is in the task log and its XCom.
 - ``lakestate_rescale``: job, new parallelism, savepoint first (on by default). The job is held meanwhile:
-  its pipeline runs wait, none fails; the next one continues at the new parallelism.
+  its pipeline runs wait, none fails; the next one continues at the new parallelism. At the parallelism the
+  job already has, the task writes nothing and succeeds saying so.
 - ``lakestate_compaction`` (daily): one mapped task per registered job with a checkpoint, each compacting
   that job's state tables (``lakestate compact``) while its pipeline waits.
 

@@ -35,7 +35,16 @@ from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
 from .storage import location, options_of, rmtree
-from .state_tables import KEYED, OPERATOR, TableSpec, append_idempotent, commit_files, latest_live, remove_rows
+from .state_tables import (
+    KEYED,
+    OPERATOR,
+    TableSpec,
+    append_idempotent,
+    commit_files,
+    latest_live,
+    remove_rows,
+    visible,
+)
 
 
 def table_damage(what: str, path: str | Path, version: int | None) -> str | None:
@@ -116,11 +125,11 @@ class StateBackend:
         snapshots capture."""
         self._changes = rows if self._changes is None else self._changes.unionByName(rows)
 
-    def cleanup_done(self, batch_id: int) -> dict | None:
-        """The ``note`` of an incremental cleanup an earlier attempt of this run already committed for
-        ``batch_id``; ``{"ahead": n}`` when one committed past it (a replay that groups microbatches
-        differently); None when there is none (here, always: a run's changes are staged with it)."""
-        return None
+    def cleanups_done(self, batch_ids: list[int]) -> tuple[int | None, dict[int, dict]]:
+        """The last microbatch an incremental cleanup of this table was committed for (None: none ever was), and
+        the ``note`` of each one an earlier attempt committed for one of ``batch_ids`` (a replay takes them as
+        they were). Here none: a run's changes, its cleanup's too, are staged with it."""
+        return None, {}
 
     def damage(self, checkpoint: CheckpointMetadata) -> str | None:
         """What makes ``checkpoint`` unrestorable for this table (a log file or data file it needs is missing
@@ -130,9 +139,10 @@ class StateBackend:
     def discard(self, checkpoint: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
         """Release what an expired checkpoint held and no ``retained`` checkpoint still pins."""
 
-    def write_full(self, rows: DataFrame, checkpoint_id: int) -> dict:
-        """Write ``rows`` (live entries of this table, e.g. a restore's) as the whole state of checkpoint
-        ``checkpoint_id``, where nothing else is; return what the checkpoint records."""
+    def write_full(self, rows: DataFrame, checkpoint_id: int, generation: int = 0) -> dict:
+        """Write ``rows`` (live entries of this table, e.g. a restore's, written as ``generation``: the attempt's,
+        see ``state_tables``) as the whole state of checkpoint ``checkpoint_id``, where nothing else is; return
+        what the checkpoint records."""
         raise NotImplementedError
 
     @staticmethod
@@ -161,12 +171,20 @@ class DeltaStateBackend(StateBackend):
     def _generation_path(self, checkpoint_id: int) -> Path:
         return self.job_dir / "state" / f"g{checkpoint_id}" / self.table.name
 
+    @property
+    def generations(self) -> list[int] | None:
+        """The generations of writes that are not microbatches whose rows the bound checkpoint sees (what the
+        run's checkpoints pin too); None for a checkpoint recorded before they were listed: it sees every row."""
+        if self.bound is None or self.bound.backend != self.name:
+            return []
+        return (self.bound.state.get(self.table.name) or {}).get("generations", None)
+
     def read(self, checkpoint, restrict=None):
         if checkpoint is None:  # the table is made by the run's first write
             return self.empty()
         recorded = checkpoint.state[self.table.name]
         df = self.spark.read.format("delta").option("versionAsOf", recorded["version"]).load(recorded["path"])
-        df = df.filter(F.col("batch_id") <= checkpoint.batch_id)
+        df = visible(df.filter(F.col("batch_id") <= checkpoint.batch_id), recorded.get("generations"))
         return latest_live(restrict(df) if restrict else df, self.table)
 
     def output(self, token):
@@ -182,10 +200,11 @@ class DeltaStateBackend(StateBackend):
         # The latest version, unless an incremental cleanup of a later microbatch (this run's last, or an
         # earlier attempt's) already deleted rows that are live at ``batch_id``: then the version before it.
         past = first_version_past(self.path, self.cleanup_app_id, batch_id)
-        return {**table_snapshot(self.path, None if past is None else past - 1), "incremental": True}
+        return delta_record(self.path, self.generations, None if past is None else past - 1)
 
     def live_after(self, batch_id):
-        return latest_live(self.spark.read.format("delta").load(str(self.path)), self.table, batch_id)
+        rows = visible(self.spark.read.format("delta").load(str(self.path)), self.generations)
+        return latest_live(rows, self.table, batch_id)
 
     @property
     def cleanup_app_id(self) -> str:
@@ -200,14 +219,12 @@ class DeltaStateBackend(StateBackend):
         it never passes for a microbatch."""
         remove_rows(self.spark, self.path, rows, self.cleanup_app_id, batch_id, self.table, json.dumps(note))
 
-    def cleanup_done(self, batch_id):
+    def cleanups_done(self, batch_ids):
         committed = app_transaction_version(self.path, self.cleanup_app_id)
-        if committed is None or committed < batch_id:
-            return None
-        if committed > batch_id:
-            return {"ahead": committed}
-        note = transaction_metadata(self.path, self.cleanup_app_id, batch_id)
-        return json.loads(note) if note else {"removed": {}, "cursor": None}
+        if committed is None:
+            return None, {}
+        return committed, {b: json.loads(note) for b in batch_ids if b <= committed
+                           and (note := transaction_metadata(self.path, self.cleanup_app_id, b))}
 
     def damage(self, checkpoint):
         recorded = checkpoint.state.get(self.table.name) or {}
@@ -217,22 +234,34 @@ class DeltaStateBackend(StateBackend):
 
     @property
     def restore_app_id(self) -> str:
-        """The ``txnAppId`` of writes that are not microbatches (restore, rescale): never taken for a replay."""
+        """The ``txnAppId`` of writes that are not microbatches (restore, rescale), at ``txnVersion`` = the
+        attempt's generation: never taken for a replay, and a retry is never skipped as the attempt it retries."""
         return f"{self.app_id}:restore"
 
-    def write_full(self, rows, checkpoint_id):
-        # A new generation of the table: rows a previous life appended past this state can never mix in.
+    def write_full(self, rows, checkpoint_id, generation=0):
+        # A new folder of the table: rows a previous life appended past this state can never mix in. A killed
+        # attempt at the same checkpoint id may have left rows there; they are of its generation, which the
+        # new checkpoint does not list.
         path = self._generation_path(checkpoint_id)
-        append_idempotent(rows, path, self.restore_app_id, checkpoint_id, self.table.partition_columns,
-                          batch_column="generation")
-        return {**table_snapshot(path), "incremental": True}
+        self._append(rows, path, generation)
+        return delta_record(path, [generation])
 
-    def append_changes(self, rows: DataFrame, checkpoint_id: int) -> dict:
-        """Append ``rows`` (a rescale's redistributed operator entries and tombstones, generation
-        ``checkpoint_id``) to the bound table; return what the new checkpoint records."""
-        append_idempotent(rows, self.path, self.restore_app_id, checkpoint_id, self.table.partition_columns,
-                          batch_column="generation")
-        return {**table_snapshot(self.path), "incremental": True}
+    def append_changes(self, rows: DataFrame, generation: int) -> dict:
+        """Append ``rows`` (a rescale's redistributed operator entries and tombstones, written as ``generation``,
+        the attempt's) to the bound table; return what the new checkpoint records: the generations the bound
+        checkpoint sees and this one."""
+        self._append(rows, self.path, generation)
+        pinned = self.generations
+        return delta_record(self.path, None if pinned is None else [*pinned, generation])
+
+    def _append(self, rows: DataFrame, path: Path, generation: int) -> None:
+        # Generations are unique to an attempt: a table that already has this one (or a later one) was written by
+        # another attempt, whose rows must never pass for this one's.
+        if not append_idempotent(rows, path, self.restore_app_id, generation, self.table.partition_columns,
+                                 batch_column="generation"):
+            raise RestoreError(f"{path} already holds a restore or rescale write at generation {generation} or "
+                               f"later, which this attempt cannot be; nothing was written. Take a savepoint of job "
+                               f"{self.job_id!r} and restore it: that writes its state into new tables")
 
 
 class HashMapStateBackend(StateBackend):
@@ -259,7 +288,7 @@ class HashMapStateBackend(StateBackend):
         rows = self._full_state_at(batch_id)
         return self.write_full(cleanup(rows) if cleanup else rows, checkpoint_id)
 
-    def write_full(self, rows, checkpoint_id):
+    def write_full(self, rows, checkpoint_id, generation=0):
         path = self._dir(checkpoint_id)
         # A full snapshot; overwriting makes a retried checkpoint (after a crash) idempotent.
         (rows.filter(F.col("value").isNotNull()).write.format("delta").partitionBy(*self.table.partition_columns)
@@ -307,7 +336,7 @@ class MemoryStateBackend(StateBackend):
         rows = self._full_state_at(batch_id)
         return self.write_full(cleanup(rows) if cleanup else rows, checkpoint_id)
 
-    def write_full(self, rows, checkpoint_id):
+    def write_full(self, rows, checkpoint_id, generation=0):
         rows = rows.filter(F.col("value").isNotNull()).collect()
         _MEMORY_SNAPSHOTS[(str(self.job_dir), self.table.name, checkpoint_id)] = rows
         return {"entries": len(rows), "incremental": False}
@@ -318,6 +347,15 @@ class MemoryStateBackend(StateBackend):
 
 _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryStateBackend)}
 assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
+
+
+def delta_record(path, generations: list[int] | None, version: int | None = None) -> dict:
+    """What a checkpoint records of a ``delta`` state table: the version it pins (default: the latest) and the
+    generations of writes that are not microbatches whose rows it sees (``state_tables.visible``)."""
+    record = {**table_snapshot(path, version), "incremental": True}
+    if generations is not None:
+        record["generations"] = sorted(set(int(g) for g in generations))
+    return record
 
 
 def checkpoint_damage(spark: SparkSession, job_dir: Path, checkpoint: CheckpointMetadata) -> list[str]:

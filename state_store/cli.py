@@ -261,7 +261,7 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 
 def cmd_restore(args, settings: Settings) -> int:
-    from .restore import RestoreSource, parse_uid_map, restore_job
+    from .restore import RestoreSource, check_restore_backend, parse_uid_map, restore_job
     from .savepoint import load_savepoint
     from .spark import build_spark
 
@@ -270,6 +270,7 @@ def cmd_restore(args, settings: Settings) -> int:
     if args.from_job and args.savepoint:
         raise ConfigError("--from-job goes with --checkpoint; a savepoint names its own job")
     uid_map = parse_uid_map(args.uid_map)
+    check_restore_backend(args.backend)  # before Spark starts
     if args.parallelism is not None and args.parallelism <= 0:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
     spec = JobRegistry(settings).load(args.job)
@@ -289,7 +290,7 @@ def cmd_restore(args, settings: Settings) -> int:
 
 
 def cmd_rescale(args, settings: Settings) -> int:
-    from .restore import rescale_job
+    from .restore import already_at, rescale_job
     from .spark import build_spark
 
     if args.parallelism <= 0:
@@ -298,6 +299,9 @@ def cmd_rescale(args, settings: Settings) -> int:
     latest = JobMeta(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
+    if latest.parallelism == args.parallelism:  # nothing to write: no Spark either
+        print(already_at(args.job, latest))
+        return 0
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = rescale_job(spark, settings, spec, args.parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,

@@ -33,14 +33,14 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend
+from .backends import create_keyed_backend, create_operator_backend, delta_record
 from .catalog import JobMeta
 from .checkpoint import CheckpointMetadata
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
 from .lease import holding
 from .settings import Settings
-from .state_tables import KEYED, OPERATOR, latest_live
+from .state_tables import KEYED, OPERATOR, latest_live, visible
 from .storage import location, remove_empty_folders, rmtree, walk_files
 from .ttl import drop_expired, ttl_states
 
@@ -60,25 +60,26 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
             raise ConfigError(f"no checkpoint of job {job_id!r} can be read: restore from a savepoint instead")
         report = {"job": job_id, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                   "backend": latest.backend, "started_ms": int(started * 1000), "tables": {}}
-        state = dict(latest.state)
-        if latest.backend == "delta":
-            for create, spec in ((create_keyed_backend, KEYED), (create_operator_backend, OPERATOR)):
-                state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, job_dir, create, spec)
-            fault("after_rewrite")
-            entries = _entries_after(spark, latest, state["keyed"])
-            compacted = replace(latest, checkpoint_id=latest.checkpoint_id + 1, state=state, entries=entries,
-                                completed_ms=int(time.time() * 1000))
-            meta.write_checkpoint(compacted)  # from now on runs continue from the compacted tables
-            report["new_checkpoint"] = compacted.checkpoint_id
-            fault("after_checkpoint")
-        retained = meta.readable_checkpoints()
-        report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(job_dir, retained, fault)
+        killed = _killed_cleanup(spark, latest, job_dir)
+        if killed is not None:  # the tables stay as they are, files too: the killed run's replay needs them
+            report["waiting"] = (f"a run removed expired entries after microbatch {killed} but stopped before its "
+                                 f"checkpoint; compacting checkpoint {latest.checkpoint_id} would bring them back. "
+                                 f"The job's next run finishes those microbatches: compact after it")
+            say(f"[lakestate] job {job_id}: nothing compacted: {report['waiting']}")
+            report["files_deleted"] = report["bytes_reclaimed"] = 0
+        else:
+            if latest.backend == "delta":
+                report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
+            retained = meta.readable_checkpoints()
+            report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(job_dir, retained, fault)
         report["seconds"] = round(time.time() - started, 2)
         totals = report["tables"].values()
         report.update({k: sum(t[k] for t in totals) for k in
                        ("rows_scanned", "expired_removed", "superseded_removed", "files_before", "files_after",
                         "bytes_before", "bytes_after")})
         meta.write_compaction(report)
+    if "waiting" in report:
+        return report
     say(f"[lakestate] job {job_id}: compacted checkpoint {latest.checkpoint_id} (microbatch {latest.batch_id}): "
         f"{report['rows_scanned']} rows scanned, {report['expired_removed']} expired and "
         f"{report['superseded_removed']} superseded or removed entries dropped; files {report['files_before']} -> "
@@ -87,13 +88,39 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
     return report
 
 
+def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) -> int | None:
+    """The microbatch after which a run deleted expired entries' rows (TTL's incremental cleanup) past ``latest``
+    and was killed before its checkpoint, or None. A rewrite as of ``latest`` would bring those rows back, and
+    the run's replay takes that cleanup as done (``ttl.run_incremental_cleanup``): it would not remove them."""
+    if latest.backend != "delta":
+        return None
+    committed, _ = create_keyed_backend("delta", spark, job_dir, latest.job_id, latest).cleanups_done([])
+    return committed if committed is not None and committed > latest.batch_id else None
+
+
+def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, report: dict, fault) -> int:
+    """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
+    microbatch pinning the compacted versions; return its id."""
+    state = dict(latest.state)
+    for create, spec in ((create_keyed_backend, KEYED), (create_operator_backend, OPERATOR)):
+        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, meta.job_dir, create, spec)
+    fault("after_rewrite")
+    entries = _entries_after(spark, latest, state["keyed"])
+    compacted = replace(latest, checkpoint_id=latest.checkpoint_id + 1, state=state, entries=entries,
+                        completed_ms=int(time.time() * 1000))
+    meta.write_checkpoint(compacted)  # from now on runs continue from the compacted tables
+    fault("after_checkpoint")
+    return compacted.checkpoint_id
+
+
 def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir, create, spec):
     recorded = checkpoint.state[spec.name]
     path, version, b = recorded["path"], recorded["version"], checkpoint.batch_id
     before = table_snapshot(path, version)
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
-    live = latest_live(rows, spec, b)
+    # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
+    live = latest_live(visible(rows, recorded.get("generations")), spec, b)
     expired_removed = 0
     if spec.name == "keyed":
         filtered = ttl_states(checkpoint.descriptors, "compaction")
@@ -110,7 +137,7 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir,
     finally:
         live.unpersist()
     after = table_snapshot(path)
-    return ({**after, "incremental": True},
+    return (delta_record(path, recorded.get("generations"), after["version"]),
             {"rows_scanned": scanned, "expired_removed": expired_removed,
              "superseded_removed": scanned - count - expired_removed, "rows_after": count,
              "files_before": before["num_files"], "files_after": after["num_files"],

@@ -26,7 +26,13 @@ version (delta) or snapshot (hashmap), so its cost does not grow with keyed
 state. Any other restore copies the state into a new generation of the job's
 tables (``state/g<N>/`` for delta, ``snapshots/chk-<N>/`` for hashmap), as
 Flink's NO_CLAIM mode does: the source (a savepoint may be disposed later) is
-never needed again.
+never needed again. A rescale to the parallelism the checkpoint already has
+writes nothing.
+
+The rows a restore or rescale writes are of its attempt's generation (the
+generation of the job's lease it holds), which the new checkpoint lists: a
+retry after a kill is never skipped as the killed attempt's write, and the
+killed attempt's rows are read by no checkpoint (``state_tables``).
 
 A restore never rewinds a job: restoring a point older than what the job has
 already committed is refused (its sink holds the later microbatches); restore
@@ -193,12 +199,64 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
     return df.withColumn("state_name", column)
 
 
+def check_restore_backend(backend: str | None) -> None:
+    """Refuse a backend that a restore or rescale cannot write (its checkpoint is for a later process)."""
+    if backend is None:
+        return
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
+    if backend == "memory":
+        raise ConfigError("a restore or rescale writes a checkpoint for the job's next run, and the memory backend "
+                          "keeps checkpoints only in the process that took them; choose --backend delta or hashmap")
+
+
+def already_at(job_id: str, checkpoint: CheckpointMetadata) -> str:
+    """What a rescale to the parallelism the job already has says: it writes nothing."""
+    return (f"[lakestate] job {job_id}: already at parallelism {checkpoint.parallelism}, nothing to do (checkpoint "
+            f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
+
+
+@dataclass
+class _Plan:
+    """A restore that passed every check: from where, and what it changes."""
+
+    spec: JobSpec
+    source: RestoreSource
+    parallelism: int
+    backend: str
+    kept: dict[str, str]  # stored state name -> its name in the job
+    dropped: list[str]
+    latest: CheckpointMetadata | None  # the job's latest checkpoint
+    own_latest: bool  # the source is that checkpoint
+
+    @property
+    def rescale(self) -> bool:
+        """The job's own latest checkpoint, same backend and states: keyed rows are not rewritten."""
+        return (self.own_latest and not self.dropped and all(n == m for n, m in self.kept.items())
+                and self.backend == self.source.meta.backend)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """A rescale to the parallelism the checkpoint has: a new checkpoint would only push out the oldest."""
+        return self.rescale and self.parallelism == self.source.meta.parallelism
+
+    def changes(self) -> str:
+        src = self.source.meta
+        return "; ".join(c for c in (
+            f"parallelism {src.parallelism} -> {self.parallelism}" if self.parallelism != src.parallelism else "",
+            f"backend {src.backend} -> {self.backend}" if self.backend != src.backend else "",
+            f"dropped {self.dropped}" if self.dropped else "",
+            ", ".join(f"{a} -> {b}" for a, b in self.kept.items() if a != b)) if c) or "unchanged"
+
+
 def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: RestoreSource | None = None, *,
                 parallelism: int | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
     """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
-    job is held) with the changes asked for; return it. Everything is checked before anything is written.
+    job is held) with the changes asked for; return it. Everything is checked before anything is written; when
+    nothing would change (the job's latest checkpoint at its own parallelism), nothing is written, not even
+    the savepoint asked for first, and that checkpoint is returned.
 
     Example::
 
@@ -207,18 +265,26 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     """
     spec.validate()
     uid_map = parse_uid_map(uid_map)
-    if backend is not None and backend not in BACKENDS:
-        raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
+    check_restore_backend(backend)
     meta = JobMeta(settings.job_dir(spec.job_id))
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
         source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
-        return _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
-                        allow_non_restored_state, savepoint_first, say)
+        plan = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
+        if plan.nothing_to_do:
+            say(already_at(spec.job_id, plan.latest))
+            return plan.latest
+        operator_rows = _checked_operator_rows(spark, plan, meta, allow_non_restored_state)
+        if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
+            from .savepoint import savepoint_of_checkpoint
+
+            savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
+        return _write(spark, settings, plan, meta, lease, operator_rows, say)
 
 
-def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map, allow_non_restored_state,
-             savepoint_first, say) -> CheckpointMetadata:
-    job_id, src, where = spec.job_id, source.meta, source.where
+def _plan(spec: JobSpec, source: RestoreSource, meta: JobMeta, parallelism: int | None, backend: str | None,
+          uid_map: dict[str, str], allow_non_restored_state: bool) -> _Plan:
+    """Check that ``source`` fits the job as asked (no Spark, nothing read but metadata)."""
+    src, where = source.meta, source.where
     if getattr(src, "layout", LAYOUT_VERSION) != LAYOUT_VERSION:
         raise RestoreError(f"{where} was written with state layout {src.layout}; this release reads layout "
                            f"{LAYOUT_VERSION}")
@@ -231,14 +297,34 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
         raise ConfigError(f"cannot restore {where} at parallelism {p_new!r}: {e} (max_parallelism is fixed "
                           f"for a job's life)") from None
     target = backend or src.backend
+    check_restore_backend(target)  # a rescale of a job on the memory backend too
     if src.key_type != spec.key_type.to_schema():
-        raise RestoreError(f"{where} keys records by {src.key_type} but job {job_id!r} declares key_type "
+        raise RestoreError(f"{where} keys records by {src.key_type} but job {spec.job_id!r} declares key_type "
                            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type")
     descriptors = discover_descriptors(spec.with_overrides(parallelism=p_new, max_parallelism=maxp))
+    kept, dropped = _kept_states(spec, source, descriptors, uid_map, allow_non_restored_state)
+    latest = meta.latest_checkpoint()
+    own_latest = (source.job_dir == meta.job_dir and latest is not None
+                  and latest.checkpoint_id == getattr(src, "checkpoint_id", None))
+    return _Plan(spec, source, p_new, target, kept, dropped, latest, own_latest)
 
-    # Which stored states go where: uid-qualified names follow the uid map. A state the old definition
-    # registered up front and the new one does not is not restored; raw state and state registered only
-    # while processing (broadcast state in process_broadcast_element) follow their uid.
+
+def _stored_uids(src) -> list[str]:
+    return sorted({n.partition(".")[0] for n in set(src.descriptors) | set(src.entries)} - {
+        SOURCE_OFFSETS_STATE.partition(".")[0]})
+
+
+def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_map: dict[str, str],
+                 allow_non_restored_state: bool) -> tuple[dict[str, str], list[str]]:
+    """Which stored states the job restores (stored name -> the job's name) and which it drops. A state the
+    old definition registered up front and the new one does not is not restored; raw state and state
+    registered only while processing (broadcast state in process_broadcast_element) follow their uid."""
+    src, where, job_id = source.meta, source.where, spec.job_id
+    unknown = sorted(set(uid_map) - set(_stored_uids(src)))
+    if unknown:  # a mapping that maps nothing is a mistake (a typo, the wrong savepoint), not a no-op
+        raise ConfigError(f"--uid-map {unknown[0]}={uid_map[unknown[0]]} maps nothing: {where} has no operator uid "
+                          f"{unknown[0]!r}; the uids it has are {_stored_uids(src)}")
+
     def mapped(name: str) -> str | None:
         if name == SOURCE_OFFSETS_STATE:
             return name
@@ -261,13 +347,14 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
                            f"{shown}. Register it again in the job,{hint} or pass --allow-non-restored-state to "
                            f"drop it")
     check_descriptors({kept[n]: d for n, d in src.descriptors.items() if n in kept}, descriptors, where)
+    return kept, dropped
 
-    started = time.time()
-    latest = meta.latest_checkpoint()
+
+def _check_not_rewinding(plan: _Plan, meta: JobMeta) -> None:
+    """A restore never rewinds a job: its sink holds the microbatches the job committed."""
+    job_id, src, where, latest = plan.spec.job_id, plan.source.meta, plan.source.where, plan.latest
     done = [b for b in (latest.batch_id if latest else None, meta.last_commit()) if b is not None]
-    own_latest = source.job_dir == meta.job_dir and latest is not None and latest.checkpoint_id == getattr(
-        src, "checkpoint_id", None)
-    if done and max(done) > src.batch_id and own_latest:
+    if done and max(done) > src.batch_id and plan.own_latest:
         raise RestoreError(
             f"a run of job {job_id!r} committed microbatch {max(done)} after its latest checkpoint "
             f"{latest.checkpoint_id} (microbatch {src.batch_id}) but stopped before checkpointing it; run the job "
@@ -278,74 +365,95 @@ def _restore(spark, settings, spec, source, meta, lease, parallelism, backend, u
             f"{src.batch_id}: restoring it would rewind the job, whose sink holds the later microbatches' rows. "
             f"Restore it into a new job id (register the job under another id, then lakestate restore <that id> "
             f"...), or rescale the job's latest checkpoint")
+
+
+def _checked_operator_rows(spark: SparkSession, plan: _Plan, meta: JobMeta,
+                           allow_non_restored_state: bool) -> DataFrame:
+    """The source's operator entries under the job's names, once the source is known intact and nothing would
+    be lost that the user did not allow to drop."""
+    _check_not_rewinding(plan, meta)
+    source, src, where = plan.source, plan.source.meta, plan.source.where
     damage = source.damage(spark)
     if damage:
         raise RestoreError(f"{where} cannot be restored: " + "; ".join(damage))
-    raw_operator = qualified_name(spec.uid, RAW_OPERATOR)  # raw keyed state moves with its key groups
-    operator_rows = _rename(source.rows(spark, "operator"), kept)
-    if p_new < src.parallelism and raw_operator in kept.values() and not allow_non_restored_state:
-        lost = sorted(r[0] for r in operator_rows.filter((F.col("state_name") == raw_operator)
-                                                         & (F.col("subtask") >= p_new)).select("subtask").collect())
+    raw_operator = qualified_name(plan.spec.uid, RAW_OPERATOR)  # raw keyed state moves with its key groups
+    rows = _rename(source.rows(spark, "operator"), plan.kept)
+    p_new = plan.parallelism
+    if p_new < src.parallelism and raw_operator in plan.kept.values() and not allow_non_restored_state:
+        lost = sorted(r[0] for r in rows.filter((F.col("state_name") == raw_operator)
+                                                & (F.col("subtask") >= p_new)).select("subtask").collect())
         if lost:
             raise RestoreError(
                 f"subtasks {lost} of {where} hold raw operator state, which is opaque bytes that Lakestate cannot "
                 f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
                 f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
-    if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
-        from .savepoint import savepoint_of_checkpoint
+    if plan.rescale and plan.backend == "delta":  # the operator rows go to the table runs append to
+        operator = create_operator_backend("delta", spark, meta.job_dir, plan.spec.job_id, plan.latest)
+        written = app_transaction_version(operator.path, operator.app_id)
+        if written is not None and written > src.batch_id:
+            raise RestoreError(
+                f"a run of job {plan.spec.job_id!r} wrote the state of microbatch {written} but crashed before its "
+                f"checkpoint; run the job once (it finishes those microbatches), then rescale")
+    return rows
 
-        savepoint_of_checkpoint(spark, settings, src, source.job_dir, say=say)
-    fast = (own_latest and not dropped and all(n == m for n, m in kept.items()) and target == src.backend
-            and target in ("delta", "hashmap"))
-    checkpoint_id = max(meta.checkpoint_ids(), default=0) + 1
-    keyed_backend = create_keyed_backend(target, spark, meta.job_dir, job_id, latest if fast else None)
-    operator_backend = create_operator_backend(target, spark, meta.job_dir, job_id, latest if fast else None)
-    new_operator = redistribute(operator_rows, src.parallelism, p_new, src.batch_id, checkpoint_id)
-    if fast:
-        if target == "delta":
-            written = app_transaction_version(operator_backend.path, operator_backend.app_id)
-            if written is not None and written > src.batch_id:
-                raise RestoreError(
-                    f"a run of job {job_id!r} wrote the state of microbatch {written} but crashed before its "
-                    f"checkpoint; run the job once (it finishes those microbatches), then rescale")
-            operator_record = operator_backend.append_changes(new_operator, checkpoint_id)
-        else:
-            operator_record = operator_backend.write_full(new_operator, checkpoint_id)
+
+def _write(spark: SparkSession, settings: Settings, plan: _Plan, meta: JobMeta, lease, operator_rows: DataFrame,
+           say) -> CheckpointMetadata:
+    """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones. The rows
+    are written as the generation of this attempt's hold of the job (``lease.generation``): unique to the
+    attempt, so a retry after a kill is never skipped as already written, and rows of a killed attempt stay
+    out of every checkpoint (``state_tables.visible``)."""
+    started, job_id, src = time.time(), plan.spec.job_id, plan.source.meta
+    checkpoint_id, generation = max(meta.checkpoint_ids(), default=0) + 1, lease.generation
+    bound = plan.latest if plan.rescale else None
+    keyed_backend = create_keyed_backend(plan.backend, spark, meta.job_dir, job_id, bound)
+    operator_backend = create_operator_backend(plan.backend, spark, meta.job_dir, job_id, bound)
+    new_operator = redistribute(operator_rows, src.parallelism, plan.parallelism, src.batch_id, generation)
+    if plan.rescale:
+        operator_record = (operator_backend.append_changes(new_operator, generation) if plan.backend == "delta"
+                           else operator_backend.write_full(new_operator, checkpoint_id, generation))
         keyed_record = dict(src.state["keyed"])  # keyed state does not move: the same rows, pinned again
         say(f"[lakestate] job {job_id}: rescaling checkpoint {src.checkpoint_id} from parallelism "
-            f"{src.parallelism} to {p_new}: keyed state stays where it is, operator state is redistributed")
+            f"{src.parallelism} to {plan.parallelism}: keyed state stays where it is, operator state is "
+            f"redistributed")
     else:
-        keyed_rows = _rename(source.rows(spark, "keyed"), kept).withColumn("generation", F.lit(checkpoint_id)
-                                                                           .cast("bigint"))
-        keyed_record = keyed_backend.write_full(keyed_rows.select(*KEYED.columns), checkpoint_id)
-        operator_record = operator_backend.write_full(new_operator, checkpoint_id)
-    sink_path = settings.in_warehouse(spec.sink, "sink")
-    checkpoint = CheckpointMetadata(
-        job_id=job_id, checkpoint_id=checkpoint_id, batch_id=src.batch_id, uid=spec.uid, key_type=src.key_type,
-        backend=target, parallelism=p_new, max_parallelism=src.max_parallelism,
-        key_group_ranges=[r.to_list() for r in key_group_ranges(src.max_parallelism, p_new)],
-        source_offsets=src.source_offsets, state={"keyed": keyed_record, "operator": operator_record},
-        descriptors={kept[n]: d for n, d in src.descriptors.items() if n in kept},
-        entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
-        processing_time=src.processing_time, run_id=lease.run_id,
-        sink=table_snapshot(sink_path) if (sink_path / "_delta_log").exists() else None,
-        restored_from=source.describe())
+        keyed_rows = _rename(plan.source.rows(spark, "keyed"), plan.kept).withColumn(
+            "generation", F.lit(generation).cast("bigint"))
+        keyed_record = keyed_backend.write_full(keyed_rows.select(*KEYED.columns), checkpoint_id, generation)
+        operator_record = operator_backend.write_full(new_operator, checkpoint_id, generation)
+    checkpoint = _checkpoint(settings, plan, checkpoint_id, {"keyed": keyed_record, "operator": operator_record},
+                             lease.run_id)
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
     meta.write_checkpoint(checkpoint)  # last: the restore exists only once this row does
+    _expire(spark, meta, plan.spec)
+    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {plan.source.where} at microbatch "
+        f"{src.batch_id} ({plan.changes()}) in {time.time() - started:.1f}s; the job's next run continues from it")
+    return checkpoint
+
+
+def _checkpoint(settings: Settings, plan: _Plan, checkpoint_id: int, state: dict, run_id: str) -> CheckpointMetadata:
+    src, spec, kept = plan.source.meta, plan.spec, plan.kept
+    sink_path = settings.in_warehouse(spec.sink, "sink")
+    return CheckpointMetadata(
+        job_id=spec.job_id, checkpoint_id=checkpoint_id, batch_id=src.batch_id, uid=spec.uid,
+        key_type=src.key_type, backend=plan.backend, parallelism=plan.parallelism,
+        max_parallelism=src.max_parallelism,
+        key_group_ranges=[r.to_list() for r in key_group_ranges(src.max_parallelism, plan.parallelism)],
+        source_offsets=src.source_offsets, state=state,
+        descriptors={kept[n]: d for n, d in src.descriptors.items() if n in kept},
+        entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
+        processing_time=src.processing_time, run_id=run_id,
+        sink=table_snapshot(sink_path) if (sink_path / "_delta_log").exists() else None,
+        restored_from=plan.source.describe())
+
+
+def _expire(spark: SparkSession, meta: JobMeta, spec: JobSpec) -> None:
     retained_ids = meta.checkpoint_ids()[-spec.num_retained:]
     expired = meta.expire_checkpoints(spec.num_retained)
     retained = [c for c in meta.readable_checkpoints() if c.checkpoint_id in retained_ids]
     for old in expired:
         for create in (create_keyed_backend, create_operator_backend):
-            create(old.backend, spark, meta.job_dir, job_id, old).discard(old, retained)
-    changes = [f"parallelism {src.parallelism} -> {p_new}" if p_new != src.parallelism else "",
-               f"backend {src.backend} -> {target}" if target != src.backend else "",
-               f"dropped {dropped}" if dropped else "",
-               ", ".join(f"{a} -> {b}" for a, b in kept.items() if a != b)]
-    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {where} at microbatch "
-        f"{src.batch_id} ({'; '.join(c for c in changes if c) or 'unchanged'}) in {time.time() - started:.1f}s; "
-        f"the job's next run continues from it")
-    return checkpoint
+            create(old.backend, spark, meta.job_dir, spec.job_id, old).discard(old, retained)
 
 
 def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec, parallelism: int, *,

@@ -80,8 +80,7 @@ from .run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, new_token
 from .state_tables import append_idempotent, commit_files
 from .task import RAW_KEYED, RunPlan, run_partition
 from .storage import options_of
-from .ttl import cleanup as ttl_cleanup
-from .ttl import cleanup_width, count_entries, drop_expired, ttl_states
+from .ttl import count_entries, drop_expired, run_incremental_cleanup, ttl_states
 
 FAULT_POINTS = (
     "after_plan",
@@ -471,8 +470,8 @@ class JobRunner:
                     files[info["table"]].append(info)
             phase("process")
             self._write(plans, outputs, files, backends, written)
-            self._cleanup = self._incremental_cleanup(plans, [s["records_in"] for s in stats], checkpoint,
-                                                      keyed_backend)
+            self._cleanup = run_incremental_cleanup(keyed_backend, self._registered, checkpoint, plans, stats,
+                                                    self.p, self.maxp, self._fault, self._say)
             phase("write")
             self._fault("before_commit", batch_ids)
             committed = wall_clock_ms()
@@ -611,36 +610,6 @@ class JobRunner:
             for future in futures:
                 future.result()
 
-    def _incremental_cleanup(self, plans: list[MicrobatchPlan], records: list[int],
-                             checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend) -> dict:
-        """TTL's incremental cleanup, once the run's state is written (``ttl.cleanup``): what it removed and the
-        cursor the run's last checkpoint records."""
-        states = ttl_states({**(checkpoint.descriptors if checkpoint else {}), **self._registered}, "incremental")
-        cursor = checkpoint.cleanup_cursor if checkpoint else None
-        if not states or keyed_backend.name == "memory":
-            return {"removed": {}, "cursor": cursor}
-        last = plans[-1]
-        done = keyed_backend.cleanup_done(last.batch_id)
-        if done is not None:  # a replay: what the first attempt removed, so that counts and cursor follow it
-            if "ahead" in done:
-                self._say(f"TTL incremental cleanup: none; an earlier attempt already cleaned up at microbatch "
-                          f"{done['ahead']}, which a later run replays")
-                return {"removed": {}, "cursor": cursor}
-            self._say(f"TTL incremental cleanup: committed by an earlier attempt, removed "
-                      f"{sum(done['removed'].values())} expired")
-            return {"removed": done["removed"], "cursor": done["cursor"]}
-        stored = sum((checkpoint.entries if checkpoint else {}).get(n, 0) for n in states)
-        width = cleanup_width(states, self.p, records)
-        tombstones, removed, visited, cursor = ttl_cleanup(
-            keyed_backend.live_after(last.batch_id), states, cursor, self.maxp, stored, width, last.timestamp,
-            last.batch_id)
-        if tombstones is not None:
-            self._fault("before_cleanup_write", [last.batch_id])
-            keyed_backend.remove_entries(tombstones, last.batch_id, {"removed": removed, "cursor": cursor})
-            self._fault("after_cleanup_write", [last.batch_id])
-        self._say(f"TTL incremental cleanup: visited {visited} entries, removed {sum(removed.values())} expired")
-        return {"removed": removed, "cursor": cursor}
-
     # -- 4. checkpoint --------------------------------------------------------------------------------------------
     def _checkpoints(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[dict],
                      keyed_backend: StateBackend, operator_backend: StateBackend, descriptors: dict) -> list[int]:
@@ -660,13 +629,14 @@ class JobRunner:
         lazy = {n: {**d, "lazy": True} for n, d in self._registered.items() if n not in descriptors}
         cleaned = ttl_states({**lazy, **descriptors}, "full_snapshot")
         taken = []
-        swept = getattr(self, "_cleanup", None) or {"removed": {}, "cursor": None}
+        sweeps, cursor = getattr(self, "_cleanup", None) or {}, checkpoint.cleanup_cursor if checkpoint else None
         for plan in plans:
             for name, delta in deltas[plan.batch_id].items():
                 entries[name] = entries.get(name, 0) + delta
-            if plan is plans[-1]:  # the incremental cleanup's tombstones are of the run's last microbatch
-                for name, count in swept["removed"].items():
-                    entries[name] = entries.get(name, 0) - count
+            sweep = sweeps.get(plan.batch_id, {"removed": {}, "cursor": cursor})  # a TTL cleanup after it?
+            for name, count in sweep["removed"].items():
+                entries[name] = entries.get(name, 0) - count
+            cursor = sweep["cursor"]
             entries[SOURCE_OFFSETS_STATE] = 1
             match = [cid for cid, p in kept if p is plan]
             if not match:
@@ -689,8 +659,7 @@ class JobRunner:
                 descriptors=self._present(checkpoint, {**lazy, **descriptors}, entries),
                 entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
                 processing_time=plan.timestamp, run_id=self.lease.run_id, sink=sink,
-                cleanup_cursor=swept["cursor"] if plan is plans[-1] else (checkpoint.cleanup_cursor
-                                                                            if checkpoint else None))
+                cleanup_cursor=cursor)
             self.meta.write_checkpoint(row)  # last: the checkpoint exists only once this row does
             self._fault("after_checkpoint", [batch_id])
             taken.append(cid)

@@ -6,11 +6,16 @@ the JSON text of a MapState key (each map entry is a row of its own) and null
 for the other kinds. Operator state: one row per ``(state_name, subtask)``,
 partitioned by ``state_name``. Values are JSON text (null: the entry was
 removed). Every row says which microbatch wrote it (``batch_id``); writes that
-are not microbatches (restore, bootstrap, compaction) carry the microbatch
-their state stands for and a ``generation`` > 0 and use their own Delta
-``txnAppId``, so they can never be taken for a replay nor tie with one: the
-live entry is the newest by ``(batch_id, generation)``. ``expiry`` (epoch ms,
-null without TTL) lets TTL cleanup filter in the JVM.
+are not microbatches (restore, rescale) carry the microbatch their state
+stands for and a ``generation`` of their own: the generation of the lease the
+attempt held, so it is unique to the attempt and grows with each one. They use
+their own Delta ``txnAppId`` at that generation, so they can never be taken for
+a replay nor tie with one, and a retry is never skipped as "already written"
+by the attempt it retries: the live entry is the newest by ``(batch_id,
+generation)``. A checkpoint lists the generations it pins (``visible``): rows
+of an attempt killed before its checkpoint stay in the table but are read by
+no one. ``expiry`` (epoch ms, null without TTL) lets TTL cleanup filter in the
+JVM.
 """
 from __future__ import annotations
 
@@ -64,6 +69,14 @@ def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> 
     newest = Window.partitionBy(*spec.id_columns).orderBy(F.col("batch_id").desc(), F.col("generation").desc())
     return (df.withColumn("_rank", F.row_number().over(newest))
             .filter("_rank = 1 AND value IS NOT NULL").drop("_rank"))
+
+
+def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
+    """The rows a checkpoint sees: every microbatch's (generation 0) and those of the writes that are not
+    microbatches it pins, ``generations``; None (a checkpoint recorded before they were listed) sees them all."""
+    if generations is None:
+        return df
+    return df.filter((F.col("generation") == 0) | F.col("generation").isin([int(g) for g in generations]))
 
 
 def commit_files(spark, path: Path, app_id: str, version: int, files: list[dict], ddl: str,

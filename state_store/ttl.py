@@ -20,7 +20,8 @@ too with ``every_record``) are visited in Spark, and those expired at the
 run's last microbatch time are removed (``cleanup`` returns them as tombstones
 of that microbatch; the ``delta`` backend deletes their rows instead, see
 ``StateBackend.remove_entries``). Only the key groups the cursor is about to
-visit are read.
+visit are read. A replay takes the cleanups a killed attempt of its
+microbatches committed as they were (``run_incremental_cleanup``).
 """
 from __future__ import annotations
 
@@ -129,3 +130,48 @@ def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_p
     else:  # the key groups up to ``end`` are done: the next run starts after them (from 0 after the last)
         new_cursor = [end % max_parallelism]
     return (tombstones if removed else None), removed, visited, new_cursor
+
+
+def run_incremental_cleanup(backend, registered: dict[str, dict], checkpoint, plans: list, stats: list[dict],
+                            parallelism: int, max_parallelism: int, fault, say) -> dict[int, dict]:
+    """TTL's incremental cleanup of a run, once the run's state is written, for the states with it (those of
+    ``checkpoint`` and those the run ``registered``): per microbatch after which a cleanup ran, what it removed
+    and the cursor after it (``{batch_id: {"removed", "cursor"}}``), for the run's checkpoints to count and
+    record. A cleanup that an earlier attempt of these microbatches committed (this
+    run is a replay) is taken as it was, whatever the run's grouping of microbatches, so counts and cursor
+    follow what the table holds; the run's own one starts after the last of them, as a run that began there
+    would (``fault(point, batch_ids)`` crashes it at its commit, ``say`` reports)."""
+    states = ttl_states({**(checkpoint.descriptors if checkpoint else {}), **registered}, "incremental")
+    if not states or backend.name == "memory":
+        return {}
+    last = plans[-1]
+    committed, done = backend.cleanups_done([p.batch_id for p in plans])
+    if committed is not None and committed >= last.batch_id:
+        if committed > last.batch_id:
+            say(f"TTL incremental cleanup: none; an earlier attempt already cleaned up at microbatch {committed}, "
+                f"which a later run replays")
+            return done
+        done.setdefault(last.batch_id, {"removed": {}, "cursor": None})  # a note the log no longer keeps
+        say(f"TTL incremental cleanup: committed by an earlier attempt, removed "
+            f"{sum(done[last.batch_id]['removed'].values())} expired")
+        return done
+    after = max(done, default=None)  # the run's own cleanup covers the microbatches after it
+    entries = dict(checkpoint.entries) if checkpoint else {}
+    for s in stats:
+        for name, delta in (s["entries_delta"].items() if after is not None and s["batch_id"] <= after else ()):
+            entries[name] = entries.get(name, 0) + delta
+    for note in done.values():
+        for name, count in note["removed"].items():
+            entries[name] = entries.get(name, 0) - count
+    cursor = done[after]["cursor"] if after is not None else (checkpoint.cleanup_cursor if checkpoint else None)
+    width = cleanup_width(states, parallelism,
+                          [s["records_in"] for s in stats if after is None or s["batch_id"] > after])
+    tombstones, removed, visited, cursor = cleanup(
+        backend.live_after(last.batch_id), states, cursor, max_parallelism, sum(entries.get(n, 0) for n in states),
+        width, last.timestamp, last.batch_id)
+    if tombstones is not None:
+        fault("before_cleanup_write", [last.batch_id])
+        backend.remove_entries(tombstones, last.batch_id, {"removed": removed, "cursor": cursor})
+        fault("after_cleanup_write", [last.batch_id])
+    say(f"TTL incremental cleanup: visited {visited} entries, removed {sum(removed.values())} expired")
+    return {**done, last.batch_id: {"removed": removed, "cursor": cursor}}

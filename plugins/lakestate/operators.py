@@ -90,7 +90,9 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
 
 class LakestateRescaleOperator(_LakestateSparkSubmit):
     """Rescale the DAG run's ``params.job`` to ``params.parallelism`` (a savepoint first when
-    ``params.savepoint_first``); returns (XCom) the new checkpoint's id, microbatch and parallelism."""
+    ``params.savepoint_first``); returns (XCom) the latest checkpoint's id, microbatch and parallelism, and
+    whether the rescale ``changed`` anything: at the parallelism the job already has, nothing is submitted or
+    written and the task succeeds saying so."""
 
     def __init__(self, **kwargs):
         super().__init__(entrypoint="rescale", **kwargs)
@@ -101,15 +103,23 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
 
         params = context["params"]
         job, parallelism = params["job"], int(params["parallelism"])
-        self.application_args = [job, "--parallelism", str(parallelism), "--wait-for-lease",
-                                 str(self.wait_for_lease_s)]
-        if params.get("savepoint_first", True):
-            self.application_args.append("--savepoint-first")
-        self.submit(context)
-        latest = JobMeta(Settings.load().job_dir(job)).latest_checkpoint()
-        self.log.info("job %s: checkpoint %s at parallelism %s", job, latest.checkpoint_id, latest.parallelism)
+        meta = JobMeta(Settings.load().job_dir(job))
+        latest = meta.latest_checkpoint()
+        changed = latest is None or latest.parallelism != parallelism
+        if changed:
+            self.application_args = [job, "--parallelism", str(parallelism), "--wait-for-lease",
+                                     str(self.wait_for_lease_s)]
+            if params.get("savepoint_first", True):
+                self.application_args.append("--savepoint-first")
+            self.submit(context)
+            latest = meta.latest_checkpoint()
+            self.log.info("job %s: checkpoint %s at parallelism %s", job, latest.checkpoint_id, latest.parallelism)
+        else:
+            from state_store.restore import already_at
+
+            self.log.info("%s", already_at(job, latest))
         return {"job": job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
-                "parallelism": latest.parallelism}
+                "parallelism": latest.parallelism, "changed": changed}
 
 
 class LakestateCompactOperator(_LakestateSparkSubmit):

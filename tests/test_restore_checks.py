@@ -1,0 +1,101 @@
+"""Restore and rescale refuse what would do nothing or leave a checkpoint no later run can use, and a rescale to
+the parallelism the job already has writes nothing (issues 18 and 25)."""
+from __future__ import annotations
+
+import pytest
+
+from state_store import Types, ValueStateDescriptor
+from state_store.catalog import JobMeta
+from state_store.cli import main
+from state_store.errors import ConfigError
+from state_store.restore import RestoreSource, rescale_job, restore_job
+from state_store.savepoint import list_savepoints, load_savepoint
+from state_store.state_processor import SavepointWriter
+
+from .helpers import run
+from .jobs import count_job, events
+from .test_cli import registered  # noqa: F401 - the fixture: a count job registered as 'cli-counts'
+
+QUIET = dict(say=lambda m: None)
+
+
+def _savepoint(spark, lake):
+    rows = spark.createDataFrame([("a", 5)], "k string, n bigint")
+    (SavepointWriter.bootstrap(spark, "sp", uid="count", key_type=Types.STRING(), max_parallelism=8, parallelism=2,
+                               settings=lake.settings)
+     .with_keyed_state(ValueStateDescriptor("count", Types.LONG()), rows, key="k", value="n").write("x", **QUIET))
+    return RestoreSource(load_savepoint(lake.settings, "sp/x"))
+
+
+def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_has(spark, lake):
+    spec = count_job(lake, job_id="rj")
+    with pytest.raises(ConfigError, match=r"--uid-map nope=rj maps nothing: savepoint .*sp/x has no operator uid "
+                                          r"'nope'; the uids it has are \['count'\]"):
+        restore_job(spark, lake.settings, spec, _savepoint(spark, lake), uid_map=["nope=rj"], **QUIET)
+    assert not lake.settings.job_dir("rj").exists()  # refused before anything was written
+
+
+def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is_written(spark, lake, registered,
+                                                                                        capsys):
+    _savepoint(spark, lake)
+    assert main(["restore", "cli-counts", "--savepoint", "sp/x", "--backend", "memory", *registered]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lakestate: error: a restore or rescale writes a checkpoint for "
+                                                   "the job's next run, and the memory backend keeps checkpoints "
+                                                   "only in the process that took them; choose --backend delta or "
+                                                   "hashmap")
+    assert not lake.settings.job_dir("cli-counts").exists()
+
+
+@pytest.mark.slow
+def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_written(spark, lake):
+    spec = count_job(lake, backend="memory")
+    lake.write_events("e0.json", events(0))
+    run(spark, spec, lake)
+    with pytest.raises(ConfigError, match=r"the memory backend keeps checkpoints only in the process that took "
+                                          r"them; choose --backend delta or hashmap"):
+        rescale_job(spark, lake.settings, spec, 3, **QUIET)
+    assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
+
+
+@pytest.mark.slow
+def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, lake, registered, capsys):
+    spec = count_job(lake, job_id="cli-counts")
+    for batch in range(2):
+        lake.write_events(f"e{batch}.json", events(batch))
+        run(spark, spec, lake, max_microbatches=1)
+    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    before = (meta.checkpoint_ids(), meta.latest_checkpoint())
+    said = []
+    same = rescale_job(spark, lake.settings, spec, 2, savepoint_first=True, say=said.append)
+    assert same == before[1] and (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
+    assert said == ["[lakestate] job cli-counts: already at parallelism 2, nothing to do (checkpoint 2 stays the "
+                    "latest; nothing was written)"]
+    assert list_savepoints(lake.settings) == []  # no savepoint either: there is no rescale to guard
+    # The same from the command line (what jobs/rescale.py runs), without starting Spark.
+    assert main(["rescale", "cli-counts", "--parallelism", "2", "--savepoint-first", *registered]) == 0
+    assert capsys.readouterr().out.strip() == said[0]
+    assert (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
+
+
+@pytest.mark.slow
+def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothing_changed(spark, lake, tmp_path,
+                                                                                         monkeypatch):
+    from pathlib import Path
+
+    from structlog.testing import capture_logs  # what Airflow's task logger is built on
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "plugins"))
+    from lakestate.operators import LakestateRescaleOperator
+
+    spec = count_job(lake)
+    lake.write_events("e0.json", events(0))
+    run(spark, spec, lake)
+    task = LakestateRescaleOperator(task_id="rescale")
+    with capture_logs() as logged:
+        returned = task.execute({"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}})
+    assert returned == {"job": "counts", "checkpoint": 1, "microbatch": 0, "parallelism": 2, "changed": False}
+    assert any("job counts: already at parallelism 2, nothing to do" in e["event"] for e in logged), logged
+    assert JobMeta(lake.settings.job_dir("counts")).checkpoint_ids() == [1] and list_savepoints(lake.settings) == []
