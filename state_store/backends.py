@@ -139,6 +139,11 @@ class StateBackend:
     def discard(self, checkpoint: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
         """Release what an expired checkpoint held and no ``retained`` checkpoint still pins."""
 
+    def fresh_generation(self, attempt: int, checkpoint_id: int) -> int:
+        """The generation an attempt (``attempt``: its lease generation) writes checkpoint ``checkpoint_id``'s
+        rows as: its own, unless the tables it writes to already hold a later one."""
+        return attempt
+
     def write_full(self, rows: DataFrame, checkpoint_id: int, generation: int = 0) -> dict:
         """Write ``rows`` (live entries of this table, e.g. a restore's, written as ``generation``: the attempt's,
         see ``state_tables``) as the whole state of checkpoint ``checkpoint_id``, where nothing else is; return
@@ -237,6 +242,13 @@ class DeltaStateBackend(StateBackend):
         """The ``txnAppId`` of writes that are not microbatches (restore, rescale), at ``txnVersion`` = the
         attempt's generation: never taken for a replay, and a retry is never skipped as the attempt it retries."""
         return f"{self.app_id}:restore"
+
+    def fresh_generation(self, attempt, checkpoint_id):
+        # Past every restore write the tables already hold: releases before generations were lease generations
+        # wrote checkpoint ids, and a write below one of those would be refused, or lose the newest-row tie.
+        written = [app_transaction_version(p, self.restore_app_id)
+                   for p in (self.path, self._generation_path(checkpoint_id))]
+        return max([attempt] + [w + 1 for w in written if w is not None])
 
     def write_full(self, rows, checkpoint_id, generation=0):
         # A new folder of the table: rows a previous life appended past this state can never mix in. A killed

@@ -400,14 +400,15 @@ def _checked_operator_rows(spark: SparkSession, plan: _Plan, meta: JobMeta,
 def _write(spark: SparkSession, settings: Settings, plan: _Plan, meta: JobMeta, lease, operator_rows: DataFrame,
            say) -> CheckpointMetadata:
     """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones. The rows
-    are written as the generation of this attempt's hold of the job (``lease.generation``): unique to the
-    attempt, so a retry after a kill is never skipped as already written, and rows of a killed attempt stay
+    are written as the generation of this attempt's hold of the job (``lease.generation``, or past the last
+    one its tables hold where an older release wrote a higher one): unique to the attempt, so a retry after a kill is never skipped as already written, and rows of a killed attempt stay
     out of every checkpoint (``state_tables.visible``)."""
     started, job_id, src = time.time(), plan.spec.job_id, plan.source.meta
-    checkpoint_id, generation = max(meta.checkpoint_ids(), default=0) + 1, lease.generation
+    checkpoint_id = max(meta.checkpoint_ids(), default=0) + 1
     bound = plan.latest if plan.rescale else None
     keyed_backend = create_keyed_backend(plan.backend, spark, meta.job_dir, job_id, bound)
     operator_backend = create_operator_backend(plan.backend, spark, meta.job_dir, job_id, bound)
+    generation = max(b.fresh_generation(lease.generation, checkpoint_id) for b in (keyed_backend, operator_backend))
     new_operator = redistribute(operator_rows, src.parallelism, plan.parallelism, src.batch_id, generation)
     if plan.rescale:
         operator_record = (operator_backend.append_changes(new_operator, generation) if plan.backend == "delta"

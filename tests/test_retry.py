@@ -214,3 +214,29 @@ def test_a_compaction_between_a_killed_ttl_cleanup_and_its_replay_brings_no_remo
     assert any("a run removed expired entries after microbatch 3 but stopped before its checkpoint" in line
                for line in said), said
     assert "new_checkpoint" in compact_job(spark, lake.settings, "sweep", **QUIET)
+
+
+def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_table(spark, tmp_path):
+    # Releases before generations were lease generations wrote a restore's rows at txnVersion = checkpoint id,
+    # which a job with many checkpoints has far above its lease generation: a rescale must still go through,
+    # with rows newer than those.
+    from state_store.backends import create_operator_backend
+    from state_store.state_tables import append_idempotent
+
+    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
+    for target in (steady, lake):
+        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
+        for batch in range(2):
+            target.write_events(f"e{batch}.json", events(batch))
+    specs = {id(t): all_states_job(t, parallelism=2) for t in (steady, lake)}
+    for target in (steady, lake):
+        run(spark, specs[id(target)], target)
+    meta = JobMeta(lake.settings.job_dir(specs[id(lake)].job_id))
+    backend = create_operator_backend("delta", spark, meta.job_dir, specs[id(lake)].job_id, meta.latest_checkpoint())
+    empty = spark.read.format("delta").load(str(backend.path)).limit(0)
+    assert append_idempotent(empty, backend.path, backend.restore_app_id, 50, ("state_name",), "generation")
+    for target in (steady, lake):
+        rescale_job(spark, target.settings, specs[id(target)], 3, **QUIET)
+    assert meta.latest_checkpoint().state["operator"]["generations"][-1] == 51
+    assert state_at_latest_checkpoint(spark, lake, specs[id(lake)]) == state_at_latest_checkpoint(
+        spark, steady, specs[id(steady)])
