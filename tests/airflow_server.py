@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.ports import free_ports
+
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "lakestate-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def airflow_env(base: Path, lakestate_root: Path, registry: Path) -> dict:
@@ -58,12 +53,12 @@ def running_airflow(base: Path, env: dict, command: str = "api-server"):
     yields the base URL once the API answers its health check."""
     migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
-    port = _free_port()
+    port, worker_logs, trigger_logs = free_ports(3)
     env = {**env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__HOST": "127.0.0.1",
            # Task runners reach the API server here; the log servers take free ports too.
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-           "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port())}
+           "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
+           "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}
     args = ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)] if command == "api-server" \
         else ["airflow", command]
     log_path = base / f"airflow-{command}.log"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ from state_store.spark import PROJECT_ROOT, delta_jars
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from tests.jobs import all_states_job, events
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_worker(ui_port: int, deadline_s: float = 90) -> None:
@@ -44,7 +38,7 @@ def _wait_for_worker(ui_port: int, deadline_s: float = 90) -> None:
 @pytest.fixture
 def standalone_cluster(tmp_path):
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui_port, worker_ui = _free_port(), _free_port(), _free_port()
+    port, ui_port, worker_ui = free_ports(3)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
            "SPARK_WORKER_DIR": str(tmp_path / "work")}
     logs = open(tmp_path / "cluster.log", "w")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,16 +25,11 @@ from state_store.storage import ObjectPath, S3Options, create_exclusive, locatio
 from .conftest import Lake
 from .helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from .jobs import all_states_job, events
+from .ports import free_ports
 
 pytestmark = pytest.mark.slow
 BUCKET = "lakestate-it"
 QUIET = dict(say=lambda m: None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def s3(spark, tmp_path_factory):
     """An S3 server on 127.0.0.1 with one bucket; the AWS variables point at it while the module runs."""
     import boto3
 
-    port = _free_port()
+    [port] = free_ports()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=log, stderr=subprocess.STDOUT)

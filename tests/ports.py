@@ -1,0 +1,17 @@
+"""Free ports on 127.0.0.1 for the servers the tests start."""
+from __future__ import annotations
+
+import socket
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """``n`` distinct free ports, held open together while chosen: taken one at a time, the kernel may hand
+    the same port out twice (the standalone master's UI then moved aside and the worker's answered for it)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
