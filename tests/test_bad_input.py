@@ -199,6 +199,7 @@ def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_
     meta = JobMeta(lake.settings.job_dir(spec.job_id))  # and points the latest checkpoint at that version
     checkpoint = meta.latest_checkpoint()
     checkpoint.state["keyed"]["version"] += 1
+    checkpoint.state["keyed"]["generations"] = [1]  # and its generation (as a restore's write would be)
     meta.write_checkpoint(checkpoint)
     lake.write_events("e1.json", events(1))
     with pytest.raises(InputError, match=r"StoredValueError: state 'count.count' of key 'a' holds a stored value "

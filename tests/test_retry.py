@@ -35,6 +35,17 @@ def _crash_before_the_checkpoint(monkeypatch):
     return lambda: monkeypatch.undo()
 
 
+def _twin_lakes(tmp_path, names: tuple[str, str], batches: int, **job):
+    """Two lakes with the same input (rules, then ``batches`` event files) and the same all-states job on each:
+    the one an operation is killed on, and its twin where only the retry happens."""
+    lakes = tuple(Lake(tmp_path / name) for name in names)
+    for target in lakes:
+        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
+        for batch in range(batches):
+            target.write_events(f"e{batch}.json", events(batch))
+    return (*lakes, {id(t): all_states_job(t, **job) for t in lakes})
+
+
 def _bootstrap(spark, lake, job_id: str, name: str, counts: dict[str, int]):
     rows = spark.createDataFrame(list(counts.items()), "k string, n bigint")
     return (SavepointWriter.bootstrap(spark, job_id, uid="count", key_type=Types.STRING(), max_parallelism=8,
@@ -72,12 +83,7 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
         spark, tmp_path, monkeypatch):
     from state_store.compaction import compact_job
 
-    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
-    for target in (steady, lake):
-        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
-        for batch in range(5):
-            target.write_events(f"e{batch}.json", events(batch))
-    specs = {id(t): all_states_job(t, parallelism=4) for t in (steady, lake)}
+    steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 5, parallelism=4)
 
     def both(step):
         for target in (steady, lake):
@@ -110,12 +116,7 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
 def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as_a_clean_job(spark, tmp_path):
     from state_store.compaction import compact_job
 
-    clean, lake = Lake(tmp_path / "clean"), Lake(tmp_path / "lake")
-    for target in (clean, lake):
-        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
-        for batch in range(4):
-            target.write_events(f"e{batch}.json", events(batch))
-    specs = {id(t): all_states_job(t) for t in (clean, lake)}
+    clean, lake, specs = _twin_lakes(tmp_path, ("clean", "lake"), 4)
     for target in (clean, lake):
         run(spark, specs[id(target)], target, max_microbatches=2)
 
@@ -223,12 +224,7 @@ def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_
     from state_store.backends import create_operator_backend
     from state_store.state_tables import append_idempotent
 
-    steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
-    for target in (steady, lake):
-        target.write_rules("r0.json", [{"name": "factor", "factor": 3}])
-        for batch in range(2):
-            target.write_events(f"e{batch}.json", events(batch))
-    specs = {id(t): all_states_job(t, parallelism=2) for t in (steady, lake)}
+    steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 2, parallelism=2)
     for target in (steady, lake):
         run(spark, specs[id(target)], target)
     meta = JobMeta(lake.settings.job_dir(specs[id(lake)].job_id))
