@@ -11,7 +11,7 @@ import pytest
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
 from state_store.catalog import JobMeta, JobRegistry
 from state_store.cli import main
-from tests.helpers import run, sink_rows
+from tests.helpers import run, sink_rows, write_stored_values
 from tests.jobs import EVENT, CountOnly, count_job, events
 
 
@@ -186,21 +186,10 @@ def test_a_run_continues_at_the_parallelism_and_backend_of_its_checkpoint_and_sa
                                             ("[" * 2000 + "]" * 2000, "recursion depth exceeded"),
                                             ("1" * 40, "")], ids=["a dict", "too deep", "too large"])
 def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_key(spark, lake, stored, problem):
-    from pyspark.sql import functions as F
-
     lake.write_events("e0.json", events(0))
     spec = count_job(lake)
     run(spark, spec, lake)
-    keyed = str(lake.settings.job_dir(spec.job_id) / "state" / "keyed")
-    # Something outside the job writes a dict where the LONG count of key 'a' lives.
-    (spark.read.format("delta").load(keyed).filter("key = 'a' AND state_name = 'count.count'")
-     .withColumn("value", F.lit(stored)).withColumn("generation", F.col("generation") + 1)
-     .write.format("delta").mode("append").save(keyed))
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))  # and points the latest checkpoint at that version
-    checkpoint = meta.latest_checkpoint()
-    checkpoint.state["keyed"]["version"] += 1
-    checkpoint.state["keyed"]["generations"] = [1]  # and its generation (as a restore's write would be)
-    meta.write_checkpoint(checkpoint)
+    write_stored_values(spark, lake, spec.job_id, "count.count", {"a": stored})  # where a's LONG count lives
     lake.write_events("e1.json", events(1))
     with pytest.raises(InputError, match=r"StoredValueError: state 'count.count' of key 'a' holds a stored value "
                                          r"that is not its declared LONG: .*" + problem):

@@ -10,6 +10,7 @@ import pytest
 
 from state_store.catalog import JobMeta
 from state_store.cli import main
+from tests.helpers import write_stored_values
 from tests.jobs import events
 
 
@@ -295,23 +296,10 @@ def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_err
 def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark, lake, registered, capsys):
     import pickle
 
-    from pyspark.sql import functions as F
-
     lake.write_events("e0.json", events(0))
     assert main(["run", "--job", "cli-counts", *registered]) == 0
-    keyed = str(lake.settings.job_dir("cli-counts") / "state" / "keyed")
     bad = {"a": pickle.dumps(3, protocol=0).decode(), "b": "[" * 200_000 + "]" * 200_000, "c": '{"n": 3}'}
-    # Something outside the job writes values of the wrong type where three keys' LONG counts live.
-    stored = spark.read.format("delta").load(keyed).filter("state_name = 'count.count'")
-    value = F.col("value")
-    for k, text in bad.items():
-        value = F.when(F.col("key") == k, F.lit(text)).otherwise(value)
-    (stored.filter(F.col("key").isin(list(bad))).withColumn("value", value)
-     .withColumn("generation", F.col("generation") + 1).write.format("delta").mode("append").save(keyed))
-    meta = JobMeta(lake.settings.job_dir("cli-counts"))  # and points the latest checkpoint at that version
-    checkpoint = meta.latest_checkpoint()
-    checkpoint.state["keyed"]["version"] += 1
-    meta.write_checkpoint(checkpoint)
+    write_stored_values(spark, lake, "cli-counts", "count.count", bad)  # values of the wrong type
     state = ["state", "--job", "cli-counts", "--state", "count", *registered]
     capsys.readouterr()
     assert main([*state, "--key", "d"]) == 0  # a healthy key
