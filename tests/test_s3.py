@@ -179,6 +179,7 @@ def test_a_missing_bucket_is_refused_before_anything_is_written(s3, tmp_path):
 
 def test_housekeeping_removes_what_a_killed_savepoint_left_in_place_on_s3a_and_keeps_one_being_written(s3):
     import json
+    import socket
 
     from state_store.housekeeping import housekeeping
     from .helpers import dead_pid
