@@ -18,6 +18,9 @@ def spark():
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        # One JVM serves the whole session's ~500 tests (Delta logs cached, 200,000-deep values decoded): the
+        # default 1 GiB heap ran out near the end of a full run.
+        "spark.driver.memory": "4g",
     }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
     yield session
     session.stop()
