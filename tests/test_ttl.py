@@ -263,6 +263,16 @@ def test_an_expired_accumulator_starts_over_unless_expired_values_are_returned(c
 
 
 # -- across a reload (what the next run reads back from the table) --------------------------------------------------
+def _reload(rows, now):
+    """A new store holding ``rows`` (a flush's), at time ``now``, on key "k": a later run reading them back."""
+    store = KeyedStateStore()
+    for name, kg, key, ns, user_key, text, _, expiry in rows:
+        store.load(name, key, ns, user_key, kg, text, expiry)
+    store.set_time(now)
+    store.set_current_key("k", 3)
+    return store, RuntimeContext("op", store, 0, 1, 128)
+
+
 def test_expiries_survive_a_reload_and_ttl_turned_off_shows_every_stored_value(clock):
     items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl()))
     value = clock.ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl()))
@@ -271,12 +281,7 @@ def test_expiries_survive_a_reload_and_ttl_turned_off_shows_every_stored_value(c
     rows = clock.at(1).rows
 
     def reloaded(now, list_descriptor, value_descriptor):
-        store = KeyedStateStore()
-        for name, kg, key, ns, user_key, text, _, expiry in rows:
-            store.load(name, key, ns, user_key, kg, text, expiry)
-        store.set_time(now)
-        store.set_current_key("k", 3)
-        ctx = RuntimeContext("op", store, 0, 1, 128)
+        _, ctx = _reload(rows, now)
         return ctx.get_list_state(list_descriptor).get(), ctx.get_state(value_descriptor).value()
 
     with_ttl = (ListStateDescriptor("l", Types.LONG()).enable_time_to_live(ttl()),
@@ -295,12 +300,7 @@ def test_state_stored_before_ttl_was_on_lives_a_full_ttl_from_its_first_read_wit
     rows = clock.at(1).rows
 
     def reloaded(now, rows):
-        store = KeyedStateStore()
-        for name, kg, key, ns, user_key, text, _, expiry in rows:
-            store.load(name, key, ns, user_key, kg, text, expiry)
-        store.set_time(now)
-        store.set_current_key("k", 3)
-        ctx = RuntimeContext("op", store, 0, 1, 128)
+        store, ctx = _reload(rows, now)
         return (store, ctx.get_state(ValueStateDescriptor("v", Types.LONG()).enable_time_to_live(ttl())),
                 ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(ttl())),
                 ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG()).enable_time_to_live(ttl())))
