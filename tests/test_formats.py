@@ -1,0 +1,92 @@
+"""What an earlier release wrote on disk still restores, runs and reads: checkpoints (delta and hashmap, a
+rescaled and a compacted one, one with a TTL cleanup cursor), recorded plans, a savepoint and the compaction
+report, from ``tests/fixtures/formats-<release>.tar.gz`` (``tests/fixtures/make_formats.py`` says how it was
+made). Each job goes on with the current code and must end where the same steps taken wholly by the current
+code end."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from state_store.catalog import JobMeta
+from state_store.compaction import compact_job
+from state_store.restore import RestoreSource, rescale_job, restore_job
+from state_store.savepoint import load_savepoint
+from state_store.state_processor import SavepointReader
+
+from .conftest import Lake
+from .fixtures.make_formats import BASE, formats_jobs, write_inputs
+from .helpers import run, sink_rows, state_at_latest_checkpoint
+from .test_ttl_tables import _clock
+
+pytestmark = pytest.mark.slow
+QUIET = lambda line: None  # noqa: E731
+RELEASES = ("pre19",)
+
+
+def _extract(release: str, base: Path) -> Lake:
+    """The release's warehouse under ``base``, its recorded absolute paths moved there with it."""
+    with tarfile.open(Path(__file__).parent / "fixtures" / f"formats-{release}.tar.gz") as tar:
+        tar.extractall(base, filter="data")
+    for path in (base / "root").rglob("*.json"):
+        text = path.read_text()
+        if str(BASE) in text:
+            path.write_text(text.replace(str(BASE), str(base)))
+    return Lake(base)
+
+
+def _clock_from(ms: int):
+    ticks = iter(range(ms, ms + 100_000, 1000))
+    return lambda: next(ticks)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written_now(spark, tmp_path, release):
+    old = _extract(release, tmp_path / "old")
+    now = Lake(tmp_path / "now")
+    write_inputs(now)
+    old_jobs, new_jobs = formats_jobs(old), formats_jobs(now)
+    # What the fixture's maker did, now with the current code.
+    run(spark, new_jobs["fmt-delta"], now, max_microbatches=2)
+    rescale_job(spark, now.settings, new_jobs["fmt-delta"], 3, say=QUIET)
+    run(spark, new_jobs["fmt-delta"], now, max_microbatches=1)
+    compact_job(spark, now.settings, "fmt-delta", say=QUIET)
+    run(spark, new_jobs["fmt-hashmap"], now, max_microbatches=2)
+    run(spark, new_jobs["fmt-ttl"], now, max_microbatches=4, clock=_clock())
+    run(spark, new_jobs["fmt-counts"], now, max_microbatches=1)
+
+    # Every catalog file of the old release reads.
+    for job_id in old_jobs:
+        meta = JobMeta(old.settings.job_dir(job_id), warn=pytest.fail)
+        assert meta.readable_checkpoints(warn=pytest.fail)
+    assert JobMeta(old.settings.job_dir("fmt-delta")).last_compaction()["checkpoint"] >= 1
+    assert JobMeta(old.settings.job_dir("fmt-counts")).read_plan(1) is not None  # recorded, not yet run
+
+    # Both lakes take the same next input, and every job goes on: the old one from what the old release left.
+    for lake in (old, now):
+        lake.write_events("e3.json", [{"k": k, "v": 7, "op": "add", "seq": 3000 + i} for i, k in enumerate("abz")])
+        jobs = formats_jobs(lake)
+        said = []
+        run(spark, jobs["fmt-counts"], lake, progress=said.append)
+        assert any("replayed" in line for line in said) == (lake is old)  # the old plan of microbatch 1 is taken
+        for job_id in ("fmt-delta", "fmt-hashmap"):
+            run(spark, jobs[job_id], lake)
+        run(spark, jobs["fmt-ttl"], lake, clock=_clock_from(4000))
+    for job_id, spec in old_jobs.items():
+        assert sink_rows(spark, old, spec) == sink_rows(spark, now, new_jobs[job_id]), job_id
+        assert state_at_latest_checkpoint(spark, old, spec) == state_at_latest_checkpoint(spark, now,
+                                                                                          new_jobs[job_id]), job_id
+
+    # The old savepoint reads in the State Processor and restores into a new job on another backend.
+    savepoint = load_savepoint(old.settings, "fmt-delta/sp1")
+    reader = SavepointReader.for_savepoint(spark, "fmt-delta/sp1", settings=old.settings)
+    counts = {r["key"]: r["value"] for r in reader.keyed_state("count").collect()}
+    assert counts and set(counts) <= set("abcde")
+    copy = old_jobs["fmt-delta"].with_overrides(job_id="fmt-copy", sink="sinks/fmt-copy")
+    restored = restore_job(spark, old.settings, copy, RestoreSource(savepoint), backend="hashmap", say=QUIET)
+    assert restored.entries == {n: c for n, c in savepoint.entries.items() if c}
+    keyed, _ = state_at_latest_checkpoint(spark, old, copy)
+    assert {k[2]: json.loads(k[5]) for k in keyed if k[0] == "all.count"} == counts
