@@ -22,7 +22,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .checkpoint import CheckpointMetadata, SavepointMetadata
+from .job_store import JobStore
+from .records import STATE_TABLES, CheckpointMetadata, SavepointMetadata, TableSpec, TableVersion, WrittenFile
 from .delta_log import (
     CorruptLogError,
     app_transaction_version,
@@ -35,10 +36,8 @@ from .errors import RestoreError
 from .job import BACKENDS
 from .run_files import OutputTable
 from .storage import location, options_of, rmtree
+from .records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
-    KEYED,
-    OPERATOR,
-    TableSpec,
     append_idempotent,
     commit_files,
     latest_live,
@@ -71,6 +70,7 @@ class StateBackend:
     def __init__(self, spark: SparkSession, job_dir: Path, job_id: str, table: TableSpec,
                  checkpoint: CheckpointMetadata | None = None):
         self.spark, self.job_dir, self.job_id, self.table = spark, job_dir, job_id, table
+        self.store = JobStore(job_dir)
         self.bound = checkpoint  # the checkpoint the run continues from (it says where a delta table lives)
         self._base: DataFrame | None = None
         self._changes: DataFrame | None = None
@@ -90,7 +90,7 @@ class StateBackend:
         raise NotImplementedError
 
     def staging_dir(self, token: str) -> Path:
-        return self.job_dir / "staging" / token / self.table.name
+        return self.store.staging(token) / self.table.name
 
     def output(self, token: str) -> OutputTable:
         """Where run ``token``'s subtasks write this table's changes (``run_files``): by default a
@@ -99,18 +99,18 @@ class StateBackend:
                                    self.table.partition_columns, None, storage=options_of(self.job_dir))
         return self._output
 
-    def write_run(self, files: list[dict], last_batch_id: int) -> None:
+    def write_run(self, files: list[WrittenFile], last_batch_id: int) -> None:
         """Make a run's changes (the files its subtasks wrote; rows of the table's schema, each tagged with
         its microbatch) durable as far as this backend does per run."""
         directory = self._output.directory
         self._changes = (self.spark.read.schema(self.table.schema).option("basePath", directory)
-                         .parquet(*[str(self._output.root / f["path"]) for f in files]) if files else None)
+                         .parquet(*[str(self._output.root / f.path) for f in files]) if files else None)
 
     def end_run(self, token: str) -> None:
         """The run is over (its checkpoints taken or it failed): drop what it staged."""
         rmtree(self.staging_dir(token).parent, ignore_errors=True)
 
-    def snapshot(self, checkpoint_id: int, batch_id: int, cleanup=None) -> dict:
+    def snapshot(self, checkpoint_id: int, batch_id: int, cleanup=None) -> TableVersion:
         """Capture the state after ``batch_id`` for a checkpoint; return what the checkpoint records. A full
         snapshot passes its rows through ``cleanup`` (TTL's full snapshot cleanup); an incremental one cannot."""
         raise NotImplementedError
@@ -144,7 +144,7 @@ class StateBackend:
         rows as: its own, unless the tables it writes to already hold a later one."""
         return attempt
 
-    def write_full(self, rows: DataFrame, checkpoint_id: int, generation: int = 0) -> dict:
+    def write_full(self, rows: DataFrame, checkpoint_id: int, generation: int = 0) -> TableVersion:
         """Write ``rows`` (live entries of this table, e.g. a restore's, written as ``generation``: the attempt's,
         see ``state_tables``) as the whole state of checkpoint ``checkpoint_id``, where nothing else is; return
         what the checkpoint records."""
@@ -152,7 +152,7 @@ class StateBackend:
 
     @staticmethod
     def _pinned(retained: list[CheckpointMetadata], table: str) -> set[str]:
-        return {str(c.state.get(table, {}).get("path")) for c in retained}
+        return {str(c.table(table).path) for c in retained}
 
     def _full_state_at(self, batch_id: int) -> DataFrame:
         """The live entries after ``batch_id``: the restored state with the run's changes applied."""
@@ -169,12 +169,12 @@ class DeltaStateBackend(StateBackend):
     def path(self) -> Path:
         """The table runs append to: the one the bound checkpoint pins (a restore may have started a new
         generation of it, ``state/g<N>/``), else the job's first."""
-        recorded = (self.bound.state.get(self.table.name) or {}) if self.bound and self.bound.backend == self.name \
-            else {}
-        return location(recorded["path"]) if recorded.get("path") else self.job_dir / "state" / self.table.name
+        own = self.bound is not None and self.bound.backend == self.name
+        recorded = self.bound.table(self.table.name) if own else TableVersion()
+        return location(recorded.path) if recorded.path else self.store.state_table(self.table.name)
 
     def _generation_path(self, checkpoint_id: int) -> Path:
-        return self.job_dir / "state" / f"g{checkpoint_id}" / self.table.name
+        return self.store.state_table(self.table.name, checkpoint_id)
 
     @property
     def generations(self) -> list[int] | None:
@@ -182,14 +182,14 @@ class DeltaStateBackend(StateBackend):
         run's checkpoints pin too); None for a checkpoint recorded before they were listed: it sees every row."""
         if self.bound is None or self.bound.backend != self.name:
             return []
-        return (self.bound.state.get(self.table.name) or {}).get("generations", None)
+        return self.bound.table(self.table.name).generations
 
     def read(self, checkpoint, restrict=None):
         if checkpoint is None:  # the table is made by the run's first write
             return self.empty()
-        recorded = checkpoint.state[self.table.name]
-        df = self.spark.read.format("delta").option("versionAsOf", recorded["version"]).load(recorded["path"])
-        df = visible(df.filter(F.col("batch_id") <= checkpoint.batch_id), recorded.get("generations"))
+        recorded = checkpoint.table(self.table.name)
+        df = self.spark.read.format("delta").option("versionAsOf", recorded.version).load(recorded.path)
+        df = visible(df.filter(F.col("batch_id") <= checkpoint.batch_id), recorded.generations)
         return latest_live(restrict(df) if restrict else df, self.table)
 
     def output(self, token):
@@ -232,10 +232,10 @@ class DeltaStateBackend(StateBackend):
                            and (note := transaction_metadata(self.path, self.cleanup_app_id, b))}
 
     def damage(self, checkpoint):
-        recorded = checkpoint.state.get(self.table.name) or {}
-        path = recorded.get("path", self.path)
+        recorded = checkpoint.table(self.table.name)
+        path = recorded.path or self.path
         return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} state table "
-                            f"{path} (version {recorded.get('version')})", path, recorded.get("version"))
+                            f"{path} (version {recorded.version})", path, recorded.version)
 
     @property
     def restore_app_id(self) -> str:
@@ -258,7 +258,7 @@ class DeltaStateBackend(StateBackend):
         self._append(rows, path, generation)
         return delta_record(path, [generation])
 
-    def append_changes(self, rows: DataFrame, generation: int) -> dict:
+    def append_changes(self, rows: DataFrame, generation: int) -> TableVersion:
         """Append ``rows`` (a rescale's redistributed operator entries and tombstones, written as ``generation``,
         the attempt's) to the bound table; return what the new checkpoint records: the generations the bound
         checkpoint sees and this one."""
@@ -280,20 +280,20 @@ class HashMapStateBackend(StateBackend):
     name = "hashmap"
 
     def _dir(self, checkpoint_id: int) -> Path:
-        return self.job_dir / "snapshots" / f"chk-{checkpoint_id}" / self.table.name
+        return self.store.snapshot_table(checkpoint_id, self.table.name)
 
     def read(self, checkpoint, restrict=None):
         if checkpoint is None:
             self._base = self.empty()
             return self._base
-        recorded = checkpoint.state[self.table.name]
-        if not (location(recorded["path"]) / "_delta_log").is_dir():
+        recorded = checkpoint.table(self.table.name)
+        if not recorded.path or not (location(recorded.path) / "_delta_log").is_dir():
             raise RestoreError(
-                f"checkpoint {checkpoint.checkpoint_id}'s snapshot {recorded['path']} is missing; "
+                f"checkpoint {checkpoint.checkpoint_id}'s snapshot {recorded.path} is missing; "
                 f"restore an older checkpoint or a savepoint"
             )
-        self._base = (self.spark.read.format("delta").option("versionAsOf", recorded["version"])
-                      .load(recorded["path"]))
+        self._base = (self.spark.read.format("delta").option("versionAsOf", recorded.version)
+                      .load(recorded.path))
         return restrict(self._base) if restrict else self._base
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
@@ -305,11 +305,11 @@ class HashMapStateBackend(StateBackend):
         # A full snapshot; overwriting makes a retried checkpoint (after a crash) idempotent.
         (rows.filter(F.col("value").isNotNull()).write.format("delta").partitionBy(*self.table.partition_columns)
          .mode("overwrite").save(str(path)))
-        return {**table_snapshot(path), "incremental": False}
+        return TableVersion(**table_snapshot(path), incremental=False)
 
     def discard(self, checkpoint, retained):
         # A rescaled checkpoint pins the keyed snapshot of the checkpoint it came from: keep what is pinned.
-        path = (checkpoint.state.get(self.table.name) or {}).get("path")
+        path = checkpoint.table(self.table.name).path
         if path and path not in self._pinned(retained, self.table.name):
             rmtree(path, ignore_errors=True)
         folder = self._dir(checkpoint.checkpoint_id).parent
@@ -317,12 +317,11 @@ class HashMapStateBackend(StateBackend):
             folder.rmdir()
 
     def damage(self, checkpoint):
-        recorded = checkpoint.state.get(self.table.name) or {}
-        path = recorded.get("path")
-        if path is None:
+        recorded = checkpoint.table(self.table.name)
+        if recorded.path is None:
             return None
-        return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {path}",
-                            path, recorded.get("version"))
+        return table_damage(f"checkpoint {checkpoint.checkpoint_id}'s {self.table.name} snapshot {recorded.path}",
+                            recorded.path, recorded.version)
 
 
 _MEMORY_SNAPSHOTS: dict[tuple[str, str, int], list] = {}
@@ -351,7 +350,7 @@ class MemoryStateBackend(StateBackend):
     def write_full(self, rows, checkpoint_id, generation=0):
         rows = rows.filter(F.col("value").isNotNull()).collect()
         _MEMORY_SNAPSHOTS[(str(self.job_dir), self.table.name, checkpoint_id)] = rows
-        return {"entries": len(rows), "incremental": False}
+        return TableVersion(entries=len(rows), incremental=False)
 
     def discard(self, checkpoint, retained):
         _MEMORY_SNAPSHOTS.pop((str(self.job_dir), self.table.name, checkpoint.checkpoint_id), None)
@@ -361,13 +360,11 @@ _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryS
 assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
 
 
-def delta_record(path, generations: list[int] | None, version: int | None = None) -> dict:
+def delta_record(path, generations: list[int] | None, version: int | None = None) -> TableVersion:
     """What a checkpoint records of a ``delta`` state table: the version it pins (default: the latest) and the
     generations of writes that are not microbatches whose rows it sees (``state_tables.visible``)."""
-    record = {**table_snapshot(path, version), "incremental": True}
-    if generations is not None:
-        record["generations"] = sorted(set(int(g) for g in generations))
-    return record
+    return TableVersion(**table_snapshot(path, version), incremental=True,
+                        generations=None if generations is None else sorted(set(int(g) for g in generations)))
 
 
 def checkpoint_damage(spark: SparkSession, job_dir: Path, checkpoint: CheckpointMetadata) -> list[str]:
@@ -382,18 +379,18 @@ def point_damage(spark: SparkSession, point: CheckpointMetadata | SavepointMetad
     when intact): the one check every reader makes first (a run, a savepoint, a restore, the State Processor),
     so a damaged table is named with the fix instead of failing in Spark halfway through a read."""
     if isinstance(point, SavepointMetadata):
-        return [d for t in ("keyed", "operator") if (d := table_damage(
-            f"savepoint {point.path}'s {t} table", point.table_path(t), point.tables[t].get("version")))]
+        return [d for t in STATE_TABLES if (d := table_damage(
+            f"savepoint {point.path}'s {t} table", point.table_path(t), point.tables[t].version))]
     return checkpoint_damage(spark, job_dir, point)
 
 
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
                          checkpoint: CheckpointMetadata | None = None) -> StateBackend:
     """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it)."""
-    return _BACKENDS[name](spark, job_dir, job_id, KEYED, checkpoint)
+    return _BACKENDS[name](spark, job_dir, job_id, KEYED_TABLE, checkpoint)
 
 
 def create_operator_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
                             checkpoint: CheckpointMetadata | None = None) -> StateBackend:
     """The ``name`` backend bound to the job's operator state table (as ``checkpoint`` left it)."""
-    return _BACKENDS[name](spark, job_dir, job_id, OPERATOR, checkpoint)
+    return _BACKENDS[name](spark, job_dir, job_id, OPERATOR_TABLE, checkpoint)

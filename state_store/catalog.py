@@ -13,34 +13,14 @@ the Airflow plugin).
 from __future__ import annotations
 
 import importlib
-import json
-import logging
-import re
 import time
-from pathlib import Path
-from typing import Any
 
-from . import storage
-from .checkpoint import CheckpointMetadata, MicrobatchPlan, discover_descriptors
+from .checkpoint import discover_descriptors
 from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
+from .job_store import CorruptCheckpoint, read_json, write_json_atomic  # noqa: F401 - until callers move
+from .job_store import JobStore as JobMeta  # noqa: F401
 from .settings import Settings
-
-
-def write_json_atomic(path, data: Any) -> None:
-    storage.write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
-
-
-def read_json(path) -> Any:
-    return storage.read_json(path)
-
-
-class CorruptCheckpoint(ConfigError):
-    """A checkpoint's file cannot be read."""
-
-    def __init__(self, message: str, checkpoint_id: int):
-        super().__init__(message)
-        self.checkpoint_id = checkpoint_id
 
 
 # What the CLI and the Lakestate page take from a record's spec.
@@ -171,119 +151,3 @@ def build_spec(entrypoint: str) -> JobSpec:
     if not isinstance(spec, JobSpec):
         raise ConfigError(f"{entrypoint} must return a state_store.JobSpec, got {type(spec).__name__}")
     return spec
-
-
-class JobMeta:
-    """One job's plans, commits and checkpoints; ``warn`` is told of files in their folders that are not
-    Lakestate's (default: the ``lakestate`` logger)."""
-
-    def __init__(self, job_dir: Path, warn=None):
-        self.job_dir = job_dir
-        self.dir = job_dir / "_meta"
-        self.plans, self.commits, self.checkpoints_dir = self.dir / "plans", self.dir / "commits", self.dir / "checkpoints"
-        self._warn = warn or logging.getLogger("lakestate").warning
-        self._strays: set[str] = set()
-
-    def _numbered(self, directory: Path, prefix: str = "") -> list[int]:
-        """The numbers N of the files ``<prefix><N>.json`` in ``directory``, sorted. Any other name (a copy
-        someone made, an editor's backup) is not Lakestate's: it is ignored, with a warning, rather than
-        stopping every command that lists the folder."""
-        if not directory.is_dir():
-            return []
-        pattern, out = re.compile(rf"{re.escape(prefix)}(\d+)\.json"), []
-        for p in directory.iterdir():
-            found = pattern.fullmatch(p.name)
-            if found:
-                out.append(int(found.group(1)))
-            elif not p.name.startswith(".") and p.name not in self._strays:  # "." : a write in progress
-                self._strays.add(p.name)
-                self._warn(f"ignoring {p}: not a name Lakestate writes there ({prefix}<N>.json); move it out of "
-                           f"{directory}")
-        return sorted(out)
-
-    def read_plan(self, batch_id: int) -> MicrobatchPlan | None:
-        p = self.plans / f"{batch_id}.json"
-        if not p.exists():
-            return None
-        try:
-            return MicrobatchPlan.from_dict(read_json(p))
-        except (ValueError, TypeError, AttributeError) as e:
-            raise ConfigError(
-                f"the plan of microbatch {batch_id}, {p}, is corrupt ({type(e).__name__}: {e}); it fixes what that "
-                f"microbatch reads, and a replay must read the same. Restore the file from a backup; if no output "
-                f"row of microbatch {batch_id} is in the sink (column _microbatch) and no commit file "
-                f"{self.commits / f'{batch_id}.json'} exists, deleting it makes the next run plan it again") from None
-
-    def write_plan(self, plan: MicrobatchPlan) -> None:
-        write_json_atomic(self.plans / f"{plan.batch_id}.json", plan.to_dict())
-
-    def drop_plan(self, batch_id: int) -> None:
-        (self.plans / f"{batch_id}.json").unlink(missing_ok=True)
-        try:
-            self.plans.rmdir()  # only when no plan is left: a refused first run leaves no folder behind
-        except OSError:
-            pass
-
-    def write_commit(self, batch_id: int, commit: dict) -> None:
-        write_json_atomic(self.commits / f"{batch_id}.json", commit)
-
-    def last_commit(self) -> int | None:
-        ids = self._numbered(self.commits)
-        return ids[-1] if ids else None
-
-    def checkpoint_ids(self) -> list[int]:
-        return self._numbered(self.checkpoints_dir, "chk-")
-
-    def checkpoint(self, checkpoint_id: int) -> CheckpointMetadata:
-        p = self.checkpoints_dir / f"chk-{checkpoint_id}.json"
-        if not p.exists():
-            raise ConfigError(f"checkpoint {checkpoint_id} does not exist; retained: {self.checkpoint_ids()}")
-        try:
-            return CheckpointMetadata.from_dict(read_json(p))
-        except (ValueError, TypeError, AttributeError) as e:
-            raise CorruptCheckpoint(f"checkpoint {checkpoint_id}'s file {p} is corrupt ({type(e).__name__}: {e})",
-                                    checkpoint_id) from None
-
-    def readable_checkpoints(self, warn=None) -> list[CheckpointMetadata]:
-        """The retained checkpoints whose files can be read, oldest first; ``warn`` is told of the others."""
-        found = []
-        for cid in self.checkpoint_ids():
-            try:
-                found.append(self.checkpoint(cid))
-            except CorruptCheckpoint as e:
-                if warn is not None:
-                    warn(str(e))
-        return found
-
-    def checkpoints(self) -> list[CheckpointMetadata]:
-        return self.readable_checkpoints()
-
-    def latest_checkpoint(self, warn=None) -> CheckpointMetadata | None:
-        """The newest checkpoint that can be read (``warn`` is told of newer ones that cannot)."""
-        for cid in reversed(self.checkpoint_ids()):
-            try:
-                return self.checkpoint(cid)
-            except CorruptCheckpoint as e:
-                if warn is not None:
-                    warn(str(e))
-        return None
-
-    def last_compaction(self) -> dict | None:
-        """The report of the job's last compaction (``compaction.compact_job``), or None."""
-        path = self.dir / "compaction.json"
-        return read_json(path) if path.exists() else None
-
-    def write_compaction(self, report: dict) -> None:
-        write_json_atomic(self.dir / "compaction.json", report)
-
-    def write_checkpoint(self, checkpoint: CheckpointMetadata) -> None:
-        write_json_atomic(self.checkpoints_dir / f"chk-{checkpoint.checkpoint_id}.json", checkpoint.to_dict())
-
-    def expire_checkpoints(self, num_retained: int) -> list[CheckpointMetadata]:
-        """Forget all but the newest ``num_retained`` checkpoints; return the ones removed."""
-        ids = self.checkpoint_ids()
-        removed = []
-        for cid in ids[:-num_retained] if len(ids) > num_retained else []:
-            removed.append(self.checkpoint(cid))
-            (self.checkpoints_dir / f"chk-{cid}.json").unlink()
-        return removed

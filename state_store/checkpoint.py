@@ -1,15 +1,12 @@
-"""Typed records of the catalog: a microbatch's plan and a completed checkpoint, and what may restore one.
+"""What a job definition registers (a dry run of its hooks), and whether it may continue from a checkpoint.
 
-Both are kept as JSON files (see ``catalog``) so the CLI and the Airflow
-plugin read them without Spark; here they are dataclasses with ``to_dict`` /
-``from_dict``, and ``check_restorable`` says, with the fix, when a job
-definition cannot continue from a checkpoint.
+``discover_descriptors`` gives the ``StateInfo`` of every state the function registers up front;
+``check_restorable`` says, with the fix, when a definition cannot continue from a checkpoint (the records
+themselves are in ``records``).
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 from .errors import RestoreError
 from .functions import FunctionInitializationContext, RuntimeContext
@@ -17,126 +14,10 @@ from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
 from .types import StateMigrationError, check_compatibility
-from .sources import position
-from .storage import location
-
-LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
-SAVEPOINT_FORMAT = 1
+from .records import KEYED, LAYOUT_VERSION, OPERATOR, CheckpointMetadata, StateInfo
 
 
-class _Record:
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@dataclass
-class MicrobatchPlan(_Record):
-    """Microbatch ``batch_id`` reads ``[start, end)`` of each source, at processing time ``timestamp``.
-
-    Written before anything is read (write-ahead), so a replay reads exactly the same records.
-    """
-
-    batch_id: int
-    sources: dict[str, dict]  # source name -> {"start": offset, "end": offset}
-    timestamp: int
-    planned_by: str
-    records: int | None = None  # the planner's count of input records, when the source tells it
-
-    @property
-    def end_offsets(self) -> dict[str, Any]:
-        return {name: position(rng["end"]) for name, rng in self.sources.items()}
-
-
-@dataclass
-class CheckpointMetadata(_Record):
-    """A completed checkpoint: the state after microbatch ``batch_id``, pinned (Flink's ``_metadata``)."""
-
-    job_id: str
-    checkpoint_id: int
-    batch_id: int
-    uid: str
-    key_type: Any
-    backend: str
-    parallelism: int
-    max_parallelism: int
-    key_group_ranges: list[list[int]]
-    source_offsets: dict[str, Any]
-    state: dict[str, dict]  # table name -> what the backend recorded (version, path, size_bytes, num_files)
-    descriptors: dict[str, dict]
-    entries: dict[str, int]  # live entries per state name
-    completed_ms: int
-    processing_time: int | None = None
-    run_id: str | None = None
-    sink: dict | None = None
-    status: str = "COMPLETED"
-    layout: int = LAYOUT_VERSION
-    restored_from: dict | None = None  # a restore's or rescale's source: {"savepoint": path} or {"job", "checkpoint"}
-    cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl.cleanup``)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "CheckpointMetadata":
-        return super().from_dict({"layout": 1, **data})  # rows without a layout predate layout 2
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(t.get("size_bytes", 0) for t in self.state.values() if isinstance(t, dict))
-
-    @property
-    def num_files(self) -> int:
-        return sum(t.get("num_files", 0) for t in self.state.values() if isinstance(t, dict))
-
-
-@dataclass
-class SavepointMetadata(_Record):
-    """A savepoint: a self-contained, canonical copy of a checkpoint's state (its ``_metadata.json``).
-
-    ``tables`` holds, per state table ("keyed", "operator"), the savepoint's own Delta table of live entries
-    (same columns and partitioning as the job's tables, whatever backend took the checkpoint), relative to
-    the savepoint's folder so the folder can be moved.
-    """
-
-    job_id: str
-    name: str
-    checkpoint_id: int
-    batch_id: int
-    uid: str
-    key_type: Any
-    backend: str  # of the checkpoint it was taken from
-    parallelism: int
-    max_parallelism: int
-    key_group_ranges: list[list[int]]
-    source_offsets: dict[str, Any]
-    descriptors: dict[str, dict]
-    entries: dict[str, int]
-    tables: dict[str, dict]
-    created_ms: int
-    processing_time: int | None = None
-    label: str | None = None
-    format: int = SAVEPOINT_FORMAT
-    layout: int = LAYOUT_VERSION
-    path: str = ""  # where it was found (not stored)
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "path"}
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(t.get("size_bytes", 0) for t in self.tables.values())
-
-    @property
-    def num_files(self) -> int:
-        return sum(t.get("num_files", 0) for t in self.tables.values())
-
-    def table_path(self, table: str) -> str:
-        return str(location(self.path) / self.tables[table]["path"])
-
-
-def discover_descriptors(spec) -> dict[str, dict]:
+def discover_descriptors(spec) -> dict[str, StateInfo]:
     """The schemas of every state the function registers (a dry run of its hooks on the driver)."""
     p, maxp = spec.parallelism, spec.effective_max_parallelism
     function = copy.deepcopy(spec.function)
@@ -145,13 +26,18 @@ def discover_descriptors(spec) -> dict[str, dict]:
     function.initialize_state(FunctionInitializationContext(operator_store, {}, kg_range, False, 0))
     runtime_ctx = RuntimeContext(spec.uid, KeyedStateStore(), 0, p, maxp)
     function.open(runtime_ctx)
-    schemas = {name: {"scope": "keyed", **d.schema()} for name, d in runtime_ctx.descriptors.items()}
+    return registered_states(runtime_ctx, operator_store)
+
+
+def registered_states(runtime_ctx: RuntimeContext, operator_store: OperatorStateStore) -> dict[str, StateInfo]:
+    """What a checkpoint records of every state registered with ``runtime_ctx`` (keyed) and ``operator_store``."""
+    states = {name: StateInfo.from_descriptor(d, KEYED) for name, d in runtime_ctx.descriptors.items()}
     for name, (mode, d) in operator_store.descriptors().items():
-        schemas[name] = {"scope": "operator", "mode": mode, **d.schema()}
-    return schemas
+        states[name] = StateInfo.from_descriptor(d, OPERATOR, mode)
+    return states
 
 
-def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, dict]) -> None:
+def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, StateInfo]) -> None:
     """Refuse, with the fix, a checkpoint this definition cannot continue from."""
     cid = checkpoint.checkpoint_id
     if checkpoint.layout != LAYOUT_VERSION:
@@ -193,19 +79,19 @@ def continuing_spec(spec, checkpoint: CheckpointMetadata):
                                max_parallelism=checkpoint.max_parallelism)
 
 
-def check_descriptors(stored: dict[str, dict], descriptors: dict[str, dict], where: str) -> None:
+def check_descriptors(stored: dict[str, StateInfo], descriptors: dict[str, StateInfo], where: str) -> None:
     """Refuse, with the fix, a state whose kind or type the new definition changed incompatibly."""
     for name, old in stored.items():
         new = descriptors.get(name)
         if new is None:
             continue
-        if (old["kind"], old.get("mode")) != (new["kind"], new.get("mode")):
+        if (old.kind, old.mode) != (new.kind, new.mode):
             raise RestoreError(
-                f"state {name!r} was {old['kind']} state in {where} and is now {new['kind']} state; "
+                f"state {name!r} was {old.kind} state in {where} and is now {new.kind} state; "
                 f"give the new state another name"
             )
         try:
-            check_compatibility(old["type"], new["type"], where=f"state {name!r}")
+            check_compatibility(old.type, new.type, where=f"state {name!r}")
         except StateMigrationError as e:
             raise RestoreError(
                 f"{e} (since {where}); keep the old type, make a compatible change "

@@ -108,7 +108,7 @@ def cmd_checkpoints(args, settings: Settings) -> int:
         return 0
     rows = []
     for c in checkpoints:
-        versions = " ".join(f"{t}@v{i['version']}" for t, i in c.state.items() if isinstance(i, dict) and "version" in i)
+        versions = " ".join(f"{t}@v{i.version}" for t, i in c.state.items() if i is not None and i.version is not None)
         rows.append([c.checkpoint_id, c.batch_id, c.backend, versions or "-", sum(c.entries.values()), c.size_bytes,
                      c.num_files, _when(c.completed_ms)])
     print(_table(rows, ["checkpoint", "microbatch", "backend", "table versions", "entries", "bytes", "files",

@@ -35,12 +35,12 @@ from pyspark.sql import functions as F
 
 from .backends import create_keyed_backend, create_operator_backend, delta_record
 from .catalog import JobMeta
-from .checkpoint import CheckpointMetadata
+from .records import KEYED_TABLE, OPERATOR_TABLE, CheckpointMetadata, TableVersion
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
 from .lease import holding
 from .settings import Settings
-from .state_tables import KEYED, OPERATOR, latest_live, visible
+from .state_tables import latest_live, visible
 from .storage import location, remove_empty_folders, rmtree, walk_files
 from .ttl import drop_expired, ttl_states
 
@@ -102,27 +102,27 @@ def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, rep
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
     state = dict(latest.state)
-    for create, spec in ((create_keyed_backend, KEYED), (create_operator_backend, OPERATOR)):
+    for create, spec in ((create_keyed_backend, KEYED_TABLE), (create_operator_backend, OPERATOR_TABLE)):
         state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, meta.job_dir, create, spec)
     fault("after_rewrite")
-    entries = _entries_after(spark, latest, state["keyed"])
-    compacted = replace(latest, checkpoint_id=latest.checkpoint_id + 1, state=state, entries=entries,
+    entries = _entries_after(spark, latest, state[KEYED_TABLE.name])
+    compacted = replace(latest, checkpoint_id=meta.next_checkpoint_id(), state=state, entries=entries,
                         completed_ms=int(time.time() * 1000))
-    meta.write_checkpoint(compacted)  # from now on runs continue from the compacted tables
+    meta.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id
 
 
 def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir, create, spec):
-    recorded = checkpoint.state[spec.name]
-    path, version, b = recorded["path"], recorded["version"], checkpoint.batch_id
+    recorded = checkpoint.table(spec.name)
+    path, version, b = recorded.path, recorded.version, checkpoint.batch_id
     before = table_snapshot(path, version)
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
     # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
-    live = latest_live(visible(rows, recorded.get("generations")), spec, b)
+    live = latest_live(visible(rows, recorded.generations), spec, b)
     expired_removed = 0
-    if spec.name == "keyed":
+    if spec is KEYED_TABLE:
         filtered = ttl_states(checkpoint.descriptors, "compaction")
         if filtered and checkpoint.processing_time is not None:
             kept = drop_expired(live, filtered, checkpoint.processing_time)
@@ -137,19 +137,19 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir,
     finally:
         live.unpersist()
     after = table_snapshot(path)
-    return (delta_record(path, recorded.get("generations"), after["version"]),
+    return (delta_record(path, recorded.generations, after["version"]),
             {"rows_scanned": scanned, "expired_removed": expired_removed,
              "superseded_removed": scanned - count - expired_removed, "rows_after": count,
              "files_before": before["num_files"], "files_after": after["num_files"],
              "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
 
 
-def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: dict) -> dict[str, int]:
+def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion) -> dict[str, int]:
     """Entries per state: counted in the compacted keyed table, as the checkpoint has them for the rest."""
-    df = spark.read.format("delta").option("versionAsOf", keyed["version"]).load(keyed["path"])
+    df = spark.read.format("delta").option("versionAsOf", keyed.version).load(keyed.path)
     counts = {r["state_name"]: r["count"] for r in df.filter(F.col("batch_id") <= checkpoint.batch_id)
               .groupBy("state_name").count().collect()}
-    keyed_names = set(counts) | {n for n, d in checkpoint.descriptors.items() if d.get("scope", "keyed") == "keyed"}
+    keyed_names = set(counts) | {n for n, d in checkpoint.descriptors.items() if d.scope == KEYED_TABLE.name}
     entries = {n: c for n, c in checkpoint.entries.items() if n not in keyed_names}
     entries.update(counts)
     return {n: c for n, c in sorted(entries.items()) if c}
@@ -161,9 +161,9 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
     pinned_tables: dict[str, set[str]] = {}
     for c in retained:
         for recorded in c.state.values():
-            if recorded.get("path") and recorded.get("version") is not None:
-                files = pinned_tables.setdefault(_same(recorded["path"]), set())
-                files.update(unquote(f) for f in table_files(recorded["path"], recorded["version"]))
+            if recorded.path and recorded.version is not None:
+                files = pinned_tables.setdefault(_same(recorded.path), set())
+                files.update(unquote(f) for f in table_files(recorded.path, recorded.version))
     tables = {folder: _tables_under(location(job_dir) / folder) for folder in ("state", "snapshots")
               if (location(job_dir) / folder).is_dir()}
     found = {_same(t) for ts in tables.values() for t in ts}

@@ -280,11 +280,12 @@ def remove_if_only_the_lease(job_dir: Path, lease_dir: Path) -> None:
 
 
 @contextmanager
-def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=print):
-    """Hold job ``job_id`` for ``purpose`` (a savepoint, a restore) as a run holds it: wait up to ``wait_s``
-    for the run in progress; a job folder this created and left empty is removed afterwards."""
+def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=print, timeout_s: float = 60.0):
+    """Hold job ``job_id`` for ``purpose`` (a run, a savepoint, a restore, a compaction): wait up to ``wait_s``
+    for the holder to finish; yields the lease (its ``run_id`` is ``<purpose>-<time>-<random>``); a job folder
+    this created and left empty is removed afterwards (a refused first run leaves no folder)."""
     existed = job_dir.exists()
-    lease = JobLease(job_dir / "_meta" / "lease", job_id,
+    lease = JobLease(job_dir / "_meta" / "lease", job_id, timeout_s,
                      run_id=f"{purpose}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
     lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
     try:

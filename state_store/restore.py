@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -50,10 +50,8 @@ from pyspark.sql import functions as F
 
 from .backends import create_keyed_backend, create_operator_backend, point_damage
 from .catalog import JobMeta
+from .records import LAYOUT_VERSION, CheckpointMetadata, SavepointMetadata, TableVersion
 from .checkpoint import (
-    LAYOUT_VERSION,
-    CheckpointMetadata,
-    SavepointMetadata,
     check_descriptors,
     check_max_parallelism,
     discover_descriptors,
@@ -66,7 +64,7 @@ from .key_groups import check_parallelism, key_group_ranges
 from .lease import holding
 from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
 from .repartition import broadcast, operator_split_starts, split_distribute
-from .runtime import SOURCE_OFFSETS_STATE
+from .sources import SOURCE_OFFSETS_STATE
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
 
@@ -330,7 +328,7 @@ def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_ma
             return name
         uid, _, rest = name.partition(".")
         new = f"{uid_map.get(uid, uid)}.{rest}"
-        registered_up_front = name in src.descriptors and not src.descriptors[name].get("lazy")
+        registered_up_front = name in src.descriptors and not src.descriptors[name].lazy
         return new if uid_map.get(uid, uid) == spec.uid and (new in descriptors or not registered_up_front) \
             else None
 
@@ -338,9 +336,8 @@ def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_ma
     kept = {n: m for n in stored if (m := mapped(n)) is not None}
     dropped = [n for n in stored if n not in kept]
     if dropped and not allow_non_restored_state:
-        shown = ", ".join(f"{n!r} ({src.descriptors.get(n, {}).get('scope', 'raw')} "
-                          f"{src.descriptors.get(n, {}).get('kind', 'state')}, {src.entries.get(n, 0)} entries)"
-                          for n in dropped)
+        shown = ", ".join(f"{n!r} ({src.descriptors[n].label if n in src.descriptors else 'raw state'}, "
+                          f"{src.entries.get(n, 0)} entries)" for n in dropped)
         uids = sorted({n.partition(".")[0] for n in dropped} - {spec.uid})
         hint = f" map its uid with --uid-map {uids[0]}={spec.uid}," if uids else ""
         raise RestoreError(f"{where} holds state that job {job_id!r} (operator uid {spec.uid!r}) would not restore: "
@@ -413,7 +410,7 @@ def _write(spark: SparkSession, settings: Settings, plan: _Plan, meta: JobMeta, 
     if plan.rescale:
         operator_record = (operator_backend.append_changes(new_operator, generation) if plan.backend == "delta"
                            else operator_backend.write_full(new_operator, checkpoint_id, generation))
-        keyed_record = dict(src.state["keyed"])  # keyed state does not move: the same rows, pinned again
+        keyed_record = replace(src.table(KEYED.name))  # keyed state does not move: the same rows, pinned again
         say(f"[lakestate] job {job_id}: rescaling checkpoint {src.checkpoint_id} from parallelism "
             f"{src.parallelism} to {plan.parallelism}: keyed state stays where it is, operator state is "
             f"redistributed")
@@ -444,7 +441,7 @@ def _checkpoint(settings: Settings, plan: _Plan, checkpoint_id: int, state: dict
         descriptors={kept[n]: d for n, d in src.descriptors.items() if n in kept},
         entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
         processing_time=src.processing_time, run_id=run_id,
-        sink=table_snapshot(sink_path) if (sink_path / "_delta_log").exists() else None,
+        sink=TableVersion(**table_snapshot(sink_path)) if (sink_path / "_delta_log").exists() else None,
         restored_from=plan.source.describe())
 
 

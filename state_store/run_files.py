@@ -13,16 +13,14 @@ No Spark import here: the executors and the tests use it alone.
 """
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
+from .records import KEYED, OPERATOR, SINK, SINK_MICROBATCH, TABLE_SPECS, KeyedRow, OperatorRow, WrittenFile
 from .storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
-SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
-SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
 FLUSH_ROWS = 65_536  # rows held in Python before they are written as Parquet row groups
 
 
@@ -53,12 +51,9 @@ class RunOutputs:
 def local_outputs(directory, token: str, committed: int | None = None) -> RunOutputs:
     """The three tables' files under ``directory`` (one folder each), as a run on the staging backends
     writes them: for running subtasks without Spark (tests, ``bench/profile_subtask.py``)."""
-    from .state_tables import KEYED as KEYED_SPEC
-    from .state_tables import OPERATOR as OPERATOR_SPEC
-
     directory = Path(directory)
     tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), committed, SINK_MICROBATCH)}
-    for spec in (KEYED_SPEC, OPERATOR_SPEC):
+    for spec in TABLE_SPECS.values():
         tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema,
                                         spec.partition_columns, committed)
     return RunOutputs(token, tables)
@@ -99,6 +94,10 @@ class TableFiles:
         dirs = "".join(f"{c}={v}/" for c, v in zip(self.table.partition_columns, partition))
         return f"{dirs}{self.prefix}-{len(self._writers):05d}.zstd.parquet"
 
+    def add_row(self, row: KeyedRow | OperatorRow) -> None:
+        """A state table row (its partition columns go to the file's folder, the rest into the file)."""
+        self.add(row.partition, row.batch_id, row.in_file)
+
     def add(self, partition: tuple, batch_id: int, row) -> None:
         committed = self.table.committed
         if committed is not None and batch_id <= committed:
@@ -132,16 +131,16 @@ class TableFiles:
             entry[4] = max(batches) if entry[4] is None else max(entry[4], max(batches))
         self._pending, self.pending_rows = {}, 0
 
-    def close(self) -> list[dict]:
-        """Write what is pending, close the files and describe each (``file_info``)."""
+    def close(self) -> list[WrittenFile]:
+        """Write what is pending, close the files and describe each."""
         self.flush()
         infos = []
         for partition, (writer, relative, rows, low, high, sink) in self._writers.items():
             writer.close()
             size = sink.tell()
             sink.close()
-            infos.append(file_info(self.table, relative, dict(zip(self.table.partition_columns, partition)),
-                                   rows, low, high, size))
+            values = {c: str(v) for c, v in zip(self.table.partition_columns, partition)}
+            infos.append(WrittenFile(self.table.name, relative, values, size, rows, low, high))
         self._writers = {}
         return infos
 
@@ -163,28 +162,11 @@ class SinkFiles(TableFiles):
         return struct.flatten() + [pa.array([b for b, _ in rows], type=pa.int64())]
 
 
-def file_info(table: OutputTable, relative: str, partition: dict, rows: int, low: int | None,
-              high: int | None, size: int) -> dict:
-    """What a commit needs to know of a written file (just closed: its modification time is now)."""
-    return {"table": table.name, "path": relative, "partition": {k: str(v) for k, v in partition.items()},
-            "size": size, "mtime": int(time.time() * 1000), "rows": rows, "min": low, "max": high}
-
-
-def add_action(info: dict, batch_column: str) -> dict:
-    """The Delta ``add`` action of a written file, with exact statistics (row count, microbatch range)."""
-    stats = {"numRecords": info["rows"]}
-    if info["min"] is not None:
-        stats.update(minValues={batch_column: info["min"]}, maxValues={batch_column: info["max"]},
-                     nullCount={batch_column: 0})
-    return {"add": {"path": info["path"], "partitionValues": info["partition"], "size": info["size"],
-                    "modificationTime": info["mtime"], "dataChange": True, "stats": json.dumps(stats)}}
-
-
-def write_rows(table: OutputTable, token: str, partition: tuple, rows: list[tuple[int, tuple]]) -> list[dict]:
-    """Write ``(batch_id, row)`` pairs as one file of ``table`` (from the driver: e.g. source offsets)."""
+def write_rows(table: OutputTable, token: str, rows: Iterable[KeyedRow | OperatorRow]) -> list[WrittenFile]:
+    """Write state table ``rows`` as files of ``table`` (from the driver: e.g. source offsets)."""
     files = TableFiles(table, token, 0, arrow_schema(table.ddl, table.partition_columns))
-    for batch_id, row in rows:
-        files.add(partition, batch_id, row)
+    for row in rows:
+        files.add_row(row)
     return files.close()
 
 
@@ -244,5 +226,5 @@ class SubtaskFiles:
             for f in self._all:
                 f.flush()
 
-    def close(self) -> list[dict]:
+    def close(self) -> list[WrittenFile]:
         return [info for f in self._all for info in f.close()]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .catalog import JobMeta, read_json, write_json_atomic
-from .checkpoint import CheckpointMetadata, SavepointMetadata
+from .records import CheckpointMetadata, SavepointMetadata, TableVersion
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
@@ -125,8 +125,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
             rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(
                 str(work / table))
             snap = table_snapshot(work / table)
-            written[table] = {"path": table, "version": snap["version"], "size_bytes": snap["size_bytes"],
-                              "num_files": snap["num_files"]}
+            written[table] = TableVersion(table, snap["version"], snap["size_bytes"], snap["num_files"])
         if recount:  # states a cleanup thinned: their entries are what the savepoint holds
             from .ttl import count_entries
 
@@ -160,7 +159,7 @@ def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> Sav
     try:
         data = read_json(file)
         savepoint = SavepointMetadata.from_dict(data)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
     savepoint.path = str(path)
     if own_tables:
@@ -172,7 +171,7 @@ def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
     """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
     in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
     for table, record in savepoint.tables.items():
-        relative = str(record.get("path") or "") if isinstance(record, dict) else ""
+        relative = str(record.path or "") if isinstance(record, TableVersion) else ""
         try:
             where = (folder / relative).resolve()
         except ValueError:  # on object storage: an absolute path, or another bucket

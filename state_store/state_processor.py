@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .checkpoint import LAYOUT_VERSION, SavepointMetadata
+from .records import LAYOUT_VERSION, SavepointMetadata, StateInfo
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
 from .errors import ConfigError, RestoreError, stored_value_error
 from .job import KEY_TYPES, check_job_id
@@ -135,38 +135,39 @@ class SavepointReader:
 
     def states(self) -> dict[str, dict]:
         """Qualified state name -> its recorded descriptor (scope, kind, mode, type) and entries."""
-        return {n: {**d, "entries": self.meta.entries.get(n, 0)} for n, d in sorted(self.meta.descriptors.items())}
+        return {n: {**d.to_dict(), "entries": self.meta.entries.get(n, 0)}
+                for n, d in sorted(self.meta.descriptors.items())}
 
     def _descriptor(self, name: str, uid: str | None, scope: str,
-                    descriptor: StateDescriptor | None = None) -> tuple[str, dict]:
+                    descriptor: StateDescriptor | None = None) -> tuple[str, StateInfo]:
         """The recorded descriptor of a state; a state registered only while processing (broadcast state in
         ``process_broadcast_element``) has none recorded, and is read with the ``descriptor`` given (as
         Flink's State Processor API always takes one)."""
         qname = name if "." in name else qualified_name(uid or self.uid, name)
         found = self.meta.descriptors.get(qname)
         if found is None and descriptor is not None and self.meta.entries.get(qname):
-            return qname, {"scope": scope, **descriptor.schema()}
-        if found is None or found["scope"] != scope:
-            known = sorted(n for n, d in self.meta.descriptors.items() if d["scope"] == scope)
+            return qname, StateInfo.from_descriptor(descriptor, scope)
+        if found is None or found.scope != scope:
+            known = sorted(n for n, d in self.meta.descriptors.items() if d.scope == scope)
             stored = sorted(n for n in set(self.meta.entries) - set(self.meta.descriptors) if "__" not in n)
             hint = (f"; states stored without a recorded type (registered while processing): {stored}: pass "
                     f"descriptor=<its descriptor>") if stored else ""
             raise ConfigError(f"{self.source.where} has no {scope} state {qname!r}; it has {known}{hint}")
-        if descriptor is not None and descriptor.schema()["type"] != found["type"]:
-            raise ConfigError(f"state {qname!r} is stored as {json.dumps(found['type'])}, not "
-                              f"{json.dumps(descriptor.schema()['type'])}: give its stored type")
+        if descriptor is not None and descriptor.type_info.to_schema() != found.type:
+            raise ConfigError(f"state {qname!r} is stored as {json.dumps(found.type)}, not "
+                              f"{json.dumps(descriptor.type_info.to_schema())}: give its stored type")
         return qname, found
 
     def _keyed(self, name: str, uid: str | None, descriptor: StateDescriptor | None) -> _KeyedDecoding:
         """How a keyed state's stored rows decode (see ``_KeyedDecoding``)."""
         qname, descriptor = self._descriptor(name, uid, "keyed", descriptor)
-        kind, stored = descriptor["kind"], from_schema(descriptor["type"])
+        kind, stored = descriptor.kind, from_schema(descriptor.type)
         rows = (self.source.rows(self.spark, "keyed").filter(F.col("state_name") == qname)
                 .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
                         "user_key", "value", "expiry"))
         # Under TTL with NeverReturnExpired, what had expired at the point's processing time is not shown.
-        ttl, now = descriptor.get("ttl"), self.meta.processing_time
-        hide = bool(ttl) and ttl.get("state_visibility") == "NeverReturnExpired" and now is not None
+        ttl, now = descriptor.ttl, self.meta.processing_time
+        hide = ttl is not None and not ttl.return_expired and now is not None
         if hide:
             rows = rows.filter(~expired(now))
         if kind == "list":
@@ -226,7 +227,7 @@ class SavepointReader:
         qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
         if descriptor.get("mode", SPLIT_DISTRIBUTE) not in (SPLIT_DISTRIBUTE, UNION):
             raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with broadcast_state")
-        element = from_schema(descriptor["type"])
+        element = from_schema(descriptor.type)
         list_type = ListStateDescriptor("x", element).stored_type
         rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
         return _convert(rows.select("subtask", "value"), f"subtask int, index int, value {element.spark_ddl()}",
@@ -239,7 +240,7 @@ class SavepointReader:
         qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
         if descriptor.get("mode", BROADCAST) != BROADCAST:
             raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with list_state")
-        stored = from_schema(descriptor["type"])
+        stored = from_schema(descriptor.type)
         rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
         return _convert(rows.select("subtask", "value"),
                         f"subtask int, key {stored.key.spark_ddl()}, value {stored.value.spark_ddl()}",
@@ -296,7 +297,7 @@ class SavepointWriter:
         qname = qualified_name(self.fields["uid"], descriptor.name)
         if qname in self.fields["descriptors"]:
             raise ConfigError(f"the savepoint already has state {qname!r}; remove it first or use another name")
-        self.fields["descriptors"][qname] = {"scope": scope, **({"mode": mode} if mode else {}), **descriptor.schema()}
+        self.fields["descriptors"][qname] = StateInfo.from_descriptor(descriptor, scope, mode)
         return qname
 
     def with_keyed_state(self, descriptor: StateDescriptor, rows: DataFrame, *, key: str = "key",

@@ -22,43 +22,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .delta_log import app_transaction_version
-from .run_files import add_action
+from .records import KEYED_TABLE, OPERATOR_TABLE, TABLE_SPECS, TableSpec, WrittenFile
 
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    name: str  # "keyed" or "operator"
-    schema: str
-    id_columns: tuple[str, ...]
-    partition_columns: tuple[str, ...]
-
-    @property
-    def columns(self) -> list[str]:
-        return [column.split()[0] for column in self.schema.split(", ")]
-
-
-KEYED = TableSpec(
-    "keyed",
-    "state_name string, key_group int, key string, namespace string, user_key string, value string, "
-    "expiry bigint, batch_id bigint, generation bigint",
-    ("state_name", "key_group", "key", "namespace", "user_key"),
-    ("state_name", "key_group"),
-)
-OPERATOR = TableSpec(
-    "operator",
-    "state_name string, subtask int, mode string, value string, batch_id bigint, generation bigint",
-    ("state_name", "subtask"),
-    ("state_name",),
-)
-TABLES = {t.name: t for t in (KEYED, OPERATOR)}
+# Until every caller names the registry's specs (``records``).
+KEYED, OPERATOR, TABLES = KEYED_TABLE, OPERATOR_TABLE, TABLE_SPECS
 
 
 def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> DataFrame:
@@ -79,9 +54,9 @@ def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
     return df.filter((F.col("generation") == 0) | F.col("generation").isin([int(g) for g in generations]))
 
 
-def commit_files(spark, path: Path, app_id: str, version: int, files: list[dict], ddl: str,
+def commit_files(spark, path: Path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
                  partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id") -> bool:
-    """Add the Parquet ``files`` a run wrote (``run_files.file_info``) to the Delta table at ``path`` in one
+    """Add the Parquet ``files`` a run wrote (``run_files``) to the Delta table at ``path`` in one
     commit through Delta's own transaction (its log store, conflict checks and log checkpoints), with
     ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns ``ddl``.
     ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when the
@@ -102,13 +77,13 @@ def commit_files(spark, path: Path, app_id: str, version: int, files: list[dict]
                            f"(it read version {expected}); nothing was committed, rerun the job")
     actions = jvm.java.util.ArrayList()
     for info in files:
-        actions.add(action.fromJson(json.dumps(add_action(info, batch_column))))
+        actions.add(action.fromJson(json.dumps(info.to_add_action(batch_column))))
     actions.add(action.fromJson(json.dumps(
         {"txn": {"appId": app_id, "version": version, "lastUpdated": int(time.time() * 1000)}})))
     # The operation metrics Spark's own Delta writer reports, for DESCRIBE HISTORY.
     metrics = jvm.java.util.HashMap()
-    for name, value in (("numFiles", len(files)), ("numOutputRows", sum(f["rows"] for f in files)),
-                        ("numOutputBytes", sum(f["size"] for f in files))):
+    for name, value in (("numFiles", len(files)), ("numOutputRows", sum(f.rows for f in files)),
+                        ("numOutputBytes", sum(f.size for f in files))):
         metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(spark._jsc.sc(), name)
         metric.set(value)
         metrics.put(name, metric)

@@ -11,11 +11,11 @@ batch, however many microbatches the run has.
 from __future__ import annotations
 
 import copy
-import json
 import resource
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .checkpoint import registered_states
 from .descriptors import qualified_name
 from .errors import StoredValueError
 from .exchange import (
@@ -42,6 +42,7 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
+from .records import KeyedRow, MicrobatchStats, OperatorRow
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .types import RowTypeInfo, TypeInfo, Types
 
@@ -164,8 +165,7 @@ class SubtaskRunner:
         self._index += 1
         batch_id, timestamp = plan.microbatches[self._index]
         self.batch_id = batch_id
-        self.stats = {"records": 0, "broadcast": 0, "keys": 0, "outputs": 0, "upserts": 0, "deletes": 0,
-                      "entries": {}}
+        self.stats = MicrobatchStats(batch_id)
         self._call("initialize_state", self.function.initialize_state, FunctionInitializationContext(
             self.operator_store, dict(self.raw_keyed), self.kg_range, plan.restored, self.subtask))
         if not self._open:
@@ -179,45 +179,37 @@ class SubtaskRunner:
 
     def _end(self) -> None:
         self._process_group()
-        batch_id, subtask, keyed, operator = self.batch_id, self.subtask, self.files.keyed, self.files.operator
+        batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
-        stats, entries = self.stats, self.stats["entries"]
         for state_name, key_group, key, namespace, user_key, value, delta, expiry in self.store.flush():
-            # The keyed table's file columns: key, namespace, user_key, value, expiry, batch_id, generation.
-            keyed.add((state_name, key_group), batch_id, (key, namespace, user_key, value, expiry, batch_id, 0))
-            stats["upserts" if value is not None else "deletes"] += 1
-            if delta:
-                entries[state_name] = entries.get(state_name, 0) + delta
-        # Raw keyed state is what this snapshot wrote: key groups it did not write again are dropped.
-        written = {kg: data for kg, data in snapshot_ctx.raw_keyed.items() if data is not None}
-        for key_group in sorted(set(written) | set(self.raw_keyed)):
-            data = written.get(key_group)
-            before = self.raw_keyed.get(key_group)
-            if data != before:
-                value = None if data is None else _BYTES.dumps(data)
-                keyed.add((self._raw_keyed_name, key_group), batch_id, ("", "", None, value, None, batch_id, 0))
-                stats["upserts" if value is not None else "deletes"] += 1
-                delta = (data is not None) - (before is not None)
-                if delta:
-                    entries[self._raw_keyed_name] = entries.get(self._raw_keyed_name, 0) + delta
-        self.raw_keyed = written
+            self.files.keyed.add_row(KeyedRow(state_name, key_group, key, namespace, user_key, value, expiry,
+                                              batch_id))
+            stats.count_write(state_name, value, delta)
+        self._write_raw_keyed(snapshot_ctx.raw_keyed)
         for state_name, mode, value, delta in self.operator_store.flush():
-            # The operator table's file columns: subtask, mode, value, batch_id, generation.
-            operator.add((state_name,), batch_id, (subtask, mode, value, batch_id, 0))
-            stats["upserts" if value is not None else "deletes"] += 1
-            if delta:
-                entries[state_name] = entries.get(state_name, 0) + delta
-        stats["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
+            self.files.operator.add_row(OperatorRow(state_name, self.subtask, mode, value, batch_id))
+            stats.count_write(state_name, value, delta)
+        stats.worker_peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
         # The states registered since the last report, also those registered only while processing (broadcast
         # state in process_broadcast_element), so the checkpoint records each one's type; usually none.
-        operator = self.operator_store.descriptors()
-        stats["descriptors"] = {}
-        if len(self.runtime_ctx.descriptors) + len(operator) != self._reported:
-            stats["descriptors"] = {**{q: {"scope": "keyed", **d.schema()} for q, d in self.runtime_ctx.descriptors.items()},
-                                    **{q: {"scope": "operator", "mode": m, **d.schema()} for q, (m, d) in operator.items()}}
-            self._reported = len(self.runtime_ctx.descriptors) + len(operator)
-        self.results.add(KIND_STAT, batch_id, subtask, json.dumps(stats))
+        registered = len(self.runtime_ctx.descriptors) + len(self.operator_store.descriptors())
+        if registered != self._reported:
+            stats.descriptors = registered_states(self.runtime_ctx, self.operator_store)
+            self._reported = registered
+        self.results.add(KIND_STAT, batch_id, self.subtask, stats.to_json())
+
+    def _write_raw_keyed(self, raw_keyed: dict[int, bytes | None]) -> None:
+        """Raw keyed state is what this snapshot wrote: key groups it did not write again are dropped."""
+        written = {kg: data for kg, data in raw_keyed.items() if data is not None}
+        for key_group in sorted(set(written) | set(self.raw_keyed)):
+            data, before = written.get(key_group), self.raw_keyed.get(key_group)
+            if data != before:
+                value = None if data is None else _BYTES.dumps(data)
+                self.files.keyed.add_row(KeyedRow(self._raw_keyed_name, key_group, "", "", None, value, None,
+                                                  self.batch_id))
+                self.stats.count_write(self._raw_keyed_name, value, (data is not None) - (before is not None))
+        self.raw_keyed = written
 
     def goto(self, batch_id: int) -> None:
         """Finish the microbatches before ``batch_id`` (with or without records) and begin it."""
@@ -233,7 +225,7 @@ class SubtaskRunner:
         if not isinstance(self.function, KeyedBroadcastProcessFunction):
             raise UserFunctionError("the job has a broadcast source but its function is not a "
                                     "KeyedBroadcastProcessFunction")
-        self.stats["broadcast"] += 1
+        self.stats.broadcast_in += 1
         self._emit(self._call("process_broadcast_element", self.function.process_broadcast_element, record,
                               self.b_ctx))
 
@@ -256,8 +248,8 @@ class SubtaskRunner:
         self.store.set_current_key(key, self._group_kg)
         self.ctx.current_key = decode_key(self.plan.key_type, key)
         self.operator_store.read_only_broadcast = True
-        self.stats["records"] += len(records)
-        self.stats["keys"] += 1
+        self.stats.records_in += len(records)
+        self.stats.keys += 1
         self._emit(self._call("process", self.function.process, self.ctx.current_key, records, self.ctx, key=key))
         self.store.current_key = None
         self.operator_store.read_only_broadcast = False
@@ -274,7 +266,7 @@ class SubtaskRunner:
         if self.function is not None:
             self._call("close", self.function.close)
         for info in self.files.close():
-            self.results.add(KIND_FILE, None, self.subtask, json.dumps(info))
+            self.results.add(KIND_FILE, None, self.subtask, info.to_json())
 
     # -- user calls ------------------------------------------------------------------------------------------
     def _call(self, hook: str, fn, *args, key: str | None = None):
@@ -303,7 +295,7 @@ class SubtaskRunner:
                 raise UserFunctionError(f"an output row does not match the job's output_type: {e} (row {row!r}, "
                                         f"microbatch {batch_id})") from None
             sink.add((), batch_id, value)
-        self.stats["outputs"] += len(rows)
+        self.stats.records_out += len(rows)
 
 
 def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:

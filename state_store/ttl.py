@@ -30,14 +30,15 @@ import math
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from .records import StateInfo, with_ttl
+
 CURSOR_ORDER = ("key_group", "state_name", "key", "namespace", "_user_key")
 
 
-def ttl_states(descriptors: dict[str, dict], strategy: str | None = None) -> dict[str, dict]:
-    """Keyed states with TTL (qualified name -> the descriptor record); with ``strategy`` ("full_snapshot",
-    "incremental", "compaction"), only those that use it."""
-    return {name: d for name, d in descriptors.items()
-            if d.get("scope", "keyed") == "keyed" and d.get("ttl") and (strategy is None or d["ttl"].get(strategy))}
+def ttl_states(descriptors: dict[str, StateInfo], strategy: str | None = None) -> dict[str, StateInfo]:
+    """Keyed states with TTL; with ``strategy`` ("full_snapshot", "incremental", "compaction"), only those
+    that use it."""
+    return with_ttl(descriptors, strategy)
 
 
 def expired(now: int):
@@ -52,7 +53,7 @@ def drop_expired(df: DataFrame, states: dict[str, dict], now: int) -> DataFrame:
         return df
     mine = F.col("state_name").isin(sorted(states))
     df = df.filter(~(mine & expired(now)))
-    lists = sorted(n for n, d in states.items() if d.get("kind") == "list")
+    lists = sorted(n for n, d in states.items() if d.kind == "list")
     if not lists:
         return df
     is_list = F.col("state_name").isin(lists) & F.col("expiry").isNotNull() & F.col("value").isNotNull()
@@ -90,8 +91,8 @@ def cleanup_width(states: dict[str, dict], parallelism: int, records: list[int])
     """How many entries a run's incremental cleanup visits: per subtask, ``size`` per microbatch, and with
     ``every_record`` also ``size`` per record each microbatch processed (``records``, in all subtasks), as
     Flink's ``runCleanupForEveryRecord`` visits ``size`` entries per record."""
-    size = max(d["ttl"]["incremental"][0] for d in states.values())
-    every_record = any(d["ttl"]["incremental"][1] for d in states.values())
+    size = max(d.ttl.incremental[0] for d in states.values())
+    every_record = any(d.ttl.incremental[1] for d in states.values())
     return size * (parallelism * len(records) + (sum(records) if every_record else 0))
 
 
@@ -132,7 +133,7 @@ def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_p
     return (tombstones if removed else None), removed, visited, new_cursor
 
 
-def run_incremental_cleanup(backend, registered: dict[str, dict], checkpoint, plans: list, stats: list[dict],
+def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoint, plans: list, stats: list,
                             parallelism: int, max_parallelism: int, fault, say) -> dict[int, dict]:
     """TTL's incremental cleanup of a run, once the run's state is written, for the states with it (those of
     ``checkpoint`` and those the run ``registered``): per microbatch after which a cleanup ran, what it removed
@@ -158,14 +159,14 @@ def run_incremental_cleanup(backend, registered: dict[str, dict], checkpoint, pl
     after = max(done, default=None)  # the run's own cleanup covers the microbatches after it
     entries = dict(checkpoint.entries) if checkpoint else {}
     for s in stats:
-        for name, delta in (s["entries_delta"].items() if after is not None and s["batch_id"] <= after else ()):
+        for name, delta in (s.entries_delta.items() if after is not None and s.batch_id <= after else ()):
             entries[name] = entries.get(name, 0) + delta
     for note in done.values():
         for name, count in note["removed"].items():
             entries[name] = entries.get(name, 0) - count
     cursor = done[after]["cursor"] if after is not None else (checkpoint.cleanup_cursor if checkpoint else None)
     width = cleanup_width(states, parallelism,
-                          [s["records_in"] for s in stats if after is None or s["batch_id"] > after])
+                          [s.records_in for s in stats if after is None or s.batch_id > after])
     tombstones, removed, visited, cursor = cleanup(
         backend.live_after(last.batch_id), states, cursor, max_parallelism, sum(entries.get(n, 0) for n in states),
         width, last.timestamp, last.batch_id)

@@ -6,6 +6,7 @@ of the keys the run touches, then its records microbatch by microbatch. These
 tests build such frames from readable rows and read back what it returns.
 """
 import json
+from dataclasses import asdict
 import tempfile
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from state_store.exchange import (
 )
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
+from state_store.records import MicrobatchStats, WrittenFile
 from state_store.run_files import SINK, SINK_MICROBATCH, RunOutputs, local_outputs
 from state_store.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
@@ -116,15 +118,15 @@ def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
     for row in result_rows:
         if row["kind"] != "file":
             continue
-        info = json.loads(row["payload"])
-        table = outputs.tables[info["table"]]
-        for r in pq.read_table(Path(table.directory) / info["path"]).to_pylist():
-            if info["table"] == SINK:
+        info = WrittenFile.from_json(row["payload"])
+        table = outputs.tables[info.table]
+        for r in pq.read_table(Path(table.directory) / info.path).to_pylist():
+            if info.table == SINK:
                 batch_id = r.pop(SINK_MICROBATCH)
                 read.append({"kind": "out", "batch_id": batch_id, "subtask": row["subtask"], OUT: r})
             else:
-                partition = {k: int(v) if k == "key_group" else v for k, v in info["partition"].items()}
-                read.append({"kind": "k" if info["table"] == "keyed" else "o", "subtask": row["subtask"],
+                partition = {k: int(v) if k == "key_group" else v for k, v in info.partition.items()}
+                read.append({"kind": "k" if info.table == "keyed" else "o", "subtask": row["subtask"],
                              **partition, **r})
     # Files group rows by partition; within a kind, a run writes microbatch after microbatch.
     read.sort(key=lambda r: (r["kind"], r["batch_id"]))
@@ -167,10 +169,11 @@ def stats(result):
     rows = []
     for r in result:
         if r["kind"] == "stat":
-            payload = json.loads(r["payload"])
-            assert payload.pop("peak_rss_kb") > 0
-            assert isinstance(payload.pop("descriptors"), dict)
-            rows.append((r["batch_id"], r["subtask"], payload))
+            payload = MicrobatchStats.from_json(r["payload"])
+            assert payload.worker_peak_rss_kb > 0 and payload.batch_id == r["batch_id"]
+            counters = {k: v for k, v in asdict(payload).items()
+                        if k not in ("batch_id", "worker_peak_rss_kb", "descriptors")}
+            rows.append((r["batch_id"], r["subtask"], counters))
     return rows
 
 
@@ -326,9 +329,9 @@ def test_subtasks_return_a_row_per_file_and_per_microbatch_and_write_typed_parqu
     for row in rows:
         assert list(row) == [n for n, _ in RESULT_COLUMNS]
     assert [(r["kind"], r["batch_id"]) for r in rows if r["kind"] == "stat"] == [("stat", 1), ("stat", 2)]
-    files = [json.loads(r["payload"]) for r in rows if r["kind"] == "file"]
+    files = [asdict(WrittenFile.from_json(r["payload"])) for r in rows if r["kind"] == "file"]
     # One file per table and partition touched (sink: one per subtask), with what a Delta add action needs.
-    assert sorted((f["table"], f["path"].rsplit("/", 1)[0] if "/" in f["path"] else "", f["rows"], f["min"], f["max"])
+    assert sorted((f["table"], f["path"].rsplit("/", 1)[0] if "/" in f["path"] else "", f["rows"], f["min_batch"], f["max_batch"])
                   for f in files) == [("keyed", "state_name=op.count/key_group=1", 2, 1, 2),
                                       ("sink", "", 2, 1, 2)]
     for f in files:
@@ -357,15 +360,15 @@ def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
     assert outputs(result) == [{"key": "a", "count": 2}, {"key": "b", "count": 1}]
     assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "2"), (1, "op.count", 2, "b", "", None, "1")]
     assert {r["subtask"] for r in result} == {0}
-    assert stats(result) == [(1, 0, {"records": 3, "broadcast": 0, "keys": 2, "outputs": 2, "upserts": 2,
-                                     "deletes": 0, "entries": {"op.count": 2}})]
+    assert stats(result) == [(1, 0, {"records_in": 3, "broadcast_in": 0, "keys": 2, "records_out": 2, "state_upserts": 2,
+                                     "state_deletes": 0, "entries_delta": {"op.count": 2}})]
 
 
 def test_keyed_state_rows_in_the_frame_are_what_process_reads():
     result = run(CountPerKey(), marker(0), keyed_row(0, "op.count", "a", 1, "5"), record(0, 1, "a", "x"))
     assert outputs(result) == [{"key": "a", "count": 6}]
     assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "6")]
-    assert stats(result)[0][2]["entries"] == {}  # updated, not created
+    assert stats(result)[0][2]["entries_delta"] == {}  # updated, not created
 
 
 def test_keyed_state_carries_across_the_microbatches_of_one_run():
@@ -398,13 +401,13 @@ def test_map_state_entries_are_read_and_written_as_one_row_per_user_key():
 def test_stats_are_counted_per_microbatch_and_per_subtask_even_when_counts_are_equal():
     result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"), record(0, 2, "a", "3"),
                  marker(1), record(1, 1, "x", "1"), record(1, 1, "x", "2"), microbatches=[(1, 0), (2, 0)])
-    mb1 = {"records": 2, "broadcast": 0, "keys": 1, "outputs": 1, "upserts": 1, "deletes": 0,
-           "entries": {"op.count": 1}}
+    mb1 = {"records_in": 2, "broadcast_in": 0, "keys": 1, "records_out": 1, "state_upserts": 1, "state_deletes": 0,
+           "entries_delta": {"op.count": 1}}
     assert stats(result) == [
         (1, 0, mb1),
-        (2, 0, {"records": 1, "broadcast": 0, "keys": 1, "outputs": 1, "upserts": 1, "deletes": 0, "entries": {}}),
+        (2, 0, {"records_in": 1, "broadcast_in": 0, "keys": 1, "records_out": 1, "state_upserts": 1, "state_deletes": 0, "entries_delta": {}}),
         (1, 1, mb1),
-        (2, 1, {"records": 0, "broadcast": 0, "keys": 0, "outputs": 0, "upserts": 0, "deletes": 0, "entries": {}}),
+        (2, 1, {"records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}),
     ]
 
 
@@ -514,7 +517,7 @@ def test_broadcast_elements_are_processed_before_keyed_records_and_stored_as_bro
     (batch_id, subtask, name, mode, value), = operator_changes(result)
     assert (batch_id, subtask, name, mode) == (1, 0, "op.rules", BROADCAST)
     assert RULES.stored_type.loads(value) == {"a": 5}
-    assert stats(result)[0][2]["broadcast"] == 1
+    assert stats(result)[0][2]["broadcast_in"] == 1
 
 
 # -- operator and raw state -------------------------------------------------------------------------------------

@@ -330,11 +330,13 @@ def test_an_unknown_update_type_or_visibility_names_the_choices():
 
 
 def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_record_with_every_record():
+    from state_store.records import StateInfo
     from state_store.ttl import cleanup_width
 
     def states(*configs):
-        return {f"op.s{i}": {"ttl": StateTtlConfig.new_builder(TTL).cleanup_incrementally(size, every).build()
-                             .to_dict()} for i, (size, every) in enumerate(configs)}
+        return {f"op.s{i}": StateInfo.from_descriptor(ValueStateDescriptor(f"s{i}", Types.LONG()).enable_time_to_live(
+            StateTtlConfig.new_builder(TTL).cleanup_incrementally(size, every).build()))
+            for i, (size, every) in enumerate(configs)}
 
     records = [2000, 0, 7]  # three microbatches, 2 subtasks
     assert cleanup_width(states((5, False)), 2, records) == 5 * 2 * 3

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from state_store.catalog import JobMeta, JobRegistry
+from state_store.catalog import JobRegistry
+from state_store.job_store import JobStore as JobMeta
+from state_store.records import KEYED, STATE_TABLES
 from state_store.delta_log import partition_sizes
 from state_store.savepoint import list_savepoints
 from state_store.settings import Settings
@@ -58,21 +60,21 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     overview.parallelism, overview.max_parallelism, overview.backend = (latest.parallelism, latest.max_parallelism,
                                                                          latest.backend)
     overview.key_group_bytes = [0] * latest.max_parallelism
-    for table in ("keyed", "operator"):
-        recorded = latest.state.get(table) or {}
-        if "path" not in recorded or recorded.get("version") is None:
+    for table in STATE_TABLES:
+        recorded = latest.table(table)
+        if recorded.path is None or recorded.version is None:
             continue
         try:
-            sizes = partition_sizes(recorded["path"], recorded["version"])
+            sizes = partition_sizes(recorded.path, recorded.version)
         except (OSError, ValueError) as e:  # a damaged table: shown, not fatal to the page
-            overview.problems.append(f"{table} state table {recorded['path']}: {e}")
+            overview.problems.append(f"{table} state table {recorded.path}: {e}")
             continue
         for values, (size, files) in sizes.items():
             name = values[0] if values else table
             cell = overview.state_bytes.setdefault(name, [0, 0])
             cell[0] += size
             cell[1] += files
-            if table == "keyed" and len(values) > 1 and values[1] is not None:
+            if table == KEYED and len(values) > 1 and values[1] is not None:
                 group = int(values[1])
                 if 0 <= group < len(overview.key_group_bytes):
                     overview.key_group_bytes[group] += size

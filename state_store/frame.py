@@ -1,0 +1,165 @@
+"""The driver half of the exchange (``exchange`` states the contract, ``task`` is the executor half): the one
+Spark frame a run's subtasks read, built from its records and the state they need, and the pass over it.
+
+Every subtask gets its operator state, raw keyed state and the keyed state of the keys the run touches (read
+once), then its records microbatch by microbatch, in one Spark partition of its own, sorted as it reads them.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .backends import StateBackend
+from .descriptors import qualified_name
+from .errors import InputError
+from .exchange import (
+    BROADCAST_RECORD,
+    EXCHANGE_COLUMNS,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    PHASE_SUBTASK,
+    RECORD,
+    RESULT_DDL,
+    SIDE_BROADCAST,
+    SIDE_KEYED,
+    SORT_KEY,
+    partition_keys,
+    sort_columns,
+    sort_key_parts,
+)
+from .job import KEY_TYPES
+from .operator_state import UNION
+from .records import CheckpointMetadata, MicrobatchPlan
+from .run.context import RunContext
+from .run_files import RunOutputs
+from .sources import POSITION_COLUMNS, SOURCE_OFFSETS_STATE
+from .spark import key_group_column, subtask_column
+from .task import RAW_KEYED, RunPlan, run_partition
+
+SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
+
+
+class Frame:
+    """Builds one run's exchange frame: ``Frame(ctx, plans).process(checkpoint, keyed, operator, outputs)``."""
+
+    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan]):
+        spec, spark = ctx.spec, ctx.spark
+        self.ctx, self.plans = ctx, plans
+        self.record_ddl = spec.source.record_ddl(spark)
+        self.brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
+
+    def _frame(self, df: DataFrame, **columns) -> DataFrame:
+        """``df`` as exchange rows: the named columns, typed nulls for the rest."""
+        cols = []
+        for name, ddl in EXCHANGE_COLUMNS:
+            value = columns.get(name, F.col(name) if name in df.columns else None)
+            cols.append((value if value is not None else F.lit(None)).cast(ddl).alias(name))
+        cols.append((columns.get(RECORD) if RECORD in columns else F.lit(None)).cast(self.record_ddl).alias(RECORD))
+        if self.brecord_ddl is not None:
+            value = columns.get(BROADCAST_RECORD) if BROADCAST_RECORD in columns else F.lit(None)
+            cols.append(value.cast(self.brecord_ddl).alias(BROADCAST_RECORD))
+        return df.select(*cols)
+
+    def _subtasks(self) -> DataFrame:
+        return self.ctx.spark.range(self.ctx.p).select(F.col("id").cast("int").alias("subtask"))
+
+    def _main_records(self) -> DataFrame | None:
+        ctx, spec = self.ctx, self.ctx.spec
+        main = spec.source.read_run(ctx.spark, [p.range_of("main") for p in self.plans])
+        if main is None:
+            return None
+        key = spec.key
+        if key not in main.columns:
+            raise InputError(f"the source has no key column {key!r} (columns: {main.columns}); fix the job's key")
+        actual, expected = main.schema[key].dataType.simpleString(), KEY_TYPES[spec.key_type.name]
+        if actual != expected:
+            raise InputError(
+                f"key column {key!r} is {actual} in the source but the job declares key_type "
+                f"{spec.key_type.name} ({expected}); cast it in the source or change key_type"
+            )
+        data = [c for c in main.columns if c not in POSITION_COLUMNS]
+        kg = key_group_column(F.col(f"`{key}`"), ctx.maxp)
+        return self._frame(
+            main, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
+            key=F.col(f"`{key}`").cast("string"), key_group=kg, record=F.struct(*[F.col(f"`{c}`") for c in data]))
+
+    def _broadcast_records(self) -> DataFrame | None:
+        source = self.ctx.spec.broadcast_source
+        b = source.read_run(self.ctx.spark, [p.range_of("broadcast") for p in self.plans]) if source else None
+        if b is None:
+            return None
+        data = [c for c in b.columns if c not in POSITION_COLUMNS]
+        b = b.select(F.struct(*[F.col(f"`{c}`") for c in data]).alias(BROADCAST_RECORD),
+                     *POSITION_COLUMNS).crossJoin(self._subtasks())
+        return self._frame(b, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_BROADCAST), brecord=F.col(BROADCAST_RECORD))
+
+    def _keyed_restrict(self, records: list[DataFrame], checkpoint: CheckpointMetadata | None, raw_name: str):
+        """What narrows the keyed state read to the keys the run touches (and raw keyed state of every key
+        group): a semi-join, or for a small run a read of only the key groups touched and a broadcast join."""
+        touched = [r.filter(F.col("side") == SIDE_KEYED).select("key_group", "key") for r in records]
+        touched.append(self.ctx.spark.range(self.ctx.maxp).select(F.col("id").cast("int").alias("key_group"),
+                                                                  F.lit("").alias("key")))
+        touched_keys = touched[0]
+        for t in touched[1:]:
+            touched_keys = touched_keys.unionByName(t)
+        touched_keys = touched_keys.distinct()
+        known = [p.records for p in self.plans]
+        if checkpoint is None or len(touched) == 1 or None in known or sum(known) > SMALL_RUN_RECORDS:
+            return lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi")
+        groups = touched[0]
+        for t in touched[1:-1]:
+            groups = groups.unionByName(t)
+        groups = sorted(r[0] for r in groups.select("key_group").distinct().collect())
+        small = F.broadcast(touched_keys)
+        return lambda df: (df.filter(F.col("key_group").isin(groups) | (F.col("state_name") == raw_name))
+                           .join(small, ["key_group", "key"], "left_semi"))
+
+    def _state(self, records: list[DataFrame], checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
+               operator_backend: StateBackend) -> DataFrame:
+        """The subtask markers, then the operator and keyed state each subtask restores."""
+        ctx = self.ctx
+        raw_name = qualified_name(ctx.spec.uid, RAW_KEYED)
+        keyed = keyed_backend.read(checkpoint, self._keyed_restrict(records, checkpoint, raw_name))
+        keyed = self._frame(keyed, subtask=subtask_column(F.col("key_group"), ctx.p, ctx.maxp),
+                            phase=F.when(F.col("state_name") == raw_name, F.lit(PHASE_RAW_KEYED))
+                            .otherwise(F.lit(PHASE_KEYED)))
+        operator = operator_backend.read(checkpoint).filter(F.col("state_name") != SOURCE_OFFSETS_STATE)
+        own = operator.filter(F.col("mode") != UNION)
+        union = (operator.filter(F.col("mode") == UNION).withColumnRenamed("subtask", "origin")
+                 .crossJoin(self._subtasks()))
+        operator = self._frame(own, phase=F.lit(PHASE_OPERATOR), origin=F.col("subtask")).unionByName(
+            self._frame(union, phase=F.lit(PHASE_OPERATOR), origin=F.col("origin")))
+        markers = self._frame(self._subtasks(), phase=F.lit(PHASE_SUBTASK))
+        return markers.unionByName(operator).unionByName(keyed)
+
+    def _sorted(self, frame: DataFrame) -> DataFrame:
+        """One Spark partition per subtask, sorted in the order the subtask reads (``exchange``'s docstring)."""
+        keys = F.array(*[F.lit(k) for k in partition_keys(self.ctx.p)])
+        first = self.plans[0].batch_id
+        sort_key = F.lit(0).cast("bigint")
+        for name, (shift, _) in sort_key_parts().items():
+            value = F.col("batch_id") - F.lit(first) if name == "batch_index" else F.col(name)
+            sort_key = sort_key + F.shiftleft(F.coalesce(value.cast("bigint"), F.lit(0).cast("bigint")), shift)
+        return (frame.repartition(self.ctx.p, F.element_at(keys, F.col("subtask") + 1))
+                .withColumn(SORT_KEY, sort_key)
+                .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in sort_columns(list(self.ctx.spec.order_by))])
+                .drop(SORT_KEY))
+
+    def process(self, checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
+                operator_backend: StateBackend, outputs: RunOutputs) -> DataFrame:
+        """The run's one Spark pass: the subtasks' result rows (a row per file written, a stat row per subtask
+        and microbatch), lazily."""
+        ctx, spec = self.ctx, self.ctx.spec
+        records = [r for r in (self._main_records(), self._broadcast_records()) if r is not None]
+        frame = self._state(records, checkpoint, keyed_backend, operator_backend)
+        for part in records:
+            frame = frame.unionByName(part)
+        run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, ctx.p, ctx.maxp,
+                           checkpoint is not None, [(p.batch_id, p.timestamp) for p in self.plans], outputs)
+
+        def subtasks(batches):
+            return run_partition(run_plan, batches)
+
+        return self._sorted(frame).mapInArrow(subtasks, RESULT_DDL)

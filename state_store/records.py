@@ -1,0 +1,483 @@
+"""Typed records that cross rooms: what one module hands another, and what the catalog keeps as JSON.
+
+No Spark and no I/O here, so the subtasks, the CLI and the Airflow plugin all read the same records:
+
+- the **table registry** (``SINK``, ``KEYED``, ``OPERATOR``; ``TableSpec``: each state table's columns,
+  the columns that name an entry, its partitioning) and the state table **rows** (``KeyedRow``,
+  ``OperatorRow``: one row of a table file, in its column order);
+- **table versions** (``TableVersion``: what a checkpoint or savepoint pins of a Delta table);
+- **state info** (``StateInfo``, with a typed ``TtlSpec``): what a checkpoint records of each state, built
+  from a descriptor by ``StateInfo.from_descriptor``;
+- **microbatch stats** (``MicrobatchStats``): one set of names from a subtask's counters to ``RunResult``
+  and the commit file;
+- **written files** (``WrittenFile``): a file a run wrote, which turns itself into a Delta ``add`` action;
+- the catalog's records: a microbatch's plan, a checkpoint, a savepoint (``MicrobatchPlan``,
+  ``CheckpointMetadata``, ``SavepointMetadata``) and the layout version their tables have.
+
+Every record's ``to_dict``/``from_dict`` keeps the JSON that earlier releases wrote (``tests/test_formats.py``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, NamedTuple
+
+from .sources import position
+from .storage import location
+
+LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
+SAVEPOINT_FORMAT = 1
+
+# -- the table registry -------------------------------------------------------------------------------------
+SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
+STATE_TABLES = (KEYED, OPERATOR)
+SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
+KEYED_SCOPE, OPERATOR_SCOPE = KEYED, OPERATOR  # a state's scope is the table that holds it
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One state table: its columns (DDL), the columns that name an entry, its partition columns."""
+
+    name: str  # KEYED or OPERATOR
+    schema: str
+    id_columns: tuple[str, ...]
+    partition_columns: tuple[str, ...]
+
+    @property
+    def columns(self) -> list[str]:
+        return [column.split()[0] for column in self.schema.split(", ")]
+
+    @property
+    def file_columns(self) -> list[str]:
+        """The columns of a file of this table: its partition columns live in the file's folder names."""
+        return [c for c in self.columns if c not in self.partition_columns]
+
+
+KEYED_TABLE = TableSpec(
+    KEYED,
+    "state_name string, key_group int, key string, namespace string, user_key string, value string, "
+    "expiry bigint, batch_id bigint, generation bigint",
+    ("state_name", "key_group", "key", "namespace", "user_key"),
+    ("state_name", "key_group"),
+)
+OPERATOR_TABLE = TableSpec(
+    OPERATOR,
+    "state_name string, subtask int, mode string, value string, batch_id bigint, generation bigint",
+    ("state_name", "subtask"),
+    ("state_name",),
+)
+TABLE_SPECS = {t.name: t for t in (KEYED_TABLE, OPERATOR_TABLE)}
+
+
+class KeyedRow(NamedTuple):
+    """A keyed state table row as a run writes it: ``value`` None removes the entry; generation 0 is a
+    microbatch's write (``state_tables``)."""
+
+    state_name: str
+    key_group: int
+    key: str
+    namespace: str
+    user_key: str | None
+    value: str | None
+    expiry: int | None
+    batch_id: int
+    generation: int = 0
+
+    @property
+    def partition(self) -> tuple:
+        return self.state_name, self.key_group
+
+    @property
+    def in_file(self) -> tuple:
+        """The row's file columns (``TableSpec.file_columns``)."""
+        return self[2:]
+
+
+class OperatorRow(NamedTuple):
+    """An operator state table row: subtask ``subtask``'s entry of a state (``mode`` as ``operator_state``)."""
+
+    state_name: str
+    subtask: int
+    mode: str
+    value: str | None
+    batch_id: int
+    generation: int = 0
+
+    @property
+    def partition(self) -> tuple:
+        return (self.state_name,)
+
+    @property
+    def in_file(self) -> tuple:
+        return self[1:]
+
+
+# -- table versions -------------------------------------------------------------------------------------------
+@dataclass
+class TableVersion:
+    """What a checkpoint, savepoint or sink record pins of a Delta table: where it is, its version, its size;
+    for state tables whether it is ``incremental`` (the delta backend's, appended to by runs) and the
+    ``generations`` of writes that are not microbatches its rows may be of (None: all, as recorded before
+    they were listed). The memory backend records only ``entries``."""
+
+    path: str | None = None
+    version: int | None = None
+    size_bytes: int = 0
+    num_files: int = 0
+    incremental: bool | None = None
+    generations: list[int] | None = None
+    entries: int | None = None
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        if self.path is None:  # the memory backend's record: entries only
+            out.pop("size_bytes", None)
+            out.pop("num_files", None)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "TableVersion | None":
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise TypeError(f"a table record must be a JSON object, got {data!r}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# -- state info ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TtlSpec:
+    """A state's TTL as a checkpoint records it (``StateTtlConfig`` is the builder users write)."""
+
+    ttl_ms: int
+    update_type: str = "OnCreateAndWrite"
+    state_visibility: str = "NeverReturnExpired"
+    full_snapshot: bool = False
+    incremental: tuple[int, bool] | None = None  # (entries per visit, also per record)
+    compaction: bool = False
+
+    @property
+    def update_on_read(self) -> bool:
+        return self.update_type == "OnReadAndWrite"
+
+    @property
+    def return_expired(self) -> bool:
+        return self.state_visibility == "ReturnExpiredIfNotCleanedUp"
+
+    def uses(self, strategy: str) -> bool:
+        """Whether this state is cleaned up by ``strategy`` ("full_snapshot", "incremental", "compaction")."""
+        return bool(getattr(self, strategy))
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["incremental"] = list(self.incremental) if self.incremental else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "TtlSpec | None":
+        if not data:
+            return None
+        incremental = data.get("incremental")
+        return cls(ttl_ms=data["ttl_ms"], update_type=data.get("update_type", "OnCreateAndWrite"),
+                   state_visibility=data.get("state_visibility", "NeverReturnExpired"),
+                   full_snapshot=bool(data.get("full_snapshot")),
+                   incremental=(int(incremental[0]), bool(incremental[1])) if incremental else None,
+                   compaction=bool(data.get("compaction")))
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """What a checkpoint records of one state: its scope (``KEYED`` or ``OPERATOR``), kind, stored type
+    (``TypeInfo.to_schema()``), operator distribution ``mode``, TTL, and whether the function registers it
+    only while processing (``lazy``: a dry run of its hooks cannot tell whether it still does)."""
+
+    scope: str
+    kind: str
+    type: Any
+    mode: str | None = None
+    ttl: TtlSpec | None = None
+    lazy: bool = False
+
+    @classmethod
+    def from_descriptor(cls, descriptor, scope: str = KEYED, mode: str | None = None) -> "StateInfo":
+        """The record of ``descriptor`` (a ``StateDescriptor``) registered as ``scope`` state (in ``mode``)."""
+        ttl = descriptor.ttl_config
+        return cls(scope, descriptor.kind, descriptor.type_info.to_schema(), mode,
+                   TtlSpec.from_dict(ttl.to_dict()) if ttl is not None else None)
+
+    def with_lazy(self) -> "StateInfo":
+        return StateInfo(self.scope, self.kind, self.type, self.mode, self.ttl, True)
+
+    @property
+    def label(self) -> str:
+        """E.g. "keyed value": what an error message calls it."""
+        return f"{self.scope} {self.kind}"
+
+    def to_dict(self) -> dict:
+        out = {"scope": self.scope, "kind": self.kind, "type": self.type}
+        if self.mode is not None:
+            out["mode"] = self.mode
+        if self.ttl is not None:
+            out["ttl"] = self.ttl.to_dict()
+        if self.lazy:
+            out["lazy"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StateInfo":
+        if not isinstance(data, dict) or "kind" not in data or "type" not in data:
+            raise TypeError(f"a state record needs a kind and a type, got {data!r}")
+        return cls(data.get("scope", KEYED), data["kind"], data["type"], data.get("mode"),
+                   TtlSpec.from_dict(data.get("ttl")), bool(data.get("lazy")))
+
+
+def states_to_dict(states: dict[str, StateInfo]) -> dict[str, dict]:
+    return {name: info.to_dict() for name, info in states.items()}
+
+
+def states_from_dict(data: dict[str, dict]) -> dict[str, StateInfo]:
+    return {name: StateInfo.from_dict(d) for name, d in data.items()}
+
+
+def with_ttl(states: dict[str, StateInfo], strategy: str | None = None) -> dict[str, StateInfo]:
+    """Keyed states with TTL; with ``strategy`` ("full_snapshot", "incremental", "compaction") those using it."""
+    return {name: s for name, s in states.items()
+            if s.scope == KEYED and s.ttl is not None and (strategy is None or s.ttl.uses(strategy))}
+
+
+# -- microbatch stats -------------------------------------------------------------------------------------------
+@dataclass
+class MicrobatchStats:
+    """One microbatch's counters: a subtask's, or all subtasks' summed (``add``); the commit file and
+    ``RunResult.batches`` keep them under these names."""
+
+    batch_id: int
+    records_in: int = 0
+    broadcast_in: int = 0  # every subtask sees every broadcast record: the total is the largest
+    keys: int = 0
+    records_out: int = 0
+    state_upserts: int = 0
+    state_deletes: int = 0
+    entries_delta: dict[str, int] = field(default_factory=dict)  # live entries gained per state
+    worker_peak_rss_kb: int = 0
+    descriptors: dict[str, StateInfo] = field(default_factory=dict)  # states registered since the last report
+
+    def count_write(self, state_name: str, value: str | None, delta: int) -> None:
+        """One state row written (``value`` None: a removal) that changed the live entries by ``delta``."""
+        if value is None:
+            self.state_deletes += 1
+        else:
+            self.state_upserts += 1
+        if delta:
+            self.entries_delta[state_name] = self.entries_delta.get(state_name, 0) + delta
+
+    def add(self, other: "MicrobatchStats") -> None:
+        """Sum another subtask's counters of the same microbatch into these."""
+        self.records_in += other.records_in
+        self.broadcast_in = max(self.broadcast_in, other.broadcast_in)
+        self.keys += other.keys
+        self.records_out += other.records_out
+        self.state_upserts += other.state_upserts
+        self.state_deletes += other.state_deletes
+        self.worker_peak_rss_kb = max(self.worker_peak_rss_kb, other.worker_peak_rss_kb)
+        for name, delta in other.entries_delta.items():
+            self.entries_delta[name] = self.entries_delta.get(name, 0) + delta
+        self.descriptors.update(other.descriptors)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["descriptors"] = states_to_dict(self.descriptors)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "MicrobatchStats":
+        data = json.loads(text)
+        data["descriptors"] = states_from_dict(data.get("descriptors") or {})
+        return cls(**data)
+
+    def commit_record(self, run_id: str, committed_ms: int) -> dict:
+        """What the commit file of this microbatch holds."""
+        data = {k: v for k, v in asdict(self).items() if k != "descriptors"}
+        return {**data, "run_id": run_id, "committed_ms": committed_ms}
+
+
+# -- written files ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file a run wrote into a table (just closed: its modification time is now): what its commit
+    needs to know."""
+
+    table: str
+    path: str  # relative to the table's directory
+    partition: dict[str, str]
+    size: int
+    rows: int
+    min_batch: int | None  # the microbatches its rows are of
+    max_batch: int | None
+    mtime: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def to_add_action(self, batch_column: str) -> dict:
+        """The Delta ``add`` action of the file, with exact statistics (row count, microbatch range)."""
+        stats: dict[str, Any] = {"numRecords": self.rows}
+        if self.min_batch is not None:
+            stats.update(minValues={batch_column: self.min_batch}, maxValues={batch_column: self.max_batch},
+                         nullCount={batch_column: 0})
+        return {"add": {"path": self.path, "partitionValues": self.partition, "size": self.size,
+                        "modificationTime": self.mtime, "dataChange": True, "stats": json.dumps(stats)}}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WrittenFile":
+        return cls(**json.loads(text))
+
+
+# -- the catalog's records ----------------------------------------------------------------------------------------
+class _Record:
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class MicrobatchPlan(_Record):
+    """Microbatch ``batch_id`` reads ``[start, end)`` of each source, at processing time ``timestamp``.
+
+    Written before anything is read (write-ahead), so a replay reads exactly the same records.
+    """
+
+    batch_id: int
+    sources: dict[str, dict]  # source name -> {"start": offset, "end": offset}
+    timestamp: int
+    planned_by: str
+    records: int | None = None  # the planner's count of input records, when the source tells it
+
+    @property
+    def end_offsets(self) -> dict[str, Any]:
+        return {name: position(rng["end"]) for name, rng in self.sources.items()}
+
+    def range_of(self, source: str) -> tuple[int, Any, Any]:
+        """``(batch_id, start, end)`` of source ``source`` in this microbatch."""
+        return self.batch_id, self.sources[source]["start"], self.sources[source]["end"]
+
+
+@dataclass
+class CheckpointMetadata(_Record):
+    """A completed checkpoint: the state after microbatch ``batch_id``, pinned (Flink's ``_metadata``)."""
+
+    job_id: str
+    checkpoint_id: int
+    batch_id: int
+    uid: str
+    key_type: Any
+    backend: str
+    parallelism: int
+    max_parallelism: int
+    key_group_ranges: list[list[int]]
+    source_offsets: dict[str, Any]
+    state: dict[str, TableVersion]  # per state table, what the backend recorded
+    descriptors: dict[str, StateInfo]
+    entries: dict[str, int]  # live entries per state name
+    completed_ms: int
+    processing_time: int | None = None
+    run_id: str | None = None
+    sink: TableVersion | None = None
+    status: str = "COMPLETED"
+    layout: int = LAYOUT_VERSION
+    restored_from: dict | None = None  # a restore's or rescale's source: {"savepoint": path} or {"job", "checkpoint"}
+    cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl``)
+
+    def table(self, name: str) -> TableVersion:
+        """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""
+        return self.state.get(name) or TableVersion()
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["state"] = {name: t.to_dict() for name, t in self.state.items()}
+        data["descriptors"] = states_to_dict(self.descriptors)
+        data["sink"] = self.sink.to_dict() if self.sink is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CheckpointMetadata":
+        data = {"layout": 1, **data}  # rows without a layout predate layout 2
+        if not isinstance(data.get("state"), dict) or not isinstance(data.get("descriptors"), dict):
+            raise TypeError("a checkpoint needs a 'state' and a 'descriptors' object")
+        data["state"] = {name: TableVersion.from_dict(t) for name, t in data["state"].items()}
+        data["descriptors"] = states_from_dict(data["descriptors"])
+        data["sink"] = TableVersion.from_dict(data.get("sink"))
+        return super().from_dict(data)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.size_bytes for t in self.state.values() if t is not None)
+
+    @property
+    def num_files(self) -> int:
+        return sum(t.num_files for t in self.state.values() if t is not None)
+
+
+@dataclass
+class SavepointMetadata(_Record):
+    """A savepoint: a self-contained, canonical copy of a checkpoint's state (its ``_metadata.json``).
+
+    ``tables`` holds, per state table, the savepoint's own Delta table of live entries (same columns and
+    partitioning as the job's tables, whatever backend took the checkpoint), relative to the savepoint's
+    folder so the folder can be moved.
+    """
+
+    job_id: str
+    name: str
+    checkpoint_id: int
+    batch_id: int
+    uid: str
+    key_type: Any
+    backend: str  # of the checkpoint it was taken from
+    parallelism: int
+    max_parallelism: int
+    key_group_ranges: list[list[int]]
+    source_offsets: dict[str, Any]
+    descriptors: dict[str, StateInfo]
+    entries: dict[str, int]
+    tables: dict[str, TableVersion]
+    created_ms: int
+    processing_time: int | None = None
+    label: str | None = None
+    format: int = SAVEPOINT_FORMAT
+    layout: int = LAYOUT_VERSION
+    path: str = ""  # where it was found (not stored)
+
+    def to_dict(self) -> dict:
+        data = {k: v for k, v in asdict(self).items() if k != "path"}
+        data["tables"] = {name: t.to_dict() for name, t in self.tables.items()}
+        data["descriptors"] = states_to_dict(self.descriptors)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SavepointMetadata":
+        data = dict(data)
+        if not isinstance(data.get("tables"), dict) or not isinstance(data.get("descriptors"), dict):
+            raise TypeError("a savepoint needs a 'tables' and a 'descriptors' object")
+        data["tables"] = {name: TableVersion.from_dict(t) for name, t in data["tables"].items()}
+        data["descriptors"] = states_from_dict(data["descriptors"])
+        return super().from_dict(data)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.size_bytes for t in self.tables.values())
+
+    @property
+    def num_files(self) -> int:
+        return sum(t.num_files for t in self.tables.values())
+
+    def table_path(self, table: str) -> str:
+        """Where state table ``table`` of the savepoint is (its record is relative to the savepoint's folder)."""
+        return str(location(self.path) / self.tables[table].path)

@@ -1,0 +1,100 @@
+"""Step 4 of a run: a checkpoint every ``checkpoint_interval`` microbatches and at the end of the run, each
+pinning the table versions of its microbatch, written last; then older ones expire."""
+from __future__ import annotations
+
+from ..backends import StateBackend
+from ..delta_log import table_snapshot
+from ..key_groups import key_group_ranges
+from ..records import KEYED, OPERATOR, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
+from ..sources import SOURCE_OFFSETS_STATE
+from ..ttl import count_entries, drop_expired, ttl_states
+from .context import RunContext, wall_clock_ms
+
+
+def present(checkpoint: CheckpointMetadata | None, states: dict[str, StateInfo],
+            entries: dict[str, int]) -> dict[str, StateInfo]:
+    """The states still in the tables: this definition's, and those it no longer registers whose entries are
+    still there, so a later run that registers them again is checked against the type their values have."""
+    kept = {n: d for n, d in (checkpoint.descriptors if checkpoint else {}).items()
+            if n not in states and entries.get(n)}
+    return {**kept, **states}
+
+
+def _due(ctx: RunContext, checkpoint_id: int, plans: list[MicrobatchPlan]) -> dict[int, int]:
+    """Which microbatches get a checkpoint, and its id: every ``checkpoint_interval``-th and the run's last
+    (like stop-with-checkpoint: the next run resumes there, not by replaying); those the retention would
+    expire at once are not taken (hashmap snapshots are full)."""
+    spec = ctx.spec
+    due = [p for p in plans if (p.batch_id + 1) % spec.checkpoint_interval == 0]
+    if not due or due[-1] is not plans[-1]:
+        due.append(plans[-1])
+    numbered = [(checkpoint_id + i, plan.batch_id) for i, plan in enumerate(due)]
+    return {batch_id: cid for cid, batch_id in numbered[-spec.num_retained:]}
+
+
+class Checkpointer:
+    """Takes one run's checkpoints: ``Checkpointer(ctx, backends, states).take(checkpoint, plans, stats, sweeps)``
+    with ``states`` every state the run's definition registered (lazily registered ones marked)."""
+
+    def __init__(self, ctx: RunContext, keyed: StateBackend, operator: StateBackend, states: dict[str, StateInfo]):
+        self.ctx, self.keyed, self.operator, self.states = ctx, keyed, operator, states
+        self.cleaned = ttl_states(states, "full_snapshot")
+
+    def _state(self, cid: int, plan: MicrobatchPlan, entries: dict[str, int]) -> dict[str, TableVersion]:
+        """Both tables' records for checkpoint ``cid`` of ``plan``'s microbatch; a full snapshot with TTL cleanup
+        counts the entries of the states it thinned (what it holds)."""
+        cleanup = None
+        if self.cleaned and self.keyed.name != "delta":  # full snapshot cleanup: only a full snapshot has it
+            cleanup = lambda rows, now=plan.timestamp: drop_expired(rows, self.cleaned, now)  # noqa: E731
+        state = {KEYED: self.keyed.snapshot(cid, plan.batch_id, cleanup),
+                 OPERATOR: self.operator.snapshot(cid, plan.batch_id)}
+        if cleanup and state[KEYED].path:
+            counts = count_entries(self.ctx.spark.read.format("delta").load(state[KEYED].path), self.cleaned)
+            entries.update({n: counts.get(n, 0) for n in self.cleaned})
+        return state
+
+    def _metadata(self, cid: int, plan: MicrobatchPlan, state: dict[str, TableVersion], entries: dict[str, int],
+                  checkpoint: CheckpointMetadata | None, cursor) -> CheckpointMetadata:
+        ctx, spec = self.ctx, self.ctx.spec
+        sink = (TableVersion(**table_snapshot(ctx.sink_path)) if (ctx.sink_path / "_delta_log").exists() else None)
+        return CheckpointMetadata(
+            job_id=spec.job_id, checkpoint_id=cid, batch_id=plan.batch_id, uid=spec.uid,
+            key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=ctx.p, max_parallelism=ctx.maxp,
+            key_group_ranges=[r.to_list() for r in key_group_ranges(ctx.maxp, ctx.p)],
+            source_offsets=plan.end_offsets, state=state, descriptors=present(checkpoint, self.states, entries),
+            entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
+            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor)
+
+    def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
+             sweeps: dict[int, dict]) -> list[int]:
+        """Write the run's due checkpoints (``sweeps``: what TTL's incremental cleanup removed after which
+        microbatch, and its cursor), then expire old ones; return the ids taken."""
+        ctx = self.ctx
+        due = _due(ctx, ctx.store.next_checkpoint_id(), plans)
+        entries = dict(checkpoint.entries) if checkpoint else {}
+        cursor = checkpoint.cleanup_cursor if checkpoint else None
+        taken = []
+        for plan, s in zip(plans, stats):
+            for name, delta in s.entries_delta.items():
+                entries[name] = entries.get(name, 0) + delta
+            sweep = sweeps.get(plan.batch_id, {"removed": {}, "cursor": cursor})  # a TTL cleanup after it?
+            for name, count in sweep["removed"].items():
+                entries[name] = entries.get(name, 0) - count
+            cursor = sweep["cursor"]
+            entries[SOURCE_OFFSETS_STATE] = 1
+            cid = due.get(plan.batch_id)
+            if cid is None:
+                continue
+            ctx.fault("before_checkpoint", [plan.batch_id])
+            row = self._metadata(cid, plan, self._state(cid, plan, entries), entries, checkpoint, cursor)
+            ctx.store.publish(row)  # last: the checkpoint exists only once this row does
+            ctx.fault("after_checkpoint", [plan.batch_id])
+            taken.append(cid)
+            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {sum(row.entries.values())} entries, "
+                    f"{row.size_bytes} bytes in {row.num_files} files")
+        ctx.store.expire(ctx.spec.num_retained, self._discard)
+        return taken
+
+    def _discard(self, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+        self.keyed.discard(old, retained)
+        self.operator.discard(old, retained)

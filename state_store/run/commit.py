@@ -1,0 +1,135 @@
+"""Step 3 of a run: check the sink, write the run's files into the sink and state tables (one idempotent Delta
+commit each, at once), write the source offsets, run TTL's incremental cleanup, and mark each microbatch
+committed."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from ..backends import StateBackend
+from ..delta_log import app_transaction_version, table_metadata
+from ..errors import InputError
+from ..operator_state import SPLIT_DISTRIBUTE
+from ..records import (
+    KEYED,
+    OPERATOR,
+    SINK,
+    SINK_MICROBATCH,
+    CheckpointMetadata,
+    MicrobatchPlan,
+    MicrobatchStats,
+    OperatorRow,
+    StateInfo,
+    WrittenFile,
+)
+from ..repartition import split_slices
+from ..run_files import OutputTable, RunOutputs, write_rows
+from ..sources import SOURCE_OFFSETS_STATE, source_split_entries
+from ..state_tables import append_idempotent, commit_files
+from ..storage import options_of
+from ..ttl import run_incremental_cleanup
+from .context import RunContext, wall_clock_ms
+
+
+def _shape(field_type):
+    """A Spark schema's JSON without what does not change what a column holds (nullability, metadata)."""
+    if isinstance(field_type, dict):
+        return {k: _shape(v) for k, v in field_type.items()
+                if k not in ("nullable", "metadata", "containsNull", "valueContainsNull")}
+    if isinstance(field_type, list):
+        return [_shape(v) for v in field_type]
+    return field_type
+
+
+def sink_output(ctx: RunContext, token: str) -> OutputTable:
+    """Where the subtasks write the sink rows: the sink table itself when Lakestate can add files to it
+    directly, else a staging directory whose rows a Spark append then writes (see ``write``). Refuses,
+    before anything is read, a sink whose columns are not the job's output_type."""
+    path = ctx.sink_path
+    ddl = ctx.spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
+    meta = table_metadata(path)
+    if meta is None:  # created by the run's commit
+        return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
+    actual = _shape(json.loads(meta["schemaString"]))
+    expected = _shape(ctx.spark.createDataFrame([], ddl).schema.jsonValue())
+    if actual != expected or meta.get("partitionColumns"):
+        names = [f["name"] for f in actual["fields"]]
+        raise InputError(
+            f"the sink {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+            f"that do not match the job's output_type ({ddl}); point the job's sink at a new table, or "
+            f"change output_type back")
+    committed = app_transaction_version(path, ctx.sink_app_id)
+    text, conf = meta["schemaString"], meta["configuration"]
+    plain = (not any(k.startswith("delta.constraints.") for k in conf)
+             and conf.get("delta.columnMapping.mode", "none") == "none"
+             and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
+    directory = path if plain else ctx.store.staging(token) / SINK
+    return OutputTable(SINK, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
+
+
+def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:
+    """The source offsets after each microbatch as operator ListState (one entry per source split), cut
+    across the subtasks as a rescale cuts them (``repartition``)."""
+    rows = []
+    for p in plans:
+        entries = [e for name, source in ctx.sources().items()
+                   for e in source_split_entries(name, source, p.end_offsets[name])]
+        for subtask, (start, end) in enumerate(split_slices(len(entries), ctx.p)):
+            rows.append(OperatorRow(SOURCE_OFFSETS_STATE, subtask, SPLIT_DISTRIBUTE,
+                                    json.dumps(entries[start:end], sort_keys=True), p.batch_id))
+    return rows
+
+
+def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, files: dict[str, list[WrittenFile]],
+          backends: dict[str, StateBackend], written: dict[str, set[str]]) -> None:
+    """Commit the run's files to the sink and both state tables (``written`` gets, per table, the files its
+    commit added). Each commit is idempotent and independent of the others, so they run at once: a commit is
+    mostly driver-side latency."""
+    batch_ids, last = [p.batch_id for p in plans], plans[-1].batch_id
+    ctx.lease.heartbeat()  # a run that lost its lease must not write
+    files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token, source_offset_rows(ctx, plans))
+
+    def sink() -> None:
+        ctx.fault("before_sink_write", batch_ids)
+        table, app_id = outputs.tables[SINK], ctx.sink_app_id
+        if table.directory == str(ctx.sink_path):
+            commit_files(ctx.spark, ctx.sink_path, app_id, last, files[SINK], table.ddl, (), table.committed,
+                         SINK_MICROBATCH)
+        else:  # a sink with constraints or generated columns: Delta's own writer checks them
+            staged = (ctx.spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in files[SINK]])
+                      if files[SINK] else ctx.spark.createDataFrame([], table.ddl))
+            append_idempotent(staged, ctx.sink_path, app_id, last, batch_column=SINK_MICROBATCH)
+        written[SINK] = {f.path for f in files[SINK]}
+        ctx.fault("after_sink_write", batch_ids)
+
+    def state(name: str) -> None:
+        ctx.fault("before_state_write", batch_ids)
+        backends[name].write_run(files[name], last)
+        written[name] = {f.path for f in files[name]}
+        ctx.fault("after_state_write", batch_ids)
+
+    with ThreadPoolExecutor(3, thread_name_prefix="lakestate-write") as pool:
+        futures = [pool.submit(sink), pool.submit(state, KEYED), pool.submit(state, OPERATOR)]
+        for future in futures:
+            future.result()
+
+
+def cleanup(ctx: RunContext, keyed_backend: StateBackend, registered: dict[str, StateInfo],
+            checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan],
+            stats: list[MicrobatchStats]) -> dict[int, dict]:
+    """TTL's incremental cleanup after the run's state is written (``ttl.run_incremental_cleanup``)."""
+    return run_incremental_cleanup(keyed_backend, registered, checkpoint, plans, stats, ctx.p, ctx.maxp,
+                                   ctx.fault, ctx.say)
+
+
+def mark_committed(ctx: RunContext, stats: list[MicrobatchStats]) -> None:
+    """Mark each microbatch done (its commit file), then say what each did."""
+    batch_ids = [s.batch_id for s in stats]
+    ctx.fault("before_commit", batch_ids)
+    committed = wall_clock_ms()
+    for s in stats:
+        ctx.store.write_commit(s.batch_id, s.commit_record(ctx.run_id, committed))
+    ctx.fault("after_commit", batch_ids)
+    for s in stats:
+        ctx.say(f"microbatch {s.batch_id}: {s.records_in} records in ({s.broadcast_in} broadcast), {s.keys} keys, "
+                f"{s.records_out} out, {s.state_upserts} state entries written, {s.state_deletes} deleted")

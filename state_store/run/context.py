@@ -1,0 +1,103 @@
+"""What every step of a run shares: the job, where it lives, its lease, its clock, its fault points."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pyspark.sql import SparkSession
+
+from ..job import JobSpec
+from ..job_store import JobStore
+from ..lease import JobLease
+from ..settings import Settings
+
+FAULT_POINTS = (
+    "after_plan",
+    "before_sink_write", "after_sink_write",
+    "before_state_write", "after_state_write",
+    "before_commit", "after_commit",
+    "before_checkpoint", "after_checkpoint",
+)
+# Reached only by a run of a job with TTL's incremental cleanup, once its state is written.
+CLEANUP_FAULT_POINTS = ("before_cleanup_write", "after_cleanup_write")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a FaultInjector: stands for a crash at one step of the protocol."""
+
+
+@dataclass
+class FaultInjector:
+    """Crash (or call ``action``) when the run reaches ``point`` with microbatch ``batch_id`` in hand."""
+
+    point: str
+    batch_id: int = 0
+    action: Callable[[], None] | None = None
+
+    def __post_init__(self):
+        if self.point not in FAULT_POINTS + CLEANUP_FAULT_POINTS:
+            raise ValueError(f"unknown fault point {self.point!r}; choose one of {FAULT_POINTS + CLEANUP_FAULT_POINTS}")
+
+    def hit(self, point: str, batch_ids) -> None:
+        if point == self.point and self.batch_id in batch_ids:
+            if self.action is not None:
+                self.action()
+            else:
+                raise InjectedFault(f"injected crash at {point} of microbatch {self.batch_id}")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run of one job: ``spec`` is the definition it runs with, fixed before the run starts (the
+    parallelism and backend of the checkpoint it continues from)."""
+
+    spark: SparkSession
+    spec: JobSpec
+    settings: Settings
+    store: JobStore
+    lease: JobLease
+    sink_path: Path
+    clock: Callable[[], int]
+    faults: FaultInjector | None
+    progress: Callable[[str], None]
+
+    @property
+    def p(self) -> int:
+        return self.spec.parallelism
+
+    @property
+    def maxp(self) -> int:
+        return self.spec.effective_max_parallelism
+
+    @property
+    def job_dir(self) -> Path:
+        return self.store.job_dir
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    @property
+    def sink_app_id(self) -> str:
+        """The Delta ``txnAppId`` of the job's sink writes."""
+        return f"lakestate:{self.spec.job_id}:sink"
+
+    def sources(self) -> dict:
+        """The job's sources by name: "main", and "broadcast" when it has one."""
+        sources = {"main": self.spec.source}
+        if self.spec.broadcast_source is not None:
+            sources["broadcast"] = self.spec.broadcast_source
+        return sources
+
+    def fault(self, point: str, batch_ids) -> None:
+        if self.faults is not None:
+            self.faults.hit(point, batch_ids)
+
+    def say(self, message: str) -> None:
+        self.progress(f"[lakestate] job {self.spec.job_id}: {message}")
