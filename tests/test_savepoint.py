@@ -186,12 +186,12 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
 
 
 def _metadata(job_id: str, name: str, keyed_path: str) -> dict:
-    from state_store.checkpoint import SavepointMetadata
+    from state_store.records import SavepointMetadata, TableVersion
 
     return SavepointMetadata(
         job_id=job_id, name=name, checkpoint_id=1, batch_id=0, uid="count", key_type="STRING", backend="delta",
         parallelism=1, max_parallelism=8, key_group_ranges=[[0, 7]], source_offsets={}, descriptors={}, entries={},
-        tables={"keyed": {"path": keyed_path}, "operator": {"path": "operator"}}, created_ms=0).to_dict()
+        tables={"keyed": TableVersion(keyed_path), "operator": TableVersion("operator")}, created_ms=0).to_dict()
 
 
 @pytest.mark.parametrize("where", ["absolute", "relative", "symlink"])
