@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend, delta_record
+from .backends import create_keyed_backend, delta_record
 from .catalog import JobMeta
 from .checkpoint import CheckpointMetadata
 from .delta_log import table_files, table_snapshot
@@ -102,8 +102,8 @@ def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, rep
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
     state = dict(latest.state)
-    for create, spec in ((create_keyed_backend, KEYED), (create_operator_backend, OPERATOR)):
-        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, meta.job_dir, create, spec)
+    for spec in (KEYED, OPERATOR):
+        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, spec)
     fault("after_rewrite")
     entries = _entries_after(spark, latest, state["keyed"])
     compacted = replace(latest, checkpoint_id=latest.checkpoint_id + 1, state=state, entries=entries,
@@ -113,7 +113,7 @@ def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, rep
     return compacted.checkpoint_id
 
 
-def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir, create, spec):
+def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     recorded = checkpoint.state[spec.name]
     path, version, b = recorded["path"], recorded["version"], checkpoint.batch_id
     before = table_snapshot(path, version)
@@ -211,8 +211,3 @@ def _tables_under(root) -> list:
             found.extend(_tables_under(child))
     return found
 
-
-def _remove_empty(root) -> None:
-    from .storage import remove_empty_folders
-
-    remove_empty_folders(root)
