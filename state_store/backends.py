@@ -324,17 +324,42 @@ class HashMapStateBackend(StateBackend):
                             recorded.path, recorded.version)
 
 
-_MEMORY_SNAPSHOTS: dict[tuple[str, str, int], list] = {}
+class MemorySnapshots:
+    """The memory backend's snapshots: the rows of each (job folder, state table, checkpoint id).
+
+    Owned by ``MemoryStateBackend.snapshots``, the one store of the process: made at import, shared by every
+    memory backend of every SparkSession in the process, gone with the process. So a checkpoint can be restored
+    in the process that took it and in no other (what the backend is for: tiny tests). ``clear()`` forgets
+    every snapshot, for tests that want a process as fresh as a new one."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str, int], list] = {}
+
+    def get(self, job_dir: Path, table: str, checkpoint_id: int) -> list | None:
+        return self._rows.get((str(job_dir), table, checkpoint_id))
+
+    def put(self, job_dir: Path, table: str, checkpoint_id: int, rows: list) -> None:
+        self._rows[(str(job_dir), table, checkpoint_id)] = rows
+
+    def discard(self, job_dir: Path, table: str, checkpoint_id: int) -> None:
+        self._rows.pop((str(job_dir), table, checkpoint_id), None)
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 class MemoryStateBackend(StateBackend):
     name = "memory"
+    snapshots = MemorySnapshots()  # process-wide; see MemorySnapshots
 
     def read(self, checkpoint, restrict=None):
         if checkpoint is None:
             self._base = self.empty()
             return self._base
-        rows = _MEMORY_SNAPSHOTS.get((str(self.job_dir), self.table.name, checkpoint.checkpoint_id))
+        rows = self.snapshots.get(self.job_dir, self.table.name, checkpoint.checkpoint_id)
         if rows is None:
             raise RestoreError(
                 "the memory backend keeps checkpoints only in the process that took them; "
@@ -349,11 +374,11 @@ class MemoryStateBackend(StateBackend):
 
     def write_full(self, rows, checkpoint_id, generation=0):
         rows = rows.filter(F.col("value").isNotNull()).collect()
-        _MEMORY_SNAPSHOTS[(str(self.job_dir), self.table.name, checkpoint_id)] = rows
+        self.snapshots.put(self.job_dir, self.table.name, checkpoint_id, rows)
         return TableVersion(entries=len(rows), incremental=False)
 
     def discard(self, checkpoint, retained):
-        _MEMORY_SNAPSHOTS.pop((str(self.job_dir), self.table.name, checkpoint.checkpoint_id), None)
+        self.snapshots.discard(self.job_dir, self.table.name, checkpoint.checkpoint_id)
 
 
 _BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryStateBackend)}

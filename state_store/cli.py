@@ -319,6 +319,19 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--root", help="root every path must stay in (default: $LAKESTATE_ROOT or ./lakestate-data)")
     common.add_argument("--savepoints", help="savepoint root (default: $LAKESTATE_SAVEPOINTS or <root>/savepoints)")
     sub = parser.add_subparsers(dest="command", required=True)
+    lease = argparse.ArgumentParser(add_help=False)
+    lease.add_argument("--wait-for-lease", type=float, default=0.0,
+                       help="seconds to wait for a run of the job in progress to finish (default 0: fail at once)")
+    lease.add_argument("--spark-master", default=None)
+    _add_job_commands(sub, common)
+    _add_run_commands(sub, common)
+    _add_savepoint_commands(sub, common, lease)
+    _add_rewrite_commands(sub, common, lease)
+    return parser
+
+
+def _add_job_commands(sub, common) -> None:
+    """register, jobs, checkpoints: the warehouse's jobs."""
     p = sub.add_parser("register", parents=[common], help="register a job from a 'module:factory' that returns a JobSpec")
     p.add_argument("entrypoint")
     p.add_argument("--replace", action="store_true", help="point an already registered job id at this entrypoint")
@@ -329,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", required=True)
     p.add_argument("--json", action="store_true", help="print the full checkpoint rows")
     p.set_defaults(func=cmd_checkpoints)
+
+
+def _add_run_commands(sub, common) -> None:
+    """run, state: a run of a job, and a key's value at a checkpoint."""
     p = sub.add_parser("run", parents=[common], help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
     p.add_argument("--job", required=True)
     p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
@@ -355,10 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
     p.add_argument("--savepoint", default=None, help="read a savepoint (<job>/<name>) instead of a checkpoint")
     p.set_defaults(func=cmd_state)
-    lease = argparse.ArgumentParser(add_help=False)
-    lease.add_argument("--wait-for-lease", type=float, default=0.0,
-                       help="seconds to wait for a run of the job in progress to finish (default 0: fail at once)")
-    lease.add_argument("--spark-master", default=None)
+
+
+def _add_savepoint_commands(sub, common, lease) -> None:
+    """savepoint, savepoints, dispose: taking, listing and deleting savepoints."""
     p = sub.add_parser("savepoint", parents=[common, lease],
                        help="copy a checkpoint into a self-contained savepoint under the savepoint root")
     p.add_argument("job")
@@ -372,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dispose", parents=[common], help="delete a savepoint")
     p.add_argument("savepoint", help="<job>/<name> as `lakestate savepoints` lists it, or its path")
     p.set_defaults(func=cmd_dispose)
+
+
+def _add_rewrite_commands(sub, common, lease) -> None:
+    """restore, compact, rescale: the commands that write a job's next checkpoint or its state tables."""
     p = sub.add_parser("restore", parents=[common, lease],
                        help="make a savepoint or checkpoint the job's next checkpoint, with changes")
     p.add_argument("job", help="the registered job that continues from it")
@@ -399,7 +420,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="drop raw operator state of subtasks that a scale-down removes instead of refusing")
     p.set_defaults(func=cmd_rescale)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend, delta_record
+from .backends import create_keyed_backend, delta_record
 from .catalog import JobMeta
 from .records import KEYED_TABLE, OPERATOR_TABLE, CheckpointMetadata, TableVersion
 from .delta_log import table_files, table_snapshot
@@ -102,8 +102,8 @@ def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, rep
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
     state = dict(latest.state)
-    for create, spec in ((create_keyed_backend, KEYED_TABLE), (create_operator_backend, OPERATOR_TABLE)):
-        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, meta.job_dir, create, spec)
+    for spec in (KEYED_TABLE, OPERATOR_TABLE):
+        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, spec)
     fault("after_rewrite")
     entries = _entries_after(spark, latest, state[KEYED_TABLE.name])
     compacted = replace(latest, checkpoint_id=meta.next_checkpoint_id(), state=state, entries=entries,
@@ -113,7 +113,7 @@ def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, rep
     return compacted.checkpoint_id
 
 
-def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, job_dir, create, spec):
+def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     recorded = checkpoint.table(spec.name)
     path, version, b = recorded.path, recorded.version, checkpoint.batch_id
     before = table_snapshot(path, version)
@@ -211,8 +211,3 @@ def _tables_under(root) -> list:
             found.extend(_tables_under(child))
     return found
 
-
-def _remove_empty(root) -> None:
-    from .storage import remove_empty_folders
-
-    remove_empty_folders(root)

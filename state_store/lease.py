@@ -167,7 +167,9 @@ class JobLease:
         else:
             storage.write_atomic(path, text)
 
-    def acquire(self) -> "JobLease":
+    def acquire(self, say=print) -> "JobLease":
+        """Take the lease or raise JobLocked; a takeover of a crashed or silent holder is told to ``say`` (the
+        caller's progress callback, which names the job)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self._acquired = int(time.time() * 1000)
         gens = generations(self.dir)
@@ -193,7 +195,7 @@ class JobLease:
             raise JobLocked(f"job {self.job_id!r} was taken by another run at the same moment; retry")
         self.generation = mine
         if takeover:
-            print(f"[lakestate] taking over job {self.job_id!r} from run {holder.get('run_id')}: {takeover}")
+            say(f"taking over from run {holder.get('run_id')}: {takeover}")
         for old in generations(self.dir):
             if old < mine - (KEEP_GENERATIONS - 1):
                 generation_path(self.dir, old).unlink(missing_ok=True)
@@ -210,7 +212,7 @@ class JobLease:
         deadline, said = time.time() + wait_s, False
         while True:
             try:
-                return self.acquire()
+                return self.acquire(say)
             except JobLocked as e:
                 if time.time() >= deadline:
                     raise

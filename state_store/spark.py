@@ -48,11 +48,14 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
     ``wants_s3()``) it reaches ``s3a://`` too."""
     from pyspark.sql import SparkSession
 
+    # Process set-up, kept in the environment: PySpark takes its workers' interpreter only from PYSPARK_PYTHON
+    # (no Spark conf sets it for a session started in-process). Defaults only: a caller's choice stands.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Workers import state_store and the user's job modules from the project root.
+    # Workers import state_store and the user's job modules from the project root: given to them by the
+    # executors' environment (spark.executorEnv.PYTHONPATH), not by this process's.
     paths = [str(PROJECT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    pythonpath = os.pathsep.join(dict.fromkeys(paths))
 
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master comes from --master.
@@ -65,7 +68,7 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
-        "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
+        "spark.executorEnv.PYTHONPATH": pythonpath,
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
         # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).

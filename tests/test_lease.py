@@ -28,9 +28,11 @@ def test_a_newcomers_short_timeout_does_not_take_over_a_healthy_holder(tmp_path,
 
 def test_the_holders_own_timeout_decides_when_it_is_stale(tmp_path):
     write_holder(tmp_path / "lease", _remote_holder(heartbeat_age_s=5, timeout_s=2))
-    taker = JobLease(tmp_path / "lease", "job", timeout_s=600).acquire()
+    said = []
+    taker = JobLease(tmp_path / "lease", "job", timeout_s=600).acquire(say=said.append)
     try:
         assert current_holder(tmp_path / "lease")["run_id"] == taker.run_id
+        assert [m.split(":")[0] for m in said] == ["taking over from run run-remote"]  # told, not printed
     finally:
         taker.release()
 

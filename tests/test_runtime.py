@@ -8,7 +8,8 @@ import pytest
 from state_store.catalog import JobMeta
 from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from state_store import KeyedProcessFunction, Types, ValueStateDescriptor
-from state_store.backends import DeltaStateBackend
+from state_store.backends import DeltaStateBackend, MemoryStateBackend
+from state_store.errors import InputError
 from tests.jobs import all_states_job, count_job, events
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,17 @@ def test_every_state_type_keeps_flink_semantics_across_microbatches(spark, lake,
     raw = {r[1]: r[3] for r in operator if r[0] == "all.__raw__"}
     assert sorted(raw) == [0, 1]  # raw operator state per subtask, written by snapshot_state each microbatch
     assert any(r[0] == "all.__raw_keyed__" for r in keyed)
+
+
+def test_memory_snapshots_live_in_the_process_that_took_them_and_clear_forgets_them(spark, lake):
+    spec = count_job(lake, job_id="mem-clear", backend="memory")
+    lake.write_events("e0.json", events(0))
+    run(spark, spec, lake, max_microbatches=1)
+    assert MemoryStateBackend.snapshots.get(lake.settings.job_dir(spec.job_id), "keyed", 1) is not None
+    lake.write_events("e1.json", events(1))
+    MemoryStateBackend.snapshots.clear()  # what another process sees: the checkpoint's file, not its rows
+    with pytest.raises(InputError, match="the memory backend keeps checkpoints only in the process that took them"):
+        run(spark, spec, lake)
 
 
 def test_stop_and_restart_continues_exactly_like_one_uninterrupted_run(spark, lake, tmp_path):

@@ -4,8 +4,6 @@ The Spark master comes from the Airflow connection ``lakestate_spark``; without 
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from airflow.exceptions import AirflowNotFoundException
@@ -14,33 +12,51 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
+# The savepoint's label: the DAG run's ``params.label``, else ``airflow-<run id>`` with every character that may
+# not name a folder made a '-', at most 64 characters (what ``state_store.savepoint.check_label`` accepts).
+LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
+         "{{ c if c.isalnum() or c in '_.-' else '-' }}{% endfor %}")
 
 
 class _LakestateSparkSubmit(SparkSubmitOperator):
-    """Submit ``jobs/<entrypoint>.py``: the Spark connection (or local[*]) and the Delta jars filled in."""
+    """Submit ``jobs/<entrypoint>.py`` with ``args`` (templated, as ``application_args``) and the wait for the
+    lease: the Spark connection (or local[*]) and the Delta jars filled in when the hook is made. An argument
+    that renders empty is left out: an option the DAG run's params do not ask for."""
 
-    def __init__(self, *, entrypoint: str, conn_id: str = SPARK_CONN_ID, wait_for_lease_s: float = 3600,
-                 **kwargs):
+    def __init__(self, *, entrypoint: str, args: list[str], conn_id: str = SPARK_CONN_ID,
+                 wait_for_lease_s: float = 3600, **kwargs):
         kwargs.setdefault("name", f"lakestate-{entrypoint}")
         super().__init__(application=str(PROJECT_ROOT / "jobs" / f"{entrypoint}.py"), conn_id=conn_id,
-                         conf={"spark.log.level": "WARN"}, **kwargs)
+                         conf={"spark.log.level": "WARN"},
+                         application_args=[*args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
         self.wait_for_lease_s = wait_for_lease_s
 
-    def submit(self, context) -> None:
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self.application_args = [a for a in self.application_args if a != ""]
+
+    def _get_hook(self):
+        """The provider's hook, with the Delta (and S3) jars; without the connection, its master is ``local[*]``
+        (the provider's own default is yarn), given to this hook rather than to the process's environment."""
         from airflow.hooks.base import BaseHook
 
         from state_store.spark import delta_jars, s3_jars, wants_s3
 
-        try:
-            BaseHook.get_connection(self._conn_id)
-        except AirflowNotFoundException:
-            self.log.info("connection %r is not defined: submitting to local[*]", self._conn_id)
-            os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = json.dumps(DEFAULT_SPARK_CONN)
         jars = delta_jars()
         if wants_s3() and not any("hadoop-aws" in j for j in jars):
             jars += s3_jars()
         self.jars = self.jars or ",".join(jars)
-        super().execute(context)
+        try:
+            BaseHook.get_connection(self._conn_id)
+            defined = True
+        except AirflowNotFoundException:
+            self.log.info("connection %r is not defined: submitting to local[*]", self._conn_id)
+            defined = False
+        hook = super()._get_hook()
+        if not defined:
+            hook._connection = {**hook._connection, "master": DEFAULT_SPARK_CONN["host"]}
+            hook._is_yarn = False
+        return hook
 
 
 class LakestateSubmitOperator(_LakestateSparkSubmit):
@@ -51,41 +67,34 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     finish instead of failing.
     """
 
-    def __init__(self, *, job_id: str, registry: str, wait_for_lease_s: float = 3600, **kwargs):
-        super().__init__(entrypoint="run_microbatches", name=f"lakestate-{job_id}", wait_for_lease_s=wait_for_lease_s,
-                         application_args=["--job", job_id, "--registry", registry, "--wait-for-lease",
-                                           str(wait_for_lease_s)], **kwargs)
+    def __init__(self, *, job_id: str, registry: str, **kwargs):
+        super().__init__(entrypoint="run_microbatches", name=f"lakestate-{job_id}",
+                         args=["--job", job_id, "--registry", registry], **kwargs)
         self.job_id = job_id
-
-    def execute(self, context):
-        self.submit(context)
 
 
 class LakestateSavepointOperator(_LakestateSparkSubmit):
     """Take a savepoint of the DAG run's ``params.job`` (optional ``params.checkpoint``, ``params.label``);
     returns (XCom) the savepoint's path, checkpoint, microbatch and size."""
 
+    template_fields = (*_LakestateSparkSubmit.template_fields, "job", "savepoint_label")
+
     def __init__(self, **kwargs):
-        super().__init__(entrypoint="savepoint", **kwargs)
+        job, checkpoint = "{{ params.job }}", ("{% if params.checkpoint is not none %}"
+                                               "--checkpoint={{ params.checkpoint | int }}{% endif %}")
+        super().__init__(entrypoint="savepoint", args=[job, "--label", LABEL, checkpoint], **kwargs)
+        self.job, self.savepoint_label = job, LABEL
 
     def execute(self, context):
-        from state_store.savepoint import check_label, load_savepoint
+        from state_store.savepoint import load_savepoint
         from state_store.settings import Settings
 
-        params = context["params"]
-        job = params["job"]
-        label = params.get("label") or f"airflow-{context['run_id']}"
-        label = "".join(c if c.isalnum() or c in "_.-" else "-" for c in label)[:64]
-        check_label(label)
-        self.application_args = [job, "--label", label, "--wait-for-lease", str(self.wait_for_lease_s)]
-        if params.get("checkpoint") is not None:
-            self.application_args += ["--checkpoint", str(int(params["checkpoint"]))]
-        self.submit(context)
-        savepoint = load_savepoint(Settings.load(), f"{job}/{label}")
+        super().execute(context)
+        savepoint = load_savepoint(Settings.load(), f"{self.job}/{self.savepoint_label}")
         self.log.info("savepoint path: %s", savepoint.path)
-        return {"path": savepoint.path, "job": job, "name": savepoint.name, "checkpoint": savepoint.checkpoint_id,
-                "microbatch": savepoint.batch_id, "entries": sum(savepoint.entries.values()),
-                "bytes": savepoint.size_bytes}
+        return {"path": savepoint.path, "job": self.job, "name": savepoint.name,
+                "checkpoint": savepoint.checkpoint_id, "microbatch": savepoint.batch_id,
+                "entries": sum(savepoint.entries.values()), "bytes": savepoint.size_bytes}
 
 
 class LakestateRescaleOperator(_LakestateSparkSubmit):
@@ -94,31 +103,31 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
     whether the rescale ``changed`` anything: at the parallelism the job already has, nothing is submitted or
     written and the task succeeds saying so."""
 
+    template_fields = (*_LakestateSparkSubmit.template_fields, "job", "parallelism")
+
     def __init__(self, **kwargs):
-        super().__init__(entrypoint="rescale", **kwargs)
+        job, parallelism = "{{ params.job }}", "{{ params.parallelism | int }}"
+        first = "{{ '--savepoint-first' if params.get('savepoint_first', true) else '' }}"
+        super().__init__(entrypoint="rescale", args=[job, "--parallelism", parallelism, first], **kwargs)
+        self.job, self.parallelism = job, parallelism
 
     def execute(self, context):
         from state_store.catalog import JobMeta
         from state_store.settings import Settings
 
-        params = context["params"]
-        job, parallelism = params["job"], int(params["parallelism"])
-        meta = JobMeta(Settings.load().job_dir(job))
+        meta = JobMeta(Settings.load().job_dir(self.job))
         latest = meta.latest_checkpoint()
-        changed = latest is None or latest.parallelism != parallelism
+        changed = latest is None or latest.parallelism != int(self.parallelism)
         if changed:
-            self.application_args = [job, "--parallelism", str(parallelism), "--wait-for-lease",
-                                     str(self.wait_for_lease_s)]
-            if params.get("savepoint_first", True):
-                self.application_args.append("--savepoint-first")
-            self.submit(context)
+            super().execute(context)
             latest = meta.latest_checkpoint()
-            self.log.info("job %s: checkpoint %s at parallelism %s", job, latest.checkpoint_id, latest.parallelism)
+            self.log.info("job %s: checkpoint %s at parallelism %s", self.job, latest.checkpoint_id,
+                          latest.parallelism)
         else:
             from state_store.restore import already_at
 
-            self.log.info("%s", already_at(job, latest))
-        return {"job": job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
+            self.log.info("%s", already_at(self.job, latest))
+        return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                 "parallelism": latest.parallelism, "changed": changed}
 
 
@@ -130,15 +139,14 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
     template_fields = (*_LakestateSparkSubmit.template_fields, "job")
 
     def __init__(self, *, job: str, **kwargs):
-        super().__init__(entrypoint="compact", **kwargs)
+        super().__init__(entrypoint="compact", args=[job], **kwargs)
         self.job = job
 
     def execute(self, context):
         from state_store.catalog import JobMeta
         from state_store.settings import Settings
 
-        self.application_args = [self.job, "--wait-for-lease", str(self.wait_for_lease_s)]
-        self.submit(context)
+        super().execute(context)
         report = JobMeta(Settings.load().job_dir(self.job)).last_compaction()
         self.log.info("job %s: %s rows scanned, %s expired and %s superseded removed, files %s -> %s, %s bytes "
                       "reclaimed", self.job, report["rows_scanned"], report["expired_removed"],
