@@ -80,7 +80,8 @@ from .run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, new_token
 from .state_tables import append_idempotent, commit_files
 from .task import RAW_KEYED, RunPlan, run_partition
 from .storage import options_of
-from .ttl import count_entries, drop_expired, run_incremental_cleanup, ttl_states
+from .ttl.cleanup import run_incremental_cleanup
+from .ttl.tables import count_entries, drop_expired, ttl_states
 
 FAULT_POINTS = (
     "after_plan",
