@@ -52,7 +52,8 @@ class StateDescriptor:
         self.ttl_config: StateTtlConfig | None = None
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> "StateDescriptor":
-        """Let entries of this state expire (keyed state only), as Flink's ``enableTimeToLive``."""
+        """Let entries of this state expire (keyed state only), as Flink's ``enableTimeToLive``; returns this
+        descriptor."""
         if not isinstance(ttl_config, StateTtlConfig):
             raise TypeError(f"state {self.name!r}: enable_time_to_live takes a StateTtlConfig "
                             f"(StateTtlConfig.new_builder(ttl)...build()), got {ttl_config!r}")

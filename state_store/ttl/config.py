@@ -45,14 +45,18 @@ class StateTtlConfig:
 
     @staticmethod
     def new_builder(ttl) -> "StateTtlConfig.Builder":
+        """A builder for a config whose entries live ``ttl`` (a ``datetime.timedelta`` or whole milliseconds),
+        with Flink's defaults; e.g. ``StateTtlConfig.new_builder(timedelta(hours=1)).build()``."""
         return StateTtlConfig.Builder(ttl)
 
     @property
     def update_on_read(self) -> bool:
+        """True when a read prolongs an entry's life (OnReadAndWrite)."""
         return self.update_type == self.UpdateType.OnReadAndWrite
 
     @property
     def return_expired(self) -> bool:
+        """True when a read returns an expired entry it finds, once (ReturnExpiredIfNotCleanedUp)."""
         return self.state_visibility == self.StateVisibility.ReturnExpiredIfNotCleanedUp
 
     def expiry(self, last_access: int) -> int:
@@ -60,6 +64,7 @@ class StateTtlConfig:
         return min(last_access + self.ttl_ms, MAX_TIMESTAMP)
 
     def to_dict(self) -> dict:
+        """The ``ttl`` record a checkpoint keeps with the state's descriptor (its on-disk shape: keep it)."""
         return {"ttl_ms": self.ttl_ms, "update_type": self.update_type, "state_visibility": self.state_visibility,
                 "full_snapshot": self.full_snapshot,
                 "incremental": list(self.incremental) if self.incremental else None,
@@ -90,33 +95,42 @@ class StateTtlConfig:
             self._full_snapshot, self._incremental, self._compaction, self._background = False, None, False, True
 
         def set_update_type(self, update_type: str) -> "StateTtlConfig.Builder":
+            """What renews an entry's life (a ``StateTtlConfig.UpdateType``); returns this builder."""
             self._update = _one_of(update_type, StateTtlConfig.UpdateType, "update type")
             return self
 
         def update_ttl_on_create_and_write(self) -> "StateTtlConfig.Builder":
+            """Only writes renew an entry's life (the default); returns this builder."""
             return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
 
         def update_ttl_on_read_and_write(self) -> "StateTtlConfig.Builder":
+            """Reads renew an entry's life too; returns this builder."""
             return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
 
         def set_state_visibility(self, visibility: str) -> "StateTtlConfig.Builder":
+            """Whether a read may return an expired entry (a ``StateTtlConfig.StateVisibility``); returns this
+            builder."""
             self._visibility = _one_of(visibility, StateTtlConfig.StateVisibility, "state visibility")
             return self
 
         def never_return_expired(self) -> "StateTtlConfig.Builder":
+            """A read never returns an expired entry (the default); returns this builder."""
             return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
 
         def return_expired_if_not_cleaned_up(self) -> "StateTtlConfig.Builder":
+            """A read returns an expired entry it finds, once; returns this builder."""
             return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
 
         def cleanup_full_snapshot(self) -> "StateTtlConfig.Builder":
-            """Leave expired entries out of full snapshots (savepoints, ``hashmap`` checkpoints)."""
+            """Leave expired entries out of full snapshots (savepoints, ``hashmap`` checkpoints); returns this
+            builder."""
             self._full_snapshot = True
             return self
 
         def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool = False
                                   ) -> "StateTtlConfig.Builder":
-            """Each microbatch checks the next ``cleanup_size`` entries of a cursor over all key groups."""
+            """Each microbatch checks the next ``cleanup_size`` entries of a cursor over all key groups (per record
+            too with ``run_cleanup_for_every_record``); returns this builder."""
             if not isinstance(cleanup_size, int) or isinstance(cleanup_size, bool) or cleanup_size <= 0:
                 raise ValueError(f"cleanup_size {cleanup_size!r} is not usable: give a whole number above 0 "
                                  f"(Flink's default is 5)")
@@ -124,16 +138,18 @@ class StateTtlConfig:
             return self
 
         def cleanup_in_compaction(self) -> "StateTtlConfig.Builder":
-            """The compaction job drops expired entries (Flink's RocksDB compaction filter)."""
+            """The compaction job drops expired entries (Flink's RocksDB compaction filter); returns this
+            builder."""
             self._compaction = True
             return self
 
         def disable_cleanup_in_background(self) -> "StateTtlConfig.Builder":
             """Turn off the default background cleanup (incremental and compaction); what is configured
-            explicitly stays on."""
+            explicitly stays on. Returns this builder."""
             self._background = False
             return self
 
         def build(self) -> "StateTtlConfig":
+            """The config, for ``descriptor.enable_time_to_live(config)``."""
             return StateTtlConfig(self._ttl_ms, self._update, self._visibility, self._full_snapshot,
                                   self._incremental, self._compaction, self._background)
