@@ -9,7 +9,6 @@ from .descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
-    StateTtlConfig,
     ValueStateDescriptor,
 )
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
@@ -17,6 +16,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .job import JobSpec
 from .settings import Settings
 from .sources import DeltaSource, FileSource
+from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
 
 __all__ = [

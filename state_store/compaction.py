@@ -42,7 +42,7 @@ from .lease import holding
 from .settings import Settings
 from .state_tables import latest_live, visible
 from .storage import location, remove_empty_folders, rmtree, walk_files
-from .ttl import drop_expired, ttl_states
+from .ttl.tables import drop_expired, ttl_states
 
 def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
                 fault=lambda step: None) -> dict:
@@ -91,7 +91,7 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
 def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) -> int | None:
     """The microbatch after which a run deleted expired entries' rows (TTL's incremental cleanup) past ``latest``
     and was killed before its checkpoint, or None. A rewrite as of ``latest`` would bring those rows back, and
-    the run's replay takes that cleanup as done (``ttl.run_incremental_cleanup``): it would not remove them."""
+    the run's replay takes that cleanup as done (``ttl.cleanup.run_incremental_cleanup``): it would not remove them."""
     if latest.backend != "delta":
         return None
     committed, _ = create_keyed_backend("delta", spark, job_dir, latest.job_id, latest).cleanups_done([])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .errors import ConfigError
+from .ttl.config import MAX_TIMESTAMP, StateTtlConfig  # noqa: F401 (MAX_TIMESTAMP: re-exported)
 from .types import TypeInfo, Types
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
@@ -41,141 +41,6 @@ class AggregateFunction:
         raise NotImplementedError
 
 
-MAX_TIMESTAMP = (1 << 63) - 1  # Long.MAX_VALUE: an expiry that never comes
-
-
-def _one_of(value: str, options: type, what: str) -> str:
-    """``value`` if it is one of the constants of ``options`` (an enum-like class), else a clear error."""
-    names = [n for n in vars(options) if not n.startswith("_")]
-    if value not in names:
-        raise ValueError(f"{what} {value!r} is not one of StateTtlConfig.{options.__name__}."
-                         + " or .".join(names))
-    return value
-
-
-class StateTtlConfig:
-    """Flink's StateTtlConfig: how long a keyed state entry lives after its last access, and how expired
-    entries are hidden and cleaned up. Build it with ``StateTtlConfig.new_builder(ttl)``; time is processing
-    time, the microbatch's timestamp.
-
-    An entry is expired when ``last_access + ttl <= now`` (a sum past the largest timestamp never expires).
-    List elements and map entries expire one by one."""
-
-    class UpdateType:
-        OnCreateAndWrite = "OnCreateAndWrite"  # the default: reads do not prolong an entry's life
-        OnReadAndWrite = "OnReadAndWrite"
-
-    class StateVisibility:
-        NeverReturnExpired = "NeverReturnExpired"  # the default
-        ReturnExpiredIfNotCleanedUp = "ReturnExpiredIfNotCleanedUp"
-
-    DEFAULT_CLEANUP_SIZE = 5  # Flink's default incremental cleanup: 5 entries per microbatch's access
-
-    def __init__(self, ttl_ms: int, update_type: str, state_visibility: str, full_snapshot: bool,
-                 incremental: tuple[int, bool] | None, compaction: bool, background: bool):
-        self.ttl_ms, self.update_type, self.state_visibility = ttl_ms, update_type, state_visibility
-        self.full_snapshot, self.background = full_snapshot, background
-        # Background cleanup is on by default: incremental (5 entries) and the compaction filter, unless turned
-        # off with disable_cleanup_in_background(), which leaves only what was configured explicitly.
-        self.incremental = incremental if incremental or not background else (self.DEFAULT_CLEANUP_SIZE, False)
-        self.compaction = compaction or background
-
-    @staticmethod
-    def new_builder(ttl) -> "StateTtlConfig.Builder":
-        return StateTtlConfig.Builder(ttl)
-
-    @property
-    def update_on_read(self) -> bool:
-        return self.update_type == self.UpdateType.OnReadAndWrite
-
-    @property
-    def return_expired(self) -> bool:
-        return self.state_visibility == self.StateVisibility.ReturnExpiredIfNotCleanedUp
-
-    def expiry(self, last_access: int) -> int:
-        """When an entry last accessed at ``last_access`` expires (overflow-guarded, as Flink's TtlUtils)."""
-        return min(last_access + self.ttl_ms, MAX_TIMESTAMP)
-
-    def to_dict(self) -> dict:
-        return {"ttl_ms": self.ttl_ms, "update_type": self.update_type, "state_visibility": self.state_visibility,
-                "full_snapshot": self.full_snapshot,
-                "incremental": list(self.incremental) if self.incremental else None,
-                "compaction": self.compaction}
-
-    def __repr__(self) -> str:
-        return f"StateTtlConfig({self.to_dict()})"
-
-    class Builder:
-        def __init__(self, ttl):
-            import datetime
-
-            if isinstance(ttl, datetime.timedelta):
-                ms = ttl / datetime.timedelta(milliseconds=1)
-            elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-                ms = ttl
-            else:
-                raise TypeError(f"a TTL is a datetime.timedelta or a number of milliseconds, got {ttl!r}")
-            # ConfigError, so the CLI says it in one line when register or a run's start meets it on the driver.
-            if ms > MAX_TIMESTAMP:  # before int(), which an infinity overflows
-                raise ConfigError(f"TTL {ttl!r} is too long: at most {MAX_TIMESTAMP} ms (Long.MAX_VALUE, as in "
-                                  f"Flink); for entries that never expire, leave TTL off")
-            if not ms > 0 or ms != int(ms):  # also refuses NaN and -inf
-                raise ConfigError(f"TTL {ttl!r} is not usable: give a positive whole number of milliseconds (or "
-                                  f"a timedelta of at least 1 ms); an entry lives this long after its last access")
-            self._ttl_ms, self._update = int(ms), StateTtlConfig.UpdateType.OnCreateAndWrite
-            self._visibility = StateTtlConfig.StateVisibility.NeverReturnExpired
-            self._full_snapshot, self._incremental, self._compaction, self._background = False, None, False, True
-
-        def set_update_type(self, update_type: str) -> "StateTtlConfig.Builder":
-            self._update = _one_of(update_type, StateTtlConfig.UpdateType, "update type")
-            return self
-
-        def update_ttl_on_create_and_write(self) -> "StateTtlConfig.Builder":
-            return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
-
-        def update_ttl_on_read_and_write(self) -> "StateTtlConfig.Builder":
-            return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
-
-        def set_state_visibility(self, visibility: str) -> "StateTtlConfig.Builder":
-            self._visibility = _one_of(visibility, StateTtlConfig.StateVisibility, "state visibility")
-            return self
-
-        def never_return_expired(self) -> "StateTtlConfig.Builder":
-            return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
-
-        def return_expired_if_not_cleaned_up(self) -> "StateTtlConfig.Builder":
-            return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
-
-        def cleanup_full_snapshot(self) -> "StateTtlConfig.Builder":
-            """Leave expired entries out of full snapshots (savepoints, ``hashmap`` checkpoints)."""
-            self._full_snapshot = True
-            return self
-
-        def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool = False
-                                  ) -> "StateTtlConfig.Builder":
-            """Each microbatch checks the next ``cleanup_size`` entries of a cursor over all key groups."""
-            if not isinstance(cleanup_size, int) or isinstance(cleanup_size, bool) or cleanup_size <= 0:
-                raise ValueError(f"cleanup_size {cleanup_size!r} is not usable: give a whole number above 0 "
-                                 f"(Flink's default is 5)")
-            self._incremental = (cleanup_size, bool(run_cleanup_for_every_record))
-            return self
-
-        def cleanup_in_compaction(self) -> "StateTtlConfig.Builder":
-            """The compaction job drops expired entries (Flink's RocksDB compaction filter)."""
-            self._compaction = True
-            return self
-
-        def disable_cleanup_in_background(self) -> "StateTtlConfig.Builder":
-            """Turn off the default background cleanup (incremental and compaction); what is configured
-            explicitly stays on."""
-            self._background = False
-            return self
-
-        def build(self) -> "StateTtlConfig":
-            return StateTtlConfig(self._ttl_ms, self._update, self._visibility, self._full_snapshot,
-                                  self._incremental, self._compaction, self._background)
-
-
 class StateDescriptor:
     kind = ""
 
@@ -187,7 +52,8 @@ class StateDescriptor:
         self.ttl_config: StateTtlConfig | None = None
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> "StateDescriptor":
-        """Let entries of this state expire (keyed state only), as Flink's ``enableTimeToLive``."""
+        """Let entries of this state expire (keyed state only), as Flink's ``enableTimeToLive``; returns this
+        descriptor."""
         if not isinstance(ttl_config, StateTtlConfig):
             raise TypeError(f"state {self.name!r}: enable_time_to_live takes a StateTtlConfig "
                             f"(StateTtlConfig.new_builder(ttl)...build()), got {ttl_config!r}")

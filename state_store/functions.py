@@ -43,9 +43,9 @@ from .keyed_state import (
     MapState,
     ReducingState,
     ValueState,
-    create_handle,
 )
 from .operator_state import BroadcastState, OperatorStateStore
+from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 
 
 class RuntimeContext:
@@ -64,26 +64,31 @@ class RuntimeContext:
         if known is not None and known.schema() != descriptor.schema():
             raise ValueError(f"state {descriptor.name!r} is registered twice with different kinds or types")
         self.descriptors[qname] = descriptor
-        return create_handle(self._store, qname, descriptor)
+        return create_state_and_wrap_with_ttl_if_enabled(self._store, qname, descriptor)
 
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
-        """A ValueState handle, scoped to the key being processed."""
+        """A ValueState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
+        being processed."""
         return self._register(descriptor, ValueStateDescriptor)
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
-        """A ListState handle, scoped to the key being processed."""
+        """A ListState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
+        being processed."""
         return self._register(descriptor, ListStateDescriptor)
 
     def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
-        """A MapState handle, scoped to the key being processed."""
+        """A MapState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
+        being processed."""
         return self._register(descriptor, MapStateDescriptor)
 
     def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
-        """A ReducingState handle, scoped to the key being processed."""
+        """A ReducingState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
+        being processed."""
         return self._register(descriptor, ReducingStateDescriptor)
 
     def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
-        """An AggregatingState handle, scoped to the key being processed."""
+        """An AggregatingState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
+        being processed."""
         return self._register(descriptor, AggregatingStateDescriptor)
 
     def get_index_of_this_subtask(self) -> int:

@@ -8,16 +8,12 @@ is None except for MapState, whose every map entry is an entry of its own (a
 changed in a microbatch (None for a removed entry), so writes grow with the
 entries that changed.
 
-State TTL (``StateTtlConfig``, Flink's semantics): every entry of a state with
-TTL carries its expiry, ``last_access + ttl`` in epoch ms, in the ``expiry``
-column, so Spark can filter expired rows without decoding values. A list's
-elements expire one by one: its value is stored as ``[[expiry, element],
-...]`` and the row's ``expiry`` is the latest of them (the row is dead once
-every element is). "Now" is the microbatch's processing time
-(``set_time``). An entry written before its state had TTL has no expiry
-until its first read (or write) with TTL. A map entry is checked on its own by
-the read of it (``map_read``), as Flink's ``TtlMapState`` does, so every map
-read works on the one decoded map that puts and removes change.
+Every entry may carry an expiry (epoch ms, the ``expiry`` column), which the
+store keeps as data and never compares with a clock: a list stored with
+expiries holds ``[[expiry, element], ...]`` and its entry's expiry is the
+latest of them. What an expiry means is State TTL's alone: the TTL wrappers of
+``ttl.handles`` stamp and check it around the plain handles below, which have
+no TTL code path, as Flink's ``TtlStateFactory`` wraps its backends' states.
 """
 from __future__ import annotations
 
@@ -55,14 +51,12 @@ class KeyedStateStore:
         self._stored_maps: dict[tuple, dict[str, str]] = {}  # (state, key, ns) -> {user key text: value text}
         self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
         self._decoded: dict[tuple, Any] = {}  # entries read or written in this microbatch
-        self._list_expiry: dict[tuple, list[int]] = {}  # a TTL list's element expiries, beside its _decoded
-        self._unread: set[tuple] = set()  # TTL lists decoded by an add: their next read still checks expiry
+        self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
         self._dirty: dict[tuple, str | None] = {}
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
         self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
-        self.now = 0  # the microbatch's processing time, epoch ms: TTL's clock
+        self.now = 0  # the microbatch's processing time, epoch ms: the clock the TTL wrappers read
         self._key_groups: dict[str, int] = {}
-        self._list_types: dict[str, Any] = {}  # a TTL list state's stored type, to encode its elements
         self.current_key: str | None = None
         self.current_key_group: int | None = None
 
@@ -84,9 +78,6 @@ class KeyedStateStore:
     def _current_expiry(self, slot: tuple) -> int | None:
         return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
 
-    def _expired(self, expiry: int | None) -> bool:
-        return expiry is not None and expiry <= self.now  # no expiry: stored before its state had TTL
-
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
         self._key_groups[key] = key_group
@@ -107,50 +98,38 @@ class KeyedStateStore:
 
     # -- single-value states (value, list, reducing, aggregating) --------------------------------------
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:
-        """The decoded value (not a copy), or None when the state is empty for the current key. Under TTL, the
-        first read in a microbatch removes an expired entry (returning it that once under
-        ReturnExpiredIfNotCleanedUp, so a reducing or aggregating add still folds it in, as in Flink) and,
-        under OnReadAndWrite, prolongs a live one. An entry stored before its state had TTL counts as
-        accessed at its first read with TTL (Flink stamps such entries when it migrates them)."""
+        """The decoded value (not a copy), or None when the state is empty for the current key, whatever its
+        expiry; a list stored with element expiries gives its elements (``element_expiries``, their expiries)."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
-        if value is _ABSENT:
-            value = self._decode(entry, descriptor)
-        elif entry not in self._unread:
-            return value
-        self._unread.discard(entry)
-        ttl = descriptor.ttl_config
-        if value is None or ttl is None:
-            return value
-        if descriptor.kind == "list":
-            return self._list_ttl_check(entry, value, ttl)
-        expiry = self._current_expiry(entry)
-        if self._expired(expiry):
-            self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
-            return value if ttl.return_expired else None
-        if ttl.update_on_read or expiry is None:
-            self._dirty[entry], self._dirty_expiry[entry] = self._text(entry), ttl.expiry(self.now)
-        return value
+        return self._decode(entry, descriptor) if value is _ABSENT else value
+
+    def expiry(self, state_name: str, namespace: str) -> int | None:
+        """The expiry of the current key's entry (written in this microbatch or stored), or None."""
+        return self._current_expiry(self._entry(state_name, namespace))
+
+    def element_expiries(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> list[int] | None:
+        """The expiries of the current list's elements, in order, or None for a list stored without them."""
+        self.get(state_name, namespace, descriptor)
+        return self._list_expiry.get(self._entry(state_name, namespace))
 
     def _text(self, entry: tuple) -> str | None:
         return self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
 
     def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
-        """Decode an entry into the microbatch's cache, checking no TTL (a read checks it; a list add does not)."""
+        """Decode an entry into the microbatch's cache."""
         state_name, _, namespace = entry
         text = self._text(entry)
-        if descriptor.ttl_config is not None and descriptor.kind == "list":
-            self._list_types[state_name] = descriptor.stored_type
         if text is None:
             value = None
         elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
-            value = self._load_ttl_list(entry, text, descriptor, state_name, namespace)
+            value = self._load_stamped_list(entry, text, descriptor, state_name, namespace)
         else:
             value = self._load(descriptor.stored_type, text, state_name, namespace)
         self._decoded[entry] = value
         return value
 
-    def _load_ttl_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
+    def _load_stamped_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
         """A list stored with element expiries: the elements, their expiries kept beside them."""
         try:
             pairs = from_text(text)
@@ -161,81 +140,49 @@ class KeyedStateStore:
         self._list_expiry[entry] = [int(x) for x, _ in pairs]
         return values
 
-    def _list_ttl_check(self, entry: tuple, values: list, ttl) -> list:
-        """Drop a TTL list's expired elements (returned once under ReturnExpiredIfNotCleanedUp); under
-        OnReadAndWrite, the live ones are prolonged."""
-        expiries = self._list_expiry.get(entry) or [None] * len(values)
-        live = [(v, x) for v, x in zip(values, expiries) if x is None or x > self.now]
-        stamped = [(v, ttl.expiry(self.now) if ttl.update_on_read else x) for v, x in self._stamped(live, ttl)]
-        if len(stamped) != len(values) or [x for _, x in stamped] != expiries:
-            self._write_list(entry, [v for v, _ in stamped], [x for _, x in stamped], ttl)
-        return values if ttl.return_expired else self._decoded[entry]
+    def _normalized(self, descriptor: StateDescriptor, value: Any) -> tuple[Any, Any]:
+        """(encoded, decoded) ``value``: its type is checked now, where the user's call is, and the decoded value
+        is what a reload would give back, so a value reads the same across a microbatch boundary. (A row's
+        encoding lists every declared field, so it is what a reload gives when fields decode as is.)"""
+        stored_type = descriptor.stored_type
+        encoded = stored_type.encode(value)
+        return encoded, (encoded if stored_type.encoding_is_value else stored_type.decode(encoded))
 
-    def _stamped(self, elements: list[tuple], ttl) -> list[tuple]:
-        """(element, expiry) pairs where an element stored before its state had TTL lives a full TTL from now,
-        its first access with TTL (a list row holds expiries for all its elements or for none)."""
-        return [(v, ttl.expiry(self.now) if x is None else x) for v, x in elements]
-
-    def _write_list(self, entry: tuple, values: list, expiries: list, ttl) -> None:
-        """Stage a TTL list with its element expiries (an empty list removes the entry)."""
-        if not values:
-            self._decoded[entry], self._dirty[entry], self._dirty_expiry[entry] = None, None, None
-            self._list_expiry.pop(entry, None)
-            return
-        self._decoded[entry], self._list_expiry[entry] = values, expiries
-        self._dirty_expiry[entry] = max(expiries) if all(x is not None for x in expiries) else None
-        self._dirty[entry] = self._list_text(entry, values, expiries)
-
-    def _list_text(self, entry: tuple, values: list, expiries: list) -> str:
-        encoded = self._list_types[entry[0]].encode(values)
-        return to_text([[x, e] for x, e in zip(expiries, encoded)])
-
-    def put(self, state_name: str, namespace: str, descriptor: StateDescriptor, value: Any) -> None:
-        """Set the value (None clears it); the type is checked now, where the user's call is. Under TTL the
-        entry lives ``ttl`` from now (every element of a list given whole)."""
+    def put(self, state_name: str, namespace: str, descriptor: StateDescriptor, value: Any,
+            expiry: int | None = None) -> None:
+        """Stage the value (None clears it) with ``expiry`` (None: no expiry, which a clear also leaves)."""
         entry = self._entry(state_name, namespace)
-        self._unread.discard(entry)  # nothing stored before is left to check
         text = None
         if value is not None:
-            # Keep what a reload would give back, so a value reads the same across a microbatch boundary.
-            # (A row's encoding lists every declared field, so it is what a reload gives when fields decode as is.)
-            stored_type = descriptor.stored_type
-            encoded = stored_type.encode(value)
-            value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
+            encoded, value = self._normalized(descriptor, value)
             text = to_text(encoded)
-        ttl = descriptor.ttl_config
-        if ttl is not None and descriptor.kind == "list":
-            self._list_types[state_name] = descriptor.stored_type
-            self._write_list(entry, value or [], [ttl.expiry(self.now)] * len(value or []), ttl)
-            return
         self._decoded[entry] = value
         self._dirty[entry] = text
-        self._dirty_expiry[entry] = ttl.expiry(self.now) if ttl is not None and text is not None else None
+        self._dirty_expiry[entry] = expiry if text is not None else None
         self._list_expiry.pop(entry, None)
 
-    def list_add(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
-        """Append ``values`` to the current list. Under TTL only they get an expiry, as Flink's
-        ``TtlListState.add``: an add is no read, so it neither prolongs nor drops the elements it finds (the
-        next read checks them)."""
-        ttl = descriptor.ttl_config
-        if ttl is None:
-            self.put(state_name, namespace, descriptor, (self.get(state_name, namespace, descriptor) or []) + values)
+    def put_list(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list,
+                 expiries: list[int]) -> None:
+        """Stage a list whose elements carry their own expiries: stored as ``[[expiry, element], ...]``, the
+        entry's expiry the latest of them (it is dead once every element is); an empty list clears it."""
+        if not values:
+            self.put(state_name, namespace, descriptor, None)
             return
         entry = self._entry(state_name, namespace)
-        if entry not in self._decoded:
-            self._decode(entry, descriptor)
-            self._unread.add(entry)
-        current = self._decoded[entry] or []
-        old = self._stamped(list(zip(current, self._list_expiry.get(entry) or [None] * len(current))), ttl)
-        encoded = descriptor.stored_type.encode(current + values)  # checks the new elements' type now
-        values = encoded[len(current):] if descriptor.stored_type.encoding_is_value \
-            else descriptor.stored_type.decode(encoded)[len(current):]
-        self._write_list(entry, current + values, [x for _, x in old] + [ttl.expiry(self.now)] * len(values), ttl)
+        encoded, values = self._normalized(descriptor, values)
+        self._decoded[entry], self._list_expiry[entry] = values, list(expiries)
+        self._dirty[entry] = to_text([[x, e] for x, e in zip(expiries, encoded)])
+        self._dirty_expiry[entry] = max(expiries)
+
+    def restamp(self, state_name: str, namespace: str, expiry: int) -> None:
+        """Give the current entry a new expiry, its value unchanged."""
+        entry = self._entry(state_name, namespace)
+        self._dirty[entry], self._dirty_expiry[entry] = self._text(entry), expiry
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
         """The decoded map of the current key (not a copy, the one every write changes): each entry not removed
-        yet, expired ones too; reads check TTL entry by entry (``map_read``)."""
+        yet, whatever its expiry."""
         entry = self._entry(state_name, namespace)
         value = self._decoded.get(entry, _ABSENT)
         if value is _ABSENT:
@@ -246,38 +193,25 @@ class KeyedStateStore:
         return value
 
     def map_read(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys=None) -> dict:
-        """What a read of the entries ``user_keys`` (default: every entry) returns. Under TTL each entry is
-        checked on its own, as Flink's ``TtlMapState`` does: an expired one is removed, and returned by this
-        read only under ReturnExpiredIfNotCleanedUp (so once); under OnReadAndWrite a live one is prolonged, as
-        is one stored before its state had TTL (its first read with TTL)."""
+        """The entries ``user_keys`` (default: every entry) the current map holds, as a new dict."""
         current = self.get_map(state_name, namespace, descriptor)
         keys = list(current) if user_keys is None else [k for k in user_keys if k in current]
-        ttl, entry, out = descriptor.ttl_config, self._entry(state_name, namespace), {}
-        for user_key in keys:
-            if ttl is None:
-                out[user_key] = current[user_key]
-                continue
-            key_text = to_text(descriptor.key_type.encode(user_key))
-            expiry = self._current_expiry(entry + (key_text,))
-            if self._expired(expiry):
-                value = current.pop(user_key)
-                self._stage_map_entry(entry, key_text, None, None)
-                if ttl.return_expired:
-                    out[user_key] = value
-                continue
-            out[user_key] = current[user_key]
-            if ttl.update_on_read or expiry is None:
-                self._stage_map_entry(entry, key_text, self._map_text(entry, key_text), ttl.expiry(self.now))
-        return out
+        return {k: current[k] for k in keys}
 
-    def map_is_empty(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> bool:
-        """True when a read of every entry would return nothing; it removes and prolongs nothing itself."""
-        current = self.get_map(state_name, namespace, descriptor)
-        ttl, entry = descriptor.ttl_config, self._entry(state_name, namespace)
-        if ttl is None or ttl.return_expired:
-            return not current
-        key_type = descriptor.key_type
-        return all(self._expired(self._current_expiry(entry + (to_text(key_type.encode(k)),))) for k in current)
+    def map_expiry(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any
+                   ) -> int | None:
+        """The expiry of the current map's entry ``user_key`` (written in this microbatch or stored), or None."""
+        return self._current_expiry(self._entry(state_name, namespace) + (self._key_text(descriptor, user_key),))
+
+    def map_restamp(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
+                    expiry: int) -> None:
+        """Give the current map's entry ``user_key`` a new expiry, its value unchanged."""
+        entry, key_text = self._entry(state_name, namespace), self._key_text(descriptor, user_key)
+        self._stage_map_entry(entry, key_text, self._map_text(entry, key_text), expiry)
+
+    @staticmethod
+    def _key_text(descriptor: MapStateDescriptor, user_key: Any) -> str:
+        return to_text(descriptor.key_type.encode(user_key))
 
     def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
         self._map_dirty.setdefault(entry, {})[key_text] = text
@@ -296,8 +230,8 @@ class KeyedStateStore:
                                      f"MAP<{key_type.name}, {value_type.name}>", e) from None
 
     def map_put(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
-                value: Any) -> None:
-        """Map ``user_key`` to ``value`` (an entry of its own; under TTL it lives ``ttl`` from now)."""
+                value: Any, expiry: int | None = None) -> None:
+        """Map ``user_key`` to ``value``, an entry of its own with ``expiry`` (None: no expiry)."""
         current = self.get_map(state_name, namespace, descriptor)
         if value is None:
             raise ValueError("a MapState value cannot be None; use remove(key)")
@@ -305,17 +239,15 @@ class KeyedStateStore:
         if encoded_key is None:
             raise ValueError("a MapState key cannot be None")
         current[descriptor.key_type.decode(encoded_key)] = descriptor.value_type.decode(encoded)
-        ttl = descriptor.ttl_config
-        self._stage_map_entry(self._entry(state_name, namespace), to_text(encoded_key), to_text(encoded),
-                              ttl.expiry(self.now) if ttl is not None else None)
+        self._stage_map_entry(self._entry(state_name, namespace), to_text(encoded_key), to_text(encoded), expiry)
 
     def map_remove(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any) -> None:
-        """Remove the entry ``user_key``, expired or not (no read: it returns nothing)."""
+        """Remove the entry ``user_key``, whatever its expiry."""
         current = self.get_map(state_name, namespace, descriptor)
         if user_key in current:
             del current[user_key]
-            key_text = to_text(descriptor.key_type.encode(user_key))
-            self._stage_map_entry(self._entry(state_name, namespace), key_text, None, None)
+            self._stage_map_entry(self._entry(state_name, namespace), self._key_text(descriptor, user_key), None,
+                                  None)
 
     def map_clear(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> None:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
@@ -355,7 +287,6 @@ class KeyedStateStore:
         self._dirty_expiry.clear()
         self._decoded.clear()
         self._list_expiry.clear()
-        self._unread.clear()
         return out
 
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:
@@ -371,9 +302,18 @@ class KeyedStateStore:
 
 
 class _KeyedState:
+    """A plain handle: the user's verbs over ``_get`` and ``_put`` on the store, scoped to the store's current
+    key and this handle's namespace. It has no TTL code path; a TTL wrapper (``ttl.handles``) runs the same
+    verbs over its own ``_get`` and ``_put``, which check and stamp expiries."""
+
     def __init__(self, store: KeyedStateStore, state_name: str, descriptor: StateDescriptor):
         self._store, self._name, self._descriptor = store, state_name, descriptor
         self._namespace = VOID_NAMESPACE
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the handle is scoped to ('' is the void namespace)."""
+        return self._namespace
 
     def set_current_namespace(self, namespace: str) -> None:
         """Scope the handle to ``namespace`` (e.g. a window); '' is the void namespace."""
@@ -427,24 +367,27 @@ class ListState(_KeyedState):
         """Append one element; None is an error."""
         if value is None:
             raise ValueError("you cannot add None to a ListState")
-        self._store.list_add(self._name, self._namespace, self._descriptor, [value])
+        self._add([value])
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append every element of ``values``; None (or a None element) is an error."""
         values = _elements(values, "add_all")
         if values:
-            self._store.list_add(self._name, self._namespace, self._descriptor, values)
+            self._add(values)
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace all elements; an empty list clears the state; None is an error."""
         self._put(_elements(values, "update") or None)
+
+    def _add(self, values: list) -> None:
+        self._put((self._get() or []) + values)
 
 
 class MapState(_KeyedState):
     """A map per key and namespace; each map entry is stored (and written) on its own."""
 
     def _read(self, keys=None) -> dict:
-        """What a read of the entries ``keys`` (default: all) returns, each checked for TTL on its own."""
+        """What a read of the entries ``keys`` (default: all) returns."""
         return self._store.map_read(self._name, self._namespace, self._descriptor, keys)
 
     def get(self, key: Any) -> Any:
@@ -482,7 +425,7 @@ class MapState(_KeyedState):
 
     def is_empty(self) -> bool:
         """True when the map has no entry a read would return."""
-        return self._store.map_is_empty(self._name, self._namespace, self._descriptor)
+        return not self._store.get_map(self._name, self._namespace, self._descriptor)
 
     def clear(self) -> None:
         """Remove every entry of the current key and namespace."""
@@ -532,6 +475,8 @@ HANDLES = {
 
 
 def create_handle(store: KeyedStateStore, state_name: str, descriptor: StateDescriptor) -> _KeyedState:
+    """The plain handle for ``descriptor`` on ``store``, whatever its TTL: user code gets its handles from
+    ``ttl.handles.create_state_and_wrap_with_ttl_if_enabled``, which wraps this one when the state has TTL."""
     for descriptor_type, handle_type in HANDLES.items():
         if isinstance(descriptor, descriptor_type):
             return handle_type(store, state_name, descriptor)

@@ -73,7 +73,7 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
     from .restore import RestoreSource  # Spark: only where a savepoint is taken
-    from .ttl import drop_expired, ttl_states
+    from .ttl.tables import drop_expired, ttl_states
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
     source = RestoreSource(checkpoint, job_dir)
@@ -127,7 +127,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
             snap = table_snapshot(work / table)
             written[table] = TableVersion(table, snap["version"], snap["size_bytes"], snap["num_files"])
         if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-            from .ttl import count_entries
+            from .ttl.tables import count_entries
 
             keyed = tables["keyed"].sparkSession.read.format("delta").load(str(work / "keyed"))
             counts = count_entries(keyed, recount)

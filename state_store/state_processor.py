@@ -47,7 +47,7 @@ from .savepoint import check_label, load_savepoint, point_fields, write_savepoin
 from .settings import Settings
 from .spark import key_group_column
 from .state_tables import KEYED, OPERATOR
-from .ttl import expired
+from .ttl.tables import expired
 from .types import TypeInfo, Types, from_schema, from_text
 
 

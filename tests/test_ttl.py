@@ -331,7 +331,7 @@ def test_an_unknown_update_type_or_visibility_names_the_choices():
 
 def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_record_with_every_record():
     from state_store.records import StateInfo
-    from state_store.ttl import cleanup_width
+    from state_store.ttl.cleanup import cleanup_width
 
     def states(*configs):
         return {f"op.s{i}": StateInfo.from_descriptor(ValueStateDescriptor(f"s{i}", Types.LONG()).enable_time_to_live(
@@ -342,3 +342,37 @@ def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_reco
     assert cleanup_width(states((5, False)), 2, records) == 5 * 2 * 3
     assert cleanup_width(states((5, True)), 2, records) == 5 * (2 * 3 + 2007)
     assert cleanup_width(states((1, False), (3, True)), 2, records) == 3 * (2 * 3 + 2007)  # the largest, per record
+
+
+# -- where TTL lives: one factory wraps the plain handles --------------------------------------------------------
+KINDS = [
+    ("get_state", lambda: ValueStateDescriptor("s", Types.LONG()), "ValueState"),
+    ("get_list_state", lambda: ListStateDescriptor("s", Types.LONG()), "ListState"),
+    ("get_map_state", lambda: MapStateDescriptor("s", Types.STRING(), Types.LONG()), "MapState"),
+    ("get_reducing_state", lambda: ReducingStateDescriptor("s", lambda a, b: a + b, Types.LONG()), "ReducingState"),
+    ("get_aggregating_state", lambda: AggregatingStateDescriptor("s", Average(), Types.LIST(Types.LONG())),
+     "AggregatingState"),
+]
+
+
+@pytest.mark.parametrize("getter, descriptor, plain", KINDS)
+def test_the_factory_wraps_the_plain_handle_in_its_ttl_wrapper_only_when_the_descriptor_has_ttl(getter, descriptor,
+                                                                                                 plain):
+    from state_store import keyed_state
+    from state_store.ttl import handles
+
+    without = getattr(Clock().ctx, getter)(descriptor())
+    assert type(without) is getattr(keyed_state, plain)
+    wrapped = getattr(Clock().ctx, getter)(descriptor().enable_time_to_live(ttl()))
+    assert type(wrapped) is getattr(handles, "Ttl" + plain)
+    assert type(wrapped.original) is getattr(keyed_state, plain)
+
+
+def test_a_plain_handle_never_checks_an_expiry_so_an_expired_entry_is_read_and_left_as_stored():
+    rows = [("op.v", 3, "k", "", None, "7", 1, 5), ("op.l", 3, "k", "", None, "[[5,1],[50,2]]", 1, 50),
+            ("op.m", 3, "k", "", '"x"', "1", 1, 5)]
+    store, ctx = _reload(rows, 100)
+    assert ctx.get_state(ValueStateDescriptor("v", Types.LONG())).value() == 7
+    assert ctx.get_list_state(ListStateDescriptor("l", Types.LONG())).get() == [1, 2]
+    assert ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG())).items() == [("x", 1)]
+    assert store.flush() == []  # nothing removed, nothing restamped

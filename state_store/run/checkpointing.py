@@ -7,7 +7,7 @@ from ..delta_log import table_snapshot
 from ..key_groups import key_group_ranges
 from ..records import KEYED, OPERATOR, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
 from ..sources import SOURCE_OFFSETS_STATE
-from ..ttl import count_entries, drop_expired, ttl_states
+from ..ttl.tables import count_entries, drop_expired, ttl_states
 from .context import RunContext, wall_clock_ms
 
 

@@ -27,7 +27,7 @@ from ..run_files import OutputTable, RunOutputs, write_rows
 from ..sources import SOURCE_OFFSETS_STATE, source_split_entries
 from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
-from ..ttl import run_incremental_cleanup
+from ..ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms
 
 

@@ -1,26 +1,13 @@
-"""State TTL on the tables: which states have it, and dropping expired entries in Spark (DESIGN §3).
+"""State TTL's incremental cleanup (``cleanup_incrementally(size, every_record)``, on by default with 5
+entries), run in Spark after a run's state is written (DESIGN §3).
 
-A checkpoint records each state's TTL configuration with its descriptor
-(``StateDescriptor.schema()``); every keyed row of a state with TTL carries its
-expiry (epoch ms) in the ``expiry`` column, so filtering expired rows needs no
-Python. A list stores its elements as ``[[expiry, element], ...]`` and its
-row's ``expiry`` is the latest element's: a row is dropped once all of its
-elements have expired, and the expired elements of a live list are cut out of
-its JSON text (by an Arrow UDF on those rows only; values are never decoded).
-
-Full snapshot cleanup (``cleanup_full_snapshot()``) applies this to savepoints
-and ``hashmap`` checkpoints, at the processing time of the microbatch they
-capture; the working state of a run is untouched, as in Flink.
-
-Incremental cleanup (``cleanup_incrementally(size, every_record)``, on by
-default with 5 entries) keeps a cursor over ``(key_group, state_name, key,
-namespace, user_key)`` in the checkpoint. After a run's state is written, the
-next ``size`` entries per subtask per microbatch after the cursor (per record
-too with ``every_record``) are visited in Spark, and those expired at the
-run's last microbatch time are removed (``cleanup`` returns them as tombstones
-of that microbatch; the ``delta`` backend deletes their rows instead, see
-``StateBackend.remove_entries``). Only the key groups the cursor is about to
-visit are read. A replay takes the cleanups a killed attempt of its
+A cursor over ``(key_group, state_name, key, namespace, user_key)`` is kept in
+the checkpoint. The next ``size`` entries per subtask per microbatch after the
+cursor (per record too with ``every_record``) are visited, and those expired
+at the run's last microbatch time are removed (``cleanup`` returns them as
+tombstones of that microbatch; the ``delta`` backend deletes their rows
+instead, see ``StateBackend.remove_entries``). Only the key groups the cursor
+is about to visit are read. A replay takes the cleanups a killed attempt of its
 microbatches committed as they were (``run_incremental_cleanup``).
 """
 from __future__ import annotations
@@ -30,64 +17,13 @@ import math
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .records import StateInfo, with_ttl
+from ..records import StateInfo
+from .tables import expired, ttl_states
 
 CURSOR_ORDER = ("key_group", "state_name", "key", "namespace", "_user_key")
 
 
-def ttl_states(descriptors: dict[str, StateInfo], strategy: str | None = None) -> dict[str, StateInfo]:
-    """Keyed states with TTL; with ``strategy`` ("full_snapshot", "incremental", "compaction"), only those
-    that use it."""
-    return with_ttl(descriptors, strategy)
-
-
-def expired(now: int):
-    """The rows whose expiry has come at ``now`` (an entry without expiry never expires)."""
-    return F.coalesce(F.col("expiry") <= F.lit(now), F.lit(False))
-
-
-def drop_expired(df: DataFrame, states: dict[str, dict], now: int) -> DataFrame:
-    """``df`` (keyed rows) without the entries of ``states`` that are expired at ``now``; a live list keeps only
-    its live elements."""
-    if not states:
-        return df
-    mine = F.col("state_name").isin(sorted(states))
-    df = df.filter(~(mine & expired(now)))
-    lists = sorted(n for n, d in states.items() if d.kind == "list")
-    if not lists:
-        return df
-    is_list = F.col("state_name").isin(lists) & F.col("expiry").isNotNull() & F.col("value").isNotNull()
-    rest = df.filter(~is_list)
-    pruned = df.filter(is_list).mapInArrow(_prune_lists(now), df.schema)
-    return rest.unionByName(pruned)
-
-
-def _prune_lists(now: int):
-    def prune(batches):
-        import pyarrow as pa
-        import orjson
-
-        for batch in batches:
-            values = batch.column("value").to_pylist()
-            kept = []
-            for text in values:
-                pairs = [p for p in orjson.loads(text) if p[0] > now]
-                kept.append(orjson.dumps(pairs, option=orjson.OPT_SORT_KEYS).decode())
-            index = batch.schema.get_field_index("value")
-            yield batch.set_column(index, "value", pa.array(kept, pa.string()))
-
-    return prune
-
-
-def count_entries(df: DataFrame, states) -> dict[str, int]:
-    """Rows per state of ``states`` in ``df``: the entries a snapshot with cleanup holds."""
-    if not states:
-        return {}
-    rows = df.filter(F.col("state_name").isin(sorted(states))).groupBy("state_name").count().collect()
-    return {r["state_name"]: r["count"] for r in rows}
-
-
-def cleanup_width(states: dict[str, dict], parallelism: int, records: list[int]) -> int:
+def cleanup_width(states: dict[str, StateInfo], parallelism: int, records: list[int]) -> int:
     """How many entries a run's incremental cleanup visits: per subtask, ``size`` per microbatch, and with
     ``every_record`` also ``size`` per record each microbatch processed (``records``, in all subtasks), as
     Flink's ``runCleanupForEveryRecord`` visits ``size`` entries per record."""
@@ -96,7 +32,7 @@ def cleanup_width(states: dict[str, dict], parallelism: int, records: list[int])
     return size * (parallelism * len(records) + (sum(records) if every_record else 0))
 
 
-def cleanup(live: DataFrame, states: dict[str, dict], cursor: list | None, max_parallelism: int,
+def cleanup(live: DataFrame, states: dict[str, StateInfo], cursor: list | None, max_parallelism: int,
             stored_entries: int, width: int, now: int, batch_id: int):
     """Visit ``width`` entries of ``states`` after ``cursor`` in ``live`` (the live keyed entries after the run)
     and make tombstones of the expired ones. Returns (tombstones DataFrame, removed per state, visited, new
