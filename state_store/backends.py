@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .job_store import JobStore
-from .records import STATE_TABLES, CheckpointMetadata, SavepointMetadata, TableSpec, TableVersion, WrittenFile
+from .records import STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion, WrittenFile
 from .delta_log import (
     CorruptLogError,
     app_transaction_version,
@@ -119,13 +119,13 @@ class StateBackend:
         """The live entries after ``batch_id`` of this run (its changes written): what cleanup visits."""
         return self._full_state_at(batch_id)
 
-    def remove_entries(self, rows: DataFrame, batch_id: int, note: dict) -> None:
+    def remove_entries(self, rows: DataFrame, batch_id: int, note: CleanupNote) -> None:
         """Remove the entries of ``rows`` (tombstones of microbatch ``batch_id``, generation 1: TTL's
         incremental cleanup, which ``note`` describes) from the state this run leaves: here, from what its
         snapshots capture."""
         self._changes = rows if self._changes is None else self._changes.unionByName(rows)
 
-    def cleanups_done(self, batch_ids: list[int]) -> tuple[int | None, dict[int, dict]]:
+    def cleanups_done(self, batch_ids: list[int]) -> tuple[int | None, dict[int, CleanupNote]]:
         """The last microbatch an incremental cleanup of this table was committed for (None: none ever was), and
         the ``note`` of each one an earlier attempt committed for one of ``batch_ids`` (a replay takes them as
         they were). Here none: a run's changes, its cleanup's too, are staged with it."""
@@ -222,13 +222,13 @@ class DeltaStateBackend(StateBackend):
         compactions, where tombstones would only add rows. Older versions, which earlier checkpoints pin, keep
         them. The commit carries its own ``txnAppId`` at ``batch_id``: a replayed run never commits it twice and
         it never passes for a microbatch."""
-        remove_rows(self.spark, self.path, rows, self.cleanup_app_id, batch_id, self.table, json.dumps(note))
+        remove_rows(self.spark, self.path, rows, self.cleanup_app_id, batch_id, self.table, note.to_json())
 
     def cleanups_done(self, batch_ids):
         committed = app_transaction_version(self.path, self.cleanup_app_id)
         if committed is None:
             return None, {}
-        return committed, {b: json.loads(note) for b in batch_ids if b <= committed
+        return committed, {b: CleanupNote.from_json(note) for b in batch_ids if b <= committed
                            and (note := transaction_metadata(self.path, self.cleanup_app_id, b))}
 
     def damage(self, checkpoint):

@@ -304,6 +304,23 @@ class MicrobatchStats:
         return {**data, "run_id": run_id, "committed_ms": committed_ms}
 
 
+@dataclass
+class CleanupNote:
+    """What one TTL incremental cleanup did after a microbatch: the expired entries it removed per state, and
+    where its cursor stands after it. Kept as the cleanup commit's Delta ``userMetadata`` (JSON)."""
+
+    removed: dict[str, int] = field(default_factory=dict)
+    cursor: list | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"removed": self.removed, "cursor": self.cursor})
+
+    @classmethod
+    def from_json(cls, text: str) -> "CleanupNote":
+        data = json.loads(text)
+        return cls(dict(data.get("removed") or {}), data.get("cursor"))
+
+
 # -- written files ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WrittenFile:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..backends import StateBackend
 from ..delta_log import table_snapshot
 from ..key_groups import key_group_ranges
-from ..records import KEYED, OPERATOR, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
+from ..records import KEYED, OPERATOR, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
 from ..sources import SOURCE_OFFSETS_STATE
 from ..ttl.tables import count_entries, drop_expired, ttl_states
 from .context import RunContext, wall_clock_ms
@@ -66,7 +66,7 @@ class Checkpointer:
             processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor)
 
     def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
-             sweeps: dict[int, dict]) -> list[int]:
+             sweeps: dict[int, CleanupNote]) -> list[int]:
         """Write the run's due checkpoints (``sweeps``: what TTL's incremental cleanup removed after which
         microbatch, and its cursor), then expire old ones; return the ids taken."""
         ctx = self.ctx
@@ -77,10 +77,10 @@ class Checkpointer:
         for plan, s in zip(plans, stats):
             for name, delta in s.entries_delta.items():
                 entries[name] = entries.get(name, 0) + delta
-            sweep = sweeps.get(plan.batch_id, {"removed": {}, "cursor": cursor})  # a TTL cleanup after it?
-            for name, count in sweep["removed"].items():
+            sweep = sweeps.get(plan.batch_id, CleanupNote({}, cursor))  # a TTL cleanup after it?
+            for name, count in sweep.removed.items():
                 entries[name] = entries.get(name, 0) - count
-            cursor = sweep["cursor"]
+            cursor = sweep.cursor
             entries[SOURCE_OFFSETS_STATE] = 1
             cid = due.get(plan.batch_id)
             if cid is None:

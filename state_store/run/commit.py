@@ -16,6 +16,7 @@ from ..records import (
     SINK,
     SINK_MICROBATCH,
     CheckpointMetadata,
+    CleanupNote,
     MicrobatchPlan,
     MicrobatchStats,
     OperatorRow,
@@ -116,7 +117,7 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
 
 def cleanup(ctx: RunContext, keyed_backend: StateBackend, registered: dict[str, StateInfo],
             checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan],
-            stats: list[MicrobatchStats]) -> dict[int, dict]:
+            stats: list[MicrobatchStats]) -> dict[int, CleanupNote]:
     """TTL's incremental cleanup after the run's state is written (``ttl.run_incremental_cleanup``)."""
     return run_incremental_cleanup(keyed_backend, registered, checkpoint, plans, stats, ctx.p, ctx.maxp,
                                    ctx.fault, ctx.say)

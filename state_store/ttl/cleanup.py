@@ -17,7 +17,7 @@ import math
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..records import StateInfo
+from ..records import CleanupNote, StateInfo
 from .tables import expired, ttl_states
 
 CURSOR_ORDER = ("key_group", "state_name", "key", "namespace", "_user_key")
@@ -70,10 +70,10 @@ def cleanup(live: DataFrame, states: dict[str, StateInfo], cursor: list | None, 
 
 
 def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoint, plans: list, stats: list,
-                            parallelism: int, max_parallelism: int, fault, say) -> dict[int, dict]:
+                            parallelism: int, max_parallelism: int, fault, say) -> dict[int, CleanupNote]:
     """TTL's incremental cleanup of a run, once the run's state is written, for the states with it (those of
     ``checkpoint`` and those the run ``registered``): per microbatch after which a cleanup ran, what it removed
-    and the cursor after it (``{batch_id: {"removed", "cursor"}}``), for the run's checkpoints to count and
+    and the cursor after it (``{batch_id: CleanupNote}``), for the run's checkpoints to count and
     record. A cleanup that an earlier attempt of these microbatches committed (this
     run is a replay) is taken as it was, whatever the run's grouping of microbatches, so counts and cursor
     follow what the table holds; the run's own one starts after the last of them, as a run that began there
@@ -88,9 +88,9 @@ def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoin
             say(f"TTL incremental cleanup: none; an earlier attempt already cleaned up at microbatch {committed}, "
                 f"which a later run replays")
             return done
-        done.setdefault(last.batch_id, {"removed": {}, "cursor": None})  # a note the log no longer keeps
+        done.setdefault(last.batch_id, CleanupNote())  # a note the log no longer keeps
         say(f"TTL incremental cleanup: committed by an earlier attempt, removed "
-            f"{sum(done[last.batch_id]['removed'].values())} expired")
+            f"{sum(done[last.batch_id].removed.values())} expired")
         return done
     after = max(done, default=None)  # the run's own cleanup covers the microbatches after it
     entries = dict(checkpoint.entries) if checkpoint else {}
@@ -98,9 +98,9 @@ def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoin
         for name, delta in (s.entries_delta.items() if after is not None and s.batch_id <= after else ()):
             entries[name] = entries.get(name, 0) + delta
     for note in done.values():
-        for name, count in note["removed"].items():
+        for name, count in note.removed.items():
             entries[name] = entries.get(name, 0) - count
-    cursor = done[after]["cursor"] if after is not None else (checkpoint.cleanup_cursor if checkpoint else None)
+    cursor = done[after].cursor if after is not None else (checkpoint.cleanup_cursor if checkpoint else None)
     width = cleanup_width(states, parallelism,
                           [s.records_in for s in stats if after is None or s.batch_id > after])
     tombstones, removed, visited, cursor = cleanup(
@@ -108,7 +108,7 @@ def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoin
         width, last.timestamp, last.batch_id)
     if tombstones is not None:
         fault("before_cleanup_write", [last.batch_id])
-        backend.remove_entries(tombstones, last.batch_id, {"removed": removed, "cursor": cursor})
+        backend.remove_entries(tombstones, last.batch_id, CleanupNote(removed, cursor))
         fault("after_cleanup_write", [last.batch_id])
     say(f"TTL incremental cleanup: visited {visited} entries, removed {sum(removed.values())} expired")
-    return {**done, last.batch_id: {"removed": removed, "cursor": cursor}}
+    return {**done, last.batch_id: CleanupNote(removed, cursor)}
