@@ -59,7 +59,7 @@ def _measure(spark, settings, job_id: str, now: int) -> dict:
     from state_store.state_tables import KEYED, latest_live
 
     latest = JobMeta(settings.job_dir(job_id)).latest_checkpoint()
-    path = latest.state["keyed"]["path"]
+    path = latest.state["keyed"].path
     df = spark.read.format("delta").load(path)
     live = latest_live(df, KEYED).filter(F.coalesce(F.col("expiry") > now, F.lit(True))).count()
     snap = table_snapshot(path)

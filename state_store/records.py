@@ -6,7 +6,7 @@ No Spark and no I/O here, so the subtasks, the CLI and the Airflow plugin all re
   the columns that name an entry, its partitioning) and the state table **rows** (``KeyedRow``,
   ``OperatorRow``: one row of a table file, in its column order);
 - **table versions** (``TableVersion``: what a checkpoint or savepoint pins of a Delta table);
-- **state info** (``StateInfo``, with a typed ``TtlSpec``): what a checkpoint records of each state, built
+- **state info** (``StateInfo``, with its TTL as ``ttl.config.TtlSpec``): what a checkpoint records of each state, built
   from a descriptor by ``StateInfo.from_descriptor``;
 - **microbatch stats** (``MicrobatchStats``): one set of names from a subtask's counters to ``RunResult``
   and the commit file;
@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from .sources import position
 from .storage import location
+from .ttl.config import TtlSpec
 
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
 SAVEPOINT_FORMAT = 1
@@ -149,46 +150,6 @@ class TableVersion:
 
 # -- state info ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class TtlSpec:
-    """A state's TTL as a checkpoint records it (``StateTtlConfig`` is the builder users write)."""
-
-    ttl_ms: int
-    update_type: str = "OnCreateAndWrite"
-    state_visibility: str = "NeverReturnExpired"
-    full_snapshot: bool = False
-    incremental: tuple[int, bool] | None = None  # (entries per visit, also per record)
-    compaction: bool = False
-
-    @property
-    def update_on_read(self) -> bool:
-        return self.update_type == "OnReadAndWrite"
-
-    @property
-    def return_expired(self) -> bool:
-        return self.state_visibility == "ReturnExpiredIfNotCleanedUp"
-
-    def uses(self, strategy: str) -> bool:
-        """Whether this state is cleaned up by ``strategy`` ("full_snapshot", "incremental", "compaction")."""
-        return bool(getattr(self, strategy))
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["incremental"] = list(self.incremental) if self.incremental else None
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> "TtlSpec | None":
-        if not data:
-            return None
-        incremental = data.get("incremental")
-        return cls(ttl_ms=data["ttl_ms"], update_type=data.get("update_type", "OnCreateAndWrite"),
-                   state_visibility=data.get("state_visibility", "NeverReturnExpired"),
-                   full_snapshot=bool(data.get("full_snapshot")),
-                   incremental=(int(incremental[0]), bool(incremental[1])) if incremental else None,
-                   compaction=bool(data.get("compaction")))
-
-
-@dataclass(frozen=True)
 class StateInfo:
     """What a checkpoint records of one state: its scope (``KEYED`` or ``OPERATOR``), kind, stored type
     (``TypeInfo.to_schema()``), operator distribution ``mode``, TTL, and whether the function registers it
@@ -206,7 +167,7 @@ class StateInfo:
         """The record of ``descriptor`` (a ``StateDescriptor``) registered as ``scope`` state (in ``mode``)."""
         ttl = descriptor.ttl_config
         return cls(scope, descriptor.kind, descriptor.type_info.to_schema(), mode,
-                   TtlSpec.from_dict(ttl.to_dict()) if ttl is not None else None)
+                   ttl.to_spec() if ttl is not None else None)
 
     def with_lazy(self) -> "StateInfo":
         return StateInfo(self.scope, self.kind, self.type, self.mode, self.ttl, True)

@@ -113,6 +113,6 @@ def write_stored_values(spark, lake, job_id: str, state_name: str, texts: dict) 
      .write.format("delta").mode("append").save(keyed))
     meta = JobMeta(lake.settings.job_dir(job_id))
     checkpoint = meta.latest_checkpoint()
-    checkpoint.state["keyed"]["version"] += 1
-    checkpoint.state["keyed"]["generations"] = [1]
+    checkpoint.state["keyed"].version += 1
+    checkpoint.state["keyed"].generations = [1]
     meta.write_checkpoint(checkpoint)

@@ -266,7 +266,7 @@ def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_err
     assert main(["run", "--job", "cli-counts", *registered]) == 0
     assert main(["savepoint", "cli-counts", "--label", "sp", *registered]) == 0
     keyed, saved = lake.settings.job_dir("cli-counts") / "state" / "keyed", lake.settings.savepoints / "cli-counts/sp"
-    version = JobMeta(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"]["version"]
+    version = JobMeta(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"].version
     state = ["state", "--job", "cli-counts", "--state", "count", "--key", "a", *registered]
     of_checkpoint = lambda: SavepointReader.for_checkpoint(spark, "cli-counts", settings=lake.settings)  # noqa: E731
     gone = r"needs 1 data file\(s\) that are gone: .*restore them from a backup"

@@ -149,7 +149,7 @@ def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, la
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
     latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     assert latest.processing_time == 4000
-    rows = spark.read.format("delta").load(latest.state["keyed"]["path"]).collect()
+    rows = spark.read.format("delta").load(latest.state["keyed"].path).collect()
     live = {(r["state_name"], r["key"]): (json.loads(r["value"]), r["expiry"]) for r in rows}
     # At 4000 ms: b (last written at 2000, expired at 3500) is gone; a (3000 -> 4500) and c (4000 -> 5500) live;
     # c's list element from 2000 ms is cut out.

@@ -233,6 +233,6 @@ def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_
     assert append_idempotent(empty, backend.path, backend.restore_app_id, 50, ("state_name",), "generation")
     for target in (steady, lake):
         rescale_job(spark, target.settings, specs[id(target)], 3, **QUIET)
-    assert meta.latest_checkpoint().state["operator"]["generations"][-1] == 51
+    assert meta.latest_checkpoint().state["operator"].generations[-1] == 51
     assert state_at_latest_checkpoint(spark, lake, specs[id(lake)]) == state_at_latest_checkpoint(
         spark, steady, specs[id(steady)])

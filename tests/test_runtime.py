@@ -97,13 +97,13 @@ def test_checkpoints_pin_table_versions_and_only_num_retained_are_kept(spark, la
     meta = JobMeta(lake.settings.job_dir("retained"))
     checkpoints = meta.checkpoints()
     assert [c.checkpoint_id for c in checkpoints] == [3, 4]
-    versions = [c.state["keyed"]["version"] for c in checkpoints]
+    versions = [c.state["keyed"].version for c in checkpoints]
     assert versions[0] < versions[1]  # two runs: each commits the keyed table once
     latest = checkpoints[-1]
     assert latest.batch_id == 3 and latest.status == "COMPLETED"
     assert latest.key_group_ranges == [[0, 7], [8, 15]]
-    assert latest.descriptors["all.items"] == {"scope": "keyed", "kind": "list", "type": "LONG"}
-    assert latest.state["keyed"]["size_bytes"] > 0 and latest.entries["all.count"] == 5
+    assert latest.descriptors["all.items"].to_dict() == {"scope": "keyed", "kind": "list", "type": "LONG"}
+    assert latest.state["keyed"].size_bytes > 0 and latest.entries["all.count"] == 5
     assert latest.source_offsets["main"]["files"] == ["e0.json", "e1.json", "e2.json", "e3.json"]
 
 

@@ -146,7 +146,7 @@ def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carr
     run(spark, spec, lake, max_microbatches=1)
     back = restore_job(spark, lake.settings, spec, None, backend="delta", parallelism=3, **QUIET)
     assert (back.backend, back.parallelism) == ("delta", 3)
-    assert back.state["keyed"]["path"].endswith(f"state/g{back.checkpoint_id}/keyed")
+    assert back.state["keyed"].path.endswith(f"state/g{back.checkpoint_id}/keyed")
     run(spark, spec, lake)
     assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 3
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))

@@ -79,7 +79,7 @@ def test_a_corrupted_plan_is_a_clear_error_naming_the_file(spark, lake):
 
 def test_a_corrupted_state_table_log_entry_is_a_clear_error_naming_it(spark, lake):
     spec, meta = _two_checkpoints(spark, lake)
-    version = meta.latest_checkpoint().state["keyed"]["version"]
+    version = meta.latest_checkpoint().state["keyed"].version
     entry = lake.settings.job_dir(spec.job_id) / "state" / "keyed" / "_delta_log" / f"{version:020d}.json"
     _truncate(entry)
     with pytest.raises(RestoreError, match=rf"checkpoint 2's keyed state table .*: {entry} is corrupt \(line \d+: .*"
@@ -96,7 +96,7 @@ def _a_data_file(table: Path, version: int) -> Path:
 def test_a_deleted_state_data_file_is_a_clear_error_naming_it(spark, lake):
     spec, meta = _two_checkpoints(spark, lake)
     table = lake.settings.job_dir(spec.job_id) / "state" / "keyed"
-    gone = _a_data_file(table, meta.latest_checkpoint().state["keyed"]["version"])
+    gone = _a_data_file(table, meta.latest_checkpoint().state["keyed"].version)
     gone.unlink()
     with pytest.raises(RestoreError, match=rf"checkpoint 2's keyed state table .* needs 1 data file\(s\) that are "
                                            rf"gone: {gone}; restore them from a backup"):
@@ -105,8 +105,8 @@ def test_a_deleted_state_data_file_is_a_clear_error_naming_it(spark, lake):
 
 def test_a_deleted_snapshot_file_of_the_hashmap_backend_falls_back_to_the_previous_checkpoint(spark, lake, tmp_path):
     spec, meta = _two_checkpoints(spark, lake, backend="hashmap")
-    snapshot = Path(meta.latest_checkpoint().state["keyed"]["path"])
-    gone = _a_data_file(snapshot, meta.latest_checkpoint().state["keyed"]["version"])
+    snapshot = Path(meta.latest_checkpoint().state["keyed"].path)
+    gone = _a_data_file(snapshot, meta.latest_checkpoint().state["keyed"].version)
     gone.unlink()
     said = []
     result = run(spark, spec, lake, progress=said.append)

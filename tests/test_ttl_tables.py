@@ -84,9 +84,9 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     meta = JobMeta(lake.settings.job_dir(spec.job_id))
     latest = meta.latest_checkpoint()
     assert latest.processing_time == 3000
-    assert latest.descriptors["ttl.last"]["ttl"]["ttl_ms"] == TTL_MS
+    assert latest.descriptors["ttl.last"].ttl.ttl_ms == TTL_MS
     # The expiry column holds last write + TTL, readable without decoding values.
-    keyed = spark.read.format("delta").load(latest.state["keyed"]["path"])
+    keyed = spark.read.format("delta").load(latest.state["keyed"].path)
     if backend == "delta":
         rows = {(r["state_name"], r["key"], r["batch_id"]): (r["value"], r["expiry"]) for r in keyed.collect()}
         assert rows[("ttl.last", "c", 2)] == ("21", 2000 + TTL_MS)
@@ -179,7 +179,7 @@ def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_ne
         return
     # delta: the rows are deleted from the table's current version, not shadowed by tombstones, and the
     # table's first version still holds them.
-    path = meta.latest_checkpoint().state["keyed"]["path"]
+    path = meta.latest_checkpoint().state["keyed"].path
     current = spark.read.format("delta").load(path).filter("state_name = 'ttl.last'")
     assert {r["key"] for r in current.collect()} == {"z"} and current.filter("value IS NULL").count() == 0
     first = spark.read.format("delta").option("versionAsOf", 0).load(path)

@@ -2,6 +2,8 @@
 ``enable_time_to_live`` takes, and the ``ttl`` record a checkpoint keeps of it (``to_dict``)."""
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from ..errors import ConfigError
 
 MAX_TIMESTAMP = (1 << 63) - 1  # Long.MAX_VALUE: an expiry that never comes
@@ -14,6 +16,47 @@ def _one_of(value: str, options: type, what: str) -> str:
         raise ValueError(f"{what} {value!r} is not one of StateTtlConfig.{options.__name__}."
                          + " or .".join(names))
     return value
+
+
+@dataclass(frozen=True)
+class TtlSpec:
+    """A state's TTL as a checkpoint records it (its descriptor's ``ttl`` record): what the handles, the tables
+    and the cleanup act on. ``StateTtlConfig`` is what users build; ``StateTtlConfig.to_spec()`` gives this."""
+
+    ttl_ms: int
+    update_type: str = "OnCreateAndWrite"
+    state_visibility: str = "NeverReturnExpired"
+    full_snapshot: bool = False
+    incremental: tuple[int, bool] | None = None  # (entries per visit, also per record)
+    compaction: bool = False
+
+    @property
+    def update_on_read(self) -> bool:
+        return self.update_type == "OnReadAndWrite"
+
+    @property
+    def return_expired(self) -> bool:
+        return self.state_visibility == "ReturnExpiredIfNotCleanedUp"
+
+    def uses(self, strategy: str) -> bool:
+        """Whether this state is cleaned up by ``strategy`` ("full_snapshot", "incremental", "compaction")."""
+        return bool(getattr(self, strategy))
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["incremental"] = list(self.incremental) if self.incremental else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "TtlSpec | None":
+        if not data:
+            return None
+        incremental = data.get("incremental")
+        return cls(ttl_ms=data["ttl_ms"], update_type=data.get("update_type", "OnCreateAndWrite"),
+                   state_visibility=data.get("state_visibility", "NeverReturnExpired"),
+                   full_snapshot=bool(data.get("full_snapshot")),
+                   incremental=(int(incremental[0]), bool(incremental[1])) if incremental else None,
+                   compaction=bool(data.get("compaction")))
 
 
 class StateTtlConfig:
@@ -69,6 +112,10 @@ class StateTtlConfig:
                 "full_snapshot": self.full_snapshot,
                 "incremental": list(self.incremental) if self.incremental else None,
                 "compaction": self.compaction}
+
+    def to_spec(self) -> TtlSpec:
+        """What a checkpoint records of this configuration."""
+        return TtlSpec.from_dict(self.to_dict())
 
     def __repr__(self) -> str:
         return f"StateTtlConfig({self.to_dict()})"
