@@ -87,7 +87,7 @@ def memory(spark, base: Path) -> None:
             p.resetPeakUsage()
         result = _run(spark, root, input_dir)
         heap = sum(p.getPeakUsage().getUsed() for p in pools)
-        worker = max(b["worker_peak_rss_kb"] for b in result.batches)
+        worker = max(b.worker_peak_rss_kb for b in result.batches)
         print(f"memory: a run of {microbatches} microbatches x 10,000 events: driver JVM peak heap "
               f"{heap / 2**20:.0f} MiB, Python worker peak RSS {worker / 1024:.0f} MiB, {result.seconds}s", flush=True)
 

@@ -233,7 +233,7 @@ def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
     finally:
         release.set()
         thread.join(300)
-    assert [b["batch_id"] for b in first["result"].batches] == [0]
+    assert [b.batch_id for b in first["result"].batches] == [0]
     assert second.batches == []  # it ran after the first, which had taken the only input
     assert any("waiting up to 120s for the job to be free" in line for line in said)
 

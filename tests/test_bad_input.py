@@ -132,7 +132,7 @@ def test_a_state_dropped_for_a_run_then_registered_again_is_checked_against_its_
     lake.write_events("e2.json", events(2))
     with pytest.raises(RestoreError, match=r"state 'count.count': type changed from LONG to STRING"):
         run(spark, count_job(lake, function=CountOnly(Types.STRING())), lake)
-    assert [b["records_in"] for b in run(spark, count_job(lake), lake).batches] == [15]  # LONG again: restored
+    assert [b.records_in for b in run(spark, count_job(lake), lake).batches] == [15]  # LONG again: restored
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ def test_one_run_of_n_microbatches_equals_n_runs_of_one_in_sink_and_state_at_eve
     spec_apart = all_states_job(apart, job_id="eq", backend=backend, checkpoint_interval=1, num_retained=10)
 
     one = run(spark, spec_together, together)
-    assert [b["batch_id"] for b in one.batches] == [0, 1, 2, 3] and one.checkpoints == [1, 2, 3, 4]
+    assert [b.batch_id for b in one.batches] == [0, 1, 2, 3] and one.checkpoints == [1, 2, 3, 4]
     for b in range(BATCHES):
         assert [x["batch_id"] for x in run(spark, spec_apart, apart, max_microbatches=1).batches] == [b]
 

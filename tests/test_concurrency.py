@@ -47,7 +47,7 @@ def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
         release.set()
         thread.join(300)
     assert "error" not in outcome, outcome.get("error")
-    assert [b["batch_id"] for b in outcome["result"].batches] == [0, 1]
+    assert [b.batch_id for b in outcome["result"].batches] == [0, 1]
     assert len(sink_rows(spark, lake, spec)) == 10  # 5 keys x 2 microbatches, written once
 
 
@@ -63,7 +63,7 @@ def test_a_crashed_holder_is_taken_over(spark, lake):
                          "heartbeat_ms": int(time.time() * 1000)})
     lines = []
     result = run(spark, spec, lake, progress=lines.append)
-    assert [b["batch_id"] for b in result.batches] == [0]
+    assert [b.batch_id for b in result.batches] == [0]
     assert any(line.startswith("[lakestate] job counts: taking over from run run-crashed: ") for line in lines)
     assert current_holder(lease)["released"]  # released at the end of the run
 
@@ -79,7 +79,7 @@ def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(s
         run(spark, spec, lake, lease_timeout_s=1)  # the holder's timeout decides, not the newcomer's
     record["heartbeat_ms"] -= 120_000
     write_holder(lease, record)
-    assert [b["batch_id"] for b in run(spark, spec, lake, lease_timeout_s=60).batches] == [0]
+    assert [b.batch_id for b in run(spark, spec, lake, lease_timeout_s=60).batches] == [0]
 
 
 def test_the_lease_heartbeats_in_the_background_so_a_long_microbatch_is_not_taken_over(tmp_path):

@@ -121,7 +121,7 @@ def test_a_job_rescaled_up_then_down_ends_with_the_state_and_sink_of_one_never_r
         rescale_job(spark, lake.settings, spec, 1, **quiet)
     rescale_job(spark, lake.settings, spec, 1, allow_non_restored_state=True, **quiet)
     result = run(spark, spec, lake)
-    assert [b["batch_id"] for b in result.batches] == [4, 5]
+    assert [b.batch_id for b in result.batches] == [4, 5]
     latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     assert latest.parallelism == 1
     assert sink_rows(spark, lake, spec) == sink_rows(spark, lakes["steady"], specs["steady"])

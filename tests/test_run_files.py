@@ -34,7 +34,7 @@ def test_a_failed_run_leaves_no_files_behind_and_a_fixed_rerun_writes_each_row_o
 
     fixed = count_job(lake, job_id="fails")
     result = run(spark, fixed, lake)
-    assert [b["records_in"] for b in result.batches] == [15]
+    assert [b.records_in for b in result.batches] == [15]
     assert len(sink_rows(spark, lake, fixed)) == 5
     # Every file left is one a commit names: one sink file per subtask, one keyed file per touched partition.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{sink}`").select("operation", "operationMetrics").collect()

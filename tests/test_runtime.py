@@ -26,7 +26,7 @@ def test_every_state_type_keeps_flink_semantics_across_microbatches(spark, lake,
         lake.write_events(f"e{b}.json", events(b))
     spec = all_states_job(lake, job_id=f"sem-{backend}", backend=backend, checkpoint_interval=1)
     result = run(spark, spec, lake)
-    assert [b["batch_id"] for b in result.batches] == [0, 1]
+    assert [b.batch_id for b in result.batches] == [0, 1]
     out = _outputs(spark, lake, spec)
 
     a0, a1 = out[("a", 0)], out[("a", 1)]
@@ -76,7 +76,7 @@ def test_stop_and_restart_continues_exactly_like_one_uninterrupted_run(spark, la
     first = run(spark, spec, lake, max_microbatches=2)
     assert first.checkpoints == [1]  # stopping takes a checkpoint, like stop-with-savepoint
     second = run(spark, spec, lake)
-    assert second.restored_from == 1 and [b["batch_id"] for b in second.batches] == [2, 3]
+    assert second.restored_from == 1 and [b.batch_id for b in second.batches] == [2, 3]
     third = run(spark, spec, lake)
     assert third.batches == []  # drained: nothing is replayed or duplicated
 
@@ -113,9 +113,9 @@ def test_state_writes_grow_with_changed_entries_not_with_state_size(spark, lake)
     spec = all_states_job(lake, job_id="growth", checkpoint_interval=1, broadcast_source=None)
     first, = run(spark, spec, lake, max_microbatches=1).batches
     second, = run(spark, spec, lake).batches
-    assert first["state_upserts"] >= 200 * 5
+    assert first.state_upserts >= 200 * 5
     # One touched key: its five states, the per-namespace counter, plus operator and raw entries.
-    assert second["state_upserts"] < 20
+    assert second.state_upserts < 20
     from delta.tables import DeltaTable
 
     path = str(lake.settings.job_dir("growth") / "state" / "keyed")
@@ -154,7 +154,7 @@ class RawKeyedTally(KeyedProcessFunction):
 def test_a_small_run_reads_only_the_key_groups_it_touches_and_loses_nothing_else(spark, lake, tmp_path, monkeypatch):
     """A run of few records reads only the touched key groups' partitions (plus all raw keyed state); it must
     give what the full read gives, raw keyed state of untouched key groups included."""
-    from state_store import FileSource, runtime
+    from state_store import FileSource, frame
     from tests.conftest import Lake
     from tests.jobs import EVENT
 
@@ -181,7 +181,7 @@ def test_a_small_run_reads_only_the_key_groups_it_touches_and_loses_nothing_else
         return sink_rows(spark, lake, spec), state_at_latest_checkpoint(spark, lake, spec), files
 
     small_sink, small_state, small_files = runs(lake)
-    monkeypatch.setattr(runtime, "SMALL_RUN_RECORDS", 0)  # the full read, for reference
+    monkeypatch.setattr(frame, "SMALL_RUN_RECORDS", 0)  # the full read, for reference
     full_sink, full_state, full_files = runs(Lake(tmp_path / "reference"))
     assert small_sink == full_sink and small_state == full_state
     # k1 in microbatch 1: count 2, and a tally of 1 for each of its subtask's 4 key groups (of 8)

@@ -23,10 +23,10 @@ def test_a_delta_source_is_read_version_range_by_version_range(spark, lake):
     spec = count_job(lake, job_id="from-delta", source=DeltaSource(path, max_versions_per_batch=1))
     first = run(spark, spec, lake)
     # Version 0 creates the empty table, 1 and 2 append: one microbatch per version.
-    assert [b["records_in"] for b in first.batches] == [0, 2, 1]
+    assert [b.records_in for b in first.batches] == [0, 2, 1]
     _append(spark, path, [("b", 4, "add", 4)])
     second = run(spark, spec, lake)
-    assert [b["records_in"] for b in second.batches] == [1]
+    assert [b.records_in for b in second.batches] == [1]
     assert sink_rows(spark, lake, spec, with_microbatch=False) == sorted(
         ['{"k": "a", "n": 1}', '{"k": "b", "n": 1}', '{"k": "a", "n": 2}', '{"k": "b", "n": 2}'])
 
@@ -64,9 +64,9 @@ def test_an_empty_file_is_neither_read_nor_marked_and_is_read_once_it_has_conten
     lake.write_events("e0.json", events(0))
     (lake.events / "e1.json").write_text("")  # a producer has created it, not yet written it
     spec = count_job(lake, job_id="empty-file")
-    assert [b["records_in"] for b in run(spark, spec, lake).batches] == [15]
+    assert [b.records_in for b in run(spark, spec, lake).batches] == [15]
     lake.write_events("e1.json", events(1))
-    assert [b["records_in"] for b in run(spark, spec, lake).batches] == [15]
+    assert [b.records_in for b in run(spark, spec, lake).batches] == [15]
 
 
 def test_a_file_grown_after_it_was_read_gets_one_warning_naming_it_and_is_not_read_again(spark, lake):
@@ -81,7 +81,7 @@ def test_a_file_grown_after_it_was_read_gets_one_warning_naming_it_and_is_not_re
         lake.write_events(f"e{b}.json", events(b))
     said = []
     result = run(spark, spec, lake, progress=said.append)
-    assert [b["records_in"] for b in result.batches] == [15, 15]  # e1 and e2; the appended line is not read
+    assert [b.records_in for b in result.batches] == [15, 15]  # e1 and e2; the appended line is not read
     warnings = [line for line in said if "e0.json" in line]
     assert len(warnings) == 1 and "warning: source file " in warnings[0], said
     assert "grew after a run read it (" in warnings[0] and "is never read" in warnings[0]

@@ -73,7 +73,7 @@ def test_bootstrap_a_savepoint_from_dataframes_restore_a_job_from_it_and_process
     assert (restored.batch_id, restored.parallelism) == (-1, 2)
     lake.write_events("e0.json", events(0))
     result = run(spark, spec, lake)
-    assert [b["batch_id"] for b in result.batches] == [0]  # the source is read from its beginning
+    assert [b.batch_id for b in result.batches] == [0]  # the source is read from its beginning
     rows = {json.loads(r)["k"]: json.loads(r)["n"] for r in sink_rows(spark, lake, spec)}
     assert rows == {"a": 103, "b": 203, "c": 3, "d": 3, "e": 3}
     final = keyed_values(state_at_latest_checkpoint(spark, lake, spec)[0], "count.count")

@@ -51,7 +51,7 @@ def test_a_corrupted_latest_checkpoint_falls_back_to_the_one_before_with_a_warni
     assert result.restored_from == 1
     assert any("warning: checkpoint 2's file" in line and "chk-2.json is corrupt" in line for line in said), said
     assert any("falling back to checkpoint 1 (microbatch 0)" in line for line in said), said
-    assert [b["batch_id"] for b in result.batches] == [1, 2]  # 1 replayed from its recorded plan
+    assert [b.batch_id for b in result.batches] == [1, 2]  # 1 replayed from its recorded plan
     assert (sink_rows(spark, lake, spec), state_at_latest_checkpoint(spark, lake, spec)) == \
         _reference(spark, tmp_path, backend=backend)
 
