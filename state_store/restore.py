@@ -64,9 +64,8 @@ from .errors import ConfigError, RestoreError
 from .job import BACKENDS, JobSpec
 from .key_groups import check_parallelism, key_group_ranges
 from .lease import holding
-from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
+from .operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from .repartition import broadcast, operator_split_starts, split_distribute
-from .runtime import SOURCE_OFFSETS_STATE
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
 

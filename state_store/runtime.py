@@ -69,7 +69,7 @@ from .exchange import (
 from .job import KEY_TYPES, JobSpec
 from .key_groups import key_group_ranges
 from .lease import JobLease, remove_if_only_the_lease
-from .operator_state import SPLIT_DISTRIBUTE, UNION
+from .operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from .repartition import split_slices
 from .settings import Settings
 from .sources import POSITION_COLUMNS, source_split_entries, warn_changed
@@ -91,7 +91,6 @@ FAULT_POINTS = (
 )
 # Reached only by a run of a job with TTL's incremental cleanup, once its state is written.
 CLEANUP_FAULT_POINTS = ("before_cleanup_write", "after_cleanup_write")
-SOURCE_OFFSETS_STATE = "__source__.offsets"
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 
 
