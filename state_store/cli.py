@@ -261,8 +261,8 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 
 def cmd_restore(args, settings: Settings) -> int:
-    from .restore import RestoreSource, check_restore_backend, parse_uid_map, restore_job
-    from .savepoint import load_savepoint
+    from .points import StatePoint
+    from .restore import check_restore_backend, parse_uid_map, restore_job
     from .spark import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
@@ -275,11 +275,11 @@ def cmd_restore(args, settings: Settings) -> int:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
     spec = JobRegistry(settings).load(args.job)
     if args.savepoint:
-        source = RestoreSource(load_savepoint(settings, args.savepoint))
+        source = StatePoint.of_savepoint(settings, args.savepoint)
     else:
         from_job = args.from_job or args.job
         JobRegistry(settings).get(from_job)
-        source = RestoreSource.of_checkpoint(settings, from_job, args.checkpoint)
+        source = StatePoint.of_checkpoint(settings, from_job, args.checkpoint)
     spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
                              uid_map=uid_map, allow_non_restored_state=args.allow_non_restored_state,

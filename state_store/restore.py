@@ -43,17 +43,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend, point_damage
+from .backends import create_keyed_backend, create_operator_backend
 from .catalog import JobMeta
 from .checkpoint import (
     LAYOUT_VERSION,
     CheckpointMetadata,
-    SavepointMetadata,
     check_descriptors,
     check_max_parallelism,
     discover_descriptors,
@@ -64,57 +62,12 @@ from .errors import ConfigError, RestoreError
 from .job import BACKENDS, JobSpec
 from .key_groups import check_parallelism, key_group_ranges
 from .lease import holding
+from .points import StatePoint
+from .savepoint import savepoint_of_checkpoint
 from .operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from .repartition import broadcast, operator_split_starts, split_distribute
 from .settings import Settings
 from .state_tables import KEYED, OPERATOR
-
-
-@dataclass
-class RestoreSource:
-    """What a restore starts from: a checkpoint (of this job or another) or a savepoint."""
-
-    meta: CheckpointMetadata | SavepointMetadata
-    job_dir: Path | None = None  # a checkpoint's job folder
-
-    @classmethod
-    def of_checkpoint(cls, settings: Settings, job_id: str, checkpoint_id: int | None = None) -> "RestoreSource":
-        meta = JobMeta(settings.job_dir(job_id))
-        checkpoint = meta.checkpoint(checkpoint_id) if checkpoint_id is not None else meta.latest_checkpoint()
-        if checkpoint is None:
-            raise ConfigError(f"job {job_id!r} has no checkpoint to restore from; run it first")
-        return cls(checkpoint, settings.job_dir(job_id))
-
-    @property
-    def is_savepoint(self) -> bool:
-        return isinstance(self.meta, SavepointMetadata)
-
-    @property
-    def where(self) -> str:
-        if self.is_savepoint:
-            return f"savepoint {self.meta.path}"
-        return f"checkpoint {self.meta.checkpoint_id} of job {self.meta.job_id!r}"
-
-    def describe(self) -> dict:
-        if self.is_savepoint:
-            return {"savepoint": self.meta.path, "job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
-        return {"job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
-
-    def _backend(self, create, spark):
-        return create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta)
-
-    def damage(self, spark) -> list[str]:
-        return point_damage(spark, self.meta, self.job_dir)
-
-    def rows(self, spark: SparkSession, table: str) -> DataFrame:
-        """The live entries of ``table`` ("keyed" or "operator")."""
-        spec = KEYED if table == "keyed" else OPERATOR
-        if self.is_savepoint:
-            df = spark.read.format("delta").load(self.meta.table_path(table))
-        else:
-            create = create_keyed_backend if table == "keyed" else create_operator_backend
-            df = self._backend(create, spark).read(self.meta)
-        return df.select(*spec.columns)
 
 
 def parse_uid_map(items: list[str] | dict | None) -> dict[str, str]:
@@ -220,7 +173,7 @@ class _Plan:
     """A restore that passed every check: from where, and what it changes."""
 
     spec: JobSpec
-    source: RestoreSource
+    source: StatePoint
     parallelism: int
     backend: str
     kept: dict[str, str]  # stored state name -> its name in the job
@@ -248,7 +201,7 @@ class _Plan:
             ", ".join(f"{a} -> {b}" for a, b in self.kept.items() if a != b)) if c) or "unchanged"
 
 
-def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: RestoreSource | None = None, *,
+def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: StatePoint | None = None, *,
                 parallelism: int | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
@@ -259,7 +212,7 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
 
     Example::
 
-        restore_job(spark, settings, spec, RestoreSource(load_savepoint(settings, "clicks/before-v2")),
+        restore_job(spark, settings, spec, StatePoint.of_savepoint(settings, "clicks/before-v2"),
                     parallelism=4, backend="hashmap", uid_map={"count": "counter"})
     """
     spec.validate()
@@ -267,20 +220,18 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
     check_restore_backend(backend)
     meta = JobMeta(settings.job_dir(spec.job_id))
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
-        source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
+        source = source or StatePoint.of_checkpoint(settings, spec.job_id)
         plan = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
         if plan.nothing_to_do:
             say(already_at(spec.job_id, plan.latest))
             return plan.latest
         operator_rows = _checked_operator_rows(spark, plan, meta, allow_non_restored_state)
         if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
-            from .savepoint import savepoint_of_checkpoint
-
             savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
         return _write(spark, settings, plan, meta, lease, operator_rows, say)
 
 
-def _plan(spec: JobSpec, source: RestoreSource, meta: JobMeta, parallelism: int | None, backend: str | None,
+def _plan(spec: JobSpec, source: StatePoint, meta: JobMeta, parallelism: int | None, backend: str | None,
           uid_map: dict[str, str], allow_non_restored_state: bool) -> _Plan:
     """Check that ``source`` fits the job as asked (no Spark, nothing read but metadata)."""
     src, where = source.meta, source.where
@@ -313,7 +264,7 @@ def _stored_uids(src) -> list[str]:
         SOURCE_OFFSETS_STATE.partition(".")[0]})
 
 
-def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_map: dict[str, str],
+def _kept_states(spec: JobSpec, source: StatePoint, descriptors: dict, uid_map: dict[str, str],
                  allow_non_restored_state: bool) -> tuple[dict[str, str], list[str]]:
     """Which stored states the job restores (stored name -> the job's name) and which it drops. A state the
     old definition registered up front and the new one does not is not restored; raw state and state

@@ -31,13 +31,13 @@ from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding, owner_record, still_at_work
+from .points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers list them from here too
 from .settings import Settings
 from .storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-METADATA = "_metadata.json"
 OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
@@ -72,11 +72,10 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
-    from .restore import RestoreSource  # Spark: only where a savepoint is taken
-    from .ttl import drop_expired, ttl_states
+    from .ttl import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
-    source = RestoreSource(checkpoint, job_dir)
+    source = StatePoint(checkpoint, job_dir)
     damage = source.damage(spark)
     if damage:
         raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
@@ -147,61 +146,6 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
     return savepoint
-
-
-def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
-    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with
-    ``own_tables``, refused when its metadata puts a table outside its folder."""
-    path = settings.in_savepoints(ref)
-    file = path / METADATA
-    if not file.exists():
-        known = ", ".join(f"{s.job_id}/{s.name}" for s in list_savepoints(settings)) or "none"
-        raise ConfigError(f"no complete savepoint at {path} (no {METADATA}); savepoints: {known}")
-    try:
-        data = read_json(file)
-        savepoint = SavepointMetadata.from_dict(data)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
-    savepoint.path = str(path)
-    if own_tables:
-        _check_tables_inside(savepoint, path)
-    return savepoint
-
-
-def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
-    """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
-    in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
-    for table, record in savepoint.tables.items():
-        relative = str(record.get("path") or "") if isinstance(record, dict) else ""
-        try:
-            where = (folder / relative).resolve()
-        except ValueError:  # on object storage: an absolute path, or another bucket
-            where = relative
-        if not isinstance(where, (Path, ObjectPath)) or where == folder or folder not in where.parents:
-            raise ConfigError(f"savepoint {folder}'s {METADATA} puts its {table} table at {where}, outside the "
-                              f"savepoint's folder: a savepoint's tables must be inside its own folder (it "
-                              f"restores from them alone); put back the {METADATA} the savepoint was written "
-                              f"with, or dispose it (lakestate dispose {savepoint.job_id}/{savepoint.name}) and "
-                              f"take a new one")
-
-
-def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
-    """Complete savepoints (of ``job_id``, or of every job), oldest first; ``warn`` is told of unreadable ones."""
-    root = settings.savepoints
-    jobs = [root / job_id] if job_id else (sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
-    found = []
-    for job in jobs:
-        if not job.is_dir():
-            continue
-        for folder in sorted(job.iterdir()):
-            if folder.name.startswith(".") or not (folder / METADATA).exists():
-                continue
-            try:
-                found.append(load_savepoint(settings, str(folder)))
-            except ConfigError as e:
-                if warn is not None:
-                    warn(str(e))
-    return sorted(found, key=lambda s: s.created_ms)
 
 
 def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:

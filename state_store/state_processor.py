@@ -42,8 +42,8 @@ from .job import KEY_TYPES, check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from .repartition import split_distribute
-from .restore import RestoreSource
-from .savepoint import check_label, load_savepoint, point_fields, write_savepoint
+from .points import StatePoint, load_savepoint
+from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
 from .state_tables import KEYED, OPERATOR
@@ -71,7 +71,7 @@ def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
     return rows.mapInArrow(batches, out_schema)
 
 
-def _intact(spark: SparkSession, source: RestoreSource) -> RestoreSource:
+def _intact(spark: SparkSession, source: StatePoint) -> StatePoint:
     """``source``, once every Delta log entry and data file it pins is there (``backends.point_damage``, the
     check a run, a savepoint and a restore make too): damage is named with the fix before any read."""
     damage = source.damage(spark)
@@ -111,19 +111,19 @@ def _checked(decode: Callable[[dict], list[tuple]], qname: str, type_name: str) 
 class SavepointReader:
     """The state of one checkpoint or savepoint, as DataFrames."""
 
-    def __init__(self, spark: SparkSession, source: RestoreSource):
+    def __init__(self, spark: SparkSession, source: StatePoint):
         self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
 
     @classmethod
     def for_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None) -> "SavepointReader":
         """The savepoint ``ref`` ('<job>/<name>' or a path under the savepoint root)."""
-        return cls(spark, RestoreSource(load_savepoint(settings or Settings.load(), ref)))
+        return cls(spark, StatePoint.of_savepoint(settings or Settings.load(), ref))
 
     @classmethod
     def for_checkpoint(cls, spark: SparkSession, job_id: str, checkpoint_id: int | None = None,
                        settings: Settings | None = None) -> "SavepointReader":
         """Retained checkpoint ``checkpoint_id`` of ``job_id`` (default: its latest)."""
-        return cls(spark, RestoreSource.of_checkpoint(settings or Settings.load(), job_id, checkpoint_id))
+        return cls(spark, StatePoint.of_checkpoint(settings or Settings.load(), job_id, checkpoint_id))
 
     @property
     def uid(self) -> str:
@@ -286,7 +286,7 @@ class SavepointWriter:
         """A copy of savepoint ``ref`` to change (written under ``job_id``, default the same job)."""
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
-        source = _intact(spark, RestoreSource(meta))
+        source = _intact(spark, StatePoint(meta))
         return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, "keyed"),
                    source.rows(spark, "operator"))
 

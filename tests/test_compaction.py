@@ -11,7 +11,8 @@ from state_store import StateTtlConfig
 from state_store.catalog import JobMeta
 from state_store.compaction import compact_job
 from state_store.delta_log import table_snapshot
-from state_store.restore import RestoreSource, restore_job
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.savepoint import take_savepoint
 
 from .conftest import Lake
@@ -64,7 +65,7 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     assert JobMeta(job_dir).last_compaction() == json.loads(json.dumps(report))
     # A savepoint taken before compaction restores, into a new job, the state of the checkpoint it copied.
     copy = all_states_job(lake, job_id="all-states-copy")
-    restore_job(spark, lake.settings, copy, RestoreSource(savepoint), **QUIET)
+    restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
     assert state_at_latest_checkpoint(spark, lake, copy) == before[min(before)]
     # The job continues from the compacted tables and ends as the job that was never compacted.
     run(spark, spec, lake)

@@ -16,7 +16,8 @@ from state_store import (
     ValueStateDescriptor,
 )
 from state_store.catalog import JobMeta
-from state_store.restore import RestoreSource, restore_job
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.runtime import FaultInjector, InjectedFault
 from state_store.savepoint import take_savepoint
 from state_store.state_processor import SavepointReader
@@ -103,7 +104,7 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     assert savepoint.entries["ttl.seen"] == 3
     if backend == "delta":  # TTL turned off across a restore (Flink 2.2): every stored value is visible again
         off = _job(lake, backend, NoTtl(), name="ttl-off")
-        restore_job(spark, lake.settings, off, RestoreSource(savepoint), say=lambda m: None)
+        restore_job(spark, lake.settings, off, StatePoint(savepoint), say=lambda m: None)
         lake.write_events("e4.json", [{"k": "b", "v": 40, "op": "add", "seq": 400}])
         run(spark, off, lake, clock=lambda: 60_000)  # long after b's entries (3500 ms) expired
         rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(off.sink, "sink"))).collect()
