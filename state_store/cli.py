@@ -262,7 +262,8 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 def cmd_restore(args, settings: Settings) -> int:
     from .points import StatePoint
-    from .restore import check_restore_backend, parse_uid_map, restore_job
+    from .restore import restore_job
+    from .restore_plan import check_restore_backend, parse_uid_map
     from .spark import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
