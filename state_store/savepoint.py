@@ -13,6 +13,8 @@ renamed when complete: a savepoint that failed half-way never looks like one.
 That folder first records its writer (``_owner.json``), so what a killed one
 leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
 no live process owns it. Savepoints never expire; ``dispose`` deletes one.
+Finding and reading one (``load_savepoint``, ``list_savepoints``, ``StatePoint``)
+is ``points``'s, which a restore and the State Processor share.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding, owner_record, still_at_work
-from .points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers list them from here too
+from .points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers import here
 from .settings import Settings
 from .storage import ObjectPath, location, rmtree, write_atomic
 
