@@ -10,7 +10,7 @@ from state_store.cli import main
 from state_store.errors import ConfigError
 from state_store.points import StatePoint
 from state_store.restore import rescale_job, restore_job
-from state_store.savepoint import list_savepoints, load_savepoint
+from state_store.savepoint import list_savepoints
 from state_store.state_processor import SavepointWriter
 
 from .helpers import run
@@ -25,7 +25,7 @@ def _savepoint(spark, lake):
     (SavepointWriter.bootstrap(spark, "sp", uid="count", key_type=Types.STRING(), max_parallelism=8, parallelism=2,
                                settings=lake.settings)
      .with_keyed_state(ValueStateDescriptor("count", Types.LONG()), rows, key="k", value="n").write("x", **QUIET))
-    return StatePoint(load_savepoint(lake.settings, "sp/x"))
+    return StatePoint.of_savepoint(lake.settings, "sp/x")
 
 
 def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_has(spark, lake):

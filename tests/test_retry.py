@@ -11,7 +11,6 @@ from state_store import Types, ValueStateDescriptor
 from state_store.catalog import JobMeta
 from state_store.points import StatePoint
 from state_store.restore import rescale_job, restore_job
-from state_store.savepoint import load_savepoint
 from state_store.state_processor import SavepointWriter
 
 from .conftest import Lake
@@ -62,11 +61,11 @@ def test_a_restore_killed_after_its_commit_then_one_of_another_savepoint_gives_t
     killed, clean = count_job(lake, job_id="rz5"), count_job(lake, job_id="rz5-clean")
     undo = _crash_before_the_checkpoint(monkeypatch)
     with pytest.raises(Crash):
-        restore_job(spark, lake.settings, killed, StatePoint(load_savepoint(lake.settings, "sp/first")), **QUIET)
+        restore_job(spark, lake.settings, killed, StatePoint.of_savepoint(lake.settings, "sp/first"), **QUIET)
     undo()
     assert (lake.settings.job_dir("rz5") / "state" / "g1" / "keyed" / "_delta_log").is_dir()  # it did commit
     for spec in (killed, clean):
-        restore_job(spark, lake.settings, spec, StatePoint(load_savepoint(lake.settings, "oth/b")), **QUIET)
+        restore_job(spark, lake.settings, spec, StatePoint.of_savepoint(lake.settings, "oth/b"), **QUIET)
     assert keyed_values(state_at_latest_checkpoint(spark, lake, killed)[0], "count.count") == {
         ("100", ""): 1, ("b", ""): 3, ("5", ""): 1}
     assert state_at_latest_checkpoint(spark, lake, killed) == state_at_latest_checkpoint(spark, lake, clean)

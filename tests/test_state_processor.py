@@ -97,7 +97,7 @@ def test_a_changed_copy_renames_a_uid_or_removes_an_operator_and_the_original_st
     assert sorted((r["subtask"], r["value"]) for r in reader.list_state("notes").collect()) == [
         (0, "x"), (0, "y"), (1, "z")]
     moved = count_job(lake, job_id="moved", uid="counter")
-    restore_job(spark, lake.settings, moved, StatePoint(load_savepoint(lake.settings, "counts/v2")),
+    restore_job(spark, lake.settings, moved, StatePoint.of_savepoint(lake.settings, "counts/v2"),
                 allow_non_restored_state=True, **QUIET)
     assert keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count")[("a", "")] == 3
     removed = SavepointWriter.from_savepoint(spark, "counts/v1", lake.settings).remove_operator("count") \
