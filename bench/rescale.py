@@ -65,11 +65,12 @@ def rescale(spark, states) -> None:
 
 
 def savepoint(spark, settings, spec, base: Path) -> None:
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
     from state_store.savepoint import take_savepoint
-    from state_store.state_tables import KEYED, OPERATOR
+    from state_store.records import KEYED_TABLE as KEYED
+    from state_store.records import OPERATOR_TABLE as OPERATOR
 
-    checkpoint = JobMeta(settings.job_dir(spec.job_id)).latest_checkpoint()
+    checkpoint = JobStore(settings.job_dir(spec.job_id)).latest_checkpoint()
     entries = sum(checkpoint.entries.values())
     best = {"savepoint": float("inf"), "plain": float("inf")}
     for attempt in range(2):

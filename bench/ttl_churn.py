@@ -54,11 +54,12 @@ def _job(input_dir: str, job_id: str, every_record: bool):
 def _measure(spark, settings, job_id: str, now: int) -> dict:
     from pyspark.sql import functions as F
 
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
     from state_store.delta_log import table_snapshot
-    from state_store.state_tables import KEYED, latest_live
+    from state_store.records import KEYED_TABLE as KEYED
+    from state_store.state_tables import latest_live
 
-    latest = JobMeta(settings.job_dir(job_id)).latest_checkpoint()
+    latest = JobStore(settings.job_dir(job_id)).latest_checkpoint()
     path = latest.state["keyed"].path
     df = spark.read.format("delta").load(path)
     live = latest_live(df, KEYED).filter(F.coalesce(F.col("expiry") > now, F.lit(True))).count()

@@ -55,10 +55,10 @@ if JOBS:
         @task
         def jobs_with_checkpoints() -> list[str]:
             """The registered jobs that have a checkpoint (a job that never ran has nothing to compact)."""
-            from state_store.catalog import JobMeta
+            from state_store.job_store import JobStore
             from state_store.settings import Settings
 
             settings = Settings.load()
-            return [j for j in JOBS if JobMeta(settings.job_dir(j)).checkpoint_ids()]
+            return [j for j in JOBS if JobStore(settings.job_dir(j)).checkpoint_ids()]
 
         LakestateCompactOperator.partial(task_id="compact").expand(job=jobs_with_checkpoints())

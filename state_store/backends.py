@@ -16,7 +16,7 @@ microbatch m restores exactly the state after m.
 """
 from __future__ import annotations
 
-import json
+
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession

@@ -1,10 +1,8 @@
 """The durable catalog, kept as JSON files beside the tables in the warehouse.
 
     <warehouse>/_lakestate/jobs/<job>.json           registered jobs
-    <warehouse>/jobs/<job>/_meta/plans/<m>.json      microbatch m's source range (written before it runs)
-    <warehouse>/jobs/<job>/_meta/commits/<m>.json    microbatch m is done
-    <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
-    <warehouse>/jobs/<job>/_meta/compaction.json     the last compaction's report
+
+(a job's own files are ``job_store``'s).
 
 Every file is written so that a reader never sees half of one (``storage.write_atomic``:
 a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable without Spark (the CLI,
@@ -18,8 +16,7 @@ import time
 from .checkpoint import discover_descriptors
 from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
-from .job_store import CorruptCheckpoint, read_json, write_json_atomic  # noqa: F401 - until callers move
-from .job_store import JobStore as JobMeta  # noqa: F401
+from .job_store import read_json, write_json_atomic
 from .settings import Settings
 
 

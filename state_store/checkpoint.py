@@ -1,24 +1,24 @@
-"""What a job definition registers (a dry run of its hooks), and whether it may continue from a checkpoint.
+"""What a job definition registers (a dry run of its hooks), and whether it may go on from a checkpoint.
 
 ``discover_descriptors`` gives the ``StateInfo`` of every state the function registers up front;
-``check_restorable`` says, with the fix, when a definition cannot continue from a checkpoint (the records
+``check_restorable`` asks ``restore_plan`` whether a definition can continue from a checkpoint (the records
 themselves are in ``records``).
 """
 from __future__ import annotations
 
 import copy
 
-from .errors import RestoreError
 from .functions import FunctionInitializationContext, RuntimeContext
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
-from .types import StateMigrationError, check_compatibility
-from .records import KEYED, LAYOUT_VERSION, OPERATOR, CheckpointMetadata, StateInfo
+from .records import KEYED, OPERATOR, CheckpointMetadata, StateInfo
+from .restore_plan import JobFacts, plan_restore
 
 
 def discover_descriptors(spec) -> dict[str, StateInfo]:
-    """The schemas of every state the function registers (a dry run of its hooks on the driver)."""
+    """What a checkpoint records of every state the function registers up front (a dry run of its hooks on
+    the driver)."""
     p, maxp = spec.parallelism, spec.effective_max_parallelism
     function = copy.deepcopy(spec.function)
     operator_store = OperatorStateStore(spec.uid)
@@ -38,38 +38,9 @@ def registered_states(runtime_ctx: RuntimeContext, operator_store: OperatorState
 
 
 def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, StateInfo]) -> None:
-    """Refuse, with the fix, a checkpoint this definition cannot continue from."""
-    cid = checkpoint.checkpoint_id
-    if checkpoint.layout != LAYOUT_VERSION:
-        raise RestoreError(
-            f"checkpoint {cid} was written with state layout {checkpoint.layout}; this release reads layout "
-            f"{LAYOUT_VERSION}: run the job with a new job id (or a fresh warehouse)"
-        )
-    check_max_parallelism(spec, checkpoint.max_parallelism, f"checkpoint {cid}")
-    if checkpoint.key_type != spec.key_type.to_schema():
-        raise RestoreError(
-            f"checkpoint {cid} keys records by {checkpoint.key_type} but the job now declares key_type "
-            f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type: keep "
-            f"{checkpoint.key_type}"
-        )
-    if checkpoint.uid != spec.uid:
-        raise RestoreError(
-            f"checkpoint {cid} holds the state of operator uid {checkpoint.uid!r} but the job's operator is now "
-            f"{spec.uid!r}; its state would not be restored: set uid={checkpoint.uid!r}, or move the state to "
-            f"the new uid with: lakestate restore {spec.job_id} --checkpoint {cid} --uid-map "
-            f"{checkpoint.uid}={spec.uid}"
-        )
-    check_descriptors(checkpoint.descriptors, descriptors, f"checkpoint {cid}")
-
-
-def check_max_parallelism(spec, max_parallelism: int, where: str) -> None:
-    """max_parallelism is fixed for a job's life (it is the number of key groups)."""
-    if spec.max_parallelism is not None and spec.max_parallelism != max_parallelism:
-        raise RestoreError(
-            f"{where} has max_parallelism {max_parallelism} but the job now sets {spec.max_parallelism}; "
-            f"max_parallelism is the number of key groups and is fixed for a job's life: set it back to "
-            f"{max_parallelism} (or leave it unset to take the restored one)"
-        )
+    """Refuse, with the fix, a checkpoint this definition cannot continue from (``restore_plan``'s rules for
+    the start of a run)."""
+    plan_restore(JobFacts.of(spec), checkpoint, descriptors)
 
 
 def continuing_spec(spec, checkpoint: CheckpointMetadata):
@@ -77,23 +48,3 @@ def continuing_spec(spec, checkpoint: CheckpointMetadata):
     and max_parallelism (a rescale or restore set them; the definition's values shape a job's first run)."""
     return spec.with_overrides(parallelism=checkpoint.parallelism, backend=checkpoint.backend,
                                max_parallelism=checkpoint.max_parallelism)
-
-
-def check_descriptors(stored: dict[str, StateInfo], descriptors: dict[str, StateInfo], where: str) -> None:
-    """Refuse, with the fix, a state whose kind or type the new definition changed incompatibly."""
-    for name, old in stored.items():
-        new = descriptors.get(name)
-        if new is None:
-            continue
-        if (old.kind, old.mode) != (new.kind, new.mode):
-            raise RestoreError(
-                f"state {name!r} was {old.kind} state in {where} and is now {new.kind} state; "
-                f"give the new state another name"
-            )
-        try:
-            check_compatibility(old.type, new.type, where=f"state {name!r}")
-        except StateMigrationError as e:
-            raise RestoreError(
-                f"{e} (since {where}); keep the old type, make a compatible change "
-                f"(widen a number, add a row field), or give the new state another name"
-            ) from None

@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from .catalog import JobMeta, JobRegistry
+from .catalog import JobRegistry
+from .job_store import JobStore
 from .errors import ConfigError, LakestateError
 from .lease import check_lease_timeout
 from .pipelines import registry_entry
@@ -82,7 +83,7 @@ def cmd_jobs(args, settings: Settings) -> int:
     rows = []
     for job_id, record in JobRegistry(settings).records(warn=_warn).items():
         spec = record["spec"]
-        meta = JobMeta(settings.job_dir(job_id))
+        meta = JobStore(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
         # A job runs as its latest checkpoint says (a rescale or restore may have changed the definition's values).
         rows.append([job_id, latest.backend if latest else spec["backend"],
@@ -99,7 +100,7 @@ def cmd_jobs(args, settings: Settings) -> int:
 
 def cmd_checkpoints(args, settings: Settings) -> int:
     JobRegistry(settings).get(args.job)
-    checkpoints = JobMeta(settings.job_dir(args.job)).readable_checkpoints(warn=_warn)
+    checkpoints = JobStore(settings.job_dir(args.job)).readable_checkpoints(warn=_warn)
     if args.json:
         print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
         return 0
@@ -168,7 +169,7 @@ def cmd_state(args, settings: Settings) -> int:
     if args.savepoint is not None and args.checkpoint is not None:
         raise ConfigError("give --checkpoint or --savepoint, not both")
     text = _key_text(args)
-    if args.savepoint is None and JobMeta(settings.job_dir(args.job)).latest_checkpoint() is None:
+    if args.savepoint is None and JobStore(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
     spark = build_spark(f"lakestate-state-{args.job}", s3=settings.on_object_storage or None)
     reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
@@ -261,8 +262,9 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 
 def cmd_restore(args, settings: Settings) -> int:
-    from .restore import RestoreSource, check_restore_backend, parse_uid_map, restore_job
-    from .savepoint import load_savepoint
+    from .points import StatePoint
+    from .restore import restore_job
+    from .restore_plan import check_restore_backend, parse_uid_map
     from .spark import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
@@ -275,11 +277,11 @@ def cmd_restore(args, settings: Settings) -> int:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
     spec = JobRegistry(settings).load(args.job)
     if args.savepoint:
-        source = RestoreSource(load_savepoint(settings, args.savepoint))
+        source = StatePoint.of_savepoint(settings, args.savepoint)
     else:
         from_job = args.from_job or args.job
         JobRegistry(settings).get(from_job)
-        source = RestoreSource.of_checkpoint(settings, from_job, args.checkpoint)
+        source = StatePoint.of_checkpoint(settings, from_job, args.checkpoint)
     spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
                              uid_map=uid_map, allow_non_restored_state=args.allow_non_restored_state,
@@ -296,7 +298,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     if args.parallelism <= 0:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
     spec = JobRegistry(settings).load(args.job)
-    latest = JobMeta(settings.job_dir(args.job)).latest_checkpoint()
+    latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
     if latest.parallelism == args.parallelism:  # nothing to write: no Spark either

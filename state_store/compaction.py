@@ -21,7 +21,7 @@ subtask per run. ``compact_job`` (``lakestate compact <job>``,
 A crash at any step leaves every retained checkpoint restorable: the rewrite is
 a new table version (the old ones stay readable), the new checkpoint is
 written after it, and only then are files no checkpoint pins deleted. The last
-report is kept in ``_meta/compaction.json`` (``JobMeta.last_compaction``) for the Lakestate page.
+report is kept in ``_meta/compaction.json`` (``JobStore.last_compaction``) for the Lakestate page.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from .backends import create_keyed_backend, delta_record
-from .catalog import JobMeta
+from .job_store import JobStore
 from .records import KEYED_TABLE, OPERATOR_TABLE, CheckpointMetadata, TableVersion
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
@@ -49,7 +49,7 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
     """Compact job ``job_id``'s state tables and delete what no retained checkpoint needs; return the report
     (entries scanned, expired and superseded entries removed, files and bytes before and after)."""
     job_dir = settings.job_dir(job_id)
-    meta = JobMeta(job_dir)
+    meta = JobStore(job_dir)
     if not meta.checkpoint_ids():
         raise ConfigError(f"job {job_id!r} has no checkpoint in {settings.warehouse}: nothing to compact (run it "
                           f"first)")
@@ -98,7 +98,7 @@ def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) ->
     return committed if committed is not None and committed > latest.batch_id else None
 
 
-def _rewrite(spark: SparkSession, meta: JobMeta, latest: CheckpointMetadata, report: dict, fault) -> int:
+def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, report: dict, fault) -> int:
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
     state = dict(latest.state)

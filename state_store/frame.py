@@ -30,11 +30,11 @@ from .exchange import (
     sort_key_parts,
 )
 from .job import KEY_TYPES
-from .operator_state import UNION
+from .operator_state import SOURCE_OFFSETS_STATE, UNION
 from .records import CheckpointMetadata, MicrobatchPlan
 from .run.context import RunContext
 from .run_files import RunOutputs
-from .sources import POSITION_COLUMNS, SOURCE_OFFSETS_STATE
+from .sources import POSITION_COLUMNS
 from .spark import key_group_column, subtask_column
 from .task import RAW_KEYED, RunPlan, run_partition
 

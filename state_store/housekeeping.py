@@ -5,7 +5,7 @@ Reads only the catalog (no Spark), so an Airflow task runs it in-process.
 """
 from __future__ import annotations
 
-from .catalog import JobMeta
+from .job_store import JobStore
 from .lease import current_holder
 from .savepoint import remove_abandoned
 from .settings import Settings
@@ -17,7 +17,7 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     savepoints cut short; return a summary (an Airflow task's XCom)."""
     settings = settings or Settings.load()
     job_dir = settings.job_dir(job_id)
-    meta = JobMeta(job_dir)
+    meta = JobStore(job_dir)
     checkpoints = meta.readable_checkpoints(warn=lambda problem: say(f"warning: {problem}"))
     removed = []
     holder = current_holder(meta.dir / "lease")

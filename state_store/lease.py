@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import storage
-from .catalog import read_json
+from .job_store import read_json
 from .errors import ConfigError, JobLocked
 
 KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire

@@ -18,6 +18,8 @@ UNION = "union"
 BROADCAST = "broadcast"
 RAW = "raw"
 MODES = (SPLIT_DISTRIBUTE, UNION, BROADCAST, RAW)
+# The run's own operator state: where each source has read to (not a user's state; no uid owns it).
+SOURCE_OFFSETS_STATE = "__source__.offsets"
 RAW_OPERATOR = "__raw__"
 _RAW_DESCRIPTOR = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used
 

@@ -37,107 +37,44 @@ killed attempt's rows are read by no checkpoint (``state_tables``).
 A restore never rewinds a job: restoring a point older than what the job has
 already committed is refused (its sink holds the later microbatches); restore
 it into a new job id instead.
+
+A restore is a plan, then its application: ``restore_plan`` decides from
+metadata alone (no Spark) what is kept, dropped and changed, or refuses; this
+module checks what only the state shows (damage, raw state a scale-down would
+lose), then writes.
 """
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend, point_damage
-from .catalog import JobMeta
-from .records import LAYOUT_VERSION, CheckpointMetadata, SavepointMetadata, TableVersion
-from .checkpoint import (
-    check_descriptors,
-    check_max_parallelism,
-    discover_descriptors,
-)
+from .backends import create_keyed_backend, create_operator_backend
+from .job_store import JobStore
+from .checkpoint import discover_descriptors
 from .delta_log import app_transaction_version, table_snapshot
-from .descriptors import check_state_name, qualified_name
-from .errors import ConfigError, RestoreError
-from .job import BACKENDS, JobSpec
-from .key_groups import check_parallelism, key_group_ranges
+from .descriptors import qualified_name
+from .errors import RestoreError
+from .job import JobSpec
+from .key_groups import key_group_ranges
 from .lease import holding
 from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
+from .points import StatePoint
 from .repartition import broadcast, operator_split_starts, split_distribute
-from .sources import SOURCE_OFFSETS_STATE
+from .restore_plan import (
+    JobFacts,
+    RestorePlan,
+    RestoreRequest,
+    check_restore_backend,
+    parse_uid_map,
+    plan_restore,
+)
+from .savepoint import savepoint_of_checkpoint
 from .settings import Settings
-from .state_tables import KEYED, OPERATOR
-
-
-@dataclass
-class RestoreSource:
-    """What a restore starts from: a checkpoint (of this job or another) or a savepoint."""
-
-    meta: CheckpointMetadata | SavepointMetadata
-    job_dir: Path | None = None  # a checkpoint's job folder
-
-    @classmethod
-    def of_checkpoint(cls, settings: Settings, job_id: str, checkpoint_id: int | None = None) -> "RestoreSource":
-        meta = JobMeta(settings.job_dir(job_id))
-        checkpoint = meta.checkpoint(checkpoint_id) if checkpoint_id is not None else meta.latest_checkpoint()
-        if checkpoint is None:
-            raise ConfigError(f"job {job_id!r} has no checkpoint to restore from; run it first")
-        return cls(checkpoint, settings.job_dir(job_id))
-
-    @property
-    def is_savepoint(self) -> bool:
-        return isinstance(self.meta, SavepointMetadata)
-
-    @property
-    def where(self) -> str:
-        if self.is_savepoint:
-            return f"savepoint {self.meta.path}"
-        return f"checkpoint {self.meta.checkpoint_id} of job {self.meta.job_id!r}"
-
-    def describe(self) -> dict:
-        if self.is_savepoint:
-            return {"savepoint": self.meta.path, "job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
-        return {"job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
-
-    def _backend(self, create, spark):
-        return create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta)
-
-    def damage(self, spark) -> list[str]:
-        return point_damage(spark, self.meta, self.job_dir)
-
-    def rows(self, spark: SparkSession, table: str) -> DataFrame:
-        """The live entries of ``table`` ("keyed" or "operator")."""
-        spec = KEYED if table == "keyed" else OPERATOR
-        if self.is_savepoint:
-            df = spark.read.format("delta").load(self.meta.table_path(table))
-        else:
-            create = create_keyed_backend if table == "keyed" else create_operator_backend
-            df = self._backend(create, spark).read(self.meta)
-        return df.select(*spec.columns)
-
-
-def parse_uid_map(items: list[str] | dict | None) -> dict[str, str]:
-    """``["old=new", ...]`` (or a dict) as a checked mapping."""
-    if not items:
-        return {}
-    pairs = items.items() if isinstance(items, dict) else []
-    if not isinstance(items, dict):
-        parsed = []
-        for item in items:
-            old, sep, new = str(item).partition("=")
-            if not sep:
-                raise ConfigError(f"uid mapping {item!r} must look like OLD_UID=NEW_UID")
-            parsed.append((old.strip(), new.strip()))
-        pairs = parsed
-    out = {}
-    for old, new in pairs:
-        for uid in (old, new):
-            try:
-                check_state_name(uid, "operator uid")
-            except ValueError as e:
-                raise ConfigError(f"uid mapping {old}={new}: {e}") from None
-        out[old] = new
-    return out
+from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, CheckpointMetadata, TableVersion
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,
@@ -149,7 +86,7 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
     if parallelism == old_parallelism:
         return rows.select(*[F.lit(batch_id).cast("bigint").alias(c) if c == "batch_id"
                              else F.lit(generation).cast("bigint").alias(c) if c == "generation" else F.col(c)
-                             for c in OPERATOR.columns])
+                             for c in OPERATOR_TABLE.columns])
     starts = _split_starts(rows, parallelism)
 
     def one_state(pdf):
@@ -175,7 +112,7 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
                              "batch_id": batch_id, "generation": generation}).astype(
             {"subtask": "int32", "batch_id": "int64", "generation": "int64"})
 
-    return rows.groupBy("state_name").applyInPandas(one_state, OPERATOR.schema)
+    return rows.groupBy("state_name").applyInPandas(one_state, OPERATOR_TABLE.schema)
 
 
 def _split_starts(rows: DataFrame, parallelism: int) -> dict[str, int]:
@@ -197,17 +134,6 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
     return df.withColumn("state_name", column)
 
 
-def check_restore_backend(backend: str | None) -> None:
-    """Refuse a backend that a restore or rescale cannot write (its checkpoint is for a later process)."""
-    if backend is None:
-        return
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
-    if backend == "memory":
-        raise ConfigError("a restore or rescale writes a checkpoint for the job's next run, and the memory backend "
-                          "keeps checkpoints only in the process that took them; choose --backend delta or hashmap")
-
-
 def already_at(job_id: str, checkpoint: CheckpointMetadata) -> str:
     """What a rescale to the parallelism the job already has says: it writes nothing."""
     return (f"[lakestate] job {job_id}: already at parallelism {checkpoint.parallelism}, nothing to do (checkpoint "
@@ -215,39 +141,18 @@ def already_at(job_id: str, checkpoint: CheckpointMetadata) -> str:
 
 
 @dataclass
-class _Plan:
-    """A restore that passed every check: from where, and what it changes."""
+class _Restore:
+    """A restore that passed every rule: the job, its source, what was asked, the plan, and the job's latest
+    checkpoint (read once the job is held)."""
 
     spec: JobSpec
-    source: RestoreSource
-    parallelism: int
-    backend: str
-    kept: dict[str, str]  # stored state name -> its name in the job
-    dropped: list[str]
-    latest: CheckpointMetadata | None  # the job's latest checkpoint
-    own_latest: bool  # the source is that checkpoint
-
-    @property
-    def rescale(self) -> bool:
-        """The job's own latest checkpoint, same backend and states: keyed rows are not rewritten."""
-        return (self.own_latest and not self.dropped and all(n == m for n, m in self.kept.items())
-                and self.backend == self.source.meta.backend)
-
-    @property
-    def nothing_to_do(self) -> bool:
-        """A rescale to the parallelism the checkpoint has: a new checkpoint would only push out the oldest."""
-        return self.rescale and self.parallelism == self.source.meta.parallelism
-
-    def changes(self) -> str:
-        src = self.source.meta
-        return "; ".join(c for c in (
-            f"parallelism {src.parallelism} -> {self.parallelism}" if self.parallelism != src.parallelism else "",
-            f"backend {src.backend} -> {self.backend}" if self.backend != src.backend else "",
-            f"dropped {self.dropped}" if self.dropped else "",
-            ", ".join(f"{a} -> {b}" for a, b in self.kept.items() if a != b)) if c) or "unchanged"
+    source: StatePoint
+    request: RestoreRequest
+    plan: RestorePlan
+    latest: CheckpointMetadata | None
 
 
-def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: RestoreSource | None = None, *,
+def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: StatePoint | None = None, *,
                 parallelism: int | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
@@ -258,100 +163,52 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
 
     Example::
 
-        restore_job(spark, settings, spec, RestoreSource(load_savepoint(settings, "clicks/before-v2")),
+        restore_job(spark, settings, spec, StatePoint.of_savepoint(settings, "clicks/before-v2"),
                     parallelism=4, backend="hashmap", uid_map={"count": "counter"})
     """
     spec.validate()
     uid_map = parse_uid_map(uid_map)
     check_restore_backend(backend)
-    meta = JobMeta(settings.job_dir(spec.job_id))
+    meta = JobStore(settings.job_dir(spec.job_id))
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
-        source = source or RestoreSource.of_checkpoint(settings, spec.job_id)
-        plan = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
-        if plan.nothing_to_do:
-            say(already_at(spec.job_id, plan.latest))
-            return plan.latest
-        operator_rows = _checked_operator_rows(spark, plan, meta, allow_non_restored_state)
-        if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
-            from .savepoint import savepoint_of_checkpoint
-
-            savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
-        return _write(spark, settings, plan, meta, lease, operator_rows, say)
+        source = source or StatePoint.of_checkpoint(settings, spec.job_id)
+        restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
+        if restore.plan.nothing_to_do:
+            say(already_at(spec.job_id, restore.latest))
+            return restore.latest
+        return _apply(spark, settings, restore, meta, lease, savepoint_first, say)
 
 
-def _plan(spec: JobSpec, source: RestoreSource, meta: JobMeta, parallelism: int | None, backend: str | None,
-          uid_map: dict[str, str], allow_non_restored_state: bool) -> _Plan:
-    """Check that ``source`` fits the job as asked (no Spark, nothing read but metadata)."""
-    src, where = source.meta, source.where
-    if getattr(src, "layout", LAYOUT_VERSION) != LAYOUT_VERSION:
-        raise RestoreError(f"{where} was written with state layout {src.layout}; this release reads layout "
-                           f"{LAYOUT_VERSION}")
-    maxp = src.max_parallelism
-    check_max_parallelism(spec, maxp, where)
-    p_new = src.parallelism if parallelism is None else parallelism
-    try:
-        check_parallelism(p_new, maxp)
-    except ValueError as e:
-        raise ConfigError(f"cannot restore {where} at parallelism {p_new!r}: {e} (max_parallelism is fixed "
-                          f"for a job's life)") from None
-    target = backend or src.backend
-    check_restore_backend(target)  # a rescale of a job on the memory backend too
-    if src.key_type != spec.key_type.to_schema():
-        raise RestoreError(f"{where} keys records by {src.key_type} but job {spec.job_id!r} declares key_type "
-                           f"{spec.key_type.to_schema()}; a key's hash, and so its key group, depends on its type")
-    descriptors = discover_descriptors(spec.with_overrides(parallelism=p_new, max_parallelism=maxp))
-    kept, dropped = _kept_states(spec, source, descriptors, uid_map, allow_non_restored_state)
+def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | None, backend: str | None,
+          uid_map: dict[str, str], allow_non_restored_state: bool) -> _Restore:
+    """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read."""
     latest = meta.latest_checkpoint()
     own_latest = (source.job_dir == meta.job_dir and latest is not None
-                  and latest.checkpoint_id == getattr(src, "checkpoint_id", None))
-    return _Plan(spec, source, p_new, target, kept, dropped, latest, own_latest)
+                  and latest.checkpoint_id == getattr(source.meta, "checkpoint_id", None))
+    request = RestoreRequest(parallelism, backend, uid_map, allow_non_restored_state, own_latest)
+
+    def descriptors(p: int, maxp: int) -> dict:
+        return discover_descriptors(spec.with_overrides(parallelism=p, max_parallelism=maxp))
+
+    plan = plan_restore(JobFacts.of(spec), source.meta, descriptors, request, source.where)
+    return _Restore(spec, source, request, plan, latest)
 
 
-def _stored_uids(src) -> list[str]:
-    return sorted({n.partition(".")[0] for n in set(src.descriptors) | set(src.entries)} - {
-        SOURCE_OFFSETS_STATE.partition(".")[0]})
+def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease, savepoint_first: bool,
+           say) -> CheckpointMetadata:
+    """Carry out a plan: check what only the state shows, take the savepoint asked for, then write."""
+    operator_rows = _checked_operator_rows(spark, restore, meta)
+    source = restore.source
+    if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
+        savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
+    return _write(spark, settings, restore, meta, lease, operator_rows, say)
 
 
-def _kept_states(spec: JobSpec, source: RestoreSource, descriptors: dict, uid_map: dict[str, str],
-                 allow_non_restored_state: bool) -> tuple[dict[str, str], list[str]]:
-    """Which stored states the job restores (stored name -> the job's name) and which it drops. A state the
-    old definition registered up front and the new one does not is not restored; raw state and state
-    registered only while processing (broadcast state in process_broadcast_element) follow their uid."""
-    src, where, job_id = source.meta, source.where, spec.job_id
-    unknown = sorted(set(uid_map) - set(_stored_uids(src)))
-    if unknown:  # a mapping that maps nothing is a mistake (a typo, the wrong savepoint), not a no-op
-        raise ConfigError(f"--uid-map {unknown[0]}={uid_map[unknown[0]]} maps nothing: {where} has no operator uid "
-                          f"{unknown[0]!r}; the uids it has are {_stored_uids(src)}")
-
-    def mapped(name: str) -> str | None:
-        if name == SOURCE_OFFSETS_STATE:
-            return name
-        uid, _, rest = name.partition(".")
-        new = f"{uid_map.get(uid, uid)}.{rest}"
-        registered_up_front = name in src.descriptors and not src.descriptors[name].lazy
-        return new if uid_map.get(uid, uid) == spec.uid and (new in descriptors or not registered_up_front) \
-            else None
-
-    stored = sorted(set(src.descriptors) | set(src.entries))
-    kept = {n: m for n in stored if (m := mapped(n)) is not None}
-    dropped = [n for n in stored if n not in kept]
-    if dropped and not allow_non_restored_state:
-        shown = ", ".join(f"{n!r} ({src.descriptors[n].label if n in src.descriptors else 'raw state'}, "
-                          f"{src.entries.get(n, 0)} entries)" for n in dropped)
-        uids = sorted({n.partition(".")[0] for n in dropped} - {spec.uid})
-        hint = f" map its uid with --uid-map {uids[0]}={spec.uid}," if uids else ""
-        raise RestoreError(f"{where} holds state that job {job_id!r} (operator uid {spec.uid!r}) would not restore: "
-                           f"{shown}. Register it again in the job,{hint} or pass --allow-non-restored-state to "
-                           f"drop it")
-    check_descriptors({kept[n]: d for n, d in src.descriptors.items() if n in kept}, descriptors, where)
-    return kept, dropped
-
-
-def _check_not_rewinding(plan: _Plan, meta: JobMeta) -> None:
+def _check_not_rewinding(restore: _Restore, meta: JobStore) -> None:
     """A restore never rewinds a job: its sink holds the microbatches the job committed."""
-    job_id, src, where, latest = plan.spec.job_id, plan.source.meta, plan.source.where, plan.latest
+    job_id, src, where, latest = restore.spec.job_id, restore.source.meta, restore.source.where, restore.latest
     done = [b for b in (latest.batch_id if latest else None, meta.last_commit()) if b is not None]
-    if done and max(done) > src.batch_id and plan.own_latest:
+    if done and max(done) > src.batch_id and restore.request.own_latest:
         raise RestoreError(
             f"a run of job {job_id!r} committed microbatch {max(done)} after its latest checkpoint "
             f"{latest.checkpoint_id} (microbatch {src.batch_id}) but stopped before checkpointing it; run the job "
@@ -364,19 +221,19 @@ def _check_not_rewinding(plan: _Plan, meta: JobMeta) -> None:
             f"...), or rescale the job's latest checkpoint")
 
 
-def _checked_operator_rows(spark: SparkSession, plan: _Plan, meta: JobMeta,
-                           allow_non_restored_state: bool) -> DataFrame:
+def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStore) -> DataFrame:
     """The source's operator entries under the job's names, once the source is known intact and nothing would
-    be lost that the user did not allow to drop."""
-    _check_not_rewinding(plan, meta)
-    source, src, where = plan.source, plan.source.meta, plan.source.where
+    be lost that the user did not allow to drop (what only the state shows, so not in ``restore_plan``)."""
+    _check_not_rewinding(restore, meta)
+    source, src, where, plan = restore.source, restore.source.meta, restore.source.where, restore.plan
     damage = source.damage(spark)
     if damage:
         raise RestoreError(f"{where} cannot be restored: " + "; ".join(damage))
-    raw_operator = qualified_name(plan.spec.uid, RAW_OPERATOR)  # raw keyed state moves with its key groups
-    rows = _rename(source.rows(spark, "operator"), plan.kept)
+    raw_operator = qualified_name(restore.spec.uid, RAW_OPERATOR)  # raw keyed state moves with its key groups
+    rows = _rename(source.rows(spark, OPERATOR), plan.kept)
     p_new = plan.parallelism
-    if p_new < src.parallelism and raw_operator in plan.kept.values() and not allow_non_restored_state:
+    if (p_new < src.parallelism and raw_operator in plan.kept.values()
+            and not restore.request.allow_non_restored_state):
         lost = sorted(r[0] for r in rows.filter((F.col("state_name") == raw_operator)
                                                 & (F.col("subtask") >= p_new)).select("subtask").collect())
         if lost:
@@ -385,24 +242,39 @@ def _checked_operator_rows(spark: SparkSession, plan: _Plan, meta: JobMeta,
                 f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
                 f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
     if plan.rescale and plan.backend == "delta":  # the operator rows go to the table runs append to
-        operator = create_operator_backend("delta", spark, meta.job_dir, plan.spec.job_id, plan.latest)
+        operator = create_operator_backend("delta", spark, meta.job_dir, restore.spec.job_id, restore.latest)
         written = app_transaction_version(operator.path, operator.app_id)
         if written is not None and written > src.batch_id:
             raise RestoreError(
-                f"a run of job {plan.spec.job_id!r} wrote the state of microbatch {written} but crashed before its "
-                f"checkpoint; run the job once (it finishes those microbatches), then rescale")
+                f"a run of job {restore.spec.job_id!r} wrote the state of microbatch {written} but crashed before "
+                f"its checkpoint; run the job once (it finishes those microbatches), then rescale")
     return rows
 
 
-def _write(spark: SparkSession, settings: Settings, plan: _Plan, meta: JobMeta, lease, operator_rows: DataFrame,
-           say) -> CheckpointMetadata:
-    """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones. The rows
-    are written as the generation of this attempt's hold of the job (``lease.generation``, or past the last
-    one its tables hold where an older release wrote a higher one): unique to the attempt, so a retry after a kill is never skipped as already written, and rows of a killed attempt stay
-    out of every checkpoint (``state_tables.visible``)."""
-    started, job_id, src = time.time(), plan.spec.job_id, plan.source.meta
-    checkpoint_id = max(meta.checkpoint_ids(), default=0) + 1
-    bound = plan.latest if plan.rescale else None
+def _write(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease,
+           operator_rows: DataFrame, say) -> CheckpointMetadata:
+    """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones."""
+    started, job_id, src, plan = time.time(), restore.spec.job_id, restore.source.meta, restore.plan
+    checkpoint_id = meta.next_checkpoint_id()
+    state = _write_state(spark, restore, meta, lease, operator_rows, checkpoint_id, say)
+    checkpoint = _checkpoint(settings, restore, checkpoint_id, state, lease.run_id)
+    lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
+    meta.publish(checkpoint)  # last: the restore exists only once this row does
+    meta.expire(restore.spec.num_retained, lambda old, retained: _discard(spark, meta, old, retained))
+    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {restore.source.where} at microbatch "
+        f"{src.batch_id} ({plan.changes()}) in {time.time() - started:.1f}s; the job's next run continues from it")
+    return checkpoint
+
+
+def _write_state(spark: SparkSession, restore: _Restore, meta: JobStore, lease, operator_rows: DataFrame,
+                 checkpoint_id: int, say) -> dict[str, TableVersion]:
+    """Write the keyed and operator rows the new checkpoint pins; return its ``state`` record. The rows are
+    written as the generation of this attempt's hold of the job (``lease.generation``, or past the last one
+    its tables hold where an older release wrote a higher one): unique to the attempt, so a retry after a kill
+    is never skipped as already written, and rows of a killed attempt stay out of every checkpoint
+    (``state_tables.visible``). A rescale leaves keyed rows where they are."""
+    job_id, src, plan = restore.spec.job_id, restore.source.meta, restore.plan
+    bound = restore.latest if plan.rescale else None
     keyed_backend = create_keyed_backend(plan.backend, spark, meta.job_dir, job_id, bound)
     operator_backend = create_operator_backend(plan.backend, spark, meta.job_dir, job_id, bound)
     generation = max(b.fresh_generation(lease.generation, checkpoint_id) for b in (keyed_backend, operator_backend))
@@ -410,27 +282,20 @@ def _write(spark: SparkSession, settings: Settings, plan: _Plan, meta: JobMeta, 
     if plan.rescale:
         operator_record = (operator_backend.append_changes(new_operator, generation) if plan.backend == "delta"
                            else operator_backend.write_full(new_operator, checkpoint_id, generation))
-        keyed_record = replace(src.table(KEYED.name))  # keyed state does not move: the same rows, pinned again
         say(f"[lakestate] job {job_id}: rescaling checkpoint {src.checkpoint_id} from parallelism "
             f"{src.parallelism} to {plan.parallelism}: keyed state stays where it is, operator state is "
             f"redistributed")
-    else:
-        keyed_rows = _rename(plan.source.rows(spark, "keyed"), plan.kept).withColumn(
-            "generation", F.lit(generation).cast("bigint"))
-        keyed_record = keyed_backend.write_full(keyed_rows.select(*KEYED.columns), checkpoint_id, generation)
-        operator_record = operator_backend.write_full(new_operator, checkpoint_id, generation)
-    checkpoint = _checkpoint(settings, plan, checkpoint_id, {"keyed": keyed_record, "operator": operator_record},
-                             lease.run_id)
-    lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
-    meta.write_checkpoint(checkpoint)  # last: the restore exists only once this row does
-    _expire(spark, meta, plan.spec)
-    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {plan.source.where} at microbatch "
-        f"{src.batch_id} ({plan.changes()}) in {time.time() - started:.1f}s; the job's next run continues from it")
-    return checkpoint
+        return {KEYED: replace(src.table(KEYED)),  # keyed: the same rows, pinned again
+                OPERATOR: operator_record}
+    keyed_rows = _rename(restore.source.rows(spark, KEYED), plan.kept).withColumn(
+        "generation", F.lit(generation).cast("bigint"))
+    return {KEYED: keyed_backend.write_full(keyed_rows.select(*KEYED_TABLE.columns), checkpoint_id, generation),
+            OPERATOR: operator_backend.write_full(new_operator, checkpoint_id, generation)}
 
 
-def _checkpoint(settings: Settings, plan: _Plan, checkpoint_id: int, state: dict, run_id: str) -> CheckpointMetadata:
-    src, spec, kept = plan.source.meta, plan.spec, plan.kept
+def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state: dict[str, TableVersion],
+                run_id: str) -> CheckpointMetadata:
+    src, spec, plan, kept = restore.source.meta, restore.spec, restore.plan, restore.plan.kept
     sink_path = settings.in_warehouse(spec.sink, "sink")
     return CheckpointMetadata(
         job_id=spec.job_id, checkpoint_id=checkpoint_id, batch_id=src.batch_id, uid=spec.uid,
@@ -442,16 +307,13 @@ def _checkpoint(settings: Settings, plan: _Plan, checkpoint_id: int, state: dict
         entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
         processing_time=src.processing_time, run_id=run_id,
         sink=TableVersion(**table_snapshot(sink_path)) if (sink_path / "_delta_log").exists() else None,
-        restored_from=plan.source.describe())
+        restored_from=restore.source.describe())
 
 
-def _expire(spark: SparkSession, meta: JobMeta, spec: JobSpec) -> None:
-    retained_ids = meta.checkpoint_ids()[-spec.num_retained:]
-    expired = meta.expire_checkpoints(spec.num_retained)
-    retained = [c for c in meta.readable_checkpoints() if c.checkpoint_id in retained_ids]
-    for old in expired:
-        for create in (create_keyed_backend, create_operator_backend):
-            create(old.backend, spark, meta.job_dir, spec.job_id, old).discard(old, retained)
+def _discard(spark: SparkSession, meta: JobStore, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+    """Release what expired checkpoint ``old`` alone held."""
+    for create in (create_keyed_backend, create_operator_backend):
+        create(old.backend, spark, meta.job_dir, old.job_id, old).discard(old, retained)
 
 
 def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec, parallelism: int, *,

@@ -13,6 +13,8 @@ renamed when complete: a savepoint that failed half-way never looks like one.
 That folder first records its writer (``_owner.json``), so what a killed one
 leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
 no live process owns it. Savepoints never expire; ``dispose`` deletes one.
+Finding and reading one (``load_savepoint``, ``list_savepoints``, ``StatePoint``)
+is ``points``'s, which a restore and the State Processor share.
 """
 from __future__ import annotations
 
@@ -25,19 +27,19 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .catalog import JobMeta, read_json, write_json_atomic
-from .records import CheckpointMetadata, SavepointMetadata, TableVersion
+from .job_store import JobStore, read_json, write_json_atomic
+from .records import KEYED, OPERATOR, TABLE_SPECS, CheckpointMetadata, SavepointMetadata, TableVersion
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding, owner_record, still_at_work
+from .points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers import here
 from .settings import Settings
 from .storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-METADATA = "_metadata.json"
 OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
@@ -60,7 +62,7 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
     check_label(label)
     check_job_id(job_id)
     job_dir = settings.job_dir(job_id)
-    meta = JobMeta(job_dir)
+    meta = JobStore(job_dir)
     with holding(job_dir, job_id, "savepoint", wait_s, say):
         checkpoint = (meta.checkpoint(checkpoint_id) if checkpoint_id is not None
                       else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
@@ -72,22 +74,21 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
-    from .restore import RestoreSource  # Spark: only where a savepoint is taken
-    from .ttl.tables import drop_expired, ttl_states
+    from .ttl import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
-    source = RestoreSource(checkpoint, job_dir)
+    source = StatePoint(checkpoint, job_dir)
     damage = source.damage(spark)
     if damage:
         raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
                            + "; ".join(damage))
     name = label or f"savepoint-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
-    tables = {t: source.rows(spark, t) for t in ("keyed", "operator")}
+    tables = {t: source.rows(spark, t) for t in (KEYED, OPERATOR)}
     # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
     cleaned = ttl_states(checkpoint.descriptors, "full_snapshot") if checkpoint.processing_time is not None else {}
     if cleaned:
-        tables["keyed"] = drop_expired(tables["keyed"], cleaned, checkpoint.processing_time)
+        tables[KEYED] = drop_expired(tables[KEYED], cleaned, checkpoint.processing_time)
     return write_savepoint(settings, job_id, name, tables, point_fields(checkpoint), label, say, recount=cleaned)
 
 
@@ -101,8 +102,6 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     """Write ``tables`` ("keyed", "operator": DataFrames of live entries) as savepoint ``<job_id>/<name>``
     with metadata ``fields``, ``_metadata.json`` last: locally into a hidden folder then renamed into place; on
     object storage (no rename) in place, where nothing lists as a savepoint until its metadata is there."""
-    from .state_tables import TABLES
-
     final = settings.in_savepoints(Path(job_id) / name)
     settings.check_savepoints_writable(final.parent)
     remove_abandoned(settings, job_id, say)
@@ -118,18 +117,18 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     started = time.time()
     try:
         # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
-        write_atomic(work / OWNER, json.dumps(owner_record(JobMeta(settings.job_dir(job_id)).dir / "lease")))
+        write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).dir / "lease")))
         written = {}
         for table, rows in tables.items():
-            spec = TABLES[table]
+            spec = TABLE_SPECS[table]
             rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(
                 str(work / table))
             snap = table_snapshot(work / table)
             written[table] = TableVersion(table, snap["version"], snap["size_bytes"], snap["num_files"])
         if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-            from .ttl.tables import count_entries
+            from .ttl import count_entries
 
-            keyed = tables["keyed"].sparkSession.read.format("delta").load(str(work / "keyed"))
+            keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / KEYED))
             counts = count_entries(keyed, recount)
             entries = {**fields["entries"], **{n: counts.get(n, 0) for n in recount}}
             fields = {**fields, "entries": {n: c for n, c in sorted(entries.items()) if c}}
@@ -148,66 +147,11 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     return savepoint
 
 
-def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
-    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with
-    ``own_tables``, refused when its metadata puts a table outside its folder."""
-    path = settings.in_savepoints(ref)
-    file = path / METADATA
-    if not file.exists():
-        known = ", ".join(f"{s.job_id}/{s.name}" for s in list_savepoints(settings)) or "none"
-        raise ConfigError(f"no complete savepoint at {path} (no {METADATA}); savepoints: {known}")
-    try:
-        data = read_json(file)
-        savepoint = SavepointMetadata.from_dict(data)
-    except (ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
-    savepoint.path = str(path)
-    if own_tables:
-        _check_tables_inside(savepoint, path)
-    return savepoint
-
-
-def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
-    """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
-    in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
-    for table, record in savepoint.tables.items():
-        relative = str(record.path or "") if isinstance(record, TableVersion) else ""
-        try:
-            where = (folder / relative).resolve()
-        except ValueError:  # on object storage: an absolute path, or another bucket
-            where = relative
-        if not isinstance(where, (Path, ObjectPath)) or where == folder or folder not in where.parents:
-            raise ConfigError(f"savepoint {folder}'s {METADATA} puts its {table} table at {where}, outside the "
-                              f"savepoint's folder: a savepoint's tables must be inside its own folder (it "
-                              f"restores from them alone); put back the {METADATA} the savepoint was written "
-                              f"with, or dispose it (lakestate dispose {savepoint.job_id}/{savepoint.name}) and "
-                              f"take a new one")
-
-
-def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
-    """Complete savepoints (of ``job_id``, or of every job), oldest first; ``warn`` is told of unreadable ones."""
-    root = settings.savepoints
-    jobs = [root / job_id] if job_id else (sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
-    found = []
-    for job in jobs:
-        if not job.is_dir():
-            continue
-        for folder in sorted(job.iterdir()):
-            if folder.name.startswith(".") or not (folder / METADATA).exists():
-                continue
-            try:
-                found.append(load_savepoint(settings, str(folder)))
-            except ConfigError as e:
-                if warn is not None:
-                    warn(str(e))
-    return sorted(found, key=lambda s: s.created_ms)
-
-
 def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:
     """Delete what savepoints of ``job_id`` that were cut short (killed) left in the savepoint root: the folders
     of writes that no live process is at (``lease.still_at_work``); return their names. Housekeeping and every
     savepoint call it."""
-    folder, lease_dir = settings.savepoints / job_id, JobMeta(settings.job_dir(job_id)).dir / "lease"
+    folder, lease_dir = settings.savepoints / job_id, JobStore(settings.job_dir(job_id)).dir / "lease"
     removed = []
     for work in sorted(folder.iterdir()) if folder.is_dir() else []:
         if _in_progress(work) and not still_at_work(_owner(work), lease_dir):

@@ -25,9 +25,6 @@ _FORMATS = ("json", "parquet")
 # source: its end commit file's), so a replay can refuse input that changed. It is not part of the position:
 # checkpoints and operator state keep ``position(offset)``.
 PINNED = "pinned"
-# The operator ListState a job keeps its source offsets in: one entry per source split, cut across the
-# subtasks as a rescale cuts them (``repartition``); not the function's, so never handed to it.
-SOURCE_OFFSETS_STATE = "__source__.offsets"
 # A file source's position in a checkpoint also keeps the pin of every file read so far, so a later run can tell
 # a producer that a file it already read has changed since (``FileSource.changed_since_read``).
 READ = "read"

@@ -42,11 +42,11 @@ from .job import KEY_TYPES, check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from .repartition import split_distribute
-from .restore import RestoreSource
-from .savepoint import check_label, load_savepoint, point_fields, write_savepoint
+from .points import StatePoint, load_savepoint
+from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
-from .state_tables import KEYED, OPERATOR
+from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES
 from .ttl.tables import expired
 from .types import TypeInfo, Types, from_schema, from_text
 
@@ -71,7 +71,7 @@ def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
     return rows.mapInArrow(batches, out_schema)
 
 
-def _intact(spark: SparkSession, source: RestoreSource) -> RestoreSource:
+def _intact(spark: SparkSession, source: StatePoint) -> StatePoint:
     """``source``, once every Delta log entry and data file it pins is there (``backends.point_damage``, the
     check a run, a savepoint and a restore make too): damage is named with the fix before any read."""
     damage = source.damage(spark)
@@ -111,19 +111,19 @@ def _checked(decode: Callable[[dict], list[tuple]], qname: str, type_name: str) 
 class SavepointReader:
     """The state of one checkpoint or savepoint, as DataFrames."""
 
-    def __init__(self, spark: SparkSession, source: RestoreSource):
+    def __init__(self, spark: SparkSession, source: StatePoint):
         self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
 
     @classmethod
     def for_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None) -> "SavepointReader":
         """The savepoint ``ref`` ('<job>/<name>' or a path under the savepoint root)."""
-        return cls(spark, RestoreSource(load_savepoint(settings or Settings.load(), ref)))
+        return cls(spark, StatePoint.of_savepoint(settings or Settings.load(), ref))
 
     @classmethod
     def for_checkpoint(cls, spark: SparkSession, job_id: str, checkpoint_id: int | None = None,
                        settings: Settings | None = None) -> "SavepointReader":
         """Retained checkpoint ``checkpoint_id`` of ``job_id`` (default: its latest)."""
-        return cls(spark, RestoreSource.of_checkpoint(settings or Settings.load(), job_id, checkpoint_id))
+        return cls(spark, StatePoint.of_checkpoint(settings or Settings.load(), job_id, checkpoint_id))
 
     @property
     def uid(self) -> str:
@@ -160,9 +160,9 @@ class SavepointReader:
 
     def _keyed(self, name: str, uid: str | None, descriptor: StateDescriptor | None) -> _KeyedDecoding:
         """How a keyed state's stored rows decode (see ``_KeyedDecoding``)."""
-        qname, descriptor = self._descriptor(name, uid, "keyed", descriptor)
+        qname, descriptor = self._descriptor(name, uid, KEYED, descriptor)
         kind, stored = descriptor.kind, from_schema(descriptor.type)
-        rows = (self.source.rows(self.spark, "keyed").filter(F.col("state_name") == qname)
+        rows = (self.source.rows(self.spark, KEYED).filter(F.col("state_name") == qname)
                 .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
                         "user_key", "value", "expiry"))
         # Under TTL with NeverReturnExpired, what had expired at the point's processing time is not shown.
@@ -224,12 +224,12 @@ class SavepointReader:
                    ) -> DataFrame:
         """An operator ListState or union list state: ``subtask, index, value`` per element (union state is
         stored once after a rescale; every subtask is given all of it on restore)."""
-        qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
+        qname, descriptor = self._descriptor(name, uid, OPERATOR, descriptor)
         if descriptor.get("mode", SPLIT_DISTRIBUTE) not in (SPLIT_DISTRIBUTE, UNION):
             raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with broadcast_state")
         element = from_schema(descriptor.type)
         list_type = ListStateDescriptor("x", element).stored_type
-        rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
+        rows = self.source.rows(self.spark, OPERATOR).filter(F.col("state_name") == qname)
         return _convert(rows.select("subtask", "value"), f"subtask int, index int, value {element.spark_ddl()}",
                         lambda row: [(row["subtask"], i, element.to_arrow(v))
                                      for i, v in enumerate(list_type.loads(row["value"]))])
@@ -237,11 +237,11 @@ class SavepointReader:
     def broadcast_state(self, name: str, uid: str | None = None, descriptor: MapStateDescriptor | None = None
                         ) -> DataFrame:
         """A BroadcastState: ``subtask, key, value`` per entry of each subtask's copy."""
-        qname, descriptor = self._descriptor(name, uid, "operator", descriptor)
+        qname, descriptor = self._descriptor(name, uid, OPERATOR, descriptor)
         if descriptor.get("mode", BROADCAST) != BROADCAST:
             raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with list_state")
         stored = from_schema(descriptor.type)
-        rows = self.source.rows(self.spark, "operator").filter(F.col("state_name") == qname)
+        rows = self.source.rows(self.spark, OPERATOR).filter(F.col("state_name") == qname)
         return _convert(rows.select("subtask", "value"),
                         f"subtask int, key {stored.key.spark_ddl()}, value {stored.value.spark_ddl()}",
                         lambda row: [(row["subtask"], stored.key.to_arrow(k), stored.value.to_arrow(v))
@@ -278,8 +278,8 @@ class SavepointWriter:
                   "backend": "delta", "parallelism": parallelism, "max_parallelism": maxp,
                   "key_group_ranges": [r.to_list() for r in key_group_ranges(maxp, parallelism)],
                   "source_offsets": {}, "descriptors": {}, "entries": {}, "processing_time": None}
-        return cls(spark, settings or Settings.load(), job_id, fields, spark.createDataFrame([], KEYED.schema),
-                   spark.createDataFrame([], OPERATOR.schema))
+        return cls(spark, settings or Settings.load(), job_id, fields, spark.createDataFrame([], KEYED_TABLE.schema),
+                   spark.createDataFrame([], OPERATOR_TABLE.schema))
 
     @classmethod
     def from_savepoint(cls, spark: SparkSession, ref: str, settings: Settings | None = None,
@@ -287,9 +287,9 @@ class SavepointWriter:
         """A copy of savepoint ``ref`` to change (written under ``job_id``, default the same job)."""
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
-        source = _intact(spark, RestoreSource(meta))
-        return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, "keyed"),
-                   source.rows(spark, "operator"))
+        source = _intact(spark, StatePoint(meta))
+        return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, KEYED),
+                   source.rows(spark, OPERATOR))
 
     def _register(self, descriptor: StateDescriptor, scope: str, mode: str | None = None) -> str:
         if not isinstance(descriptor, StateDescriptor):
@@ -316,7 +316,7 @@ class SavepointWriter:
         is_map = isinstance(descriptor, MapStateDescriptor)
         if is_map and (user_key is None or user_key not in rows.columns):
             raise ConfigError("a MapState needs user_key=<the column of the map keys>, one row per entry")
-        qname = self._register(descriptor, "keyed")
+        qname = self._register(descriptor, KEYED)
         stored = descriptor.key_type if is_map else descriptor.stored_type
         value_type = descriptor.value_type if is_map else stored
         batch_id = self.fields["batch_id"]
@@ -332,7 +332,7 @@ class SavepointWriter:
             return [(qname, row["key_group"], row["key"], row["namespace"],
                      stored.dumps(row["user_key"]) if is_map else None, text, None, batch_id, 0)]
 
-        self.keyed = self.keyed.unionByName(_convert(framed, KEYED.schema, encode))
+        self.keyed = self.keyed.unionByName(_convert(framed, KEYED_TABLE.schema, encode))
         return self
 
     def with_operator_state(self, descriptor: StateDescriptor, values: Iterable[Any] | dict, *,
@@ -343,7 +343,7 @@ class SavepointWriter:
         mode = BROADCAST if is_map else mode
         if mode not in (SPLIT_DISTRIBUTE, UNION, BROADCAST):
             raise ConfigError(f"mode {mode!r} is not one of {SPLIT_DISTRIBUTE!r}, {UNION!r}")
-        qname = self._register(descriptor, "operator", mode)
+        qname = self._register(descriptor, OPERATOR, mode)
         p, stored = self.fields["parallelism"], descriptor.stored_type
         if is_map:
             texts = [stored.dumps(dict(values))] * p
@@ -352,13 +352,13 @@ class SavepointWriter:
         else:
             texts = [stored.dumps(part) if part else None for part in split_distribute([list(values)], p)]
         rows = [(qname, i, mode, t, self.fields["batch_id"], 0) for i, t in enumerate(texts) if t is not None]
-        self.operator = self.operator.unionByName(self.spark.createDataFrame(rows, OPERATOR.schema))
+        self.operator = self.operator.unionByName(self.spark.createDataFrame(rows, OPERATOR_TABLE.schema))
         return self
 
     def remove_operator(self, uid: str) -> "SavepointWriter":
         """Drop every state of operator ``uid``."""
         prefix = f"{uid}."
-        for table in ("keyed", "operator"):
+        for table in STATE_TABLES:
             setattr(self, table, getattr(self, table).filter(~F.col("state_name").startswith(prefix)))
         for key in ("descriptors", "entries"):
             self.fields[key] = {n: v for n, v in self.fields[key].items() if not n.startswith(prefix)}
@@ -374,7 +374,7 @@ class SavepointWriter:
         rename = F.when(F.col("state_name").startswith(prefix),
                         F.concat(F.lit(f"{new}."), F.expr(f"substring(state_name, {len(prefix) + 1})"))
                         ).otherwise(F.col("state_name"))
-        for table in ("keyed", "operator"):
+        for table in STATE_TABLES:
             setattr(self, table, getattr(self, table).withColumn("state_name", rename))
         for key in ("descriptors", "entries"):
             self.fields[key] = {(f"{new}.{n[len(prefix):]}" if n.startswith(prefix) else n): v
@@ -389,6 +389,6 @@ class SavepointWriter:
         counts = {r["state_name"]: r["n"] for table in (self.keyed, self.operator)
                   for r in table.groupBy("state_name").agg(F.count("*").alias("n")).collect()}
         fields = {**self.fields, "entries": {n: c for n, c in sorted(counts.items())}, "layout": LAYOUT_VERSION}
-        return write_savepoint(self.settings, self.job_id, name, {"keyed": self.keyed, "operator": self.operator},
+        return write_savepoint(self.settings, self.job_id, name, {KEYED: self.keyed, OPERATOR: self.operator},
                                fields, name, say)
 

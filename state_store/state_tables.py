@@ -28,12 +28,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .delta_log import app_transaction_version
-from .records import KEYED_TABLE, OPERATOR_TABLE, TABLE_SPECS, TableSpec, WrittenFile
+from .records import TableSpec, WrittenFile
 
-
-
-# Until every caller names the registry's specs (``records``).
-KEYED, OPERATOR, TABLES = KEYED_TABLE, OPERATOR_TABLE, TABLE_SPECS
 
 
 def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> DataFrame:

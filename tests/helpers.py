@@ -7,7 +7,7 @@ import textwrap
 from contextlib import contextmanager
 
 from state_store.backends import create_keyed_backend, create_operator_backend
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.runtime import JobRunner
 
 FIXED_CLOCK = lambda: 1_700_000_000_000  # noqa: E731  processing time the tests control
@@ -37,7 +37,7 @@ def state_at_checkpoint(spark, lake, spec, checkpoint) -> tuple[list, list]:
 
 
 def state_at_latest_checkpoint(spark, lake, spec) -> tuple[list, list]:
-    return state_at_checkpoint(spark, lake, spec, JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint())
+    return state_at_checkpoint(spark, lake, spec, JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint())
 
 
 def keyed_values(keyed_rows, state_name: str) -> dict:
@@ -111,7 +111,7 @@ def write_stored_values(spark, lake, job_id: str, state_name: str, texts: dict) 
      .filter((F.col("state_name") == state_name) & F.col("key").isin(list(texts)))
      .withColumn("value", value).withColumn("generation", F.lit(1).cast("bigint"))
      .write.format("delta").mode("append").save(keyed))
-    meta = JobMeta(lake.settings.job_dir(job_id))
+    meta = JobStore(lake.settings.job_dir(job_id))
     checkpoint = meta.latest_checkpoint()
     checkpoint.state["keyed"].version += 1
     checkpoint.state["keyed"].generations = [1]

@@ -271,12 +271,12 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert "rescaling checkpoint 2 from parallelism 2 to 3" in rescaled
     second = dag_test("lakestate_clicks")
     assert "restored checkpoint 3 (microbatch 1)" in second and "planned microbatches 2..2" in second
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
     from state_store.savepoint import list_savepoints
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
-    meta = JobMeta(settings.job_dir("clicks"))
+    meta = JobStore(settings.job_dir("clicks"))
     assert (meta.latest_checkpoint().batch_id, meta.latest_checkpoint().parallelism) == (2, 3)
     assert "[lakestate] job clicks: checkpoint 4 at microbatch 2" in second  # housekeeping's report
     assert len(list_savepoints(settings, "clicks")) == 2  # the labelled one and the rescale's

@@ -126,9 +126,9 @@ def test_the_page_names_a_job_record_that_cannot_be_read_and_shows_the_other_job
 def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(airflow_with_a_job, tmp_path_factory):
     # Last in this module: it adds 100 retained checkpoints to the job's catalog (copies of its latest one,
     # pinning the same table versions), which is all the page reads of them.
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
 
-    meta = JobMeta(_settings(tmp_path_factory).job_dir("clicks"))
+    meta = JobStore(_settings(tmp_path_factory).job_dir("clicks"))
     latest = meta.latest_checkpoint()
     for cid in range(latest.checkpoint_id + 1, latest.checkpoint_id + 101):
         latest.checkpoint_id = cid

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
-from state_store.catalog import JobMeta, JobRegistry
+from state_store.catalog import JobRegistry
+from state_store.job_store import JobStore
 from state_store.cli import main
 from tests.helpers import run, sink_rows, write_stored_values
 from tests.jobs import EVENT, CountOnly, count_job, events
@@ -17,7 +18,7 @@ from tests.jobs import EVENT, CountOnly, count_job, events
 
 def _nothing_written(lake, spec) -> None:
     job_dir = lake.settings.job_dir(spec.job_id)
-    meta = JobMeta(job_dir)
+    meta = JobStore(job_dir)
     assert meta.last_commit() is None and meta.checkpoint_ids() == []
     assert not lake.settings.in_warehouse(spec.sink, "sink").exists()
     # A refused first run leaves nothing at all: no tables, no plans, no lease, no folders.
@@ -62,7 +63,7 @@ def test_incompatible_state_type_change_is_refused_and_a_compatible_one_migrates
     changed = count_job(lake, function=CountOnly(Types.STRING()))
     with pytest.raises(RestoreError, match=r"state 'count.count': type changed from INT to STRING.*another name"):
         run(spark, changed, lake)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0  # nothing written by the refused run
+    assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() == 0  # nothing written by the refused run
     widened = count_job(lake, function=CountOnly(Types.LONG()))  # INT -> LONG is compatible
     run(spark, widened, lake)
     assert '{"k": "a", "n": 6}' in sink_rows(spark, lake, widened, with_microbatch=False)
@@ -164,7 +165,7 @@ def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, mes
             ["k", "v", "op", "seq"], [Types.INT(), Types.LONG(), Types.STRING(), Types.LONG()]))
     with pytest.raises(RestoreError, match=message):
         run(spark, changed, lake)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).last_commit() == 0
+    assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() == 0
 
 
 @pytest.mark.slow
@@ -174,7 +175,7 @@ def test_a_run_continues_at_the_parallelism_and_backend_of_its_checkpoint_and_sa
     lake.write_events("e1.json", events(1))
     said = []
     run(spark, count_job(lake, parallelism=1, backend="hashmap"), lake, progress=said.append)
-    latest = JobMeta(lake.settings.job_dir("counts")).latest_checkpoint()
+    latest = JobStore(lake.settings.job_dir("counts")).latest_checkpoint()
     assert (latest.parallelism, latest.backend, latest.batch_id) == (2, "delta", 1)
     assert any("the job definition says parallelism 1, its checkpoint 1 has 2: continuing with 2 (change it with "
                "lakestate rescale)" in line for line in said), said
@@ -325,7 +326,7 @@ def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_
                                              r"system") as failure:
             run(spark, spec, lake, faults=mount)
     assert "Device or resource busy" not in str(failure.value)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
+    assert JobStore(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
 
 
 def test_a_read_only_sink_folder_is_refused_before_anything_is_written(spark, lake):

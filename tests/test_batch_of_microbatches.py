@@ -7,7 +7,7 @@ import json
 import pytest
 
 from state_store import FileSource, JobSpec, KeyedProcessFunction, ListStateDescriptor, Types, ValueStateDescriptor
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_checkpoint
 from tests.jobs import all_states_job, events
@@ -38,7 +38,7 @@ def test_one_run_of_n_microbatches_equals_n_runs_of_one_in_sink_and_state_at_eve
         assert [x["batch_id"] for x in run(spark, spec_apart, apart, max_microbatches=1).batches] == [b]
 
     assert sink_rows(spark, together, spec_together) == sink_rows(spark, apart, spec_apart)
-    meta_together, meta_apart = (JobMeta(lake.settings.job_dir("eq")) for lake in (together, apart))
+    meta_together, meta_apart = (JobStore(lake.settings.job_dir("eq")) for lake in (together, apart))
     assert meta_together.checkpoint_ids() == meta_apart.checkpoint_ids() == [1, 2, 3, 4]
     for cid in range(1, BATCHES + 1):
         a, b = meta_together.checkpoint(cid), meta_apart.checkpoint(cid)

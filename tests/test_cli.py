@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.cli import main
 from tests.helpers import write_stored_values
 from tests.jobs import events
@@ -251,7 +251,7 @@ def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_comma
         assert err.count("chk-11 (copy).json") == 1, (command, err)
         assert re.search(r"lakestate: warning: ignoring .*chk-11 \(copy\)\.json: not a name Lakestate writes there "
                          r"\(chk-<N>\.json\)", err), (command, err)
-    assert JobMeta(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]
+    assert JobStore(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]
 
 
 @pytest.mark.slow
@@ -266,7 +266,7 @@ def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_err
     assert main(["run", "--job", "cli-counts", *registered]) == 0
     assert main(["savepoint", "cli-counts", "--label", "sp", *registered]) == 0
     keyed, saved = lake.settings.job_dir("cli-counts") / "state" / "keyed", lake.settings.savepoints / "cli-counts/sp"
-    version = JobMeta(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"].version
+    version = JobStore(lake.settings.job_dir("cli-counts")).latest_checkpoint().state["keyed"].version
     state = ["state", "--job", "cli-counts", "--state", "count", "--key", "a", *registered]
     of_checkpoint = lambda: SavepointReader.for_checkpoint(spark, "cli-counts", settings=lake.settings)  # noqa: E731
     gone = r"needs 1 data file\(s\) that are gone: .*restore them from a backup"

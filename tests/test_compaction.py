@@ -8,10 +8,11 @@ import json
 import pytest
 
 from state_store import StateTtlConfig
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.compaction import compact_job
 from state_store.delta_log import table_snapshot
-from state_store.restore import RestoreSource, restore_job
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.savepoint import take_savepoint
 
 from .conftest import Lake
@@ -34,7 +35,7 @@ def _feed(lake, batches):
 
 
 def _retained_states(spark, lake, spec):
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     return {c.checkpoint_id: state_at_checkpoint(spark, lake, spec, c) for c in meta.checkpoints()}
 
 
@@ -54,17 +55,17 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     # Every retained checkpoint reads the same state; the new one (same microbatch) too.
     after = _retained_states(spark, lake, spec)
     assert {c: after[c] for c in before} == before
-    latest = JobMeta(job_dir).latest_checkpoint()
+    latest = JobStore(job_dir).latest_checkpoint()
     assert latest.checkpoint_id == report["new_checkpoint"] and after[latest.checkpoint_id] == before[max(before)]
     assert latest.batch_id == 3
     # Superseded and removed entries are gone from the table's live version; its file count went down.
     assert report["superseded_removed"] > 0 and report["expired_removed"] == 0
     assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
     assert report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
-    assert JobMeta(job_dir).last_compaction() == json.loads(json.dumps(report))
+    assert JobStore(job_dir).last_compaction() == json.loads(json.dumps(report))
     # A savepoint taken before compaction restores, into a new job, the state of the checkpoint it copied.
     copy = all_states_job(lake, job_id="all-states-copy")
-    restore_job(spark, lake.settings, copy, RestoreSource(savepoint), **QUIET)
+    restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
     assert state_at_latest_checkpoint(spark, lake, copy) == before[min(before)]
     # The job continues from the compacted tables and ends as the job that was never compacted.
     run(spark, spec, lake)
@@ -93,7 +94,7 @@ def test_a_crash_at_each_step_of_a_compaction_leaves_every_retained_checkpoint_r
         assert {c: after[c] for c in before} == before, step
     compact_job(spark, lake.settings, spec.job_id, **QUIET)  # the lease was released: a retry completes
     run(spark, spec, lake)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 2
+    assert JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 2
 
 
 def test_on_hashmap_compaction_deletes_a_snapshot_no_checkpoint_pins_and_the_job_carries_on(spark, tmp_path,
@@ -119,7 +120,7 @@ def test_on_hashmap_compaction_deletes_a_snapshot_no_checkpoint_pins_and_the_job
     monkeypatch.setattr(HashMapStateBackend, "discard", discard)
     job_dir = lake.settings.job_dir(spec.job_id)
     orphan = job_dir / "snapshots" / "chk-1"
-    assert orphan.is_dir() and sorted(c.checkpoint_id for c in JobMeta(job_dir).checkpoints()) == [2, 3]
+    assert orphan.is_dir() and sorted(c.checkpoint_id for c in JobStore(job_dir).checkpoints()) == [2, 3]
     before = _retained_states(spark, lake, spec)
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
     # Nothing rewritten (full snapshots hold live entries only); the orphan gone, the retained ones kept.
@@ -147,7 +148,7 @@ def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, la
     spec = _job(lake, "delta", CompactionOnly())
     run(spark, spec, lake, clock=_clock())
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
-    latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
+    latest = JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     assert latest.processing_time == 4000
     rows = spark.read.format("delta").load(latest.state["keyed"].path).collect()
     live = {(r["state_name"], r["key"]): (json.loads(r["value"]), r["expiry"]) for r in rows}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from state_store import JobLocked
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.lease import current_holder
 from state_store.runtime import FaultInjector
 from tests.helpers import run, sink_rows, write_holder
@@ -40,7 +40,7 @@ def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
     thread.start()
     try:
         assert holding.wait(180), "the first run never reached its first microbatch"
-        holder = current_holder(JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease")
+        holder = current_holder(JobStore(lake.settings.job_dir(spec.job_id)).dir / "lease")
         with pytest.raises(JobLocked, match=rf"job 'counts' is held by run {holder['run_id']}"):
             run(spark, spec, lake)
     finally:
@@ -56,7 +56,7 @@ def test_a_crashed_holder_is_taken_over(spark, lake):
     spec = count_job(lake)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease"
+    lease = JobStore(lake.settings.job_dir(spec.job_id)).dir / "lease"
     import socket
 
     write_holder(lease, {"run_id": "run-crashed", "host": socket.gethostname(), "pid": dead.pid,
@@ -71,7 +71,7 @@ def test_a_crashed_holder_is_taken_over(spark, lake):
 def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake)
-    lease = JobMeta(lake.settings.job_dir(spec.job_id)).dir / "lease"
+    lease = JobStore(lake.settings.job_dir(spec.job_id)).dir / "lease"
     record = {"run_id": "run-elsewhere", "host": "another-host", "pid": 1, "heartbeat_ms": int(time.time() * 1000),
               "timeout_s": 60}
     write_holder(lease, record)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
@@ -39,7 +39,7 @@ def test_crash_then_rerun_gives_the_same_state_and_sink_as_a_run_without_crash(s
     sink, state = reference
     assert sink_rows(spark, lake, spec) == sink  # nothing lost, nothing duplicated
     assert state_at_latest_checkpoint(spark, lake, spec) == state
-    meta = JobMeta(lake.settings.job_dir("eo"))
+    meta = JobStore(lake.settings.job_dir("eo"))
     assert meta.last_commit() == BATCHES - 1
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.compaction import compact_job
-from state_store.restore import RestoreSource, rescale_job, restore_job
+from state_store.points import StatePoint
+from state_store.restore import rescale_job, restore_job
 from state_store.savepoint import load_savepoint
 from state_store.state_processor import SavepointReader
 
@@ -60,10 +61,10 @@ def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written
 
     # Every catalog file of the old release reads.
     for job_id in old_jobs:
-        meta = JobMeta(old.settings.job_dir(job_id), warn=pytest.fail)
+        meta = JobStore(old.settings.job_dir(job_id), warn=pytest.fail)
         assert meta.readable_checkpoints(warn=pytest.fail)
-    assert JobMeta(old.settings.job_dir("fmt-delta")).last_compaction()["checkpoint"] >= 1
-    assert JobMeta(old.settings.job_dir("fmt-counts")).read_plan(1) is not None  # recorded, not yet run
+    assert JobStore(old.settings.job_dir("fmt-delta")).last_compaction()["checkpoint"] >= 1
+    assert JobStore(old.settings.job_dir("fmt-counts")).read_plan(1) is not None  # recorded, not yet run
 
     # Both lakes take the same next input, and every job goes on: the old one from what the old release left.
     for lake in (old, now):
@@ -86,7 +87,7 @@ def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written
     counts = {r["key"]: r["value"] for r in reader.keyed_state("count").collect()}
     assert counts and set(counts) <= set("abcde")
     copy = old_jobs["fmt-delta"].with_overrides(job_id="fmt-copy", sink="sinks/fmt-copy")
-    restored = restore_job(spark, old.settings, copy, RestoreSource(savepoint), backend="hashmap", say=QUIET)
+    restored = restore_job(spark, old.settings, copy, StatePoint(savepoint), backend="hashmap", say=QUIET)
     assert restored.entries == {n: c for n, c in savepoint.entries.items() if c}
     keyed, _ = state_at_latest_checkpoint(spark, old, copy)
     assert {k[2]: json.loads(k[5]) for k in keyed if k[0] == "all.count"} == counts

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from state_store import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.errors import ConfigError, RestoreError
 from state_store.restore import rescale_job
 
@@ -112,7 +112,7 @@ def test_a_job_rescaled_up_then_down_ends_with_the_state_and_sink_of_one_never_r
     run(spark, specs["steady"], lakes["steady"])
     lake, spec = lakes["rescaled"], specs["rescaled"]
     run(spark, spec, lake, max_microbatches=2)
-    before = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
+    before = JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     after = rescale_job(spark, lake.settings, spec, 3, **quiet)
     assert (after.parallelism, after.batch_id, after.checkpoint_id) == (3, before.batch_id, before.checkpoint_id + 1)
     assert after.state["keyed"] == before.state["keyed"]  # keyed rows are not rewritten: the same version pinned
@@ -122,7 +122,7 @@ def test_a_job_rescaled_up_then_down_ends_with_the_state_and_sink_of_one_never_r
     rescale_job(spark, lake.settings, spec, 1, allow_non_restored_state=True, **quiet)
     result = run(spark, spec, lake)
     assert [b.batch_id for b in result.batches] == [4, 5]
-    latest = JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
+    latest = JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     assert latest.parallelism == 1
     assert sink_rows(spark, lake, spec) == sink_rows(spark, lakes["steady"], specs["steady"])
     steady_keyed, _ = state_at_latest_checkpoint(spark, lakes["steady"], specs["steady"])
@@ -146,7 +146,7 @@ def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(
     assert list_savepoints(lake.settings) == []  # refused before anything was written, the savepoint too
     with pytest.raises(RestoreError, match=r"max_parallelism is the number of key groups and is fixed"):
         rescale_job(spark, lake.settings, count_job(lake, max_parallelism=16), 3, say=lambda m: None)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
+    assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
 
 
 def test_a_rescale_or_savepoint_while_a_run_holds_the_job_waits_or_is_refused_naming_the_run(spark, lake):

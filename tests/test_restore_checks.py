@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from state_store import Types, ValueStateDescriptor
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.cli import main
 from state_store.errors import ConfigError
-from state_store.restore import RestoreSource, rescale_job, restore_job
-from state_store.savepoint import list_savepoints, load_savepoint
+from state_store.points import StatePoint
+from state_store.restore import rescale_job, restore_job
+from state_store.savepoint import list_savepoints
 from state_store.state_processor import SavepointWriter
 
 from .helpers import run
@@ -24,7 +25,7 @@ def _savepoint(spark, lake):
     (SavepointWriter.bootstrap(spark, "sp", uid="count", key_type=Types.STRING(), max_parallelism=8, parallelism=2,
                                settings=lake.settings)
      .with_keyed_state(ValueStateDescriptor("count", Types.LONG()), rows, key="k", value="n").write("x", **QUIET))
-    return RestoreSource(load_savepoint(lake.settings, "sp/x"))
+    return StatePoint.of_savepoint(lake.settings, "sp/x")
 
 
 def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_has(spark, lake):
@@ -55,7 +56,7 @@ def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_
     with pytest.raises(ConfigError, match=r"the memory backend keeps checkpoints only in the process that took "
                                           r"them; choose --backend delta or hashmap"):
         rescale_job(spark, lake.settings, spec, 3, **QUIET)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
+    assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
 
 
 @pytest.mark.slow
@@ -64,7 +65,7 @@ def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, 
     for batch in range(2):
         lake.write_events(f"e{batch}.json", events(batch))
         run(spark, spec, lake, max_microbatches=1)
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     before = (meta.checkpoint_ids(), meta.latest_checkpoint())
     said = []
     same = rescale_job(spark, lake.settings, spec, 2, savepoint_first=True, say=said.append)
@@ -98,4 +99,4 @@ def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothin
         returned = task.execute({"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}})
     assert returned == {"job": "counts", "checkpoint": 1, "microbatch": 0, "parallelism": 2, "changed": False}
     assert any("job counts: already at parallelism 2, nothing to do" in e["event"] for e in logged), logged
-    assert JobMeta(lake.settings.job_dir("counts")).checkpoint_ids() == [1] and list_savepoints(lake.settings) == []
+    assert JobStore(lake.settings.job_dir("counts")).checkpoint_ids() == [1] and list_savepoints(lake.settings) == []

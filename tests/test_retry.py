@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from state_store import Types, ValueStateDescriptor
-from state_store.catalog import JobMeta
-from state_store.restore import RestoreSource, rescale_job, restore_job
-from state_store.savepoint import load_savepoint
+from state_store.job_store import JobStore
+from state_store.points import StatePoint
+from state_store.restore import rescale_job, restore_job
 from state_store.state_processor import SavepointWriter
 
 from .conftest import Lake
@@ -31,7 +31,7 @@ def _crash_before_the_checkpoint(monkeypatch):
     def crash(self, checkpoint):
         raise Crash(f"killed before checkpoint {checkpoint.checkpoint_id} was written")
 
-    monkeypatch.setattr(JobMeta, "write_checkpoint", crash)
+    monkeypatch.setattr(JobStore, "write_checkpoint", crash)
     return lambda: monkeypatch.undo()
 
 
@@ -61,11 +61,11 @@ def test_a_restore_killed_after_its_commit_then_one_of_another_savepoint_gives_t
     killed, clean = count_job(lake, job_id="rz5"), count_job(lake, job_id="rz5-clean")
     undo = _crash_before_the_checkpoint(monkeypatch)
     with pytest.raises(Crash):
-        restore_job(spark, lake.settings, killed, RestoreSource(load_savepoint(lake.settings, "sp/first")), **QUIET)
+        restore_job(spark, lake.settings, killed, StatePoint.of_savepoint(lake.settings, "sp/first"), **QUIET)
     undo()
     assert (lake.settings.job_dir("rz5") / "state" / "g1" / "keyed" / "_delta_log").is_dir()  # it did commit
     for spec in (killed, clean):
-        restore_job(spark, lake.settings, spec, RestoreSource(load_savepoint(lake.settings, "oth/b")), **QUIET)
+        restore_job(spark, lake.settings, spec, StatePoint.of_savepoint(lake.settings, "oth/b"), **QUIET)
     assert keyed_values(state_at_latest_checkpoint(spark, lake, killed)[0], "count.count") == {
         ("100", ""): 1, ("b", ""): 3, ("5", ""): 1}
     assert state_at_latest_checkpoint(spark, lake, killed) == state_at_latest_checkpoint(spark, lake, clean)
@@ -184,8 +184,8 @@ def _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input: int):
 def _same_at_every_microbatch(spark, clean, lake, specs, last):
     from .helpers import state_at_checkpoint
 
-    ours = {c.batch_id: c for c in JobMeta(lake.settings.job_dir("sweep")).readable_checkpoints()}
-    theirs = {c.batch_id: c for c in JobMeta(clean.settings.job_dir("sweep")).readable_checkpoints()}
+    ours = {c.batch_id: c for c in JobStore(lake.settings.job_dir("sweep")).readable_checkpoints()}
+    theirs = {c.batch_id: c for c in JobStore(clean.settings.job_dir("sweep")).readable_checkpoints()}
     assert sorted(ours) == sorted(theirs) == list(range(last + 1))
     for batch in range(last + 1):
         assert state_at_checkpoint(spark, lake, specs[id(lake)], ours[batch]) == state_at_checkpoint(
@@ -227,7 +227,7 @@ def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_
     steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 2, parallelism=2)
     for target in (steady, lake):
         run(spark, specs[id(target)], target)
-    meta = JobMeta(lake.settings.job_dir(specs[id(lake)].job_id))
+    meta = JobStore(lake.settings.job_dir(specs[id(lake)].job_id))
     backend = create_operator_backend("delta", spark, meta.job_dir, specs[id(lake)].job_id, meta.latest_checkpoint())
     empty = spark.read.format("delta").load(str(backend.path)).limit(0)
     assert append_idempotent(empty, backend.path, backend.restore_app_id, 50, ("state_name",), "generation")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from state_store import KeyedProcessFunction, Types, ValueStateDescriptor
 from state_store.backends import DeltaStateBackend, MemoryStateBackend
@@ -94,7 +94,7 @@ def test_checkpoints_pin_table_versions_and_only_num_retained_are_kept(spark, la
 
     run(spark, spec, lake, max_microbatches=3)
     run(spark, spec, lake)
-    meta = JobMeta(lake.settings.job_dir("retained"))
+    meta = JobStore(lake.settings.job_dir("retained"))
     checkpoints = meta.checkpoints()
     assert [c.checkpoint_id for c in checkpoints] == [3, 4]
     versions = [c.state["keyed"].version for c in checkpoints]

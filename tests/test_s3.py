@@ -12,11 +12,13 @@ import time
 
 import pytest
 
-from state_store.catalog import JobMeta, JobRegistry
+from state_store.catalog import JobRegistry
+from state_store.job_store import JobStore
 from state_store.cli import main as lakestate
 from state_store.errors import JobLocked
 from state_store.lease import JobLease
-from state_store.restore import RestoreSource, rescale_job, restore_job
+from state_store.points import StatePoint
+from state_store.restore import rescale_job, restore_job
 from state_store.savepoint import list_savepoints, take_savepoint
 from state_store.settings import Settings
 from state_store.spark import configure_s3
@@ -90,10 +92,10 @@ def _steps(spark, lake: Lake) -> dict:
     rescale_job(spark, lake.settings, spec, 3, **QUIET)
     run(spark, spec, lake, max_microbatches=2)
     copy = all_states_job(lake, job_id="all-states-copy")
-    restore_job(spark, lake.settings, copy, RestoreSource(savepoint), parallelism=3, backend="hashmap", **QUIET)
+    restore_job(spark, lake.settings, copy, StatePoint(savepoint), parallelism=3, backend="hashmap", **QUIET)
     run(spark, copy, lake)
     run(spark, spec, lake)
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     return {
         "sink": sink_rows(spark, lake, spec),
         "state": state_at_latest_checkpoint(spark, lake, spec),

@@ -5,11 +5,12 @@ import shutil
 
 import pytest
 
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.compaction import compact_job
 from state_store.delta_log import table_snapshot
 from state_store.errors import ConfigError, RestoreError
-from state_store.restore import RestoreSource, restore_job
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
@@ -115,10 +116,10 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
         spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
         assert before > len(list(path.rglob("*.parquet"))) == table_snapshot(path)["num_files"]
     with pytest.raises(RestoreError, match=r"would rewind the job"):
-        restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
+        restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
     # Into a new job id: the state of the savepoint, whole.
     copy = count_job(lake, job_id="counts-copy")
-    restored = restore_job(spark, lake.settings, copy, RestoreSource(savepoint), **QUIET)
+    restored = restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
     assert (restored.checkpoint_id, restored.batch_id, restored.restored_from["savepoint"]) == (
         1, 1, savepoint.path)
     keyed, _ = state_at_latest_checkpoint(spark, lake, copy)
@@ -126,7 +127,7 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
     # Delete the job's whole folder, restore the savepoint under the same id, and carry on: the result is that
     # of a run that never stopped (the sink keeps its rows; replayed microbatches are not written twice).
     shutil.rmtree(lake.settings.job_dir(spec.job_id))
-    restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
+    restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
     run(spark, spec, lake)
     assert state_at_latest_checkpoint(spark, lake, spec)[0] == state_at_latest_checkpoint(spark, steady,
                                                                                            count_job(steady))[0]
@@ -140,7 +141,7 @@ def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carr
     run(spark, spec, lake, max_microbatches=2)
     keyed, operator = state_at_latest_checkpoint(spark, lake, spec)
     savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
-    switched = restore_job(spark, lake.settings, spec, RestoreSource(savepoint), backend="hashmap", **QUIET)
+    switched = restore_job(spark, lake.settings, spec, StatePoint(savepoint), backend="hashmap", **QUIET)
     assert (switched.backend, switched.parallelism, switched.batch_id) == ("hashmap", 2, 1)
     assert state_at_latest_checkpoint(spark, lake, spec) == (keyed, operator)
     run(spark, spec, lake, max_microbatches=1)
@@ -148,7 +149,7 @@ def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carr
     assert (back.backend, back.parallelism) == ("delta", 3)
     assert back.state["keyed"].path.endswith(f"state/g{back.checkpoint_id}/keyed")
     run(spark, spec, lake)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 3
+    assert JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint().batch_id == 3
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
     assert _raw_free(state_at_latest_checkpoint(spark, lake, spec)[0]) == _raw_free(
         state_at_latest_checkpoint(spark, steady, all_states_job(steady))[0])
@@ -166,9 +167,9 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
                                            r"restore: 'count.count' \(keyed value, 5 entries\)\. Register it again "
                                            r"in the job, map its uid with --uid-map count=counter, or pass "
                                            r"--allow-non-restored-state to drop it"):
-        restore_job(spark, lake.settings, moved, RestoreSource(savepoint), **QUIET)
+        restore_job(spark, lake.settings, moved, StatePoint(savepoint), **QUIET)
     assert not lake.settings.job_dir("counter").exists()  # refused before anything was written
-    restore_job(spark, lake.settings, moved, RestoreSource(savepoint), uid_map=["count=counter"], **QUIET)
+    restore_job(spark, lake.settings, moved, StatePoint(savepoint), uid_map=["count=counter"], **QUIET)
     assert keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count") == counts
     run(spark, moved, lake, max_microbatches=1)
     after = keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count")
@@ -178,8 +179,8 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
 
     bare = count_job(lake, job_id="bare", function=_NoState())
     with pytest.raises(RestoreError, match=r"'count.count' \(keyed value, 5 entries\)"):
-        restore_job(spark, lake.settings, bare.with_overrides(uid="count"), RestoreSource(savepoint), **QUIET)
-    dropped = restore_job(spark, lake.settings, bare.with_overrides(uid="count"), RestoreSource(savepoint),
+        restore_job(spark, lake.settings, bare.with_overrides(uid="count"), StatePoint(savepoint), **QUIET)
+    dropped = restore_job(spark, lake.settings, bare.with_overrides(uid="count"), StatePoint(savepoint),
                           allow_non_restored_state=True, **QUIET)
     assert "count.count" not in dropped.entries and "count.count" not in dropped.descriptors
     assert state_at_latest_checkpoint(spark, lake, bare)[0] == []

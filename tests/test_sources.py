@@ -40,7 +40,7 @@ def test_a_delta_source_without_change_data_feed_is_refused_with_the_fix(spark, 
 
 
 def test_a_source_file_rewritten_between_a_crash_and_the_replay_is_refused_naming_it(spark, lake):
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
     from state_store.runtime import FaultInjector, InjectedFault
     from tests.jobs import events
 
@@ -55,7 +55,7 @@ def test_a_source_file_rewritten_between_a_crash_and_the_replay_is_refused_namin
                                          r"Put the original file back"):
         run(spark, spec, lake)
     assert sink_rows(spark, lake, spec) == sink_before  # never processed
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(1) is not None  # the recorded plan stays
+    assert JobStore(lake.settings.job_dir(spec.job_id)).read_plan(1) is not None  # the recorded plan stays
 
 
 def test_an_empty_file_is_neither_read_nor_marked_and_is_read_once_it_has_content(spark, lake):
@@ -96,7 +96,7 @@ def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark,
     import pyarrow.parquet as pq
 
     from state_store import FileSource
-    from state_store.catalog import JobMeta
+    from state_store.job_store import JobStore
     from tests.jobs import EVENT
 
     folder = lake.inputs / "pq"
@@ -107,7 +107,7 @@ def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark,
     with pytest.raises(InputError, match=r"p1\.parquet is not a complete Parquet file .*write to a name starting "
                                          r"with '\.' or '_' and rename"):
         run(spark, spec, lake)
-    assert JobMeta(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
+    assert JobStore(lake.settings.job_dir(spec.job_id)).read_plan(0) is None
 
 
 def test_a_delta_source_recreated_between_a_crash_and_the_replay_is_refused(spark, lake):

@@ -9,7 +9,8 @@ import pytest
 from state_store import ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
 from state_store.cli import main
 from state_store.errors import ConfigError
-from state_store.restore import RestoreSource, restore_job
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.savepoint import load_savepoint, take_savepoint
 from state_store.state_processor import SavepointReader, SavepointWriter
 
@@ -69,7 +70,7 @@ def test_bootstrap_a_savepoint_from_dataframes_restore_a_job_from_it_and_process
                                         value="n").write("bootstrapped", **QUIET)
     assert savepoint.entries == {"count.count": 3} and savepoint.batch_id == -1
     spec = count_job(lake)
-    restored = restore_job(spark, lake.settings, spec, RestoreSource(savepoint), **QUIET)
+    restored = restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
     assert (restored.batch_id, restored.parallelism) == (-1, 2)
     lake.write_events("e0.json", events(0))
     result = run(spark, spec, lake)
@@ -96,7 +97,7 @@ def test_a_changed_copy_renames_a_uid_or_removes_an_operator_and_the_original_st
     assert sorted((r["subtask"], r["value"]) for r in reader.list_state("notes").collect()) == [
         (0, "x"), (0, "y"), (1, "z")]
     moved = count_job(lake, job_id="moved", uid="counter")
-    restore_job(spark, lake.settings, moved, RestoreSource(load_savepoint(lake.settings, "counts/v2")),
+    restore_job(spark, lake.settings, moved, StatePoint.of_savepoint(lake.settings, "counts/v2"),
                 allow_non_restored_state=True, **QUIET)
     assert keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count")[("a", "")] == 3
     removed = SavepointWriter.from_savepoint(spark, "counts/v1", lake.settings).remove_operator("count") \

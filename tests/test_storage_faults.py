@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, RestoreError
-from state_store.catalog import JobMeta
+from state_store.job_store import JobStore
 from state_store.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
@@ -37,7 +37,7 @@ def _two_checkpoints(spark, lake, **overrides):
         lake.write_events(f"e{b}.json", events(b))
     run(spark, spec, lake)
     lake.write_events("e2.json", events(2))
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     assert meta.checkpoint_ids() == [1, 2]
     return spec, meta
 
@@ -71,7 +71,7 @@ def test_a_corrupted_plan_is_a_clear_error_naming_the_file(spark, lake):
         lake.write_events(f"e{b}.json", events(b))
     with pytest.raises(InjectedFault):
         run(spark, spec, lake, faults=FaultInjector("after_plan", batch_id=1))
-    plan = JobMeta(lake.settings.job_dir(spec.job_id)).plans / "1.json"
+    plan = JobStore(lake.settings.job_dir(spec.job_id)).plans / "1.json"
     _truncate(plan)
     with pytest.raises(ConfigError, match=rf"the plan of microbatch 1, {plan}, is corrupt .*Restore the file"):
         run(spark, spec, lake)

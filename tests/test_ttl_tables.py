@@ -15,8 +15,9 @@ from state_store import (
     Types,
     ValueStateDescriptor,
 )
-from state_store.catalog import JobMeta
-from state_store.restore import RestoreSource, restore_job
+from state_store.job_store import JobStore
+from state_store.points import StatePoint
+from state_store.restore import restore_job
 from state_store.runtime import FaultInjector, InjectedFault
 from state_store.savepoint import take_savepoint
 from state_store.state_processor import SavepointReader
@@ -81,7 +82,7 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     # b is rewritten every microbatch: each list element lives 1500 ms from its own write.
     assert sink[("b", 1)] == (0 + 1, [1])  # value 1 written at 0 (v = batch*10 + position)
     assert sink[("b", 2)] == (10, [10])  # element 1 (written at 0 ms) expired at 1500 ms
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     latest = meta.latest_checkpoint()
     assert latest.processing_time == 3000
     assert latest.descriptors["ttl.last"].ttl.ttl_ms == TTL_MS
@@ -103,7 +104,7 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     assert savepoint.entries["ttl.seen"] == 3
     if backend == "delta":  # TTL turned off across a restore (Flink 2.2): every stored value is visible again
         off = _job(lake, backend, NoTtl(), name="ttl-off")
-        restore_job(spark, lake.settings, off, RestoreSource(savepoint), say=lambda m: None)
+        restore_job(spark, lake.settings, off, StatePoint(savepoint), say=lambda m: None)
         lake.write_events("e4.json", [{"k": "b", "v": 40, "op": "add", "seq": 400}])
         run(spark, off, lake, clock=lambda: 60_000)  # long after b's entries (3500 ms) expired
         rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(off.sink, "sink"))).collect()
@@ -149,7 +150,7 @@ def _sweep(lake, job_id, backend):
 
 
 def _keys_at(spark, lake, job_id, batch):
-    meta = JobMeta(lake.settings.job_dir(job_id))
+    meta = JobStore(lake.settings.job_dir(job_id))
     checkpoint = [c for c in meta.readable_checkpoints() if c.batch_id == batch][-1]
     reader = SavepointReader.for_checkpoint(spark, job_id, settings=lake.settings,
                                             checkpoint_id=checkpoint.checkpoint_id)
@@ -161,7 +162,7 @@ def _keys_at(spark, lake, job_id, batch):
 def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake,
                                                                                                 tmp_path, backend):
     spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
-    meta = JobMeta(lake.settings.job_dir(spec.job_id))
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
     runs = (1, 3, 2)  # microbatches 0, 1-3, 4-5; a run visits 2 entries per microbatch (1 per subtask)
     for n in runs:
         run(spark, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
@@ -195,7 +196,7 @@ def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_ne
         run(spark, again, crashed, max_microbatches=n, clock=clock, progress=said.append)
     assert any("an earlier attempt already cleaned up at microbatch 3" in line for line in said)  # at 1
     assert any("committed by an earlier attempt, removed" in line for line in said)  # at 3
-    ours = {c.batch_id: c for c in JobMeta(crashed.settings.job_dir(spec.job_id)).readable_checkpoints()}
+    ours = {c.batch_id: c for c in JobStore(crashed.settings.job_dir(spec.job_id)).readable_checkpoints()}
     theirs = {c.batch_id: c for c in meta.readable_checkpoints()}
     for batch in range(6):
         assert state_at_checkpoint(spark, crashed, again, ours[batch]) == state_at_checkpoint(

@@ -112,10 +112,10 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         self.job, self.parallelism = job, parallelism
 
     def execute(self, context):
-        from state_store.catalog import JobMeta
+        from state_store.job_store import JobStore
         from state_store.settings import Settings
 
-        meta = JobMeta(Settings.load().job_dir(self.job))
+        meta = JobStore(Settings.load().job_dir(self.job))
         latest = meta.latest_checkpoint()
         changed = latest is None or latest.parallelism != int(self.parallelism)
         if changed:
@@ -143,11 +143,11 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
         self.job = job
 
     def execute(self, context):
-        from state_store.catalog import JobMeta
+        from state_store.job_store import JobStore
         from state_store.settings import Settings
 
         super().execute(context)
-        report = JobMeta(Settings.load().job_dir(self.job)).last_compaction()
+        report = JobStore(Settings.load().job_dir(self.job)).last_compaction()
         self.log.info("job %s: %s rows scanned, %s expired and %s superseded removed, files %s -> %s, %s bytes "
                       "reclaimed", self.job, report["rows_scanned"], report["expired_removed"],
                       report["superseded_removed"], report["files_before"], report["files_after"],

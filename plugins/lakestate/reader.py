@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from state_store.catalog import JobRegistry
-from state_store.job_store import JobStore as JobMeta
+from state_store.job_store import JobStore as JobStore
 from state_store.records import KEYED, STATE_TABLES
 from state_store.delta_log import partition_sizes
 from state_store.savepoint import list_savepoints
@@ -47,7 +47,7 @@ def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
 def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
-    meta = JobMeta(settings.job_dir(job_id), warn=overview.problems.append)
+    meta = JobStore(settings.job_dir(job_id), warn=overview.problems.append)
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     try:

@@ -6,7 +6,7 @@ from ..backends import StateBackend
 from ..delta_log import table_snapshot
 from ..key_groups import key_group_ranges
 from ..records import KEYED, OPERATOR, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
-from ..sources import SOURCE_OFFSETS_STATE
+from ..operator_state import SOURCE_OFFSETS_STATE
 from ..ttl.tables import count_entries, drop_expired, ttl_states
 from .context import RunContext, wall_clock_ms
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..backends import StateBackend
 from ..delta_log import app_transaction_version, table_metadata
 from ..errors import InputError
-from ..operator_state import SPLIT_DISTRIBUTE
+from ..operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records import (
     KEYED,
     OPERATOR,
@@ -25,7 +25,7 @@ from ..records import (
 )
 from ..repartition import split_slices
 from ..run_files import OutputTable, RunOutputs, write_rows
-from ..sources import SOURCE_OFFSETS_STATE, source_split_entries
+from ..sources import source_split_entries
 from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup

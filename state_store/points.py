@@ -1,0 +1,142 @@
+"""State points: any checkpoint or savepoint, found and read the same way (what restore, savepoint and the
+State Processor share).
+
+A savepoint is found by its ``_metadata.json`` (``load_savepoint``); a checkpoint by its job's catalog
+(``JobStore``). ``StatePoint`` reads either one's live entries as a DataFrame and names the damage that would
+make it unreadable. Nothing Spark is imported until a point is read, so listing savepoints (the CLI, the
+Airflow plugin) stays light.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .job_store import JobStore, read_json
+from .records import KEYED, TABLE_SPECS, CheckpointMetadata, SavepointMetadata, TableVersion
+from .errors import ConfigError
+from .settings import Settings
+from .storage import ObjectPath
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+METADATA = "_metadata.json"  # a savepoint's metadata file, written last: a savepoint exists once it does
+
+
+@dataclass
+class StatePoint:
+    """A checkpoint (of this job or another) or a savepoint: what a restore, a savepoint or a reader starts from.
+
+    Example::
+
+        StatePoint.of_savepoint(settings, "clicks/before-v2").rows(spark, "keyed")
+        StatePoint.of_checkpoint(settings, "clicks").describe()   # {"job": "clicks", "checkpoint": 7}
+    """
+
+    meta: CheckpointMetadata | SavepointMetadata
+    job_dir: Path | None = None  # a checkpoint's job folder
+
+    @classmethod
+    def of_checkpoint(cls, settings: Settings, job_id: str, checkpoint_id: int | None = None) -> "StatePoint":
+        """Retained checkpoint ``checkpoint_id`` of ``job_id`` (default: its latest)."""
+        meta = JobStore(settings.job_dir(job_id))
+        checkpoint = meta.checkpoint(checkpoint_id) if checkpoint_id is not None else meta.latest_checkpoint()
+        if checkpoint is None:
+            raise ConfigError(f"job {job_id!r} has no checkpoint to restore from; run it first")
+        return cls(checkpoint, settings.job_dir(job_id))
+
+    @classmethod
+    def of_savepoint(cls, settings: Settings, ref: str) -> "StatePoint":
+        """The savepoint at ``ref`` ('<job>/<name>' or a path under the savepoint root)."""
+        return cls(load_savepoint(settings, ref))
+
+    @property
+    def is_savepoint(self) -> bool:
+        return isinstance(self.meta, SavepointMetadata)
+
+    @property
+    def where(self) -> str:
+        """The point in words, for messages."""
+        if self.is_savepoint:
+            return f"savepoint {self.meta.path}"
+        return f"checkpoint {self.meta.checkpoint_id} of job {self.meta.job_id!r}"
+
+    def describe(self) -> dict:
+        """The point as a checkpoint's ``restored_from`` records it."""
+        if self.is_savepoint:
+            return {"savepoint": self.meta.path, "job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
+        return {"job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
+
+    def damage(self, spark: "SparkSession") -> list[str]:
+        """What is missing or corrupt among the Delta log entries and files the point pins (empty: intact)."""
+        from .backends import point_damage
+
+        return point_damage(spark, self.meta, self.job_dir)
+
+    def rows(self, spark: "SparkSession", table: str) -> "DataFrame":
+        """The live entries of state table ``table`` (``records.KEYED`` or ``records.OPERATOR``)."""
+        from .backends import create_keyed_backend, create_operator_backend
+
+        spec = TABLE_SPECS[table]
+        if self.is_savepoint:
+            df = spark.read.format("delta").load(self.meta.table_path(table))
+        else:
+            create = create_keyed_backend if table == KEYED else create_operator_backend
+            df = create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta).read(self.meta)
+        return df.select(*spec.columns)
+
+
+def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
+    """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with
+    ``own_tables``, refused when its metadata puts a table outside its folder."""
+    path = settings.in_savepoints(ref)
+    file = path / METADATA
+    if not file.exists():
+        known = ", ".join(f"{s.job_id}/{s.name}" for s in list_savepoints(settings)) or "none"
+        raise ConfigError(f"no complete savepoint at {path} (no {METADATA}); savepoints: {known}")
+    try:
+        data = read_json(file)
+        savepoint = SavepointMetadata.from_dict(data)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
+    savepoint.path = str(path)
+    if own_tables:
+        _check_tables_inside(savepoint, path)
+    return savepoint
+
+
+def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
+    """A savepoint restores from its own tables alone: metadata pointing elsewhere (a job's live table, edited
+    in or left by a copy) would restore whatever that table holds now, with the savepoint's offsets."""
+    for table, record in savepoint.tables.items():
+        relative = str(record.path or "") if isinstance(record, TableVersion) else ""
+        try:
+            where = (folder / relative).resolve()
+        except ValueError:  # on object storage: an absolute path, or another bucket
+            where = relative
+        if not isinstance(where, (Path, ObjectPath)) or where == folder or folder not in where.parents:
+            raise ConfigError(f"savepoint {folder}'s {METADATA} puts its {table} table at {where}, outside the "
+                              f"savepoint's folder: a savepoint's tables must be inside its own folder (it "
+                              f"restores from them alone); put back the {METADATA} the savepoint was written "
+                              f"with, or dispose it (lakestate dispose {savepoint.job_id}/{savepoint.name}) and "
+                              f"take a new one")
+
+
+def list_savepoints(settings: Settings, job_id: str | None = None, warn=None) -> list[SavepointMetadata]:
+    """Complete savepoints (of ``job_id``, or of every job), oldest first; ``warn`` is told of unreadable ones."""
+    root = settings.savepoints
+    jobs = [root / job_id] if job_id else (sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
+    found = []
+    for job in jobs:
+        if not job.is_dir():
+            continue
+        for folder in sorted(job.iterdir()):
+            if folder.name.startswith(".") or not (folder / METADATA).exists():
+                continue
+            try:
+                found.append(load_savepoint(settings, str(folder)))
+            except ConfigError as e:
+                if warn is not None:
+                    warn(str(e))
+    return sorted(found, key=lambda s: s.created_ms)
