@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from state_store import Types, ValueStateDescriptor
-from state_store.checkpoint import CheckpointMetadata
 from state_store.errors import ConfigError, RestoreError
 from state_store.key_groups import key_group_ranges
 from state_store.operator_state import SOURCE_OFFSETS_STATE
+from state_store.records import KEYED, CheckpointMetadata, StateInfo
 from state_store.restore_plan import JobFacts, RestoreRequest, plan_restore
 
-COUNT = {"scope": "keyed", **ValueStateDescriptor("count", Types.LONG()).schema()}
+COUNT = StateInfo.from_descriptor(ValueStateDescriptor("count", Types.LONG()), KEYED)
 JOB = JobFacts("counts", "count", Types.STRING().to_schema())
 
 
