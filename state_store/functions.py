@@ -66,6 +66,11 @@ class RuntimeContext:
         self.descriptors[qname] = descriptor
         return create_state_and_wrap_with_ttl_if_enabled(self._store, qname, descriptor)
 
+    def get_keyed_state(self, descriptor: StateDescriptor):
+        """The handle of any kind of keyed state ``descriptor`` declares (its TTL wrapper when the descriptor has
+        TTL), scoped to the key being processed; ``get_state``, ``get_list_state`` ... name the kind."""
+        return self._register(descriptor, StateDescriptor)
+
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
         """A ValueState handle (its TTL wrapper when the descriptor has TTL), scoped to the key
         being processed."""

@@ -28,6 +28,7 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import stored_value_error
+from .records import KeyedChange
 from .types import from_text, to_text
 
 VOID_NAMESPACE = ""
@@ -254,10 +255,8 @@ class KeyedStateStore:
             self.map_remove(state_name, namespace, descriptor, user_key)
 
     # -- end of a microbatch ---------------------------------------------------------------------------
-    def flush(self) -> list[tuple[str, int, str, str, str | None, str | None, int, int | None]]:
-        """What changed since the last flush, as (state_name, key_group, key, namespace, user_key, text or
-        None for a removed entry, +1/-1/0 for an entry created/removed/updated, expiry or None), in a
-        deterministic order; the changes become the stored state."""
+    def flush(self) -> list[KeyedChange]:
+        """What changed since the last flush, in a deterministic order; the changes become the stored state."""
         out = []
         for entry in sorted(self._dirty):
             text, stored = self._dirty[entry], self._stored.get(entry)
@@ -265,8 +264,8 @@ class KeyedStateStore:
             if text == stored and expiry == self._expiry.get(entry):
                 continue  # written back unchanged, or created and cleared in the same microbatch
             state_name, key, namespace = entry
-            out.append((state_name, self._key_groups[key], key, namespace, None, text,
-                        (text is not None) - (stored is not None), expiry))
+            out.append(KeyedChange(state_name, self._key_groups[key], key, namespace, None, text,
+                                   (text is not None) - (stored is not None), expiry))
             self._keep(self._stored, entry, text, entry, expiry)
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
@@ -277,8 +276,8 @@ class KeyedStateStore:
                 expiry = self._dirty_expiry.get(slot)
                 if text == stored and expiry == self._expiry.get(slot):
                     continue
-                out.append((state_name, self._key_groups[key], key, namespace, user_key, text,
-                            (text is not None) - (stored is not None), expiry))
+                out.append(KeyedChange(state_name, self._key_groups[key], key, namespace, user_key, text,
+                                       (text is not None) - (stored is not None), expiry))
                 self._keep(stored_map, user_key, text, slot, expiry)
             if not stored_map:
                 del self._stored_maps[entry]

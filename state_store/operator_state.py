@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
 from .errors import ConfigError, stored_value_error
+from .records import OperatorChange
 from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
@@ -104,9 +105,8 @@ class OperatorStateStore:
         self._values[qname] = data
         self._raw_written = True
 
-    def flush(self) -> list[tuple[str, str, str | None, int]]:
-        """(qualified name, mode, JSON text or None, +1/-1/0 for created/removed/updated) of every state
-        that changed since the last flush;
+    def flush(self) -> list[OperatorChange]:
+        """Every state that changed since the last flush (JSON text or None, +1/-1/0 for created/removed/updated);
         the changes become what this subtask has stored. Raw state not written by the snapshot that
         just ran is dropped: raw state is what the latest snapshot wrote, nothing older."""
         raw = self.qualified(RAW_OPERATOR)
@@ -122,7 +122,7 @@ class OperatorStateStore:
             stored = self._own.get(qname)
             if text == (stored[1] if stored else None):
                 continue
-            out.append((qname, self._modes[qname], text, (text is not None) - (stored is not None)))
+            out.append(OperatorChange(qname, self._modes[qname], text, (text is not None) - (stored is not None)))
             if text is None:
                 self._own.pop(qname, None)
             else:

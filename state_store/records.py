@@ -115,6 +115,37 @@ class OperatorRow(NamedTuple):
         return self[1:]
 
 
+class KeyedChange(NamedTuple):
+    """A keyed entry a subtask changed since its store's last flush: its new stored text (None: removed), how
+    the live entries changed (+1 created, -1 removed, 0 updated) and its expiry."""
+
+    state_name: str
+    key_group: int
+    key: str
+    namespace: str
+    user_key: str | None
+    value: str | None
+    delta: int
+    expiry: int | None
+
+    def row(self, batch_id: int) -> KeyedRow:
+        """The keyed table row microbatch ``batch_id`` writes for it."""
+        return KeyedRow(self.state_name, self.key_group, self.key, self.namespace, self.user_key, self.value,
+                        self.expiry, batch_id)
+
+
+class OperatorChange(NamedTuple):
+    """An operator state a subtask changed since its store's last flush (``value`` None: removed)."""
+
+    state_name: str
+    mode: str
+    value: str | None
+    delta: int
+
+    def row(self, subtask: int, batch_id: int) -> OperatorRow:
+        return OperatorRow(self.state_name, subtask, self.mode, self.value, batch_id)
+
+
 # -- table versions -------------------------------------------------------------------------------------------
 @dataclass
 class TableVersion:

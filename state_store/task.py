@@ -42,7 +42,7 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
-from .records import KeyedRow, MicrobatchStats, OperatorRow
+from .records import KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .types import RowTypeInfo, TypeInfo, Types
 
@@ -182,14 +182,13 @@ class SubtaskRunner:
         batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
-        for state_name, key_group, key, namespace, user_key, value, delta, expiry in self.store.flush():
-            self.files.keyed.add_row(KeyedRow(state_name, key_group, key, namespace, user_key, value, expiry,
-                                              batch_id))
-            stats.count_write(state_name, value, delta)
+        for change in self.store.flush():
+            self.files.keyed.add_row(change.row(batch_id))
+            stats.count_write(change.state_name, change.value, change.delta)
         self._write_raw_keyed(snapshot_ctx.raw_keyed)
-        for state_name, mode, value, delta in self.operator_store.flush():
-            self.files.operator.add_row(OperatorRow(state_name, self.subtask, mode, value, batch_id))
-            stats.count_write(state_name, value, delta)
+        for change in self.operator_store.flush():
+            self.files.operator.add_row(change.row(self.subtask, batch_id))
+            stats.count_write(change.state_name, change.value, change.delta)
         stats.worker_peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # this Python worker's peak
         # The states registered since the last report, also those registered only while processing (broadcast
         # state in process_broadcast_element), so the checkpoint records each one's type; usually none.

@@ -366,6 +366,9 @@ def test_the_factory_wraps_the_plain_handle_in_its_ttl_wrapper_only_when_the_des
     wrapped = getattr(Clock().ctx, getter)(descriptor().enable_time_to_live(ttl()))
     assert type(wrapped) is getattr(handles, "Ttl" + plain)
     assert type(wrapped.original) is getattr(keyed_state, plain)
+    # The kind-free getter gives the same handle: a new kind needs no getter of its own.
+    assert type(Clock().ctx.get_keyed_state(descriptor().enable_time_to_live(ttl()))) is type(wrapped)
+    assert type(Clock().ctx.get_keyed_state(descriptor())) is type(without)
 
 
 def test_a_plain_handle_never_checks_an_expiry_so_an_expired_entry_is_read_and_left_as_stored():
