@@ -164,8 +164,8 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
             if recorded.path and recorded.version is not None:
                 files = pinned_tables.setdefault(_same(recorded.path), set())
                 files.update(unquote(f) for f in table_files(recorded.path, recorded.version))
-    tables = {folder: _tables_under(location(job_dir) / folder) for folder in ("state", "snapshots")
-              if (location(job_dir) / folder).is_dir()}
+    tables = {folder.name: _tables_under(location(folder)) for folder in JobStore(job_dir).table_folders
+              if location(folder).is_dir()}
     found = {_same(t) for ts in tables.values() for t in ts}
     lost = [p for p in pinned_tables if p.startswith(_same(job_dir) + "/") and p not in found]
     if lost:  # a pinned table not found where it should be: delete nothing rather than guess

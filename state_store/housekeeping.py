@@ -20,8 +20,8 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     meta = JobStore(job_dir)
     checkpoints = meta.readable_checkpoints(warn=lambda problem: say(f"warning: {problem}"))
     removed = []
-    holder = current_holder(meta.dir / "lease")
-    staging = job_dir / "staging"
+    holder = current_holder(meta.lease_dir)
+    staging = meta.staging_dir
     if (holder is None or holder.get("released")) and staging.is_dir():  # no run holds the job: all of it is left over
         for folder in sorted(staging.iterdir()):
             rmtree(folder, ignore_errors=True)

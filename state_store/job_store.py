@@ -60,9 +60,19 @@ class JobStore:
     def lease_dir(self) -> Path:
         return self.dir / "lease"
 
+    @property
+    def staging_dir(self) -> Path:
+        """Where runs stage what they write (each run's own folder in it; housekeeping removes what is left)."""
+        return self.job_dir / "staging"
+
     def staging(self, token: str) -> Path:
         """What run ``token`` stages (a table's changes on the snapshot backends, a constrained sink's rows)."""
-        return self.job_dir / "staging" / token
+        return self.staging_dir / token
+
+    @property
+    def table_folders(self) -> tuple[Path, Path]:
+        """The folders every state table of the job is under (``state/``: delta, ``snapshots/``: hashmap)."""
+        return self.job_dir / "state", self.job_dir / "snapshots"
 
     def state_table(self, table: str, generation: int | None = None) -> Path:
         """The delta backend's table ``table``: the job's first, or the one a restore started as checkpoint

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import storage
-from .job_store import read_json
+from .job_store import JobStore, read_json
 from .errors import ConfigError, JobLocked
 
 KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire
@@ -287,7 +287,7 @@ def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=p
     for the holder to finish; yields the lease (its ``run_id`` is ``<purpose>-<time>-<random>``); a job folder
     this created and left empty is removed afterwards (a refused first run leaves no folder)."""
     existed = job_dir.exists()
-    lease = JobLease(job_dir / "_meta" / "lease", job_id, timeout_s,
+    lease = JobLease(JobStore(job_dir).lease_dir, job_id, timeout_s,
                      run_id=f"{purpose}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
     lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
     try:

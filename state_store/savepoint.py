@@ -117,7 +117,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     started = time.time()
     try:
         # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
-        write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).dir / "lease")))
+        write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).lease_dir)))
         written = {}
         for table, rows in tables.items():
             spec = TABLE_SPECS[table]
@@ -151,7 +151,7 @@ def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:
     """Delete what savepoints of ``job_id`` that were cut short (killed) left in the savepoint root: the folders
     of writes that no live process is at (``lease.still_at_work``); return their names. Housekeeping and every
     savepoint call it."""
-    folder, lease_dir = settings.savepoints / job_id, JobStore(settings.job_dir(job_id)).dir / "lease"
+    folder, lease_dir = settings.savepoints / job_id, JobStore(settings.job_dir(job_id)).lease_dir
     removed = []
     for work in sorted(folder.iterdir()) if folder.is_dir() else []:
         if _in_progress(work) and not still_at_work(_owner(work), lease_dir):
