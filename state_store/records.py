@@ -50,11 +50,6 @@ class TableSpec:
     def columns(self) -> list[str]:
         return [column.split()[0] for column in self.schema.split(", ")]
 
-    @property
-    def file_columns(self) -> list[str]:
-        """The columns of a file of this table: its partition columns live in the file's folder names."""
-        return [c for c in self.columns if c not in self.partition_columns]
-
 
 KEYED_TABLE = TableSpec(
     KEYED,
@@ -86,14 +81,6 @@ class KeyedRow(NamedTuple):
     batch_id: int
     generation: int = 0
 
-    @property
-    def partition(self) -> tuple:
-        return self.state_name, self.key_group
-
-    @property
-    def in_file(self) -> tuple:
-        """The row's file columns (``TableSpec.file_columns``)."""
-        return self[2:]
 
 
 class OperatorRow(NamedTuple):
@@ -106,13 +93,6 @@ class OperatorRow(NamedTuple):
     batch_id: int
     generation: int = 0
 
-    @property
-    def partition(self) -> tuple:
-        return (self.state_name,)
-
-    @property
-    def in_file(self) -> tuple:
-        return self[1:]
 
 
 class KeyedChange(NamedTuple):
@@ -129,9 +109,8 @@ class KeyedChange(NamedTuple):
     expiry: int | None
 
     def row(self, batch_id: int) -> KeyedRow:
-        """The keyed table row microbatch ``batch_id`` writes for it."""
-        return KeyedRow(self.state_name, self.key_group, self.key, self.namespace, self.user_key, self.value,
-                        self.expiry, batch_id)
+        """The keyed table row microbatch ``batch_id`` writes for it (built as a tuple: once per change)."""
+        return tuple.__new__(KeyedRow, (self[0], self[1], self[2], self[3], self[4], self[5], self[7], batch_id, 0))
 
 
 class OperatorChange(NamedTuple):

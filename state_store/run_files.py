@@ -87,6 +87,7 @@ class TableFiles:
             small = [f.name for f in schema if f.name not in ("key", "value")]
             self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
+        self._cut = len(table.partition_columns)
         self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
         self.pending_rows = 0
 
@@ -95,8 +96,13 @@ class TableFiles:
         return f"{dirs}{self.prefix}-{len(self._writers):05d}.zstd.parquet"
 
     def add_row(self, row: KeyedRow | OperatorRow) -> None:
-        """A state table row (its partition columns go to the file's folder, the rest into the file)."""
-        self.add(row.partition, row.batch_id, row.in_file)
+        """A state table row: its leading partition columns go to the file's folder, the rest into the file
+        (a row record's fields are its table's columns, in order). Once per changed entry: kept lean."""
+        committed, cut = self.table.committed, self._cut
+        if committed is not None and row.batch_id <= committed:
+            return  # a replay: the table already has this microbatch's rows
+        self._pending.setdefault(row[:cut], []).append((row.batch_id, row[cut:]))
+        self.pending_rows += 1
 
     def add(self, partition: tuple, batch_id: int, row) -> None:
         committed = self.table.committed
