@@ -74,7 +74,7 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
                             job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
-    from .ttl import drop_expired, ttl_states  # Spark: only where a savepoint is taken
+    from .ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
     source = StatePoint(checkpoint, job_dir)
@@ -126,7 +126,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
             snap = table_snapshot(work / table)
             written[table] = TableVersion(table, snap["version"], snap["size_bytes"], snap["num_files"])
         if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-            from .ttl import count_entries
+            from .ttl.tables import count_entries
 
             keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / KEYED))
             counts = count_entries(keyed, recount)

@@ -35,7 +35,7 @@ def test_one_run_of_n_microbatches_equals_n_runs_of_one_in_sink_and_state_at_eve
     one = run(spark, spec_together, together)
     assert [b.batch_id for b in one.batches] == [0, 1, 2, 3] and one.checkpoints == [1, 2, 3, 4]
     for b in range(BATCHES):
-        assert [x["batch_id"] for x in run(spark, spec_apart, apart, max_microbatches=1).batches] == [b]
+        assert [x.batch_id for x in run(spark, spec_apart, apart, max_microbatches=1).batches] == [b]
 
     assert sink_rows(spark, together, spec_together) == sink_rows(spark, apart, spec_apart)
     meta_together, meta_apart = (JobStore(lake.settings.job_dir("eq")) for lake in (together, apart))
