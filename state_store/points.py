@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .job_store import JobStore, read_json
-from .records import KEYED, TABLE_SPECS, CheckpointMetadata, SavepointMetadata, TableVersion
+from .records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from .errors import ConfigError
 from .settings import Settings
 from .storage import ObjectPath
@@ -31,7 +31,7 @@ class StatePoint:
     Example::
 
         StatePoint.of_savepoint(settings, "clicks/before-v2").rows(spark, "keyed")
-        StatePoint.of_checkpoint(settings, "clicks").describe()   # {"job": "clicks", "checkpoint": 7}
+        StatePoint.of_checkpoint(settings, "clicks").describe()   # RestoredFrom("clicks", 7)
     """
 
     meta: CheckpointMetadata | SavepointMetadata
@@ -62,11 +62,10 @@ class StatePoint:
             return f"savepoint {self.meta.path}"
         return f"checkpoint {self.meta.checkpoint_id} of job {self.meta.job_id!r}"
 
-    def describe(self) -> dict:
+    def describe(self) -> RestoredFrom:
         """The point as a checkpoint's ``restored_from`` records it."""
-        if self.is_savepoint:
-            return {"savepoint": self.meta.path, "job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
-        return {"job": self.meta.job_id, "checkpoint": self.meta.checkpoint_id}
+        return RestoredFrom(self.meta.job_id, self.meta.checkpoint_id,
+                            self.meta.path if self.is_savepoint else None)
 
     def damage(self, spark: "SparkSession") -> list[str]:
         """What is missing or corrupt among the Delta log entries and files the point pins (empty: intact)."""

@@ -324,6 +324,30 @@ class WrittenFile:
         return cls(**json.loads(text))
 
 
+@dataclass(frozen=True)
+class RestoredFrom:
+    """Where a restore's or rescale's checkpoint came from: a checkpoint of a job, or a savepoint (``path``)
+    taken from one."""
+
+    job: str
+    checkpoint: int
+    savepoint: str | None = None
+
+    @property
+    def label(self) -> str:
+        """E.g. "savepoint before-v2" or "checkpoint 7 of clicks": what the Lakestate page shows."""
+        if self.savepoint is not None:
+            return f"savepoint {self.savepoint.rstrip('/').rsplit('/', 1)[-1]}"
+        return f"checkpoint {self.checkpoint} of {self.job}"
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "RestoredFrom | None":
+        return None if data is None else cls(data.get("job"), data.get("checkpoint"), data.get("savepoint"))
+
+
 # -- the catalog's records ----------------------------------------------------------------------------------------
 class _Record:
     def to_dict(self) -> dict:
@@ -380,7 +404,7 @@ class CheckpointMetadata(_Record):
     sink: TableVersion | None = None
     status: str = "COMPLETED"
     layout: int = LAYOUT_VERSION
-    restored_from: dict | None = None  # a restore's or rescale's source: {"savepoint": path} or {"job", "checkpoint"}
+    restored_from: RestoredFrom | None = None  # a restore's or rescale's source
     cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl``)
 
     def table(self, name: str) -> TableVersion:
@@ -392,6 +416,7 @@ class CheckpointMetadata(_Record):
         data["state"] = {name: t.to_dict() for name, t in self.state.items()}
         data["descriptors"] = states_to_dict(self.descriptors)
         data["sink"] = self.sink.to_dict() if self.sink is not None else None
+        data["restored_from"] = self.restored_from.to_dict() if self.restored_from is not None else None
         return data
 
     @classmethod
@@ -402,6 +427,7 @@ class CheckpointMetadata(_Record):
         data["state"] = {name: TableVersion.from_dict(t) for name, t in data["state"].items()}
         data["descriptors"] = states_from_dict(data["descriptors"])
         data["sink"] = TableVersion.from_dict(data.get("sink"))
+        data["restored_from"] = RestoredFrom.from_dict(data.get("restored_from"))
         return super().from_dict(data)
 
     @property

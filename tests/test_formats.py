@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from state_store.job_store import JobStore
+from state_store.records import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
 from state_store.compaction import compact_job
 from state_store.points import StatePoint
 from state_store.restore import rescale_job, restore_job
@@ -23,7 +24,6 @@ from .fixtures.make_formats import BASE, formats_jobs, write_inputs
 from .helpers import run, sink_rows, state_at_latest_checkpoint
 from .test_ttl_tables import _clock
 
-pytestmark = pytest.mark.slow
 QUIET = lambda line: None  # noqa: E731
 RELEASES = ("pre19",)
 
@@ -44,6 +44,24 @@ def _clock_from(ms: int):
     return lambda: next(ticks)
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_record_an_earlier_release_wrote_reads_into_the_typed_records_and_writes_back_the_same_json(
+        tmp_path, release):
+    root = _extract(release, tmp_path).root
+    kinds = {"checkpoints": CheckpointMetadata, "plans": MicrobatchPlan}
+    seen = set()
+    for path in sorted(root.rglob("*.json")):
+        record = (kinds.get(path.parent.name) if path.parent.parent.name == "_meta" else
+                  SavepointMetadata if path.name == "_metadata.json" else None)
+        if record is None:
+            continue
+        data = json.loads(path.read_text())
+        assert record.from_dict(data).to_dict() == data, path
+        seen.add(record.__name__)
+    assert seen == {"CheckpointMetadata", "MicrobatchPlan", "SavepointMetadata"}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written_now(spark, tmp_path, release):
     old = _extract(release, tmp_path / "old")

@@ -120,7 +120,7 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
     # Into a new job id: the state of the savepoint, whole.
     copy = count_job(lake, job_id="counts-copy")
     restored = restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
-    assert (restored.checkpoint_id, restored.batch_id, restored.restored_from["savepoint"]) == (
+    assert (restored.checkpoint_id, restored.batch_id, restored.restored_from.savepoint) == (
         1, 1, savepoint.path)
     keyed, _ = state_at_latest_checkpoint(spark, lake, copy)
     assert keyed == keyed_at_savepoint

@@ -26,12 +26,10 @@ def _when(ms) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) if ms else "-"
 
 
-def _origin(restored_from: dict | None) -> str:
-    if not restored_from:
+def _origin(restored_from) -> str:
+    if restored_from is None:
         return "-"
-    if "savepoint" in restored_from:
-        return f"savepoint {restored_from['savepoint'].rstrip('/').rsplit('/', 1)[-1]}"
-    return f"checkpoint {restored_from.get('checkpoint')} of {restored_from.get('job')}"
+    return restored_from.label
 
 
 def _table(header: list[str], rows: list[list]) -> str:
