@@ -95,8 +95,10 @@ def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothin
     lake.write_events("e0.json", events(0))
     run(spark, spec, lake)
     task = LakestateRescaleOperator(task_id="rescale")
+    context = {"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}}
+    task.render_template_fields(context)  # as Airflow does before execute
     with capture_logs() as logged:
-        returned = task.execute({"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}})
+        returned = task.execute(context)
     assert returned == {"job": "counts", "checkpoint": 1, "microbatch": 0, "parallelism": 2, "changed": False}
     assert any("job counts: already at parallelism 2, nothing to do" in e["event"] for e in logged), logged
     assert JobStore(lake.settings.job_dir("counts")).checkpoint_ids() == [1] and list_savepoints(lake.settings) == []
