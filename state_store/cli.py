@@ -187,7 +187,7 @@ def cmd_state(args, settings: Settings) -> int:
         print(f"no entry for key {_shown(key)} (namespace {args.namespace!r}) in state {name!r} at {where} "
               f"(microbatch {reader.meta.batch_id})")
         return 1
-    kind = reader.states()[name]["kind"]
+    kind = reader.meta.descriptors[name].kind
     if kind == "map":
         value = {r["user_key"]: r["value"] for r in rows}
     elif kind == "list":

@@ -225,8 +225,8 @@ class SavepointReader:
         """An operator ListState or union list state: ``subtask, index, value`` per element (union state is
         stored once after a rescale; every subtask is given all of it on restore)."""
         qname, descriptor = self._descriptor(name, uid, OPERATOR, descriptor)
-        if descriptor.get("mode", SPLIT_DISTRIBUTE) not in (SPLIT_DISTRIBUTE, UNION):
-            raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with broadcast_state")
+        if (descriptor.mode or SPLIT_DISTRIBUTE) not in (SPLIT_DISTRIBUTE, UNION):
+            raise ConfigError(f"state {qname!r} is {descriptor.mode} state: read it with broadcast_state")
         element = from_schema(descriptor.type)
         list_type = ListStateDescriptor("x", element).stored_type
         rows = self.source.rows(self.spark, OPERATOR).filter(F.col("state_name") == qname)
@@ -238,8 +238,8 @@ class SavepointReader:
                         ) -> DataFrame:
         """A BroadcastState: ``subtask, key, value`` per entry of each subtask's copy."""
         qname, descriptor = self._descriptor(name, uid, OPERATOR, descriptor)
-        if descriptor.get("mode", BROADCAST) != BROADCAST:
-            raise ConfigError(f"state {qname!r} is {descriptor.get('mode')} state: read it with list_state")
+        if (descriptor.mode or BROADCAST) != BROADCAST:
+            raise ConfigError(f"state {qname!r} is {descriptor.mode} state: read it with list_state")
         stored = from_schema(descriptor.type)
         rows = self.source.rows(self.spark, OPERATOR).filter(F.col("state_name") == qname)
         return _convert(rows.select("subtask", "value"),
