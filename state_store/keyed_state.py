@@ -17,6 +17,7 @@ no TTL code path, as Flink's ``TtlStateFactory`` wraps its backends' states.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Iterable
 
 from .descriptors import (
@@ -29,6 +30,8 @@ from .descriptors import (
 )
 from .errors import stored_value_error
 from .records import KeyedChange
+
+_change = partial(tuple.__new__, KeyedChange)  # a KeyedChange from a tuple of its fields: once per changed entry
 from .types import from_text, to_text
 
 VOID_NAMESPACE = ""
@@ -154,8 +157,10 @@ class KeyedStateStore:
         """Stage the value (None clears it) with ``expiry`` (None: no expiry, which a clear also leaves)."""
         entry = self._entry(state_name, namespace)
         text = None
-        if value is not None:
-            encoded, value = self._normalized(descriptor, value)
+        if value is not None:  # once per write: the normalisation inlined (see ``_normalized``)
+            stored_type = descriptor.stored_type
+            encoded = stored_type.encode(value)
+            value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
             text = to_text(encoded)
         self._decoded[entry] = value
         self._dirty[entry] = text
@@ -264,8 +269,8 @@ class KeyedStateStore:
             if text == stored and expiry == self._expiry.get(entry):
                 continue  # written back unchanged, or created and cleared in the same microbatch
             state_name, key, namespace = entry
-            out.append(KeyedChange(state_name, self._key_groups[key], key, namespace, None, text,
-                                   (text is not None) - (stored is not None), expiry))
+            out.append(_change((state_name, self._key_groups[key], key, namespace, None, text,
+                                (text is not None) - (stored is not None), expiry)))
             self._keep(self._stored, entry, text, entry, expiry)
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
@@ -276,8 +281,8 @@ class KeyedStateStore:
                 expiry = self._dirty_expiry.get(slot)
                 if text == stored and expiry == self._expiry.get(slot):
                     continue
-                out.append(KeyedChange(state_name, self._key_groups[key], key, namespace, user_key, text,
-                                       (text is not None) - (stored is not None), expiry))
+                out.append(_change((state_name, self._key_groups[key], key, namespace, user_key, text,
+                                    (text is not None) - (stored is not None), expiry)))
                 self._keep(stored_map, user_key, text, slot, expiry)
             if not stored_map:
                 del self._stored_maps[entry]
