@@ -96,6 +96,13 @@ def union(old: Sequence[Sequence[Any]], new_parallelism: int) -> list[list[Any]]
     return [list(elements) for _ in range(new_parallelism)]
 
 
+def union_stored(old: Sequence[Sequence[Any]], new_parallelism: int) -> list[list[Any]]:
+    """How union state is kept once a rescale or the State Processor writes it: once, as new subtask 0's (every
+    element, in old subtask order), the other subtasks' empty; a run gives every subtask all of it (``union``)."""
+    _check(new_parallelism)
+    return [[e for part in old for e in part]] + [[] for _ in range(new_parallelism - 1)]
+
+
 def broadcast(old: Sequence[Any], new_parallelism: int) -> list[Any]:
     """New subtask ``i`` gets old subtask ``i % p_old``'s value."""
     _check(new_parallelism)

@@ -63,7 +63,7 @@ from .key_groups import key_group_ranges
 from .lease import holding
 from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
 from .points import StatePoint
-from .repartition import broadcast, operator_split_starts, split_distribute
+from .repartition import broadcast, operator_split_starts, split_distribute, union_stored
 from .restore_plan import (
     JobFacts,
     RestorePlan,
@@ -99,9 +99,9 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
         if mode == SPLIT_DISTRIBUTE:
             new = [json.dumps(part, separators=(",", ":")) if part else None
                    for part in split_distribute([json.loads(t) for t in texts], parallelism, starts.get(name, 0))]
-        elif mode == UNION:  # stored once, given whole to every subtask on restore (runtime)
-            whole = [e for t in texts for e in json.loads(t)]
-            new = [json.dumps(whole, separators=(",", ":")) if whole else None] + [None] * (parallelism - 1)
+        elif mode == UNION:
+            new = [json.dumps(part, separators=(",", ":")) if part else None
+                   for part in union_stored([json.loads(t) for t in texts], parallelism)]
         elif mode == BROADCAST:
             new = broadcast(texts, parallelism)
         else:  # raw operator state: subtask i keeps old subtask i's bytes

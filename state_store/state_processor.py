@@ -41,7 +41,7 @@ from .errors import ConfigError, RestoreError, stored_value_error
 from .job import KEY_TYPES, check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
-from .repartition import split_distribute
+from .repartition import split_distribute, union_stored
 from .points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
@@ -348,7 +348,7 @@ class SavepointWriter:
         if is_map:
             texts = [stored.dumps(dict(values))] * p
         elif mode == UNION:
-            texts = [stored.dumps(list(values))] + [None] * (p - 1)
+            texts = [stored.dumps(part) if part else None for part in union_stored([list(values)], p)]
         else:
             texts = [stored.dumps(part) if part else None for part in split_distribute([list(values)], p)]
         rows = [(qname, i, mode, t, self.fields["batch_id"], 0) for i, t in enumerate(texts) if t is not None]

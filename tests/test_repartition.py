@@ -9,6 +9,7 @@ from state_store.repartition import (
     split_distribute,
     split_slices,
     union,
+    union_stored,
 )
 
 
@@ -33,6 +34,7 @@ def test_union_gives_every_new_subtask_every_element(p_old, p_new):
     old = [[f"s{i}e{j}" for j in range(i + 1)] for i in range(p_old)]
     everything = [e for part in old for e in part]
     assert union(old, p_new) == [everything] * p_new
+    assert union_stored(old, p_new) == [everything] + [[]] * (p_new - 1)  # kept once; every subtask given it all
 
 
 @pytest.mark.parametrize("p_old,p_new,expected", [
