@@ -32,11 +32,11 @@ class TtlSpec:
 
     @property
     def update_on_read(self) -> bool:
-        return self.update_type == "OnReadAndWrite"
+        return self.update_type == StateTtlConfig.UpdateType.OnReadAndWrite
 
     @property
     def return_expired(self) -> bool:
-        return self.state_visibility == "ReturnExpiredIfNotCleanedUp"
+        return self.state_visibility == StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
 
     def uses(self, strategy: str) -> bool:
         """Whether this state is cleaned up by ``strategy`` ("full_snapshot", "incremental", "compaction")."""
