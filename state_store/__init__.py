@@ -12,16 +12,20 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
-from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction, OnTimerContext
 from .job import JobSpec
 from .settings import Settings
+from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource
+from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
+from .watermarks import WatermarkStrategy
 
 __all__ = [
     "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
-    "DeltaSource", "FileSource", "StateMigrationError", "Types",
+    "DeltaSource", "FileSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
+    "TimerService", "WatermarkStrategy",
 ]

@@ -29,12 +29,14 @@ from .exchange import (
     sort_columns,
     sort_key_parts,
 )
+from .functions import applies_to_keyed_state
 from .job import KEY_TYPES
-from .operator_state import SOURCE_OFFSETS_STATE, UNION
+from .operator_state import SOURCE_STATE_PREFIX, UNION
 from .records import CheckpointMetadata, MicrobatchPlan
 from .run.context import RunContext
 from .run_files import RunOutputs
 from .sources import POSITION_COLUMNS
+from .watermarks import EventClock
 from .spark import key_group_column, subtask_column
 from .task import RAW_KEYED, RunPlan, run_partition
 
@@ -44,9 +46,12 @@ SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the 
 class Frame:
     """Builds one run's exchange frame: ``Frame(ctx, plans).process(checkpoint, keyed, operator, outputs)``."""
 
-    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan]):
+    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = EventClock(),
+                 due_timers: DataFrame | None = None):
         spec, spark = ctx.spec, ctx.spark
-        self.ctx, self.plans = ctx, plans
+        self.ctx, self.plans, self.start, self.due_timers = ctx, plans, start, due_timers
+        self.all_keyed_state = applies_to_keyed_state(spec.function) and any(
+            rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
         self.record_ddl = spec.source.record_ddl(spark)
         self.brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
 
@@ -99,12 +104,16 @@ class Frame:
         """What narrows the keyed state read to the keys the run touches (and raw keyed state of every key
         group): a semi-join, or for a small run a read of only the key groups touched and a broadcast join."""
         touched = [r.filter(F.col("side") == SIDE_KEYED).select("key_group", "key") for r in records]
+        if self.due_timers is not None:  # keys without records whose timers fire in the run
+            touched.append(self.due_timers)
         touched.append(self.ctx.spark.range(self.ctx.maxp).select(F.col("id").cast("int").alias("key_group"),
                                                                   F.lit("").alias("key")))
         touched_keys = touched[0]
         for t in touched[1:]:
             touched_keys = touched_keys.unionByName(t)
         touched_keys = touched_keys.distinct()
+        if self.all_keyed_state:
+            return None  # apply_to_keyed_state reaches every key
         known = [p.records for p in self.plans]
         if checkpoint is None or len(touched) == 1 or None in known or sum(known) > SMALL_RUN_RECORDS:
             return lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi")
@@ -125,7 +134,7 @@ class Frame:
         keyed = self._frame(keyed, subtask=subtask_column(F.col("key_group"), ctx.p, ctx.maxp),
                             phase=F.when(F.col("state_name") == raw_name, F.lit(PHASE_RAW_KEYED))
                             .otherwise(F.lit(PHASE_KEYED)))
-        operator = operator_backend.read(checkpoint).filter(F.col("state_name") != SOURCE_OFFSETS_STATE)
+        operator = operator_backend.read(checkpoint).filter(~F.col("state_name").startswith(SOURCE_STATE_PREFIX))
         own = operator.filter(F.col("mode") != UNION)
         union = (operator.filter(F.col("mode") == UNION).withColumnRenamed("subtask", "origin")
                  .crossJoin(self._subtasks()))
@@ -157,7 +166,9 @@ class Frame:
         for part in records:
             frame = frame.unionByName(part)
         run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, ctx.p, ctx.maxp,
-                           checkpoint is not None, [(p.batch_id, p.timestamp) for p in self.plans], outputs)
+                           checkpoint is not None, [(p.batch_id, p.timestamp, p.watermark) for p in self.plans],
+                           outputs, self.start.watermark, {t.name: t.type_info for t in spec.side_outputs},
+                           self.all_keyed_state)
 
         def subtasks(batches):
             return run_partition(run_plan, batches)

@@ -17,7 +17,8 @@ Lifecycle, per subtask and run: for every microbatch of the run, in order,
 ``initialize_state`` (operator and raw state as the last snapshot left them;
 the first time, followed by ``open``, as in Flink), then
 ``process_broadcast_element`` for each broadcast record, ``process`` for each
-key, and ``snapshot_state``; ``close`` at the end. The
+key, ``on_timer`` for each timer due (README "Time"), and ``snapshot_state``;
+``close`` at the end. The
 function object lives for the subtask's whole run: its fields persist across
 the run's microbatches, not across runs; state persists across runs.
 """
@@ -45,6 +46,8 @@ from .keyed_state import (
     ValueState,
 )
 from .operator_state import BroadcastState, OperatorStateStore
+from .side_outputs import OutputTag
+from .timers import TimeDomain, TimerService
 from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 
 
@@ -110,12 +113,14 @@ class RuntimeContext:
 
 
 class Context:
-    """Given to ``process`` with each key: the key, the microbatch (``batch_id``) and its processing time,
-    broadcast state (read-only)."""
+    """Given to ``process`` with each key: the key, the microbatch (``batch_id``) and its processing time, the
+    timer service, side outputs, broadcast state (read-only)."""
 
-    def __init__(self, store: KeyedStateStore, operator_store: OperatorStateStore, batch_id: int, timestamp: int):
+    def __init__(self, store: KeyedStateStore, operator_store: OperatorStateStore, batch_id: int, timestamp: int,
+                 timer_service: TimerService | None = None, output=None):
         self._store, self._operator_store = store, operator_store
         self.batch_id, self._timestamp = batch_id, timestamp
+        self._timer_service, self._output = timer_service, output
         self.current_key: Any = None
 
     def timestamp(self) -> int:
@@ -125,6 +130,22 @@ class Context:
     def current_processing_time(self) -> int:
         """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
         return self._timestamp
+
+    def current_watermark(self) -> int:
+        """The event-time watermark: the previous microbatch's while records are processed (README "Time")."""
+        return self.timer_service().current_watermark()
+
+    def timer_service(self) -> TimerService:
+        """Register and delete timers of the current key; read processing time and the watermark."""
+        if self._timer_service is None:
+            raise RuntimeError("the timer service exists only in a run's process() and on_timer()")
+        return self._timer_service
+
+    def output(self, tag: OutputTag, row: dict) -> None:
+        """Emit ``row`` to the side output ``tag`` (declared in the job's ``side_outputs``)."""
+        if self._output is None:
+            raise RuntimeError("side outputs exist only in a run")
+        self._output(tag, row)
 
     def get_current_key(self) -> Any:
         """The key being processed, of the job's key type."""
@@ -139,19 +160,59 @@ class Context:
         return self._operator_store.get_broadcast_state(descriptor)
 
 
-class BroadcastContext:
-    """Given to ``process_broadcast_element``: broadcast state is writable here."""
+class OnTimerContext(Context):
+    """Given to ``on_timer``: as ``Context``, and the timer's timestamp and time domain; keyed state is the
+    timer's key's."""
 
-    def __init__(self, operator_store: OperatorStateStore, batch_id: int, timestamp: int):
+    time_domain_: TimeDomain = TimeDomain.EVENT_TIME
+    timer_timestamp: int = 0
+
+    def timestamp(self) -> int:
+        """The timestamp of the timer firing."""
+        return self.timer_timestamp
+
+    def time_domain(self) -> TimeDomain:
+        """``TimeDomain.EVENT_TIME`` or ``TimeDomain.PROCESSING_TIME``: the clock of the timer firing."""
+        return self.time_domain_
+
+
+class BroadcastContext:
+    """Given to ``process_broadcast_element``: broadcast state is writable here, side outputs are open, and
+    ``apply_to_keyed_state`` reaches every key of a keyed state on this subtask."""
+
+    def __init__(self, operator_store: OperatorStateStore, batch_id: int, timestamp: int, output=None,
+                 apply=None, watermark: int | None = None):
         self._operator_store, self.batch_id, self._timestamp = operator_store, batch_id, timestamp
+        self._output, self._apply, self._watermark = output, apply, watermark
 
     def timestamp(self) -> int:
         """Processing time of this microbatch, in epoch milliseconds."""
         return self._timestamp
 
+    def current_processing_time(self) -> int:
+        return self._timestamp
+
+    def current_watermark(self) -> int:
+        """The event-time watermark (the previous microbatch's)."""
+        return self._watermark if self._watermark is not None else -(1 << 63)
+
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
         """The broadcast state, writable."""
         return self._operator_store.get_broadcast_state(descriptor)
+
+    def output(self, tag: OutputTag, row: dict) -> None:
+        """Emit ``row`` to the side output ``tag``."""
+        if self._output is None:
+            raise RuntimeError("side outputs exist only in a run")
+        self._output(tag, row)
+
+    def apply_to_keyed_state(self, descriptor: StateDescriptor, function) -> None:
+        """Call ``function(key, state)`` for every key of this subtask that has an entry of the keyed state
+        ``descriptor`` (Flink's ``applyToKeyedState``); ``state`` is that key's handle, writable. It reads every
+        entry of that state in the subtask's key groups (README "Time")."""
+        if self._apply is None:
+            raise RuntimeError("apply_to_keyed_state exists only in a run's process_broadcast_element()")
+        self._apply(descriptor, function)
 
 
 class FunctionInitializationContext:
@@ -223,6 +284,10 @@ class KeyedProcessFunction(abc.ABC):
     def process(self, key: Any, records: list[dict], ctx: Context) -> Iterable[dict] | None:
         """Handle one key's records of a microbatch; return (or yield) output rows, or None."""
 
+    def on_timer(self, timestamp: int, ctx: OnTimerContext) -> Iterable[dict] | None:
+        """A timer of the current key fired (``ctx.time_domain()`` says which clock): return (or yield) output
+        rows, or None. Keyed state is the timer's key's; timers may be registered or deleted here."""
+
     def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
         """Write raw state, or adjust operator state; runs on every subtask after every microbatch,
         with or without records. Returns nothing."""
@@ -232,9 +297,38 @@ class KeyedProcessFunction(abc.ABC):
 
 
 class KeyedBroadcastProcessFunction(KeyedProcessFunction):
-    """A keyed function connected to a broadcast stream (e.g. rules)."""
+    """A keyed function connected to a broadcast stream (e.g. rules).
+
+    ``applies_to_keyed_state``: whether ``process_broadcast_element`` calls ``ctx.apply_to_keyed_state`` (a run
+    with broadcast records then loads every keyed entry of its subtasks); None, the default, tells it from that
+    method's own code. Set it to True when the call is made through another function."""
+
+    applies_to_keyed_state: bool | None = None
 
     @abc.abstractmethod
     def process_broadcast_element(self, value: dict, ctx: BroadcastContext) -> Iterable[dict] | None:
         """Handle one broadcast record on every subtask, before the keyed records of the same
         microbatch; broadcast state is writable here. Return (or yield) output rows, or None."""
+
+
+def uses_timers(function: KeyedProcessFunction) -> bool:
+    """Whether ``function`` has an ``on_timer`` of its own (a run then looks for due timers)."""
+    return type(function).on_timer is not KeyedProcessFunction.on_timer
+
+
+def _names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def applies_to_keyed_state(function: KeyedProcessFunction) -> bool:
+    """Whether a run with broadcast records must load every keyed entry for ``apply_to_keyed_state``."""
+    if not isinstance(function, KeyedBroadcastProcessFunction):
+        return False
+    flag = type(function).applies_to_keyed_state
+    if flag is not None:
+        return bool(flag)
+    return "apply_to_keyed_state" in _names(type(function).process_broadcast_element.__code__)

@@ -9,8 +9,10 @@ from .descriptors import check_state_name
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
+from .side_outputs import OutputTag, side_output_sink
 from .sources import DeltaSource, FileSource
 from .types import RowTypeInfo, TypeInfo
+from .watermarks import WatermarkStrategy
 
 BACKENDS = ("delta", "hashmap", "memory")
 KEY_TYPES = {"STRING": "string", "LONG": "bigint", "INT": "int"}
@@ -54,10 +56,16 @@ class JobSpec:
     checkpoint_interval: int = 1
     num_retained: int = 3
     order_by: list[str] = field(default_factory=list)
+    watermark_strategy: WatermarkStrategy | None = None
+    side_outputs: list[OutputTag] = field(default_factory=list)
 
     @property
     def effective_max_parallelism(self) -> int:
         return self.max_parallelism or compute_default_max_parallelism(self.parallelism)
+
+    def side_output_sink(self, tag: OutputTag | str) -> str:
+        """Where side output ``tag``'s table is (a warehouse path, next to the sink)."""
+        return side_output_sink(self.sink, tag if isinstance(tag, str) else tag.name)
 
     def with_overrides(self, **changes: Any) -> "JobSpec":
         """A copy with ``changes`` applied (validated when run)."""
@@ -109,7 +117,40 @@ class JobSpec:
             missing = [c for c in self.order_by if c not in declared]
             if missing:
                 raise ConfigError(f"order_by columns {missing} are not in the source schema")
+        self._validate_time()
         return self
+
+    def _validate_time(self) -> None:
+        """The watermark strategy's timestamp column and the side outputs (README "Time")."""
+        strategy = self.watermark_strategy
+        if strategy is not None:
+            if not isinstance(strategy, WatermarkStrategy):
+                raise ConfigError("watermark_strategy must be a state_store.WatermarkStrategy, e.g. WatermarkStrategy"
+                                  ".for_bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_column('ts')")
+            column = strategy.timestamp_column
+            if column is None:
+                raise ConfigError("watermark_strategy has no timestamp column: add .with_timestamp_column('<column "
+                                  "of epoch milliseconds>')")
+            if isinstance(self.source, FileSource):
+                declared = self.source.schema.fields
+                if column not in declared:
+                    raise ConfigError(f"watermark_strategy's timestamp column {column!r} is not in the source "
+                                      f"schema {list(declared)}; fix with_timestamp_column")
+                if declared[column].name not in ("LONG", "INT"):
+                    raise ConfigError(f"watermark_strategy's timestamp column {column!r} is {declared[column].name}; "
+                                      f"it must hold epoch milliseconds as LONG (or INT)")
+        if not isinstance(self.side_outputs, (list, tuple)) or not all(
+                isinstance(t, OutputTag) for t in self.side_outputs):
+            raise ConfigError("side_outputs must be a list of state_store.OutputTag")
+        names = [t.name for t in self.side_outputs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"side output {twice[0]!r} is declared twice; give each OutputTag its own name")
+        for tag in self.side_outputs:
+            try:
+                tag.type_info.spark_schema_ddl()
+            except TypeError as e:
+                raise ConfigError(f"side output {tag.name!r}: {e}") from None
 
     def describe(self) -> dict:
         """What the catalog records of this definition."""
@@ -128,4 +169,6 @@ class JobSpec:
             "backend": self.backend,
             "checkpoint_interval": self.checkpoint_interval,
             "num_retained": self.num_retained,
+            "watermark_strategy": self.watermark_strategy.describe() if self.watermark_strategy else None,
+            "side_outputs": {t.name: self.side_output_sink(t) for t in self.side_outputs},
         }

@@ -82,6 +82,18 @@ class KeyedStateStore:
     def _current_expiry(self, slot: tuple) -> int | None:
         return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
 
+    def keys_of(self, state_name: str) -> list[tuple[str, int]]:
+        """``(key, key group)`` of every key with a live entry of ``state_name`` (stored or written), in key group
+        then key order."""
+        keys = {e[1] for e, text in self._stored.items() if e[0] == state_name and self._dirty.get(e, text)}
+        keys |= {e[1] for e, text in self._dirty.items() if e[0] == state_name and text is not None}
+        for entry in set(self._stored_maps) | set(self._map_dirty):
+            if entry[0] == state_name and any(
+                    self._map_text(entry, k) is not None
+                    for k in set(self._stored_maps.get(entry, ())) | set(self._map_dirty.get(entry, ()))):
+                keys.add(entry[1])
+        return sorted(((k, self._key_groups[k]) for k in keys), key=lambda kk: (kk[1], kk[0]))
+
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
         self._key_groups[key] = key_group

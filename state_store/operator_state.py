@@ -20,6 +20,7 @@ BROADCAST = "broadcast"
 RAW = "raw"
 MODES = (SPLIT_DISTRIBUTE, UNION, BROADCAST, RAW)
 # The run's own operator state: where each source has read to (not a user's state; no uid owns it).
+SOURCE_STATE_PREFIX = "__source__."  # the run's own operator state: the sources' offsets and watermark
 SOURCE_OFFSETS_STATE = "__source__.offsets"
 RAW_OPERATOR = "__raw__"
 _RAW_DESCRIPTOR = ValueStateDescriptor("raw", Types.BYTES())  # only its type is used

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from .sources import position
 from .storage import location
 from .ttl.config import TtlSpec
+from .watermarks import MIN_WATERMARK, EventClock
 
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
 SAVEPOINT_FORMAT = 1
@@ -230,6 +231,9 @@ class MicrobatchStats:
     broadcast_in: int = 0  # every subtask sees every broadcast record: the total is the largest
     keys: int = 0
     records_out: int = 0
+    side_out: int = 0  # rows to side outputs
+    timers_in: int = 0  # stored timers the run gave the subtasks (counted on a run's first microbatch)
+    timers_fired: int = 0
     state_upserts: int = 0
     state_deletes: int = 0
     entries_delta: dict[str, int] = field(default_factory=dict)  # live entries gained per state
@@ -251,6 +255,9 @@ class MicrobatchStats:
         self.broadcast_in = max(self.broadcast_in, other.broadcast_in)
         self.keys += other.keys
         self.records_out += other.records_out
+        self.side_out += other.side_out
+        self.timers_in += other.timers_in
+        self.timers_fired += other.timers_fired
         self.state_upserts += other.state_upserts
         self.state_deletes += other.state_deletes
         self.worker_peak_rss_kb = max(self.worker_peak_rss_kb, other.worker_peak_rss_kb)
@@ -371,6 +378,28 @@ class MicrobatchPlan(_Record):
     timestamp: int
     planned_by: str
     records: int | None = None  # the planner's count of input records, when the source tells it
+    event_time: dict | None = None  # the EventClock after it (``watermarks``), for a job with a watermark strategy
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if self.event_time is None:  # as written before event time
+            del data["event_time"]
+        return data
+
+    @property
+    def timer_only(self) -> bool:
+        """A microbatch planned without new input, for timers due (no source offset moves)."""
+        return all(rng["start"] == rng["end"] for rng in self.sources.values())
+
+    @property
+    def clock(self) -> EventClock:
+        """Where event time stands after this microbatch (no watermark for a job without a strategy)."""
+        return EventClock.from_dict(self.event_time)
+
+    @property
+    def watermark(self) -> int:
+        """W(m): the watermark after this microbatch."""
+        return self.event_time["watermark"] if self.event_time else MIN_WATERMARK
 
     @property
     def end_offsets(self) -> dict[str, Any]:

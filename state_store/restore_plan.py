@@ -15,7 +15,7 @@ from .descriptors import check_state_name
 from .errors import ConfigError, RestoreError
 from .job import BACKENDS
 from .key_groups import check_parallelism
-from .operator_state import SOURCE_OFFSETS_STATE
+from .operator_state import SOURCE_STATE_PREFIX
 from .records import LAYOUT_VERSION, StateInfo
 from .types import StateMigrationError, check_compatibility
 
@@ -190,7 +190,7 @@ def parse_uid_map(items: list[str] | dict | None) -> dict[str, str]:
 
 def _stored_uids(point) -> list[str]:
     return sorted({n.partition(".")[0] for n in set(point.descriptors) | set(point.entries)} - {
-        SOURCE_OFFSETS_STATE.partition(".")[0]})
+        SOURCE_STATE_PREFIX.rstrip(".")})
 
 
 def _kept_states(job: JobFacts, point, where: str, registered: Mapping[str, StateInfo],
@@ -205,7 +205,7 @@ def _kept_states(job: JobFacts, point, where: str, registered: Mapping[str, Stat
                           f"{unknown[0]!r}; the uids it has are {_stored_uids(point)}")
 
     def mapped(name: str) -> str | None:
-        if name == SOURCE_OFFSETS_STATE:
+        if name.startswith(SOURCE_STATE_PREFIX):  # the sources' own state (offsets, watermark) has no uid
             return name
         uid, _, rest = name.partition(".")
         new = f"{uid_map.get(uid, uid)}.{rest}"

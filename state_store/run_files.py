@@ -215,16 +215,19 @@ def _placed_by_table(folders: tuple[str, ...], partition_columns: tuple[str, ...
 
 
 class SubtaskFiles:
-    """The three tables' files of one subtask's run."""
+    """The tables' files of one subtask's run: the sink, the state tables, and each side output
+    (``side_types``: table name -> the Arrow struct type of its rows)."""
 
-    def __init__(self, outputs: RunOutputs, subtask: int, out_type):
+    def __init__(self, outputs: RunOutputs, subtask: int, out_type, side_types: dict | None = None):
         tables, token = outputs.tables, outputs.token
         self.sink = SinkFiles(tables[SINK], token, subtask, out_type)
         self.keyed = TableFiles(tables[KEYED], token, subtask,
                                 arrow_schema(tables[KEYED].ddl, tables[KEYED].partition_columns))
         self.operator = TableFiles(tables[OPERATOR], token, subtask,
                                    arrow_schema(tables[OPERATOR].ddl, tables[OPERATOR].partition_columns))
-        self._all = (self.sink, self.keyed, self.operator)
+        self.sides = {name: SinkFiles(tables[name], token, subtask, arrow_type)
+                      for name, arrow_type in (side_types or {}).items()}
+        self._all = (self.sink, self.keyed, self.operator, *self.sides.values())
 
     def maybe_flush(self) -> None:
         """Bound memory: write what is held once it reaches ``FLUSH_ROWS`` rows."""

@@ -47,7 +47,7 @@ from .job import JobSpec
 from .job_store import JobStore
 from .lease import holding
 from .records import KEYED, OPERATOR, SINK, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, WrittenFile
-from .run import commit
+from .run import commit, timing
 from .run.checkpointing import Checkpointer
 from .run.context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,
@@ -104,10 +104,12 @@ def _explain(error: Exception) -> str:
     return " | ".join(lines[:3])[:1200]
 
 
-def _stats_and_files(plans: list[MicrobatchPlan], rows) -> tuple[list[MicrobatchStats], dict[str, list[WrittenFile]]]:
-    """Per microbatch, the subtasks' counters summed exactly; per table, the files the subtasks wrote."""
+def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],
+                                                                          dict[str, list[WrittenFile]]]:
+    """Per microbatch, the subtasks' counters summed exactly; per table (of ``tables``), the files the subtasks
+    wrote."""
     by_batch = {p.batch_id: MicrobatchStats(p.batch_id) for p in plans}
-    files: dict[str, list[WrittenFile]] = {SINK: [], KEYED: [], OPERATOR: []}
+    files: dict[str, list[WrittenFile]] = {name: [] for name in tables}
     for r in rows:
         if r["kind"] == KIND_STAT:
             by_batch[r["batch_id"]].add(MicrobatchStats.from_json(r["payload"]))
@@ -183,7 +185,10 @@ class _Run:
         phase = _Phases(result)
         outputs = RunOutputs(new_token(), {})
         outputs.tables[SINK] = commit.sink_output(ctx, outputs.token)  # refused before planning when unfit
-        plans, new = plan_run(ctx, checkpoint, max_microbatches, max_records)
+        outputs.tables.update(commit.side_outputs(ctx, outputs.token))
+        self.clock = timing.restored_clock(ctx, self.operator, checkpoint)
+        plans, new = plan_run(ctx, checkpoint, max_microbatches, max_records, self.clock,
+                              timing.timers_due_check(ctx, self.keyed, checkpoint))
         if not plans:
             return result
         batch_ids = [p.batch_id for p in plans]
@@ -215,7 +220,9 @@ class _Run:
         every user or input error surfaces here, before anything is committed (the new plans are dropped)."""
         ctx = self.ctx
         try:
-            rows = Frame(ctx, plans).process(self.checkpoint, self.keyed, self.operator, outputs).collect()
+            due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
+            rows = Frame(ctx, plans, self.clock, due).process(self.checkpoint, self.keyed, self.operator,
+                                                              outputs).collect()
         except Exception as e:
             _wait_for_running_tasks(ctx.spark)
             for plan in new:
@@ -226,7 +233,7 @@ class _Run:
                 f"{which} of job {ctx.spec.job_id!r} failed before anything was written: {_explain(e)} "
                 f"(input: {json.dumps([p.sources for p in plans])[:600]})"
             ) from e
-        return _stats_and_files(plans, rows)
+        return _stats_and_files(plans, rows, outputs.tables)
 
     def _commit(self, plans, stats, files, outputs, written, phase) -> None:
         """Write, clean up expired state, commit each microbatch, then checkpoint."""
@@ -237,7 +244,7 @@ class _Run:
             registered.update(s.descriptors)
         sweeps = commit.cleanup(ctx, self.keyed, registered, self.checkpoint, plans, stats)
         phase("write")
-        commit.mark_committed(ctx, stats)
+        commit.mark_committed(ctx, plans, stats)
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
         result.batches = stats

@@ -169,6 +169,24 @@ class FileSource:
     def record_ddl(self, spark) -> str:
         return self.schema.spark_ddl()
 
+    def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
+        """The largest ``column`` value of the records in ``[start, end)`` (None: no records, or all null): from
+        the Parquet footers' statistics where every row group has them, else a read of that column only."""
+        files = [Path(self.path, f) for f in self.new_files(start, end)]
+        if not files:
+            return None
+        if self.format == "parquet":
+            found = _parquet_max(files, column)
+            if found is not _UNKNOWN:
+                return found
+            df = spark.read.parquet(*[str(f) for f in files]).select(f"`{column}`")
+        else:
+            df = spark.read.schema(f"`{column}` bigint").json([str(f) for f in files])
+        from pyspark.sql import functions as F
+
+        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
+        return None if value is None else int(value)
+
     def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
         """The records of every microbatch of a run, in one read: the declared columns plus
         ``POSITION_COLUMNS``. ``ranges`` is ``[(batch_id, start, end)]``. None when there are none."""
@@ -218,6 +236,32 @@ class FileSource:
                         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(st.st_mtime_ns / 1e9))} UTC); a planned "
                         f"microbatch must read the same input, or its sink rows and state would disagree. Put the "
                         f"original file back, and write new data to a new file name")
+
+
+_UNKNOWN = object()
+
+
+def _parquet_max(files: list[Path], column: str):
+    """The largest value of ``column`` over ``files`` from their row groups' statistics (None: no non-null
+    value), or ``_UNKNOWN`` when a row group with values has none."""
+    import pyarrow.parquet as pq
+
+    best = None
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        index = meta.schema.to_arrow_schema().get_field_index(column)
+        if index < 0:
+            return _UNKNOWN
+        for g in range(meta.num_row_groups):
+            chunk = meta.row_group(g).column(index)
+            stats = chunk.statistics
+            if meta.row_group(g).num_rows == 0 or (stats is not None and stats.null_count == chunk.num_values
+                                                   and stats.has_null_count):
+                continue
+            if stats is None or not stats.has_min_max:
+                return _UNKNOWN
+            best = stats.max if best is None else max(best, stats.max)
+    return None if best is None else int(best)
 
 
 def _arrow_ddl(arrow_type) -> str:
@@ -288,6 +332,21 @@ class DeltaSource:
 
     def count_records(self, start: dict, end: dict) -> int | None:
         return None
+
+    def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
+        """The largest ``column`` value inserted by the versions ``(start, end]``: a read of that column only."""
+        if end["version"] <= start["version"]:
+            return None
+        from pyspark.sql import functions as F
+
+        df = (spark.read.format("delta").option("readChangeFeed", "true")
+              .option("startingVersion", start["version"] + 1).option("endingVersion", end["version"])
+              .load(self.path).filter("_change_type = 'insert'"))
+        if column not in df.columns:
+            raise InputError(f"source table {self.path} has no column {column!r} (the watermark strategy's "
+                             f"timestamp column); fix with_timestamp_column")
+        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
+        return None if value is None else int(value)
 
     def record_ddl(self, spark) -> str:
         return spark.read.format("delta").load(self.path).schema.simpleString()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .checkpoint import registered_states
@@ -37,6 +37,7 @@ from .functions import (
     FunctionSnapshotContext,
     KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
+    OnTimerContext,
     RuntimeContext,
 )
 from .key_groups import compute_key_group_range_for_operator_index
@@ -44,7 +45,11 @@ from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
 from .records import KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
+from .side_outputs import SIDE_PREFIX, OutputTag
+from .timers import SubtaskTimers, TimeDomain, TimerService
+from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from .types import RowTypeInfo, TypeInfo, Types
+from .watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
 _BYTES = Types.BYTES()
@@ -72,8 +77,11 @@ class RunPlan:
     parallelism: int
     max_parallelism: int
     restored: bool
-    microbatches: list[tuple[int, int]]  # (batch_id, processing timestamp), in order
+    microbatches: list[tuple]  # (batch_id, processing timestamp[, watermark after it: default none]), in order
     outputs: RunOutputs  # where the subtasks write the sink rows and state changes
+    start_watermark: int = MIN_WATERMARK  # the watermark before the run's first microbatch
+    side_outputs: dict[str, RowTypeInfo] = field(default_factory=dict)  # tag name -> row type
+    all_keyed_state: bool = False  # every keyed entry of the subtasks loaded (for apply_to_keyed_state)
 
 
 class ResultRows:
@@ -130,9 +138,14 @@ class SubtaskRunner:
 
     def __init__(self, plan: RunPlan, subtask: int, results: ResultRows):
         self.plan, self.subtask, self.results = plan, subtask, results
-        self.files = SubtaskFiles(plan.outputs, subtask, plan.output_type.arrow_type())
+        self.files = SubtaskFiles(plan.outputs, subtask, plan.output_type.arrow_type(),
+                                  {SIDE_PREFIX + n: t.arrow_type() for n, t in plan.side_outputs.items()})
         self.kg_range = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
         self.store = KeyedStateStore()
+        self.timers = SubtaskTimers(plan.uid)
+        self._timer_names = set(self.timers.names.values())
+        self.timer_service = TimerService(self.timers, self.store)
+        self.watermark = plan.start_watermark  # W(m-1) while microbatch m's records are processed
         self.raw_keyed: dict[int, bytes] = {}
         self._own: dict[str, tuple[str, str]] = {}
         self._union: dict[str, list[str]] = {}
@@ -151,6 +164,14 @@ class SubtaskRunner:
         if origin == self.subtask:
             self._own[state_name] = (mode, value)
 
+    def load_keyed(self, state_name: str, key: str, namespace: str, user_key: str | None, key_group: int,
+                   value: str, expiry: int | None) -> None:
+        """A stored keyed entry: a timer (its timestamp is the ``expiry`` column) or state."""
+        if state_name in self._timer_names:
+            self.timers.load(state_name, key, key_group, namespace, expiry)
+        else:
+            self.store.load(state_name, key, namespace, user_key, key_group, value, expiry)
+
     def load_raw_keyed(self, key_group: int, value: str) -> None:
         self.raw_keyed[key_group] = _BYTES.loads(value)
 
@@ -163,9 +184,11 @@ class SubtaskRunner:
             self.function = copy.deepcopy(plan.function)
             self.operator_store = OperatorStateStore(plan.uid, self._own, self._union)
         self._index += 1
-        batch_id, timestamp = plan.microbatches[self._index]
-        self.batch_id = batch_id
-        self.stats = MicrobatchStats(batch_id)
+        batch_id, timestamp, watermark = (*plan.microbatches[self._index], MIN_WATERMARK)[:3]
+        if self._index:
+            self.watermark = (*plan.microbatches[self._index - 1], MIN_WATERMARK)[2]
+        self.batch_id, self.next_watermark = batch_id, watermark
+        self.stats = MicrobatchStats(batch_id, timers_in=self.timers.loaded if self._index == 0 else 0)
         self._call("initialize_state", self.function.initialize_state, FunctionInitializationContext(
             self.operator_store, dict(self.raw_keyed), self.kg_range, plan.restored, self.subtask))
         if not self._open:
@@ -174,15 +197,47 @@ class SubtaskRunner:
             self._call("open", self.function.open, self.runtime_ctx)
             self._open = True
         self.store.set_time(timestamp)
-        self.ctx = Context(self.store, self.operator_store, batch_id, timestamp)
-        self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp)
+        self.timer_service.processing_time, self.timer_service.watermark = timestamp, self.watermark
+        self.ctx = Context(self.store, self.operator_store, batch_id, timestamp, self.timer_service, self._output)
+        self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp, self._output, self._apply,
+                                      self.watermark)
+
+    def _fire_timers(self) -> None:
+        """After microbatch m's records: the timers due at W(m) and at its processing time, in timestamp order
+        (ties: key group, then key), until none is due; a timer registered in ``on_timer`` at or below the
+        clock fires in the same advance (Flink's ``advanceWatermark`` loop). Event time first, then processing
+        time, again while either fires."""
+        service, timers = self.timer_service, self.timers
+        service.watermark = self.next_watermark
+        clocks = ((TimeDomain.EVENT_TIME, self.next_watermark), (TimeDomain.PROCESSING_TIME, service.processing_time))
+        fired = True
+        while fired:
+            fired = False
+            for domain, now in clocks:
+                while (timer := timers.pop_due(domain, now)) is not None:
+                    self._on_timer(domain, timer)
+                    fired = True
+
+    def _on_timer(self, domain: TimeDomain, timer: tuple) -> None:
+        timestamp, key_group, key, _ = timer
+        ctx = OnTimerContext(self.store, self.operator_store, self.batch_id, self.timer_service.processing_time,
+                             self.timer_service, self._output)
+        ctx.time_domain_, ctx.timer_timestamp = domain, timestamp
+        self.store.set_current_key(key, key_group)
+        ctx.current_key = decode_key(self.plan.key_type, key)
+        self.operator_store.read_only_broadcast = True
+        self.stats.timers_fired += 1
+        self._emit(self._call("on_timer", self.function.on_timer, timestamp, ctx, key=key))
+        self.store.current_key = None
+        self.operator_store.read_only_broadcast = False
 
     def _end(self) -> None:
         self._process_group()
+        self._fire_timers()
         batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
-        for change in self.store.flush():
+        for change in self.store.flush() + self.timers.flush():
             self.files.keyed.add_row(change.row(batch_id))
             stats.count_write(change.state_name, change.value, change.delta)
         self._write_raw_keyed(snapshot_ctx.raw_keyed)
@@ -281,6 +336,37 @@ class SubtaskRunner:
             raise UserFunctionError(f"{hook}() raised {type(e).__name__}: {e} (at {where}microbatch {microbatch}, "
                                     f"subtask {self.subtask})") from e
 
+    def _output(self, tag: OutputTag, row: dict) -> None:
+        """``ctx.output(tag, row)``: a row of side output ``tag``, checked against its declared type."""
+        declared = self.plan.side_outputs.get(getattr(tag, "name", None))
+        if not isinstance(tag, OutputTag) or declared is None:
+            raise UserFunctionError(f"ctx.output({tag!r}, ...): the job declares no such side output; add it to "
+                                    f"JobSpec(side_outputs=[...]) (declared: {sorted(self.plan.side_outputs)})")
+        try:
+            if row is None:
+                raise TypeError("a row is None")
+            value = declared.to_arrow(row)
+        except (TypeError, ValueError) as e:
+            raise UserFunctionError(f"a row of side output {tag.name!r} does not match its type: {e} (row {row!r}, "
+                                    f"microbatch {self.batch_id})") from None
+        self.files.sides[tag.table].add((), self.batch_id, value)
+        self.stats.side_out += 1
+
+    def _apply(self, descriptor, function) -> None:
+        """``ctx.apply_to_keyed_state(descriptor, function)``: ``function(key, state)`` for every key of the
+        subtask with an entry of that state (the run loaded them all: ``Frame``), in key group then key order."""
+        if not self.plan.all_keyed_state:
+            raise UserFunctionError(
+                "apply_to_keyed_state needs every key's state, which this run did not load: Lakestate loads it "
+                "when process_broadcast_element's own code calls apply_to_keyed_state; when it calls it through "
+                "another function, set applies_to_keyed_state = True on the function's class")
+        name = qualified_name(self.plan.uid, descriptor.name)
+        handle = create_state_and_wrap_with_ttl_if_enabled(self.store, name, descriptor)
+        for key, key_group in self.store.keys_of(name):
+            self.store.set_current_key(key, key_group)
+            self._call("apply_to_keyed_state", function, decode_key(self.plan.key_type, key), handle, key=key)
+        self.store.current_key = None
+
     def _emit(self, rows) -> None:
         if not rows:
             return
@@ -344,7 +430,7 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
                 else:
                     runner.keyed(batch_ids[i], keys[i], key_groups[i], records[i])
             elif phase == PHASE_KEYED:
-                runner.store.load(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i],
+                runner.load_keyed(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i],
                                   expiries[i])
             elif phase == PHASE_RAW_KEYED:
                 runner.load_raw_keyed(key_groups[i], values[i])

@@ -14,9 +14,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 FLOORS = {
     "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "records", "keyed_state",
              "operator_state", "functions", "repartition", "exchange", "run_files", "task", "job", "settings",
-             "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.handles", "ttl"},
+             "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.handles", "ttl",
+             "watermarks", "timers", "side_outputs"},
     "adapters": {"spark", "delta_log", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
-    "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "runtime",
+    "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "runtime",
                    "savepoint", "restore", "compaction", "state_processor", "housekeeping"},
     "entry": {"__init__", "catalog", "pipelines", "cli"},
 }

@@ -7,6 +7,7 @@ from ..delta_log import table_snapshot
 from ..key_groups import key_group_ranges
 from ..records import KEYED, OPERATOR, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
 from ..operator_state import SOURCE_OFFSETS_STATE
+from ..watermarks import WATERMARK_STATE
 from ..ttl.tables import count_entries, drop_expired, ttl_states
 from .context import RunContext, wall_clock_ms
 
@@ -82,6 +83,8 @@ class Checkpointer:
                 entries[name] = entries.get(name, 0) - count
             cursor = sweep.cursor
             entries[SOURCE_OFFSETS_STATE] = 1
+            if plan.event_time is not None:
+                entries[WATERMARK_STATE] = ctx.p  # an entry per subtask (``run.timing.watermark_rows``)
             cid = due.get(plan.batch_id)
             if cid is None:
                 continue

@@ -30,6 +30,7 @@ from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms
+from .timing import watermark_rows
 
 
 def _shape(field_type):
@@ -43,29 +44,42 @@ def _shape(field_type):
 
 
 def sink_output(ctx: RunContext, token: str) -> OutputTable:
-    """Where the subtasks write the sink rows: the sink table itself when Lakestate can add files to it
-    directly, else a staging directory whose rows a Spark append then writes (see ``write``). Refuses,
-    before anything is read, a sink whose columns are not the job's output_type."""
-    path = ctx.sink_path
-    ddl = ctx.spec.output_type.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint"
+    """Where the subtasks write the sink rows (``sink_like_output``)."""
+    return sink_like_output(ctx, token, SINK, ctx.sink_path, ctx.spec.output_type.spark_schema_ddl(),
+                            ctx.sink_app_id, "the job's output_type")
+
+
+def side_outputs(ctx: RunContext, token: str) -> dict[str, OutputTable]:
+    """Where the subtasks write each side output's rows (``sink_like_output``), by table name."""
+    return {tag.table: sink_like_output(ctx, token, tag.table, ctx.side_output_path(tag),
+                                        tag.type_info.spark_schema_ddl(), ctx.side_app_id(tag),
+                                        f"side output {tag.name!r}'s type")
+            for tag in ctx.spec.side_outputs}
+
+
+def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str, app_id: str,
+                     declared: str) -> OutputTable:
+    """Where the subtasks write the rows of the sink (or a side output): the table itself when Lakestate can
+    add files to it directly, else a staging directory whose rows a Spark append then writes (see ``write``).
+    Refuses, before anything is read, a table whose columns are not the ``declared`` ones."""
+    ddl = columns + f", {SINK_MICROBATCH} bigint"
     meta = table_metadata(path)
     if meta is None:  # created by the run's commit
-        return OutputTable(SINK, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
+        return OutputTable(name, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
     actual = _shape(json.loads(meta["schemaString"]))
     expected = _shape(ctx.spark.createDataFrame([], ddl).schema.jsonValue())
     if actual != expected or meta.get("partitionColumns"):
         names = [f["name"] for f in actual["fields"]]
         raise InputError(
-            f"the sink {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
-            f"that do not match the job's output_type ({ddl}); point the job's sink at a new table, or "
-            f"change output_type back")
-    committed = app_transaction_version(path, ctx.sink_app_id)
+            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+            f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
+    committed = app_transaction_version(path, app_id)
     text, conf = meta["schemaString"], meta["configuration"]
     plain = (not any(k.startswith("delta.constraints.") for k in conf)
              and conf.get("delta.columnMapping.mode", "none") == "none"
              and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
-    directory = path if plain else ctx.store.staging(token) / SINK
-    return OutputTable(SINK, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
+    directory = path if plain else ctx.store.staging(token) / name.replace(":", "-")
+    return OutputTable(name, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
 
 
 def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:
@@ -88,19 +102,21 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
     mostly driver-side latency."""
     batch_ids, last = [p.batch_id for p in plans], plans[-1].batch_id
     ctx.lease.heartbeat()  # a run that lost its lease must not write
-    files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token, source_offset_rows(ctx, plans))
+    files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token,
+                                  source_offset_rows(ctx, plans) + watermark_rows(ctx, plans))
+    sinks = {SINK: (ctx.sink_path, ctx.sink_app_id)}
+    sinks.update({tag.table: (ctx.side_output_path(tag), ctx.side_app_id(tag)) for tag in ctx.spec.side_outputs})
 
-    def sink() -> None:
+    def sink(name: str) -> None:
         ctx.fault("before_sink_write", batch_ids)
-        table, app_id = outputs.tables[SINK], ctx.sink_app_id
-        if table.directory == str(ctx.sink_path):
-            commit_files(ctx.spark, ctx.sink_path, app_id, last, files[SINK], table.ddl, (), table.committed,
-                         SINK_MICROBATCH)
-        else:  # a sink with constraints or generated columns: Delta's own writer checks them
-            staged = (ctx.spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in files[SINK]])
-                      if files[SINK] else ctx.spark.createDataFrame([], table.ddl))
-            append_idempotent(staged, ctx.sink_path, app_id, last, batch_column=SINK_MICROBATCH)
-        written[SINK] = {f.path for f in files[SINK]}
+        table, (path, app_id), mine = outputs.tables[name], sinks[name], files.get(name, [])
+        if table.directory == str(path):
+            commit_files(ctx.spark, path, app_id, last, mine, table.ddl, (), table.committed, SINK_MICROBATCH)
+        else:  # a table with constraints or generated columns: Delta's own writer checks them
+            staged = (ctx.spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in mine])
+                      if mine else ctx.spark.createDataFrame([], table.ddl))
+            append_idempotent(staged, path, app_id, last, batch_column=SINK_MICROBATCH)
+        written[name] = {f.path for f in mine}
         ctx.fault("after_sink_write", batch_ids)
 
     def state(name: str) -> None:
@@ -109,8 +125,9 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
         written[name] = {f.path for f in files[name]}
         ctx.fault("after_state_write", batch_ids)
 
-    with ThreadPoolExecutor(3, thread_name_prefix="lakestate-write") as pool:
-        futures = [pool.submit(sink), pool.submit(state, KEYED), pool.submit(state, OPERATOR)]
+    with ThreadPoolExecutor(2 + len(sinks), thread_name_prefix="lakestate-write") as pool:
+        futures = [pool.submit(sink, name) for name in sinks]
+        futures += [pool.submit(state, KEYED), pool.submit(state, OPERATOR)]
         for future in futures:
             future.result()
 
@@ -123,7 +140,7 @@ def cleanup(ctx: RunContext, keyed_backend: StateBackend, registered: dict[str, 
                                    ctx.fault, ctx.say)
 
 
-def mark_committed(ctx: RunContext, stats: list[MicrobatchStats]) -> None:
+def mark_committed(ctx: RunContext, plans: list[MicrobatchPlan], stats: list[MicrobatchStats]) -> None:
     """Mark each microbatch done (its commit file), then say what each did."""
     batch_ids = [s.batch_id for s in stats]
     ctx.fault("before_commit", batch_ids)
@@ -131,6 +148,13 @@ def mark_committed(ctx: RunContext, stats: list[MicrobatchStats]) -> None:
     for s in stats:
         ctx.store.write_commit(s.batch_id, s.commit_record(ctx.run_id, committed))
     ctx.fault("after_commit", batch_ids)
-    for s in stats:
+    for s, plan in zip(stats, plans):
+        timing = ""
+        if plan.event_time is not None:
+            timing += f", watermark {plan.watermark}"
+        if s.timers_fired or s.timers_in:
+            timing += f", {s.timers_fired} timers fired ({s.timers_in} stored timers loaded)"
+        side = f", {s.side_out} to side outputs" if s.side_out else ""
         ctx.say(f"microbatch {s.batch_id}: {s.records_in} records in ({s.broadcast_in} broadcast), {s.keys} keys, "
-                f"{s.records_out} out, {s.state_upserts} state entries written, {s.state_deletes} deleted")
+                f"{s.records_out} out{side}, {s.state_upserts} state entries written, {s.state_deletes} deleted"
+                + timing)

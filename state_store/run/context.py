@@ -88,6 +88,14 @@ class RunContext:
         """The Delta ``txnAppId`` of the job's sink writes."""
         return f"lakestate:{self.spec.job_id}:sink"
 
+    def side_app_id(self, tag) -> str:
+        """The Delta ``txnAppId`` of side output ``tag``'s writes."""
+        return f"lakestate:{self.spec.job_id}:side:{tag.name}"
+
+    def side_output_path(self, tag):
+        """Side output ``tag``'s table, next to the sink."""
+        return self.settings.sink(self.spec.side_output_sink(tag))
+
     def sources(self) -> dict:
         """The job's sources by name: "main", and "broadcast" when it has one."""
         sources = {"main": self.spec.source}

@@ -1,13 +1,18 @@
 """Step 1 of a run: the checkpoint it continues from, and its microbatches, planned write-ahead."""
 from __future__ import annotations
 
+from typing import Callable
+
 from ..backends import point_damage
 from ..errors import RestoreError
 from ..exchange import MAX_RUN_MICROBATCHES
 from ..job_store import CorruptCheckpoint, JobStore
 from ..records import KEYED, CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
+from ..watermarks import EventClock
 from .context import RunContext
+
+TimersDue = Callable[[int, int], bool]
 
 
 def restore_point(spark, store: JobStore, say) -> CheckpointMetadata | None:
@@ -40,7 +45,10 @@ def restore_point(spark, store: JobStore, say) -> CheckpointMetadata | None:
     return None
 
 
-def _plan_one(ctx: RunContext, batch_id: int, offsets: dict) -> MicrobatchPlan | None:
+def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
+              timers_due: TimersDue | None) -> MicrobatchPlan | None:
+    """The next microbatch: the new input of each source, or, with none, a timer-only microbatch when timers
+    are due at this processing time (``timers_due``); None when there is nothing to do."""
     ranges, records, any_new = {}, 0, False
     for name, source in ctx.sources().items():
         start = offsets.get(name) or source.initial_offset()
@@ -49,15 +57,29 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict) -> MicrobatchPlan |
         ranges[name] = {"start": start, "end": end if end is not None else start}
         if name == "main" and end is not None:
             records = source.count_records(start, end)
+    now = int(ctx.clock())
+    strategy = ctx.spec.watermark_strategy
+    event_time = None
+    if strategy is not None:
+        main = ranges["main"]
+        latest = ctx.spec.source.max_event_time(ctx.spark, main["start"], main["end"], strategy.timestamp_column) \
+            if main["end"] != main["start"] else None
+        event_time = strategy.advance(clock, latest, now)
     if not any_new:
-        return None
-    return MicrobatchPlan(batch_id, ranges, int(ctx.clock()), ctx.run_id, records)
+        if timers_due is None or not timers_due(now, (event_time or clock).watermark):
+            return None
+        ctx.say(f"no new input, timers due at processing time {now}: a timer-only microbatch {batch_id}")
+    return MicrobatchPlan(batch_id, ranges, now, ctx.run_id, records if any_new else 0,
+                          event_time.to_dict() if event_time is not None else None)
 
 
 def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,
-             max_records: int | None) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
+             max_records: int | None, clock: EventClock = EventClock(), timers_due: TimersDue | None = None
+             ) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
     """The run's microbatches (recorded plans first, then new ones) and which of them are new; the new ones
-    are written before this returns (write-ahead: every range is fixed before anything is read)."""
+    are written before this returns (write-ahead: every range is fixed before anything is read). ``clock`` is
+    where event time stood at ``checkpoint``; ``timers_due(now, watermark)`` tells whether a run without new
+    input has timers to fire (a timer-only microbatch, at most one per run)."""
     batch_id = checkpoint.batch_id + 1 if checkpoint else 0
     offsets = dict(checkpoint.source_offsets) if checkpoint else {}
     warn_changed(ctx.sources(), offsets, lambda line: ctx.say(f"warning: {line}"))  # once per run
@@ -68,7 +90,7 @@ def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microba
     while len(plans) < limit:
         plan = ctx.store.read_plan(batch_id)
         if plan is None:
-            plan = _plan_one(ctx, batch_id, offsets)
+            plan = _plan_one(ctx, batch_id, offsets, clock, None if plans else timers_due)
             if plan is None:
                 ctx.say(f"source drained: no new input after microbatch {batch_id - 1}" if batch_id
                         else "source drained: no input yet")
@@ -78,7 +100,7 @@ def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microba
             new.append(plan)
         plans.append(plan)
         records += plan.records or 0
-        offsets = plan.end_offsets
+        offsets, clock = plan.end_offsets, plan.clock
         batch_id += 1
     for plan in new:
         ctx.store.write_plan(plan)

@@ -1,0 +1,50 @@
+"""Side outputs: Flink's ``OutputTag``, a second (third ...) stream of rows out of a keyed function.
+
+    LATE = OutputTag("late", Types.ROW_NAMED(["key", "ts"], [Types.STRING(), Types.LONG()]))
+    JobSpec(..., side_outputs=[LATE])          # declared on the job
+    ctx.output(LATE, {"key": key, "ts": ts})   # in process, on_timer and process_broadcast_element
+
+Each tag is a Delta table of its own next to the sink (``<sink>_<tag name>``), written in the run's commit with
+the sink's ``_microbatch`` column and the same idempotence on replay. No Spark here.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+from .types import RowTypeInfo
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
+SIDE_PREFIX = "side:"  # a side output's table name among a run's outputs: "side:<tag name>"
+
+
+class OutputTag:
+    """A named side output and the type of its rows (``Types.ROW_NAMED``)."""
+
+    def __init__(self, name: str, type_info: RowTypeInfo):
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"OutputTag name {name!r} is not valid: use 1-64 letters, digits, '_' or '-', "
+                              f"starting with a letter or digit")
+        if not isinstance(type_info, RowTypeInfo):
+            raise ConfigError(f"OutputTag {name!r}: declare its rows with Types.ROW_NAMED([...], [...])")
+        self.name, self.type_info = name, type_info
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, OutputTag) and (self.name, self.type_info.to_schema()) == (
+            other.name, other.type_info.to_schema())
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.name!r})"
+
+    @property
+    def table(self) -> str:
+        """The tag's name among a run's output tables."""
+        return SIDE_PREFIX + self.name
+
+
+def side_output_sink(sink: str, tag_name: str) -> str:
+    """Where a side output's table is, next to the sink ``sink`` (a warehouse path)."""
+    return f"{sink.rstrip('/')}_{tag_name}"

@@ -1,0 +1,158 @@
+"""Timers: Flink's ``TimerService`` for keyed functions, kept as keyed state (README "Time").
+
+A timer is unique per (key, namespace, timestamp, domain), as in Flink's ``InternalTimerServiceImpl``:
+registering one twice keeps one. Timers are rows of the keyed table under two state names of the operator's uid
+(``<uid>.__timers_event__``, ``<uid>.__timers_processing__``), one row per timer in its key's key group:
+``user_key`` is the timestamp as text (so the row's id is the timer's), ``value`` the timestamp as JSON, and
+the typed ``expiry`` column the timestamp again, so Spark selects the due timers without Python. A fired or
+deleted timer is a removed entry (a tombstone compaction drops). Rescale moves them with their key groups.
+
+``SubtaskTimers`` is one subtask's timers for a run: the stored timers of the keys the run loaded, plus those
+registered; ``pop_due`` gives the due ones in Flink's order (timestamp, then key group, then key);
+``flush`` says what changed in a microbatch, as the keyed store's ``flush`` does. No Spark here.
+"""
+from __future__ import annotations
+
+import enum
+import heapq
+from typing import Any
+
+from .descriptors import qualified_name
+from .records import KeyedChange
+
+EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"
+
+
+class TimeDomain(enum.Enum):
+    """Which clock a timer follows (Flink's ``TimeDomain``)."""
+
+    EVENT_TIME = 0
+    PROCESSING_TIME = 1
+
+
+_NAMES = {TimeDomain.EVENT_TIME: EVENT_TIMERS, TimeDomain.PROCESSING_TIME: PROCESSING_TIMERS}
+
+
+def timer_state_names(uid: str) -> dict[TimeDomain, str]:
+    """The keyed state names of an operator's timers, per domain."""
+    return {domain: qualified_name(uid, name) for domain, name in _NAMES.items()}
+
+
+def is_timer_state(state_name: str) -> bool:
+    return state_name.rpartition(".")[2] in (EVENT_TIMERS, PROCESSING_TIMERS)
+
+
+def _check_timestamp(timestamp: Any) -> int:
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+        raise TypeError(f"a timer's timestamp is an int of epoch milliseconds, got {timestamp!r}")
+    return timestamp
+
+
+class SubtaskTimers:
+    """The timers of one subtask in one run (see the module docstring)."""
+
+    def __init__(self, uid: str):
+        self.names = timer_state_names(uid)
+        self._domains = {name: domain for domain, name in self.names.items()}
+        # per domain: (timestamp, key group, key, namespace) -> True while it exists
+        self._live: dict[TimeDomain, dict[tuple, bool]] = {d: {} for d in TimeDomain}
+        self._stored: dict[TimeDomain, set[tuple]] = {d: set() for d in TimeDomain}
+        self._heaps: dict[TimeDomain, list[tuple]] = {d: [] for d in TimeDomain}
+        self._changed: dict[TimeDomain, set[tuple]] = {d: set() for d in TimeDomain}
+        self.loaded = 0  # stored timers given to this subtask
+
+    def load(self, state_name: str, key: str, key_group: int, namespace: str, timestamp: int) -> None:
+        """A stored timer, read from the keyed table."""
+        domain = self._domains[state_name]
+        timer = (timestamp, key_group, key, namespace)
+        self._stored[domain].add(timer)
+        self._live[domain][timer] = True
+        heapq.heappush(self._heaps[domain], timer)
+        self.loaded += 1
+
+    def register(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
+        timer = (_check_timestamp(timestamp), key_group, key, namespace)
+        live = self._live[domain]
+        if timer in live:
+            return  # unique per (key, namespace, timestamp): registering twice keeps one
+        live[timer] = True
+        self._changed[domain].add(timer)
+        heapq.heappush(self._heaps[domain], timer)
+
+    def delete(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
+        timer = (_check_timestamp(timestamp), key_group, key, namespace)
+        if self._live[domain].pop(timer, None) is not None:
+            self._changed[domain].add(timer)  # left in the heap: skipped when popped
+
+    def pop_due(self, domain: TimeDomain, up_to: int) -> tuple | None:
+        """The next timer of ``domain`` with timestamp <= ``up_to`` (removed), or None."""
+        heap, live = self._heaps[domain], self._live[domain]
+        while heap and heap[0][0] <= up_to:
+            timer = heapq.heappop(heap)
+            if live.pop(timer, None) is not None:
+                self._changed[domain].add(timer)
+                return timer
+        return None
+
+    def flush(self) -> list[KeyedChange]:
+        """The timers registered, deleted or fired since the last flush, as keyed entries; they become stored."""
+        out = []
+        for domain, changed in self._changed.items():
+            name, live, stored = self.names[domain], self._live[domain], self._stored[domain]
+            for timer in sorted(changed):
+                timestamp, key_group, key, namespace = timer
+                now, before = timer in live, timer in stored
+                if now == before:
+                    continue
+                text = str(timestamp)
+                out.append(KeyedChange(name, key_group, key, namespace, text, text if now else None,
+                                       1 if now else -1, timestamp if now else None))
+                if now:
+                    stored.add(timer)
+                else:
+                    stored.discard(timer)
+            changed.clear()
+        return out
+
+    def keys_with_timers(self) -> set[str]:
+        return {t[2] for d in TimeDomain for t in self._live[d]}
+
+
+class TimerService:
+    """Flink's ``TimerService``, given by ``ctx.timer_service()`` in ``process`` and ``on_timer``: timers are
+    registered for the key being processed, in epoch milliseconds."""
+
+    def __init__(self, timers: SubtaskTimers, store):
+        self._timers, self._store = timers, store
+        self.processing_time = 0  # the microbatch's, fixed in its plan
+        self.watermark = -(1 << 63)  # W(m-1) while records are processed, W(m) in on_timer
+
+    def current_processing_time(self) -> int:
+        """The microbatch's processing time (fixed in its plan), epoch milliseconds."""
+        return self.processing_time
+
+    def current_watermark(self) -> int:
+        """The current event-time watermark, epoch milliseconds (Long.MIN_VALUE before the first one)."""
+        return self.watermark
+
+    def _scope(self) -> tuple[str, int, str]:
+        key = self._store.current_key
+        if key is None:
+            raise RuntimeError("timers belong to a key: register or delete them in process() or on_timer()")
+        return key, self._store.current_key_group, ""
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` for the current key once the watermark reaches ``timestamp``."""
+        self._timers.register(TimeDomain.EVENT_TIME, *self._scope(), timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` for the current key once processing time reaches ``timestamp``."""
+        self._timers.register(TimeDomain.PROCESSING_TIME, *self._scope(), timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        """Delete the current key's event-time timer at ``timestamp``, if there is one."""
+        self._timers.delete(TimeDomain.EVENT_TIME, *self._scope(), timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Delete the current key's processing-time timer at ``timestamp``, if there is one."""
+        self._timers.delete(TimeDomain.PROCESSING_TIME, *self._scope(), timestamp)

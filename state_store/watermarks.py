@@ -1,0 +1,127 @@
+"""Event time: a job's watermark strategy, and the watermark it gives each microbatch (README "Time").
+
+    JobSpec(..., watermark_strategy=WatermarkStrategy
+            .for_bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_column("ts"))
+
+The watermark is pinned in each microbatch's plan, so a replay and every subtask see the same one. After
+microbatch m it is (Flink's ``BoundedOutOfOrdernessWatermarks``)::
+
+    W(m) = max(W(m-1), max event time of the microbatches <= m  -  bound  -  1 ms)
+
+``EventClock`` is what carries from one microbatch to the next: the watermark, the largest event time seen,
+and the processing time of the last microbatch with input (for ``with_idleness``). It survives restores as the
+union list state ``__source__.watermark``: on restore, at any parallelism, every field starts from the minimum
+of all restored entries (FLINK-5601). No Spark here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .errors import ConfigError
+
+MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no watermark yet (Flink's)
+WATERMARK_STATE = "__source__.watermark"  # the union list operator state holding each subtask's EventClock
+
+
+def _millis(span, what: str) -> int:
+    if isinstance(span, timedelta):
+        return int(span / timedelta(milliseconds=1))
+    if isinstance(span, int) and not isinstance(span, bool):
+        return span
+    raise ConfigError(f"{what} must be a datetime.timedelta (or milliseconds as an int), got {span!r}")
+
+
+@dataclass(frozen=True)
+class WatermarkStrategy:
+    """Flink's ``WatermarkStrategy``: ``for_bounded_out_of_orderness(timedelta)`` or
+    ``for_monotonous_timestamps()``, then ``with_timestamp_column(name)`` (the records' event time, epoch ms in
+    a LONG or INT column) and optionally ``with_idleness(timedelta)``."""
+
+    bound_ms: int = 0
+    timestamp_column: str | None = None
+    idleness_ms: int | None = None
+
+    @staticmethod
+    def for_bounded_out_of_orderness(max_out_of_orderness) -> "WatermarkStrategy":
+        bound = _millis(max_out_of_orderness, "for_bounded_out_of_orderness's bound")
+        if bound < 0:
+            raise ConfigError(f"for_bounded_out_of_orderness's bound must not be negative, got {bound} ms")
+        return WatermarkStrategy(bound)
+
+    @staticmethod
+    def for_monotonous_timestamps() -> "WatermarkStrategy":
+        """Timestamps that never decrease: a bound of 0 (the watermark trails the largest by 1 ms)."""
+        return WatermarkStrategy(0)
+
+    def with_timestamp_column(self, column: str) -> "WatermarkStrategy":
+        """The source column holding each record's event time (epoch milliseconds)."""
+        if not isinstance(column, str) or not column:
+            raise ConfigError(f"with_timestamp_column takes a column name, got {column!r}")
+        return WatermarkStrategy(self.bound_ms, column, self.idleness_ms)
+
+    def with_idleness(self, idle_timeout) -> "WatermarkStrategy":
+        """Once the source has had no records for ``idle_timeout`` of processing time, event time advances with
+        processing time (README "Time"); without it, event time stands still without input, as in Flink."""
+        idle = _millis(idle_timeout, "with_idleness's timeout")
+        if idle <= 0:
+            raise ConfigError(f"with_idleness's timeout must be positive, got {idle} ms")
+        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle)
+
+    def describe(self) -> dict:
+        return {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
+                "idleness_ms": self.idleness_ms}
+
+    def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int) -> "EventClock":
+        """The clock after a microbatch whose records' largest event time is ``max_event_time`` (None: no
+        records) and whose processing time is ``processing_time``."""
+        if max_event_time is not None:
+            seen = max_event_time if clock.max_event_time is None else max(clock.max_event_time, max_event_time)
+            watermark = max(clock.watermark, seen - self.bound_ms - 1)
+            return EventClock(watermark, seen, processing_time)
+        watermark = clock.watermark
+        if self.idleness_ms is not None and clock.max_event_time is not None and clock.input_ms is not None:
+            idle_for = processing_time - clock.input_ms - self.idleness_ms
+            if idle_for > 0:  # idle: event time moves on with processing time
+                watermark = max(watermark, clock.max_event_time + idle_for - self.bound_ms - 1)
+        return EventClock(watermark, clock.max_event_time, clock.input_ms)
+
+
+@dataclass(frozen=True)
+class EventClock:
+    """Where event time stands after a microbatch: the watermark, the largest event time seen (None: none yet)
+    and the processing time of the last microbatch that had records (None: none yet)."""
+
+    watermark: int = MIN_WATERMARK
+    max_event_time: int | None = None
+    input_ms: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"watermark": self.watermark, "max_event_time": self.max_event_time, "input_ms": self.input_ms}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "EventClock":
+        if not data:
+            return cls()
+        return cls(int(data["watermark"]), data.get("max_event_time"), data.get("input_ms"))
+
+    def to_entry(self) -> str:
+        """One subtask's entry of the union list state: a list of one element, this clock."""
+        return json.dumps([self.to_dict()], sort_keys=True)
+
+    @classmethod
+    def restored(cls, entries: list[str]) -> "EventClock":
+        """The clock a restore starts from: each field the minimum over every element of every subtask's entry
+        of the union list state (FLINK-5601: no timer fires twice and none is lost, whatever the new
+        parallelism); a job without the state starts with no watermark."""
+        clocks = [cls.from_dict(d) for text in entries if text for d in json.loads(text)]
+        if not clocks:
+            return cls()
+
+        def least(values):
+            known = [v for v in values if v is not None]
+            return min(known) if len(known) == len(values) else None
+
+        return cls(min(c.watermark for c in clocks), least([c.max_event_time for c in clocks]),
+                   least([c.input_ms for c in clocks]))
