@@ -9,6 +9,7 @@ Reading::
     reader.keyed_state("tags")                               # a MapState: one row per entry (user_key, value)
     reader.list_state("offsets")                             # operator ListState / union state: subtask, index, value
     reader.broadcast_state("rules")                          # subtask, key, value
+    reader.timers()                                          # key_group, key, namespace, timestamp, domain
 
 Writing a new savepoint (a job then restores from it with ``lakestate restore <job> --savepoint <job>/<name>``)::
 
@@ -47,6 +48,7 @@ from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
 from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES
+from .timers import TimeDomain, timer_state_names
 from .ttl.tables import expired
 from .types import TypeInfo, Types, from_schema, from_text
 
@@ -219,6 +221,18 @@ class SavepointReader:
         field = decoding.extra[0] if decoding.extra else None
         return [{field: x, "value": v} if field else {"value": v}
                 for row in mine.collect() for x, v in decoding.decode(row.asDict())]
+
+    def timers(self, uid: str | None = None) -> DataFrame:
+        """The operator's timers (README "Time"): ``key_group, key`` (typed), ``namespace``, ``timestamp`` (epoch
+        ms) and ``domain`` ("EVENT_TIME" or "PROCESSING_TIME"), a row per timer registered and not yet fired or
+        deleted at this point."""
+        names = timer_state_names(uid or self.uid)
+        event = names[TimeDomain.EVENT_TIME]
+        return (self.source.rows(self.spark, KEYED).filter(F.col("state_name").isin(list(names.values())))
+                .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
+                        F.col("expiry").alias("timestamp"),
+                        F.when(F.col("state_name") == event, F.lit(TimeDomain.EVENT_TIME.name))
+                        .otherwise(F.lit(TimeDomain.PROCESSING_TIME.name)).alias("domain")))
 
     def list_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
                    ) -> DataFrame:

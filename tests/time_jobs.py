@@ -123,12 +123,13 @@ def event_time(bound_ms: int = 0) -> WatermarkStrategy:
 
 
 def count_with_timeout_job(lake, job_id="count-timeout", **overrides) -> JobSpec:
-    return _spec(lake, job_id, CountWithTimeoutFunction(), KEY_COUNT, watermark_strategy=event_time(), **overrides)
+    return _spec(lake, job_id, CountWithTimeoutFunction(), KEY_COUNT, **{"watermark_strategy": event_time(),
+                                                                         **overrides})
 
 
 def sessions_job(lake, job_id="sessions", bound_ms: int = 0, **overrides) -> JobSpec:
-    return _spec(lake, job_id, Sessions(), SESSION, watermark_strategy=event_time(bound_ms), side_outputs=[LATE],
-                 **overrides)
+    return _spec(lake, job_id, Sessions(), SESSION,
+                 **{"watermark_strategy": event_time(bound_ms), "side_outputs": [LATE], **overrides})
 
 
 def heartbeat_job(lake, job_id="heartbeats", **overrides) -> JobSpec:
