@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from state_store import FileSource, KeyedBroadcastProcessFunction, OutputTag, Types, ValueStateDescriptor
 from state_store.compaction import compact_job
 from state_store.errors import ConfigError
 from state_store.job_store import JobStore
@@ -15,7 +16,8 @@ from state_store.restore import restore_job
 from state_store.savepoint import take_savepoint
 from state_store.state_processor import SavepointReader
 from tests.conftest import Lake
-from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
+from tests.jobs import COUNT_OUTPUT, RULE, count_job, events
 from tests.time_jobs import MINUTE, count_with_timeout_job, heartbeat_job, sessions_job, timed
 
 S = 1000
@@ -145,3 +147,40 @@ def test_a_watermark_strategy_that_names_no_source_column_is_refused_before_anyt
     with pytest.raises(ConfigError, match="timestamp column 'event_time' is not in the source schema"):
         run(spark, spec, lake)
     assert not lake.settings.job_dir(spec.job_id).exists()
+
+
+class ResetOnRule(KeyedBroadcastProcessFunction):
+    """Counts per key; a broadcast rule resets every key's count (Flink's applyToKeyedState) and reports each
+    reset to a side output."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(COUNT)
+
+    def process(self, key, records, ctx):
+        self.count.update((self.count.value() or 0) + len(records))
+        yield {"k": key, "n": self.count.value()}
+
+    def process_broadcast_element(self, value, ctx):
+        def reset(key, state):
+            ctx.output(RESETS, {"k": key, "n": state.value()})
+            state.clear()
+
+        ctx.apply_to_keyed_state(COUNT, reset)
+
+
+COUNT = ValueStateDescriptor("count", Types.LONG())
+RESETS = OutputTag("resets", COUNT_OUTPUT)
+
+
+def test_apply_to_keyed_state_reaches_every_key_of_the_subtask_not_only_those_with_records(spark, lake):
+    spec = count_job(lake, job_id="resets", function=ResetOnRule(), broadcast_source=FileSource(
+        str(lake.rules), "json", RULE), side_outputs=[RESETS])
+    lake.write_events("e0.json", events(0, keys=("a", "b", "c"), per_key=2))
+    run(spark, spec, lake)
+    lake.write_rules("r0.json", [{"name": "reset", "factor": 0}])
+    lake.write_events("e1.json", events(1, keys=("a",), per_key=1))
+    run(spark, spec, lake)
+    assert side_rows(spark, lake, spec, "resets") == [json.dumps({"_microbatch": 1, "k": k, "n": 2}, sort_keys=True)
+                                                      for k in ("a", "b", "c")]
+    keyed, _ = state_at_latest_checkpoint(spark, lake, spec)
+    assert keyed_values(keyed, "count.count") == {("a", ""): 1}  # b and c cleared without a record
