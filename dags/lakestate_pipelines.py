@@ -2,7 +2,8 @@
 
 Each DAG run submits the job's run with the Spark provider (``LakestateSubmitOperator``), then does
 checkpoint housekeeping. Runs of a job never overlap (``max_active_runs=1``, and the run waits for the job's
-lease). The job's sink is the DAG's Asset, so downstream DAGs can be scheduled on it. A bad registry entry
+lease). The job's sink is the DAG's Asset, and so is each of its side outputs once the job is registered (its
+first run registers it), so downstream DAGs can be scheduled on them. A bad registry entry
 shows as this file's import error naming its field; the other entries' DAGs still load. A registry that is not
 valid TOML is this file's import error naming its line, and no pipeline DAG loads (the operation DAGs do).
 """
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Asset, task
 from lakestate.operators import LakestateSubmitOperator
 
+from state_store.catalog import registered_side_outputs
 from state_store.pipelines import PipelineEntry, load_registry, registry_path
 
 REGISTRY = registry_path()
@@ -22,13 +24,19 @@ def sink_asset(job_id: str) -> Asset:
     return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
 
 
+def side_output_asset(job_id: str, tag: str) -> Asset:
+    return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
+
+
 def pipeline_dag(entry: PipelineEntry) -> DAG:
     with DAG(entry.dag_id, schedule=entry.schedule, start_date=datetime(2026, 1, 1), catchup=False,
              max_active_runs=1, tags=["lakestate"], default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
              description=f"Lakestate job {entry.job_id} ({entry.entrypoint})",
              doc_md=f"Runs Lakestate job `{entry.job_id}` from `{REGISTRY}`, then checkpoint housekeeping.") as dag:
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(REGISTRY),
-                                      outlets=[sink_asset(entry.job_id)])
+                                      outlets=[sink_asset(entry.job_id)] + [
+                                          side_output_asset(entry.job_id, tag)
+                                          for tag in registered_side_outputs(entry.job_id)])
 
         @task(task_id="housekeeping")
         def housekeeping(job_id: str) -> dict:

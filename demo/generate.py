@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 from demo.clicks import root
 
 PAGES = [f"/page/{i}" for i in range(20)]
+WINDOW_MS = 60_000  # file n holds the events of minute n of event time (``ts``), and a few late ones
+LATE_SHARE = 0.01  # of each file's events: from an earlier minute, behind the watermark (demo.sessions)
 
 
 def write_events(directory: Path, files: int, events: int, keys: int, seed: int = 7) -> list[Path]:
@@ -34,6 +36,8 @@ def write_events(directory: Path, files: int, events: int, keys: int, seed: int 
             "page": pa.array([PAGES[rng.randrange(len(PAGES))] for _ in users], pa.string()),
             "amount": pa.array([round(rng.uniform(0.5, 50.0), 2) for _ in users], pa.float64()),
             "seq": pa.array(range(n * events, (n + 1) * events), pa.int64()),
+            "ts": pa.array([(n - (n > 0 and rng.random() < LATE_SHARE)) * WINDOW_MS + rng.randrange(WINDOW_MS)
+                            for _ in users], pa.int64()),
         })
         path = directory / f"events-{n:05d}.parquet"
         pq.write_table(table, path)

@@ -4,7 +4,8 @@
 # run with spark-submit to local[*] Spark and a warehouse under ./lakestate-data.
 # The first time it writes 3 input files (later times one), runs the pipeline, rescales the job through the
 # rescale DAG (2 <-> 3), writes 2 more files and runs the pipeline again, which continues at the new
-# parallelism from the rescaled checkpoint.
+# parallelism from the rescaled checkpoint. After each clicks run, the sessions pipeline (demo.sessions: event
+# time, timers, a side output) runs over the same files and the demo prints the sessions each microbatch closed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,15 +32,30 @@ dag_test() {
   grep -q "DagRun Finished: .*state=success" "$log" || { echo "[demo] the DAG run failed: see $log"; exit 1; }
 }
 
+# The job with time: sessions of the same clicks, closed by event-time timers as the watermark passes.
+sessions() {
+  dag_test lakestate_sessions
+  python - <<'PY'
+from state_store.job_store import JobStore
+from state_store.settings import Settings
+
+for batch_id, c in JobStore(Settings.load().job_dir("sessions")).commit_records().items():
+    print(f"[demo] sessions, microbatch {batch_id}: {c['records_out']} sessions closed, {c.get('side_out', 0)} late "
+          f"clicks to the side output, {c.get('timers_fired', 0)} timers fired")
+PY
+}
+
 dag_test lakestate_clicks
+sessions
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.
-NOW=$(python -c "from state_store.catalog import JobMeta; from state_store.settings import Settings; \
-print(JobMeta(Settings.load().job_dir('clicks')).latest_checkpoint().parallelism)")
+NOW=$(python -c "from state_store.job_store import JobStore; from state_store.settings import Settings; \
+print(JobStore(Settings.load().job_dir('clicks')).latest_checkpoint().parallelism)")
 NEW=$(( NOW == 3 ? 2 : 3 ))
 dag_test lakestate_rescale -c "{\"job\": \"clicks\", \"parallelism\": $NEW, \"savepoint_first\": true}"
 python -m demo.generate --files 2 --events "$EVENTS" --keys "$KEYS"
 dag_test lakestate_clicks
+sessions
 echo
 lakestate checkpoints --job clicks
 echo

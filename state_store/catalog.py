@@ -126,6 +126,17 @@ class JobRegistry:
         return spec
 
 
+def registered_side_outputs(job_id: str, settings: Settings | None = None) -> list[str]:
+    """The side output names job ``job_id`` was last registered with (a pipeline run registers it), or [] when it
+    is not registered yet or its record cannot be read: for a DAG file, which must parse without the job's code."""
+    try:
+        settings = settings or Settings.load()
+        record = JobRegistry._read(settings.catalog_dir / "jobs" / f"{check_job_id(job_id)}.json")
+    except (LakestateError, OSError, ValueError):
+        return []
+    return sorted(record["spec"].get("side_outputs") or {})
+
+
 def build_spec(entrypoint: str) -> JobSpec:
     """Import ``module:factory`` and call it; the factory returns a JobSpec."""
     module_name, _, attr = entrypoint.partition(":")

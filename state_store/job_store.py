@@ -128,6 +128,10 @@ class JobStore:
     def write_commit(self, batch_id: int, commit: dict) -> None:
         write_json_atomic(self.commits / f"{batch_id}.json", commit)
 
+    def commit_records(self) -> dict[int, dict]:
+        """Every microbatch's commit record (its counters: records in and out, timers fired ...), by id."""
+        return {n: read_json(self.commits / f"{n}.json") for n in self._numbered(self.commits)}
+
     def last_commit(self) -> int | None:
         ids = self._numbered(self.commits)
         return ids[-1] if ids else None

@@ -31,7 +31,7 @@ def _airflow_env(tmp_path: Path, registry: Path, lakestate_root: Path | None = N
     return env
 
 
-def _parse(tmp_path: Path, registry: Path) -> dict:
+def _parse(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -> dict:
     """Parse the DAG file in a fresh interpreter with Airflow's own DagBag; what it found, and what was imported."""
     code = textwrap.dedent(f"""
         import json, sys, time
@@ -49,8 +49,8 @@ def _parse(tmp_path: Path, registry: Path) -> dict:
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo", "tests"))
         print(json.dumps({{"dags": dags, "errors": bag.import_errors, "seconds": seconds, "heavy": heavy}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -85,6 +85,25 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
     assert found["seconds"] < 1.0, found["seconds"]
+
+
+def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tmp_path, monkeypatch):
+    from state_store.catalog import JobRegistry
+    from state_store.settings import Settings
+
+    root = tmp_path / "root"
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    registry = _registry(tmp_path, """
+        [jobs.sessions]
+        entrypoint = "demo.sessions:job"
+    """)
+    before = _parse(tmp_path, registry, root)["dags"]["lakestate_sessions"]
+    assert before["outlets"] == ["lakestate://sessions/sink"]  # not registered yet: its code is not imported
+    JobRegistry(Settings.load(root=root)).register("demo.sessions:job")  # what its first pipeline run does
+    found = _parse(tmp_path, registry, root)
+    assert found["dags"]["lakestate_sessions"]["outlets"] == ["lakestate://sessions/sink",
+                                                              "lakestate://sessions/side/late"]
+    assert found["heavy"] == []
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -169,8 +188,8 @@ def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
                 for d, dag in bag.dags.items()}}
         print(json.dumps({{"dags": dags, "errors": bag.import_errors}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -304,8 +323,8 @@ def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_job
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
         print(json.dumps({{"params": out, "errors": bag.import_errors, "heavy": heavy}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["errors"] == {} and found["heavy"] == []
