@@ -1,0 +1,188 @@
+"""The watermark a job's strategy gives each microbatch, the clock a restore starts from, and the validation of a
+job's time settings (no Spark): after Flink's ``BoundedOutOfOrdernessWatermarks`` and FLINK-5601."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from state_store import ConfigError, FileSource, JobSpec, KeyedProcessFunction, OutputTag, Types, WatermarkStrategy
+from state_store.watermarks import MIN_WATERMARK, EventClock
+
+SECOND = 1_000
+
+
+# -- WatermarkStrategy.advance ---------------------------------------------------------------------------------
+def bounded(seconds=5):
+    return WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=seconds)).with_timestamp_column("ts")
+
+
+def test_the_watermark_is_the_largest_event_time_minus_the_bound_minus_one_ms():
+    clock = bounded().advance(EventClock(), 100_000, 7)
+    assert clock == EventClock(watermark=100_000 - 5_000 - 1, max_event_time=100_000, input_ms=7)
+
+
+def test_the_watermark_is_the_largest_event_time_seen_so_far_not_the_microbatchs():
+    strategy = bounded()
+    first = strategy.advance(EventClock(), 100_000, 1)
+    later = strategy.advance(first, 60_000, 2)  # an out-of-order microbatch: event time stands
+    assert later == EventClock(94_999, 100_000, 2)
+    assert strategy.advance(later, 100_002, 3) == EventClock(95_001, 100_002, 3)
+
+
+def test_the_watermark_never_goes_down_even_from_a_restored_clock_ahead_of_the_records():
+    restored = EventClock(watermark=500_000, max_event_time=None, input_ms=None)
+    assert bounded().advance(restored, 100_000, 1) == EventClock(500_000, 100_000, 1)
+
+
+def test_with_no_watermark_yet_the_clock_starts_at_long_min_value():
+    assert EventClock() == EventClock(-(1 << 63), None, None) and MIN_WATERMARK == -(1 << 63)
+
+
+def test_monotonous_timestamps_are_a_bound_of_zero():
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column("ts")
+    assert strategy.bound_ms == 0
+    assert strategy.advance(EventClock(), 1_000, 0).watermark == 999
+
+
+def test_an_int_bound_is_milliseconds():
+    assert WatermarkStrategy.for_bounded_out_of_orderness(250).bound_ms == 250
+    assert WatermarkStrategy.for_bounded_out_of_orderness(timedelta(minutes=2)).bound_ms == 120_000
+
+
+def test_without_records_and_without_idleness_the_clock_does_not_move():
+    strategy = bounded()
+    clock = strategy.advance(EventClock(), 100_000, 1_000)
+    assert strategy.advance(clock, None, 10**12) == clock
+    assert strategy.advance(EventClock(), None, 10**12) == EventClock()
+
+
+def test_after_idleness_without_records_event_time_advances_with_processing_time():
+    # W = max(W, max_event_time + (now - last input's processing time - idleness) - bound - 1), once positive
+    strategy = bounded().with_idleness(timedelta(seconds=10))
+    clock = strategy.advance(EventClock(), 100_000, 1_000)
+    assert clock.watermark == 94_999
+    assert strategy.advance(clock, None, 11_000) == clock  # idle exactly the timeout: not yet
+    assert strategy.advance(clock, None, 11_001) == EventClock(95_000, 100_000, 1_000)
+    assert strategy.advance(clock, None, 31_000) == EventClock(114_999, 100_000, 1_000)
+    # Not cumulative: from the advanced clock, the same processing time gives the same watermark.
+    advanced = strategy.advance(clock, None, 31_000)
+    assert strategy.advance(advanced, None, 31_000) == advanced
+    # Records again: their event time counts from now on, the watermark never goes down.
+    assert strategy.advance(advanced, 105_000, 32_000) == EventClock(114_999, 105_000, 32_000)
+
+
+def test_idleness_does_not_advance_a_clock_that_has_seen_no_record():
+    strategy = bounded().with_idleness(timedelta(seconds=1))
+    assert strategy.advance(EventClock(), None, 10**12) == EventClock()
+
+
+def test_the_builders_keep_each_others_settings_in_any_order():
+    a = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=3)).with_idleness(
+        timedelta(seconds=9)).with_timestamp_column("event_ts")
+    b = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=3)).with_timestamp_column(
+        "event_ts").with_idleness(timedelta(seconds=9))
+    assert a == b
+    assert a.describe() == {"bound_ms": 3_000, "timestamp_column": "event_ts", "idleness_ms": 9_000}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=-1)), "must not be negative"),
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness(-1), "must not be negative"),
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness(5.0), "timedelta"),
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness("5s"), "timedelta"),
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness(True), "timedelta"),
+    (lambda: WatermarkStrategy.for_bounded_out_of_orderness(None), "timedelta"),
+    (lambda: bounded().with_idleness(timedelta(0)), "must be positive"),
+    (lambda: bounded().with_idleness(timedelta(seconds=-3)), "must be positive"),
+    (lambda: bounded().with_idleness(0), "must be positive"),
+    (lambda: bounded().with_idleness(1.5), "timedelta"),
+    (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(""), "column name"),
+    (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(None), "column name"),
+])
+def test_bad_strategy_settings_raise_config_error(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+# -- EventClock.restored (the union list state __source__.watermark) ---------------------------------------------
+def test_a_clock_survives_its_union_list_entry():
+    clock = EventClock(94_999, 100_000, 1_000)
+    assert json.loads(clock.to_entry()) == [{"watermark": 94_999, "max_event_time": 100_000, "input_ms": 1_000}]
+    assert EventClock.restored([clock.to_entry()]) == clock
+    assert EventClock.restored([clock.to_entry()] * 3) == clock  # every subtask's entry is the same clock
+
+
+def test_a_restore_takes_each_fields_minimum_over_every_element_of_every_entry():
+    entries = [json.dumps([{"watermark": 50, "max_event_time": 900, "input_ms": 30},
+                           {"watermark": 70, "max_event_time": 800, "input_ms": 40}]),
+               json.dumps([{"watermark": 60, "max_event_time": 850, "input_ms": 20}])]
+    assert EventClock.restored(entries) == EventClock(50, 800, 20)  # each minimum from a different element
+
+
+def test_a_restore_with_a_field_unknown_in_any_element_leaves_it_unknown():
+    entries = [EventClock(50, 900, 30).to_entry(), EventClock(60, None, 10).to_entry()]
+    assert EventClock.restored(entries) == EventClock(50, None, 10)
+
+
+@pytest.mark.parametrize("entries", [[], [""], ["[]"], ["[]", ""]])
+def test_a_restore_without_any_clock_starts_with_no_watermark(entries):
+    assert EventClock.restored(entries) == EventClock(MIN_WATERMARK, None, None)
+
+
+# -- JobSpec validation of a job's time settings (job._validate_time) ----------------------------------------------
+class Nothing(KeyedProcessFunction):
+    def process(self, key, records, ctx):
+        return None
+
+
+EVENTS = Types.ROW_NAMED(["k", "ts", "int_ts", "text_ts"], [Types.STRING(), Types.LONG(), Types.INT(), Types.STRING()])
+OUT = Types.ROW_NAMED(["k"], [Types.STRING()])
+
+
+def spec(tmp_path, **changes) -> JobSpec:
+    return JobSpec("timed", Nothing(), FileSource(str(tmp_path), "json", EVENTS), "k", Types.STRING(), OUT,
+                   "out/timed", **changes)
+
+
+@pytest.mark.parametrize("column", ["ts", "int_ts"])
+def test_a_strategy_on_a_long_or_int_column_of_the_source_is_accepted(tmp_path, column):
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(column)
+    job = spec(tmp_path, watermark_strategy=strategy, side_outputs=[OutputTag("late", OUT)]).validate()
+    assert job.describe()["watermark_strategy"] == {"bound_ms": 0, "timestamp_column": column, "idleness_ms": None}
+    assert job.describe()["side_outputs"] == {"late": "out/timed_late"}
+
+
+@pytest.mark.parametrize("strategy, message", [
+    (WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=5)),
+     r"no timestamp column: add \.with_timestamp_column"),
+    (bounded().with_timestamp_column("event_time"),
+     r"'event_time' is not in the source schema .*with_timestamp_column"),
+    (bounded().with_timestamp_column("text_ts"), "'text_ts' is STRING; it must hold epoch milliseconds as LONG"),
+    ("ts", "must be a state_store.WatermarkStrategy"),
+])
+def test_a_strategy_the_source_cannot_give_is_refused(tmp_path, strategy, message):
+    with pytest.raises(ConfigError, match=message):
+        spec(tmp_path, watermark_strategy=strategy).validate()
+
+
+def test_two_side_outputs_with_one_name_are_refused(tmp_path):
+    tags = [OutputTag("late", OUT), OutputTag("early", OUT), OutputTag("late", EVENTS)]
+    with pytest.raises(ConfigError, match="side output 'late' is declared twice"):
+        spec(tmp_path, side_outputs=tags).validate()
+
+
+@pytest.mark.parametrize("side_outputs", [["late"], OutputTag("late", OUT), [None]])
+def test_side_outputs_must_be_a_list_of_output_tags(tmp_path, side_outputs):
+    with pytest.raises(ConfigError, match="side_outputs must be a list of state_store.OutputTag"):
+        spec(tmp_path, side_outputs=side_outputs).validate()
+
+
+@pytest.mark.parametrize("name, type_info, message", [
+    ("", OUT, "not valid"), ("a b", OUT, "not valid"), ("_late", OUT, "not valid"), ("x" * 65, OUT, "not valid"),
+    ("late", Types.LONG(), "ROW_NAMED"),
+])
+def test_an_output_tag_needs_a_valid_name_and_a_row_type(name, type_info, message):
+    with pytest.raises(ConfigError, match=message):
+        OutputTag(name, type_info)
