@@ -42,9 +42,14 @@ def is_timer_state(state_name: str) -> bool:
     return state_name.rpartition(".")[2] in (EVENT_TIMERS, PROCESSING_TIMERS)
 
 
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _check_timestamp(timestamp: Any) -> int:
     if not isinstance(timestamp, int) or isinstance(timestamp, bool):
         raise TypeError(f"a timer's timestamp is an int of epoch milliseconds, got {timestamp!r}")
+    if not _LONG_MIN <= timestamp <= _LONG_MAX:
+        raise ValueError(f"a timer's timestamp is a 64-bit long of epoch milliseconds (as in Flink), got {timestamp}")
     return timestamp
 
 

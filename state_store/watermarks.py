@@ -73,9 +73,13 @@ class WatermarkStrategy:
         return {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
                 "idleness_ms": self.idleness_ms}
 
-    def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int) -> "EventClock":
+    def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int,
+                has_input: bool | None = None) -> "EventClock":
         """The clock after a microbatch whose records' largest event time is ``max_event_time`` (None: no
-        records) and whose processing time is ``processing_time``."""
+        records, or, with ``has_input``, records whose timestamps are all null: input all the same, so the
+        source is not idle) and whose processing time is ``processing_time``."""
+        if max_event_time is None and has_input:
+            return EventClock(clock.watermark, clock.max_event_time, processing_time)
         if max_event_time is not None:
             seen = max_event_time if clock.max_event_time is None else max(clock.max_event_time, max_event_time)
             watermark = max(clock.watermark, seen - self.bound_ms - 1)

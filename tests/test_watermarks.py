@@ -186,3 +186,13 @@ def test_side_outputs_must_be_a_list_of_output_tags(tmp_path, side_outputs):
 def test_an_output_tag_needs_a_valid_name_and_a_row_type(name, type_info, message):
     with pytest.raises(ConfigError, match=message):
         OutputTag(name, type_info)
+
+
+def test_records_whose_timestamps_are_all_null_are_input_so_idleness_does_not_move_the_watermark():
+    from state_store.watermarks import EventClock, WatermarkStrategy
+
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column("ts").with_idleness(1_000)
+    clock = EventClock(99, 100, 0)
+    busy = strategy.advance(clock, None, 10_000, has_input=True)
+    assert busy == EventClock(99, 100, 10_000)  # records arrived: not idle, the watermark stands
+    assert strategy.advance(clock, None, 10_000).watermark > 99  # no records at all: idle, it moves on

@@ -62,9 +62,10 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     event_time = None
     if strategy is not None:
         main = ranges["main"]
+        has_input = main["end"] != main["start"]
         latest = ctx.spec.source.max_event_time(ctx.spark, main["start"], main["end"], strategy.timestamp_column) \
-            if main["end"] != main["start"] else None
-        event_time = strategy.advance(clock, latest, now)
+            if has_input else None
+        event_time = strategy.advance(clock, latest, now, has_input)
     if not any_new:
         if timers_due is None or not timers_due(now, (event_time or clock).watermark):
             return None
