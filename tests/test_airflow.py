@@ -188,7 +188,7 @@ def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
                 for d, dag in bag.dags.items()}}
         print(json.dumps({{"dags": dags, "errors": bag.import_errors}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -323,7 +323,7 @@ def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_job
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
         print(json.dumps({{"params": out, "errors": bag.import_errors, "heavy": heavy}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
