@@ -304,7 +304,7 @@ def write_one_percent_file(directory: Path, stored: list[int], bound_ms: int, sh
     top = watermark + bound_ms + 1
     ts = np.linspace(max_ts + 1, top, num=events).astype(np.int64)
     ts[-1] = top
-    key = pa.array([f"fresh-{i}" for i in range(events)], pa.string())
+    key = pa.array([f"fresh-{len(existing)}-{i}" for i in range(events)], pa.string())
     table = pa.table({"key": key, "amount": pa.array(np.ones(events, dtype=np.int64)), "ts": pa.array(ts)},
                      schema=SCHEMA)
     pq.write_table(table, directory / f"part-{len(existing):05d}.parquet")
