@@ -2,16 +2,17 @@
 Spark's transformWithStateInPandas, side by side on the same files, in one run.
 
     source scripts/env.sh
-    python bench/sessions.py                                  # R's shape at 1/5: 5 files x 20,000 events (~8 min)
-    python bench/sessions.py --workload R                     # R's own files; transformWithStateInPandas takes most of an hour
-    python bench/sessions.py --workload R --peers none        # R's own files, Lakestate only (~2 min)
+    python bench/sessions.py                                  # R's shape at 1/5: 5 files x 20,000 events (~5 min)
+    python bench/sessions.py --workload R                     # R's own sizes (~14 min, 11 of them Spark's)
+    python bench/sessions.py --workload R --peers none        # R's own sizes, Lakestate only (~3 min)
     python bench/sessions.py --files 2 --events 1000 --keys 500   # a tiny run
 
 The data is workload R's (``bench/workload.py``: key, amount, ts; ts strictly increasing), read with ``ts`` as
 event time in milliseconds. R's files span 100,000 ms of event time each (one ms per event), so a key's events
 are about 100 s apart and a session gap of 30 s closes most sessions after one event (a few get two). A
 workload of fewer events per file keeps that shape: its ts are spaced ``file span / events`` ms apart
-(``--file-span-ms``, default 100,000; R's own files are unchanged).
+(``--file-span-ms``, default 100,000). Every ts is moved by 2026-01-01 in epoch ms (``--epoch-ms``; see
+``EPOCH_MS``): otherwise R's own files.
 
 1. ``lakestate R``: R's job (``bench/jobs.py``: a running count and sum per key, no timers).
 2. ``lakestate sessions``: ``Sessions`` below (the session-gap job of ``tests/time_jobs.py``): key = key, event
@@ -263,7 +264,7 @@ def run_transform_with_state_sessions(spark, input_dir: Path, work_dir: Path, bo
             "events_per_s": round(n / seconds), "microbatches": len(progress),
             "per_microbatch_s": [round(p["durationMs"].get("triggerExecution", 0) / 1000, 2) for p in progress],
             "watermark": _epoch_ms(watermarks[-1]) if watermarks and watermarks[-1] else None,
-            "rows_in_last": [p["numInputRows"] for p in progress],
+            "rows_in": [p["numInputRows"] for p in progress],
             "sink": str(sink), "state_bytes": state_bytes, "state_files": state_files}
 
 
@@ -389,9 +390,12 @@ def main() -> None:
         # The 1% case: a run whose due timers are ~1% of the stored ones.
         settings, spec = s["settings"], s["spec"]
         stored = stored_timers(spark, settings, spec.job_id)
-        one = write_one_percent_file(base / "sessions" / "input", stored, args.bound_ms, args.share, 100)
-        print("lakestate sessions, one more file (the 1% case)", flush=True)
-        p = run_lakestate_sessions(spark, base / "sessions" / "input", base / "sessions" / "root", args.bound_ms)
+        one = p = None
+        if stored:
+            one = write_one_percent_file(base / "sessions" / "input", stored, args.bound_ms, args.share, 100)
+            print("lakestate sessions, one more file (the 1% case)", flush=True)
+            p = run_lakestate_sessions(spark, base / "sessions" / "input", base / "sessions" / "root",
+                                       args.bound_ms)
 
         print()
         rows = [r, s] + ([t] if t else [])
@@ -404,7 +408,7 @@ def main() -> None:
               f"watermark after the last microbatch {s['watermark']}")
         if t:
             print(f"spark transformWithStateInPandas: {t['microbatches']} microbatches (input rows "
-                  f"{t['rows_in_last']}), per microbatch {t['per_microbatch_s']} s; watermark of the last "
+                  f"{t['rows_in']}), per microbatch {t['per_microbatch_s']} s; watermark of the last "
                   f"{t['watermark']}; state {t['state_bytes']} bytes in {t['state_files']} files")
         ratio = s["events_per_s"] / r["events_per_s"]
         print(f"sessions / R without timers: {ratio:.2f}x (target >= 0.7x)")
@@ -413,12 +417,16 @@ def main() -> None:
                   f"(target >= 20x)")
             print(f"outputs equal: {equal} ({n_ours} vs {n_theirs} sessions with end <= {cutoff}; lakestate "
                   f"emitted {s['sessions_out']} in all)")
-        print(f"1% case: timers stored {len(stored)} (open sessions by the data: {expected_open}; the runs' "
-              f"entries: {s['timers_stored_delta']}), the new file moves the watermark to {one['watermark']}: "
-              f"{one['due']} due ({one['due'] / len(stored):.2%}); the run loaded {p['timers_in']} timers into Python "
-              f"(sum of timers_in), fired {p['timers_fired']}; {p['events']} records in {p['seconds']}s "
-              f"{p['phases']}")
-        print(json.dumps([{k: v for k, v in e.items() if k not in ("settings", "spec")} for e in rows + [p]]))
+        if p is None:
+            print("1% case: no stored timers after the main run (every session closed): nothing to show")
+        else:
+            print(f"1% case: timers stored {len(stored)} (open sessions by the data: {expected_open}; timer entries "
+                  f"the run added: {s['timers_stored_delta']}), the new file moves the watermark to "
+                  f"{one['watermark']}: {one['due']} due ({one['due'] / len(stored):.2%}); the run loaded "
+                  f"{p['timers_in']} timers into Python (sum of timers_in), fired {p['timers_fired']}; "
+                  f"{p['events']} records in {p['seconds']}s {p['phases']}")
+        print(json.dumps([{k: v for k, v in e.items() if k not in ("settings", "spec")}
+                          for e in rows + ([p] if p else [])]))
         spark.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
