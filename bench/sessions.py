@@ -345,11 +345,11 @@ def main() -> None:
     try:
         step = write_sessions_workload(base / "input", files, events, keys, args.file_span_ms,
                                        args.epoch_ms)
-        last_ts, max_ts = last_event_per_key(base / "input")
+        last_ts, _ = last_event_per_key(base / "input")
         spark = build_spark("lakestate-sessions", extra_conf={"spark.driver.memory": "6g"})
-        print(f"data: {files} files x {events} events over {keys} keys, ts {step} ms apart from {args.epoch_ms} (each file spans "
-              f"{events * step:,} ms of event time), session gap {GAP_MS:,} ms, bound {args.bound_ms} ms; "
-              f"spark {spark.version}, {os.cpu_count()} cores", flush=True)
+        print(f"data: {files} files x {events} events over {keys} keys, ts {step} ms apart from {args.epoch_ms} "
+              f"(each file spans {events * step:,} ms of event time), session gap {GAP_MS:,} ms, "
+              f"bound {args.bound_ms} ms; spark {spark.version}, {os.cpu_count()} cores", flush=True)
         if not args.no_warmup:
             warm = base / "warmup"
             write_sessions_workload(warm / "input", 2, 2_000, 2_000, args.file_span_ms, args.epoch_ms)
