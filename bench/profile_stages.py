@@ -4,6 +4,7 @@ from the Spark UI's REST API.
     source scripts/env.sh
     python bench/profile_stages.py [files]    # files of 100,000 events over 100,000 keys (default 5)
     python bench/profile_stages.py tiny       # a 10-event run on 100,000 keys of state: its stages only
+    python bench/profile_stages.py timers     # bench/sessions.py's 1% run after R's files, and the same file on R's job
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def main() -> None:
                                                          "spark.ui.port": "4051"})
     base = Path(tempfile.mkdtemp(prefix="lakestate-stages-"))
     tiny = sys.argv[1:] == ["tiny"]
+    if sys.argv[1:] == ["timers"]:
+        return timers(spark, base)
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
     spec, settings, before = count_sum_job(str(base / "input")), Settings.load(root=base / "root"), -1
     if tiny:
@@ -42,14 +45,47 @@ def main() -> None:
     print(f"run: {result.records_in} records in {result.seconds}s, phases {result.phases}")
     stages = [s for s in json.load(urllib.request.urlopen(url)) if s["stageId"] > before]
 
-    def at(s: str) -> float:
-        return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fGMT").timestamp()
+    print_stages(stages, 0.05 if tiny else 0.3)
 
+
+def _at(s: str) -> float:
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fGMT").timestamp()
+
+
+def print_stages(stages: list[dict], floor: float) -> None:
     for st in sorted(stages, key=lambda s: s["stageId"]):
-        if "completionTime" in st and at(st["completionTime"]) - at(st["submissionTime"]) > (0.05 if tiny else 0.3):
-            print(f"stage {st['stageId']:>3}: {at(st['completionTime']) - at(st['submissionTime']):5.2f}s wall, "
+        if "completionTime" in st and _at(st["completionTime"]) - _at(st["submissionTime"]) > floor:
+            print(f"stage {st['stageId']:>3}: {_at(st['completionTime']) - _at(st['submissionTime']):5.2f}s wall, "
                   f"{st['numTasks']} tasks, executor run {st['executorRunTime'] / 1000:.2f}s, JVM CPU "
                   f"{st['executorCpuTime'] / 1e9:.2f}s, {st['outputRecords']} rows out, {st['name'][:60]}")
+
+
+def timers(spark, base: Path) -> None:
+    """R's 5 files through bench/sessions.py's job and through R's job (each its own copy), then twice: a file
+    making ~1% of the stored timers due (bench/sessions.py's 1% case) through both, with each run's stages."""
+    import shutil
+
+    from bench.sessions import EPOCH_MS, sessions_job, stored_timers, write_one_percent_file, write_sessions_workload
+    from state_store.runtime import run_job
+    from state_store.settings import Settings
+
+    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
+    write_sessions_workload(base / "input", 5, 100_000, 100_000, 100_000, EPOCH_MS)
+    jobs = {}
+    for name, folder, make in (("sessions", "sessions", sessions_job), ("R's job", "r", count_sum_job)):
+        shutil.copytree(base / "input", base / folder / "input")
+        jobs[name] = (make(str(base / folder / "input")), Settings.load(root=base / folder / "root"))
+        run_job(spark, *jobs[name], progress=lambda line: None)
+    spec, settings = jobs["sessions"]
+    for _ in range(2):
+        write_one_percent_file(base / "sessions" / "input", stored_timers(spark, settings, spec.job_id), 0, 0.01, 100)
+        shutil.copy(sorted((base / "sessions" / "input").glob("part-*.parquet"))[-1], base / "r" / "input")
+        for name, (job_spec, job_settings) in jobs.items():
+            before = max(s["stageId"] for s in json.load(urllib.request.urlopen(url)))
+            result = run_job(spark, job_spec, job_settings, progress=lambda line: None)
+            print(f"{name}: {result.records_in} records in {result.seconds}s, phases {result.phases}; timers loaded "
+                  f"{sum(b.timers_in for b in result.batches)}, fired {sum(b.timers_fired for b in result.batches)}")
+            print_stages([s for s in json.load(urllib.request.urlopen(url)) if s["stageId"] > before], 0.05)
 
 
 if __name__ == "__main__":

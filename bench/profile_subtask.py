@@ -3,6 +3,8 @@
     source scripts/env.sh
     python bench/profile_subtask.py 100000          # CPU seconds and microseconds per record
     python bench/profile_subtask.py 100000 profile  # plus cProfile's top functions
+    python bench/profile_subtask.py 100000 sessions # bench/sessions.py's job instead: event-time timers, a session
+                                                    # gap of 30 s over ts 1 ms apart, keys shuffled per microbatch
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
@@ -29,21 +32,30 @@ MICROBATCHES = 2
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    sessions, profile = "sessions" in sys.argv[2:], "profile" in sys.argv[2:]
     types = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
     record = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
     schema = pa.schema([(name, types[t]) for name, t in EXCHANGE_COLUMNS] + [("record", record)])
     rows = [{"subtask": 0, "phase": 0}]
     for m in range(MICROBATCHES):
+        # sessions: ts as in workload R, 1 ms apart with each microbatch's keys in a shuffled order
+        ts = (m * n + np.argsort(np.random.default_rng([11, m]).permutation(n))).tolist() if sessions else range(n)
         for k in range(n):
             key = f"user-{k:07d}"
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
-                         "record": {"key": key, "amount": k, "ts": k}})
+                         "record": {"key": key, "amount": k, "ts": ts[k]}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
     directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
-    plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)],
-                   local_outputs(directory, "profile"))
+    if sessions:  # the watermark after microbatch m: its largest ts - 1 (bound 0)
+        from bench.sessions import SESSION, Sessions
+
+        plan = RunPlan("u", Sessions(), Types.STRING(), SESSION, 2, 128, False,
+                       [(m, 0, (m + 1) * n - 2) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
+    else:
+        plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False,
+                       [(m, 0) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
     profiler = cProfile.Profile()
-    if len(sys.argv) > 2:
+    if profile:
         profiler.enable()
     cpu = time.process_time()
     out = sum(b.num_rows for b in run_partition(plan, iter(batches)))
@@ -51,7 +63,7 @@ def main() -> None:
     shutil.rmtree(directory)
     profiler.disable()
     print(f"{n * MICROBATCHES} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / (n * MICROBATCHES) * 1e6:.1f} us/record")
-    if len(sys.argv) > 2:
+    if profile:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
 
 
