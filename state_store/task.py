@@ -199,6 +199,8 @@ class SubtaskRunner:
         self.store.set_time(timestamp)
         self.timer_service.processing_time, self.timer_service.watermark = timestamp, self.watermark
         self.ctx = Context(self.store, self.operator_store, batch_id, timestamp, self.timer_service, self._output)
+        self.timer_ctx = OnTimerContext(self.store, self.operator_store, batch_id, timestamp, self.timer_service,
+                                        self._output)
         self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp, self._output, self._apply,
                                       self.watermark)
 
@@ -220,8 +222,7 @@ class SubtaskRunner:
 
     def _on_timer(self, domain: TimeDomain, timer: tuple) -> None:
         timestamp, key_group, key, _ = timer
-        ctx = OnTimerContext(self.store, self.operator_store, self.batch_id, self.timer_service.processing_time,
-                             self.timer_service, self._output)
+        ctx = self.timer_ctx
         ctx.time_domain_, ctx.timer_timestamp = domain, timestamp
         self.store.set_current_key(key, key_group)
         ctx.current_key = decode_key(self.plan.key_type, key)

@@ -24,12 +24,14 @@ def restored_clock(ctx: RunContext, operator: StateBackend, checkpoint: Checkpoi
     return EventClock.restored([r["value"] for r in rows])
 
 
-def _timers(keyed: StateBackend, checkpoint: CheckpointMetadata | None, uid: str) -> DataFrame | None:
-    """The live timers stored at ``checkpoint`` (rows of the keyed table), or None when there can be none."""
+def _timers(keyed: StateBackend, checkpoint: CheckpointMetadata | None, uid: str, which=None) -> DataFrame | None:
+    """The live timers stored at ``checkpoint`` (rows of the keyed table), or None when there can be none;
+    ``which`` (a condition on a timer's rows) narrows them before the latest row of each timer is picked."""
     if checkpoint is None:
         return None
     names = list(timer_state_names(uid).values())
-    return keyed.read(checkpoint, lambda df: df.filter(F.col("state_name").isin(names)))
+    mine = F.col("state_name").isin(names)
+    return keyed.read(checkpoint, lambda df: df.filter(mine if which is None else mine & which))
 
 
 def timers_due_check(ctx: RunContext, keyed: StateBackend, checkpoint: CheckpointMetadata | None):
@@ -60,14 +62,19 @@ def due_timer_keys(ctx: RunContext, keyed: StateBackend, checkpoint: CheckpointM
     its latest processing time): the run brings these keys to their subtasks even without records."""
     if not uses_timers(ctx.spec.function):
         return None
-    timers = _timers(keyed, checkpoint, ctx.spec.uid)
-    if timers is None:
-        return None
     names = timer_state_names(ctx.spec.uid)
     watermark, now = max(p.watermark for p in plans), max(p.timestamp for p in plans)
-    due = (((F.col("state_name") == names[TimeDomain.EVENT_TIME]) & (F.col("expiry") <= F.lit(watermark)))
-           | ((F.col("state_name") == names[TimeDomain.PROCESSING_TIME]) & (F.col("expiry") <= F.lit(now))))
-    return timers.filter(due).select("key_group", "key")
+
+    def due(timestamp):
+        return (((F.col("state_name") == names[TimeDomain.EVENT_TIME]) & (timestamp <= F.lit(watermark)))
+                | ((F.col("state_name") == names[TimeDomain.PROCESSING_TIME]) & (timestamp <= F.lit(now))))
+
+    # A timer's id holds its timestamp (user_key, on its removal row too): the rows of timers that are not due
+    # are left out before the latest row of each timer is picked.
+    timers = _timers(keyed, checkpoint, ctx.spec.uid, due(F.col("user_key").cast("bigint")))
+    if timers is None:
+        return None
+    return timers.filter(due(F.col("expiry"))).select("key_group", "key")
 
 
 def watermark_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:
