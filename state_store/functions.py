@@ -49,6 +49,7 @@ from .operator_state import BroadcastState, OperatorStateStore
 from .side_outputs import OutputTag
 from .timers import TimeDomain, TimerService
 from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
+from .watermarks import MIN_WATERMARK
 
 
 class RuntimeContext:
@@ -194,7 +195,7 @@ class BroadcastContext:
 
     def current_watermark(self) -> int:
         """The event-time watermark (the previous microbatch's)."""
-        return self._watermark if self._watermark is not None else -(1 << 63)
+        return self._watermark if self._watermark is not None else MIN_WATERMARK
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
         """The broadcast state, writable."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from .descriptors import qualified_name
 from .records import KeyedChange
+from .watermarks import MIN_WATERMARK
 
 EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"
 
@@ -42,7 +43,7 @@ def is_timer_state(state_name: str) -> bool:
     return state_name.rpartition(".")[2] in (EVENT_TIMERS, PROCESSING_TIMERS)
 
 
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_LONG_MIN, _LONG_MAX = MIN_WATERMARK, (1 << 63) - 1
 
 
 def _check_timestamp(timestamp: Any) -> int:
@@ -130,7 +131,7 @@ class TimerService:
     def __init__(self, timers: SubtaskTimers, store):
         self._timers, self._store = timers, store
         self.processing_time = 0  # the microbatch's, fixed in its plan
-        self.watermark = -(1 << 63)  # W(m-1) while records are processed, W(m) in on_timer
+        self.watermark = MIN_WATERMARK  # W(m-1) while records are processed, W(m) in on_timer
 
     def current_processing_time(self) -> int:
         """The microbatch's processing time (fixed in its plan), epoch milliseconds."""
