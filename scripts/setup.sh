@@ -12,11 +12,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-if [ ! -f "$STAMP" ] || ! cmp -s requirements.txt "$STAMP"; then
+# Reinstalled when the pins or the package's own metadata (its entry points) change.
+if [ ! -f "$STAMP" ] || ! cat requirements.txt pyproject.toml | cmp -s - "$STAMP"; then
   echo "[setup] installing pinned packages (requirements.txt)"
   PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
   PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
-  cp requirements.txt "$STAMP"
+  cat requirements.txt pyproject.toml > "$STAMP"
 fi
 # The trap: pyspark-client can overwrite files of the full pyspark. Prove both import.
 .venv/bin/python - <<'PY'

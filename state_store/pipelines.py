@@ -34,7 +34,7 @@ _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
 # A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
 PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
-# dags/lakestate_operations.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
+# state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
 OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction")
 _HEADER = re.compile(r"^[ \t]*\[[ \t]*jobs[ \t]*\.[ \t]*([A-Za-z0-9_-]+)[ \t]*\][ \t]*(?:#.*)?$", re.M)
 
@@ -78,7 +78,7 @@ def _check_name(where: str, job_id: str) -> None:
     dag_id = f"lakestate_{job_id}"
     if dag_id in OPERATION_DAG_IDS:  # Airflow would only say "duplicate DAG id", naming no entry
         raise ConfigError(f"{where}: the entry's name {job_id!r} makes DAG id {dag_id}, the id of Lakestate's "
-                          f"{job_id} operation DAG (dags/lakestate_operations.py): rename the entry, and the "
+                          f"{job_id} operation DAG (state_store/provider/dags.py): rename the entry, and the "
                           f"JobSpec's job_id with it")
 
 

@@ -81,7 +81,7 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert clicks["tasks"] == ["housekeeping", "run"]
     assert (clicks["max_active_runs"], clicks["catchup"], clicks["schedule"]) == (1, False, "0 * * * *")
     assert clicks["outlets"] == ["lakestate://clicks/sink"]
-    assert clicks["args"][:4] == ["--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
+    assert clicks["args"][:5] == ["run", "--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
     assert found["seconds"] < 1.0, found["seconds"]

@@ -19,7 +19,8 @@ FLOORS = {
     "adapters": {"spark", "delta_log", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
     "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "runtime",
                    "savepoint", "restore", "compaction", "state_processor", "housekeeping"},
-    "entry": {"__init__", "catalog", "pipelines", "cli"},
+    "entry": {"__init__", "catalog", "pipelines", "cli", "entrypoint", "entrypoint.main"},
+    "airflow": {"provider", "provider.operators", "provider.dags", "provider.reader", "provider.views", "provider.plugin"},
 }
 ORDER = list(FLOORS)
 CORE_WITHOUT_SPARK = FLOORS["core"]

@@ -89,7 +89,7 @@ def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothin
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
     monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "plugins"))
-    from lakestate.operators import LakestateRescaleOperator
+    from state_store.provider.operators import LakestateRescaleOperator
 
     spec = count_job(lake)
     lake.write_events("e0.json", events(0))

@@ -8,8 +8,7 @@ import time
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
-from lakestate.reader import JobOverview, job_overviews
-
+from state_store.provider.reader import JobOverview, job_overviews
 from state_store.settings import Settings
 
 # FastAPI's own /docs, /redoc and /openapi.json are plain routes that the app's dependencies do not reach, so

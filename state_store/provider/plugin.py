@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
-from lakestate.views import app
+from state_store.provider.views import app
 
 
 class LakestatePlugin(AirflowPlugin):

@@ -4,12 +4,12 @@ The Spark master comes from the Airflow connection ``lakestate_spark``; without 
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+import state_store.entrypoint.main as entrypoint_main
+
+ENTRYPOINT = entrypoint_main.__file__  # spark-submit runs the installed package's file
 SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
 # The savepoint's label: the DAG run's ``params.label``, else ``airflow-<run id>`` with every character that may
@@ -23,12 +23,12 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
     lease: the Spark connection (or local[*]) and the Delta jars filled in when the hook is made. An argument
     that renders empty is left out: an option the DAG run's params do not ask for."""
 
-    def __init__(self, *, entrypoint: str, args: list[str], conn_id: str = SPARK_CONN_ID,
+    def __init__(self, *, command: str, args: list[str], conn_id: str = SPARK_CONN_ID,
                  wait_for_lease_s: float = 3600, **kwargs):
-        kwargs.setdefault("name", f"lakestate-{entrypoint}")
-        super().__init__(application=str(PROJECT_ROOT / "jobs" / f"{entrypoint}.py"), conn_id=conn_id,
+        kwargs.setdefault("name", f"lakestate-{command}")
+        super().__init__(application=ENTRYPOINT, conn_id=conn_id,
                          conf={"spark.log.level": "WARN"},
-                         application_args=[*args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
+                         application_args=[command, *args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
         self.wait_for_lease_s = wait_for_lease_s
 
     def render_template_fields(self, context, jinja_env=None) -> None:
@@ -68,7 +68,7 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     """
 
     def __init__(self, *, job_id: str, registry: str, **kwargs):
-        super().__init__(entrypoint="run_microbatches", name=f"lakestate-{job_id}",
+        super().__init__(command="run", name=f"lakestate-{job_id}",
                          args=["--job", job_id, "--registry", registry], **kwargs)
         self.job_id = job_id
 
@@ -82,7 +82,7 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
     def __init__(self, **kwargs):
         job, checkpoint = "{{ params.job }}", ("{% if params.checkpoint is not none %}"
                                                "--checkpoint={{ params.checkpoint | int }}{% endif %}")
-        super().__init__(entrypoint="savepoint", args=[job, "--label", LABEL, checkpoint], **kwargs)
+        super().__init__(command="savepoint", args=[job, "--label", LABEL, checkpoint], **kwargs)
         self.job, self.savepoint_label = job, LABEL
 
     def execute(self, context):
@@ -108,7 +108,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
     def __init__(self, **kwargs):
         job, parallelism = "{{ params.job }}", "{{ params.parallelism | int }}"
         first = "{{ '--savepoint-first' if params.get('savepoint_first', true) else '' }}"
-        super().__init__(entrypoint="rescale", args=[job, "--parallelism", parallelism, first], **kwargs)
+        super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first], **kwargs)
         self.job, self.parallelism = job, parallelism
 
     def execute(self, context):
@@ -139,7 +139,7 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
     template_fields = (*_LakestateSparkSubmit.template_fields, "job")
 
     def __init__(self, *, job: str, **kwargs):
-        super().__init__(entrypoint="compact", args=[job], **kwargs)
+        super().__init__(command="compact", args=[job], **kwargs)
         self.job = job
 
     def execute(self, context):
