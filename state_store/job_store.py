@@ -5,7 +5,8 @@ publishing a checkpoint (written last, then expire and discard).
     <warehouse>/jobs/<job>/_meta/plans/<m>.json        microbatch m's source range (written before it runs)
     <warehouse>/jobs/<job>/_meta/commits/<m>.json      microbatch m is done
     <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
-    <warehouse>/jobs/<job>/_meta/compaction.json       the last compaction's report
+    <warehouse>/jobs/<job>/_meta/compaction.json       the last compaction's report that did work
+    <warehouse>/jobs/<job>/_meta/compactions/<ms>.json every compaction's report (its history)
     <warehouse>/jobs/<job>/state/<table>/              the delta backend's tables
     <warehouse>/jobs/<job>/state/g<n>/<table>/         ... a restore's new generation of them
     <warehouse>/jobs/<job>/snapshots/chk-<n>/<table>/  the hashmap backend's snapshot of checkpoint n
@@ -211,9 +212,19 @@ class JobStore:
 
     # -- reports -------------------------------------------------------------------------------------------------
     def last_compaction(self) -> dict | None:
-        """The report of the job's last compaction (``compaction.compact_job``), or None."""
+        """The report of the job's last compaction that did work (``compaction.compact_job``), or None: one that
+        found nothing to do (``report["nothing_to_do"]``) is in ``compaction_history`` only."""
         path = self.dir / "compaction.json"
         return read_json(path) if path.exists() else None
 
+    def compaction_history(self, limit: int | None = None) -> list[dict]:
+        """Every compaction's report, newest first (at most ``limit``), those that found nothing to do too."""
+        folder = self.dir / "compactions"
+        return [read_json(folder / f"{ms}.json") for ms in reversed(self._numbered(folder, ""))][:limit]
+
     def write_compaction(self, report: dict) -> None:
-        write_json_atomic(self.dir / "compaction.json", report)
+        """Add ``report`` to the history (one file per compaction, named by its start); a report with work done
+        also becomes ``last_compaction``."""
+        write_json_atomic(self.dir / "compactions" / f"{int(report['started_ms'])}.json", report)
+        if not report.get("nothing_to_do"):
+            write_json_atomic(self.dir / "compaction.json", report)
