@@ -59,8 +59,8 @@ def _shot(browser, name: str, height: int | None = None) -> None:
     """A screenshot of the whole page (the window grown to its height), then the window as it was. The UI
     scrolls its own content box, so the page's height is the view's."""
     height = height or browser.execute_script(
-        "const v = document.getElementById('lakestate-view');"
-        "return v ? v.scrollHeight + v.getBoundingClientRect().top + 40 : document.documentElement.scrollHeight")
+        "const v = document.querySelector('#lakestate-view .lakestate');"
+        "return v ? v.getBoundingClientRect().height + 120 : document.documentElement.scrollHeight")
     browser.set_window_size(1400, max(1000, min(height + 40, 4000)))
     browser.save_screenshot(str(ARTIFACTS / name))
     browser.set_window_size(1400, 1000)
@@ -185,7 +185,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
     store = JobStore(Settings.load(root=tmp_path / "lakestate").job_dir("clicks"))
     with running_airflow(tmp_path, env, command="standalone") as url:
         airflow = Airflow(browser, url, tmp_path)
-        for dag_id in ("lakestate_clicks", "lakestate_savepoint", "lakestate_compaction"):
+        for dag_id in ("lakestate_clicks", "lakestate_savepoint", "lakestate_rescale", "lakestate_compaction"):
             _wait(lambda: get(f"{url}/api/v2/dags/{dag_id}", airflow.api)[0] == 200, 180, f"{dag_id} parsed")
         # Paused: the page must then not say that it runs daily.
         assert send_json(f"{url}/api/v2/dags/lakestate_compaction", airflow.api, {"is_paused": True})[0] == 200
@@ -220,6 +220,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         airflow.trigger_from_dag_page("2-savepoint-trigger-form.png")
         savepoint_run = airflow.wait_for_success("lakestate_savepoint")
         _check_savepoint(airflow, savepoint_run)
+        _check_rescale(airflow, store)
         _check_dark_mode_and_the_standalone_page(airflow)
 
 
@@ -254,6 +255,31 @@ def _check_savepoint(airflow: Airflow, run: dict) -> None:
     _shot(browser, "page-after-2-savepoint.png")
 
 
+def _check_rescale(airflow: Airflow, store) -> None:
+    """After a rescale 2 -> 3 (the rescale DAG, through the REST API: its form is the savepoint's kind), the
+    page says where the new checkpoint came from, links its run, and the chart has three subtasks' bands."""
+    from selenium.webdriver.common.by import By
+
+    status, body = send_json(f"{airflow.url}/api/v2/dags/lakestate_rescale/dagRuns", airflow.api, {
+        "logical_date": None, "conf": {"job": "clicks", "parallelism": 3, "savepoint_first": False}}, "POST")
+    assert status == 200, body
+    run = airflow.wait_for_success("lakestate_rescale")
+    latest = store.latest_checkpoint()
+    assert (latest.checkpoint_id, latest.parallelism) == (3, 3)
+    section = airflow.lakestate_view()
+    row = _rows(section, "checkpoints")[0]
+    cells = [c.text for c in row]
+    assert cells[0] == "3" and cells[6] == "rescale 2 → 3 from checkpoint 2", cells
+    link = row[7].find_element(By.TAG_NAME, "a")
+    assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_rescale/runs/{run['dag_run_id']}")
+    chart = section.find_element(By.CSS_SELECTOR, "svg.key-group-chart")
+    bands = [b.get_attribute("data-key-groups") for b in chart.find_elements(By.CSS_SELECTOR, "g.band")]
+    assert bands == [f"{s}-{e}" for s, e in latest.key_group_ranges] == ["0-42", "43-85", "86-127"], bands
+    assert [[c.text for c in r][:2] for r in _rows(section, "subtasks")] == [
+        ["0", "0–42"], ["1", "43–85"], ["2", "86–127"]]
+    _shot(airflow.browser, "page-after-3-rescale.png")
+
+
 def _check_dark_mode_and_the_standalone_page(airflow: Airflow) -> None:
     from selenium.webdriver.common.by import By
 
@@ -267,7 +293,7 @@ def _check_dark_mode_and_the_standalone_page(airflow: Airflow) -> None:
 
     head = section.find_element(By.CSS_SELECTOR, "table.checkpoints th")
     assert brightness(head, "background-color") < 200 and brightness(head, "color") > 500
-    _shot(browser, "page-after-3-dark.png")
+    _shot(browser, "page-after-4-dark.png")
     browser.execute_script("localStorage.setItem('theme', 'light')")
 
     # On its own, the page still works (for a bookmark or curl), and its links go where the UI's do.

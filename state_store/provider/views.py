@@ -131,8 +131,8 @@ def _path(path: str, name: str | None = None) -> Html:
         parts[-1] = ""
     short = "…/" + "/".join(parts[-3 if parts[-1] == "" else -2:]) if len(parts) > 3 else path
     full = html.escape(path)
-    return Html(f"<span class='path' title='{full}'>{html.escape(short)}</span>"
-                f"<button type='button' class='copy' data-copy='{full}' title='copy {full}'>copy</button>")
+    return Html(f"<span class='nowrap'><span class='path' title='{full}'>{html.escape(short)}</span>"
+                f"<button type='button' class='copy' data-copy='{full}' title='copy {full}'>copy</button></span>")
 
 
 def _table(header: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
