@@ -60,7 +60,7 @@ def _shot(browser, name: str, height: int | None = None) -> None:
     scrolls its own content box, so the page's height is the view's."""
     height = height or browser.execute_script(
         "const v = document.querySelector('#lakestate-view .lakestate');"
-        "return v ? v.getBoundingClientRect().height + 120 : document.documentElement.scrollHeight")
+        "return v ? v.getBoundingClientRect().height + 250 : document.documentElement.scrollHeight")
     browser.set_window_size(1400, max(1000, min(height + 40, 4000)))
     browser.save_screenshot(str(ARTIFACTS / name))
     browser.set_window_size(1400, 1000)
