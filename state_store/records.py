@@ -12,13 +12,15 @@ No Spark and no I/O here, so the subtasks, the CLI and the Airflow plugin all re
   and the commit file;
 - **written files** (``WrittenFile``): a file a run wrote, which turns itself into a Delta ``add`` action;
 - the catalog's records: a microbatch's plan, a checkpoint, a savepoint (``MicrobatchPlan``,
-  ``CheckpointMetadata``, ``SavepointMetadata``) and the layout version their tables have.
+  ``CheckpointMetadata``, ``SavepointMetadata``, with the ``AirflowRun`` that made them) and the layout version
+  their tables have.
 
 Every record's ``to_dict``/``from_dict`` keeps the JSON that earlier releases wrote (``tests/test_formats.py``).
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
@@ -355,6 +357,29 @@ class RestoredFrom:
         return None if data is None else cls(data.get("job"), data.get("checkpoint"), data.get("savepoint"))
 
 
+@dataclass(frozen=True)
+class AirflowRun:
+    """The Airflow DAG run whose task made a checkpoint or savepoint (the Lakestate page links it)."""
+
+    dag_id: str
+    run_id: str
+
+    @classmethod
+    def of_environment(cls, environ=None) -> "AirflowRun | None":
+        """The run Airflow's task runner exported (``AIRFLOW_CTX_DAG_ID``, ``AIRFLOW_CTX_DAG_RUN_ID``, which
+        spark-submit's driver inherits); None outside Airflow."""
+        env = os.environ if environ is None else environ
+        dag_id, run_id = env.get("AIRFLOW_CTX_DAG_ID"), env.get("AIRFLOW_CTX_DAG_RUN_ID")
+        return cls(dag_id, run_id) if dag_id and run_id else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "AirflowRun | None":
+        return None if data is None else cls(data["dag_id"], data["run_id"])
+
+
 # -- the catalog's records ----------------------------------------------------------------------------------------
 class _Record:
     def to_dict(self) -> dict:
@@ -435,6 +460,7 @@ class CheckpointMetadata(_Record):
     layout: int = LAYOUT_VERSION
     restored_from: RestoredFrom | None = None  # a restore's or rescale's source
     cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl``)
+    airflow_run: AirflowRun | None = None  # the Airflow run that made it (omitted when None: older files)
 
     def table(self, name: str) -> TableVersion:
         """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""
@@ -446,6 +472,10 @@ class CheckpointMetadata(_Record):
         data["descriptors"] = states_to_dict(self.descriptors)
         data["sink"] = self.sink.to_dict() if self.sink is not None else None
         data["restored_from"] = self.restored_from.to_dict() if self.restored_from is not None else None
+        if self.airflow_run is None:
+            del data["airflow_run"]
+        else:
+            data["airflow_run"] = self.airflow_run.to_dict()
         return data
 
     @classmethod
@@ -457,6 +487,7 @@ class CheckpointMetadata(_Record):
         data["descriptors"] = states_from_dict(data["descriptors"])
         data["sink"] = TableVersion.from_dict(data.get("sink"))
         data["restored_from"] = RestoredFrom.from_dict(data.get("restored_from"))
+        data["airflow_run"] = AirflowRun.from_dict(data.get("airflow_run"))
         return super().from_dict(data)
 
     @property
@@ -496,12 +527,17 @@ class SavepointMetadata(_Record):
     label: str | None = None
     format: int = SAVEPOINT_FORMAT
     layout: int = LAYOUT_VERSION
+    airflow_run: AirflowRun | None = None  # the Airflow run that took it (omitted when None: older files)
     path: str = ""  # where it was found (not stored)
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k != "path"}
         data["tables"] = {name: t.to_dict() for name, t in self.tables.items()}
         data["descriptors"] = states_to_dict(self.descriptors)
+        if self.airflow_run is None:
+            del data["airflow_run"]
+        else:
+            data["airflow_run"] = self.airflow_run.to_dict()
         return data
 
     @classmethod
@@ -511,6 +547,7 @@ class SavepointMetadata(_Record):
             raise TypeError("a savepoint needs a 'tables' and a 'descriptors' object")
         data["tables"] = {name: TableVersion.from_dict(t) for name, t in data["tables"].items()}
         data["descriptors"] = states_from_dict(data["descriptors"])
+        data["airflow_run"] = AirflowRun.from_dict(data.get("airflow_run"))
         return super().from_dict(data)
 
     @property

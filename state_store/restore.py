@@ -74,7 +74,7 @@ from .restore_plan import (
 )
 from .savepoint import savepoint_of_checkpoint
 from .settings import Settings
-from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, CheckpointMetadata, TableVersion
+from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,
@@ -307,7 +307,7 @@ def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state
         entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
         processing_time=src.processing_time, run_id=run_id,
         sink=TableVersion(**table_snapshot(sink_path)) if (sink_path / "_delta_log").exists() else None,
-        restored_from=restore.source.describe())
+        restored_from=restore.source.describe(), airflow_run=AirflowRun.of_environment())
 
 
 def _discard(spark: SparkSession, meta: JobStore, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:

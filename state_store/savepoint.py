@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .job_store import JobStore, read_json, write_json_atomic
-from .records import KEYED, OPERATOR, TABLE_SPECS, CheckpointMetadata, SavepointMetadata, TableVersion
+from .records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from .delta_log import table_snapshot
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
@@ -133,7 +133,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
             entries = {**fields["entries"], **{n: counts.get(n, 0) for n in recount}}
             fields = {**fields, "entries": {n: c for n, c in sorted(entries.items()) if c}}
         savepoint = SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
-                                      label=label, **fields)
+                                      label=label, airflow_run=AirflowRun.of_environment(), **fields)
         write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
         if not in_place:
             work.rename(final)

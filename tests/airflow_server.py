@@ -40,6 +40,17 @@ def get(url: str, token: str | None = None, method: str = "GET") -> tuple[int, s
         return e.code, e.read().decode()
 
 
+def send_json(url: str, token: str, body: dict, method: str = "PATCH") -> tuple[int, str]:
+    """Status and body of a request with a JSON body, as ``token``'s user."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method=method, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def token(url: str) -> str:
     request = urllib.request.Request(f"{url}/auth/token", data=json.dumps(
         {"username": "admin", "password": PASSWORD}).encode(), headers={"Content-Type": "application/json"})

@@ -1,5 +1,7 @@
 """The Lakestate page in a real Airflow API server: it refuses anonymous requests, and for a logged-in user shows
-the job's checkpoints, its state per state name and the key-group chart, read from the catalog and Delta logs."""
+the job's checkpoints, its state per state name and the key-group chart, read from the catalog and Delta logs;
+the UI shows it as a React view. Where a checkpoint came from (rescale, restore, compaction) is read without
+Airflow or Spark."""
 from __future__ import annotations
 
 import html
@@ -58,7 +60,8 @@ def _plugin_routes(env: dict) -> list[tuple[str, str]]:
 
 def test_every_route_of_the_plugin_refuses_an_anonymous_request(airflow_with_a_job, tmp_path):
     routes = _plugin_routes(airflow_env(tmp_path, tmp_path / "lakestate", tmp_path / "lakestate.toml"))
-    assert {("GET", "/lakestate/"), ("GET", "/lakestate/api/jobs")} <= set(routes), routes
+    assert {("GET", "/lakestate/"), ("GET", "/lakestate/api/jobs"), ("GET", "/lakestate/fragment"),
+            ("GET", "/lakestate/static/lakestate.js")} <= set(routes), routes
     answers = {}
     for method, path in routes:
         status, body = get(airflow_with_a_job + re.sub(r"\{[^}]*\}", "x", path), method=method)
@@ -74,23 +77,45 @@ def test_the_page_shows_checkpoints_state_and_the_key_group_chart_to_a_logged_in
     seconds = time.perf_counter() - started
     assert status == 200, page[:500]
     assert "<section id='job-clicks'>" in page and "DAG lakestate_clicks" in page
-    assert "<svg id='key-groups-clicks'" in page and page.count("<rect") == 128
+    assert "<svg id='key-groups-clicks'" in page and page.count("<rect class='bar'") == 128
+    assert re.findall(r"<g class='band' data-subtask='(\d+)' data-key-groups='([\d-]+)'>", page) == [
+        ("0", "0-63"), ("1", "64-127")]
     status, data = get(airflow_with_a_job + "/lakestate/api/jobs", bearer)
     (job,) = json.loads(data)
     assert job["latest_checkpoint"] == 3 and job["checkpoints"] == [1, 2, 3]  # 3: the compaction's
     assert job["compaction"]["checkpoint"] == 2 and job["compaction"]["new_checkpoint"] == 3
-    assert "<h3>Last compaction</h3>" in page and f"<td>{job['compaction']['rows_scanned']}</td>" in page
+    assert [c["new_checkpoint"] for c in job["compactions"]] == [3]
+    assert job["subtasks"] == [{"key_groups": [0, 63], "keyed_bytes": sum(job["key_group_bytes"][:64])},
+                               {"key_groups": [64, 127], "keyed_bytes": sum(job["key_group_bytes"][64:])}]
+    assert "<h3>Last compaction that did work</h3>" in page and "compaction of checkpoint 2" in page
+    assert f"<td class='num'>{job['compaction']['rows_scanned']:,}</td>" in page
+    assert re.search(r"<td class='num'>\d+(\.\d)? (B|KiB|MiB)</td>", page) and "completed (UTC)" in page
     assert sum(job["key_group_bytes"]) > 0 and job["problems"] == []
     assert any(name.endswith(".events") and size > 0 for name, (size, files) in job["state_bytes"].items())
     assert seconds < 1.0, seconds
 
 
-def test_the_lakestate_page_is_in_the_ui_navigation(airflow_with_a_job):
-    status, data = get(airflow_with_a_job + "/api/v2/plugins", token(airflow_with_a_job))
+def test_the_lakestate_page_is_a_react_view_in_the_ui_navigation(airflow_with_a_job):
+    bearer = token(airflow_with_a_job)
+    status, data = get(airflow_with_a_job + "/api/v2/plugins", bearer)
     assert status == 200, data[:300]
     plugin = next(p for p in json.loads(data)["plugins"] if p["name"] == "lakestate")
-    assert plugin["external_views"][0]["href"] == "/lakestate/"
+    assert plugin["external_views"] == []  # an external view is framed, and its links are dead there
+    (view,) = plugin["react_apps"]
+    assert (view["bundle_url"], view["destination"], view["url_route"]) == (
+        "/lakestate/static/lakestate.js", "nav", "lakestate")
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/lakestate"
+    status, bundle = get(airflow_with_a_job + view["bundle_url"], bearer)
+    assert status == 200 and "globalThis.Lakestate = Lakestate" in bundle and "useNavigate" in bundle
+
+
+def test_the_page_shows_times_in_the_timezone_the_user_picked(airflow_with_a_job):
+    bearer = token(airflow_with_a_job)
+    status, body = get(airflow_with_a_job + "/lakestate/fragment?tz=Asia/Kolkata", bearer)
+    assert status == 200 and body.startswith("<div class='lakestate'") and "completed (Asia/Kolkata)" in body
+    assert "<html" not in body  # a fragment, for the React view
+    status, body = get(airflow_with_a_job + "/lakestate/fragment?tz=Not/AZone", bearer)
+    assert status == 200 and "completed (UTC)" in body
 
 
 def _settings(tmp_path_factory):
@@ -140,3 +165,59 @@ def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(air
     seconds = time.perf_counter() - started
     assert status == 200 and page.count("<tr>") >= 102 + 1
     assert seconds < 0.5, seconds
+
+
+def _checkpoint(cid: int, parallelism: int, restored_from=None, airflow_run=None):
+    from state_store.key_groups import key_group_ranges
+    from state_store.records import CheckpointMetadata, TableVersion
+
+    return CheckpointMetadata(
+        job_id="clicks", checkpoint_id=cid, batch_id=4, uid="u", key_type="string", backend="delta",
+        parallelism=parallelism, max_parallelism=128,
+        key_group_ranges=[r.to_list() for r in key_group_ranges(128, parallelism)], source_offsets={},
+        state={"keyed": TableVersion("/k", cid, 4562404, 3)}, descriptors={}, entries={"s": 1}, completed_ms=1,
+        restored_from=restored_from, airflow_run=airflow_run)
+
+
+def test_the_page_says_whether_a_checkpoint_came_from_a_rescale_a_restore_or_a_compaction():
+    from state_store.provider.reader import JobOverview
+    from state_store.records import AirflowRun, RestoredFrom, SavepointMetadata
+
+    run = AirflowRun("lakestate_clicks", "manual__1")
+    job = JobOverview("clicks", "demo.clicks:job", 3, 128, "delta")
+    savepoint = SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {},
+                                             "created_ms": 1})
+    savepoint.path = "/sp/clicks/before-v2"
+    job.savepoints = [savepoint]
+    job.checkpoints = [_checkpoint(1, 2, airflow_run=run), _checkpoint(2, 3, RestoredFrom("clicks", 1)),
+                       _checkpoint(3, 3, RestoredFrom("clicks", 1, "/sp/clicks/before-v2")),
+                       _checkpoint(4, 2, RestoredFrom("clicks", 1), airflow_run=run),
+                       _checkpoint(5, 2, RestoredFrom("clicks", 1), airflow_run=run), _checkpoint(6, 2)]
+    job.compactions = [{"checkpoint": 4, "new_checkpoint": 5}, {"checkpoint": 5, "nothing_to_do": True}]
+    assert [job.origin(c) for c in job.checkpoints] == [
+        ("", ""), ("rescale", "rescale 2 → 3 from checkpoint 1"),
+        ("rescale", "rescale 2 → 3 from savepoint before-v2"), ("restore", "restore from checkpoint 1"),
+        ("compaction", "compaction of checkpoint 4"), ("", "")]
+    # A compaction's checkpoint copies its source's record: that run is not its own.
+    assert [job.airflow_run(c) for c in job.checkpoints] == [run, None, None, run, None, None]
+    assert [(s, e) for s, e, _ in job.subtask_bytes()] == [(0, 63), (64, 127)]
+
+
+def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_stay_readable():
+    from state_store.records import AirflowRun, CheckpointMetadata
+
+    run = AirflowRun.of_environment({"AIRFLOW_CTX_DAG_ID": "lakestate_clicks", "AIRFLOW_CTX_DAG_RUN_ID": "r1"})
+    assert run == AirflowRun("lakestate_clicks", "r1") and AirflowRun.of_environment({}) is None
+    with_run, without = _checkpoint(1, 2, airflow_run=run).to_dict(), _checkpoint(1, 2).to_dict()
+    assert with_run["airflow_run"] == {"dag_id": "lakestate_clicks", "run_id": "r1"}
+    assert "airflow_run" not in without  # files written before stay byte-for-byte what they were
+    assert CheckpointMetadata.from_dict(with_run).airflow_run == run
+    assert CheckpointMetadata.from_dict(without).airflow_run is None
+
+
+def test_sizes_and_counts_read_as_people_read_them():
+    from state_store.provider.views import count, human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1024, 4562404, 3 * 1024 ** 3)] == [
+        "0 B", "1023 B", "1.0 KiB", "4.4 MiB", "3.0 GiB"]
+    assert count(4562404) == "4,562,404" and count(None) == "-"

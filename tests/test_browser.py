@@ -1,20 +1,28 @@
 """A real browser against a real Airflow: log in, trigger the pipeline DAG, wait for its success, open the
-Lakestate page and find the new checkpoint and the key-group chart; then trigger the savepoint DAG from its
-trigger form and find the savepoint on the Lakestate page. Debian's Chromium drives it (installed by
-scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
+Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
+would: human units, the timezone picked in the UI, the chart's axis and subtask bands; follow its links to the
+DAG, to the run behind a checkpoint and to the savepoint DAG, trigger that from its form, find the savepoint
+and copy its path; then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives
+it (installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote, unquote
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, token
+from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, send_json, token
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+PICKED_ZONE = "Asia/Kolkata"  # +05:30: a time shown in UTC or in the machine's zone would not match
+BYTES = re.compile(r"^\d+(\.\d)? (B|KiB|MiB|GiB)$")
 
 
 @pytest.fixture
@@ -47,75 +55,249 @@ def _wait(predicate, seconds: float, what: str, every: float = 2.0):
     raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
 
 
-def test_log_in_trigger_the_pipeline_and_find_the_new_checkpoint_on_the_lakestate_page(browser, tmp_path):
+def _shot(browser, name: str, height: int | None = None) -> None:
+    """A screenshot of the whole page (the window grown to its height), then the window as it was. The UI
+    scrolls its own content box, so the page's height is the view's."""
+    height = height or browser.execute_script(
+        "const v = document.querySelector('#lakestate-view .lakestate');"
+        "return v ? v.getBoundingClientRect().height + 250 : document.documentElement.scrollHeight")
+    browser.set_window_size(1400, max(1000, min(height + 40, 4000)))
+    browser.save_screenshot(str(ARTIFACTS / name))
+    browser.set_window_size(1400, 1000)
+
+
+class Airflow:
+    """The test's Airflow as the browser and the REST API see it."""
+
+    def __init__(self, browser, url: str, base: Path):
+        self.browser, self.url, self.base = browser, url, base
+        self.api = token(url)
+
+    def log_in(self) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.browser.get(self.url + "/")
+        self.browser.find_element(By.NAME, "username").send_keys("admin")
+        self.browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+        self.browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        _wait(lambda: "/auth/login" not in self.browser.current_url, 30, "the login")
+
+    def trigger_from_dag_page(self, screenshot: str) -> None:
+        """On a DAG's page: open its trigger form and trigger it."""
+        from selenium.webdriver.common.by import By
+
+        self.browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
+        confirm = _wait(lambda: [b for b in self.browser.find_elements(By.XPATH,
+                                                                       "//button[normalize-space(.)='Trigger']")
+                                 if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
+                        30, "the trigger form")
+        self.browser.save_screenshot(str(ARTIFACTS / screenshot))
+        confirm[-1].click()
+
+    def latest_run(self, dag_id: str) -> dict | None:
+        status, body = get(f"{self.url}/api/v2/dags/{dag_id}/dagRuns", self.api)
+        runs = json.loads(body)["dag_runs"] if status == 200 else []
+        return max(runs, key=lambda r: r.get("run_after") or "", default=None)
+
+    def wait_for_success(self, dag_id: str) -> dict:
+        run = _wait(lambda: (r := self.latest_run(dag_id)) and r["state"] in ("success", "failed") and r, 600,
+                    f"the run of {dag_id} to finish", every=5)
+        assert run["state"] == "success", (self.base / "airflow-standalone.log").read_text()[-4000:]
+        return run
+
+    def lakestate_view(self):
+        """The Lakestate page in the UI (the React view), its job section once it is rendered."""
+        from selenium.webdriver.common.by import By
+
+        self.browser.get(f"{self.url}/plugin/lakestate")
+        section = self.browser.find_element(By.CSS_SELECTOR, "#lakestate-view section#job-clicks")
+        assert not self.browser.find_elements(By.TAG_NAME, "iframe"), "the Lakestate page is framed again"
+        return section
+
+    def follow(self, link, lands_on: str) -> None:
+        """Click ``link`` in the page and wait until the UI shows ``lands_on`` (a path)."""
+        link.click()
+        _wait(lambda: unquote(self.browser.current_url).endswith(lands_on), 30,
+              f"the link to land on {lands_on} (at {self.browser.current_url})", every=0.5)
+
+
+def _rows(section, table: str) -> list[list]:
     from selenium.webdriver.common.by import By
+
+    return [[td for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in section.find_elements(By.CSS_SELECTOR, f"table.{table} tr")[1:]]
+
+
+def _human(size: int) -> str:
+    from state_store.provider.views import human_bytes
+
+    return human_bytes(size)
+
+
+def _check_checkpoints(section, checkpoint, run: dict) -> list:
+    """The newest checkpoint's row reads as it should; returns its cells."""
+    from selenium.webdriver.common.by import By
+
+    header = section.find_element(By.CSS_SELECTOR, "table.checkpoints tr").text
+    assert f"completed ({PICKED_ZONE})" in header, header
+    row = _rows(section, "checkpoints")[0]
+    cells = [c.text for c in row]
+    shown = datetime.fromtimestamp(checkpoint.completed_ms / 1000, ZoneInfo(PICKED_ZONE)).strftime("%Y-%m-%d %H:%M:%S")
+    assert cells[:3] == [str(checkpoint.checkpoint_id), str(checkpoint.batch_id), shown], cells
+    assert cells[5] == f"{sum(checkpoint.entries.values()):,}", cells
+    assert cells[9] == _human(checkpoint.size_bytes) and BYTES.match(cells[9]), cells
+    assert re.fullmatch(r"keyed v\d+ · operator v\d+", cells[8]), cells
+    when = row[2].find_element(By.CLASS_NAME, "when")
+    assert when.value_of_css_property("white-space") == "nowrap"
+    # The run behind it: recorded from the task's environment when spark-submit ran under Airflow.
+    assert (checkpoint.airflow_run.dag_id, checkpoint.airflow_run.run_id) == ("lakestate_clicks", run["dag_run_id"])
+    link = row[7].find_element(By.TAG_NAME, "a")
+    assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_clicks/runs/{run['dag_run_id']}")
+    return row
+
+
+def _check_chart(section, checkpoint) -> None:
+    """The chart has its bytes axis and one band per subtask over exactly the key groups it owns."""
+    from selenium.webdriver.common.by import By
+
+    chart = section.find_element(By.CSS_SELECTOR, "svg.key-group-chart")
+    assert len(chart.find_elements(By.CSS_SELECTOR, "rect.bar")) == checkpoint.max_parallelism
+    bands = [(b.get_attribute("data-subtask"), b.get_attribute("data-key-groups"))
+             for b in chart.find_elements(By.CSS_SELECTOR, "g.band")]
+    assert bands == [(str(i), f"{s}-{e}") for i, (s, e) in enumerate(checkpoint.key_group_ranges)] \
+        == [("0", "0-63"), ("1", "64-127")], bands
+    ticks = [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.y-tick")]
+    assert ticks[0] == "0 B" and all(BYTES.match(t) for t in ticks), ticks
+    subtasks = [[c.text for c in r] for r in _rows(section, "subtasks")]
+    assert [r[:2] for r in subtasks] == [["0", "0–63"], ["1", "64–127"]], subtasks
+    assert all(BYTES.match(r[2]) and r[4].startswith("×") for r in subtasks), subtasks
+
+
+def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_ui(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
 
     registry = tmp_path / "lakestate.toml"
     registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\ncheckpoint_interval = 1\n')
     env = airflow_env(tmp_path, tmp_path / "lakestate", registry)
     demo_input(env)
+    store = JobStore(Settings.load(root=tmp_path / "lakestate").job_dir("clicks"))
     with running_airflow(tmp_path, env, command="standalone") as url:
-        api = token(url)
-        _wait(lambda: get(f"{url}/api/v2/dags/lakestate_clicks", api)[0] == 200, 180, "the DAG to be parsed")
+        airflow = Airflow(browser, url, tmp_path)
+        for dag_id in ("lakestate_clicks", "lakestate_savepoint", "lakestate_rescale", "lakestate_compaction"):
+            _wait(lambda: get(f"{url}/api/v2/dags/{dag_id}", airflow.api)[0] == 200, 180, f"{dag_id} parsed")
+        # Paused: the page must then not say that it runs daily.
+        assert send_json(f"{url}/api/v2/dags/lakestate_compaction", airflow.api, {"is_paused": True})[0] == 200
+        airflow.log_in()
+        browser.execute_script(f"localStorage.setItem('timezone', JSON.stringify('{PICKED_ZONE}'))")
 
-        browser.get(url + "/")
-        browser.find_element(By.NAME, "username").send_keys("admin")
-        browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        _wait(lambda: "/auth/login" not in browser.current_url, 30, "the login")
+        browser.get(f"{url}/dags/lakestate_clicks")
+        airflow.trigger_from_dag_page("1-trigger-form.png")
+        run = airflow.wait_for_success("lakestate_clicks")
 
-        def trigger(dag_id: str, screenshot: str) -> None:
-            browser.get(f"{url}/dags/{dag_id}")
-            browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-            confirm = _wait(lambda: [b for b in browser.find_elements(By.XPATH,
-                                                                      "//button[normalize-space(.)='Trigger']")
-                                     if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
-                            30, "the trigger form")
-            browser.save_screenshot(str(ARTIFACTS / screenshot))
-            confirm[-1].click()
-
-        def run_state(dag_id: str):
-            status, body = get(f"{url}/api/v2/dags/{dag_id}/dagRuns", api)
-            runs = json.loads(body)["dag_runs"] if status == 200 else []
-            return runs[0]["state"] if runs and runs[0]["state"] in ("success", "failed") else None
-
-        trigger("lakestate_clicks", "1-trigger-form.png")
-        assert _wait(lambda: run_state("lakestate_clicks"), 600, "the triggered DAG run to finish",
-                     every=5) == "success", (tmp_path / "airflow-standalone.log").read_text()[-4000:]
+        # From the UI's navigation to the page: rendered in the UI, not in a frame.
         browser.get(f"{url}/dags/lakestate_clicks/runs")
-        _wait(lambda: "success" in browser.page_source, 60, "the run's success in the UI")
-        browser.save_screenshot(str(ARTIFACTS / "2-dag-run-success.png"))
-
         browser.find_element(By.XPATH, "//a[normalize-space(.)='Lakestate']").click()
         _wait(lambda: "/plugin/lakestate" in browser.current_url, 30, "the Lakestate page")
-        frame = browser.find_element(By.TAG_NAME, "iframe")
-        browser.switch_to.frame(frame)
-        section = browser.find_element(By.ID, "job-clicks")
-        rows = [r.text for r in section.find_elements(By.CSS_SELECTOR, "table tr")]
-        assert any(r.split()[:2] == ["2", "1"] for r in rows), rows  # checkpoint 2 at microbatch 1, the newest
-        chart = section.find_element(By.CSS_SELECTOR, "svg.key-group-chart")
-        assert len(chart.find_elements(By.TAG_NAME, "rect")) == 128
-        browser.switch_to.default_content()
-        browser.save_screenshot(str(ARTIFACTS / "3-lakestate-page.png"))
+        section = browser.find_element(By.CSS_SELECTOR, "#lakestate-view section#job-clicks")
+        assert not browser.find_elements(By.TAG_NAME, "iframe")
+        latest = store.latest_checkpoint()
+        assert (latest.checkpoint_id, latest.batch_id) == (2, 1)
+        _check_checkpoints(section, latest, run)
+        _check_chart(section, latest)
+        never = section.find_element(By.CSS_SELECTOR, ".compaction-none").text
+        assert "paused" in never and "runs" not in never, never
+        _shot(browser, "page-after-1-lakestate.png")
 
-        # The savepoint DAG from its trigger form: its typed params default to the registry's job and the latest
-        # checkpoint; the savepoint then shows on the Lakestate page.
-        _wait(lambda: get(f"{url}/api/v2/dags/lakestate_savepoint", api)[0] == 200, 180, "the savepoint DAG")
-        trigger("lakestate_savepoint", "4-savepoint-trigger-form.png")
-        assert _wait(lambda: run_state("lakestate_savepoint"), 600, "the savepoint DAG run to finish",
-                     every=5) == "success", (tmp_path / "airflow-standalone.log").read_text()[-4000:]
-        status, body = get(f"{url}/api/v2/dags/lakestate_savepoint/dagRuns", api)
-        run_id = json.loads(body)["dag_runs"][0]["dag_run_id"]
-        status, body = get(f"{url}/api/v2/dags/lakestate_savepoint/dagRuns/{run_id}/taskInstances/savepoint/"
-                           f"xcomEntries/return_value", api)
-        assert status == 200, body
-        xcom = json.loads(body)["value"]
-        xcom = json.loads(xcom) if isinstance(xcom, str) else xcom
-        assert xcom["checkpoint"] == 2 and xcom["path"].endswith(f"/savepoints/clicks/{xcom['name']}")
-        browser.get(f"{url}/plugin/lakestate")
-        browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
-        section = browser.find_element(By.ID, "job-clicks")
-        rows = [r.text for r in section.find_elements(By.CSS_SELECTOR, "table tr")]
-        assert any(r.startswith("airflow-manual") and r.split()[1:3] == ["2", "1"] for r in rows), rows
-        browser.switch_to.default_content()
-        browser.save_screenshot(str(ARTIFACTS / "5-savepoint-on-lakestate-page.png"))
+        # Every link moves the UI itself: to the DAG, to the run behind a checkpoint, to an operation's DAG.
+        airflow.follow(section.find_element(By.LINK_TEXT, "DAG lakestate_clicks"), "/dags/lakestate_clicks")
+        section = airflow.lakestate_view()
+        airflow.follow(_rows(section, "checkpoints")[0][7].find_element(By.TAG_NAME, "a"),
+                       f"/dags/lakestate_clicks/runs/{run['dag_run_id']}")
+        section = airflow.lakestate_view()
+        airflow.follow(section.find_element(By.LINK_TEXT, "savepoint"), "/dags/lakestate_savepoint")
+        airflow.trigger_from_dag_page("2-savepoint-trigger-form.png")
+        savepoint_run = airflow.wait_for_success("lakestate_savepoint")
+        _check_savepoint(airflow, savepoint_run)
+        _check_rescale(airflow, store)
+        _check_dark_mode_and_the_standalone_page(airflow)
+
+
+def _check_savepoint(airflow: Airflow, run: dict) -> None:
+    """The savepoint's row: its path shortened, copied whole by its button; its run linked."""
+    from selenium.webdriver.common.by import By
+
+    status, body = get(f"{airflow.url}/api/v2/dags/lakestate_savepoint/dagRuns/{quote(run['dag_run_id'])}/"
+                       f"taskInstances/savepoint/xcomEntries/return_value", airflow.api)
+    assert status == 200, body
+    xcom = json.loads(body)["value"]
+    xcom = json.loads(xcom) if isinstance(xcom, str) else xcom
+    assert xcom["checkpoint"] == 2 and xcom["path"].endswith(f"/savepoints/clicks/{xcom['name']}")
+    browser = airflow.browser
+    browser.execute_cdp_cmd("Browser.grantPermissions", {
+        "origin": airflow.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    section = airflow.lakestate_view()
+    row = _rows(section, "savepoints")[0]
+    cells = [c.text for c in row]
+    assert cells[0] == xcom["name"] and cells[1:3] == ["2", "1"] and BYTES.match(cells[7]), cells
+    path = row[-1].find_element(By.CSS_SELECTOR, ".path")
+    assert path.text == "…/savepoints/clicks/" and path.get_attribute("title") == xcom["path"], cells
+    button = row[-1].find_element(By.CSS_SELECTOR, "button.copy")
+    button.click()
+    _wait(lambda: button.text == "copied", 10, "the path to be copied", every=0.2)
+    assert button.get_attribute("data-copy") == xcom["path"]
+    copied = browser.execute_async_script("navigator.clipboard.readText().then(arguments[0], "
+                                          "e => arguments[0]('cannot read the clipboard: ' + e))")
+    assert copied == xcom["path"] or copied.startswith("cannot read the clipboard: "), copied
+    link = row[8].find_element(By.TAG_NAME, "a")
+    assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_savepoint/runs/{run['dag_run_id']}")
+    _shot(browser, "page-after-2-savepoint.png")
+
+
+def _check_rescale(airflow: Airflow, store) -> None:
+    """After a rescale 2 -> 3 (the rescale DAG, through the REST API: its form is the savepoint's kind), the
+    page says where the new checkpoint came from, links its run, and the chart has three subtasks' bands."""
+    from selenium.webdriver.common.by import By
+
+    status, body = send_json(f"{airflow.url}/api/v2/dags/lakestate_rescale/dagRuns", airflow.api, {
+        "logical_date": None, "conf": {"job": "clicks", "parallelism": 3, "savepoint_first": False}}, "POST")
+    assert status == 200, body
+    run = airflow.wait_for_success("lakestate_rescale")
+    latest = store.latest_checkpoint()
+    assert (latest.checkpoint_id, latest.parallelism) == (3, 3)
+    section = airflow.lakestate_view()
+    row = _rows(section, "checkpoints")[0]
+    cells = [c.text for c in row]
+    assert cells[0] == "3" and cells[6] == "rescale 2 → 3 from checkpoint 2", cells
+    link = row[7].find_element(By.TAG_NAME, "a")
+    assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_rescale/runs/{run['dag_run_id']}")
+    chart = section.find_element(By.CSS_SELECTOR, "svg.key-group-chart")
+    bands = [b.get_attribute("data-key-groups") for b in chart.find_elements(By.CSS_SELECTOR, "g.band")]
+    assert bands == [f"{s}-{e}" for s, e in latest.key_group_ranges] == ["0-42", "43-85", "86-127"], bands
+    assert [[c.text for c in r][:2] for r in _rows(section, "subtasks")] == [
+        ["0", "0–42"], ["1", "43–85"], ["2", "86–127"]]
+    _shot(airflow.browser, "page-after-3-rescale.png")
+
+
+def _check_dark_mode_and_the_standalone_page(airflow: Airflow) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser = airflow.browser
+    browser.execute_script("localStorage.setItem('theme', 'dark')")
+    section = airflow.lakestate_view()
+    assert "dark" in browser.find_element(By.TAG_NAME, "html").get_attribute("class").split()
+
+    def brightness(element, prop: str) -> int:
+        return sum(int(v) for v in re.findall(r"\d+", element.value_of_css_property(prop))[:3])
+
+    head = section.find_element(By.CSS_SELECTOR, "table.checkpoints th")
+    assert brightness(head, "background-color") < 200 and brightness(head, "color") > 500
+    _shot(browser, "page-after-4-dark.png")
+    browser.execute_script("localStorage.setItem('theme', 'light')")
+
+    # On its own, the page still works (for a bookmark or curl), and its links go where the UI's do.
+    browser.get(f"{airflow.url}/lakestate/?tz={PICKED_ZONE}")
+    section = browser.find_element(By.CSS_SELECTOR, "section#job-clicks")
+    assert f"completed ({PICKED_ZONE})" in section.text
+    airflow.follow(section.find_element(By.LINK_TEXT, "DAG lakestate_clicks"), "/dags/lakestate_clicks")

@@ -1,16 +1,19 @@
 """What the Lakestate page shows, read from the warehouse catalog and the state tables' Delta logs only (no Spark,
-no user code): registered jobs, their retained checkpoints and savepoints, and state sizes per state name and per
-key group."""
+no user code): registered jobs, their retained checkpoints and savepoints, their compactions, and state sizes per
+state name, per key group and per subtask."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from state_store.catalog import JobRegistry
 from state_store.job_store import JobStore as JobStore
-from state_store.records import KEYED, STATE_TABLES
+from state_store.records import KEYED, STATE_TABLES, AirflowRun, CheckpointMetadata
 from state_store.delta_log import partition_sizes
 from state_store.savepoint import list_savepoints
 from state_store.settings import Settings
+
+
+COMPACTIONS_SHOWN = 20
 
 
 @dataclass
@@ -22,7 +25,8 @@ class JobOverview:
     backend: str
     checkpoints: list = field(default_factory=list)  # CheckpointMetadata, oldest first
     savepoints: list = field(default_factory=list)  # SavepointMetadata, oldest first
-    compaction: dict | None = None  # the last compaction's report
+    compaction: dict | None = None  # the report of the last compaction that did work
+    compactions: list[dict] = field(default_factory=list)  # every compaction's report, newest first
     problems: list[str] = field(default_factory=list)
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
@@ -34,6 +38,47 @@ class JobOverview:
     @property
     def dag_id(self) -> str:
         return f"lakestate_{self.job_id}"
+
+    def subtask_bytes(self) -> list[tuple[int, int, int]]:
+        """``(first key group, last key group, keyed bytes)`` per subtask of the latest checkpoint: the key
+        groups each subtask owns (its band on the chart) and what they hold, so skew is seen per subtask."""
+        if self.latest is None:
+            return []
+        return [(start, end, sum(self.key_group_bytes[start:end + 1]))
+                for start, end in self.latest.key_group_ranges]
+
+    def origin(self, checkpoint: CheckpointMetadata) -> tuple[str, str]:
+        """``(kind, text)`` of where ``checkpoint`` came from: kind "compaction", "rescale", "restore", or ""
+        for a checkpoint a run took."""
+        compacted = {r.get("new_checkpoint"): r.get("checkpoint") for r in self.compactions}
+        if checkpoint.checkpoint_id in compacted:
+            return "compaction", f"compaction of checkpoint {compacted[checkpoint.checkpoint_id]}"
+        source = checkpoint.restored_from
+        if source is None:
+            return "", ""
+        parallelism = None
+        if source.savepoint is not None:
+            parallelism = next((s.parallelism for s in self.savepoints
+                                if s.path.rstrip("/") == source.savepoint.rstrip("/")), None)
+        elif source.job == self.job_id:
+            parallelism = next((c.parallelism for c in self.checkpoints
+                                if c.checkpoint_id == source.checkpoint), None)
+        label = f"checkpoint {source.checkpoint}" if source.job == self.job_id and source.savepoint is None \
+            else source.label
+        if parallelism is not None and parallelism != checkpoint.parallelism:
+            return "rescale", f"rescale {parallelism} → {checkpoint.parallelism} from {label}"
+        return "restore", f"restore from {label}"
+
+    def airflow_run(self, checkpoint: CheckpointMetadata) -> AirflowRun | None:
+        """The Airflow run that made ``checkpoint``; a compaction's checkpoint copies its source's record, so
+        that one is not its own."""
+        if self.origin(checkpoint)[0] == "compaction":
+            source = next((r.get("checkpoint") for r in self.compactions
+                           if r.get("new_checkpoint") == checkpoint.checkpoint_id), None)
+            before = next((c for c in self.checkpoints if c.checkpoint_id == source), None)
+            if before is None or before.airflow_run == checkpoint.airflow_run:
+                return None
+        return checkpoint.airflow_run
 
 
 def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
@@ -52,8 +97,9 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     try:
         overview.compaction = meta.last_compaction()
+        overview.compactions = meta.compaction_history(COMPACTIONS_SHOWN)
     except (OSError, ValueError) as e:
-        overview.problems.append(f"the last compaction report cannot be read: {e}")
+        overview.problems.append(f"a compaction report cannot be read: {e}")
     latest = overview.latest
     if latest is None:
         return overview

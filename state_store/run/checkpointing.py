@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..backends import StateBackend
 from ..delta_log import table_snapshot
 from ..key_groups import key_group_ranges
-from ..records import KEYED, OPERATOR, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats, StateInfo, TableVersion
+from ..records import (KEYED, OPERATOR, AirflowRun, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats,
+                       StateInfo, TableVersion)
 from ..operator_state import SOURCE_OFFSETS_STATE
 from ..watermarks import WATERMARK_STATE
 from ..ttl.tables import count_entries, drop_expired, ttl_states
@@ -64,7 +65,8 @@ class Checkpointer:
             key_group_ranges=[r.to_list() for r in key_group_ranges(ctx.maxp, ctx.p)],
             source_offsets=plan.end_offsets, state=state, descriptors=present(checkpoint, self.states, entries),
             entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
-            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor)
+            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor,
+            airflow_run=AirflowRun.of_environment())
 
     def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
              sweeps: dict[int, CleanupNote]) -> list[int]:
