@@ -15,17 +15,21 @@ LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
 
 def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
     """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars (``state_store.spark.delta_jars``,
-    with the S3 jars when the warehouse is on ``s3a://``); where no Delta jar is on this machine (an installed
-    package, no checkout and no ``$LAKESTATE_JARS``), Delta's Maven coordinates, which Spark resolves from Maven
+    with the S3 jars when the warehouse is on ``s3a://``); where they are not on this machine (an installed
+    package, no checkout and no ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves from Maven
     Central (and caches in ~/.ivy2) on the first run."""
-    from state_store.spark import DELTA_PACKAGE, delta_jars, s3_jars, wants_s3
+    from state_store.spark import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
 
     found = delta_jars()
-    if wants_s3() and not any("hadoop-aws" in j for j in found):
+    s3 = wants_s3()
+    if s3 and not any("hadoop-aws" in j for j in found):
         found += s3_jars()
     jars = jars or ",".join(found) or None
-    if not any("delta-spark" in j for j in (jars or "").split(",")):
-        packages = ",".join(p for p in (packages, DELTA_PACKAGE) if p)
+    wanted = [DELTA_PACKAGE] if "delta-spark" not in (jars or "") else []
+    if s3 and "hadoop-aws" not in (jars or ""):
+        wanted.append(S3_PACKAGE)
+    if wanted:
+        packages = ",".join([p for p in (packages or "").split(",") if p] + wanted)
     return jars, packages
 
 
