@@ -30,14 +30,16 @@ source scripts/env.sh
 mkdir -p "$AIRFLOW_HOME"
 PIDFILE="$AIRFLOW_HOME/lakestate-ui.pid"  # "<pid = process group> <port> <host> <run mark>"
 
-# The processes this standalone started: its process group, and any process carrying its run mark (an
-# environment variable every child inherits) that left the group. Never this script's own group.
+# The processes this standalone started: every process carrying its run mark (an environment variable every
+# child inherits), and its process group while the group's leader carries the mark (a pid file left by a standalone
+# that died names no one else's group). Never this script's own group.
+marked() { { tr '\0' '\n' < "/proc/$1/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_UI_RUN=$2"; }
 members() {
   local pgid=$1 mark=$2 own p g state
   own=$(ps -o pgid= -p $$ | tr -d ' ')
-  { pgrep -g "$pgid" || true
+  { if marked "$pgid" "$mark"; then pgrep -g "$pgid" || true; fi
     for p in /proc/[0-9]*; do
-      if { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_UI_RUN=$mark"; then echo "${p#/proc/}"; fi
+      if marked "${p#/proc/}" "$mark"; then echo "${p#/proc/}"; fi
     done; } | sort -un | while read -r p; do
       # not a zombie (its parent reaps it), not this script's own group
       read -r g state < <(ps -o pgid=,stat= -p "$p" 2>/dev/null || true)
@@ -53,7 +55,6 @@ stop_ui() {
   [ -n "$pids" ] || { rm -f "$PIDFILE"; echo "[lakestate] the standalone of $AIRFLOW_HOME had stopped"; return 0; }
   echo "[lakestate] stopping the Airflow standalone of $AIRFLOW_HOME (http://$host:$port):"
   for p in $pids; do echo "  $p $({ tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null | cut -c1-100)"; done
-  kill -TERM -- "-$pid" 2>/dev/null || true
   kill -TERM $pids 2>/dev/null || true
   for _ in $(seq 60); do
     pids=$(members "$pid" "$mark")
