@@ -1,25 +1,162 @@
 #!/usr/bin/env bash
 # The Airflow UI with Lakestate's DAGs and plugin loaded, on the embedded default (SQLite, local Spark):
-# `airflow standalone` (API server with the UI, scheduler, DAG processor, triggerer) on http://localhost:8080.
-# Log in as "admin"; Airflow's simple auth manager writes the password to
-# $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (this script prints it).
+# `airflow standalone` (API server with the UI, scheduler, DAG processor, triggerer) for $AIRFLOW_HOME.
+#   scripts/airflow-ui.sh [--port N] [--host ADDR]  start; Ctrl-C stops it and everything it started
+#   scripts/airflow-ui.sh --background [...]        start, return once the API server answers
+#   scripts/airflow-ui.sh stop                      stop the standalone of $AIRFLOW_HOME and everything it started
+# Port: --port, else $LAKESTATE_UI_PORT, else the first free one from 8080. Address: --host, else
+# $LAKESTATE_UI_HOST, else 127.0.0.1 (this machine only; 0.0.0.0 opens it to the network).
+# It prints the URL it really serves and where to log in: user "admin", the password Airflow's simple auth
+# manager wrote to $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated. Output: $AIRFLOW_HOME/standalone.log
+# with --background. A standalone already running for $AIRFLOW_HOME is reused, not started twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+ACTION=start PORT=${LAKESTATE_UI_PORT:-} HOST=${LAKESTATE_UI_HOST:-127.0.0.1} BACKGROUND=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    stop) ACTION=stop ;;
+    --port) PORT=$2; shift ;;
+    --port=*) PORT=${1#*=} ;;
+    --host) HOST=$2; shift ;;
+    --host=*) HOST=${1#*=} ;;
+    --background) BACKGROUND=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;;
+    *) echo "airflow-ui.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ "$ACTION" = stop ] || bash scripts/setup.sh
 source scripts/env.sh
+mkdir -p "$AIRFLOW_HOME"
+PIDFILE="$AIRFLOW_HOME/lakestate-ui.pid"  # "<pid = process group> <port> <host> <run mark>"
+
+# The processes this standalone started: every process carrying its run mark (an environment variable every
+# child inherits), and its process group while the group's leader carries the mark (a pid file left by a standalone
+# that died names no one else's group). Never this script's own group.
+marked() { { tr '\0' '\n' < "/proc/$1/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_UI_RUN=$2"; }
+members() {
+  local pgid=$1 mark=$2 own p g state
+  own=$(ps -o pgid= -p $$ | tr -d ' ')
+  { if marked "$pgid" "$mark"; then pgrep -g "$pgid" || true; fi
+    for p in /proc/[0-9]*; do
+      if marked "${p#/proc/}" "$mark"; then echo "${p#/proc/}"; fi
+    done; } | sort -un | while read -r p; do
+      # not a zombie (its parent reaps it), not this script's own group
+      read -r g state < <(ps -o pgid=,stat= -p "$p" 2>/dev/null || true)
+      if [ -n "${g:-}" ] && [ "$g" != "$own" ] && [ "${state:0:1}" != Z ]; then echo "$p"; fi
+    done
+}
+
+stop_ui() {
+  local pid port host mark pids p
+  [ -f "$PIDFILE" ] || { echo "[lakestate] no Airflow standalone of $AIRFLOW_HOME to stop"; return 0; }
+  read -r pid port host mark < "$PIDFILE"
+  pids=$(members "$pid" "$mark")
+  [ -n "$pids" ] || { rm -f "$PIDFILE"; echo "[lakestate] the standalone of $AIRFLOW_HOME had stopped"; return 0; }
+  echo "[lakestate] stopping the Airflow standalone of $AIRFLOW_HOME (http://$host:$port):"
+  for p in $pids; do echo "  $p $({ tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null | cut -c1-100)"; done
+  kill -TERM $pids 2>/dev/null || true
+  for _ in $(seq 60); do
+    pids=$(members "$pid" "$mark")
+    [ -n "$pids" ] || break
+    sleep 0.5
+  done
+  if [ -n "$pids" ]; then
+    echo "[lakestate] still running after 30 s, killed: $(echo $pids)"
+    kill -KILL $pids 2>/dev/null || true
+  fi
+  rm -f "$PIDFILE"
+  echo "[lakestate] stopped"
+}
+
+if [ "$ACTION" = stop ]; then
+  stop_ui
+  exit 0
+fi
+
+if [ -f "$PIDFILE" ]; then
+  read -r pid port host mark < "$PIDFILE"
+  if [ -n "$(members "$pid" "$mark")" ]; then
+    echo "[lakestate] Airflow UI already running for $AIRFLOW_HOME: http://$host:$port" \
+      "(stop: scripts/airflow-ui.sh stop)"
+    exit 0
+  fi
+  rm -f "$PIDFILE"
+fi
+
+free_port() {  # the first port from $1 that $HOST can bind
+  python - "$HOST" "$1" <<'PY'
+import socket, sys
+host, start = sys.argv[1], int(sys.argv[2])
+for port in range(start, start + 100):
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            continue
+        print(port)
+        break
+else:
+    sys.exit(f"[lakestate] no free port on {host} from {start} to {start + 99}")
+PY
+}
+if [ -n "$PORT" ]; then
+  if [ "$(free_port "$PORT")" != "$PORT" ]; then
+    echo "[lakestate] port $PORT on $HOST is taken: choose another with --port" >&2
+    exit 1
+  fi
+else
+  PORT=$(free_port 8080)
+fi
+# Where this machine reaches the API server (the tasks' execution API too: Airflow's default is localhost:8080).
+REACH=$HOST
+case $HOST in 0.0.0.0|::|"") REACH=127.0.0.1 ;; esac
+export AIRFLOW__API__HOST=$HOST AIRFLOW__API__PORT=$PORT
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://$REACH:$PORT/execution/"
+# LocalExecutor starts this many worker processes up front (Airflow's default, 32, is a lot on a laptop: each task
+# starts a Spark driver anyway).
+export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-4}
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 airflow db migrate > "$AIRFLOW_HOME.migrate.log" 2>&1 || { cat "$AIRFLOW_HOME.migrate.log"; exit 1; }
 # The Spark connection the pipeline DAGs submit to; point it at a cluster with
-#   airflow connections delete lakestate_spark && airflow connections add lakestate_spark --conn-type spark --conn-host spark://HOST --conn-port 7077
+#   airflow connections delete lakestate_spark
+#   airflow connections add lakestate_spark --conn-type lakestate_spark --conn-host spark://HOST --conn-port 7077
 if ! airflow connections get lakestate_spark >/dev/null 2>&1; then
-  airflow connections add lakestate_spark --conn-type spark --conn-host 'local[*]' >/dev/null
+  airflow connections add lakestate_spark --conn-type lakestate_spark --conn-host 'local[*]' \
+    > "$AIRFLOW_HOME.connection.log" 2>&1 || { cat "$AIRFLOW_HOME.connection.log"; exit 1; }
 fi
+
+export LAKESTATE_UI_RUN="$AIRFLOW_HOME@$$.$(date +%s%N)"
+LOG="$AIRFLOW_HOME/standalone.log"
+# Its own session and process group, so `stop` (and Ctrl-C here) reaches all of it and nothing else.
+if [ "$BACKGROUND" = 1 ]; then
+  setsid airflow standalone > "$LOG" 2>&1 < /dev/null &
+else
+  setsid airflow standalone < /dev/null &
+fi
+echo "$! $PORT $REACH $LAKESTATE_UI_RUN" > "$PIDFILE"
+STANDALONE=$!
+[ "$BACKGROUND" = 1 ] || trap 'echo; stop_ui; exit 0' INT TERM
+
 PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
-( for _ in $(seq 120); do
-    if [ -s "$PASSWORDS" ]; then
-      echo "[lakestate] Airflow UI: http://localhost:8080  user admin, password: $(python -c 'import json,sys; print(json.load(open(sys.argv[1]))["admin"])' "$PASSWORDS")"
-      break
-    fi
-    sleep 1
-  done ) &
-exec airflow standalone
+READY=0
+for _ in $(seq 300); do
+  kill -0 "$STANDALONE" 2>/dev/null || { echo "[lakestate] airflow standalone exited: see $LOG" >&2; stop_ui; exit 1; }
+  if [ -s "$PASSWORDS" ] && python -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)' \
+       "http://$REACH:$PORT/api/v2/monitor/health" 2>/dev/null; then
+    echo "[lakestate] Airflow UI: http://$REACH:$PORT  user admin, password:" \
+      "$(python -c 'import json,sys; print(json.load(open(sys.argv[1]))["admin"])' "$PASSWORDS")" \
+      "(listening on $HOST; stop: scripts/airflow-ui.sh stop)"
+    READY=1
+    break
+  fi
+  sleep 1
+done
+if [ "$READY" = 0 ]; then
+  echo "[lakestate] the API server did not answer on http://$REACH:$PORT in 5 minutes: see $LOG" >&2
+  stop_ui
+  exit 1
+fi
+[ "$BACKGROUND" = 0 ] || exit 0
+wait "$STANDALONE" || true
+stop_ui

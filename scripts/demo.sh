@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# README command 1: set up (idempotent), then run the demo job through Airflow on the embedded default:
-# `airflow dags test` of its pipeline DAG (SQLite metadata database under ./airflow-home), which submits the
-# run with spark-submit to local[*] Spark and a warehouse under ./lakestate-data.
+# README command 1: set up (idempotent), then run the demo job through Airflow on the embedded default: real DAG
+# runs, triggered and run by the scheduler of an `airflow standalone` (scripts/airflow-ui.sh, SQLite metadata
+# database under ./airflow-home; one already running for $AIRFLOW_HOME is used, else one is started and stopped
+# at the end), so the UI shows every run with its task logs. Each run submits with spark-submit to local[*] Spark
+# and a warehouse under ./lakestate-data.
 # The first time it writes 3 input files (later times one), runs the pipeline, rescales the job through the
 # rescale DAG (2 <-> 3), writes 2 more files and runs the pipeline again, which continues at the new
 # parallelism from the rescaled checkpoint. After each clicks run, the sessions pipeline (demo.sessions: event
@@ -17,24 +19,22 @@ if [ -d "$LAKESTATE_ROOT/input/clicks" ] && ls "$LAKESTATE_ROOT"/input/clicks/*.
 else
   python -m demo.generate --files "$FILES" --events "$EVENTS" --keys "$KEYS"
 fi
-echo "[demo] Airflow metadata database in $AIRFLOW_HOME (SQLite)"
-airflow db migrate > "$AIRFLOW_HOME.migrate.log" 2>&1 || { cat "$AIRFLOW_HOME.migrate.log"; exit 1; }
+# The scheduler the runs go through: the UI's standalone, on 127.0.0.1 at a free port.
+UI=$(bash scripts/airflow-ui.sh --background 2>&1) || { echo "$UI" | tail -30; exit 1; }
+echo "$UI" | grep '^\[lakestate\]'
+case $UI in
+  *"already running"*) ;;
+  *) trap 'bash scripts/airflow-ui.sh stop >/dev/null' EXIT ;;  # this demo started it
+esac
 
-# `airflow dags test DAG [-c CONF]`, showing Lakestate's own progress lines and the outcome; the full Airflow
-# log goes to $AIRFLOW_HOME/demo-<dag>.log.
-dag_test() {
-  local dag=$1 log="$AIRFLOW_HOME/demo-$1.log"
-  shift
-  echo "[demo] airflow dags test $dag $* (the whole log: $log)"
-  airflow dags test "$dag" "$@" 2>&1 | tee "$log" \
-    | sed -nE -e 's/^.*(\[lakestate\] .*) \[airflow\..*$/\1/p' -e t -e '/^\[lakestate\]/p' \
-        -e 's/^.*(DagRun Finished: dag_id=[^,]*).*(state=[a-z]+).*$/\1, \2/p'
-  grep -q "DagRun Finished: .*state=success" "$log" || { echo "[demo] the DAG run failed: see $log"; exit 1; }
+# A DAG run through the scheduler, showing Lakestate's own progress lines (from the task logs) and the outcome.
+dag_run() {
+  python scripts/demo_run.py "$@" || { echo "[demo] the DAG run failed: its task logs are named above"; exit 1; }
 }
 
 # The job with time: sessions of the same clicks, closed by event-time timers as the watermark passes.
 sessions() {
-  dag_test lakestate_sessions
+  dag_run lakestate_sessions
   python - <<'PY'
 from state_store.job_store import JobStore
 from state_store.settings import Settings
@@ -45,16 +45,16 @@ for batch_id, c in JobStore(Settings.load().job_dir("sessions")).commit_records(
 PY
 }
 
-dag_test lakestate_clicks
+dag_run lakestate_clicks
 sessions
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.
 NOW=$(python -c "from state_store.job_store import JobStore; from state_store.settings import Settings; \
 print(JobStore(Settings.load().job_dir('clicks')).latest_checkpoint().parallelism)")
 NEW=$(( NOW == 3 ? 2 : 3 ))
-dag_test lakestate_rescale -c "{\"job\": \"clicks\", \"parallelism\": $NEW, \"savepoint_first\": true}"
+dag_run lakestate_rescale "{\"job\": \"clicks\", \"parallelism\": $NEW, \"savepoint_first\": true}"
 python -m demo.generate --files 2 --events "$EVENTS" --keys "$KEYS"
-dag_test lakestate_clicks
+dag_run lakestate_clicks
 sessions
 echo
 lakestate checkpoints --job clicks
@@ -63,3 +63,5 @@ lakestate savepoints --job clicks
 echo
 echo "state of user 42 at the latest checkpoint:"
 lakestate state --job clicks --state events --key 42 2>/dev/null | tail -1
+echo
+echo "[demo] every run above is in the Airflow UI with its task logs ($AIRFLOW_HOME/logs): scripts/airflow-ui.sh"

@@ -8,10 +8,15 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
+# s3a://, where scripts/setup.sh's jars are not there (an installed package): Spark resolves it and the AWS SDK
+# bundle it names from Maven Central; the version scripts/setup.sh fetches.
+S3_PACKAGE = "org.apache.hadoop:hadoop-aws:3.4.1"
 
 
 def delta_jars() -> list[str]:
-    """Jars fetched by scripts/setup.sh (or named by LAKESTATE_JARS, comma-separated)."""
+    """Jars fetched by scripts/setup.sh into the checkout's .cache/jars (or named by LAKESTATE_JARS,
+    comma-separated); none for an installed package without LAKESTATE_JARS (Spark then resolves
+    ``DELTA_PACKAGE``)."""
     if os.environ.get("LAKESTATE_JARS"):
         return [j for j in os.environ["LAKESTATE_JARS"].split(",") if j]
     return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar")))

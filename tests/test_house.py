@@ -20,7 +20,8 @@ FLOORS = {
     "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "runtime",
                    "savepoint", "restore", "compaction", "state_processor", "housekeeping"},
     "entry": {"__init__", "catalog", "pipelines", "cli", "entrypoint", "entrypoint.main"},
-    "airflow": {"provider", "provider.operators", "provider.dags", "provider.reader", "provider.views", "provider.plugin"},
+    "airflow": {"provider", "provider.operators", "provider.dags", "provider.reader", "provider.views", "provider.plugin",
+                "provider.hooks"},
 }
 ORDER = list(FLOORS)
 CORE_WITHOUT_SPARK = FLOORS["core"]

@@ -3,7 +3,7 @@
 ``views`` from what ``reader`` reads).
 
 Airflow finds them through the package's entry points (``pyproject.toml``): ``apache_airflow_provider``
-(``get_provider_info``: the operators and the ``lakestate_spark`` connection's type) and ``airflow.plugins``
+(``get_provider_info``: the operators, and the ``lakestate_spark`` connection type with its hook, ``hooks``) and ``airflow.plugins``
 (the page). ``dags/`` and ``plugins/`` in the repository are thin files over this package.
 """
 from __future__ import annotations
@@ -26,5 +26,8 @@ def get_provider_info() -> dict:
         "integrations": [{"integration-name": "Lakestate", "tags": ["software"],
                           "python-modules": ["state_store.provider.operators"]}],
         "operators": [{"integration-name": "Lakestate", "python-modules": ["state_store.provider.operators"]}],
+        "hooks": [{"integration-name": "Lakestate", "python-modules": ["state_store.provider.hooks"]}],
+        "connection-types": [{"hook-class-name": "state_store.provider.hooks.LakestateSparkHook",
+                              "connection-type": "lakestate_spark"}],
         "plugins": [{"name": "lakestate", "plugin-class": "state_store.provider.plugin.LakestatePlugin"}],
     }

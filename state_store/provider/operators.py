@@ -4,7 +4,6 @@ The Spark master comes from the Airflow connection ``lakestate_spark``; without 
 """
 from __future__ import annotations
 
-from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 import state_store.entrypoint.main as entrypoint_main
@@ -36,27 +35,23 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         self.application_args = [a for a in self.application_args if a != ""]
 
     def _get_hook(self):
-        """The provider's hook, with the Delta (and S3) jars; without the connection, its master is ``local[*]``
-        (the provider's own default is yarn), given to this hook rather than to the process's environment."""
-        from airflow.hooks.base import BaseHook
+        """The ``lakestate_spark`` connection's hook (``hooks.LakestateSparkHook``: the Delta jars, or Delta's
+        Maven package where no jar is found; ``local[*]`` when the connection is not defined) with this task's
+        arguments, as the provider's ``SparkSubmitOperator._get_hook`` gives them to its hook."""
+        from state_store.provider.hooks import LakestateSparkHook
 
-        from state_store.spark import delta_jars, s3_jars, wants_s3
-
-        jars = delta_jars()
-        if wants_s3() and not any("hadoop-aws" in j for j in jars):
-            jars += s3_jars()
-        self.jars = self.jars or ",".join(jars)
-        try:
-            BaseHook.get_connection(self._conn_id)
-            defined = True
-        except AirflowNotFoundException:
-            self.log.info("connection %r is not defined: submitting to local[*]", self._conn_id)
-            defined = False
-        hook = super()._get_hook()
-        if not defined:
-            hook._connection = {**hook._connection, "master": DEFAULT_SPARK_CONN["host"]}
-            hook._is_yarn = False
-        return hook
+        return LakestateSparkHook(
+            conf=self.conf, conn_id=self._conn_id, files=self.files, py_files=self.py_files,
+            archives=self._archives, driver_class_path=self.driver_class_path, jars=self.jars,
+            java_class=self._java_class, packages=self.packages, exclude_packages=self.exclude_packages,
+            repositories=self._repositories, total_executor_cores=self._total_executor_cores,
+            executor_cores=self._executor_cores, executor_memory=self._executor_memory,
+            driver_memory=self._driver_memory, keytab=self.keytab, principal=self.principal,
+            proxy_user=self.proxy_user, name=self.name, num_executors=self._num_executors,
+            status_poll_interval=self._status_poll_interval, application_args=self.application_args,
+            env_vars=self.env_vars, verbose=self._verbose, spark_binary=self._spark_binary,
+            properties_file=self.properties_file, yarn_queue=self._yarn_queue, deploy_mode=self._deploy_mode,
+            use_krb5ccache=self._use_krb5ccache)
 
 
 class LakestateSubmitOperator(_LakestateSparkSubmit):

@@ -1,0 +1,70 @@
+"""The ``lakestate_spark`` connection's hook: the Spark provider's ``spark-submit`` hook with what a Lakestate run
+needs filled in (the Delta jars, or Delta's Maven package when there are none; ``local[*]`` when the connection is
+not defined). Connections of the provider's own type ``spark`` work the same: the hook reads host, port and extras
+as the provider does, whatever the connection's type.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.exceptions import AirflowNotFoundException
+from airflow.providers.apache.spark.hooks.spark_submit import DEFAULT_SPARK_BINARY, SparkSubmitHook
+
+LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
+
+
+def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
+    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars (``state_store.spark.delta_jars``,
+    with the S3 jars when the warehouse is on ``s3a://``); where they are not on this machine (an installed
+    package, no checkout and no ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves from Maven
+    Central (and caches in ~/.ivy2) on the first run."""
+    from state_store.spark import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
+
+    found = delta_jars()
+    s3 = wants_s3()
+    if s3 and not any("hadoop-aws" in j for j in found):
+        found += s3_jars()
+    jars = jars or ",".join(found) or None
+    wanted = [DELTA_PACKAGE] if "delta-spark" not in (jars or "") else []
+    if s3 and "hadoop-aws" not in (jars or ""):
+        wanted.append(S3_PACKAGE)
+    if wanted:
+        packages = ",".join([p for p in (packages or "").split(",") if p] + wanted)
+    return jars, packages
+
+
+class LakestateSparkHook(SparkSubmitHook):
+    """Submits a Lakestate command with ``spark-submit`` (see ``SparkSubmitHook`` for every argument) to the
+    master of connection ``conn_id``: its host (``local[*]``, ``spark://HOST`` with port 7077, ``yarn``,
+    ``k8s://https://HOST``) and port, its extras as the provider reads them; ``local[*]`` when it is not defined.
+For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run", ...]).submit(ENTRYPOINT)``.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "lakestate_spark"
+    conn_type = "lakestate_spark"
+    hook_name = "Lakestate Spark"
+
+    def __init__(self, *args: Any, conn_id: str = default_conn_name, jars: str | None = None,
+                 packages: str | None = None, **kwargs: Any) -> None:
+        jars, packages = delta_submit_args(jars, packages)
+        super().__init__(*args, conn_id=conn_id, jars=jars, packages=packages, **kwargs)
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form: the provider's Spark fields, with the master's forms as placeholders."""
+        behaviour = super().get_ui_field_behaviour()
+        return {**behaviour, "relabeling": {"host": "Master"},
+                "placeholders": {**behaviour.get("placeholders", {}),
+                                 "host": "local[*], spark://HOST, yarn or k8s://https://HOST",
+                                 "port": "7077 for spark://HOST"}}
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        try:
+            self.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            self.log.info("connection %r is not defined: submitting to %s", self._conn_id, LOCAL_MASTER)
+            return {"master": LOCAL_MASTER, "queue": self._yarn_queue, "deploy_mode": self._deploy_mode,
+                    "spark_binary": self.spark_binary or DEFAULT_SPARK_BINARY, "namespace": None,
+                    "principal": self._principal, "keytab": self._keytab}
+        return super()._resolve_connection()

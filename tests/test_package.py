@@ -1,0 +1,111 @@
+"""Lakestate installs into an Airflow like any provider: the built wheel, installed into a fresh virtualenv with
+Airflow and the Spark provider (the versions of requirements.txt), gives the library, the CLI, the operators and
+the ``lakestate_spark`` connection type (ProvidersManager) and the Lakestate page (plugins manager), with the
+repository on no path: the checks run in a folder outside it with no PYTHONPATH.
+
+pip's cache is the project's (``.cache/pip``), so a second run installs from it; the first fetches from PyPI.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+# Run by the fresh virtualenv's interpreter, in a folder outside the repository.
+CHECKS = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from pathlib import Path
+
+    venv, repo = Path(sys.prefix).resolve(), Path(sys.argv[1])
+    assert not any(p and Path(p).resolve() == repo for p in sys.path), sys.path
+    import state_store, state_store.entrypoint.main as entry
+    for module in (state_store, entry):
+        assert Path(module.__file__).resolve().is_relative_to(venv), module.__file__
+
+    from state_store.spark import delta_jars
+    assert delta_jars() == [], delta_jars()  # no checkout, no LAKESTATE_JARS: Spark resolves Delta's package
+    from state_store.provider.operators import ENTRYPOINT, LakestateSubmitOperator
+    assert Path(ENTRYPOINT).resolve().is_relative_to(venv) and Path(ENTRYPOINT).is_file(), ENTRYPOINT
+    task = LakestateSubmitOperator(task_id="run", job_id="clicks", registry="registry.toml")
+    command = task._get_hook()._build_spark_submit_command(ENTRYPOINT)
+    assert command[:3] == ["spark-submit", "--master", "local[*]"] and "--packages" in command, command
+    assert "io.delta:delta-spark_2.13" in command[command.index("--packages") + 1], command
+
+    from airflow.providers_manager import ProvidersManager
+    manager = ProvidersManager()
+    assert "lakestate" in manager.providers, sorted(manager.providers)
+    hook = manager.hooks["lakestate_spark"]
+    assert hook.hook_class_name == "state_store.provider.hooks.LakestateSparkHook", hook
+    assert hook.package_name == "lakestate" and hook.hook_name == "Lakestate Spark", hook
+
+    airflow = str(Path(sys.executable).parent / "airflow")
+    plugins = json.loads(subprocess.run([airflow, "plugins", "-o", "json"], check=True, capture_output=True,
+                                        text=True).stdout)
+    lakestate = [p for p in plugins if p["name"] == "lakestate"]
+    assert lakestate and lakestate[0]["fastapi_apps"] and lakestate[0]["external_views"], plugins
+    assert "lakestate" in lakestate[0]["source"], lakestate  # the entry point, not a plugins folder
+
+    Path("dags").mkdir()
+    Path("dags/pipelines.py").write_text(  # a comment naming Airflow, or its safe mode skips the file
+        "# Airflow: Lakestate's pipeline DAGs\\n"
+        "from state_store.provider.dags import pipeline_dags\\nglobals().update(pipeline_dags())\\n")
+    from airflow.models.dagbag import DagBag
+    bag = DagBag("dags", include_examples=False)
+    assert not bag.import_errors and "lakestate_clicks" in bag.dag_ids, (bag.import_errors, bag.dag_ids)
+
+    cli = subprocess.run([str(Path(sys.executable).parent / "lakestate"), "--help"], capture_output=True, text=True)
+    assert cli.returncode == 0 and "checkpoints" in cli.stdout, cli
+    print("installed checks passed")
+""")
+
+
+def _constraints(tmp: Path) -> Path:
+    """requirements.txt as a constraints file (pip refuses extras there: ``moto[server]`` becomes ``moto``)."""
+    import re
+
+    path = tmp / "constraints.txt"
+    path.write_text(re.sub(r"\[[^\]]*\]", "", (REPO / "requirements.txt").read_text()))
+    return path
+
+
+def _build_wheel(tmp: Path, env: dict) -> Path:
+    """The wheel of the working tree's package, built from a copy (pip builds in the source folder)."""
+    src = tmp / "src"
+    src.mkdir()
+    shutil.copy(REPO / "pyproject.toml", src)
+    shutil.copytree(REPO / "state_store", src / "state_store", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src)],
+                   check=True, env=env)
+    (wheel,) = (tmp / "dist").glob("lakestate-*.whl")
+    return wheel
+
+
+def test_the_wheel_installed_with_airflow_gives_the_plugin_operators_and_cli_without_the_repository(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LAKESTATE_JARS", "VIRTUAL_ENV") and not k.startswith("AIRFLOW")}
+    env.update(PIP_CACHE_DIR=str(REPO / ".cache" / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    wheel = _build_wheel(tmp_path, env)
+    venv = tmp_path / "venv"
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"lakestate[airflow] @ {wheel.as_uri()}",
+                    "-c", str(_constraints(tmp_path))], check=True, env=env)
+
+    work = tmp_path / "elsewhere"
+    (work / "plugins").mkdir(parents=True)
+    (work / "registry.toml").write_text('[jobs.clicks]\nentrypoint = "mypipeline:job"\n')
+    env.update(AIRFLOW_HOME=str(work / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__PLUGINS_FOLDER=str(work / "plugins"), LAKESTATE_REGISTRY=str(work / "registry.toml"),
+               LAKESTATE_ROOT=str(work / "root"), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    checks = subprocess.run([str(venv / "bin" / "python"), "-c", CHECKS, str(REPO.resolve())], cwd=work, env=env,
+                            capture_output=True, text=True)
+    assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-6000:]
+    assert "installed checks passed" in checks.stdout
