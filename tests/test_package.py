@@ -50,7 +50,9 @@ CHECKS = textwrap.dedent("""
     plugins = json.loads(subprocess.run([airflow, "plugins", "-o", "json"], check=True, capture_output=True,
                                         text=True).stdout)
     lakestate = [p for p in plugins if p["name"] == "lakestate"]
-    assert lakestate and lakestate[0]["fastapi_apps"] and lakestate[0]["external_views"], plugins
+    assert lakestate and lakestate[0]["fastapi_apps"] and lakestate[0]["react_apps"], plugins
+    from state_store.provider.views import STATIC
+    assert (STATIC / "lakestate.js").is_file() and STATIC.resolve().is_relative_to(venv), STATIC  # package data
     assert "lakestate" in lakestate[0]["source"], lakestate  # the entry point, not a plugins folder
 
     Path("dags").mkdir()
