@@ -45,7 +45,10 @@ def _parse(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -
             dags[dag_id] = {{"tasks": sorted(t.task_id for t in dag.tasks), "max_active_runs": dag.max_active_runs,
                             "catchup": dag.catchup, "schedule": str(dag.timetable.summary),
                             "outlets": [a.uri for t in dag.tasks for a in t.outlets],
-                            "args": dag.get_task("run").application_args}}
+                            "args": dag.get_task("run").application_args,
+                            "params": {{k: p.schema for k, p in dag.params.items()}}, "doc": dag.doc_md,
+                            "sensor_mode": dag.get_task("wait_for_lease").mode,
+                            "housekeeping_multiple_outputs": dag.get_task("housekeeping").multiple_outputs}}
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo", "tests"))
         print(json.dumps({{"dags": dags, "errors": bag.import_errors, "seconds": seconds, "heavy": heavy}}))
     """)
@@ -78,11 +81,16 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert found["errors"] == {}
     assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
     clicks = found["dags"]["lakestate_clicks"]
-    assert clicks["tasks"] == ["housekeeping", "run"]
+    assert clicks["tasks"] == ["housekeeping", "run", "wait_for_lease"]
     assert (clicks["max_active_runs"], clicks["catchup"], clicks["schedule"]) == (1, False, "0 * * * *")
     assert clicks["outlets"] == ["lakestate://clicks/sink"]
     assert clicks["args"][:5] == ["run", "--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
+    # A catch-up run in steps: max_microbatches from the trigger form; the lease waited for without a slot.
+    assert clicks["params"] == {"max_microbatches": {"type": ["null", "integer"], "minimum": 1,
+                                                     "title": "Max microbatches"}}
+    assert "at most 5 (the registry's)" in clicks["doc"] and "(/lakestate/)" in clicks["doc"]
+    assert clicks["sensor_mode"] == "reschedule" and clicks["housekeeping_multiple_outputs"] is False
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
     assert found["seconds"] < 1.0, found["seconds"]
 
@@ -195,10 +203,10 @@ def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
 
 
 OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescale": ["clicks", "counts"],
-                  "lakestate_compaction": None}
+                  "lakestate_restore": ["clicks", "counts"], "lakestate_dispose": None, "lakestate_compaction": None}
 
 
-@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction"])
+@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction", "restore", "dispose"])
 def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(tmp_path, name):
     registry = _registry(tmp_path, GOOD + f"""
     [jobs.{name}]
@@ -307,7 +315,7 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert meta.latest_checkpoint().checkpoint_id == 5
 
 
-def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_jobs(tmp_path):
+def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -317,23 +325,49 @@ def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_job
     code = textwrap.dedent(f"""
         import json, sys
         from airflow.models.dagbag import DagBag
+        from airflow.serialization.serialized_objects import SerializedDAG
+        from airflow.utils import timezone
         bag = DagBag(dag_folder="/nonexistent", include_examples=False)
         bag.process_file({str(ROOT / "dags" / "lakestate_operations.py")!r})
-        out = {{d: {{k: p.schema for k, p in dag.params.items()}} for d, dag in bag.dags.items()}}
+        out = {{d: {{k: {{**p.schema, "description": p.description}} for k, p in dag.params.items()}}
+               for d, dag in bag.dags.items()}}
+        docs = {{d: dag.doc_md for d, dag in bag.dags.items()}}
+        compaction = bag.dags["lakestate_compaction"]
+        # What the scheduler does when the DAG is unpaused: its next run from no run at all.
+        first = SerializedDAG.deserialize_dag(SerializedDAG.serialize_dag(compaction)).next_dagrun_info(None)
+        mapped = compaction.get_task("compact")
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
-        print(json.dumps({{"params": out, "errors": bag.import_errors, "heavy": heavy}}))
+        print(json.dumps({{"params": out, "docs": docs, "errors": bag.import_errors, "heavy": heavy,
+                          "first_run_in_s": (first.run_after - timezone.utcnow()).total_seconds(),
+                          "catchup": compaction.catchup, "map_index_template": mapped.map_index_template}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry),
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, tmp_path / "root"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["errors"] == {} and found["heavy"] == []
-    savepoint, rescale = found["params"]["lakestate_savepoint"], found["params"]["lakestate_rescale"]
-    assert savepoint["job"]["enum"] == ["clicks", "orders"] and rescale["job"]["enum"] == ["clicks", "orders"]
+    params = found["params"]
+    savepoint, rescale, restore = params["lakestate_savepoint"], params["lakestate_rescale"], params["lakestate_restore"]
+    for form in (savepoint, rescale, restore):
+        assert form["job"]["enum"] == ["clicks", "orders"]
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
-    assert rescale["parallelism"]["type"] == "integer" and rescale["parallelism"]["minimum"] == 1
-    assert rescale["savepoint_first"]["type"] == "boolean"
-    assert found["params"]["lakestate_compaction"] == {}  # scheduled, mapped over the registered jobs
+    # No minimum/maximum the form's number field would clamp a typed 0 or 100000 to: exclusive bounds, which
+    # the trigger checks and refuses with the value typed (tests/test_browser_forms.py types them).
+    parallelism = rescale["parallelism"]
+    assert parallelism["type"] == "integer" and "minimum" not in parallelism and "maximum" not in parallelism
+    assert (parallelism["exclusiveMinimum"], parallelism["exclusiveMaximum"]) == (0, 32769)  # no job has run
+    assert parallelism["description"] == "1 to the job's max parallelism (clicks: not run yet; orders: not run yet)"
+    assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["minimum"] == 0
+    assert restore["savepoint"]["type"] == ["null", "string"] and restore["backend"]["enum"] == [None, "delta",
+                                                                                                 "hashmap"]
+    assert params["lakestate_dispose"]["savepoint"]["pattern"].startswith("^")
+    assert params["lakestate_compaction"] == {}  # scheduled, mapped over the registered jobs
+    for dag_id, doc in found["docs"].items():
+        assert "(/lakestate/)" in doc, dag_id  # each links to the Lakestate page
+    assert "1 to the job's max parallelism" in found["docs"]["lakestate_rescale"]
+    # Unpausing the daily compaction schedules its next 03:00, not a run of the interval already past.
+    assert found["catchup"] is False and 0 < found["first_run_in_s"] <= 24 * 3600
+    assert found["map_index_template"] == "{{ task.job }}"
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
