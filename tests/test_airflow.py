@@ -280,23 +280,55 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
 
-    def dag_test(dag_id: str, conf: dict | None = None) -> str:
+    def dag_test(dag_id: str, conf: dict | None = None, state: str = "success") -> str:
         out = subprocess.run(["airflow", "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])],
                              env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
         text = out.stdout + out.stderr
-        assert out.returncode == 0 and "state=success" in text, text[-4000:]
+        assert "run_duration=" in text and f", state={state}, run_type=" in text, text[-4000:]  # DagRun Finished
         return text
 
-    first = dag_test("lakestate_clicks")
+    def db(sql: str) -> list:
+        import sqlite3
+
+        with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+            return con.execute(sql).fetchall()
+
+    def xcoms(dag_id: str, task_id: str) -> dict:
+        return {k: json.loads(v) for k, v in db(f"select key, value from xcom where dag_id = '{dag_id}' and "
+                                                 f"task_id = '{task_id}' order by id")}
+
+    def asset_events(uri: str) -> list[dict]:
+        return [json.loads(e) for (e,) in db(f"select e.extra from asset_event e join asset a on a.id = e.asset_id "
+                                              f"where a.uri = '{uri}' order by e.id")]
+
+    env_warnings = {**env, "PYTHONWARNINGS": "default"}  # this one run shows every warning its tasks raise
+    first = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env_warnings, capture_output=True,
+                           text=True, timeout=900, cwd=ROOT)
+    first = first.stdout + first.stderr
+    assert ", state=success, run_type=" in first, first[-4000:]
     assert "planned microbatches 0..1" in first and "checkpoint 2 at microbatch 1" in first
+    assert not [line for line in first.splitlines() if "Warning" in line and "state_store" in line], first
+    # The run's summary is its XCom and its sink Asset's event extra; housekeeping pushes each key once.
+    summary = xcoms("lakestate_clicks", "run")["return_value"]
+    assert summary["microbatches"] == [0, 1] and summary["checkpoints"] == [1, 2] and summary["records_in"] == 1000
+    assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
+    assert asset_events("lakestate://clicks/sink") == [summary]
+    assert list(xcoms("lakestate_clicks", "housekeeping")) == ["return_value"]
     # The savepoint DAG, as the UI's trigger form runs it: the path is in the log and the XCom.
     saved = dag_test("lakestate_savepoint", {"job": "clicks", "label": "before-rescale"})
     path = root / "savepoints" / "clicks" / "before-rescale"
     assert f"savepoint path: {path}" in saved and (path / "_metadata.json").exists()
+    (event,) = asset_events("lakestate://clicks/savepoints")  # a backup DAG can be scheduled on it
+    assert event == xcoms("lakestate_savepoint", "savepoint")["return_value"] and event["path"] == str(path)
+    # A failed operation raises with the command's own error, logged at ERROR, not the provider's generic text.
+    failed = dag_test("lakestate_restore", {"job": "clicks", "checkpoint": 999}, state="failed")
+    assert "AirflowException: lakestate: error: checkpoint 999 does not exist; retained: [1, 2]" in failed, failed
+    assert "Cannot execute" not in failed.split("lakestate: error:")[-1]
     # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
-    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3})
+    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3, "retain_savepoints": 1})
     assert "rescaling checkpoint 2 from parallelism 2 to 3" in rescaled
-    second = dag_test("lakestate_clicks")
+    assert asset_events("lakestate://clicks/savepoints")[-1]["name"].startswith("rescale-2-")
+    second = dag_test("lakestate_clicks", {"max_microbatches": 1})
     assert "restored checkpoint 3 (microbatch 1)" in second and "planned microbatches 2..2" in second
     from state_store.job_store import JobStore
     from state_store.savepoint import list_savepoints
@@ -313,6 +345,17 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     report = meta.last_compaction()
     assert report["new_checkpoint"] == 5 and report["rows_scanned"] >= report["tables"]["keyed"]["rows_after"] > 0
     assert meta.latest_checkpoint().checkpoint_id == 5
+    # Right after it, a compaction has nothing to do: it says so, writes no table version and no checkpoint,
+    # and the useful report stays the last one; the history has both.
+    again = dag_test("lakestate_compaction")
+    assert "job clicks: nothing to do: checkpoint 5 (microbatch 2) is what the compaction of" in again
+    assert meta.checkpoint_ids()[-1] == 5 and meta.last_compaction() == report
+    assert [r.get("nothing_to_do", False) for r in meta.compaction_history()] == [True, False]
+    assert db("select map_index, rendered_map_index from task_instance where task_id = 'compact'") == [
+        (0, "clicks"), (0, "clicks")]
+    # Dispose, from its DAG: files only.
+    dag_test("lakestate_dispose", {"savepoint": "clicks/before-rescale"})
+    assert not path.exists() and [s.name for s in list_savepoints(settings, "clicks")][0].startswith("rescale-2-")
 
 
 def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):

@@ -48,34 +48,15 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         self._hook._process_spark_submit_log = lambda lines: process(self.said.read(lines))
         try:
             super().execute(context)
-        except AirflowException as e:
+        except AirflowException:
             if not self.said.errors:
                 raise
             reason = "\n".join(self.said.errors)
             self.log.error("%s", reason)
-            raise AirflowException(reason) from e
+            raise AirflowException(reason) from None  # the command line is in the log above
         finally:
             self._hook._process_spark_submit_log = process
 
-
-class _SubmitOutput:
-    """What a ``lakestate`` command said that the operator acts on, read from the spark-submit output as the
-    provider's hook logs it: its ``lakestate: error:`` lines and its ``[lakestate] summary:`` (JSON)."""
-
-    ERROR, SUMMARY = "lakestate: error:", "[lakestate] summary: "
-
-    def __init__(self):
-        self.errors: list[str] = []
-        self.summary: dict | None = None
-
-    def read(self, lines):
-        for line in lines:
-            text = line.strip()
-            if text.startswith(self.ERROR):
-                self.errors.append(text)
-            elif text.startswith(self.SUMMARY):
-                self.summary = json.loads(text[len(self.SUMMARY):])
-            yield line
 
     def _get_hook(self):
         """The provider's hook, with the Delta (and S3) jars; without the connection, its master is ``local[*]``
@@ -99,6 +80,26 @@ class _SubmitOutput:
             hook._connection = {**hook._connection, "master": DEFAULT_SPARK_CONN["host"]}
             hook._is_yarn = False
         return hook
+
+
+class _SubmitOutput:
+    """What a ``lakestate`` command said that the operator acts on, read from the spark-submit output as the
+    provider's hook logs it: its ``lakestate: error:`` lines and its ``[lakestate] summary:`` (JSON)."""
+
+    ERROR, SUMMARY = "lakestate: error:", "[lakestate] summary: "
+
+    def __init__(self):
+        self.errors: list[str] = []
+        self.summary: dict | None = None
+
+    def read(self, lines):
+        for line in lines:
+            text = line.strip()
+            if text.startswith(self.ERROR):
+                self.errors.append(text)
+            elif text.startswith(self.SUMMARY):
+                self.summary = json.loads(text[len(self.SUMMARY):])
+            yield line
 
 
 class LakestateSubmitOperator(_LakestateSparkSubmit):
