@@ -11,7 +11,7 @@
     lakestate dispose clicks/<savepoint name>
     lakestate restore clicks (--savepoint clicks/<name> | --checkpoint N [--from-job J]) [--parallelism N]
                       [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state]
-    lakestate rescale clicks --parallelism N [--savepoint-first]
+    lakestate rescale clicks --parallelism N [--savepoint-first] [--retain-savepoints N]
 
 ``--warehouse``, ``--root`` and ``--savepoints`` (or LAKESTATE_WAREHOUSE /
 LAKESTATE_ROOT / LAKESTATE_SAVEPOINTS) say where the state lives. Listing reads

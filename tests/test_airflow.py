@@ -295,7 +295,7 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
 
     def xcoms(dag_id: str, task_id: str) -> dict:
         return {k: json.loads(v) for k, v in db(f"select key, value from xcom where dag_id = '{dag_id}' and "
-                                                 f"task_id = '{task_id}' order by id")}
+                                                 f"task_id = '{task_id}' order by timestamp")}
 
     def asset_events(uri: str) -> list[dict]:
         return [json.loads(e) for (e,) in db(f"select e.extra from asset_event e join asset a on a.id = e.asset_id "
@@ -426,3 +426,19 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
     assert {"spark-worker-1", "spark-worker-2", "postgres"} <= set(compose["services"])
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert "LAKESTATE_REGISTRY=/opt/lakestate/lakestate.toml" in dockerfile and "psycopg2" in dockerfile
+
+
+def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):
+    from state_store.lease import holding
+    from state_store.provider.operators import LakestateLeaseSensor
+    from state_store.settings import Settings
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks")
+    assert (sensor.mode, sensor.poke_interval, sensor.timeout) == ("reschedule", 30, 3600)
+    assert sensor.poke({})  # never held: free
+    settings = Settings.load()
+    with holding(settings.job_dir("clicks"), "clicks", "savepoint", say=lambda m: None):
+        assert not sensor.poke({})  # a savepoint holds the job: poke again later, without the slot meanwhile
+    assert sensor.poke({})  # released

@@ -11,13 +11,16 @@ import sys
 import pytest
 
 from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, token
-from tests.test_browser import ARTIFACTS, _wait, browser  # noqa: F401 - the fixture
+from tests import test_browser
+from tests.test_browser import ARTIFACTS, _wait
+
+browser = test_browser.browser  # the fixture: Debian's Chromium, headless
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_range_with_the_value_typed(
-        browser, tmp_path):  # noqa: F811 - the fixture
+        browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -28,6 +31,9 @@ def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_r
     ran = subprocess.run([sys.executable, "-m", "state_store.cli", "run", "--job", "clicks", "--registry",
                           str(registry)], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert ran.returncode == 0, ran.stderr[-3000:]  # checkpoint 1 at parallelism 2 (max 128): what the form reads
+    for step in (["db", "migrate"], ["dags", "reserialize"]):  # the API server alone parses no DAG file
+        done = subprocess.run(["airflow", *step], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
     with running_airflow(tmp_path, env, command="api-server") as url:
         api = token(url)
         _wait(lambda: get(f"{url}/api/v2/dags/lakestate_rescale", api)[0] == 200, 180, "the rescale DAG")
