@@ -49,7 +49,7 @@ def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_r
         def open_form():
             browser.get(f"{url}/dags/lakestate_rescale")
             browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-            return _wait(lambda: [e for e in browser.find_elements(By.ID, "element_parallelism") if e.is_displayed()],
+            return _wait(lambda: [e for e in browser.find_elements(By.NAME, "element_parallelism") if e.is_displayed()],
                          30, "the parallelism field")[0]
 
         def trigger_with(value: str):
