@@ -375,12 +375,16 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
         out = {{d: {{k: {{**p.schema, "description": p.description}} for k, p in dag.params.items()}}
                for d, dag in bag.dags.items()}}
         docs = {{d: dag.doc_md for d, dag in bag.dags.items()}}
+        tasks = {{d: sorted(t.task_id for t in dag.tasks) for d, dag in bag.dags.items()}}
+        waits = {{d: (dag.get_task("wait_for_lease").mode, dag.get_task("wait_for_lease").job_id)
+                 for d, dag in bag.dags.items() if "wait_for_lease" in dag.task_ids}}
         compaction = bag.dags["lakestate_compaction"]
         # What the scheduler does when the DAG is unpaused: its next run from no run at all.
         first = SerializedDAG.deserialize_dag(SerializedDAG.serialize_dag(compaction)).next_dagrun_info(None)
         mapped = compaction.get_task("compact")
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
         print(json.dumps({{"params": out, "docs": docs, "errors": bag.import_errors, "heavy": heavy,
+                          "tasks": tasks, "waits": waits,
                           "first_run_in_s": (first.run_after - timezone.utcnow()).total_seconds(),
                           "catchup": compaction.catchup, "map_index_template": mapped.map_index_template}}))
     """)
@@ -411,6 +415,12 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     # Unpausing the daily compaction schedules its next 03:00, not a run of the interval already past.
     assert found["catchup"] is False and 0 < found["first_run_in_s"] <= 24 * 3600
     assert found["map_index_template"] == "{{ task.job }}"
+    # An operation waits for its job without a worker slot, then submits.
+    assert found["tasks"] == {"lakestate_savepoint": ["savepoint", "wait_for_lease"],
+                              "lakestate_rescale": ["rescale", "wait_for_lease"],
+                              "lakestate_restore": ["restore", "wait_for_lease"], "lakestate_dispose": ["dispose"],
+                              "lakestate_compaction": ["compact", "jobs_with_checkpoints"]}
+    assert {tuple(w) for w in found["waits"].values()} == {("reschedule", "{{ params.job }}")}
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():

@@ -36,7 +36,8 @@ from state_store.provider.operators import (LakestateCompactOperator, LakestateL
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
-LEASE_WAIT_S = 3600  # how long a pipeline run waits for another holder of its job (in reschedule mode)
+LEASE_WAIT_S = 3600  # how long a run or an operation waits for another holder of its job (in reschedule mode)
+LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in between
 # Daily at 03:00 UTC. A cron *trigger* timetable without a start date: unpausing the DAG schedules the next
 # 03:00, not a run for the interval that has already passed (with a start date in the past, even without
 # catchup, Airflow would start one at once, and a trigger by hand right after would compact a second time).
@@ -67,7 +68,7 @@ run's summary: microbatches, records in and out, checkpoints taken, seconds, rec
         wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
-                                      wait_for_lease_s=300, outlets=[sink_asset(entry.job_id)] + [
+                                      wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
                                           side_output_asset(entry.job_id, tag)
                                           for tag in registered_side_outputs(entry.job_id)],
                                       doc_md="`lakestate run`: the job's pending microbatches; XCom: the summary.")
@@ -138,6 +139,12 @@ def operation_dags() -> dict[str, DAG]:
 COMMON = dict(schedule=None, start_date=START, catchup=False, tags=["lakestate"], max_active_runs=1)
 
 
+def _wait_for_job() -> LakestateLeaseSensor:
+    """An operation's wait for its job (``params.job``) to be free, without a worker slot."""
+    return LakestateLeaseSensor(task_id="wait_for_lease", job_id="{{ params.job }}", timeout=LEASE_WAIT_S,
+                                doc_md="Waits, in reschedule mode, until no run or operation holds the job.")
+
+
 def _job_param(jobs: list[str]) -> Param:
     return Param(jobs[0], type="string", enum=jobs, title="Job", description="A job of the pipeline registry")
 
@@ -154,7 +161,7 @@ def _savepoint_dag(jobs: list[str]) -> DAG:
 starting with a punctuation mark; empty: `airflow-<run id>`; must be new). The savepoint's path is in the task
 log and its XCom; the job's savepoints Asset (`lakestate://<job>/savepoints`) gets an event. See {PAGE}.""",
              **COMMON) as dag:
-        LakestateSavepointOperator(task_id="savepoint")
+        _wait_for_job() >> LakestateSavepointOperator(task_id="savepoint", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
 
@@ -172,7 +179,7 @@ value given. At the parallelism the job already has, nothing is written and the 
 `savepoint_first` (default) a savepoint `rescale-<checkpoint>-<time>` is taken first (an event of
 `lakestate://<job>/savepoints`); `retain_savepoints` (0 or more; empty: all) then disposes all but the newest N
 of those. The job is held meanwhile: its pipeline runs wait. See {PAGE}.""", **COMMON) as dag:
-        LakestateRescaleOperator(task_id="rescale")
+        _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
 
@@ -194,7 +201,7 @@ Params: `job`; exactly one of `savepoint` (`<job>/<name>`) and `checkpoint` (1 o
 (1 to the job's max parallelism; empty: the source's); `backend` (`delta`, `hashmap`; empty: the source's);
 `allow_non_restored_state`. A restore never rewinds a job past what its sink holds. See {PAGE}.""",
              **COMMON) as dag:
-        LakestateRestoreOperator(task_id="restore")
+        _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
 

@@ -256,6 +256,8 @@ class LakestateLeaseSensor(BaseSensorOperator):
     Reads the lease's files only (no Spark). The run after it still waits a little for the lease, for a holder
     that comes in between."""
 
+    template_fields = ("job_id",)  # an operation DAG's is ``{{ params.job }}``
+
     def __init__(self, *, job_id: str, **kwargs):
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 30)
