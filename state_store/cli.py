@@ -11,7 +11,7 @@
     lakestate dispose clicks/<savepoint name>
     lakestate restore clicks (--savepoint clicks/<name> | --checkpoint N [--from-job J]) [--parallelism N]
                       [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state]
-    lakestate rescale clicks --parallelism N [--savepoint-first]
+    lakestate rescale clicks --parallelism N [--savepoint-first] [--retain-savepoints N]
 
 ``--warehouse``, ``--root`` and ``--savepoints`` (or LAKESTATE_WAREHOUSE /
 LAKESTATE_ROOT / LAKESTATE_SAVEPOINTS) say where the state lives. Listing reads
@@ -138,6 +138,12 @@ def cmd_run(args, settings: Settings) -> int:
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
           f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
+    # One line a machine reads (the Airflow operator's XCom and Asset event extra).
+    print("[lakestate] summary: " + json.dumps({
+        "job": args.job, "run_id": result.run_id, "microbatches": [b.batch_id for b in result.batches],
+        "records_in": records, "records_out": sum(b.records_out for b in result.batches),
+        "checkpoints": list(result.checkpoints), "seconds": round(seconds, 2),
+        "records_per_s": round(records / seconds, 2) if seconds else None}, sort_keys=True), flush=True)
     return 0
 
 
@@ -225,8 +231,10 @@ def cmd_compact(args, settings: Settings) -> int:
     from .spark import build_spark
 
     JobRegistry(settings).get(args.job)
-    spark = build_spark(f"lakestate-compact-{args.job}", master=args.spark_master,
-                        s3=settings.on_object_storage or None)
+    def spark():  # only when there is work: a compaction with nothing to do starts no Spark
+        return build_spark(f"lakestate-compact-{args.job}", master=args.spark_master,
+                           s3=settings.on_object_storage or None)
+
     report = compact_job(spark, settings, args.job, wait_s=args.wait_for_lease, say=_quiet_say)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
@@ -297,10 +305,16 @@ def cmd_rescale(args, settings: Settings) -> int:
 
     if args.parallelism <= 0:
         raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
+    if args.retain_savepoints is not None and args.retain_savepoints < 0:
+        raise ConfigError(f"--retain-savepoints must be 0 or more, got {args.retain_savepoints}")
     spec = JobRegistry(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
+    if args.parallelism > latest.max_parallelism:
+        raise ConfigError(f"--parallelism {args.parallelism} is above job {args.job!r}'s max parallelism "
+                          f"{latest.max_parallelism} (its key groups); give 1 to {latest.max_parallelism} (it runs "
+                          f"at {latest.parallelism})")
     if latest.parallelism == args.parallelism:  # nothing to write: no Spark either
         print(already_at(args.job, latest))
         return 0
@@ -310,6 +324,10 @@ def cmd_rescale(args, settings: Settings) -> int:
                              savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)
     print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
           f"{checkpoint.parallelism}; the next run continues from it")
+    if args.retain_savepoints is not None:
+        from .savepoint import retain_rescale_savepoints
+
+        retain_rescale_savepoints(settings, args.job, args.retain_savepoints, say=_quiet_say)
     return 0
 
 
@@ -419,6 +437,8 @@ def _add_rewrite_commands(sub, common, lease) -> None:
     p.add_argument("job")
     p.add_argument("--parallelism", type=int, required=True)
     p.add_argument("--savepoint-first", action="store_true", help="take a savepoint of the latest checkpoint first")
+    p.add_argument("--retain-savepoints", type=int, default=None, metavar="N",
+                   help="after the rescale, keep only the newest N savepoints rescales took (default: keep all)")
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="drop raw operator state of subtasks that a scale-down removes instead of refusing")
     p.set_defaults(func=cmd_rescale)

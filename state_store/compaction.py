@@ -21,7 +21,11 @@ subtask per run. ``compact_job`` (``lakestate compact <job>``,
 A crash at any step leaves every retained checkpoint restorable: the rewrite is
 a new table version (the old ones stay readable), the new checkpoint is
 written after it, and only then are files no checkpoint pins deleted. The last
-report is kept in ``_meta/compaction.json`` (``JobStore.last_compaction``) for the Lakestate page.
+report that did work is kept in ``_meta/compaction.json`` (``JobStore.last_compaction``) for the Lakestate page,
+every report in ``_meta/compactions/`` (``JobStore.compaction_history``).
+
+A compaction right after another (no run since) has nothing to do: ``nothing_to_do`` sees it from the job's
+files, without Spark, and such a compaction writes only its report to the history (``"nothing_to_do": true``).
 """
 from __future__ import annotations
 
@@ -44,10 +48,16 @@ from .state_tables import latest_live, visible
 from .storage import location, remove_empty_folders, rmtree, walk_files
 from .ttl.tables import drop_expired, ttl_states
 
-def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
+def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
                 fault=lambda step: None) -> dict:
     """Compact job ``job_id``'s state tables and delete what no retained checkpoint needs; return the report
-    (entries scanned, expired and superseded entries removed, files and bytes before and after)."""
+    (entries scanned, expired and superseded entries removed, files and bytes before and after). ``spark`` is a
+    SparkSession, or a function that makes one: called only when there is work (see ``nothing_to_do``).
+
+    Example::
+
+        compact_job(spark, Settings.load(), "clicks")["bytes_reclaimed"]
+    """
     job_dir = settings.job_dir(job_id)
     meta = JobStore(job_dir)
     if not meta.checkpoint_ids():
@@ -60,25 +70,19 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
             raise ConfigError(f"no checkpoint of job {job_id!r} can be read: restore from a savepoint instead")
         report = {"job": job_id, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                   "backend": latest.backend, "started_ms": int(started * 1000), "tables": {}}
-        killed = _killed_cleanup(spark, latest, job_dir)
-        if killed is not None:  # the tables stay as they are, files too: the killed run's replay needs them
-            report["waiting"] = (f"a run removed expired entries after microbatch {killed} but stopped before its "
-                                 f"checkpoint; compacting checkpoint {latest.checkpoint_id} would bring them back. "
-                                 f"The job's next run finishes those microbatches: compact after it")
-            say(f"[lakestate] job {job_id}: nothing compacted: {report['waiting']}")
-            report["files_deleted"] = report["bytes_reclaimed"] = 0
+        reason = nothing_to_do(meta, latest)
+        if reason is not None:  # the tables stay as they are: no new table version, no checkpoint
+            report.update(nothing_to_do=True, reason=reason, files_deleted=0, bytes_reclaimed=0)
+            say(f"[lakestate] job {job_id}: nothing to do: {reason}; nothing was written")
         else:
-            if latest.backend == "delta":
-                report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
-            retained = meta.readable_checkpoints()
-            report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(job_dir, retained, fault)
+            _compact(spark() if callable(spark) else spark, meta, latest, report, fault, say)
         report["seconds"] = round(time.time() - started, 2)
         totals = report["tables"].values()
         report.update({k: sum(t[k] for t in totals) for k in
                        ("rows_scanned", "expired_removed", "superseded_removed", "files_before", "files_after",
                         "bytes_before", "bytes_after")})
         meta.write_compaction(report)
-    if "waiting" in report:
+    if "waiting" in report or "nothing_to_do" in report:
         return report
     say(f"[lakestate] job {job_id}: compacted checkpoint {latest.checkpoint_id} (microbatch {latest.batch_id}): "
         f"{report['rows_scanned']} rows scanned, {report['expired_removed']} expired and "
@@ -86,6 +90,45 @@ def compact_job(spark: SparkSession, settings: Settings, job_id: str, *, wait_s:
         f"{report['files_after']}; {report['files_deleted']} files ({report['bytes_reclaimed']} bytes) no "
         f"retained checkpoint needs deleted, {report['seconds']}s")
     return report
+
+
+def nothing_to_do(meta: JobStore, latest: CheckpointMetadata) -> str | None:
+    """Why compacting ``latest`` would change nothing, or None. Read from the job's files only (no Spark): the
+    job's last compaction left ``latest`` as the latest checkpoint (its rewrite's checkpoint, or the one it
+    found nothing to do at), and every table ``latest`` pins is still at the version it pins: no run, and no
+    killed run, has written since, and that compaction deleted every file no retained checkpoint needed."""
+    history = meta.compaction_history(1)
+    if not history or "waiting" in history[0]:
+        return None
+    last = history[0]
+    left = last.get("new_checkpoint", last["checkpoint"])
+    if latest.checkpoint_id != left:
+        return None
+    for recorded in latest.state.values():
+        if recorded.path and recorded.version is not None and \
+                table_snapshot(recorded.path)["version"] != recorded.version:
+            return None
+    return (f"checkpoint {left} (microbatch {latest.batch_id}) is what the compaction of "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(last['started_ms'] / 1000))} UTC left, and no run "
+            f"has written since")
+
+
+def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, report: dict, fault, say) -> None:
+    """The work: the rewrite (delta backend) and the deletion of unpinned files, or, when a killed run's TTL
+    cleanup is past ``latest``, nothing (``report["waiting"]`` says why)."""
+    job_id = latest.job_id
+    killed = _killed_cleanup(spark, latest, meta.job_dir)
+    if killed is not None:  # the tables stay as they are, files too: the killed run's replay needs them
+        report["waiting"] = (f"a run removed expired entries after microbatch {killed} but stopped before its "
+                             f"checkpoint; compacting checkpoint {latest.checkpoint_id} would bring them back. "
+                             f"The job's next run finishes those microbatches: compact after it")
+        say(f"[lakestate] job {job_id}: nothing compacted: {report['waiting']}")
+        report["files_deleted"] = report["bytes_reclaimed"] = 0
+        return
+    if latest.backend == "delta":
+        report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
+    retained = meta.readable_checkpoints()
+    report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(meta.job_dir, retained, fault)
 
 
 def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) -> int | None:

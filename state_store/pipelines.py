@@ -35,7 +35,8 @@ FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
 # A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
 PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
-OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction")
+OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction", "lakestate_restore",
+                     "lakestate_dispose")
 _HEADER = re.compile(r"^[ \t]*\[[ \t]*jobs[ \t]*\.[ \t]*([A-Za-z0-9_-]+)[ \t]*\][ \t]*(?:#.*)?$", re.M)
 
 

@@ -72,7 +72,7 @@ from .restore_plan import (
     parse_uid_map,
     plan_restore,
 )
-from .savepoint import savepoint_of_checkpoint
+from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
 from .settings import Settings
 from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
 
@@ -200,7 +200,8 @@ def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: Job
     operator_rows = _checked_operator_rows(spark, restore, meta)
     source = restore.source
     if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
-        savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say)
+        savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say,
+                                prefix=RESCALE_PREFIX if restore.plan.rescale else "savepoint")
     return _write(spark, settings, restore, meta, lease, operator_rows, say)
 
 

@@ -12,7 +12,10 @@ refused. A savepoint is written in a hidden ``.inprogress-*`` folder and
 renamed when complete: a savepoint that failed half-way never looks like one.
 That folder first records its writer (``_owner.json``), so what a killed one
 leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
-no live process owns it. Savepoints never expire; ``dispose`` deletes one.
+no live process owns it. Savepoints never expire, but for those a rescale takes
+first (``rescale-<checkpoint>-<time>``), of which ``retain_rescale_savepoints``
+keeps the newest N when asked (``lakestate rescale --retain-savepoints N``);
+``dispose`` deletes one.
 Finding and reading one (``load_savepoint``, ``list_savepoints``, ``StatePoint``)
 is ``points``'s, which a restore and the State Processor share.
 """
@@ -72,8 +75,10 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 
 
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
-                            job_dir: Path, label: str | None = None, say=print) -> SavepointMetadata:
-    """Copy ``checkpoint`` into a new savepoint; the caller holds the job."""
+                            job_dir: Path, label: str | None = None, say=print,
+                            prefix: str = "savepoint") -> SavepointMetadata:
+    """Copy ``checkpoint`` into a new savepoint, named ``label`` or ``<prefix>-<checkpoint>-<time>`` (a
+    rescale's own: ``rescale-...``, which ``retain_rescale_savepoints`` thins); the caller holds the job."""
     from .ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
@@ -82,7 +87,7 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
     if damage:
         raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
                            + "; ".join(damage))
-    name = label or f"savepoint-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    name = label or f"{prefix}-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
     tables = {t: source.rows(spark, t) for t in (KEYED, OPERATOR)}
     # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
@@ -176,6 +181,23 @@ def _owner(folder) -> dict | None:
         return read_json(folder / OWNER)
     except (OSError, ValueError):
         return None
+
+
+RESCALE_PREFIX = "rescale"  # the name of the savepoint a rescale takes first: rescale-<checkpoint>-<time>
+
+
+def retain_rescale_savepoints(settings: Settings, job_id: str, keep: int, say=print) -> list[str]:
+    """Dispose the savepoints of ``job_id`` that rescales took (unlabelled, named ``rescale-...``) but the newest
+    ``keep``; return their names. Labelled savepoints and those taken by hand are never touched."""
+    if keep < 0:
+        raise ConfigError(f"the number of rescale savepoints to retain must be 0 or more, got {keep}")
+    taken = [s for s in list_savepoints(settings, job_id)
+             if s.label is None and s.name.startswith(f"{RESCALE_PREFIX}-")]
+    taken.sort(key=lambda s: s.created_ms)
+    gone = [dispose_savepoint(settings, f"{job_id}/{s.name}").name for s in taken[:max(len(taken) - keep, 0)]]
+    if gone:
+        say(f"[lakestate] job {job_id}: disposed rescale savepoints past the newest {keep}: {', '.join(gone)}")
+    return gone
 
 
 def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:

@@ -45,7 +45,10 @@ def _parse(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -
             dags[dag_id] = {{"tasks": sorted(t.task_id for t in dag.tasks), "max_active_runs": dag.max_active_runs,
                             "catchup": dag.catchup, "schedule": str(dag.timetable.summary),
                             "outlets": [a.uri for t in dag.tasks for a in t.outlets],
-                            "args": dag.get_task("run").application_args}}
+                            "args": dag.get_task("run").application_args,
+                            "params": {{k: p.schema for k, p in dag.params.items()}}, "doc": dag.doc_md,
+                            "sensor_mode": dag.get_task("wait_for_lease").mode,
+                            "housekeeping_multiple_outputs": dag.get_task("housekeeping").multiple_outputs}}
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo", "tests"))
         print(json.dumps({{"dags": dags, "errors": bag.import_errors, "seconds": seconds, "heavy": heavy}}))
     """)
@@ -78,11 +81,16 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert found["errors"] == {}
     assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
     clicks = found["dags"]["lakestate_clicks"]
-    assert clicks["tasks"] == ["housekeeping", "run"]
+    assert clicks["tasks"] == ["housekeeping", "run", "wait_for_lease"]
     assert (clicks["max_active_runs"], clicks["catchup"], clicks["schedule"]) == (1, False, "0 * * * *")
     assert clicks["outlets"] == ["lakestate://clicks/sink"]
     assert clicks["args"][:5] == ["run", "--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
+    # A catch-up run in steps: max_microbatches from the trigger form; the lease waited for without a slot.
+    assert clicks["params"] == {"max_microbatches": {"type": ["null", "integer"], "minimum": 1,
+                                                     "title": "Max microbatches"}}
+    assert "at most 5 (the registry's)" in clicks["doc"] and "(/lakestate/)" in clicks["doc"]
+    assert clicks["sensor_mode"] == "reschedule" and clicks["housekeeping_multiple_outputs"] is False
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
     assert found["seconds"] < 1.0, found["seconds"]
 
@@ -195,10 +203,10 @@ def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
 
 
 OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescale": ["clicks", "counts"],
-                  "lakestate_compaction": None}
+                  "lakestate_restore": ["clicks", "counts"], "lakestate_dispose": None, "lakestate_compaction": None}
 
 
-@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction"])
+@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction", "restore", "dispose"])
 def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(tmp_path, name):
     registry = _registry(tmp_path, GOOD + f"""
     [jobs.{name}]
@@ -272,23 +280,55 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
 
-    def dag_test(dag_id: str, conf: dict | None = None) -> str:
+    def dag_test(dag_id: str, conf: dict | None = None, state: str = "success") -> str:
         out = subprocess.run(["airflow", "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])],
                              env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
         text = out.stdout + out.stderr
-        assert out.returncode == 0 and "state=success" in text, text[-4000:]
+        assert "run_duration=" in text and f", state={state}, run_type=" in text, text[-4000:]  # DagRun Finished
         return text
 
-    first = dag_test("lakestate_clicks")
+    def db(sql: str) -> list:
+        import sqlite3
+
+        with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+            return con.execute(sql).fetchall()
+
+    def xcoms(dag_id: str, task_id: str) -> dict:
+        return {k: json.loads(v) for k, v in db(f"select key, value from xcom where dag_id = '{dag_id}' and "
+                                                 f"task_id = '{task_id}' order by timestamp")}
+
+    def asset_events(uri: str) -> list[dict]:
+        return [json.loads(e) for (e,) in db(f"select e.extra from asset_event e join asset a on a.id = e.asset_id "
+                                              f"where a.uri = '{uri}' order by e.id")]
+
+    env_warnings = {**env, "PYTHONWARNINGS": "default"}  # this one run shows every warning its tasks raise
+    first = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env_warnings, capture_output=True,
+                           text=True, timeout=900, cwd=ROOT)
+    first = first.stdout + first.stderr
+    assert ", state=success, run_type=" in first, first[-4000:]
     assert "planned microbatches 0..1" in first and "checkpoint 2 at microbatch 1" in first
+    assert not [line for line in first.splitlines() if "Warning" in line and "state_store" in line], first
+    # The run's summary is its XCom and its sink Asset's event extra; housekeeping pushes each key once.
+    summary = xcoms("lakestate_clicks", "run")["return_value"]
+    assert summary["microbatches"] == [0, 1] and summary["checkpoints"] == [1, 2] and summary["records_in"] == 1000
+    assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
+    assert asset_events("lakestate://clicks/sink") == [summary]
+    assert list(xcoms("lakestate_clicks", "housekeeping")) == ["return_value"]
     # The savepoint DAG, as the UI's trigger form runs it: the path is in the log and the XCom.
     saved = dag_test("lakestate_savepoint", {"job": "clicks", "label": "before-rescale"})
     path = root / "savepoints" / "clicks" / "before-rescale"
     assert f"savepoint path: {path}" in saved and (path / "_metadata.json").exists()
+    (event,) = asset_events("lakestate://clicks/savepoints")  # a backup DAG can be scheduled on it
+    assert event == xcoms("lakestate_savepoint", "savepoint")["return_value"] and event["path"] == str(path)
+    # A failed operation raises with the command's own error, logged at ERROR, not the provider's generic text.
+    failed = dag_test("lakestate_restore", {"job": "clicks", "checkpoint": 999}, state="failed")
+    assert "AirflowException: lakestate: error: checkpoint 999 does not exist; retained: [1, 2]" in failed, failed
+    assert "Cannot execute" not in failed.split("lakestate: error:")[-1]
     # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
-    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3})
+    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3, "retain_savepoints": 1})
     assert "rescaling checkpoint 2 from parallelism 2 to 3" in rescaled
-    second = dag_test("lakestate_clicks")
+    assert asset_events("lakestate://clicks/savepoints")[-1]["name"].startswith("rescale-2-")
+    second = dag_test("lakestate_clicks", {"max_microbatches": 1})
     assert "restored checkpoint 3 (microbatch 1)" in second and "planned microbatches 2..2" in second
     from state_store.job_store import JobStore
     from state_store.savepoint import list_savepoints
@@ -305,9 +345,20 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     report = meta.last_compaction()
     assert report["new_checkpoint"] == 5 and report["rows_scanned"] >= report["tables"]["keyed"]["rows_after"] > 0
     assert meta.latest_checkpoint().checkpoint_id == 5
+    # Right after it, a compaction has nothing to do: it says so, writes no table version and no checkpoint,
+    # and the useful report stays the last one; the history has both.
+    again = dag_test("lakestate_compaction")
+    assert "job clicks: nothing to do: checkpoint 5 (microbatch 2) is what the compaction of" in again
+    assert meta.checkpoint_ids()[-1] == 5 and meta.last_compaction() == report
+    assert [r.get("nothing_to_do", False) for r in meta.compaction_history()] == [True, False]
+    assert db("select map_index, rendered_map_index from task_instance where task_id = 'compact'") == [
+        (0, "clicks"), (0, "clicks")]
+    # Dispose, from its DAG: files only.
+    dag_test("lakestate_dispose", {"savepoint": "clicks/before-rescale"})
+    assert not path.exists() and [s.name for s in list_savepoints(settings, "clicks")][0].startswith("rescale-2-")
 
 
-def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_jobs(tmp_path):
+def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -317,23 +368,59 @@ def test_the_savepoint_and_rescale_dags_offer_typed_params_of_the_registered_job
     code = textwrap.dedent(f"""
         import json, sys
         from airflow.models.dagbag import DagBag
+        from airflow.serialization.serialized_objects import SerializedDAG
+        from airflow.utils import timezone
         bag = DagBag(dag_folder="/nonexistent", include_examples=False)
         bag.process_file({str(ROOT / "dags" / "lakestate_operations.py")!r})
-        out = {{d: {{k: p.schema for k, p in dag.params.items()}} for d, dag in bag.dags.items()}}
+        out = {{d: {{k: {{**p.schema, "description": p.description}} for k, p in dag.params.items()}}
+               for d, dag in bag.dags.items()}}
+        docs = {{d: dag.doc_md for d, dag in bag.dags.items()}}
+        tasks = {{d: sorted(t.task_id for t in dag.tasks) for d, dag in bag.dags.items()}}
+        waits = {{d: (dag.get_task("wait_for_lease").mode, dag.get_task("wait_for_lease").job_id)
+                 for d, dag in bag.dags.items() if "wait_for_lease" in dag.task_ids}}
+        compaction = bag.dags["lakestate_compaction"]
+        # What the scheduler does when the DAG is unpaused: its next run from no run at all.
+        first = SerializedDAG.deserialize_dag(SerializedDAG.serialize_dag(compaction)).next_dagrun_info(None)
+        mapped = compaction.get_task("compact")
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo"))
-        print(json.dumps({{"params": out, "errors": bag.import_errors, "heavy": heavy}}))
+        print(json.dumps({{"params": out, "docs": docs, "errors": bag.import_errors, "heavy": heavy,
+                          "tasks": tasks, "waits": waits,
+                          "first_run_in_s": (first.run_after - timezone.utcnow()).total_seconds(),
+                          "catchup": compaction.catchup, "map_index_template": mapped.map_index_template}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry),
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, tmp_path / "root"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["errors"] == {} and found["heavy"] == []
-    savepoint, rescale = found["params"]["lakestate_savepoint"], found["params"]["lakestate_rescale"]
-    assert savepoint["job"]["enum"] == ["clicks", "orders"] and rescale["job"]["enum"] == ["clicks", "orders"]
+    params = found["params"]
+    savepoint, rescale, restore = params["lakestate_savepoint"], params["lakestate_rescale"], params["lakestate_restore"]
+    for form in (savepoint, rescale, restore):
+        assert form["job"]["enum"] == ["clicks", "orders"]
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
-    assert rescale["parallelism"]["type"] == "integer" and rescale["parallelism"]["minimum"] == 1
-    assert rescale["savepoint_first"]["type"] == "boolean"
-    assert found["params"]["lakestate_compaction"] == {}  # scheduled, mapped over the registered jobs
+    # No minimum/maximum the form's number field would clamp a typed 0 or 100000 to: exclusive bounds, which
+    # the trigger checks and refuses with the value typed (tests/test_browser_forms.py types them).
+    parallelism = rescale["parallelism"]
+    assert parallelism["type"] == "integer" and "minimum" not in parallelism and "maximum" not in parallelism
+    assert (parallelism["exclusiveMinimum"], parallelism["exclusiveMaximum"]) == (0, 32769)  # no job has run
+    assert parallelism["description"] == "1 to the job's max parallelism (clicks: not run yet; orders: not run yet)"
+    assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["minimum"] == 0
+    assert restore["savepoint"]["type"] == ["null", "string"] and restore["backend"]["enum"] == [None, "delta",
+                                                                                                 "hashmap"]
+    assert params["lakestate_dispose"]["savepoint"]["pattern"].startswith("^")
+    assert params["lakestate_compaction"] == {}  # scheduled, mapped over the registered jobs
+    for dag_id, doc in found["docs"].items():
+        assert "(/lakestate/)" in doc, dag_id  # each links to the Lakestate page
+    assert "1 to the job's max parallelism" in found["docs"]["lakestate_rescale"]
+    # Unpausing the daily compaction schedules its next 03:00, not a run of the interval already past.
+    assert found["catchup"] is False and 0 < found["first_run_in_s"] <= 24 * 3600
+    assert found["map_index_template"] == "{{ task.job }}"
+    # An operation waits for its job without a worker slot, then submits.
+    assert found["tasks"] == {"lakestate_savepoint": ["savepoint", "wait_for_lease"],
+                              "lakestate_rescale": ["rescale", "wait_for_lease"],
+                              "lakestate_restore": ["restore", "wait_for_lease"], "lakestate_dispose": ["dispose"],
+                              "lakestate_compaction": ["compact", "jobs_with_checkpoints"]}
+    assert {tuple(w) for w in found["waits"].values()} == {("reschedule", "{{ params.job }}")}
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
@@ -349,3 +436,19 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
     assert {"spark-worker-1", "spark-worker-2", "postgres"} <= set(compose["services"])
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert "LAKESTATE_REGISTRY=/opt/lakestate/lakestate.toml" in dockerfile and "psycopg2" in dockerfile
+
+
+def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):
+    from state_store.lease import holding
+    from state_store.provider.operators import LakestateLeaseSensor
+    from state_store.settings import Settings
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks")
+    assert (sensor.mode, sensor.poke_interval, sensor.timeout) == ("reschedule", 30, 3600)
+    assert sensor.poke({})  # never held: free
+    settings = Settings.load()
+    with holding(settings.job_dir("clicks"), "clicks", "savepoint", say=lambda m: None):
+        assert not sensor.poke({})  # a savepoint holds the job: poke again later, without the slot meanwhile
+    assert sensor.poke({})  # released

@@ -9,7 +9,7 @@ import pytest
 
 from state_store import StateTtlConfig
 from state_store.job_store import JobStore
-from state_store.compaction import compact_job
+from state_store.compaction import compact_job, nothing_to_do
 from state_store.delta_log import table_snapshot
 from state_store.points import StatePoint
 from state_store.restore import restore_job
@@ -63,12 +63,27 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
     assert report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
     assert JobStore(job_dir).last_compaction() == json.loads(json.dumps(report))
+    # Right after it there is nothing to do, seen without Spark: no table version, no checkpoint, no file
+    # deleted; the history has both reports and the useful one stays the last.
+    versions = {n: table_snapshot(t.path)["version"] for n, t in latest.state.items()}
+
+    def no_spark():
+        raise AssertionError("a compaction with nothing to do started Spark")
+
+    again = compact_job(no_spark, lake.settings, spec.job_id, **QUIET)
+    assert again["nothing_to_do"] and (again["checkpoint"], again["files_deleted"]) == (latest.checkpoint_id, 0)
+    assert again["reason"].startswith(f"checkpoint {latest.checkpoint_id} (microbatch 3) is what the compaction")
+    assert JobStore(job_dir).latest_checkpoint() == latest
+    assert {n: table_snapshot(t.path)["version"] for n, t in latest.state.items()} == versions
+    assert JobStore(job_dir).last_compaction() == json.loads(json.dumps(report))
+    assert [r.get("nothing_to_do", False) for r in JobStore(job_dir).compaction_history()] == [True, False]
     # A savepoint taken before compaction restores, into a new job, the state of the checkpoint it copied.
     copy = all_states_job(lake, job_id="all-states-copy")
     restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
     assert state_at_latest_checkpoint(spark, lake, copy) == before[min(before)]
     # The job continues from the compacted tables and ends as the job that was never compacted.
     run(spark, spec, lake)
+    assert nothing_to_do(JobStore(job_dir), JobStore(job_dir).latest_checkpoint()) is None  # a run wrote since
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
     assert state_at_latest_checkpoint(spark, lake, spec) == state_at_latest_checkpoint(
         spark, steady, all_states_job(steady))

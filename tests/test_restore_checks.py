@@ -77,6 +77,14 @@ def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, 
     assert main(["rescale", "cli-counts", "--parallelism", "2", "--savepoint-first", *registered]) == 0
     assert capsys.readouterr().out.strip() == said[0]
     assert (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
+    # Above the job's max parallelism: refused naming the value and the range, before Spark starts.
+    top = before[1].max_parallelism
+    assert main(["rescale", "cli-counts", "--parallelism", str(top + 1), *registered]) == 2
+    assert (f"lakestate: error: --parallelism {top + 1} is above job 'cli-counts''s max parallelism {top} (its key "
+            f"groups); give 1 to {top} (it runs at 2)") in capsys.readouterr().err
+    assert main(["rescale", "cli-counts", "--parallelism", "3", "--retain-savepoints", "-1", *registered]) == 2
+    assert "--retain-savepoints must be 0 or more, got -1" in capsys.readouterr().err
+    assert (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
 
 
 @pytest.mark.slow

@@ -287,3 +287,28 @@ def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keep
     assert sorted(p.name for p in (job / "first").iterdir()) == ["_metadata.json", "keyed", "operator"]
     take_savepoint(spark, lake.settings, spec.job_id, label="second", **QUIET)
     assert sorted(p.name for p in job.iterdir()) == ["first", "second"]
+
+
+@pytest.mark.slow
+def test_rescale_savepoint_retention_keeps_the_newest_n_and_never_touches_labelled_or_manual_ones(spark, lake):
+    import time
+
+    from state_store.savepoint import RESCALE_PREFIX, retain_rescale_savepoints, savepoint_of_checkpoint
+
+    spec = count_job(lake)
+    lake.write_events("e0.json", events(0))
+    run(spark, spec, lake)
+    meta = JobStore(lake.settings.job_dir(spec.job_id))
+    take_savepoint(spark, lake.settings, spec.job_id, label="keep-me", **QUIET)
+    manual = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)  # savepoint-<checkpoint>-<time>
+    rescales = []
+    for _ in range(3):  # what three rescales with a savepoint first take (names differ by the second)
+        rescales.append(savepoint_of_checkpoint(spark, lake.settings, meta.latest_checkpoint(), meta.job_dir,
+                                                prefix=RESCALE_PREFIX, **QUIET).name)
+        time.sleep(1.1)
+    with pytest.raises(ConfigError, match="must be 0 or more, got -1"):
+        retain_rescale_savepoints(lake.settings, spec.job_id, -1, **QUIET)
+    assert retain_rescale_savepoints(lake.settings, spec.job_id, 1, **QUIET) == rescales[:2]
+    assert sorted(s.name for s in list_savepoints(lake.settings, spec.job_id)) == sorted(
+        ["keep-me", manual.name, rescales[2]])
+    assert retain_rescale_savepoints(lake.settings, spec.job_id, 1, **QUIET) == []

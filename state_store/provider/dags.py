@@ -5,40 +5,43 @@
     from state_store.provider.dags import pipeline_dags
     globals().update(pipeline_dags())
 
-Pipelines, one DAG per registry entry: each run submits the job's run with the Spark provider
-(``LakestateSubmitOperator``), then does checkpoint housekeeping. Runs of a job never overlap
-(``max_active_runs=1``, and the run waits for the job's lease). The job's sink is the DAG's Asset, and so is each
-of its side outputs once the job is registered (its first run registers it), so downstream DAGs can be scheduled
-on them. A bad registry entry shows as the DAG file's import error naming its field; the other entries' DAGs still
-load. A registry that is not valid TOML is the file's import error naming its line, and no pipeline DAG loads
-(the operation DAGs do).
+Pipelines, one DAG per registry entry: ``wait_for_lease`` (a sensor in reschedule mode: waiting for another
+holder of the job takes no worker slot), ``run`` (the job's run through the Spark provider,
+``LakestateSubmitOperator``; its XCom and its Asset events' ``extra`` are the run's summary), then checkpoint
+housekeeping. Param ``max_microbatches`` caps one run (a catch-up run in steps). Runs of a job never overlap
+(``max_active_runs=1``). The job's sink is the DAG's Asset, and so is each of its side outputs once the job is
+registered (its first run registers it), so downstream DAGs can be scheduled on them. A bad registry entry
+shows as the DAG file's import error naming its field; the other entries' DAGs still load. A registry that is
+not valid TOML is the file's import error naming its line, and no pipeline DAG loads (the operation DAGs do).
 
-Operations, triggered from the Airflow UI's trigger form with typed params:
-
-- ``lakestate_savepoint``: job (one of the pipeline registry's), optional checkpoint id, optional label. The
-  savepoint's path is in the task log and its XCom.
-- ``lakestate_rescale``: job, new parallelism, savepoint first (on by default). The job is held meanwhile:
-  its pipeline runs wait, none fails; the next one continues at the new parallelism. At the parallelism the
-  job already has, the task writes nothing and succeeds saying so.
-- ``lakestate_compaction`` (daily): one mapped task per registered job with a checkpoint, each compacting
-  that job's state tables (``lakestate compact``) while its pipeline waits.
-
-The operations' jobs are the registry's good entries; when the registry is not valid TOML, those of its readable
-``[jobs.<id>]`` headers, so these DAGs still load.
+Operations, triggered from the Airflow UI's trigger form with typed params (each DAG's ``doc_md`` says its
+params' limits): ``lakestate_savepoint``, ``lakestate_rescale``, ``lakestate_restore``, ``lakestate_dispose``
+and the daily ``lakestate_compaction``. Savepoints are Assets (``lakestate://<job>/savepoints``), so a backup
+DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
+valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load.
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, Param, task
+from airflow.timetables.trigger import CronTriggerTimetable
 
 from state_store.catalog import registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
-from state_store.provider.operators import (LakestateCompactOperator, LakestateRescaleOperator,
-                                            LakestateSavepointOperator, LakestateSubmitOperator)
+from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
+                                            LakestateRescaleOperator, LakestateRestoreOperator,
+                                            LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
 
 START = datetime(2026, 1, 1)
+PAGE = "[the Lakestate page](/lakestate/)"
+LEASE_WAIT_S = 3600  # how long a run or an operation waits for another holder of its job (in reschedule mode)
+LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in between
+# Daily at 03:00 UTC. A cron *trigger* timetable without a start date: unpausing the DAG schedules the next
+# 03:00, not a run for the interval that has already passed (with a start date in the past, even without
+# catchup, Airflow would start one at once, and a trigger by hand right after would compact a second time).
+COMPACTION_SCHEDULE = CronTriggerTimetable("0 3 * * *", timezone="UTC")
 
 
 def sink_asset(job_id: str) -> Asset:
@@ -50,22 +53,34 @@ def side_output_asset(job_id: str, tag: str) -> Asset:
 
 
 def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
+    cap = f"at most {entry.max_microbatches} (the registry's)" if entry.max_microbatches else "all pending"
     with DAG(entry.dag_id, schedule=entry.schedule, start_date=START, catchup=False,
              max_active_runs=1, tags=["lakestate"], default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
-             description=f"Lakestate job {entry.job_id} ({entry.entrypoint})",
-             doc_md=f"Runs Lakestate job `{entry.job_id}` from `{registry}`, then checkpoint housekeeping.") as dag:
+             description=f"Lakestate job {entry.job_id} ({entry.entrypoint})", params={
+                 "max_microbatches": Param(None, type=["null", "integer"], minimum=1, title="Max microbatches",
+                                           description=f"Microbatches this run takes at most (empty: {cap}); "
+                                                       f"a catch-up in steps"),
+             }, doc_md=f"""Runs Lakestate job `{entry.job_id}` (`{entry.entrypoint}`) from `{registry}`: waits
+for the job's lease without a worker slot (`wait_for_lease`, up to {LEASE_WAIT_S // 60} min), runs its pending
+microbatches (`run`; param `max_microbatches`: 1 or more, empty for {cap}), then checkpoint housekeeping.
+The `run` task's XCom and the events of its Assets (`lakestate://{entry.job_id}/sink`, side outputs) carry the
+run's summary: microbatches, records in and out, checkpoints taken, seconds, records/s. See {PAGE}.""") as dag:
+        wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
+                                    doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
-                                      outlets=[sink_asset(entry.job_id)] + [
+                                      wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
                                           side_output_asset(entry.job_id, tag)
-                                          for tag in registered_side_outputs(entry.job_id)])
+                                          for tag in registered_side_outputs(entry.job_id)],
+                                      doc_md="`lakestate run`: the job's pending microbatches; XCom: the summary.")
 
-        @task(task_id="housekeeping")
+        @task(task_id="housekeeping", multiple_outputs=False, inlets=[savepoints_asset(entry.job_id)],
+              doc_md="Lists the retained checkpoints (XCom) and removes what finished or killed runs left.")
         def housekeeping(job_id: str) -> dict:
             from state_store.housekeeping import housekeeping as run_housekeeping
 
             return run_housekeeping(job_id)
 
-        run >> housekeeping(entry.job_id)
+        wait >> run >> housekeeping(entry.job_id)
     return dag
 
 
@@ -90,37 +105,134 @@ def pipeline_dags(registry=None) -> dict[str, DAG]:
     return dags
 
 
+def _parallelism_param(jobs: list[str]) -> Param:
+    """The rescale form's parallelism: each job's current and max parallelism in its description, the first
+    job's current one as default. The bounds are exclusive ones on purpose: the form's number field clamps a
+    typed value to ``minimum``/``maximum`` without a word, while with ``exclusiveMinimum``/``exclusiveMaximum``
+    the value typed reaches the trigger, which refuses it (HTTP 400 naming it) before a run exists."""
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+
+    settings, known = Settings.load(), {}
+    for job in jobs:  # the latest checkpoint's JSON file: no Spark, no job code
+        latest = JobStore(settings.job_dir(job)).latest_checkpoint()
+        if latest is not None:
+            known[job] = latest
+    top = max((c.max_parallelism for c in known.values()), default=UPPER_BOUND_MAX_PARALLELISM)
+    said = "; ".join(f"{j}: runs at {known[j].parallelism}, max {known[j].max_parallelism}" if j in known
+                     else f"{j}: not run yet" for j in jobs)
+    default = known[jobs[0]].parallelism if jobs[0] in known else 2
+    return Param(default, type="integer", exclusiveMinimum=0, exclusiveMaximum=top + 1, title="New parallelism",
+                 description=f"1 to the job's max parallelism ({said})")
+
+
 def operation_dags() -> dict[str, DAG]:
-    """The savepoint, rescale and compaction DAGs, by DAG id (none while the registry names no job)."""
+    """The savepoint, rescale, restore, dispose and compaction DAGs, by DAG id (none while the registry names no
+    job)."""
     jobs = declared_job_ids()  # even when the registry does not parse, so one bad line does not take these away
     if not jobs:
         return {}
-    common = dict(schedule=None, start_date=START, catchup=False, tags=["lakestate"], max_active_runs=1)
+    dags = [_savepoint_dag(jobs), _rescale_dag(jobs), _restore_dag(jobs), _dispose_dag(jobs), _compaction_dag(jobs)]
+    return {d.dag_id: d for d in dags}
 
-    def job_param() -> Param:
-        return Param(jobs[0], type="string", enum=jobs, title="Job", description="A job of the pipeline registry")
 
+COMMON = dict(schedule=None, start_date=START, catchup=False, tags=["lakestate"], max_active_runs=1)
+
+
+def _wait_for_job() -> LakestateLeaseSensor:
+    """An operation's wait for its job (``params.job``) to be free, without a worker slot."""
+    return LakestateLeaseSensor(task_id="wait_for_lease", job_id="{{ params.job }}", timeout=LEASE_WAIT_S,
+                                doc_md="Waits, in reschedule mode, until no run or operation holds the job.")
+
+
+def _job_param(jobs: list[str]) -> Param:
+    return Param(jobs[0], type="string", enum=jobs, title="Job", description="A job of the pipeline registry")
+
+
+def _savepoint_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_savepoint", description="Take a savepoint of a Lakestate job", params={
-        "job": job_param(),
+        "job": _job_param(jobs),
         "checkpoint": Param(None, type=["null", "integer"], minimum=1, title="Checkpoint",
                             description="A retained checkpoint id (empty: the latest)"),
         "label": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
                        title="Label", description="The savepoint's name (empty: airflow-<run id>)"),
-    }, doc_md=__doc__, **common) as savepoint_dag:
-        LakestateSavepointOperator(task_id="savepoint")
+    }, doc_md=f"""Takes a savepoint of `job` (`lakestate savepoint`). Params: `job` (the registry's), `checkpoint`
+(a retained checkpoint id, 1 or more; empty: the latest), `label` (1 to 64 letters, digits, `_ . -`, not
+starting with a punctuation mark; empty: `airflow-<run id>`; must be new). The savepoint's path is in the task
+log and its XCom; the job's savepoints Asset (`lakestate://<job>/savepoints`) gets an event. See {PAGE}.""",
+             **COMMON) as dag:
+        _wait_for_job() >> LakestateSavepointOperator(task_id="savepoint", wait_for_lease_s=LAST_WAIT_S)
+    return dag
 
+
+def _rescale_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_rescale", description="Rescale a Lakestate job", params={
-        "job": job_param(),
-        "parallelism": Param(2, type="integer", minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM,
-                             title="New parallelism", description="Within the job's max parallelism"),
+        "job": _job_param(jobs),
+        "parallelism": _parallelism_param(jobs),
         "savepoint_first": Param(True, type="boolean", title="Savepoint first",
                                  description="Take a savepoint of the latest checkpoint before rescaling"),
-    }, doc_md=__doc__, **common) as rescale_dag:
-        LakestateRescaleOperator(task_id="rescale")
+        "retain_savepoints": Param(None, type=["null", "integer"], minimum=0, title="Rescale savepoints kept",
+                                   description="Keep only the newest N savepoints rescales took (empty: all)"),
+    }, doc_md=f"""Rescales `job` to `parallelism` (`lakestate rescale`): 1 to the job's max parallelism (its key
+groups; the field's description gives each job's current and max); a value out of range is refused with the
+value given. At the parallelism the job already has, nothing is written and the task says so. With
+`savepoint_first` (default) a savepoint `rescale-<checkpoint>-<time>` is taken first (an event of
+`lakestate://<job>/savepoints`); `retain_savepoints` (0 or more; empty: all) then disposes all but the newest N
+of those. The job is held meanwhile: its pipeline runs wait. See {PAGE}.""", **COMMON) as dag:
+        _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
+    return dag
 
+
+def _restore_dag(jobs: list[str]) -> DAG:
+    with DAG("lakestate_restore", description="Restore a Lakestate job from a savepoint or checkpoint", params={
+        "job": _job_param(jobs),
+        "savepoint": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+                           title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
+        "checkpoint": Param(None, type=["null", "integer"], minimum=1, title="Checkpoint",
+                            description="Or a retained checkpoint id of the job"),
+        "parallelism": Param(None, type=["null", "integer"], minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM,
+                             title="Parallelism", description="Empty: the source's"),
+        "backend": Param(None, type=["null", "string"], enum=[None, "delta", "hashmap"], title="Backend",
+                         description="Empty: the source's"),
+        "allow_non_restored_state": Param(False, type="boolean", title="Allow non-restored state",
+                                          description="Drop state the job no longer registers instead of refusing"),
+    }, doc_md=f"""Makes a savepoint or a retained checkpoint the job's next checkpoint (`lakestate restore`).
+Params: `job`; exactly one of `savepoint` (`<job>/<name>`) and `checkpoint` (1 or more); `parallelism`
+(1 to the job's max parallelism; empty: the source's); `backend` (`delta`, `hashmap`; empty: the source's);
+`allow_non_restored_state`. A restore never rewinds a job past what its sink holds. See {PAGE}.""",
+             **COMMON) as dag:
+        _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
+    return dag
+
+
+def _dispose_dag(jobs: list[str]) -> DAG:
+    with DAG("lakestate_dispose", description="Delete a Lakestate savepoint", params={
+        "savepoint": Param("", type="string", pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+                           title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
+    }, doc_md=f"""Deletes savepoint `savepoint` (`<job>/<name>`, as {PAGE} lists it; `lakestate dispose`).
+Reads and deletes files only: no Spark. Its XCom names what was deleted.""", **COMMON) as dag:
+
+        @task(task_id="dispose", multiple_outputs=False)
+        def dispose(params=None) -> dict:
+            from state_store.savepoint import dispose_savepoint
+            from state_store.settings import Settings
+
+            gone = dispose_savepoint(Settings.load(), params["savepoint"])
+            print(f"[lakestate] disposed savepoint {gone.job_id}/{gone.name} ({gone.path})")
+            return {"job": gone.job_id, "name": gone.name, "path": gone.path}
+
+        dispose()
+    return dag
+
+
+def _compaction_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_compaction", description="Compact every Lakestate job's state tables",
-             schedule="@daily", start_date=START, catchup=False, tags=["lakestate"],
-             max_active_runs=1, doc_md=__doc__) as compaction_dag:
+             schedule=COMPACTION_SCHEDULE, catchup=False, tags=["lakestate"], max_active_runs=1,
+             doc_md=f"""Daily at 03:00 UTC (unpausing starts no run; trigger it for one now): one mapped task per
+registered job with a checkpoint, labelled by job, each compacting that job's state tables (`lakestate
+compact`) while its pipeline waits. Right after another compaction (no run since) a job's task says "nothing to
+do" and writes nothing. The XCom is the report; {PAGE} shows the last report that did work and the
+history.""") as dag:
 
         @task
         def jobs_with_checkpoints() -> list[str]:
@@ -131,5 +243,6 @@ def operation_dags() -> dict[str, DAG]:
             settings = Settings.load()
             return [j for j in jobs if JobStore(settings.job_dir(j)).checkpoint_ids()]
 
-        LakestateCompactOperator.partial(task_id="compact").expand(job=jobs_with_checkpoints())
-    return {d.dag_id: d for d in (savepoint_dag, rescale_dag, compaction_dag)}
+        LakestateCompactOperator.partial(task_id="compact", map_index_template="{{ task.job }}").expand(
+            job=jobs_with_checkpoints())
+    return dag

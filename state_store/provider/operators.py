@@ -4,7 +4,11 @@ The Spark master comes from the Airflow connection ``lakestate_spark``; without 
 """
 from __future__ import annotations
 
+import json
+
+from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, AssetAlias, BaseSensorOperator
 
 import state_store.entrypoint.main as entrypoint_main
 
@@ -34,6 +38,25 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         super().render_template_fields(context, jinja_env)
         self.application_args = [a for a in self.application_args if a != ""]
 
+    def execute(self, context):
+        """Submit; a failed submit raises with the command's own ``lakestate: error:`` line (logged at ERROR),
+        not the provider's ``Cannot execute: spark-submit ... Error code is: N``."""
+        if self._hook is None:
+            self._hook = self._get_hook()
+        self.said = _SubmitOutput()
+        process = self._hook._process_spark_submit_log
+        self._hook._process_spark_submit_log = lambda lines: process(self.said.read(lines))
+        try:
+            super().execute(context)
+        except AirflowException:
+            if not self.said.errors:
+                raise
+            reason = "\n".join(self.said.errors)
+            self.log.error("%s", reason)
+            raise AirflowException(reason) from None  # the command line is in the log above
+        finally:
+            self._hook._process_spark_submit_log = process
+
     def _get_hook(self):
         """The ``lakestate_spark`` connection's hook (``hooks.LakestateSparkHook``: the Delta jars, or Delta's
         Maven package where no jar is found; ``local[*]`` when the connection is not defined) with this task's
@@ -54,29 +77,81 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
             use_krb5ccache=self._use_krb5ccache)
 
 
-class LakestateSubmitOperator(_LakestateSparkSubmit):
-    """Submit one run of a job of the pipeline registry: ``jobs/run_microbatches.py --job <id> --registry <file>``.
+class _SubmitOutput:
+    """What a ``lakestate`` command said that the operator acts on, read from the spark-submit output as the
+    provider's hook logs it: its ``lakestate: error:`` lines and its ``[lakestate] summary:`` (JSON)."""
 
-    The run takes the job's pending microbatches (up to the entry's ``max_microbatches``) and waits up to
-    ``wait_for_lease_s`` for another run of the job (a manual ``spark-submit``, a savepoint, a rescale) to
-    finish instead of failing.
+    ERROR, SUMMARY = "lakestate: error:", "[lakestate] summary: "
+
+    def __init__(self):
+        self.errors: list[str] = []
+        self.summary: dict | None = None
+
+    def read(self, lines):
+        for line in lines:
+            text = line.strip()
+            if text.startswith(self.ERROR):
+                self.errors.append(text)
+            elif text.startswith(self.SUMMARY):
+                self.summary = json.loads(text[len(self.SUMMARY):])
+            yield line
+
+
+class LakestateSubmitOperator(_LakestateSparkSubmit):
+    """Submit one run of a job of the pipeline registry: ``lakestate run --job <id> --registry <file>``.
+
+    The run takes the job's pending microbatches (up to ``max_microbatches``: the DAG run's
+    ``params.max_microbatches``, else the entry's) and waits up to ``wait_for_lease_s`` for another holder of the
+    job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
+    Returns (XCom) the run's summary: microbatches, records in and out, checkpoints taken, seconds and rate;
+    each outlet Asset's event carries the same in ``extra``.
     """
+
+    MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
+                        "{{ params.max_microbatches | int }}{% endif %}")
 
     def __init__(self, *, job_id: str, registry: str, **kwargs):
         super().__init__(command="run", name=f"lakestate-{job_id}",
-                         args=["--job", job_id, "--registry", registry], **kwargs)
+                         args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES], **kwargs)
         self.job_id = job_id
+
+    def execute(self, context):
+        super().execute(context)
+        summary = self.said.summary or {}
+        for asset in self.outlets:
+            context["outlet_events"][asset].extra.update(summary)
+        return summary
+
+
+def savepoints_asset(job_id: str) -> Asset:
+    """The Asset of job ``job_id``'s savepoints: an event each time one is taken (by the savepoint DAG, or first
+    by a rescale), its ``extra`` the savepoint's path, checkpoint, microbatch, entries and bytes."""
+    return Asset(name=f"lakestate-{job_id}-savepoints", uri=f"lakestate://{job_id}/savepoints")
+
+
+SAVEPOINTS = AssetAlias("lakestate-savepoints")  # the operations' outlet: the job is known at run time only
+
+
+def _savepoint_event(context, savepoint) -> dict:
+    """Emit ``savepoint``'s event on its job's savepoints Asset; return what it says (also an XCom)."""
+    said = {"path": savepoint.path, "job": savepoint.job_id, "name": savepoint.name,
+            "checkpoint": savepoint.checkpoint_id, "microbatch": savepoint.batch_id,
+            "entries": sum(savepoint.entries.values()), "bytes": savepoint.size_bytes}
+    context["outlet_events"][SAVEPOINTS].add(savepoints_asset(savepoint.job_id), extra=said)
+    return said
 
 
 class LakestateSavepointOperator(_LakestateSparkSubmit):
     """Take a savepoint of the DAG run's ``params.job`` (optional ``params.checkpoint``, ``params.label``);
-    returns (XCom) the savepoint's path, checkpoint, microbatch and size."""
+    returns (XCom) the savepoint's path, checkpoint, microbatch and size, and emits an event of the job's
+    savepoints Asset (``lakestate://<job>/savepoints``) with the same in ``extra``."""
 
     template_fields = (*_LakestateSparkSubmit.template_fields, "job", "savepoint_label")
 
     def __init__(self, **kwargs):
         job, checkpoint = "{{ params.job }}", ("{% if params.checkpoint is not none %}"
                                                "--checkpoint={{ params.checkpoint | int }}{% endif %}")
+        kwargs.setdefault("outlets", [SAVEPOINTS])
         super().__init__(command="savepoint", args=[job, "--label", LABEL, checkpoint], **kwargs)
         self.job, self.savepoint_label = job, LABEL
 
@@ -87,34 +162,49 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
         super().execute(context)
         savepoint = load_savepoint(Settings.load(), f"{self.job}/{self.savepoint_label}")
         self.log.info("savepoint path: %s", savepoint.path)
-        return {"path": savepoint.path, "job": self.job, "name": savepoint.name,
-                "checkpoint": savepoint.checkpoint_id, "microbatch": savepoint.batch_id,
-                "entries": sum(savepoint.entries.values()), "bytes": savepoint.size_bytes}
+        return _savepoint_event(context, savepoint)
 
 
 class LakestateRescaleOperator(_LakestateSparkSubmit):
     """Rescale the DAG run's ``params.job`` to ``params.parallelism`` (a savepoint first when
-    ``params.savepoint_first``); returns (XCom) the latest checkpoint's id, microbatch and parallelism, and
-    whether the rescale ``changed`` anything: at the parallelism the job already has, nothing is submitted or
-    written and the task succeeds saying so."""
+    ``params.savepoint_first``; then only the newest ``params.retain_savepoints`` of the savepoints rescales
+    took are kept); returns (XCom) the latest checkpoint's id, microbatch and parallelism, and whether the
+    rescale ``changed`` anything: at the parallelism the job already has, nothing is submitted or written and
+    the task succeeds saying so. A parallelism out of 1..the job's max parallelism fails the task at once,
+    naming the value given, before anything is submitted. The savepoint taken first is an event of the job's
+    savepoints Asset."""
 
     template_fields = (*_LakestateSparkSubmit.template_fields, "job", "parallelism")
 
     def __init__(self, **kwargs):
         job, parallelism = "{{ params.job }}", "{{ params.parallelism | int }}"
         first = "{{ '--savepoint-first' if params.get('savepoint_first', true) else '' }}"
-        super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first], **kwargs)
+        retain = ("{% if params.get('retain_savepoints') is not none %}--retain-savepoints="
+                  "{{ params.retain_savepoints | int }}{% endif %}")
+        kwargs.setdefault("outlets", [SAVEPOINTS])
+        super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first, retain], **kwargs)
         self.job, self.parallelism = job, parallelism
 
     def execute(self, context):
         from state_store.job_store import JobStore
+        from state_store.savepoint import list_savepoints
         from state_store.settings import Settings
 
-        meta = JobStore(Settings.load().job_dir(self.job))
+        settings = Settings.load()
+        meta = JobStore(settings.job_dir(self.job))
         latest = meta.latest_checkpoint()
-        changed = latest is None or latest.parallelism != int(self.parallelism)
+        wanted = int(self.parallelism)
+        if latest is not None and not 1 <= wanted <= latest.max_parallelism:
+            raise AirflowException(f"lakestate: error: parallelism {wanted} is out of range for job {self.job}: "
+                                   f"give 1 to {latest.max_parallelism} (its max parallelism; it runs at "
+                                   f"{latest.parallelism}); nothing was submitted")
+        changed = latest is None or latest.parallelism != wanted
         if changed:
+            before = {s.name for s in list_savepoints(settings, self.job)}
             super().execute(context)
+            for savepoint in list_savepoints(settings, self.job):
+                if savepoint.name not in before:
+                    _savepoint_event(context, savepoint)
             latest = meta.latest_checkpoint()
             self.log.info("job %s: checkpoint %s at parallelism %s", self.job, latest.checkpoint_id,
                           latest.parallelism)
@@ -127,9 +217,11 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
 
 
 class LakestateCompactOperator(_LakestateSparkSubmit):
-    """Compact job ``job`` (``jobs/compact.py``): its state tables rewritten to their live entries, expired ones
-    dropped (TTL's compaction filter), files no retained checkpoint needs deleted; the job is held meanwhile (its
-    pipeline runs wait). Returns (XCom) the compaction report, which the Lakestate page shows too."""
+    """Compact job ``job`` (``lakestate compact``): its state tables rewritten to their live entries, expired
+    ones dropped (TTL's compaction filter), files no retained checkpoint needs deleted; the job is held meanwhile
+    (its pipeline runs wait). Right after another compaction (no run since) there is nothing to do: nothing is
+    written and Spark is not started. Returns (XCom) the compaction's report, which the Lakestate page shows
+    too (its history lists every one)."""
 
     template_fields = (*_LakestateSparkSubmit.template_fields, "job")
 
@@ -142,9 +234,67 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
         from state_store.settings import Settings
 
         super().execute(context)
-        report = JobStore(Settings.load().job_dir(self.job)).last_compaction()
-        self.log.info("job %s: %s rows scanned, %s expired and %s superseded removed, files %s -> %s, %s bytes "
-                      "reclaimed", self.job, report["rows_scanned"], report["expired_removed"],
-                      report["superseded_removed"], report["files_before"], report["files_after"],
-                      report["bytes_reclaimed"])
+        report = JobStore(Settings.load().job_dir(self.job)).compaction_history(1)[0]
+        if report.get("nothing_to_do"):
+            self.log.info("job %s: nothing to do: %s", self.job, report["reason"])
+        else:
+            self.log.info("job %s: %s rows scanned, %s expired and %s superseded removed, files %s -> %s, %s "
+                          "bytes reclaimed", self.job, report["rows_scanned"], report["expired_removed"],
+                          report["superseded_removed"], report["files_before"], report["files_after"],
+                          report["bytes_reclaimed"])
         return report
+
+
+class LakestateLeaseSensor(BaseSensorOperator):
+    """Wait until no run, savepoint, rescale or compaction holds job ``job_id`` (its lease is free, released or
+    stale), without holding a worker slot: in ``reschedule`` mode the task gives its slot back between pokes.
+    Reads the lease's files only (no Spark). The run after it still waits a little for the lease, for a holder
+    that comes in between."""
+
+    template_fields = ("job_id",)  # an operation DAG's is ``{{ params.job }}``
+
+    def __init__(self, *, job_id: str, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 30)
+        kwargs.setdefault("timeout", 3600)
+        super().__init__(**kwargs)
+        self.job_id = job_id
+
+    def poke(self, context) -> bool:
+        from state_store.job_store import JobStore
+        from state_store.lease import live_holder
+        from state_store.settings import Settings
+
+        holder = live_holder(JobStore(Settings.load().job_dir(self.job_id)).lease_dir)
+        if holder is not None:
+            self.log.info("job %s is held by %s (on %s): waiting", self.job_id, holder.get("run_id"),
+                          holder.get("host"))
+        return holder is None
+
+
+class LakestateRestoreOperator(_LakestateSparkSubmit):
+    """Restore the DAG run's ``params.job`` from ``params.savepoint`` (``<job>/<name>``) or from its retained
+    checkpoint ``params.checkpoint``, optionally at ``params.parallelism``, onto ``params.backend``, dropping
+    state the job no longer registers when ``params.allow_non_restored_state`` (``lakestate restore``); returns
+    (XCom) the checkpoint the restore wrote (id, microbatch, parallelism, backend)."""
+
+    template_fields = (*_LakestateSparkSubmit.template_fields, "job")
+
+    def __init__(self, **kwargs):
+        args = ["{{ params.job }}",
+                "{% if params.savepoint %}--savepoint={{ params.savepoint }}{% endif %}",
+                "{% if params.checkpoint is not none %}--checkpoint={{ params.checkpoint | int }}{% endif %}",
+                "{% if params.parallelism is not none %}--parallelism={{ params.parallelism | int }}{% endif %}",
+                "{% if params.backend %}--backend={{ params.backend }}{% endif %}",
+                "{{ '--allow-non-restored-state' if params.get('allow_non_restored_state') else '' }}"]
+        super().__init__(command="restore", args=args, **kwargs)
+        self.job = args[0]
+
+    def execute(self, context):
+        from state_store.job_store import JobStore
+        from state_store.settings import Settings
+
+        super().execute(context)
+        latest = JobStore(Settings.load().job_dir(self.job)).latest_checkpoint()
+        return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
+                "parallelism": latest.parallelism, "backend": latest.backend}
