@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from .backends import create_keyed_backend, delta_record
 from .job_store import JobStore
-from .records import KEYED_TABLE, OPERATOR_TABLE, CheckpointMetadata, TableVersion
+from .records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
 from .lease import holding
@@ -150,7 +150,7 @@ def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     fault("after_rewrite")
     entries = _entries_after(spark, latest, state[KEYED_TABLE.name])
     compacted = replace(latest, checkpoint_id=meta.next_checkpoint_id(), state=state, entries=entries,
-                        completed_ms=int(time.time() * 1000))
+                        completed_ms=int(time.time() * 1000), airflow_run=AirflowRun.of_environment())
     meta.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id
