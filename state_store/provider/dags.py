@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk import DAG, Asset, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from state_store.catalog import registered_side_outputs
@@ -231,7 +231,8 @@ def _compaction_dag(jobs: list[str]) -> DAG:
              doc_md=f"""Daily at 03:00 UTC (unpausing starts no run; trigger it for one now): one mapped task per
 registered job with a checkpoint, labelled by job, each compacting that job's state tables (`lakestate
 compact`) while its pipeline waits. Right after another compaction (no run since) a job's task says "nothing to
-do" and writes nothing. The XCom is the report; {PAGE} shows the last report that did work and the
+do" and writes nothing. Each job's task first waits for the job without a worker slot (`wait_for_lease`). The
+XCom is the report; {PAGE} shows the last report that did work and the
 history.""") as dag:
 
         @task
@@ -243,6 +244,13 @@ history.""") as dag:
             settings = Settings.load()
             return [j for j in jobs if JobStore(settings.job_dir(j)).checkpoint_ids()]
 
-        LakestateCompactOperator.partial(task_id="compact", map_index_template="{{ task.job }}").expand(
-            job=jobs_with_checkpoints())
+        @task_group(group_id="per_job")
+        def compact_one(job):
+            """One job: wait for it without a worker slot, then compact it."""
+            wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=job, timeout=LEASE_WAIT_S,
+                                        map_index_template="{{ task.job_id }}")
+            wait >> LakestateCompactOperator(task_id="compact", job=job, wait_for_lease_s=LAST_WAIT_S,
+                                             map_index_template="{{ task.job }}")
+
+        compact_one.expand(job=jobs_with_checkpoints())
     return dag
