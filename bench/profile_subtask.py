@@ -1,4 +1,6 @@
-"""CPU per record of the subtask loop alone (no Spark; files written): the bench job over N keys x 2 microbatches.
+"""CPU per record of the subtask loop alone (no Spark; files written): the bench job over N keys x 2 microbatches,
+beside the floor: the same per-key logic as a plain Python loop over the same Arrow batches, in the same process
+(records decoded column by column into dicts, the state a dict of orjson text, output rows built as Arrow columns).
 
     source scripts/env.sh
     python bench/profile_subtask.py 100000          # CPU seconds and microseconds per record
@@ -19,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+import orjson  # noqa: E402
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 
 from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
 from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
@@ -28,6 +32,38 @@ from state_store.task import RunPlan, run_partition  # noqa: E402
 from state_store.types import Types  # noqa: E402
 
 MICROBATCHES = 2
+
+
+def floor(batches: list) -> int:
+    """RunningCountSum as a plain loop: per key and microbatch, its records as dicts, the running (count, sum)
+    read from and written to a dict of orjson text, one output row appended to Arrow-bound columns."""
+    state: dict[str, bytes] = {}
+    out_keys, out_counts, out_sums, out_batches = [], [], [], []
+
+    def process(batch_id, key, records):
+        text = state.get(key)
+        acc = orjson.loads(text) if text is not None else {"count": 0, "sum": 0}
+        count, total = acc["count"] + len(records), acc["sum"] + sum(r["amount"] for r in records)
+        state[key] = orjson.dumps({"count": count, "sum": total}, option=orjson.OPT_SORT_KEYS)
+        out_keys.append(key), out_counts.append(count), out_sums.append(total), out_batches.append(batch_id)
+
+    group_key, group_batch, group = None, None, []
+    for batch in batches:
+        record = batch.column("record")
+        names = [f.name for f in record.type]
+        rows = [dict(zip(names, values)) for values in zip(*(record.field(i).to_pylist() for i in range(len(names))))]
+        for batch_id, key, row in zip(batch.column("batch_id").to_pylist(), batch.column("key").to_pylist(), rows):
+            if key != group_key or batch_id != group_batch:
+                if group:
+                    process(group_batch, group_key, group)
+                group_key, group_batch, group = key, batch_id, []
+            group.append(row)
+    if group:
+        process(group_batch, group_key, group)
+    out = pa.RecordBatch.from_arrays([pa.array(out_keys, pa.string()), pa.array(out_counts, pa.int64()),
+                                      pa.array(out_sums, pa.int64()), pa.array(out_batches, pa.int64())],
+                                     names=["key", "count", "sum", "_microbatch"])
+    return out.num_rows
 
 
 def main() -> None:
@@ -62,7 +98,15 @@ def main() -> None:
     cpu = time.process_time() - cpu
     shutil.rmtree(directory)
     profiler.disable()
-    print(f"{n * MICROBATCHES} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / (n * MICROBATCHES) * 1e6:.1f} us/record")
+    records = n * MICROBATCHES
+    print(f"{records} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / records * 1e6:.1f} us/record")
+    if not sessions:
+        records_only = [b.filter(pc.equal(b.column("phase"), 4)) for b in batches]
+        floor_cpu = time.process_time()
+        rows = floor(records_only)
+        floor_cpu = time.process_time() - floor_cpu
+        print(f"floor, a plain Python loop of the same logic ({rows} output rows): {floor_cpu:.2f}s CPU, "
+              f"{floor_cpu / records * 1e6:.1f} us/record; lakestate / floor {cpu / floor_cpu:.1f}x")
     if profile:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
 
