@@ -111,6 +111,17 @@ class TableFiles:
         self._pending.setdefault(partition, []).append((batch_id, row))
         self.pending_rows += 1
 
+    def add_rows(self, batch_id: int, rows: list) -> None:
+        """``add`` of each of ``rows``, all of microbatch ``batch_id``, to the unpartitioned file (the sink's)."""
+        committed = self.table.committed
+        if committed is not None and batch_id <= committed:
+            return  # a replay: the table already has this microbatch's rows
+        pending = self._pending.get(())
+        if pending is None:
+            pending = self._pending[()] = []
+        pending += [(batch_id, row) for row in rows]
+        self.pending_rows += len(rows)
+
     def _arrays(self, rows: list) -> list:
         """The file's columns from pending ``(batch_id, row)`` pairs; rows are tuples in schema order."""
         import pyarrow as pa

@@ -53,6 +53,7 @@ from .watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
 _BYTES = Types.BYTES()
+_NO_KEY = object()  # a group key no record has (a null key included)
 
 
 def decode_key(key_type: TypeInfo, encoded: str) -> Any:
@@ -60,6 +61,11 @@ def decode_key(key_type: TypeInfo, encoded: str) -> Any:
     if key_type.name in ("LONG", "INT"):
         return int(encoded)
     return encoded
+
+
+def _key_decoder(key_type: TypeInfo):
+    """``decode_key`` for ``key_type`` as one function (``str`` keys are returned as they are)."""
+    return int if key_type.name in ("LONG", "INT") else None
 
 
 class UserFunctionError(RuntimeError):
@@ -155,6 +161,8 @@ class SubtaskRunner:
         self._open = False
         self._group_key: str | None = None
         self._group: list[dict] = []
+        self._decode_key = _key_decoder(plan.key_type)
+        self._to_arrow = plan.output_type.to_arrow
         self._reported = 0  # how many registered states the stat rows have reported
 
     # -- restore -----------------------------------------------------------------------------------------
@@ -295,18 +303,41 @@ class SubtaskRunner:
             self._group_key, self._group_kg = key, key_group
         self._group.append(record)
 
+    def records(self, batch_ids: list, keys: list, key_groups: list, records: list) -> None:
+        """Rows of keyed records of this subtask, in frame order: ``keyed`` for each, with a record of the key
+        and microbatch being grouped only appended (most of them)."""
+        group_key, batch_id, append = _NO_KEY, self.batch_id, self._group.append
+        if self._group_key is not None:
+            group_key = self._group_key
+        for record_batch, key, key_group, record in zip(batch_ids, keys, key_groups, records):
+            if key == group_key and record_batch == batch_id:
+                append(record)
+            else:
+                self.keyed(record_batch, key, key_group, record)
+                group_key, batch_id, append = self._group_key, self.batch_id, self._group.append
+
     def _process_group(self) -> None:
-        if self._group_key is None:
+        key = self._group_key
+        if key is None:
             return
-        key, records = self._group_key, self._group
-        self._group_key, self._group = None, []
-        self.store.set_current_key(key, self._group_kg)
-        self.ctx.current_key = decode_key(self.plan.key_type, key)
+        records, self._group_key, self._group = self._group, None, []
+        store, ctx, stats = self.store, self.ctx, self.stats
+        store.set_current_key(key, self._group_kg)
+        ctx.current_key = current = key if self._decode_key is None else self._decode_key(key)
         self.operator_store.read_only_broadcast = True
-        self.stats.records_in += len(records)
-        self.stats.keys += 1
-        self._emit(self._call("process", self.function.process, self.ctx.current_key, records, self.ctx, key=key))
-        self.store.current_key = None
+        stats.records_in += len(records)
+        stats.keys += 1
+        try:  # ``_call``, inlined: once per key
+            rows = self.function.process(current, records, ctx)
+            if rows is not None and not isinstance(rows, (list, tuple)):
+                rows = list(rows)
+        except (UserFunctionError, StoredValueError):
+            raise
+        except Exception as e:  # noqa: BLE001 - reported with where it happened
+            raise self._user_error("process", e, key) from e
+        if rows:
+            self._emit(rows)
+        store.current_key = None
         self.operator_store.read_only_broadcast = False
 
     def finish(self) -> None:
@@ -332,10 +363,13 @@ class SubtaskRunner:
         except (UserFunctionError, StoredValueError):
             raise
         except Exception as e:  # noqa: BLE001 - reported with where it happened
-            where = f"key {key!r} of " if key is not None else ""
-            microbatch = self.batch_id if self.batch_id is not None else "-"
-            raise UserFunctionError(f"{hook}() raised {type(e).__name__}: {e} (at {where}microbatch {microbatch}, "
-                                    f"subtask {self.subtask})") from e
+            raise self._user_error(hook, e, key) from e
+
+    def _user_error(self, hook: str, e: Exception, key: str | None) -> UserFunctionError:
+        where = f"key {key!r} of " if key is not None else ""
+        microbatch = self.batch_id if self.batch_id is not None else "-"
+        return UserFunctionError(f"{hook}() raised {type(e).__name__}: {e} (at {where}microbatch {microbatch}, "
+                                 f"subtask {self.subtask})")
 
     def _output(self, tag: OutputTag, row: dict) -> None:
         """``ctx.output(tag, row)``: a row of side output ``tag``, checked against its declared type."""
@@ -371,23 +405,41 @@ class SubtaskRunner:
     def _emit(self, rows) -> None:
         if not rows:
             return
-        to_arrow, sink, batch_id = self.plan.output_type.to_arrow, self.files.sink, self.batch_id
+        to_arrow = self._to_arrow
+        try:
+            values = [to_arrow(row) for row in rows]
+        except (TypeError, ValueError):
+            values = None
+        if values is None or None in values:  # a row that does not fit (or None): say which
+            self._check_rows(rows)
+        self.files.sink.add_rows(self.batch_id, values)
+        self.stats.records_out += len(rows)
+
+    def _check_rows(self, rows) -> None:
+        to_arrow, batch_id = self._to_arrow, self.batch_id
         for row in rows:
             try:
                 if row is None:
                     raise TypeError("a row is None")
-                value = to_arrow(row)
+                to_arrow(row)
             except (TypeError, ValueError) as e:
                 raise UserFunctionError(f"an output row does not match the job's output_type: {e} (row {row!r}, "
                                         f"microbatch {batch_id})") from None
-            sink.add((), batch_id, value)
-        self.stats.records_out += len(rows)
+
+
+def _keyed_records_subtask(batch) -> int | None:
+    """The subtask of a batch that holds keyed records of one subtask only (most of them), else None."""
+    import pyarrow.compute as pc
+
+    phase, subtask, side = (pc.min_max(batch.column(n)) for n in ("phase", "subtask", "side"))
+    if (phase["min"].as_py() == phase["max"].as_py() == PHASE_RECORD and subtask["min"] == subtask["max"]
+            and side["min"].as_py() != SIDE_BROADCAST and side["max"].as_py() != SIDE_BROADCAST):
+        return subtask["min"].as_py()
+    return None
 
 
 def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
     """The executor side of a run: exchange batches in, result batches out (see ``exchange``)."""
-    import pyarrow.compute as pc
-
     results = ResultRows()
     runner: SubtaskRunner | None = None
     finished: set[int] = set()
@@ -400,45 +452,57 @@ def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
             convert = _user_value_converter(schema.field(RECORD).type)
             if schema.get_field_index(BROADCAST_RECORD) >= 0:
                 bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
-
-        def column(name: str) -> list:
-            return batch.column(name).to_pylist()
-
-        subtasks, phases, batch_ids, sides, keys, key_groups = (
-            column(n) for n in ("subtask", "phase", "batch_id", "side", "key", "key_group"))
         records = _struct_rows(batch.column(RECORD))
         if convert is not None:
             records = [convert(r) for r in records]
-        brecords = column(BROADCAST_RECORD) if bconvert is not None else None
-        # Batches of records only (most of them) skip the state columns.
-        if pc.min(batch.column("phase")).as_py() != PHASE_RECORD:
-            names, values, namespaces, user_keys, modes, origins, expiries = (
-                column(n) for n in ("state_name", "value", "namespace", "user_key", "mode", "origin", "expiry"))
-        for i in range(batch.num_rows):
-            subtask = subtasks[i]
-            if runner is None or subtask != runner.subtask:
-                if runner is not None:
-                    runner.finish()
-                    finished.add(runner.subtask)
-                if subtask in finished:  # the frame is sorted per partition, not by subtask
-                    raise RuntimeError(f"rows of subtask {subtask} arrived after those of another subtask: "
-                                       f"the exchange must give each subtask a partition of its own")
-                runner = SubtaskRunner(plan, subtask, results)
-            phase = phases[i]
-            if phase == PHASE_RECORD:
-                if sides[i] == SIDE_BROADCAST:
-                    runner.broadcast(batch_ids[i], bconvert(brecords[i]))
-                else:
-                    runner.keyed(batch_ids[i], keys[i], key_groups[i], records[i])
-            elif phase == PHASE_KEYED:
-                runner.load_keyed(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i],
-                                  expiries[i])
-            elif phase == PHASE_RAW_KEYED:
-                runner.load_raw_keyed(key_groups[i], values[i])
-            elif phase == PHASE_OPERATOR:
-                runner.load_operator(names[i], modes[i], values[i], origins[i])
+        if runner is not None and _keyed_records_subtask(batch) == runner.subtask:
+            runner.records(*(batch.column(n).to_pylist() for n in ("batch_id", "key", "key_group")), records)
+        else:
+            runner = _run_rows(plan, batch, records, bconvert, runner, finished, results)
         runner.files.maybe_flush()
         yield from results.take()
     if runner is not None:
         runner.finish()
     yield from results.take()
+
+
+def _run_rows(plan: RunPlan, batch, records: list, bconvert, runner: SubtaskRunner | None, finished: set[int],
+              results: ResultRows) -> SubtaskRunner:
+    """A batch row by row (state to load, broadcast records, a change of subtask); returns the subtask's runner
+    at its end."""
+    import pyarrow.compute as pc
+
+    def column(name: str) -> list:
+        return batch.column(name).to_pylist()
+
+    subtasks, phases, batch_ids, sides, keys, key_groups = (
+        column(n) for n in ("subtask", "phase", "batch_id", "side", "key", "key_group"))
+    brecords = column(BROADCAST_RECORD) if bconvert is not None else None
+    # Batches of records only skip the state columns.
+    if pc.min(batch.column("phase")).as_py() != PHASE_RECORD:
+        names, values, namespaces, user_keys, modes, origins, expiries = (
+            column(n) for n in ("state_name", "value", "namespace", "user_key", "mode", "origin", "expiry"))
+    for i in range(batch.num_rows):
+        subtask = subtasks[i]
+        if runner is None or subtask != runner.subtask:
+            if runner is not None:
+                runner.finish()
+                finished.add(runner.subtask)
+            if subtask in finished:  # the frame is sorted per partition, not by subtask
+                raise RuntimeError(f"rows of subtask {subtask} arrived after those of another subtask: "
+                                   f"the exchange must give each subtask a partition of its own")
+            runner = SubtaskRunner(plan, subtask, results)
+        phase = phases[i]
+        if phase == PHASE_RECORD:
+            if sides[i] == SIDE_BROADCAST:
+                runner.broadcast(batch_ids[i], bconvert(brecords[i]))
+            else:
+                runner.keyed(batch_ids[i], keys[i], key_groups[i], records[i])
+        elif phase == PHASE_KEYED:
+            runner.load_keyed(names[i], keys[i], namespaces[i], user_keys[i], key_groups[i], values[i],
+                              expiries[i])
+        elif phase == PHASE_RAW_KEYED:
+            runner.load_raw_keyed(key_groups[i], values[i])
+        elif phase == PHASE_OPERATOR:
+            runner.load_operator(names[i], modes[i], values[i], origins[i])
+    return runner
