@@ -32,7 +32,7 @@ from .errors import stored_value_error
 from .records import KeyedChange
 
 _change = partial(tuple.__new__, KeyedChange)  # a KeyedChange from a tuple of its fields: once per changed entry
-from .types import from_text, to_text
+from .types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo, from_text, to_text
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
@@ -45,6 +45,29 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _shallow(value: dict | list | None) -> dict | list | None:
+    return None if value is None else value.copy()
+
+
+_NESTED = (RowTypeInfo, ListTypeInfo, MapTypeInfo)
+
+
+def value_copier(type_info: TypeInfo):
+    """``_copy`` for decoded values of ``type_info``, as cheap as the type allows: a scalar is immutable and a
+    row, list or map of scalars needs a shallow copy only (a handle's reads copy every value they return)."""
+    if not isinstance(type_info, _NESTED):
+        return _same
+    if isinstance(type_info, RowTypeInfo):
+        inner = list(type_info.fields.values())
+    else:
+        inner = [type_info.element if isinstance(type_info, ListTypeInfo) else type_info.value]
+    return _copy if any(isinstance(t, _NESTED) for t in inner) else _shallow
 
 
 class KeyedStateStore:
@@ -116,7 +139,10 @@ class KeyedStateStore:
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:
         """The decoded value (not a copy), or None when the state is empty for the current key, whatever its
         expiry; a list stored with element expiries gives its elements (``element_expiries``, their expiries)."""
-        entry = self._entry(state_name, namespace)
+        key = self.current_key
+        if key is None:
+            self._entry(state_name, namespace)  # raises
+        entry = (state_name, key, namespace)
         value = self._decoded.get(entry, _ABSENT)
         return self._decode(entry, descriptor) if value is _ABSENT else value
 
@@ -135,7 +161,7 @@ class KeyedStateStore:
     def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
         """Decode an entry into the microbatch's cache."""
         state_name, _, namespace = entry
-        text = self._text(entry)
+        text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
         if text is None:
             value = None
         elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
@@ -167,7 +193,10 @@ class KeyedStateStore:
     def put(self, state_name: str, namespace: str, descriptor: StateDescriptor, value: Any,
             expiry: int | None = None) -> None:
         """Stage the value (None clears it) with ``expiry`` (None: no expiry, which a clear also leaves)."""
-        entry = self._entry(state_name, namespace)
+        key = self.current_key
+        if key is None:
+            self._entry(state_name, namespace)  # raises
+        entry = (state_name, key, namespace)
         text = None
         if value is not None:  # once per write: the normalisation inlined (see ``_normalized``)
             stored_type = descriptor.stored_type
@@ -325,6 +354,7 @@ class _KeyedState:
     def __init__(self, store: KeyedStateStore, state_name: str, descriptor: StateDescriptor):
         self._store, self._name, self._descriptor = store, state_name, descriptor
         self._namespace = VOID_NAMESPACE
+        self._copy_value = value_copier(descriptor.stored_type)  # how the verbs copy what they return
 
     @property
     def namespace(self) -> str:
@@ -356,7 +386,7 @@ class ValueState(_KeyedState):
         v = self._get()
         if v is None:
             return _copy(self._descriptor.default_value)
-        return _copy(v)
+        return self._copy_value(v)
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
@@ -377,7 +407,7 @@ class ListState(_KeyedState):
 
     def get(self) -> list:
         """The elements (a copy), ``[]`` when empty."""
-        return _copy(self._get() or [])
+        return self._copy_value(self._get() or [])
 
     def add(self, value: Any) -> None:
         """Append one element; None is an error."""
@@ -453,14 +483,14 @@ class ReducingState(_KeyedState):
 
     def get(self) -> Any:
         """The reduced value, or None when nothing was added."""
-        return _copy(self._get())
+        return self._copy_value(self._get())
 
     def add(self, value: Any) -> None:
         """Fold ``value`` into the state with the descriptor's reduce function; None is an error."""
         if value is None:
             raise ValueError("you cannot add None to a ReducingState")
         current = self._get()
-        self._put(value if current is None else self._descriptor.reduce_function(_copy(current), value))
+        self._put(value if current is None else self._descriptor.reduce_function(self._copy_value(current), value))
 
 
 class AggregatingState(_KeyedState):
@@ -469,7 +499,7 @@ class AggregatingState(_KeyedState):
     def get(self) -> Any:
         """The aggregate function's result, or None when nothing was added."""
         acc = self._get()
-        return None if acc is None else self._descriptor.agg_function.get_result(_copy(acc))
+        return None if acc is None else self._descriptor.agg_function.get_result(self._copy_value(acc))
 
     def add(self, value: Any) -> None:
         """Add ``value`` to the accumulator; None is an error, as for the other appending states."""
@@ -477,7 +507,7 @@ class AggregatingState(_KeyedState):
             raise ValueError("you cannot add None to an AggregatingState")
         fn = self._descriptor.agg_function
         acc = self._get()
-        acc = fn.create_accumulator() if acc is None else _copy(acc)
+        acc = fn.create_accumulator() if acc is None else self._copy_value(acc)
         self._put(fn.add(value, acc))
 
 

@@ -354,6 +354,16 @@ class RowTypeInfo(TypeInfo):
             fast = self._fast_encode = self._compile("encode")
         return self._by_field(value, "encode") if fast is None else fast(value)
 
+    def loads(self, text: str) -> Any:
+        data = orjson.loads(text)
+        if self._plain is None:
+            self._plain = all(t.decodes_as_is for t in self.fields.values())
+        if self._plain and type(data) is dict and data.keys() <= self.fields.keys():
+            # The encoding of a row whose fields decode as is lists every declared field (missing ones None):
+            # what ``decode`` gives, checked in the same pass.
+            return self.encode(data)
+        return super().loads(text)
+
     def decode(self, data: Any) -> Any:
         if data is None:
             return None

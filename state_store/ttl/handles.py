@@ -30,6 +30,7 @@ from ..keyed_state import (
     ReducingState,
     ValueState,
     create_handle,
+    value_copier,
 )
 
 
@@ -46,6 +47,7 @@ class _TtlState:
     def __init__(self, original, store: KeyedStateStore, state_name: str, descriptor: StateDescriptor):
         self.original, self._store, self._name, self._descriptor = original, store, state_name, descriptor
         self._ttl = descriptor.ttl_config
+        self._copy_value = value_copier(descriptor.stored_type)
 
     def set_current_namespace(self, namespace: str) -> None:
         """Scope the handle to ``namespace`` (e.g. a window); '' is the void namespace."""
