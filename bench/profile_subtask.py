@@ -81,6 +81,7 @@ def main() -> None:
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
                          "record": {"key": key, "amount": k, "ts": ts[k]}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
+    del rows  # 400,000 dicts the garbage collector's full passes would walk in the timed loops (a Python worker has none)
     directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
     if sessions:  # the watermark after microbatch m: its largest ts - 1 (bound 0)
         from bench.sessions import SESSION, Sessions

@@ -115,6 +115,12 @@ class KeyedChange(NamedTuple):
         """The keyed table row microbatch ``batch_id`` writes for it (built as a tuple: once per change)."""
         return tuple.__new__(KeyedRow, (self[0], self[1], self[2], self[3], self[4], self[5], self[7], batch_id, 0))
 
+    @staticmethod
+    def rows(changes: list["KeyedChange"], batch_id: int) -> list[KeyedRow]:
+        """``row(batch_id)`` of each of ``changes``, in one pass."""
+        new = tuple.__new__
+        return [new(KeyedRow, (s, g, k, n, u, v, x, batch_id, 0)) for s, g, k, n, u, v, _, x in changes]
+
 
 class OperatorChange(NamedTuple):
     """An operator state a subtask changed since its store's last flush (``value`` None: removed)."""
@@ -241,6 +247,18 @@ class MicrobatchStats:
     entries_delta: dict[str, int] = field(default_factory=dict)  # live entries gained per state
     worker_peak_rss_kb: int = 0
     descriptors: dict[str, StateInfo] = field(default_factory=dict)  # states registered since the last report
+
+    def count_writes(self, changes: list) -> None:
+        """``count_write`` of each of ``changes`` (``KeyedChange`` records), in one pass."""
+        deletes = 0
+        entries = self.entries_delta
+        for state_name, _, _, _, _, value, delta, _ in changes:
+            if value is None:
+                deletes += 1
+            if delta:
+                entries[state_name] = entries.get(state_name, 0) + delta
+        self.state_deletes += deletes
+        self.state_upserts += len(changes) - deletes
 
     def count_write(self, state_name: str, value: str | None, delta: int) -> None:
         """One state row written (``value`` None: a removal) that changed the live entries by ``delta``."""

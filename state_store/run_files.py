@@ -104,36 +104,33 @@ class TableFiles:
         self._pending.setdefault(row[:cut], []).append((row.batch_id, row[cut:]))
         self.pending_rows += 1
 
-    def add(self, partition: tuple, batch_id: int, row) -> None:
-        committed = self.table.committed
-        if committed is not None and batch_id <= committed:
-            return  # a replay: the table already has this microbatch's rows
-        self._pending.setdefault(partition, []).append((batch_id, row))
-        self.pending_rows += 1
+    def add_all(self, rows: Iterable[KeyedRow | OperatorRow]) -> None:
+        """``add_row`` of each of ``rows`` (a microbatch's changes at its end)."""
+        committed, cut, pending = self.table.committed, self._cut, self._pending
+        added = 0
+        for row in rows:
+            if committed is None or row.batch_id > committed:
+                partition = row[:cut]
+                rows_of = pending.get(partition)
+                if rows_of is None:
+                    rows_of = pending[partition] = []
+                rows_of.append((row.batch_id, row[cut:]))
+                added += 1
+        self.pending_rows += added
 
-    def add_rows(self, batch_id: int, rows: list) -> None:
-        """``add`` of each of ``rows``, all of microbatch ``batch_id``, to the unpartitioned file (the sink's)."""
-        committed = self.table.committed
-        if committed is not None and batch_id <= committed:
-            return  # a replay: the table already has this microbatch's rows
-        pending = self._pending.get(())
-        if pending is None:
-            pending = self._pending[()] = []
-        pending += [(batch_id, row) for row in rows]
-        self.pending_rows += len(rows)
-
-    def _arrays(self, rows: list) -> list:
-        """The file's columns from pending ``(batch_id, row)`` pairs; rows are tuples in schema order."""
+    def _columns(self, pending: list) -> tuple[list, list]:
+        """The file's columns and their rows' microbatches, from a partition's pending ``(batch_id, row)`` pairs
+        (rows are tuples in schema order)."""
         import pyarrow as pa
 
-        columns = list(zip(*[r for _, r in rows]))
-        return [pa.array(c, type=f.type) for c, f in zip(columns, self.schema)]
+        columns = list(zip(*[r for _, r in pending]))
+        return [pa.array(c, type=f.type) for c, f in zip(columns, self.schema)], [b for b, _ in pending]
 
     def flush(self) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        for partition, rows in self._pending.items():
+        for partition, pending in self._pending.items():
             entry = self._writers.get(partition)
             if entry is None:
                 relative = self._path(partition)
@@ -141,9 +138,9 @@ class TableFiles:
                 writer = pq.ParquetWriter(sink, self.schema, **self._options)
                 entry = [writer, relative, 0, None, None, sink]
                 self._writers[partition] = entry
-            entry[0].write_batch(pa.RecordBatch.from_arrays(self._arrays(rows), schema=self.schema))
-            batches = [b for b, _ in rows]
-            entry[2] += len(rows)
+            arrays, batches = self._columns(pending)
+            entry[0].write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+            entry[2] += len(batches)
             entry[3] = min(batches) if entry[3] is None else min(entry[3], min(batches))
             entry[4] = max(batches) if entry[4] is None else max(entry[4], max(batches))
         self._pending, self.pending_rows = {}, 0
@@ -163,7 +160,8 @@ class TableFiles:
 
 
 class SinkFiles(TableFiles):
-    """The sink's file of one subtask: rows are the typed sink rows (what ``to_arrow`` gives)."""
+    """The sink's file of one subtask: rows are the typed sink rows (what ``to_arrow`` gives). Pending rows are
+    held as two lists, microbatches and rows (no tuple per row for the garbage collector to walk)."""
 
     def __init__(self, table: OutputTable, token: str, subtask: int, out_type):
         import pyarrow as pa
@@ -172,11 +170,26 @@ class SinkFiles(TableFiles):
         schema = pa.schema(list(out_type) + [(SINK_MICROBATCH, pa.int64())])
         super().__init__(table, token, subtask, schema)
 
-    def _arrays(self, rows: list) -> list:
+    def add(self, batch_id: int, row) -> None:
+        self.add_rows(batch_id, [row])
+
+    def add_rows(self, batch_id: int, rows: list) -> None:
+        """Rows of microbatch ``batch_id``."""
+        committed = self.table.committed
+        if committed is not None and batch_id <= committed:
+            return  # a replay: the table already has this microbatch's rows
+        pending = self._pending.get(())
+        if pending is None:
+            pending = self._pending[()] = ([], [])
+        pending[0].extend([batch_id] * len(rows))
+        pending[1].extend(rows)
+        self.pending_rows += len(rows)
+
+    def _columns(self, pending: tuple[list, list]) -> tuple[list, list]:
         import pyarrow as pa
 
-        struct = pa.array([r for _, r in rows], type=self.out_type)
-        return struct.flatten() + [pa.array([b for b, _ in rows], type=pa.int64())]
+        batches, rows = pending
+        return pa.array(rows, type=self.out_type).flatten() + [pa.array(batches, type=pa.int64())], batches
 
 
 def write_rows(table: OutputTable, token: str, rows: Iterable[KeyedRow | OperatorRow]) -> list[WrittenFile]:

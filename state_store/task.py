@@ -43,7 +43,7 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
-from .records import KeyedRow, MicrobatchStats
+from .records import KeyedChange, KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .side_outputs import SIDE_PREFIX, OutputTag
 from .timers import SubtaskTimers, TimeDomain, TimerService
@@ -246,9 +246,9 @@ class SubtaskRunner:
         batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
-        for change in self.store.flush() + self.timers.flush():
-            self.files.keyed.add_row(change.row(batch_id))
-            stats.count_write(change.state_name, change.value, change.delta)
+        changes = self.store.flush() + self.timers.flush()
+        self.files.keyed.add_all(KeyedChange.rows(changes, batch_id))
+        stats.count_writes(changes)
         self._write_raw_keyed(snapshot_ctx.raw_keyed)
         for change in self.operator_store.flush():
             self.files.operator.add_row(change.row(self.subtask, batch_id))
@@ -384,7 +384,7 @@ class SubtaskRunner:
         except (TypeError, ValueError) as e:
             raise UserFunctionError(f"a row of side output {tag.name!r} does not match its type: {e} (row {row!r}, "
                                     f"microbatch {self.batch_id})") from None
-        self.files.sides[tag.table].add((), self.batch_id, value)
+        self.files.sides[tag.table].add(self.batch_id, value)
         self.stats.side_out += 1
 
     def _apply(self, descriptor, function) -> None:
