@@ -116,10 +116,13 @@ class KeyedChange(NamedTuple):
         return tuple.__new__(KeyedRow, (self[0], self[1], self[2], self[3], self[4], self[5], self[7], batch_id, 0))
 
     @staticmethod
-    def rows(changes: list["KeyedChange"], batch_id: int) -> list[KeyedRow]:
-        """``row(batch_id)`` of each of ``changes``, in one pass."""
-        new = tuple.__new__
-        return [new(KeyedRow, (s, g, k, n, u, v, x, batch_id, 0)) for s, g, k, n, u, v, _, x in changes]
+    def columns(changes: list["KeyedChange"], batch_id: int) -> list:
+        """The keyed table columns of the rows microbatch ``batch_id`` writes for ``changes``, in table order."""
+        if not changes:
+            return []
+        state_name, key_group, key, namespace, user_key, value, _, expiry = zip(*changes)
+        return [state_name, key_group, key, namespace, user_key, value, expiry, [batch_id] * len(changes),
+                [0] * len(changes)]
 
 
 class OperatorChange(NamedTuple):

@@ -87,6 +87,7 @@ class TableFiles:
             small = [f.name for f in schema if f.name not in ("key", "value")]
             self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
+        self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
         self._cut = len(table.partition_columns)
         self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
         self.pending_rows = 0
@@ -104,19 +105,31 @@ class TableFiles:
         self._pending.setdefault(row[:cut], []).append((row.batch_id, row[cut:]))
         self.pending_rows += 1
 
-    def add_all(self, rows: Iterable[KeyedRow | OperatorRow]) -> None:
-        """``add_row`` of each of ``rows`` (a microbatch's changes at its end)."""
-        committed, cut, pending = self.table.committed, self._cut, self._pending
-        added = 0
-        for row in rows:
-            if committed is None or row.batch_id > committed:
-                partition = row[:cut]
-                rows_of = pending.get(partition)
-                if rows_of is None:
-                    rows_of = pending[partition] = []
-                rows_of.append((row.batch_id, row[cut:]))
-                added += 1
-        self.pending_rows += added
+    def add_columns(self, batch_id: int, columns: list) -> None:
+        """Rows of microbatch ``batch_id`` as columns (lists in the table's column order, partition columns
+        first): each converted to Arrow once, the rows ordered by partition in Arrow and each partition's run
+        kept as a slice (no Python object per row, as ``add_row`` makes)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        committed, n = self.table.committed, len(columns[0]) if columns else 0
+        if not n or (committed is not None and batch_id <= committed):
+            return  # nothing, or a replay: the table already has this microbatch's rows
+        schema = arrow_schema(self.table.ddl)
+        table = pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+        parts = self.table.partition_columns
+        table = table.take(pc.sort_indices(table, [(c, "ascending") for c in parts]))
+        starts = [0]
+        if n > 1:
+            changed = [pc.not_equal(table.column(c).slice(1), table.column(c).slice(0, n - 1)) for c in parts]
+            for more in changed[1:]:
+                changed[0] = pc.or_(changed[0], more)
+            starts += [i + 1 for i in pc.indices_nonzero(changed[0]).to_pylist()]
+        file_columns = table.select(self.schema.names)
+        for start, end in zip(starts, starts[1:] + [n]):
+            partition = tuple(table.column(c)[start].as_py() for c in parts)
+            self._tables.setdefault(partition, []).append((file_columns.slice(start, end - start), batch_id))
+        self.pending_rows += n
 
     def _columns(self, pending: list) -> tuple[list, list]:
         """The file's columns and their rows' microbatches, from a partition's pending ``(batch_id, row)`` pairs
@@ -128,22 +141,31 @@ class TableFiles:
 
     def flush(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         for partition, pending in self._pending.items():
-            entry = self._writers.get(partition)
-            if entry is None:
-                relative = self._path(partition)
-                sink = output_stream(self.table.root / relative)
-                writer = pq.ParquetWriter(sink, self.schema, **self._options)
-                entry = [writer, relative, 0, None, None, sink]
-                self._writers[partition] = entry
             arrays, batches = self._columns(pending)
-            entry[0].write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-            entry[2] += len(batches)
-            entry[3] = min(batches) if entry[3] is None else min(entry[3], min(batches))
-            entry[4] = max(batches) if entry[4] is None else max(entry[4], max(batches))
-        self._pending, self.pending_rows = {}, 0
+            self._write(partition, pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)]),
+                        min(batches), max(batches))
+        for partition, tables in self._tables.items():
+            batches = [b for _, b in tables]
+            self._write(partition, pa.concat_tables([t for t, _ in tables]), min(batches), max(batches))
+        self._pending, self._tables, self.pending_rows = {}, {}, 0
+
+    def _write(self, partition: tuple, table, low: int, high: int) -> None:
+        """``table``'s rows (of microbatches ``low`` to ``high``) to the partition's file, opened on first use."""
+        import pyarrow.parquet as pq
+
+        entry = self._writers.get(partition)
+        if entry is None:
+            relative = self._path(partition)
+            sink = output_stream(self.table.root / relative)
+            writer = pq.ParquetWriter(sink, self.schema, **self._options)
+            entry = [writer, relative, 0, None, None, sink]
+            self._writers[partition] = entry
+        entry[0].write_table(table)
+        entry[2] += table.num_rows
+        entry[3] = low if entry[3] is None else min(entry[3], low)
+        entry[4] = high if entry[4] is None else max(entry[4], high)
 
     def close(self) -> list[WrittenFile]:
         """Write what is pending, close the files and describe each."""

@@ -247,7 +247,7 @@ class SubtaskRunner:
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
         changes = self.store.flush() + self.timers.flush()
-        self.files.keyed.add_all(KeyedChange.rows(changes, batch_id))
+        self.files.keyed.add_columns(batch_id, KeyedChange.columns(changes, batch_id))
         stats.count_writes(changes)
         self._write_raw_keyed(snapshot_ctx.raw_keyed)
         for change in self.operator_store.flush():
