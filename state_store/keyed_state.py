@@ -20,6 +20,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Iterable
 
+import orjson
+
 from .descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -167,7 +169,11 @@ class KeyedStateStore:
         elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
             value = self._load_stamped_list(entry, text, descriptor, state_name, namespace)
         else:
-            value = self._load(descriptor.stored_type, text, state_name, namespace)
+            stored_type = descriptor.stored_type
+            try:  # ``_load``, inlined: once per key read
+                value = stored_type.loads(text)
+            except (TypeError, ValueError, AttributeError) as e:
+                raise stored_value_error(self._where(state_name, namespace), stored_type.name, e) from None
         self._decoded[entry] = value
         return value
 
@@ -198,15 +204,18 @@ class KeyedStateStore:
             self._entry(state_name, namespace)  # raises
         entry = (state_name, key, namespace)
         text = None
-        if value is not None:  # once per write: the normalisation inlined (see ``_normalized``)
+        if value is not None:  # once per write: the normalisation and ``to_text`` inlined (see ``_normalized``)
             stored_type = descriptor.stored_type
             encoded = stored_type.encode(value)
             value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
-            text = to_text(encoded)
+            text = orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS).decode()
         self._decoded[entry] = value
         self._dirty[entry] = text
-        self._dirty_expiry[entry] = expiry if text is not None else None
-        self._list_expiry.pop(entry, None)
+        # Without expiries anywhere (no TTL), an entry's expiry is None without a dirty one.
+        if expiry is not None or self._dirty_expiry or self._expiry:
+            self._dirty_expiry[entry] = expiry if text is not None else None
+        if self._list_expiry:
+            self._list_expiry.pop(entry, None)
 
     def put_list(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list,
                  expiries: list[int]) -> None:
@@ -304,15 +313,24 @@ class KeyedStateStore:
     def flush(self) -> list[KeyedChange]:
         """What changed since the last flush, in a deterministic order; the changes become the stored state."""
         out = []
-        for entry in sorted(self._dirty):
-            text, stored = self._dirty[entry], self._stored.get(entry)
-            expiry = self._dirty_expiry.get(entry)
-            if text == stored and expiry == self._expiry.get(entry):
+        dirty, stored_texts, key_groups = self._dirty, self._stored, self._key_groups
+        dirty_expiry, expiries = self._dirty_expiry, self._expiry
+        for entry in sorted(dirty):  # once per changed entry: ``_keep`` inlined
+            text, stored = dirty[entry], stored_texts.get(entry)
+            expiry = dirty_expiry.get(entry) if dirty_expiry else None
+            if text == stored and expiry == (expiries.get(entry) if expiries else None):
                 continue  # written back unchanged, or created and cleared in the same microbatch
             state_name, key, namespace = entry
-            out.append(_change((state_name, self._key_groups[key], key, namespace, None, text,
+            out.append(_change((state_name, key_groups[key], key, namespace, None, text,
                                 (text is not None) - (stored is not None), expiry)))
-            self._keep(self._stored, entry, text, entry, expiry)
+            if text is None:
+                stored_texts.pop(entry, None)
+            else:
+                stored_texts[entry] = text
+            if expiry is not None:
+                expiries[entry] = expiry
+            elif expiries:
+                expiries.pop(entry, None)
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
             state_name, key, namespace = entry

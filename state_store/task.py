@@ -312,6 +312,11 @@ class SubtaskRunner:
         for record_batch, key, key_group, record in zip(batch_ids, keys, key_groups, records):
             if key == group_key and record_batch == batch_id:
                 append(record)
+            elif record_batch == batch_id and key is not None:  # the next key: ``keyed``, inlined
+                self._process_group()
+                self._group_key, self._group_kg, group_key = key, key_group, key
+                self._group = [record]
+                append = self._group.append
             else:
                 self.keyed(record_batch, key, key_group, record)
                 group_key, batch_id, append = self._group_key, self.batch_id, self._group.append
