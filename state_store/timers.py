@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+from functools import partial
 from typing import Any
 
 from .descriptors import qualified_name
@@ -22,6 +23,7 @@ from .records import KeyedChange
 from .watermarks import MIN_WATERMARK
 
 EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"
+_change = partial(tuple.__new__, KeyedChange)  # a KeyedChange from a tuple of its fields: once per changed timer
 
 
 class TimeDomain(enum.IntEnum):
@@ -77,7 +79,9 @@ class SubtaskTimers:
         self.loaded += 1
 
     def register(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
-        timer = (_check_timestamp(timestamp), key_group, key, namespace)
+        if type(timestamp) is not int or not _LONG_MIN <= timestamp <= _LONG_MAX:
+            timestamp = _check_timestamp(timestamp)  # raises, or accepts an int subclass
+        timer = (timestamp, key_group, key, namespace)
         live = self._live[domain]
         if timer in live:
             return  # unique per (key, namespace, timestamp): registering twice keeps one
@@ -86,7 +90,9 @@ class SubtaskTimers:
         heapq.heappush(self._heaps[domain], timer)
 
     def delete(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
-        timer = (_check_timestamp(timestamp), key_group, key, namespace)
+        if type(timestamp) is not int or not _LONG_MIN <= timestamp <= _LONG_MAX:
+            timestamp = _check_timestamp(timestamp)
+        timer = (timestamp, key_group, key, namespace)
         if self._live[domain].pop(timer, None) is not None:
             self._changed[domain].add(timer)  # left in the heap: skipped when popped
 
@@ -111,8 +117,8 @@ class SubtaskTimers:
                 if now == before:
                     continue
                 text = str(timestamp)
-                out.append(KeyedChange(name, key_group, key, namespace, text, text if now else None,
-                                       1 if now else -1, timestamp if now else None))
+                out.append(_change((name, key_group, key, namespace, text, text if now else None,
+                                    1 if now else -1, timestamp if now else None)))
                 if now:
                     stored.add(timer)
                 else:
