@@ -131,12 +131,6 @@ class KeyedStateStore:
     def _where(self, state_name: str, namespace: str) -> str:
         return f"state {state_name!r} of key {self.current_key!r}" + (f" (namespace {namespace!r})" if namespace else "")
 
-    def _load(self, stored_type, text: str, state_name: str, namespace: str) -> Any:
-        try:
-            return stored_type.loads(text)
-        except (TypeError, ValueError, AttributeError) as e:
-            raise stored_value_error(self._where(state_name, namespace), stored_type.name, e) from None
-
     # -- single-value states (value, list, reducing, aggregating) --------------------------------------
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:
         """The decoded value (not a copy), or None when the state is empty for the current key, whatever its
@@ -170,7 +164,7 @@ class KeyedStateStore:
             value = self._load_stamped_list(entry, text, descriptor, state_name, namespace)
         else:
             stored_type = descriptor.stored_type
-            try:  # ``_load``, inlined: once per key read
+            try:  # once per key read: the entry named in the error
                 value = stored_type.loads(text)
             except (TypeError, ValueError, AttributeError) as e:
                 raise stored_value_error(self._where(state_name, namespace), stored_type.name, e) from None
