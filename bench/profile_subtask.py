@@ -28,7 +28,7 @@ import pyarrow.compute as pc  # noqa: E402
 from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
 from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
 from state_store.run_files import local_outputs  # noqa: E402
-from state_store.task import RunPlan, run_partition  # noqa: E402
+from state_store.task import RunPlan, column_values, run_partition  # noqa: E402
 from state_store.types import Types  # noqa: E402
 
 MICROBATCHES = 2
@@ -51,8 +51,8 @@ def floor(batches: list) -> int:
     for batch in batches:
         record = batch.column("record")
         names = [f.name for f in record.type]
-        rows = [dict(zip(names, values)) for values in zip(*(record.field(i).to_pylist() for i in range(len(names))))]
-        for batch_id, key, row in zip(batch.column("batch_id").to_pylist(), batch.column("key").to_pylist(), rows):
+        rows = [dict(zip(names, values)) for values in zip(*(column_values(record.field(i)) for i in range(len(names))))]
+        for batch_id, key, row in zip(column_values(batch.column("batch_id")), column_values(batch.column("key")), rows):
             if key != group_key or batch_id != group_batch:
                 if group:
                     process(group_batch, group_key, group)

@@ -17,7 +17,8 @@ no TTL code path, as Flink's ``TtlStateFactory`` wraps its backends' states.
 """
 from __future__ import annotations
 
-from functools import partial
+from itertools import compress, repeat
+from operator import eq, is_, itemgetter, sub
 from typing import Any, Iterable
 
 import orjson
@@ -31,13 +32,15 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import stored_value_error
-from .records import KeyedChange
-
-_change = partial(tuple.__new__, KeyedChange)  # a KeyedChange from a tuple of its fields: once per changed entry
+from .records import ChangeColumns, KeyedChange
 from .types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo, from_text, to_text
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
+
+
+def _same_entry(text: str | None, old: str | None, expiry: int | None, old_expiry: int | None) -> bool:
+    return text == old and expiry == old_expiry
 
 
 def _copy(value: Any) -> Any:
@@ -157,7 +160,9 @@ class KeyedStateStore:
     def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
         """Decode an entry into the microbatch's cache."""
         state_name, _, namespace = entry
-        text = self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
+        text = self._dirty.get(entry, _ABSENT)
+        if text is _ABSENT:
+            text = self._stored.get(entry)
         if text is None:
             value = None
         elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
@@ -305,26 +310,15 @@ class KeyedStateStore:
 
     # -- end of a microbatch ---------------------------------------------------------------------------
     def flush(self) -> list[KeyedChange]:
-        """What changed since the last flush, in a deterministic order; the changes become the stored state."""
-        out = []
-        dirty, stored_texts, key_groups = self._dirty, self._stored, self._key_groups
-        dirty_expiry, expiries = self._dirty_expiry, self._expiry
-        for entry in sorted(dirty):  # once per changed entry: ``_keep`` inlined
-            text, stored = dirty[entry], stored_texts.get(entry)
-            expiry = dirty_expiry.get(entry) if dirty_expiry else None
-            if text == stored and expiry == (expiries.get(entry) if expiries else None):
-                continue  # written back unchanged, or created and cleared in the same microbatch
-            state_name, key, namespace = entry
-            out.append(_change((state_name, key_groups[key], key, namespace, None, text,
-                                (text is not None) - (stored is not None), expiry)))
-            if text is None:
-                stored_texts.pop(entry, None)
-            else:
-                stored_texts[entry] = text
-            if expiry is not None:
-                expiries[entry] = expiry
-            elif expiries:
-                expiries.pop(entry, None)
+        """What changed since the last flush, sorted (``flush_columns`` as records): for tests and tools."""
+        return self.flush_columns().changes()
+
+    def flush_columns(self) -> ChangeColumns:
+        """What changed since the last flush, as columns (``ChangeColumns``); the changes become the stored
+        state. A microbatch's single-value entries are handled a column at a time (no Python object per
+        entry), then its map entries one by one."""
+        out = self._flush_values()
+        changes = []
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
             state_name, key, namespace = entry
@@ -334,8 +328,8 @@ class KeyedStateStore:
                 expiry = self._dirty_expiry.get(slot)
                 if text == stored and expiry == self._expiry.get(slot):
                     continue
-                out.append(_change((state_name, self._key_groups[key], key, namespace, user_key, text,
-                                    (text is not None) - (stored is not None), expiry)))
+                changes.append((state_name, self._key_groups[key], key, namespace, user_key, text,
+                                (text is not None) - (stored is not None), expiry))
                 self._keep(stored_map, user_key, text, slot, expiry)
             if not stored_map:
                 del self._stored_maps[entry]
@@ -344,7 +338,37 @@ class KeyedStateStore:
         self._dirty_expiry.clear()
         self._decoded.clear()
         self._list_expiry.clear()
-        return out
+        return out.extend(ChangeColumns.of(changes)) if changes else out
+
+    def _flush_values(self) -> ChangeColumns:
+        """The single-value entries' changes, column by column with C-level maps; they become stored."""
+        dirty, stored_texts = self._dirty, self._stored
+        entries, texts = list(dirty), list(dirty.values())
+        olds = list(map(stored_texts.get, entries))
+        if self._dirty_expiry or self._expiry:
+            expiries = list(map(self._dirty_expiry.get, entries))
+            unchanged = list(map(_same_entry, texts, olds, expiries, map(self._expiry.get, entries)))
+        else:
+            expiries, unchanged = [None] * len(entries), list(map(eq, texts, olds))
+        if any(unchanged):  # written back unchanged, or created and cleared in the same microbatch
+            changed = [not u for u in unchanged]
+            entries, texts, olds, expiries = (list(compress(c, changed)) for c in (entries, texts, olds, expiries))
+        removed = list(map(is_, texts, repeat(None)))
+        deltas = list(map(sub, map(is_, olds, repeat(None)), removed))  # +1 created, -1 removed, 0 updated
+        stored_texts.update(zip(entries, texts))
+        expiry_of = self._expiry
+        if any(removed):
+            for entry in compress(entries, removed):
+                del stored_texts[entry]
+        if expiry_of or any(x is not None for x in expiries):
+            for entry, expiry in zip(entries, expiries):
+                if expiry is not None:
+                    expiry_of[entry] = expiry
+                else:
+                    expiry_of.pop(entry, None)
+        keys = list(map(itemgetter(1), entries))
+        return ChangeColumns([list(map(itemgetter(0), entries)), list(map(self._key_groups.__getitem__, keys)), keys,
+                              list(map(itemgetter(2), entries)), [None] * len(entries), texts, deltas, expiries])
 
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:
         """Make a flushed change the stored state."""
@@ -391,18 +415,22 @@ class _KeyedState:
 
 
 class ValueState(_KeyedState):
-    """One value per key and namespace."""
+    """One value per key and namespace. Its verbs reach the store without ``_get``'s and ``_put``'s frames
+    (once or twice per key of most jobs); the TTL wrapper's go through its own (``ttl.handles``)."""
 
     def value(self) -> Any:
         """The current value, or the descriptor's default value when empty."""
-        v = self._get()
+        store = self._store
+        v = store._decoded.get((self._name, store.current_key, self._namespace), _ABSENT)
+        if v is _ABSENT:  # not read or written in this microbatch yet (or no current key: ``get`` raises)
+            v = store.get(self._name, self._namespace, self._descriptor)
         if v is None:
             return _copy(self._descriptor.default_value)
         return self._copy_value(v)
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
-        self._put(value)
+        self._store.put(self._name, self._namespace, self._descriptor, value)
 
 
 def _elements(values: Iterable[Any] | None, verb: str) -> list:

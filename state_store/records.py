@@ -115,14 +115,40 @@ class KeyedChange(NamedTuple):
         """The keyed table row microbatch ``batch_id`` writes for it (built as a tuple: once per change)."""
         return tuple.__new__(KeyedRow, (self[0], self[1], self[2], self[3], self[4], self[5], self[7], batch_id, 0))
 
-    @staticmethod
-    def columns(changes: list["KeyedChange"], batch_id: int) -> list:
-        """The keyed table columns of the rows microbatch ``batch_id`` writes for ``changes``, in table order."""
-        if not changes:
+
+
+class ChangeColumns:
+    """Keyed changes as columns, one list per ``KeyedChange`` field, in no particular order (the writer orders
+    them: ``TableFiles.add_columns``): what a flush gives without an object per changed entry."""
+
+    FIELDS = KeyedChange._fields
+
+    def __init__(self, columns: list[list] | None = None):
+        self.lists = columns if columns is not None else [[] for _ in self.FIELDS]
+
+    @classmethod
+    def of(cls, changes: list[KeyedChange]) -> "ChangeColumns":
+        return cls([list(c) for c in zip(*changes)] if changes else None)
+
+    def __len__(self) -> int:
+        return len(self.lists[0])
+
+    def extend(self, other: "ChangeColumns") -> "ChangeColumns":
+        for mine, theirs in zip(self.lists, other.lists):
+            mine.extend(theirs)
+        return self
+
+    def changes(self) -> list[KeyedChange]:
+        """The changes as records, sorted (state name, key, namespace, user key): for tests and tools."""
+        return sorted((KeyedChange(*c) for c in zip(*self.lists)), key=lambda c: (c[0], c[2], c[3], c[4] or ""))
+
+    def table_columns(self, batch_id: int) -> list:
+        """The keyed table columns of the rows microbatch ``batch_id`` writes for them, in table order."""
+        n = len(self)
+        if not n:
             return []
-        state_name, key_group, key, namespace, user_key, value, _, expiry = zip(*changes)
-        return [state_name, key_group, key, namespace, user_key, value, expiry, [batch_id] * len(changes),
-                [0] * len(changes)]
+        state_name, key_group, key, namespace, user_key, value, _, expiry = self.lists
+        return [state_name, key_group, key, namespace, user_key, value, expiry, [batch_id] * n, [0] * n]
 
 
 class OperatorChange(NamedTuple):
@@ -251,17 +277,21 @@ class MicrobatchStats:
     worker_peak_rss_kb: int = 0
     descriptors: dict[str, StateInfo] = field(default_factory=dict)  # states registered since the last report
 
-    def count_writes(self, changes: list) -> None:
-        """``count_write`` of each of ``changes`` (``KeyedChange`` records), in one pass."""
-        deletes = 0
+    def count_writes(self, changes: "ChangeColumns") -> None:
+        """``count_write`` of each of ``changes``, a column at a time."""
+        state_names, values, deltas = changes.lists[0], changes.lists[5], changes.lists[6]
+        deletes = values.count(None)
+        self.state_deletes += deletes
+        self.state_upserts += len(values) - deletes
+        if not any(deltas):
+            return
         entries = self.entries_delta
-        for state_name, _, _, _, _, value, delta, _ in changes:
-            if value is None:
-                deletes += 1
+        if state_names.count(state_names[0]) == len(state_names):  # one state (most microbatches): one sum
+            entries[state_names[0]] = entries.get(state_names[0], 0) + sum(deltas)
+            return
+        for state_name, delta in zip(state_names, deltas):
             if delta:
                 entries[state_name] = entries.get(state_name, 0) + delta
-        self.state_deletes += deletes
-        self.state_upserts += len(changes) - deletes
 
     def count_write(self, state_name: str, value: str | None, delta: int) -> None:
         """One state row written (``value`` None: a removal) that changed the live entries by ``delta``."""

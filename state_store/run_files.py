@@ -118,7 +118,9 @@ class TableFiles:
         schema = arrow_schema(self.table.ddl)
         table = pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
         parts = self.table.partition_columns
-        table = table.take(pc.sort_indices(table, [(c, "ascending") for c in parts]))
+        # Ordered by the entry (partition columns first): the same files whatever order the changes came in.
+        order = [(c, "ascending") for c in TABLE_SPECS[self.table.name].id_columns]
+        table = table.take(pc.sort_indices(table, order))
         starts = [0]
         if n > 1:
             changed = [pc.not_equal(table.column(c).slice(1), table.column(c).slice(0, n - 1)) for c in parts]

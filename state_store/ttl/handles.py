@@ -13,9 +13,10 @@ checked by a read of that entry only (``TtlMapState``), so every map read works 
 puts and removes change. An entry stored before its state had TTL has no expiry: its first access with TTL
 stamps it, as Flink stamps entries when it migrates them.
 
-A wrapper's user verbs are the plain handle's own functions (``value = ValueState.value``), run over the
+A wrapper's user verbs are the plain handle's own functions (``get = ListState.get``), run over the
 wrapper's checked ``_get`` and stamped ``_put``: a verb is written once, and the plain handles have no TTL
-code path.
+code path. ValueState's two verbs are the exception: the plain ones reach the store directly (a read and a
+write per key of most jobs), so ``TtlValueState`` spells out its own over ``_get`` and ``_put``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..keyed_state import (
     MapState,
     ReducingState,
     ValueState,
+    _copy,
     create_handle,
     value_copier,
 )
@@ -89,7 +91,16 @@ class _TtlSingleValue(_TtlState):
 class TtlValueState(_TtlSingleValue):
     """A ValueState whose value expires ``ttl`` after its last write (or read, under OnReadAndWrite)."""
 
-    value, update = ValueState.value, ValueState.update
+    def value(self) -> Any:
+        """The current value (``None`` once expired, unless ``return_expired``), or the descriptor's default."""
+        v = self._get()
+        if v is None:
+            return _copy(self._descriptor.default_value)
+        return self._copy_value(v)
+
+    def update(self, value: Any) -> None:
+        """Set the value and stamp its expiry; ``None`` clears it."""
+        self._put(value)
 
 
 class TtlReducingState(_TtlSingleValue):
