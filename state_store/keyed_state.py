@@ -75,6 +75,23 @@ def value_copier(type_info: TypeInfo):
     return _copy if any(isinstance(t, _NESTED) for t in inner) else _shallow
 
 
+def value_writer(stored_type: TypeInfo):
+    """``value -> (decoded, text)`` for values of ``stored_type``: the value encoded (so checked: TypeError or
+    ValueError), what a reload of it gives back (``KeyedStateStore._normalized``), and its stored text."""
+    encode, dumps, sort_keys = stored_type.encoder(), orjson.dumps, orjson.OPT_SORT_KEYS
+    if stored_type.encoding_is_value:
+        def write(value: Any) -> tuple[Any, str]:
+            encoded = encode(value)
+            return encoded, dumps(encoded, option=sort_keys).decode()
+        return write
+    decode = stored_type.decode
+
+    def write_decoded(value: Any) -> tuple[Any, str]:
+        encoded = encode(value)
+        return decode(encoded), dumps(encoded, option=sort_keys).decode()
+    return write_decoded
+
+
 class KeyedStateStore:
     """The keyed entries of one subtask: loaded once per run, changed key by key, flushed per microbatch."""
 
@@ -82,11 +99,14 @@ class KeyedStateStore:
         self._stored: dict[tuple, str] = {}  # (state, key, ns) -> JSON text
         self._stored_maps: dict[tuple, dict[str, str]] = {}  # (state, key, ns) -> {user key text: value text}
         self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
-        self._decoded: dict[tuple, Any] = {}  # entries read or written in this microbatch
+        # Entries read or written in this run, decoded: kept across microbatches, as Flink's heap backend keeps
+        # its objects (what a reload of the flushed text gives back, so they read the same).
+        self._decoded: dict[tuple, Any] = {}
         self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
         self._dirty: dict[tuple, str | None] = {}
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
         self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
+        self._writers: dict[StateDescriptor, Any] = {}  # descriptor -> its ``value_writer``
         self.now = 0  # the microbatch's processing time, epoch ms: the clock the TTL wrappers read
         self._key_groups: dict[str, int] = {}
         self.current_key: str | None = None
@@ -203,11 +223,11 @@ class KeyedStateStore:
             self._entry(state_name, namespace)  # raises
         entry = (state_name, key, namespace)
         text = None
-        if value is not None:  # once per write: the normalisation and ``to_text`` inlined (see ``_normalized``)
-            stored_type = descriptor.stored_type
-            encoded = stored_type.encode(value)
-            value = encoded if stored_type.encoding_is_value else stored_type.decode(encoded)
-            text = orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS).decode()
+        if value is not None:  # once per write: ``_normalized`` and ``to_text`` in one function per descriptor
+            write = self._writers.get(descriptor)
+            if write is None:
+                write = self._writers[descriptor] = value_writer(descriptor.stored_type)
+            value, text = write(value)
         self._decoded[entry] = value
         self._dirty[entry] = text
         # Without expiries anywhere (no TTL), an entry's expiry is None without a dirty one.
@@ -336,8 +356,6 @@ class KeyedStateStore:
         self._dirty.clear()
         self._map_dirty.clear()
         self._dirty_expiry.clear()
-        self._decoded.clear()
-        self._list_expiry.clear()
         return out.extend(ChangeColumns.of(changes)) if changes else out
 
     def _flush_values(self) -> ChangeColumns:
@@ -421,9 +439,11 @@ class ValueState(_KeyedState):
     def value(self) -> Any:
         """The current value, or the descriptor's default value when empty."""
         store = self._store
-        v = store._decoded.get((self._name, store.current_key, self._namespace), _ABSENT)
-        if v is _ABSENT:  # not read or written in this microbatch yet (or no current key: ``get`` raises)
-            v = store.get(self._name, self._namespace, self._descriptor)
+        entry = (self._name, store.current_key, self._namespace)
+        v = store._decoded.get(entry, _ABSENT)
+        if v is _ABSENT:  # not read or written in this run yet (or no current key: ``get`` raises)
+            v = (store._decode(entry, self._descriptor) if entry[1] is not None
+                 else store.get(self._name, self._namespace, self._descriptor))
         if v is None:
             return _copy(self._descriptor.default_value)
         return self._copy_value(v)

@@ -66,6 +66,10 @@ class TypeInfo:
         """True when ``decode`` returns what it is given (no floats, bytes, maps or nested changes)."""
         return False
 
+    def encoder(self):
+        """``encode`` as the cheapest function this type has (a row of scalars: its compiled encoder)."""
+        return self.encode
+
     @property
     def encoding_is_value(self) -> bool:
         """True when ``decode(encode(v))`` is ``encode(v)`` itself, so a write need not decode (cached)."""
@@ -353,6 +357,10 @@ class RowTypeInfo(TypeInfo):
         except AttributeError:
             fast = self._fast_encode = self._compile("encode")
         return self._by_field(value, "encode") if fast is None else fast(value)
+
+    def encoder(self):
+        self.encode(None)  # compiles the fast encoder when the row has one
+        return self.encode if self._fast_encode is None else self._fast_encode
 
     def loads(self, text: str) -> Any:
         data = orjson.loads(text)
