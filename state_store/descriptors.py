@@ -92,7 +92,10 @@ class ListStateDescriptor(StateDescriptor):
 
     @property
     def stored_type(self) -> TypeInfo:
-        return Types.LIST(self.type_info)
+        stored = self.__dict__.get("_stored_type")
+        if stored is None or stored.element is not self.type_info:  # made once (its compiled encoders with it)
+            stored = self.__dict__["_stored_type"] = Types.LIST(self.type_info)
+        return stored
 
 
 class MapStateDescriptor(StateDescriptor):

@@ -44,7 +44,7 @@ from .functions import (
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import UNION, OperatorStateStore
-from .records import ChangeColumns, KeyedRow, MicrobatchStats
+from .records import KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .side_outputs import SIDE_PREFIX, OutputTag
 from .timers import SubtaskTimers, TimeDomain, TimerService
@@ -280,10 +280,7 @@ class SubtaskRunner:
         batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)
         self._call("snapshot_state", self.function.snapshot_state, snapshot_ctx)
-        changes = self.store.flush_columns()
-        timers = self.timers.flush()
-        if timers:
-            changes.extend(ChangeColumns.of(timers))
+        changes = self.store.flush_columns().extend(self.timers.flush())
         self.files.keyed.add_columns(batch_id, changes.table_columns(batch_id))
         stats.count_writes(changes)
         self._write_raw_keyed(snapshot_ctx.raw_keyed)

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import enum
 import heapq
-from functools import partial
+from itertools import compress
+from operator import itemgetter, ne, not_
 from typing import Any
 
 from .descriptors import qualified_name
-from .records import KeyedChange
+from .records import ChangeColumns
 from .watermarks import MIN_WATERMARK
 
 EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"
-_change = partial(tuple.__new__, KeyedChange)  # a KeyedChange from a tuple of its fields: once per changed timer
 
 
 class TimeDomain(enum.IntEnum):
@@ -106,24 +106,29 @@ class SubtaskTimers:
                 return timer
         return None
 
-    def flush(self) -> list[KeyedChange]:
-        """The timers registered, deleted or fired since the last flush, as keyed entries; they become stored."""
-        out = []
+    def flush(self) -> ChangeColumns:
+        """The timers registered, deleted or fired since the last flush, as keyed entries (columns, a timer's
+        timestamp as its user key, value and expiry); they become stored."""
+        out = ChangeColumns()
         for domain, changed in self._changed.items():
-            name, live, stored = self.names[domain], self._live[domain], self._stored[domain]
-            for timer in sorted(changed):
-                timestamp, key_group, key, namespace = timer
-                now, before = timer in live, timer in stored
-                if now == before:
-                    continue
-                text = str(timestamp)
-                out.append(_change((name, key_group, key, namespace, text, text if now else None,
-                                    1 if now else -1, timestamp if now else None)))
-                if now:
-                    stored.add(timer)
-                else:
-                    stored.discard(timer)
+            if not changed:
+                continue
+            live, stored = self._live[domain], self._stored[domain]
+            timers = list(changed)
+            now = list(map(live.__contains__, timers))
+            moved = list(map(ne, now, map(stored.__contains__, timers)))  # registered, or deleted or fired
+            if not all(moved):
+                timers, now = list(compress(timers, moved)), list(compress(now, moved))
+            stored.update(compress(timers, now))
+            stored.difference_update(compress(timers, map(not_, now)))
             changed.clear()
+            timestamps = list(map(itemgetter(0), timers))
+            texts = list(map(str, timestamps))
+            out.extend(ChangeColumns([
+                [self.names[domain]] * len(timers), list(map(itemgetter(1), timers)),
+                list(map(itemgetter(2), timers)), list(map(itemgetter(3), timers)), texts,
+                [t if n else None for t, n in zip(texts, now)], [1 if n else -1 for n in now],
+                [t if n else None for t, n in zip(timestamps, now)]]))
         return out
 
     def keys_with_timers(self) -> set[str]:

@@ -517,7 +517,7 @@ def test_a_timestamp_that_is_not_an_int_raises_type_error(method, bad):
     timers = SubtaskTimers("op")
     with pytest.raises(TypeError, match="epoch milliseconds"):
         getattr(TimerService(timers, store), method)(bad)
-    assert timers.flush() == []
+    assert timers.flush().changes() == []
 
 
 def test_a_non_int_timestamp_in_process_is_a_user_function_error_caused_by_type_error():
