@@ -53,6 +53,7 @@ from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
+KEYED_COLUMNS = ("state_name", "key", "namespace", "user_key", "key_group", "value", "expiry")  # load_keyed's
 # The subtask loop allocates a few containers per record that nearly all die young; at the default threshold (700
 # allocations) a young collection ran every few keys, and its survivors (a microbatch's state) brought full ones.
 GC_YOUNG_THRESHOLD = 50_000
@@ -203,6 +204,15 @@ class SubtaskRunner:
             self.timers.load(state_name, key, key_group, namespace, expiry)
         else:
             self.store.load(state_name, key, namespace, user_key, key_group, value, expiry)
+
+    def load_keyed_columns(self, *columns: list) -> None:
+        """Stored keyed entries as columns (``KEYED_COLUMNS``): ``load_keyed`` for each, state (no timers)
+        a column at a time."""
+        if self._timer_names.isdisjoint(columns[0]):
+            self.store.load_columns(*columns)
+        else:
+            for row in zip(*columns):
+                self.load_keyed(*row)
 
     def load_raw_keyed(self, key_group: int, value: str) -> None:
         self.raw_keyed[key_group] = _BYTES.loads(value)
@@ -473,15 +483,19 @@ class SubtaskRunner:
                                         f"microbatch {batch_id})") from None
 
 
-def _keyed_records_subtask(batch) -> int | None:
-    """The subtask of a batch that holds keyed records of one subtask only (most of them), else None."""
+def _uniform(batch, subtask: int) -> int | None:
+    """The phase of a batch whose rows are all of that phase and of ``subtask`` (most of them), broadcast records
+    excepted; else None."""
     import pyarrow.compute as pc
 
-    phase, subtask, side = (pc.min_max(batch.column(n)) for n in ("phase", "subtask", "side"))
-    if (phase["min"].as_py() == phase["max"].as_py() == PHASE_RECORD and subtask["min"] == subtask["max"]
-            and side["min"].as_py() != SIDE_BROADCAST and side["max"].as_py() != SIDE_BROADCAST):
-        return subtask["min"].as_py()
-    return None
+    phase, subtasks = (pc.min_max(batch.column(n)) for n in ("phase", "subtask"))
+    if phase["min"] != phase["max"] or not subtasks["min"].as_py() == subtasks["max"].as_py() == subtask:
+        return None
+    if phase["min"].as_py() == PHASE_RECORD:
+        side = pc.min_max(batch.column("side"))
+        if SIDE_BROADCAST in (side["min"].as_py(), side["max"].as_py()):
+            return None
+    return phase["min"].as_py()
 
 
 def run_partition(plan: RunPlan, batches: Iterator) -> Iterator:
@@ -508,10 +522,14 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
             convert = _user_value_converter(schema.field(RECORD).type)
             if schema.get_field_index(BROADCAST_RECORD) >= 0:
                 bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
+        phase = _uniform(batch, runner.subtask) if runner is not None else None  # the runner's subtask's only
+        if phase == PHASE_KEYED:  # a run's stored state: no records to decode
+            runner.load_keyed_columns(*(column_values(batch.column(n)) for n in KEYED_COLUMNS))
+            continue
         records = _struct_rows(batch.column(RECORD))
         if convert is not None:
             records = [convert(r) for r in records]
-        if runner is not None and _keyed_records_subtask(batch) == runner.subtask:
+        if phase == PHASE_RECORD:
             runner.records(*(column_values(batch.column(n)) for n in ("batch_id", "key", "key_group")), records)
         else:
             runner = _run_rows(plan, batch, records, bconvert, runner, finished, results)
