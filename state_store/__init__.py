@@ -20,6 +20,7 @@ from .sources import DeltaSource, FileSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
+from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 
 __all__ = [
@@ -27,5 +28,5 @@ __all__ = [
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
-    "TimerService", "WatermarkStrategy",
+    "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
 ]

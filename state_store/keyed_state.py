@@ -303,6 +303,28 @@ class KeyedStateStore:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
             self.map_remove(state_name, namespace, descriptor, user_key)
 
+    # -- whole columns of stored texts (the vectorised path: ``vectorized_run``) ------------------------
+    def stored_texts(self, state_name: str, keys: list[str], namespace: str = VOID_NAMESPACE) -> list[str | None]:
+        """The stored text of ``state_name`` for each of ``keys`` (None where it has none), as of the last
+        flush."""
+        stored = self._stored
+        return [stored.get((state_name, key, namespace)) for key in keys]
+
+    def replace_stored(self, state_name: str, keys: list[str], key_groups: list[int], texts: list[str | None],
+                       namespace: str = VOID_NAMESPACE) -> None:
+        """Make ``texts`` (None: removed) the stored values of ``keys``, without expiry: changes the caller has
+        written to the keyed table itself."""
+        stored, expiries = self._stored, self._expiry
+        for key, key_group, text in zip(keys, key_groups, texts):
+            entry = (state_name, key, namespace)
+            if text is None:
+                stored.pop(entry, None)
+            else:
+                stored[entry] = text
+            if expiries:
+                expiries.pop(entry, None)
+            self._key_groups[key] = key_group
+
     # -- end of a microbatch ---------------------------------------------------------------------------
     def flush(self) -> list[KeyedChange]:
         """What changed since the last flush, in a deterministic order; the changes become the stored state."""

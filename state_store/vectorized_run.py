@@ -1,0 +1,171 @@
+"""A subtask's side of a VectorizedKeyedFunction: one ``process_batch`` call per microbatch.
+
+``task.SubtaskRunner`` hands this its keyed records as Arrow slices of the
+exchange batches (``add``) and calls ``run`` at the end of each microbatch,
+before its flush. ``run`` sorts the records by key, reads the touched keys'
+stored values column-wise from the subtask's ``KeyedStateStore``, calls the
+function, writes the output table to the sink file and the changed values
+(encoded column-wise, in the per-record path's stored format) to the keyed
+table, makes them the stored values, and counts them in the microbatch's
+stats as the per-record path does.
+"""
+from __future__ import annotations
+
+from .errors import ConfigError, StoredValueError
+from .json_columns import decode_column, encode_column
+from .vectorized import BatchContext, as_table, conform, value_states
+
+
+class VectorizedRun:
+    """The records of the microbatch being processed, and the call at its end, for one ``SubtaskRunner``."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self._slices: list = []
+
+    def add(self, batch) -> None:
+        """Keyed records of the current microbatch: a slice of an exchange batch."""
+        self._slices.append(batch.select(["key", "key_group", "record"]))
+
+    def run(self) -> None:
+        """The microbatch's ``process_batch`` call (none without records) and its writes."""
+        import pyarrow as pa
+
+        slices, self._slices = self._slices, []
+        if not slices:
+            return
+        runner = self.runner
+        states = value_states(runner.runtime_ctx, runner.function)
+        keys, records = self._sorted(pa.Table.from_batches(slices))
+        state, texts = self._state(keys, states)
+        output, new_state = self._call(records, state)
+        stats = runner.stats
+        stats.records_in += records.num_rows
+        stats.keys += keys.num_rows
+        if output is not None:
+            out_type = runner.plan.output_type.arrow_type()
+            output = conform(output, list(out_type), "process_batch's output",
+                             "return the columns of the job's output_type")
+            runner.files.sink.add_table(runner.batch_id, output)
+            stats.records_out += output.num_rows
+        if new_state is not None:
+            self._write(keys, states, texts, new_state)
+
+    def _sorted(self, table):
+        """(a table of the distinct keys: ``text``, ``key`` (typed), ``key_group``, in key order; the records
+        table sorted by key, stably)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        key_type = self.runner.plan.key_type
+        if table.column("key").null_count:
+            raise ConfigError("a record has a null key; filter or fill null keys in the source")
+        typed = table.column("key").cast(key_type.arrow_type())
+        order = pc.sort_indices(typed)  # stable: a key's records keep their order
+        table, typed = table.take(order), typed.take(order).combine_chunks()
+        records = pa.Table.from_struct_array(table.column("record").combine_chunks())
+        n = len(typed)
+        starts = pa.array([0], pa.int64())
+        if n > 1:
+            changed = pc.not_equal(typed.slice(1), typed.slice(0, n - 1))
+            starts = pa.concat_arrays([starts, pc.add(pc.indices_nonzero(changed), 1)])
+        keys = pa.table({"text": table.column("key").take(starts), "key": typed.take(starts),
+                         "key_group": table.column("key_group").take(starts)})
+        return keys, records
+
+    def _state(self, keys, states: dict):
+        """The ``state`` table the function gets, and each state's stored texts (beside ``keys``)."""
+        import pyarrow as pa
+
+        store = self.runner.store
+        text_keys = keys.column("text").combine_chunks()
+        key_list = text_keys.to_pylist()
+        columns, texts = {"key": keys.column("key")}, {}
+        for qname, descriptor in states.items():
+            texts[qname] = stored = pa.array(store.stored_texts(qname, key_list), pa.string())
+            columns[descriptor.name] = decode_column(descriptor.type_info, stored, text_keys, qname)
+        return pa.table(columns), texts
+
+    def _call(self, records, state):
+        runner = self.runner
+        function = runner.function
+        ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask, runner.plan.key_type)
+        pandas = function.batch_format == "pandas"
+        try:
+            result = function.process_batch(records.to_pandas() if pandas else records,
+                                            state.to_pandas() if pandas else state, ctx)
+        except (StoredValueError, ConfigError):
+            raise
+        except Exception as e:  # noqa: BLE001 - reported with where it happened
+            raise runner._user_error("process_batch", e, None) from e
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "
+                              f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
+        return result
+
+    def _write(self, keys, states: dict, texts: dict, new_state) -> None:
+        """The values ``new_state`` changes: to the keyed table (``KeyedChange``'s columns) and the store."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        declared = {d.name: (qname, d) for qname, d in states.items()}
+        key_field = pa.field("key", keys.column("key").type)
+        new_state = as_table(new_state, "process_batch's new state")
+        names = new_state.column_names
+        unknown = [n for n in names if n != "key" and n not in declared]
+        if "key" not in names or unknown:
+            raise ConfigError(f"process_batch's new state has columns {names}: it needs 'key' and columns named "
+                              f"after the declared ValueStates {sorted(declared)}" +
+                              (f" ({unknown} are not declared)" if unknown else ""))
+        fields = [key_field] + [pa.field(n, declared[n][1].type_info.arrow_type()) for n in names if n != "key"]
+        new_state = conform(new_state, fields, "process_batch's new state", "return 'key' and ValueState columns")
+        at = self._positions(keys, new_state.column("key").combine_chunks())
+        order = pc.sort_indices(at)  # in key order, as the per-record path's flush writes them
+        at = at.take(order)
+        for name in names:
+            if name != "key":
+                qname, descriptor = declared[name]
+                self._write_state(qname, descriptor, keys, at, texts[qname],
+                                  new_state.column(name).combine_chunks().take(order))
+
+    @staticmethod
+    def _positions(keys, new_keys):
+        """Where each key of the new state is among the microbatch's keys (an error for a key not there, or
+        given twice)."""
+        import pyarrow.compute as pc
+
+        at = pc.index_in(new_keys, value_set=keys.column("key").combine_chunks())
+        if at.null_count:
+            stray = new_keys.filter(pc.is_null(at))[0].as_py()
+            raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "
+                              f"of this subtask; return values for keys of the state table only")
+        if pc.count_distinct(at).as_py() != len(at):
+            raise ConfigError("process_batch's new state has a key twice; return one row per key")
+        return at
+
+    def _write_state(self, qname: str, descriptor, keys, at, stored, values) -> None:
+        """One state's new ``values`` of the keys at ``at`` (ascending): the changed ones written and stored."""
+        import pyarrow.compute as pc
+
+        runner = self.runner
+        new = encode_column(descriptor.type_info, values)
+        old = stored.take(at)
+        same = pc.if_else(pc.is_null(new), pc.is_null(old), pc.fill_null(pc.equal(new, old), False))
+        keep = pc.invert(same)
+        new, old, at = new.filter(keep), old.filter(keep), at.filter(keep)
+        n = len(new)
+        if not n:
+            return
+        text_keys, key_groups = keys.column("text").take(at), keys.column("key_group").take(at)
+        batch_id = runner.batch_id
+        runner.files.keyed.add_columns(batch_id, [
+            [qname] * n, key_groups, text_keys, [""] * n, [None] * n, new, [None] * n, [batch_id] * n, [0] * n])
+        runner.store.replace_stored(qname, text_keys.to_pylist(), key_groups.to_pylist(), new.to_pylist())
+        deletes = new.null_count
+        stats = runner.stats
+        stats.state_deletes += deletes
+        stats.state_upserts += n - deletes
+        created = pc.sum(pc.and_(pc.is_valid(new), pc.is_null(old))).as_py() or 0
+        removed = pc.sum(pc.and_(pc.is_null(new), pc.is_valid(old))).as_py() or 0
+        if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries is listed
+            stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
