@@ -1,0 +1,241 @@
+"""The vectorised keyed function (VectorizedKeyedFunction): the same sink rows, stored texts and stats as the
+per-record path on the same frames (no Spark), its clear errors, and one job end to end through the real run
+path, its checkpoint read by the State Processor API and restored into the per-record function."""
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from bench.jobs import ACC, OUTPUT, RunningCountSum, RunningCountSumVectorized
+from state_store import ConfigError, JobSpec, ValueStateDescriptor, VectorizedKeyedFunction
+from state_store.errors import StoredValueError
+from state_store.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RECORD, PHASE_SUBTASK, RECORD, SIDE_KEYED
+from state_store.json_columns import decode_column, encode_column
+from state_store.task import RunPlan, UserFunctionError, run_partition
+from state_store.types import Types
+from tests.test_task import OUT, ARROW_TYPES, _spark_order, keyed_changes, outputs, read_files, run_outputs, stats
+
+EVENT_TYPE = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
+ACC_NAME = "op.acc"
+LIMIT = 3  # CountSumOrClear clears a key's state once its count reaches this
+
+
+class CountSumOrClear(RunningCountSum):
+    """R, and a removal: a key's state is cleared once its count reaches LIMIT."""
+
+    def process(self, key, records, ctx):
+        for row in super().process(key, records, ctx):
+            if row["count"] >= LIMIT:
+                self.acc.clear()
+            yield row
+
+
+class CountSumOrClearVectorized(RunningCountSumVectorized):
+    def process_batch(self, records, state, ctx):
+        output, new_state = super().process_batch(records, state, ctx)
+        acc = new_state.column("acc").combine_chunks()
+        cleared = pc.greater_equal(pc.struct_field(acc, "count"), LIMIT)
+        acc = pc.if_else(cleared, pa.scalar(None, acc.type), acc)
+        return output, new_state.set_column(1, "acc", acc)
+
+
+# -- frames -------------------------------------------------------------------------------------------------------
+def event(batch_id, key, amount, subtask=0):
+    return {"subtask": subtask, "phase": PHASE_RECORD, "batch_id": batch_id, "side": SIDE_KEYED, "key": key,
+            "key_group": sum(map(ord, key)) % 4, RECORD: {"key": key, "amount": amount, "ts": 0}}
+
+
+def stored(key, text, subtask=0, state=ACC_NAME):
+    return {"subtask": subtask, "phase": PHASE_KEYED, "state_name": state, "key": key,
+            "key_group": sum(map(ord, key)) % 4, "namespace": "", "user_key": None, "value": text}
+
+
+def frame(rows, rows_per_batch=4):
+    schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, EVENT_TYPE)])
+    full = []
+    for position, row in enumerate([{"subtask": 0, "phase": PHASE_SUBTASK}] + rows):
+        row = dict.fromkeys(schema.names) | row
+        if row["phase"] == PHASE_RECORD:
+            row.update(file_idx=0, block=0, row=position)
+        full.append(row)
+    full.sort(key=_spark_order)
+    return [pa.RecordBatch.from_pylist(full[i:i + rows_per_batch], schema=schema)
+            for i in range(0, len(full), rows_per_batch)]
+
+
+def run(function, rows, microbatches=3, committed=None, key_type=None):
+    with tempfile.TemporaryDirectory() as directory:
+        out = run_outputs(Path(directory), committed)
+        plan = RunPlan("op", function, key_type or Types.STRING(), OUTPUT, 2, 8, True,
+                       [(m, 1_000 + m) for m in range(microbatches)], out)
+        result = run_partition(plan, iter(frame(rows)))
+        return read_files(out, [r for batch in result for r in batch.to_pylist()])
+
+
+RESTORED = [stored("a", '{"count":1,"sum":5}'), stored("z", '{"count":9,"sum":9}'), stored("b", '{"count":2,"sum":0}')]
+EVENTS = [event(0, "a", 1), event(0, "b", 2), event(0, "a", 3), event(0, "c", 4),
+          event(1, "c", 5), event(1, "d", -6), event(1, "a", 7),
+          event(2, "c", 8), event(2, "c", 9), event(2, "e", 10)]
+
+
+def sink(result):
+    """(microbatch, sink row) of every output row, sorted."""
+    return sorted((r["batch_id"], sorted(r[OUT].items())) for r in result if r["kind"] == "out")
+
+
+def same_on_both_paths(per_record, vectorized, rows, **options):
+    expected, actual = run(per_record, rows, **options), run(vectorized, rows, **options)
+    assert sorted(keyed_changes(actual)) == sorted(keyed_changes(expected))
+    assert sink(actual) == sink(expected)
+    assert stats(actual) == stats(expected)
+    return actual
+
+
+def test_r_vectorised_writes_the_per_record_paths_rows_texts_and_stats_from_restored_state():
+    result = same_on_both_paths(RunningCountSum(), RunningCountSumVectorized(), RESTORED + EVENTS)
+    assert (0, ACC_NAME, 1, "a", "", None, '{"count":3,"sum":9}') in keyed_changes(result)
+    assert {r["key"]: r["count"] for r in outputs(result)} == {"a": 4, "b": 3, "c": 4, "d": 1, "e": 1}
+
+
+def test_a_null_value_removes_the_state_as_clear_does():
+    result = same_on_both_paths(CountSumOrClear(), CountSumOrClearVectorized(), RESTORED + EVENTS)
+    assert sorted((c[0], c[3]) for c in keyed_changes(result) if c[6] is None) == [(0, "a"), (0, "b"), (2, "c")]
+
+
+def test_a_replayed_microbatch_writes_nothing_but_its_state_carries_on():
+    result = same_on_both_paths(RunningCountSum(), RunningCountSumVectorized(), RESTORED + EVENTS, committed=1)
+    assert {r["batch_id"] for r in result if r["kind"] in ("out", "k")} == {2}
+
+
+def test_long_keys_are_typed_and_sorted_as_numbers():
+    seen = []
+
+    class Keys(RunningCountSumVectorized):
+        def process_batch(self, records, state, ctx):
+            seen.append(state.column("key").to_pylist())
+            records = records.set_column(0, "key", records.column("key").cast(pa.int64()))
+            output, new_state = super().process_batch(records, state, ctx)
+            return output.set_column(0, "key", output.column("key").cast(pa.string())), new_state
+
+    rows = [dict(event(0, k, 1), key=k) for k in ("10", "9", "-1")]
+    run(Keys(), rows, microbatches=1, key_type=Types.LONG())
+    assert seen == [[-1, 9, 10]]
+
+
+# -- the column-wise stored format -----------------------------------------------------------------------------
+VALUES = Types.ROW_NAMED(["s", "n", "b", "inner", "f", "l"], [
+    Types.STRING(), Types.INT(), Types.BOOLEAN(), Types.ROW_NAMED(["z", "a"], [Types.LONG(), Types.STRING()]),
+    Types.DOUBLE(), Types.LIST(Types.LONG())])
+
+
+@pytest.mark.parametrize("type_info, values", [
+    (VALUES, [{"s": 'q"\\/é\u2028', "n": -2, "b": True, "inner": {"z": 1, "a": None}, "f": 0.1, "l": [1, None]},
+              None, dict.fromkeys(["s", "n", "b", "inner", "f", "l"])]),
+    (ACC, [{"count": 1, "sum": -(2**63)}, None]),
+    (Types.STRING(), ["line\nbreak", "tab\t", None]),
+    (Types.DOUBLE(), [1.0, float("inf"), 1e16, None]),
+    (Types.MAP(Types.LONG(), Types.STRING()), [{1: "a", 2: "b"}, None]),
+    (Types.BYTES(), [b"\x00\xff", None]),
+])
+def test_a_column_encodes_to_the_per_value_text_and_decodes_back(type_info, values):
+    column = pa.array([type_info.to_arrow(v) for v in values], type=type_info.arrow_type())
+    texts = encode_column(type_info, column)
+    assert texts.to_pylist() == [None if v is None else type_info.dumps(v) for v in values]
+    assert decode_column(type_info, texts, pa.array([str(i) for i in range(len(values))]), "s").equals(column)
+
+
+def test_a_stored_value_of_another_type_is_an_error_naming_the_state_and_key():
+    rows = [stored("a", '{"count":"one","sum":5}'), event(0, "a", 1)]
+    with pytest.raises(StoredValueError, match=r"state 'op.acc' of key 'a' holds a stored value that is not"):
+        run(RunningCountSumVectorized(), rows, microbatches=1)
+
+
+# -- clear errors -------------------------------------------------------------------------------------------------
+class Returns(RunningCountSumVectorized):
+    def __init__(self, change):
+        self.change = change
+
+    def process_batch(self, records, state, ctx):
+        return self.change(*super().process_batch(records, state, ctx))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda out, new: (out.drop_columns(["sum"]), new), r"output has columns \['key', 'count'\]: \['sum'\] are missing"),
+    (lambda out, new: (out.append_column("x", out.column("sum")), new), r"\['x'\] are not declared"),
+    (lambda out, new: (out.set_column(1, "count", pa.array(["x"] * out.num_rows)), new),
+     r"column 'count' is string but is declared int64"),
+    (lambda out, new: (out, new.rename_columns(["key", "accc"])), r"after the declared ValueStates \['acc'\]"),
+    (lambda out, new: (out, pa.table({"key": ["nope"], "acc": pa.nulls(1, ACC.arrow_type())})),
+     r"new state has key 'nope', which has no record in this microbatch"),
+    (lambda out, new: out, r"process_batch returned Table; return a pair"),
+    (lambda out, new: ([1], None), r"output is a list; return a pyarrow.Table"),
+])
+def test_a_wrong_result_is_an_error_naming_the_mismatch(change, message):
+    with pytest.raises(ConfigError, match=message):
+        run(Returns(change), EVENTS, microbatches=3)
+
+
+def test_an_exception_in_process_batch_says_where():
+    with pytest.raises(UserFunctionError, match=r"process_batch\(\) raised ZeroDivisionError: .*microbatch 0"):
+        run(Returns(lambda out, new: 1 / 0), EVENTS, microbatches=3)
+
+
+def test_state_kinds_and_ttl_the_vectorised_path_lacks_are_refused():
+    from state_store import ListStateDescriptor, StateTtlConfig
+
+    class Lists(RunningCountSumVectorized):
+        def open(self, ctx):
+            ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()))
+
+    class Ttl(RunningCountSumVectorized):
+        def open(self, ctx):
+            ctx.get_state(ValueStateDescriptor("acc", ACC).enable_time_to_live(StateTtlConfig.new_builder(
+                __import__("datetime").timedelta(minutes=1)).build()))
+
+    with pytest.raises(ConfigError, match="declares list state 'seen', but a VectorizedKeyedFunction keeps Value"):
+        run(Lists(), EVENTS)
+    with pytest.raises(ConfigError, match="declares state 'acc' with TTL, which the vectorised path does not"):
+        run(Ttl(), EVENTS)
+
+
+def test_timers_side_outputs_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
+    from bench.jobs import count_sum_job
+    from state_store import FileSource, OutputTag
+
+    class Timers(RunningCountSumVectorized):
+        def on_timer(self, timestamp, ctx):
+            return None
+
+    spec = count_sum_job(str(tmp_path), vectorized=True)
+    assert isinstance(spec.validate().function, VectorizedKeyedFunction)
+    with pytest.raises(ConfigError, match="defines on_timer, but a VectorizedKeyedFunction has no timers"):
+        spec.with_overrides(function=Timers()).validate()
+    with pytest.raises(ConfigError, match="which has no side outputs"):
+        spec.with_overrides(side_outputs=[OutputTag("late", OUTPUT)]).validate()
+    with pytest.raises(ConfigError, match="which takes no broadcast_source"):
+        spec.with_overrides(broadcast_source=FileSource(str(tmp_path), "json", OUTPUT)).validate()
+    with pytest.raises(ConfigError, match="batch_format is 'polars'"):
+        spec.with_overrides(function=type("Polars", (RunningCountSumVectorized,), {"batch_format": "polars"})()
+                            ).validate()
+    assert isinstance(spec, JobSpec)
+
+
+def test_pandas_in_and_out_gives_the_same_rows():
+    class Pandas(VectorizedKeyedFunction):
+        batch_format = "pandas"
+
+        def open(self, ctx):
+            ctx.get_state(ValueStateDescriptor("acc", ACC))
+
+        def process_batch(self, records, state, ctx):
+            totals = records.groupby("key", sort=True)["amount"].agg(["count", "sum"]).reset_index()
+            merged = state.merge(totals, on="key")
+            count = merged["acc"].map(lambda a: a["count"] if a else 0) + merged["count"]
+            total = merged["acc"].map(lambda a: a["sum"] if a else 0) + merged["sum"]
+            out = merged[["key"]].assign(count=count, sum=total)
+            new = merged[["key"]].assign(acc=[{"count": c, "sum": s} for c, s in zip(count, total)])
+            return out, new
+
+    same_on_both_paths(RunningCountSum(), Pandas(), RESTORED + EVENTS)
