@@ -239,3 +239,48 @@ def test_pandas_in_and_out_gives_the_same_rows():
             return out, new
 
     same_on_both_paths(RunningCountSum(), Pandas(), RESTORED + EVENTS)
+
+
+# -- end to end (Spark) -------------------------------------------------------------------------------------------
+def _r_job(lake, function, job_id="vec"):
+    from bench.jobs import EVENT
+    from state_store import FileSource
+
+    return JobSpec(job_id=job_id, function=function, source=FileSource(str(lake.events), "json", EVENT,
+                                                                      max_files_per_batch=1),
+                   key="key", key_type=Types.STRING(), output_type=OUTPUT, sink=f"sinks/{job_id}", uid="count-sum",
+                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2)
+
+
+@pytest.mark.slow
+def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_function(spark, tmp_path):
+    """The vectorised R runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record R and one
+    vectorised again: its sink and state are those of the per-record R run throughout, and the State Processor
+    reads its checkpoint's values."""
+    from state_store.restore import rescale_job
+    from state_store.state_processor import SavepointReader
+
+    from .conftest import Lake
+    from .helpers import run as run_job
+    from .helpers import sink_rows, state_at_latest_checkpoint
+
+    lakes = {name: Lake(tmp_path / name) for name in ("per_record", "vectorized")}
+    for lake in lakes.values():
+        for m in range(4):
+            lake.write_events(f"e{m}.json", [{"key": k, "amount": m * 10 + i, "ts": m} for i, k in
+                                             enumerate(["a", "b", "c", "a", "d", "e"][m % 2:])])
+    steady = _r_job(lakes["per_record"], RunningCountSum())
+    run_job(spark, steady, lakes["per_record"])
+    lake = lakes["vectorized"]
+    vectorized, per_record = _r_job(lake, RunningCountSumVectorized()), _r_job(lake, RunningCountSum())
+    run_job(spark, vectorized, lake, max_microbatches=2)
+    reader = SavepointReader.for_checkpoint(spark, "vec", settings=lake.settings)
+    assert {r["key"]: r["value"].asDict() for r in reader.keyed_state("acc").collect()}["a"] == {"count": 3,
+                                                                                               "sum": 15}
+    assert rescale_job(spark, lake.settings, vectorized, 3, say=lambda m: None).parallelism == 3
+    run_job(spark, per_record, lake, max_microbatches=1)
+    result = run_job(spark, vectorized, lake)
+    assert [b.batch_id for b in result.batches] == [3]
+    assert sink_rows(spark, lake, vectorized) == sink_rows(spark, lakes["per_record"], steady)
+    assert state_at_latest_checkpoint(spark, lake, vectorized)[0] == \
+        state_at_latest_checkpoint(spark, lakes["per_record"], steady)[0]
