@@ -315,15 +315,15 @@ class KeyedStateStore:
         """Make ``texts`` (None: removed) the stored values of ``keys``, without expiry: changes the caller has
         written to the keyed table itself."""
         stored, expiries = self._stored, self._expiry
-        for key, key_group, text in zip(keys, key_groups, texts):
-            entry = (state_name, key, namespace)
+        entries = [(state_name, key, namespace) for key in keys]
+        stored.update({entry: text for entry, text in zip(entries, texts) if text is not None})
+        for entry, text in zip(entries, texts):
             if text is None:
                 stored.pop(entry, None)
-            else:
-                stored[entry] = text
-            if expiries:
+        if expiries:
+            for entry in entries:
                 expiries.pop(entry, None)
-            self._key_groups[key] = key_group
+        self._key_groups.update(zip(keys, key_groups))
 
     # -- end of a microbatch ---------------------------------------------------------------------------
     def flush(self) -> list[KeyedChange]:

@@ -22,6 +22,7 @@ class VectorizedRun:
     def __init__(self, runner):
         self.runner = runner
         self._slices: list = []
+        self._key_objects = None  # the microbatch's keys as a numpy array of Python strings (``_state``)
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
@@ -79,10 +80,11 @@ class VectorizedRun:
 
         store = self.runner.store
         text_keys = keys.column("text").combine_chunks()
-        key_list = text_keys.to_pylist()
+        # The keys as Python strings, once: the store is a dict of them (numpy's conversion beats to_pylist's).
+        self._key_objects = text_keys.to_numpy(zero_copy_only=False)
         columns, texts = {"key": keys.column("key")}, {}
         for qname, descriptor in states.items():
-            texts[qname] = stored = pa.array(store.stored_texts(qname, key_list), pa.string())
+            texts[qname] = stored = pa.array(store.stored_texts(qname, self._key_objects), pa.string())
             columns[descriptor.name] = decode_column(descriptor.type_info, stored, text_keys, qname)
         return pa.table(columns), texts
 
@@ -145,6 +147,7 @@ class VectorizedRun:
 
     def _write_state(self, qname: str, descriptor, keys, at, stored, values) -> None:
         """One state's new ``values`` of the keys at ``at`` (ascending): the changed ones written and stored."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         runner = self.runner
@@ -156,11 +159,14 @@ class VectorizedRun:
         n = len(new)
         if not n:
             return
-        text_keys, key_groups = keys.column("text").take(at), keys.column("key_group").take(at)
+        text_keys = keys.column("text").combine_chunks().take(at)
+        key_groups = keys.column("key_group").combine_chunks().take(at)
         batch_id = runner.batch_id
-        runner.files.keyed.add_columns(batch_id, [
-            [qname] * n, key_groups, text_keys, [""] * n, [None] * n, new, [None] * n, [batch_id] * n, [0] * n])
-        runner.store.replace_stored(qname, text_keys.to_pylist(), key_groups.to_pylist(), new.to_pylist())
+        runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
+            pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
+            pa.nulls(n, pa.int64()), pa.repeat(batch_id, n), pa.repeat(0, n)])
+        runner.store.replace_stored(qname, self._key_objects[at.to_numpy()], key_groups.to_numpy().tolist(),
+                                    new.to_numpy(zero_copy_only=False))
         deletes = new.null_count
         stats = runner.stats
         stats.state_deletes += deletes
