@@ -24,9 +24,12 @@ Values are read from and written to the state table column-wise
 (``json_columns``), in the stored format of the per-record path, so
 checkpoints, savepoints, rescale, the State Processor API and exactly-once
 are the per-record path's, and a job can move between the two paths through a
-savepoint. Supported: ValueState without TTL, operator state, raw state.
-Refused with a clear error: other keyed state kinds, TTL, timers, side
-outputs, broadcast sources.
+savepoint. Supported: ValueState (with TTL: every touched key's value is
+read at the call, so an expired one is null (or given once, under
+ReturnExpiredIfNotCleanedUp) and removed, and a read restamps as the TTL
+config says; a write stamps its expiry), operator state, raw state. Refused
+with a clear error: other keyed state kinds, timers, side outputs, broadcast
+sources.
 """
 from __future__ import annotations
 
@@ -98,17 +101,14 @@ def check_job(spec) -> None:
 
 
 def value_states(ctx: RuntimeContext, function) -> dict[str, Any]:
-    """Qualified name -> descriptor of the states ``open`` declared; anything but ValueState without TTL is a
-    ConfigError naming the state."""
+    """Qualified name -> descriptor of the states ``open`` declared; anything but ValueState is a ConfigError
+    naming the state."""
     name = type(function).__name__
     for qname, descriptor in ctx.descriptors.items():
         if descriptor.kind != "value":
             raise ConfigError(f"{name} declares {descriptor.kind} state {descriptor.name!r}, but a "
                               f"VectorizedKeyedFunction keeps ValueState only; declare a ValueState (e.g. of a LIST "
                               f"or MAP type) or use a KeyedProcessFunction")
-        if descriptor.ttl_config is not None:
-            raise ConfigError(f"{name} declares state {descriptor.name!r} with TTL, which the vectorised path does "
-                              f"not support yet; drop enable_time_to_live or use a KeyedProcessFunction")
     return dict(ctx.descriptors)
 
 

@@ -38,7 +38,7 @@ class VectorizedRun:
         runner = self.runner
         states = value_states(runner.runtime_ctx, runner.function)
         keys, records = self._sorted(pa.Table.from_batches(slices))
-        state, texts = self._state(keys, states)
+        state, stored = self._state(keys, states)
         output, new_state = self._call(records, state)
         stats = runner.stats
         stats.records_in += records.num_rows
@@ -49,8 +49,10 @@ class VectorizedRun:
                              "return the columns of the job's output_type")
             runner.files.sink.add_table(runner.batch_id, output)
             stats.records_out += output.num_rows
-        if new_state is not None:
-            self._write(keys, states, texts, new_state)
+        updates = {} if new_state is None else self._updates(keys, states, new_state)
+        for qname, descriptor in states.items():
+            if qname in updates or descriptor.ttl_config is not None:  # TTL: expired values go, reads restamp
+                self._write_state(qname, descriptor, keys, stored[qname], updates.get(qname))
 
     def _sorted(self, table):
         """(a table of the distinct keys: ``text``, ``key`` (typed), ``key_group``, in key order; the records
@@ -75,18 +77,26 @@ class VectorizedRun:
         return keys, records
 
     def _state(self, keys, states: dict):
-        """The ``state`` table the function gets, and each state's stored texts (beside ``keys``)."""
+        """The ``state`` table the function gets, and each state's stored texts and expiries (beside ``keys``).
+        With TTL, every key's value is read: an expired one is null unless ReturnExpiredIfNotCleanedUp."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         store = self.runner.store
         text_keys = keys.column("text").combine_chunks()
         # The keys as Python strings, once: the store is a dict of them (numpy's conversion beats to_pylist's).
         self._key_objects = text_keys.to_numpy(zero_copy_only=False)
-        columns, texts = {"key": keys.column("key")}, {}
+        columns, stored = {"key": keys.column("key")}, {}
         for qname, descriptor in states.items():
-            texts[qname] = stored = pa.array(store.stored_texts(qname, self._key_objects), pa.string())
-            columns[descriptor.name] = decode_column(descriptor.type_info, stored, text_keys, qname)
-        return pa.table(columns), texts
+            texts = pa.array(store.stored_texts(qname, self._key_objects), pa.string())
+            expiries = pa.array(store.stored_expiries(qname, self._key_objects), pa.int64())
+            stored[qname] = texts, expiries
+            column = decode_column(descriptor.type_info, texts, text_keys, qname)
+            ttl = descriptor.ttl_config
+            if ttl is not None and not ttl.return_expired:
+                column = pc.if_else(_expired(texts, expiries, store.now), pa.scalar(None, column.type), column)
+            columns[descriptor.name] = column
+        return pa.table(columns), stored
 
     def _call(self, records, state):
         runner = self.runner
@@ -105,8 +115,9 @@ class VectorizedRun:
                               f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
         return result
 
-    def _write(self, keys, states: dict, texts: dict, new_state) -> None:
-        """The values ``new_state`` changes: to the keyed table (``KeyedChange``'s columns) and the store."""
+    def _updates(self, keys, states: dict, new_state) -> dict:
+        """Qualified state name -> (the positions among ``keys`` of the keys ``new_state`` writes, ascending;
+        their new values), checked."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -124,11 +135,8 @@ class VectorizedRun:
         at = self._positions(keys, new_state.column("key").combine_chunks())
         order = pc.sort_indices(at)  # in key order, as the per-record path's flush writes them
         at = at.take(order)
-        for name in names:
-            if name != "key":
-                qname, descriptor = declared[name]
-                self._write_state(qname, descriptor, keys, at, texts[qname],
-                                  new_state.column(name).combine_chunks().take(order))
+        return {declared[name][0]: (at, new_state.column(name).combine_chunks().take(order))
+                for name in names if name != "key"}
 
     @staticmethod
     def _positions(keys, new_keys):
@@ -145,28 +153,47 @@ class VectorizedRun:
             raise ConfigError("process_batch's new state has a key twice; return one row per key")
         return at
 
-    def _write_state(self, qname: str, descriptor, keys, at, stored, values) -> None:
-        """One state's new ``values`` of the keys at ``at`` (ascending): the changed ones written and stored."""
+    def _write_state(self, qname: str, descriptor, keys, stored, update) -> None:
+        """One state's changes: ``update`` (positions, values) or None; with TTL, expired values removed and
+        reads restamped (``_ttl_baseline``). What changed is written and stored."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        runner = self.runner
-        new = encode_column(descriptor.type_info, values)
-        old = stored.take(at)
-        same = pc.if_else(pc.is_null(new), pc.is_null(old), pc.fill_null(pc.equal(new, old), False))
-        keep = pc.invert(same)
-        new, old, at = new.filter(keep), old.filter(keep), at.filter(keep)
-        n = len(new)
+        old_text, old_expiry = stored
+        ttl, now = descriptor.ttl_config, self.runner.store.now
+        new_text, new_expiry = (old_text, old_expiry) if ttl is None else _ttl_baseline(ttl, now, *stored)
+        if update is not None:
+            at, values = update
+            mask = np.zeros(len(old_text), dtype=bool)
+            mask[at.to_numpy()] = True
+            written = encode_column(descriptor.type_info, values)
+            stamp = pa.scalar(None if ttl is None else ttl.expiry(now), pa.int64())
+            new_text = pc.replace_with_mask(new_text, pa.array(mask), written)
+            new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask),
+                                              pc.if_else(pc.is_valid(written), stamp, pa.scalar(None, pa.int64())))
+        changed = pc.invert(pc.and_(_same(new_text, old_text), _same(new_expiry, old_expiry)))
+        self._write_changes(qname, keys, pc.indices_nonzero(changed), old_text, new_text, new_expiry)
+
+    def _write_changes(self, qname: str, keys, at, old_text, new_text, new_expiry) -> None:
+        """The entries at ``at``: to the keyed table (``KeyedChange``'s columns), the store and the stats."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(at)
         if not n:
             return
+        runner = self.runner
+        new, old, expiry = new_text.take(at), old_text.take(at), new_expiry.take(at)
         text_keys = keys.column("text").combine_chunks().take(at)
         key_groups = keys.column("key_group").combine_chunks().take(at)
         batch_id = runner.batch_id
         runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
             pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
-            pa.nulls(n, pa.int64()), pa.repeat(batch_id, n), pa.repeat(0, n)])
+            expiry, pa.repeat(batch_id, n), pa.repeat(0, n)])
         runner.store.replace_stored(qname, self._key_objects[at.to_numpy()], key_groups.to_numpy().tolist(),
-                                    new.to_numpy(zero_copy_only=False))
+                                    new.to_numpy(zero_copy_only=False),
+                                    expiry.to_pylist() if expiry.null_count < n else None)
         deletes = new.null_count
         stats = runner.stats
         stats.state_deletes += deletes
@@ -175,3 +202,31 @@ class VectorizedRun:
         removed = pc.sum(pc.and_(pc.is_null(new), pc.is_valid(old))).as_py() or 0
         if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries is listed
             stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+
+
+def _expired(texts, expiries, now: int):
+    """Which stored values are expired at ``now`` (a value without expiry never is)."""
+    import pyarrow.compute as pc
+
+    return pc.and_(pc.is_valid(texts), pc.fill_null(pc.less_equal(expiries, now), False))
+
+
+def _ttl_baseline(ttl, now: int, texts, expiries):
+    """(texts, expiries) after every touched key's value was read at ``now``, as ``ttl.handles``' read does: an
+    expired value removed, a live one restamped under OnReadAndWrite (and one stored without expiry, always)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    expired = _expired(texts, expiries, now)
+    live = pc.and_(pc.is_valid(texts), pc.invert(expired))
+    restamp = live if ttl.update_on_read else pc.and_(live, pc.is_null(expiries))
+    none = pa.scalar(None, pa.int64())
+    new_expiries = pc.if_else(restamp, pa.scalar(ttl.expiry(now), pa.int64()), pc.if_else(expired, none, expiries))
+    return pc.if_else(expired, pa.scalar(None, pa.string()), texts), new_expiries
+
+
+def _same(a, b):
+    """Element-wise: equal, two nulls counting as equal."""
+    import pyarrow.compute as pc
+
+    return pc.if_else(pc.is_null(a), pc.is_null(b), pc.fill_null(pc.equal(a, b), False))

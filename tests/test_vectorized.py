@@ -47,9 +47,9 @@ def event(batch_id, key, amount, subtask=0):
             "key_group": sum(map(ord, key)) % 4, RECORD: {"key": key, "amount": amount, "ts": 0}}
 
 
-def stored(key, text, subtask=0, state=ACC_NAME):
+def stored(key, text, subtask=0, state=ACC_NAME, expiry=None):
     return {"subtask": subtask, "phase": PHASE_KEYED, "state_name": state, "key": key,
-            "key_group": sum(map(ord, key)) % 4, "namespace": "", "user_key": None, "value": text}
+            "key_group": sum(map(ord, key)) % 4, "namespace": "", "user_key": None, "value": text, "expiry": expiry}
 
 
 def frame(rows, rows_per_batch=4):
@@ -66,10 +66,11 @@ def frame(rows, rows_per_batch=4):
 
 
 def run(function, rows, microbatches=3, committed=None, key_type=None):
+    """The rows ``function`` wrote and the stats it returned; microbatch m's processing time is 1000 (m + 1)."""
     with tempfile.TemporaryDirectory() as directory:
         out = run_outputs(Path(directory), committed)
         plan = RunPlan("op", function, key_type or Types.STRING(), OUTPUT, 2, 8, True,
-                       [(m, 1_000 + m) for m in range(microbatches)], out)
+                       [(m, 1_000 * (m + 1)) for m in range(microbatches)], out)
         result = run_partition(plan, iter(frame(rows)))
         return read_files(out, [r for batch in result for r in batch.to_pylist()])
 
@@ -80,6 +81,11 @@ EVENTS = [event(0, "a", 1), event(0, "b", 2), event(0, "a", 3), event(0, "c", 4)
           event(2, "c", 8), event(2, "c", 9), event(2, "e", 10)]
 
 
+def expiries(result):
+    """(microbatch, key, expiry) of every keyed change, sorted."""
+    return sorted((r["batch_id"], r["key"], r["expiry"] or 0) for r in result if r["kind"] == "k")
+
+
 def sink(result):
     """(microbatch, sink row) of every output row, sorted."""
     return sorted((r["batch_id"], sorted(r[OUT].items())) for r in result if r["kind"] == "out")
@@ -88,6 +94,7 @@ def sink(result):
 def same_on_both_paths(per_record, vectorized, rows, **options):
     expected, actual = run(per_record, rows, **options), run(vectorized, rows, **options)
     assert sorted(keyed_changes(actual)) == sorted(keyed_changes(expected))
+    assert expiries(actual) == expiries(expected)
     assert sink(actual) == sink(expected)
     assert stats(actual) == stats(expected)
     return actual
@@ -182,22 +189,82 @@ def test_an_exception_in_process_batch_says_where():
         run(Returns(lambda out, new: 1 / 0), EVENTS, microbatches=3)
 
 
-def test_state_kinds_and_ttl_the_vectorised_path_lacks_are_refused():
-    from state_store import ListStateDescriptor, StateTtlConfig
+def test_state_kinds_the_vectorised_path_lacks_are_refused():
+    from state_store import ListStateDescriptor
 
     class Lists(RunningCountSumVectorized):
         def open(self, ctx):
             ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()))
 
-    class Ttl(RunningCountSumVectorized):
-        def open(self, ctx):
-            ctx.get_state(ValueStateDescriptor("acc", ACC).enable_time_to_live(StateTtlConfig.new_builder(
-                __import__("datetime").timedelta(minutes=1)).build()))
-
     with pytest.raises(ConfigError, match="declares list state 'seen', but a VectorizedKeyedFunction keeps Value"):
         run(Lists(), EVENTS)
-    with pytest.raises(ConfigError, match="declares state 'acc' with TTL, which the vectorised path does not"):
-        run(Ttl(), EVENTS)
+
+
+# -- TTL ----------------------------------------------------------------------------------------------------------
+def _acc_with_ttl(update_type, visibility):
+    from datetime import timedelta
+
+    from state_store import StateTtlConfig
+
+    config = (StateTtlConfig.new_builder(timedelta(milliseconds=1_500)).set_update_type(update_type)
+              .set_state_visibility(visibility).build())
+    return ValueStateDescriptor("acc", ACC).enable_time_to_live(config)
+
+
+class WritesWhenMoved(RunningCountSum):
+    """R with TTL that only reads a key whose records all have amount 0 (a read: TTL may restamp or expire)."""
+
+    def __init__(self, *ttl):
+        self.ttl = ttl
+
+    def open(self, ctx):
+        self.acc = ctx.get_state(_acc_with_ttl(*self.ttl))
+
+    def process(self, key, records, ctx):
+        acc = self.acc.value() or {"count": 0, "sum": 0}
+        if any(r["amount"] for r in records):
+            acc = {"count": acc["count"] + len(records), "sum": acc["sum"] + sum(r["amount"] for r in records)}
+            self.acc.update(acc)
+        yield {"key": key, **acc}
+
+
+class WritesWhenMovedVectorized(RunningCountSumVectorized):
+    def __init__(self, *ttl):
+        self.ttl = ttl
+
+    def open(self, ctx):
+        ctx.get_state(_acc_with_ttl(*self.ttl))
+
+    def process_batch(self, records, state, ctx):
+        output, new_state = super().process_batch(records, state, ctx)
+        amounts = records.group_by("key", use_threads=False).aggregate([("amount", "max")])
+        moved = pc.greater(amounts.column("amount_max"), 0)
+        acc = state.column("acc")
+        old = {f: pc.fill_null(pc.struct_field(acc, f), 0) for f in ("count", "sum")}
+        output = pa.table({"key": output.column("key"),
+                           **{f: pc.if_else(moved, output.column(f), old[f]) for f in ("count", "sum")}})
+        return output, new_state.filter(moved)
+
+
+TTL_ROWS = [stored("a", '{"count":1,"sum":5}', expiry=999), stored("b", '{"count":2,"sum":2}', expiry=5_000),
+            stored("c", '{"count":3,"sum":3}'), stored("z", '{"count":9,"sum":9}', expiry=1),
+            event(0, "a", 1), event(0, "b", 0), event(0, "c", 0), event(0, "e", 2),
+            event(1, "c", 5), event(1, "d", 0), event(1, "e", 0),
+            event(2, "e", 0), event(2, "b", 1), event(2, "a", 0)]
+
+
+@pytest.mark.parametrize("update_type", ["OnCreateAndWrite", "OnReadAndWrite"])
+@pytest.mark.parametrize("visibility", ["NeverReturnExpired", "ReturnExpiredIfNotCleanedUp"])
+def test_ttl_expires_restamps_and_stamps_as_the_per_record_ttl_handles(update_type, visibility):
+    result = same_on_both_paths(WritesWhenMoved(update_type, visibility),
+                                WritesWhenMovedVectorized(update_type, visibility), TTL_ROWS)
+    assert (0, "a", 2_500) in expiries(result)  # expired at 1000 (999), written again: stamped 1000 + 1500
+    assert (0, "c", 2_500) in expiries(result)  # stored without expiry, read: stamped
+    if update_type == "OnReadAndWrite":  # e read at 2000: restamped, so live at 3000
+        assert (1, "e", 3_500) in expiries(result) and (2, "e", 0) not in expiries(result)
+    else:  # e written at 1000 only: expired at 3000, and its read removes it
+        assert (2, "e", 0) in expiries(result) and not [e for e in expiries(result) if e[:2] == (1, "e")]
+    assert not [r for r in result if r["kind"] == "k" and r["key"] == "z"]  # not touched: not read
 
 
 def test_timers_side_outputs_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
