@@ -43,8 +43,9 @@ class CountSumOrClearVectorized(RunningCountSumVectorized):
 
 # -- frames -------------------------------------------------------------------------------------------------------
 def event(batch_id, key, amount, subtask=0):
+    """A record of ``key`` (in key group 4 * subtask + a hash of it: subtask 1 owns key groups 4..7)."""
     return {"subtask": subtask, "phase": PHASE_RECORD, "batch_id": batch_id, "side": SIDE_KEYED, "key": key,
-            "key_group": sum(map(ord, key)) % 4, RECORD: {"key": key, "amount": amount, "ts": 0}}
+            "key_group": 4 * subtask + sum(map(ord, key)) % 4, RECORD: {"key": key, "amount": amount, "ts": 0}}
 
 
 def stored(key, text, subtask=0, state=ACC_NAME, expiry=None):
@@ -55,7 +56,8 @@ def stored(key, text, subtask=0, state=ACC_NAME, expiry=None):
 def frame(rows, rows_per_batch=4):
     schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, EVENT_TYPE)])
     full = []
-    for position, row in enumerate([{"subtask": 0, "phase": PHASE_SUBTASK}] + rows):
+    markers = [{"subtask": subtask, "phase": PHASE_SUBTASK} for subtask in sorted({r["subtask"] for r in rows} | {0})]
+    for position, row in enumerate(markers + rows):
         row = dict.fromkeys(schema.names) | row
         if row["phase"] == PHASE_RECORD:
             row.update(file_idx=0, block=0, row=position)
@@ -109,6 +111,21 @@ def test_r_vectorised_writes_the_per_record_paths_rows_texts_and_stats_from_rest
 def test_a_null_value_removes_the_state_as_clear_does():
     result = same_on_both_paths(CountSumOrClear(), CountSumOrClearVectorized(), RESTORED + EVENTS)
     assert sorted((c[0], c[3]) for c in keyed_changes(result) if c[6] is None) == [(0, "a"), (0, "b"), (2, "c")]
+
+
+def test_two_subtasks_in_one_partition_each_get_their_own_calls():
+    calls = []
+
+    class Logged(RunningCountSumVectorized):
+        def process_batch(self, records, state, ctx):
+            calls.append((ctx.subtask, ctx.batch_id, state.column("key").to_pylist()))
+            return super().process_batch(records, state, ctx)
+
+    rows = RESTORED + EVENTS + [event(0, "x", 1, subtask=1), event(2, "x", 2, subtask=1), event(2, "y", 3, subtask=1)]
+    result = same_on_both_paths(RunningCountSum(), Logged(), rows)
+    assert calls == [(0, 0, ["a", "b", "c"]), (0, 1, ["a", "c", "d"]), (0, 2, ["c", "e"]), (1, 0, ["x"]),
+                     (1, 2, ["x", "y"])]
+    assert {s for _, s, _ in stats(result)} == {0, 1}
 
 
 def test_a_replayed_microbatch_writes_nothing_but_its_state_carries_on():
