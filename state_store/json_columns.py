@@ -6,8 +6,8 @@ texts for a whole typed column with Arrow string kernels, so a stored value
 written by the vectorised path is byte for byte what the per-record path
 writes for the same value; ``decode_column`` parses a column of texts with
 Arrow's JSON reader against the declared type. Both fall back to the
-per-value serializers where the column-wise form would differ (floats, whose
-text orjson chooses; bytes; maps; strings with control characters) or fail
+per-value serializers where the column-wise form would differ (non-finite
+floats; bytes; maps; lists; strings with control characters) or fail
 (a stored value of another type: the per-value path then names it).
 
 No Spark import here.
@@ -32,6 +32,21 @@ def _string_texts(array):
     return pc.binary_join_element_wise('"', escaped, '"', "")
 
 
+def _float_texts(array):
+    """JSON numbers as orjson writes a Python float (its numpy serializer formats them alike, in one call), or
+    None when a value is not finite (stored as text: ``types._Scalar.encode``)."""
+    import numpy as np
+    import orjson
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pc.fill_null(pc.cast(array, pa.float64()), 0.0)
+    if not len(values) or not pc.all(pc.is_finite(values)).as_py():
+        return None if len(values) else pa.array([], pa.string())
+    texts = orjson.dumps(np.asarray(values.to_numpy()), option=orjson.OPT_SERIALIZE_NUMPY).decode()[1:-1].split(",")
+    return pc.if_else(pc.is_valid(array), pa.array(texts, pa.string()), pa.scalar(None, pa.string()))
+
+
 def _texts(type_info: TypeInfo, array):
     """The JSON texts of ``array``'s values (nulls where it is null), or None when not column-wise."""
     import pyarrow as pa
@@ -43,6 +58,8 @@ def _texts(type_info: TypeInfo, array):
         return pc.if_else(array, "true", "false")
     if type_info.name == "STRING":
         return _string_texts(array)
+    if type_info.name in ("DOUBLE", "FLOAT"):
+        return _float_texts(array)
     if isinstance(type_info, RowTypeInfo):
         parts = []
         for name in sorted(type_info.fields):  # sorted keys, as ``to_text``
