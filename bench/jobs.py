@@ -5,6 +5,7 @@ Per key a running ``(count, sum of amount)`` in one ValueState; one output row
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -33,12 +34,11 @@ class RunningCountSumVectorized(VectorizedKeyedFunction):
         ctx.get_state(ValueStateDescriptor("acc", ACC))
 
     def process_batch(self, records, state, ctx):
-        # Without threads, group_by keeps the keys' order of appearance: the state table's order.
-        totals = records.group_by("key", use_threads=False).aggregate(
-            [("amount", "count", pc.CountOptions("all")), ("amount", "sum")])
+        starts = ctx.key_offsets[:-1]  # state row i's records: records[key_offsets[i]:key_offsets[i + 1]]
         acc = state.column("acc")
-        count = pc.add(pc.fill_null(pc.struct_field(acc, "count"), 0), totals.column("amount_count"))
-        total = pc.add(pc.fill_null(pc.struct_field(acc, "sum"), 0), totals.column("amount_sum"))
+        count = pc.add(pc.fill_null(pc.struct_field(acc, "count"), 0), np.diff(ctx.key_offsets))
+        total = pc.add(pc.fill_null(pc.struct_field(acc, "sum"), 0),
+                       np.add.reduceat(records.column("amount").to_numpy(), starts))
         new_acc = pa.StructArray.from_arrays([count.combine_chunks(), total.combine_chunks()], ["count", "sum"])
         return (pa.table({"key": state.column("key"), "count": count, "sum": total}),
                 pa.table({"key": state.column("key"), "acc": new_acc}))

@@ -44,11 +44,15 @@ BATCH_FORMATS = ("arrow", "pandas")
 
 
 class BatchContext:
-    """Given to ``process_batch``: the microbatch, its processing time and watermark, the subtask."""
+    """Given to ``process_batch``: the microbatch, its processing time and watermark, the subtask, and
+    ``key_offsets``: a numpy array of ``len(state) + 1`` offsets, state row ``i``'s records being
+    ``records[key_offsets[i]:key_offsets[i + 1]]`` (e.g. ``np.add.reduceat(amounts, key_offsets[:-1])`` sums them
+    per key; Arrow's ``group_by`` does not keep the keys' order)."""
 
-    def __init__(self, batch_id: int, timestamp: int, watermark: int, subtask: int, key_type: TypeInfo):
+    def __init__(self, batch_id: int, timestamp: int, watermark: int, subtask: int, key_type: TypeInfo,
+                 key_offsets=None):
         self.batch_id, self._timestamp, self._watermark = batch_id, timestamp, watermark
-        self.subtask, self.key_type = subtask, key_type
+        self.subtask, self.key_type, self.key_offsets = subtask, key_type, key_offsets
 
     def timestamp(self) -> int:
         """Processing time of this microbatch, in epoch milliseconds."""

@@ -23,6 +23,7 @@ class VectorizedRun:
         self.runner = runner
         self._slices: list = []
         self._key_objects = None  # the microbatch's keys as a numpy array of Python strings (``_state``)
+        self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
@@ -56,7 +57,8 @@ class VectorizedRun:
 
     def _sorted(self, table):
         """(a table of the distinct keys: ``text``, ``key`` (typed), ``key_group``, in key order; the records
-        table sorted by key, stably)."""
+        table sorted by key, stably); where each key's records start is kept for the context."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -74,6 +76,7 @@ class VectorizedRun:
             starts = pa.concat_arrays([starts, pc.add(pc.indices_nonzero(changed), 1)])
         keys = pa.table({"text": table.column("key").take(starts), "key": typed.take(starts),
                          "key_group": table.column("key_group").take(starts)})
+        self._key_offsets = np.append(starts.to_numpy(), n)
         return keys, records
 
     def _state(self, keys, states: dict):
@@ -101,7 +104,8 @@ class VectorizedRun:
     def _call(self, records, state):
         runner = self.runner
         function = runner.function
-        ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask, runner.plan.key_type)
+        ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask, runner.plan.key_type,
+                           self._key_offsets)
         pandas = function.batch_format == "pandas"
         try:
             result = function.process_batch(records.to_pandas() if pandas else records,

@@ -4,6 +4,7 @@ path, its checkpoint read by the State Processor API and restored into the per-r
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -106,6 +107,14 @@ def test_r_vectorised_writes_the_per_record_paths_rows_texts_and_stats_from_rest
     result = same_on_both_paths(RunningCountSum(), RunningCountSumVectorized(), RESTORED + EVENTS)
     assert (0, ACC_NAME, 1, "a", "", None, '{"count":3,"sum":9}') in keyed_changes(result)
     assert {r["key"]: r["count"] for r in outputs(result)} == {"a": 4, "b": 3, "c": 4, "d": 1, "e": 1}
+
+
+def test_many_keys_with_several_records_each_fold_per_key():
+    rng = np.random.default_rng(5)
+    rows = [event(m, f"user-{k}", int(a)) for m in range(2)
+            for k, a in zip(rng.integers(0, 1_000, 3_000), rng.integers(1, 100, 3_000))]
+    result = same_on_both_paths(RunningCountSum(), RunningCountSumVectorized(), rows, microbatches=2)
+    assert len(outputs(result)) > 1_500
 
 
 def test_a_null_value_removes_the_state_as_clear_does():
@@ -257,8 +266,7 @@ class WritesWhenMovedVectorized(RunningCountSumVectorized):
 
     def process_batch(self, records, state, ctx):
         output, new_state = super().process_batch(records, state, ctx)
-        amounts = records.group_by("key", use_threads=False).aggregate([("amount", "max")])
-        moved = pc.greater(amounts.column("amount_max"), 0)
+        moved = np.maximum.reduceat(records.column("amount").to_numpy(), ctx.key_offsets[:-1]) > 0
         acc = state.column("acc")
         old = {f: pc.fill_null(pc.struct_field(acc, f), 0) for f in ("count", "sum")}
         output = pa.table({"key": output.column("key"),
