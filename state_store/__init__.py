@@ -1,7 +1,8 @@
 """Lakestate: Flink's keyed and operator state for PySpark microbatches, kept in Delta Lake.
 
 The whole user surface is importable from here; see ``state_store.functions``
-for the contract of a keyed function.
+for the contract of a keyed function, ``state_store.vectorized`` for the
+vectorised one (one call per subtask and microbatch over Arrow tables).
 """
 from .descriptors import (
     AggregateFunction,
