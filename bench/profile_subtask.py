@@ -7,6 +7,8 @@ beside the floor: the same per-key logic as a plain Python loop over the same Ar
     python bench/profile_subtask.py 100000 profile  # plus cProfile's top functions
     python bench/profile_subtask.py 100000 sessions # bench/sessions.py's job instead: event-time timers, a session
                                                     # gap of 30 s over ts 1 ms apart, keys shuffled per microbatch
+    python bench/profile_subtask.py 100000 vectorized # R written as a VectorizedKeyedFunction (bench/jobs.py), beside
+                                                      # the same floor
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import orjson  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
-from bench.jobs import OUTPUT, RunningCountSum  # noqa: E402
+from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized  # noqa: E402
 from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
 from state_store.run_files import local_outputs  # noqa: E402
 from state_store.task import RunPlan, column_values, run_partition  # noqa: E402
@@ -69,6 +71,7 @@ def floor(batches: list) -> int:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     sessions, profile = "sessions" in sys.argv[2:], "profile" in sys.argv[2:]
+    function = RunningCountSumVectorized() if "vectorized" in sys.argv[2:] else RunningCountSum()
     types = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
     record = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
     schema = pa.schema([(name, types[t]) for name, t in EXCHANGE_COLUMNS] + [("record", record)])
@@ -89,7 +92,7 @@ def main() -> None:
         plan = RunPlan("u", Sessions(), Types.STRING(), SESSION, 2, 128, False,
                        [(m, 0, (m + 1) * n - 2) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
     else:
-        plan = RunPlan("u", RunningCountSum(), Types.STRING(), OUTPUT, 2, 128, False,
+        plan = RunPlan("u", function, Types.STRING(), OUTPUT, 2, 128, False,
                        [(m, 0) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
     profiler = cProfile.Profile()
     if profile:
@@ -100,7 +103,7 @@ def main() -> None:
     shutil.rmtree(directory)
     profiler.disable()
     records = n * MICROBATCHES
-    print(f"{records} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / records * 1e6:.1f} us/record")
+    print(f"{type(plan.function).__name__}: {records} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / records * 1e6:.1f} us/record")
     if not sessions:
         records_only = [b.filter(pc.equal(b.column("phase"), 4)) for b in batches]
         floor_cpu = time.process_time()

@@ -4,6 +4,7 @@
     python bench/throughput.py                      # workload R: 5 files x 100,000 events over 100,000 keys
     python bench/throughput.py --workload L --peers none
     python bench/throughput.py --files 2 --events 1000 --keys 500   # a tiny run
+    python bench/throughput.py --peers none --paths record,vectorized  # R per record and as a VectorizedKeyedFunction
 
 Lakestate runs ``bench/jobs.py`` (a running (count, sum) per key in a
 ValueState, one output row per key per microbatch) with the ``delta`` backend,
@@ -45,13 +46,14 @@ def keyed_commit_bytes(table: Path) -> int:
     return total
 
 
-def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False) -> dict:
+def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False,
+                  vectorized: bool = False) -> dict:
     from bench.jobs import count_sum_job
     from state_store.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
-    spec = count_sum_job(str(input_dir), backend=backend)
+    spec = count_sum_job(str(input_dir), backend=backend, vectorized=vectorized)
     started = time.time()
     result = run_job(spark, spec, settings,
                      progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
@@ -62,7 +64,7 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
     changed = spark.read.format("delta").load(str(state / "keyed")).selectExpr(
         "sum(length(state_name) + length(key) + length(namespace) + coalesce(length(user_key), 0) "
         "+ length(value) + 4 + 8 + 8 + 8) AS raw").first()["raw"] if backend == "delta" else None
-    return {"engine": f"lakestate[{backend}]", "events": events, "seconds": result.seconds,
+    return {"engine": f"lakestate[{backend}{',vectorized' if vectorized else ''}]", "events": events, "seconds": result.seconds,
             "events_per_s": round(events / result.seconds), "with_checkpoints_s": round(total, 1),
             "microbatches": len(result.batches), "phases": result.phases, "state_bytes": size, "state_files": files,
             "keyed_bytes_written": keyed_commit_bytes(state / "keyed") if backend == "delta" else None,
@@ -78,11 +80,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int)
     parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends")
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
+    parser.add_argument("--paths", default="record", help="comma-separated Lakestate paths: record,vectorized")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload]
     files, events, keys = args.files or files, args.events or events, args.keys or keys
     peers = [] if args.peers == "none" else args.peers.split(",")
+    lakestates = [(b, p == "vectorized", f"{b}-{p}") for b in args.backends.split(",") for p in args.paths.split(",")]
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peers' pandas deprecation noise
     from state_store.spark import build_spark
@@ -99,18 +103,20 @@ def main() -> None:
             warm = base / "warmup"
             write_workload(warm / "input", 2, 2_000, 2_000)
             started = time.time()
-            for backend in args.backends.split(","):
-                shutil.copytree(warm / "input", warm / backend / "input")
-                run_lakestate(spark, warm / backend / "input", warm / backend / "root", backend, quiet=True)
+            for backend, vectorized, name in lakestates:
+                shutil.copytree(warm / "input", warm / name / "input")
+                run_lakestate(spark, warm / name / "input", warm / name / "root", backend, quiet=True,
+                              vectorized=vectorized)
             for name in peers:
                 shutil.copytree(warm / "input", warm / name / "input")
                 PEERS[name](spark, warm / name / "input", warm / name)
             print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
         results = []
-        for backend in args.backends.split(","):
-            shutil.copytree(base / "input", base / backend / "input")
-            print(f"lakestate backend={backend}", flush=True)
-            results.append(run_lakestate(spark, base / backend / "input", base / backend / "root", backend))
+        for backend, vectorized, name in lakestates:
+            shutil.copytree(base / "input", base / name / "input")
+            print(f"lakestate backend={backend}{' vectorized' if vectorized else ''}", flush=True)
+            results.append(run_lakestate(spark, base / name / "input", base / name / "root", backend,
+                                         vectorized=vectorized))
         for name in peers:
             shutil.copytree(base / "input", base / name / "input")
             print(f"peer {name}", flush=True)
@@ -129,6 +135,9 @@ def main() -> None:
                   f"state tables {lake['state_bytes']} bytes in {lake['state_files']} files")
         ours = read_outputs(spark, lake["sink"])
         for r in results:
+            if r["engine"].startswith("lakestate") and r is not lake:
+                print(f"outputs of {r['engine']} equal to {lake['engine']}: "
+                      f"{outputs_equal(spark, ours, read_outputs(spark, r['sink']))}")
             if r["engine"].startswith("spark"):
                 print(f"outputs equal to {r['engine']}: {outputs_equal(spark, ours, read_outputs(spark, r['sink']))}")
         print(json.dumps(results))

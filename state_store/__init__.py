@@ -1,7 +1,8 @@
 """Lakestate: Flink's keyed and operator state for PySpark microbatches, kept in Delta Lake.
 
 The whole user surface is importable from here; see ``state_store.functions``
-for the contract of a keyed function.
+for the contract of a keyed function, ``state_store.vectorized`` for the
+vectorised one (one call per subtask and microbatch over Arrow tables).
 """
 from .descriptors import (
     AggregateFunction,
@@ -20,6 +21,7 @@ from .sources import DeltaSource, FileSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
+from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 
 __all__ = [
@@ -27,5 +29,5 @@ __all__ = [
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
-    "TimerService", "WatermarkStrategy",
+    "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
 ]

@@ -12,6 +12,7 @@ from .key_groups import check_parallelism, compute_default_max_parallelism
 from .side_outputs import OutputTag, side_output_sink
 from .sources import DeltaSource, FileSource
 from .types import RowTypeInfo, TypeInfo
+from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy
 
 BACKENDS = ("delta", "hashmap", "memory")
@@ -80,6 +81,7 @@ class JobSpec:
             raise ConfigError(str(e)) from None
         if not isinstance(self.function, KeyedProcessFunction):
             raise ConfigError("function must be an instance of a state_store.KeyedProcessFunction subclass")
+        check_vectorized(self)
         if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
             raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
         for name in ("parallelism", "checkpoint_interval", "num_retained"):

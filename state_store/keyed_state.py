@@ -339,6 +339,37 @@ class KeyedStateStore:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
             self.map_remove(state_name, namespace, descriptor, user_key)
 
+    # -- whole columns of stored texts (the vectorised path: ``vectorized_run``) ------------------------
+    def stored_texts(self, state_name: str, keys: list[str], namespace: str = VOID_NAMESPACE) -> list[str | None]:
+        """The stored text of ``state_name`` for each of ``keys`` (None where it has none), as of the last
+        flush."""
+        stored = self._stored
+        return [stored.get((state_name, key, namespace)) for key in keys]
+
+    def stored_expiries(self, state_name: str, keys: list[str], namespace: str = VOID_NAMESPACE) -> list[int | None]:
+        """The stored expiry of ``state_name`` for each of ``keys`` (None where it has none), as of the last
+        flush."""
+        expiries = self._expiry
+        return [expiries.get((state_name, key, namespace)) for key in keys] if expiries else [None] * len(keys)
+
+    def replace_stored(self, state_name: str, keys: list[str], key_groups: list[int], texts: list[str | None],
+                       expiries: list[int | None] | None, namespace: str = VOID_NAMESPACE) -> None:
+        """Make ``texts`` (None: removed) and ``expiries`` (None: none has one) the stored values of ``keys``:
+        changes the caller has written to the keyed table itself."""
+        stored, stored_expiries = self._stored, self._expiry
+        entries = [(state_name, key, namespace) for key in keys]
+        stored.update({entry: text for entry, text in zip(entries, texts) if text is not None})
+        for entry, text in zip(entries, texts):
+            if text is None:
+                stored.pop(entry, None)
+        if expiries is not None:
+            stored_expiries.update({entry: e for entry, e in zip(entries, expiries) if e is not None})
+        if stored_expiries:
+            for entry, expiry in zip(entries, expiries or [None] * len(entries)):
+                if expiry is None:
+                    stored_expiries.pop(entry, None)
+        self._key_groups.update(zip(keys, key_groups))
+
     # -- end of a microbatch ---------------------------------------------------------------------------
     def flush(self) -> list[KeyedChange]:
         """What changed since the last flush, sorted (``flush_columns`` as records): for tests and tools."""

@@ -209,6 +209,17 @@ class SinkFiles(TableFiles):
         pending[1].extend(rows)
         self.pending_rows += len(rows)
 
+    def add_table(self, batch_id: int, table) -> None:
+        """Rows of microbatch ``batch_id`` as an Arrow table of the sink's columns (the vectorised path)."""
+        import pyarrow as pa
+
+        committed = self.table.committed
+        if not table.num_rows or (committed is not None and batch_id <= committed):
+            return  # nothing, or a replay: the table already has this microbatch's rows
+        table = table.append_column(SINK_MICROBATCH, pa.array([batch_id] * table.num_rows, type=pa.int64()))
+        self._tables.setdefault((), []).append((table.cast(self.schema), batch_id))
+        self.pending_rows += table.num_rows
+
     def _columns(self, pending: tuple[list, list]) -> tuple[list, list]:
         import pyarrow as pa
 

@@ -50,6 +50,8 @@ from .side_outputs import SIDE_PREFIX, OutputTag
 from .timers import SubtaskTimers, TimeDomain, TimerService
 from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from .types import RowTypeInfo, TypeInfo, Types
+from .vectorized import VectorizedKeyedFunction
+from .vectorized_run import VectorizedRun
 from .watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
@@ -189,6 +191,8 @@ class SubtaskRunner:
         self._to_arrow = plan.output_type.to_arrow
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
+        # A VectorizedKeyedFunction's records are held as Arrow and processed in one call per microbatch.
+        self.vectorized = VectorizedRun(self) if isinstance(plan.function, VectorizedKeyedFunction) else None
 
     # -- restore -----------------------------------------------------------------------------------------
     def load_operator(self, state_name: str, mode: str, value: str, origin: int) -> None:
@@ -285,6 +289,8 @@ class SubtaskRunner:
 
     def _end(self) -> None:
         self._process_group()
+        if self.vectorized is not None:
+            self.vectorized.run()
         self._fire_timers()
         self.drain()
         batch_id, stats = self.batch_id, self.stats
@@ -514,8 +520,14 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
     runner: SubtaskRunner | None = None
     finished: set[int] = set()
     convert = bconvert = None
+    vectorized = isinstance(plan.function, VectorizedKeyedFunction)
     for batch in batches:
         if batch.num_rows == 0:
+            continue
+        if vectorized:
+            runner = _run_vectorized(plan, batch, runner, finished, results)
+            runner.files.maybe_flush()
+            yield from results.take()
             continue
         schema = batch.schema
         if convert is None:
@@ -580,4 +592,33 @@ def _run_rows(plan: RunPlan, batch, records: list, bconvert, runner: SubtaskRunn
             runner.load_raw_keyed(key_groups[i], values[i])
         elif phase == PHASE_OPERATOR:
             runner.load_operator(names[i], modes[i], values[i], origins[i])
+    return runner
+
+
+def _run_vectorized(plan: RunPlan, batch, runner: SubtaskRunner | None, finished: set[int],
+                    results: ResultRows) -> SubtaskRunner:
+    """A batch of a VectorizedKeyedFunction's frame: each run of keyed records of one microbatch goes to the
+    subtask's ``VectorizedRun`` as an Arrow slice, the other rows (state to load, a new subtask) to ``_run_rows``;
+    returns the subtask's runner at its end."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    keyed = pc.and_kleene(pc.equal(batch.column("phase"), PHASE_RECORD),
+                          pc.not_equal(batch.column("side"), SIDE_BROADCAST))
+    flags = pc.fill_null(keyed, False).to_numpy(zero_copy_only=False)
+    batch_ids = pc.fill_null(batch.column("batch_id"), -1).to_numpy()
+    subtasks = batch.column("subtask").to_numpy()
+    n = batch.num_rows
+    changed = (flags[1:] != flags[:-1]) | (batch_ids[1:] != batch_ids[:-1]) | (subtasks[1:] != subtasks[:-1])
+    starts = [0] + (np.flatnonzero(changed) + 1).tolist()
+    for start, end in zip(starts, starts[1:] + [n]):
+        part = batch.slice(start, end - start)
+        if not flags[start]:
+            runner = _run_rows(plan, part, [], None, runner, finished, results)
+            continue
+        if runner is None or runner.subtask != subtasks[start]:
+            raise RuntimeError(f"records of subtask {subtasks[start]} arrived before its marker row")
+        if runner.batch_id != batch_ids[start]:
+            runner.goto(int(batch_ids[start]))
+        runner.vectorized.add(part)
     return runner

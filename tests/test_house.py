@@ -15,7 +15,7 @@ FLOORS = {
     "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "records", "keyed_state",
              "operator_state", "functions", "repartition", "exchange", "run_files", "task", "job", "settings",
              "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.handles", "ttl",
-             "watermarks", "timers", "side_outputs"},
+             "watermarks", "timers", "side_outputs", "json_columns", "vectorized", "vectorized_run"},
     "adapters": {"spark", "delta_log", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
     "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "runtime",
                    "savepoint", "restore", "compaction", "state_processor", "housekeeping"},

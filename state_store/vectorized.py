@@ -1,0 +1,152 @@
+"""The vectorised keyed function: one call per subtask and microbatch, over Arrow tables.
+
+    class RunningCountSum(VectorizedKeyedFunction):
+        def open(self, ctx):
+            ctx.get_state(ValueStateDescriptor("acc", ACC))   # declares the state (and its type) as usual
+
+        def process_batch(self, records, state, ctx):
+            ...                                               # a fold over columns: pyarrow, numpy, pandas
+            return output, new_state
+
+``records`` holds the subtask's records of one microbatch (the source's
+columns), sorted by key, each key's records in the order ``process`` would get
+them. ``state`` has one row per key of ``records``, in the same order: a ``key``
+column of the job's key type and one column per ValueState, named as its
+descriptor and typed as it declares, null where the key has no value.
+``process_batch`` returns ``(output, new_state)``: the output rows (the
+columns of the job's ``output_type``) and the values to store, a ``key`` column
+(keys of ``state`` only, each once) and any of the state columns; a null
+removes the key's value (``ValueState.clear``), a key or a state column left
+out keeps its value. Either may be None. With ``batch_format = "pandas"`` the
+two tables come as pandas DataFrames and DataFrames may be returned.
+
+Values are read from and written to the state table column-wise
+(``json_columns``), in the stored format of the per-record path, so
+checkpoints, savepoints, rescale, the State Processor API and exactly-once
+are the per-record path's, and a job can move between the two paths through a
+savepoint. Supported: ValueState (with TTL: every touched key's value is
+read at the call, so an expired one is null (or given once, under
+ReturnExpiredIfNotCleanedUp) and removed, and a read restamps as the TTL
+config says; a write stamps its expiry), operator state, raw state. Refused
+with a clear error: other keyed state kinds, timers, side outputs, broadcast
+sources.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from .errors import ConfigError
+from .functions import KeyedProcessFunction, RuntimeContext
+from .types import TypeInfo
+
+BATCH_FORMATS = ("arrow", "pandas")
+
+
+class BatchContext:
+    """Given to ``process_batch``: the microbatch, its processing time and watermark, the subtask, and
+    ``key_offsets``: a numpy array of ``len(state) + 1`` offsets, state row ``i``'s records being
+    ``records[key_offsets[i]:key_offsets[i + 1]]`` (e.g. ``np.add.reduceat(amounts, key_offsets[:-1])`` sums them
+    per key; Arrow's ``group_by`` does not keep the keys' order)."""
+
+    def __init__(self, batch_id: int, timestamp: int, watermark: int, subtask: int, key_type: TypeInfo,
+                 key_offsets=None):
+        self.batch_id, self._timestamp, self._watermark = batch_id, timestamp, watermark
+        self.subtask, self.key_type, self.key_offsets = subtask, key_type, key_offsets
+
+    def timestamp(self) -> int:
+        """Processing time of this microbatch, in epoch milliseconds."""
+        return self._timestamp
+
+    def current_processing_time(self) -> int:
+        """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
+        return self._timestamp
+
+    def current_watermark(self) -> int:
+        """The event-time watermark while this microbatch's records are processed (the previous one's)."""
+        return self._watermark
+
+
+class VectorizedKeyedFunction(KeyedProcessFunction):
+    """Subclass and implement ``process_batch``; ``open``, ``initialize_state``, ``snapshot_state`` and
+    ``close`` are the KeyedProcessFunction's. Keyed state is declared in ``open`` with ``ctx.get_state`` (its
+    handle is not used: values come and go as the ``state`` tables)."""
+
+    batch_format = "arrow"  # or "pandas": tables in and out as pandas DataFrames
+
+    def process(self, key: Any, records: list, ctx) -> None:
+        raise TypeError(f"{type(self).__name__} is a VectorizedKeyedFunction: Lakestate calls its process_batch, "
+                        f"once per subtask and microbatch, never process")
+
+    @abc.abstractmethod
+    def process_batch(self, records, state, ctx: BatchContext):
+        """Fold one microbatch of one subtask: ``records`` (sorted by key) and ``state`` (a row per key: ``key``
+        and a column per ValueState, null where absent) in; ``(output rows, new state rows)`` out, either None.
+        In ``new_state`` a null removes a value; keys and columns left out keep theirs."""
+
+
+def check_job(spec) -> None:
+    """What a vectorised function cannot do yet, refused where the job is defined (``JobSpec.validate``)."""
+    function = spec.function
+    if not isinstance(function, VectorizedKeyedFunction):
+        return
+    name = type(function).__name__
+    if function.batch_format not in BATCH_FORMATS:
+        raise ConfigError(f"{name}.batch_format is {function.batch_format!r}; use one of {BATCH_FORMATS}")
+    if type(function).on_timer is not KeyedProcessFunction.on_timer:
+        raise ConfigError(f"{name} defines on_timer, but a VectorizedKeyedFunction has no timers; use a "
+                          f"KeyedProcessFunction for timers")
+    if spec.broadcast_source is not None:
+        raise ConfigError(f"{name} is a VectorizedKeyedFunction, which takes no broadcast_source; use a "
+                          f"KeyedBroadcastProcessFunction")
+    if spec.side_outputs:
+        raise ConfigError(f"{name} is a VectorizedKeyedFunction, which has no side outputs; drop side_outputs "
+                          f"or use a KeyedProcessFunction")
+
+
+def value_states(ctx: RuntimeContext, function) -> dict[str, Any]:
+    """Qualified name -> descriptor of the states ``open`` declared; anything but ValueState is a ConfigError
+    naming the state."""
+    name = type(function).__name__
+    for qname, descriptor in ctx.descriptors.items():
+        if descriptor.kind != "value":
+            raise ConfigError(f"{name} declares {descriptor.kind} state {descriptor.name!r}, but a "
+                              f"VectorizedKeyedFunction keeps ValueState only; declare a ValueState (e.g. of a LIST "
+                              f"or MAP type) or use a KeyedProcessFunction")
+    return dict(ctx.descriptors)
+
+
+def as_table(table, what: str):
+    """``table`` (an Arrow table, record batch or pandas DataFrame) as an Arrow table."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table):
+        return table
+    if isinstance(table, pa.RecordBatch):
+        return pa.Table.from_batches([table])
+    if type(table).__module__.split(".")[0] != "pandas":
+        raise ConfigError(f"{what} is a {type(table).__name__}; return a pyarrow.Table (or a pandas DataFrame)")
+    return pa.Table.from_pandas(table, preserve_index=False)
+
+
+def conform(table, fields: list, what: str, fix: str):
+    """``table`` (an Arrow table, record batch or pandas DataFrame) with exactly the columns ``fields`` (pyarrow
+    fields, in order) of their types, or a ConfigError naming the mismatch."""
+    import pyarrow as pa
+
+    table = as_table(table, what)
+    names = [f.name for f in fields]
+    missing, extra = [n for n in names if n not in table.column_names], [n for n in table.column_names
+                                                                           if n not in names]
+    if extra or missing:
+        raise ConfigError(f"{what} has columns {table.column_names}: " + (f"{extra} are not declared; " if extra
+                          else "") + (f"{missing} are missing; " if missing else "") + fix)
+    columns = []
+    for f in fields:
+        column = table.column(f.name)
+        try:
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise ConfigError(f"{what}: column {f.name!r} is {column.type} but is declared {f.type} ({e}); cast it "
+                              f"or change the declaration") from None
+    return pa.table(columns, schema=pa.schema(fields))

@@ -1,0 +1,236 @@
+"""A subtask's side of a VectorizedKeyedFunction: one ``process_batch`` call per microbatch.
+
+``task.SubtaskRunner`` hands this its keyed records as Arrow slices of the
+exchange batches (``add``) and calls ``run`` at the end of each microbatch,
+before its flush. ``run`` sorts the records by key, reads the touched keys'
+stored values column-wise from the subtask's ``KeyedStateStore``, calls the
+function, writes the output table to the sink file and the changed values
+(encoded column-wise, in the per-record path's stored format) to the keyed
+table, makes them the stored values, and counts them in the microbatch's
+stats as the per-record path does.
+"""
+from __future__ import annotations
+
+from .errors import ConfigError, StoredValueError
+from .json_columns import decode_column, encode_column
+from .vectorized import BatchContext, as_table, conform, value_states
+
+
+class VectorizedRun:
+    """The records of the microbatch being processed, and the call at its end, for one ``SubtaskRunner``."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self._slices: list = []
+        self._key_objects = None  # the microbatch's keys as a numpy array of Python strings (``_state``)
+        self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
+
+    def add(self, batch) -> None:
+        """Keyed records of the current microbatch: a slice of an exchange batch."""
+        self._slices.append(batch.select(["key", "key_group", "record"]))
+
+    def run(self) -> None:
+        """The microbatch's ``process_batch`` call (none without records) and its writes."""
+        import pyarrow as pa
+
+        slices, self._slices = self._slices, []
+        if not slices:
+            return
+        runner = self.runner
+        states = value_states(runner.runtime_ctx, runner.function)
+        keys, records = self._sorted(pa.Table.from_batches(slices))
+        state, stored = self._state(keys, states)
+        output, new_state = self._call(records, state)
+        stats = runner.stats
+        stats.records_in += records.num_rows
+        stats.keys += keys.num_rows
+        if output is not None:
+            out_type = runner.plan.output_type.arrow_type()
+            output = conform(output, list(out_type), "process_batch's output",
+                             "return the columns of the job's output_type")
+            runner.files.sink.add_table(runner.batch_id, output)
+            stats.records_out += output.num_rows
+        updates = {} if new_state is None else self._updates(keys, states, new_state)
+        for qname, descriptor in states.items():
+            if qname in updates or descriptor.ttl_config is not None:  # TTL: expired values go, reads restamp
+                self._write_state(qname, descriptor, keys, stored[qname], updates.get(qname))
+
+    def _sorted(self, table):
+        """(a table of the distinct keys: ``text``, ``key`` (typed), ``key_group``, in key order; the records
+        table sorted by key, stably); where each key's records start is kept for the context."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        key_type = self.runner.plan.key_type
+        if table.column("key").null_count:
+            raise ConfigError("a record has a null key; filter or fill null keys in the source")
+        typed = table.column("key").cast(key_type.arrow_type())
+        order = pc.sort_indices(typed)  # stable: a key's records keep their order
+        table, typed = table.take(order), typed.take(order).combine_chunks()
+        records = pa.Table.from_struct_array(table.column("record").combine_chunks())
+        n = len(typed)
+        starts = pa.array([0], pa.int64())
+        if n > 1:
+            changed = pc.not_equal(typed.slice(1), typed.slice(0, n - 1))
+            starts = pa.concat_arrays([starts, pc.add(pc.indices_nonzero(changed), 1)])
+        keys = pa.table({"text": table.column("key").take(starts), "key": typed.take(starts),
+                         "key_group": table.column("key_group").take(starts)})
+        self._key_offsets = np.append(starts.to_numpy(), n)
+        return keys, records
+
+    def _state(self, keys, states: dict):
+        """The ``state`` table the function gets, and each state's stored texts and expiries (beside ``keys``).
+        With TTL, every key's value is read: an expired one is null unless ReturnExpiredIfNotCleanedUp."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        store = self.runner.store
+        text_keys = keys.column("text").combine_chunks()
+        # The keys as Python strings, once: the store is a dict of them (numpy's conversion beats to_pylist's).
+        self._key_objects = text_keys.to_numpy(zero_copy_only=False)
+        columns, stored = {"key": keys.column("key")}, {}
+        for qname, descriptor in states.items():
+            texts = pa.array(store.stored_texts(qname, self._key_objects), pa.string())
+            expiries = pa.array(store.stored_expiries(qname, self._key_objects), pa.int64())
+            stored[qname] = texts, expiries
+            column = decode_column(descriptor.type_info, texts, text_keys, qname)
+            ttl = descriptor.ttl_config
+            if ttl is not None and not ttl.return_expired:
+                column = pc.if_else(_expired(texts, expiries, store.now), pa.scalar(None, column.type), column)
+            columns[descriptor.name] = column
+        return pa.table(columns), stored
+
+    def _call(self, records, state):
+        runner = self.runner
+        function = runner.function
+        ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask, runner.plan.key_type,
+                           self._key_offsets)
+        pandas = function.batch_format == "pandas"
+        try:
+            result = function.process_batch(records.to_pandas() if pandas else records,
+                                            state.to_pandas() if pandas else state, ctx)
+        except (StoredValueError, ConfigError):
+            raise
+        except Exception as e:  # noqa: BLE001 - reported with where it happened
+            raise runner._user_error("process_batch", e, None) from e
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "
+                              f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
+        return result
+
+    def _updates(self, keys, states: dict, new_state) -> dict:
+        """Qualified state name -> (the positions among ``keys`` of the keys ``new_state`` writes, ascending;
+        their new values), checked."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        declared = {d.name: (qname, d) for qname, d in states.items()}
+        key_field = pa.field("key", keys.column("key").type)
+        new_state = as_table(new_state, "process_batch's new state")
+        names = new_state.column_names
+        unknown = [n for n in names if n != "key" and n not in declared]
+        if "key" not in names or unknown:
+            raise ConfigError(f"process_batch's new state has columns {names}: it needs 'key' and columns named "
+                              f"after the declared ValueStates {sorted(declared)}" +
+                              (f" ({unknown} are not declared)" if unknown else ""))
+        fields = [key_field] + [pa.field(n, declared[n][1].type_info.arrow_type()) for n in names if n != "key"]
+        new_state = conform(new_state, fields, "process_batch's new state", "return 'key' and ValueState columns")
+        at = self._positions(keys, new_state.column("key").combine_chunks())
+        order = pc.sort_indices(at)  # in key order, as the per-record path's flush writes them
+        at = at.take(order)
+        return {declared[name][0]: (at, new_state.column(name).combine_chunks().take(order))
+                for name in names if name != "key"}
+
+    @staticmethod
+    def _positions(keys, new_keys):
+        """Where each key of the new state is among the microbatch's keys (an error for a key not there, or
+        given twice)."""
+        import pyarrow.compute as pc
+
+        at = pc.index_in(new_keys, value_set=keys.column("key").combine_chunks())
+        if at.null_count:
+            stray = new_keys.filter(pc.is_null(at))[0].as_py()
+            raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "
+                              f"of this subtask; return values for keys of the state table only")
+        if pc.count_distinct(at).as_py() != len(at):
+            raise ConfigError("process_batch's new state has a key twice; return one row per key")
+        return at
+
+    def _write_state(self, qname: str, descriptor, keys, stored, update) -> None:
+        """One state's changes: ``update`` (positions, values) or None; with TTL, expired values removed and
+        reads restamped (``_ttl_baseline``). What changed is written and stored."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        old_text, old_expiry = stored
+        ttl, now = descriptor.ttl_config, self.runner.store.now
+        new_text, new_expiry = (old_text, old_expiry) if ttl is None else _ttl_baseline(ttl, now, *stored)
+        if update is not None:
+            at, values = update
+            mask = np.zeros(len(old_text), dtype=bool)
+            mask[at.to_numpy()] = True
+            written = encode_column(descriptor.type_info, values)
+            stamp = pa.scalar(None if ttl is None else ttl.expiry(now), pa.int64())
+            new_text = pc.replace_with_mask(new_text, pa.array(mask), written)
+            new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask),
+                                              pc.if_else(pc.is_valid(written), stamp, pa.scalar(None, pa.int64())))
+        changed = pc.invert(pc.and_(_same(new_text, old_text), _same(new_expiry, old_expiry)))
+        self._write_changes(qname, keys, pc.indices_nonzero(changed), old_text, new_text, new_expiry)
+
+    def _write_changes(self, qname: str, keys, at, old_text, new_text, new_expiry) -> None:
+        """The entries at ``at``: to the keyed table (``KeyedChange``'s columns), the store and the stats."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(at)
+        if not n:
+            return
+        runner = self.runner
+        new, old, expiry = new_text.take(at), old_text.take(at), new_expiry.take(at)
+        text_keys = keys.column("text").combine_chunks().take(at)
+        key_groups = keys.column("key_group").combine_chunks().take(at)
+        batch_id = runner.batch_id
+        runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
+            pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
+            expiry, pa.repeat(batch_id, n), pa.repeat(0, n)])
+        runner.store.replace_stored(qname, self._key_objects[at.to_numpy()], key_groups.to_numpy().tolist(),
+                                    new.to_numpy(zero_copy_only=False),
+                                    expiry.to_pylist() if expiry.null_count < n else None)
+        deletes = new.null_count
+        stats = runner.stats
+        stats.state_deletes += deletes
+        stats.state_upserts += n - deletes
+        created = pc.sum(pc.and_(pc.is_valid(new), pc.is_null(old))).as_py() or 0
+        removed = pc.sum(pc.and_(pc.is_null(new), pc.is_valid(old))).as_py() or 0
+        if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries is listed
+            stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+
+
+def _expired(texts, expiries, now: int):
+    """Which stored values are expired at ``now`` (a value without expiry never is)."""
+    import pyarrow.compute as pc
+
+    return pc.and_(pc.is_valid(texts), pc.fill_null(pc.less_equal(expiries, now), False))
+
+
+def _ttl_baseline(ttl, now: int, texts, expiries):
+    """(texts, expiries) after every touched key's value was read at ``now``, as ``ttl.handles``' read does: an
+    expired value removed, a live one restamped under OnReadAndWrite (and one stored without expiry, always)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    expired = _expired(texts, expiries, now)
+    live = pc.and_(pc.is_valid(texts), pc.invert(expired))
+    restamp = live if ttl.update_on_read else pc.and_(live, pc.is_null(expiries))
+    none = pa.scalar(None, pa.int64())
+    new_expiries = pc.if_else(restamp, pa.scalar(ttl.expiry(now), pa.int64()), pc.if_else(expired, none, expiries))
+    return pc.if_else(expired, pa.scalar(None, pa.string()), texts), new_expiries
+
+
+def _same(a, b):
+    """Element-wise: equal, two nulls counting as equal."""
+    import pyarrow.compute as pc
+
+    return pc.if_else(pc.is_null(a), pc.is_null(b), pc.fill_null(pc.equal(a, b), False))
