@@ -358,6 +358,9 @@ class KeyedStateStore:
         changes the caller has written to the keyed table itself."""
         stored, stored_expiries = self._stored, self._expiry
         entries = [(state_name, key, namespace) for key in keys]
+        if self._decoded:  # values kept decoded from earlier microbatches (``_decoded``) are no longer current
+            for entry in entries:
+                self._decoded.pop(entry, None)
         stored.update({entry: text for entry, text in zip(entries, texts) if text is not None})
         for entry, text in zip(entries, texts):
             if text is None:

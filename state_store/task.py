@@ -614,7 +614,10 @@ def _run_vectorized(plan: RunPlan, batch, runner: SubtaskRunner | None, finished
     for start, end in zip(starts, starts[1:] + [n]):
         part = batch.slice(start, end - start)
         if not flags[start]:
-            runner = _run_rows(plan, part, [], None, runner, finished, results)
+            if runner is not None and _uniform(part, runner.subtask) == PHASE_KEYED:
+                runner.load_keyed_columns(*(column_values(part.column(n)) for n in KEYED_COLUMNS))
+            else:
+                runner = _run_rows(plan, part, [], None, runner, finished, results)
             continue
         if runner is None or runner.subtask != subtasks[start]:
             raise RuntimeError(f"records of subtask {subtasks[start]} arrived before its marker row")
