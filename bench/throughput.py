@@ -16,7 +16,9 @@ engine is timed on: Lakestate's run from its first plan to its last commit
 (what the run prints itself), the peers' query from start to end; SparkSession
 start-up is excluded for all, and every engine first runs once on 2 small
 files so that none is timed in a cold JVM (``--no-warmup`` to skip). Outputs
-are checked equal.
+are checked equal. Last, ``bench/floor.py``'s pass (the same read, shuffle and
+sort with no user code) runs on the same files in the same JVM, and each
+engine's rate is printed against it too (``--no-floor`` to skip).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.floor import floor_pass  # noqa: E402
 from bench.peers import PEERS, dir_size, outputs_equal, read_outputs  # noqa: E402
 from bench.workload import WORKLOADS, write_workload  # noqa: E402
 
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
     parser.add_argument("--paths", default="record", help="comma-separated Lakestate paths: record,vectorized")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
+    parser.add_argument("--no-floor", action="store_true", help="skip bench/floor.py's pass in the same session")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload]
     files, events, keys = args.files or files, args.events or events, args.keys or keys
@@ -110,6 +114,8 @@ def main() -> None:
             for name in peers:
                 shutil.copytree(warm / "input", warm / name / "input")
                 PEERS[name](spark, warm / name / "input", warm / name)
+            if not args.no_floor:
+                floor_pass(spark, warm / "input")
             print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
         results = []
         for backend, vectorized, name in lakestates:
@@ -121,10 +127,17 @@ def main() -> None:
             shutil.copytree(base / "input", base / name / "input")
             print(f"peer {name}", flush=True)
             results.append(PEERS[name](spark, base / name / "input", base / name))
+        floor_rate = None
+        if not args.no_floor:  # what Spark alone costs for the same pass, in the same JVM (bench/floor.py)
+            rows, seconds = floor_pass(spark, base / "input")
+            floor_rate = rows / seconds
+            print(f"floor.py's pass: {rows} events in {seconds:.1f}s = {floor_rate:,.0f} events/s", flush=True)
         print()
         peer_rates = {r["engine"]: r["events_per_s"] for r in results if r["engine"].startswith("spark")}
         for r in results:
             ratios = " ".join(f"{r['events_per_s'] / rate:.1f}x {name.split()[-1]}" for name, rate in peer_rates.items())
+            if floor_rate:
+                ratios += f" {r['events_per_s'] / floor_rate:.2f}x floor"
             print(f"{r['engine']:34s} {r['events']:>9d} events {r['seconds']:>7.1f}s {r['events_per_s']:>8d} ev/s  "
                   f"{ratios}", flush=True)
         lake = next(r for r in results if r["engine"].startswith("lakestate"))
