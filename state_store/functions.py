@@ -113,7 +113,21 @@ class RuntimeContext:
         return self._max_parallelism
 
 
-class Context:
+class MicrobatchTime:
+    """What every context says of the microbatch's processing time (its ``_timestamp``)."""
+
+    _timestamp: int
+
+    def timestamp(self) -> int:
+        """Processing time of this microbatch, in epoch milliseconds."""
+        return self._timestamp
+
+    def current_processing_time(self) -> int:
+        """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
+        return self._timestamp
+
+
+class Context(MicrobatchTime):
     """Given to ``process`` with each key: the key, the microbatch (``batch_id``) and its processing time, the
     timer service, side outputs, broadcast state (read-only)."""
 
@@ -123,14 +137,6 @@ class Context:
         self.batch_id, self._timestamp = batch_id, timestamp
         self._timer_service, self._output = timer_service, output
         self.current_key: Any = None
-
-    def timestamp(self) -> int:
-        """Processing time of this microbatch, in epoch milliseconds."""
-        return self._timestamp
-
-    def current_processing_time(self) -> int:
-        """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
-        return self._timestamp
 
     def current_watermark(self) -> int:
         """The event-time watermark: the previous microbatch's while records are processed (README "Time")."""
@@ -177,7 +183,7 @@ class OnTimerContext(Context):
         return self.time_domain_
 
 
-class BroadcastContext:
+class BroadcastContext(MicrobatchTime):
     """Given to ``process_broadcast_element``: broadcast state is writable here, side outputs are open, and
     ``apply_to_keyed_state`` reaches every key of a keyed state on this subtask."""
 
@@ -185,13 +191,6 @@ class BroadcastContext:
                  apply=None, watermark: int | None = None):
         self._operator_store, self.batch_id, self._timestamp = operator_store, batch_id, timestamp
         self._output, self._apply, self._watermark = output, apply, watermark
-
-    def timestamp(self) -> int:
-        """Processing time of this microbatch, in epoch milliseconds."""
-        return self._timestamp
-
-    def current_processing_time(self) -> int:
-        return self._timestamp
 
     def current_watermark(self) -> int:
         """The event-time watermark (the previous microbatch's)."""

@@ -37,13 +37,13 @@ import abc
 from typing import Any
 
 from .errors import ConfigError
-from .functions import KeyedProcessFunction, RuntimeContext
+from .functions import KeyedProcessFunction, MicrobatchTime, RuntimeContext
 from .types import TypeInfo
 
 BATCH_FORMATS = ("arrow", "pandas")
 
 
-class BatchContext:
+class BatchContext(MicrobatchTime):
     """Given to ``process_batch``: the microbatch, its processing time and watermark, the subtask, and
     ``key_offsets``: a numpy array of ``len(state) + 1`` offsets, state row ``i``'s records being
     ``records[key_offsets[i]:key_offsets[i + 1]]`` (e.g. ``np.add.reduceat(amounts, key_offsets[:-1])`` sums them
@@ -53,14 +53,6 @@ class BatchContext:
                  key_offsets=None):
         self.batch_id, self._timestamp, self._watermark = batch_id, timestamp, watermark
         self.subtask, self.key_type, self.key_offsets = subtask, key_type, key_offsets
-
-    def timestamp(self) -> int:
-        """Processing time of this microbatch, in epoch milliseconds."""
-        return self._timestamp
-
-    def current_processing_time(self) -> int:
-        """The same as ``timestamp()``: processing time is the microbatch's, fixed in its plan."""
-        return self._timestamp
 
     def current_watermark(self) -> int:
         """The event-time watermark while this microbatch's records are processed (the previous one's)."""
