@@ -27,6 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from .connect import commit_files_without_jvm, is_connect
 from .delta_log import app_transaction_version
 from .records import TableSpec, WrittenFile
 
@@ -56,7 +57,9 @@ def commit_files(spark, path: Path, app_id: str, version: int, files: list[Writt
     commit through Delta's own transaction (its log store, conflict checks and log checkpoints), with
     ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns ``ddl``.
     ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when the
-    table already has ``version``."""
+    table already has ``version``. On a Spark Connect session, through delta-rs (``connect``)."""
+    if is_connect(spark):
+        return commit_files_without_jvm(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
     jvm = spark._jvm
     txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path)).startTransaction()
     action = jvm.org.apache.spark.sql.delta.actions.Action

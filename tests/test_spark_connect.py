@@ -1,9 +1,12 @@
 """Warm runs through Spark Connect: scripts/spark-connect.sh starts a real Connect server (pyspark's own, with the
-Delta jars), a client session writes and reads Delta over it, and stop leaves no process behind."""
+Delta jars), a client session (in a process of its own: tests/connect_client.py) writes and reads Delta over it, a
+whole run over it gives what a local run gives, and stop leaves no process behind."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,17 +65,15 @@ def connect_server(tmp_path_factory):
         assert not server.pidfile.exists()
 
 
-@pytest.fixture(scope="module")
-def remote(connect_server):
-    """A client session on the server (Spark Connect's, no JVM in this process)."""
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(connect_server[0]).create()
-    yield session
-    session.stop()
+def _client(url: str, *args) -> object:
+    """``tests/connect_client.py`` on the server ``url``: its JSON result."""
+    done = subprocess.run([sys.executable, "-m", "tests.connect_client", url, *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_spark_connect_script_serves_delta_and_says_its_url(connect_server, remote, tmp_path):
+def test_spark_connect_script_serves_delta_and_says_its_url(connect_server, tmp_path):
     url, server = connect_server
     assert server.script("status").stdout.strip() == url
     # A second start finds the running server instead of starting another.
@@ -80,17 +81,24 @@ def test_spark_connect_script_serves_delta_and_says_its_url(connect_server, remo
     assert url in again.stdout and "already running" in again.stdout
     assert _marked(server.mark)
 
-    assert type(remote).__module__.startswith("pyspark.sql.connect")
-    path = str(tmp_path / "t")
-    remote.range(3).selectExpr("id", "id * 10 AS v").write.format("delta").save(path)
-    remote.range(3, 4).selectExpr("id", "id * 10 AS v").write.format("delta").mode("append").save(path)
-    rows = remote.read.format("delta").load(path).orderBy("id").collect()
-    assert [(r.id, r.v) for r in rows] == [(0, 0), (1, 10), (2, 20), (3, 30)]
-    history = remote.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
-    assert sorted((r.version, r.operation) for r in history) == [(0, "WRITE"), (1, "WRITE")]
+    out = _client(url, "delta", tmp_path / "t")
+    assert out["session"].startswith("pyspark.sql.connect")
+    assert out["rows"] == [[0, 0], [1, 10], [2, 20], [3, 30]]
+    assert out["history"] == [[0, "WRITE"], [1, "WRITE"]]
 
 
 def test_spark_connect_script_stop_without_a_server_says_so(tmp_path):
     server = ConnectServer(tmp_path)
     assert "no Spark Connect server" in server.script("stop").stdout
     assert server.script("status", check=False).returncode == 1
+
+
+@pytest.mark.parametrize("backend", ["delta", "hashmap"])
+def test_a_run_over_spark_connect_gives_the_sink_and_state_of_a_local_run(connect_server, spark, tmp_path, backend):
+    from tests.conftest import Lake
+    from tests.connect_client import two_runs
+
+    warm = _client(connect_server[0], "two-runs", tmp_path / "connect", backend)
+    local = json.loads(json.dumps(two_runs(spark, Lake(tmp_path / "local"), backend)))  # tuples as lists
+    assert warm == local
+    assert len(warm[0]) == 10 and warm[1]  # both runs wrote: 5 keys a microbatch, keyed state kept
