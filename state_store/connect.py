@@ -1,6 +1,9 @@
 """What a run does differently on a Spark Connect session (``sc://``, a long-lived server, no JVM in this process):
 the few steps that reach the JVM through py4j on a classic session take a Connect-compatible way here.
 
+- ``remote_session``: the session itself, on a server that already has the Delta jars and confs.
+- ``spark.wait_for_running_tasks``: after a failed pass, the server is asked to interrupt the session's
+  operations (``interruptAll``) instead of watching its executors through the JVM's status tracker.
 - ``commit_files_without_jvm``: a run's files are committed to their Delta table through delta-rs
   (``deltalake``) instead of Delta's ``OptimisticTransaction`` reached through py4j: the same add actions with
   their statistics, the same ``txnAppId``/``txnVersion`` (Delta's app transaction), in one commit.
@@ -15,6 +18,22 @@ from .records import WrittenFile
 def is_connect(spark) -> bool:
     """Whether ``spark`` is a Spark Connect session (``SparkSession.builder.remote(...)``)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def remote_session(url: str, s3: bool = False):
+    """A Spark Connect session on the server at ``url`` (``sc://HOST:PORT``). The server holds the Delta jars and
+    confs (scripts/spark-connect.sh starts one so); this process starts no JVM."""
+    from pyspark.sql import SparkSession
+
+    from .errors import ConfigError
+
+    if not url.startswith("sc://"):
+        raise ConfigError(f"{url!r} is not a Spark Connect address: write it as sc://HOST:PORT "
+                          f"(scripts/spark-connect.sh status prints the server's)")
+    if s3:
+        raise ConfigError("s3a:// warehouses are not run over Spark Connect yet (the server's Hadoop configuration "
+                          "is not set from the client): run with spark-submit, without --remote")
+    return SparkSession.builder.remote(url).getOrCreate()
 
 
 def _storage_options(path) -> dict[str, str] | None:

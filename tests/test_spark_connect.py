@@ -102,3 +102,19 @@ def test_a_run_over_spark_connect_gives_the_sink_and_state_of_a_local_run(connec
     local = json.loads(json.dumps(two_runs(spark, Lake(tmp_path / "local"), backend)))  # tuples as lists
     assert warm == local
     assert len(warm[0]) == 10 and warm[1]  # both runs wrote: 5 keys a microbatch, keyed state kept
+
+
+def test_lakestate_run_with_remote_runs_the_pipeline_job_on_the_server(connect_server, tmp_path):
+    """`lakestate run --remote sc://...` (what a DAG's warm run does) of the demo job, 10 events a run: the second
+    run restores the first's checkpoint, all in a process without a JVM."""
+    env = {**os.environ, "LAKESTATE_ROOT": str(tmp_path / "root"), "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "state_store.cli", "run", "--job", "clicks", "--registry", str(ROOT / "lakestate.toml"),
+           "--remote", connect_server[0], "--max-microbatches", "1"]
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "2", "--events", "10", "--keys", "5"],
+                   env=env, cwd=ROOT, check=True, capture_output=True)
+    for n in range(2):
+        done = subprocess.run(run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "1 microbatches, 10 records" in done.stdout, done.stdout
+        assert ("restored checkpoint 1" if n else "no checkpoint") in done.stdout, done.stdout
+        assert "py4j" not in done.stderr.lower()
