@@ -118,3 +118,40 @@ def test_lakestate_run_with_remote_runs_the_pipeline_job_on_the_server(connect_s
         assert "1 microbatches, 10 records" in done.stdout, done.stdout
         assert ("restored checkpoint 1" if n else "no checkpoint") in done.stdout, done.stdout
         assert "py4j" not in done.stderr.lower()
+
+
+def test_airflow_pipeline_run_task_runs_on_the_spark_connect_connection(connect_server, tmp_path):
+    """`airflow dags test` of a pipeline DAG with `lakestate_spark` of type spark_connect: the run task runs on
+    the server (no spark-submit), its XCom is the run's summary; the task's time is printed."""
+    import sqlite3
+
+    from tests.test_airflow import _airflow_env, _registry
+
+    host, port = connect_server[0][len("sc://"):].split(":")
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    max_microbatches = 1
+    checkpoint_interval = 1
+    """)
+    env = _airflow_env(tmp_path, registry, tmp_path / "lakestate")
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "1", "--events", "10", "--keys", "5"],
+                   env=env, check=True, capture_output=True, cwd=ROOT)
+    for command in (["db", "migrate"], ["connections", "add", "lakestate_spark", "--conn-type", "spark_connect",
+                                        "--conn-host", host, "--conn-port", port]):
+        done = subprocess.run(["airflow", *command], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    text = done.stdout + done.stderr
+    assert ", state=success, run_type=" in text, text[-4000:]
+    assert f"running on the Spark Connect server sc://{host}:{port}" in text, text[-4000:]
+    assert "spark-submit" not in text
+    with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+        (value,) = con.execute("select value from xcom where dag_id = 'lakestate_clicks' and task_id = 'run'").fetchone()
+        (seconds,) = con.execute("select duration from task_instance where dag_id = 'lakestate_clicks' and "
+                                 "task_id = 'run'").fetchone()
+    summary = json.loads(value)
+    assert summary["microbatches"] == [0] and summary["records_in"] == 10 and summary["checkpoints"] == [1]
+    print(f"\n[spark-connect] the pipeline's run task over Spark Connect: {seconds:.2f} s task time "
+          f"(run {summary['seconds']} s)")
