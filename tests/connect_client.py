@@ -4,6 +4,7 @@ other tests share would get Connect columns. Prints its result as one JSON line.
 
     python -m tests.connect_client <sc:// url> delta <table path>           write twice, read, history
     python -m tests.connect_client <sc:// url> two-runs <lake dir> <backend> the all-states job, two runs
+    python -m tests.connect_client <sc:// url> failing <lake dir>            a run whose function raises
 """
 from __future__ import annotations
 
@@ -26,6 +27,22 @@ def two_runs(session, lake, backend: str):
     return (sink_rows(session, lake, spec), *state_at_latest_checkpoint(session, lake, spec))
 
 
+def failing(session, lake) -> dict:
+    """A run whose function raises: its error, and the files left in the warehouse (none may be)."""
+    from state_store.errors import InputError
+    from tests.helpers import run
+    from tests.jobs import FailingCount, count_job, events
+
+    lake.write_events("e0.json", events(0))
+    try:
+        run(session, count_job(lake, job_id="failing", function=FailingCount()), lake)
+    except InputError as e:
+        error = str(e)
+    else:
+        error = None
+    return {"error": error, "parquet": sorted(str(p) for p in lake.settings.warehouse.rglob("*.parquet"))}
+
+
 def _delta(session, path: str) -> dict:
     session.range(3).selectExpr("id", "id * 10 AS v").write.format("delta").save(path)
     session.range(3, 4).selectExpr("id", "id * 10 AS v").write.format("delta").mode("append").save(path)
@@ -46,7 +63,8 @@ def main(argv: list[str]) -> None:
         else:
             from tests.conftest import Lake
 
-            out = two_runs(session, Lake(Path(args[0])), args[1])
+            lake = Lake(Path(args[0]))
+            out = failing(session, lake) if what == "failing" else two_runs(session, lake, args[1])
     finally:
         session.stop()
     print(json.dumps(out))

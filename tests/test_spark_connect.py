@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,10 @@ def test_airflow_pipeline_run_task_runs_on_the_spark_connect_connection(connect_
     assert summary["microbatches"] == [0] and summary["records_in"] == 10 and summary["checkpoints"] == [1]
     print(f"\n[spark-connect] the pipeline's run task over Spark Connect: {seconds:.2f} s task time "
           f"(run {summary['seconds']} s)")
+
+
+def test_a_failed_run_over_spark_connect_says_why_and_leaves_no_file(connect_server, tmp_path):
+    out = _client(connect_server[0], "failing", tmp_path / "lake")
+    assert out["error"] and re.search(r"microbatch 0 of job 'failing' failed before anything was written: "
+                                      r"UserFunctionError: process\(\) raised ValueError", out["error"]), out
+    assert out["parquet"] == []
