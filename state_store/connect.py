@@ -4,6 +4,9 @@ the few steps that reach the JVM through py4j on a classic session take a Connec
 - ``remote_session``: the session itself, on a server that already has the Delta jars and confs.
 - ``spark.wait_for_running_tasks``: after a failed pass, the server is asked to interrupt the session's
   operations (``interruptAll``) instead of watching its executors through the JVM's status tracker.
+- ``delete_rows_sql``: TTL cleanup's ``MERGE ... DELETE`` in SQL (``MERGE INTO delta.`<path>```) instead of
+  delta-spark's Python ``DeltaTable``, which over Connect needs Delta's Connect server plugin (not published for
+  Delta 4.0.0).
 - ``commit_files_without_jvm``: a run's files are committed to their Delta table through delta-rs
   (``deltalake``) instead of Delta's ``OptimisticTransaction`` reached through py4j: the same add actions with
   their statistics, the same ``txnAppId``/``txnVersion`` (Delta's app transaction), in one commit.
@@ -11,6 +14,7 @@ the few steps that reach the JVM through py4j on a classic session take a Connec
 from __future__ import annotations
 
 import time
+import uuid
 
 from .records import WrittenFile
 
@@ -91,3 +95,26 @@ def commit_files_without_jvm(spark, path, app_id: str, version: int, files: list
                                        commit_properties=commit)
     return True
 
+
+def delete_rows_sql(spark, path, rows, partitions, partition_columns: tuple[str, ...], id_columns: tuple[str, ...],
+                    version: int) -> None:
+    """``state_tables.remove_rows``'s MERGE ... DELETE as SQL: the rows of the table at ``path`` that match
+    ``rows`` on ``id_columns`` (nulls equal), written up to microbatch ``version``, in the ``partitions`` given
+    (literal values, bound as parameters, so that Delta prunes the files it reads to them)."""
+    args, pruning = {"version": int(version)}, []
+    for i, row in enumerate(partitions):
+        one = []
+        for j, c in enumerate(partition_columns):
+            args[f"p{i}_{j}"] = row[c]
+            one.append(f"t.`{c}` = :p{i}_{j}")
+        pruning.append("(" + " AND ".join(one) + ")")
+    on = " AND ".join([f"({' OR '.join(pruning)})", "t.batch_id <= :version"]
+                      + [f"t.`{c}` <=> s.`{c}`" for c in id_columns])
+    view = f"lakestate_remove_{uuid.uuid4().hex}"
+    rows.select(*id_columns).createOrReplaceTempView(view)
+    table = str(path).replace("`", "``")
+    try:
+        spark.sql(f"MERGE INTO delta.`{table}` AS t USING {view} AS s ON {on} WHEN MATCHED THEN DELETE",
+                  args=args).collect()
+    finally:
+        spark.catalog.dropTempView(view)

@@ -5,6 +5,7 @@ other tests share would get Connect columns. Prints its result as one JSON line.
     python -m tests.connect_client <sc:// url> delta <table path>           write twice, read, history
     python -m tests.connect_client <sc:// url> two-runs <lake dir> <backend> the all-states job, two runs
     python -m tests.connect_client <sc:// url> failing <lake dir>            a run whose function raises
+    python -m tests.connect_client <sc:// url> sweep <lake dir> <backend>    TTL incremental cleanup, three runs
 """
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ def two_runs(session, lake, backend: str):
         lake.write_events(f"e{b}.json", events(b))
         assert [m.batch_id for m in run(session, spec, lake, max_microbatches=1).batches] == [b]
     return (sink_rows(session, lake, spec), *state_at_latest_checkpoint(session, lake, spec))
+
+
+def sweep(session, lake, backend: str):
+    """tests/test_ttl_tables.py's incremental cleanup job in runs of 1, 3 and 2 microbatches: the entries each
+    run's cleanup removed, and the keyed state at the latest checkpoint."""
+    from tests.helpers import run, state_at_latest_checkpoint
+    from tests.test_ttl_tables import _clock, _sweep
+
+    spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
+    for n in (1, 3, 2):
+        run(session, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
+    removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]
+    return removed, state_at_latest_checkpoint(session, lake, spec)[0]
 
 
 def failing(session, lake) -> dict:
@@ -64,7 +78,8 @@ def main(argv: list[str]) -> None:
             from tests.conftest import Lake
 
             lake = Lake(Path(args[0]))
-            out = failing(session, lake) if what == "failing" else two_runs(session, lake, args[1])
+            out = (failing(session, lake) if what == "failing" else
+                   sweep(session, lake, args[1]) if what == "sweep" else two_runs(session, lake, args[1]))
     finally:
         session.stop()
     print(json.dumps(out))
