@@ -131,7 +131,8 @@ def cmd_run(args, settings: Settings) -> int:
                               f"the entry's name and the JobSpec's job_id must be the same")
         max_microbatches = max_microbatches or entry.max_microbatches
     spec = registry.load(args.job)
-    spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
+    spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
+                        remote=args.remote)
     result = run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
                      lease_wait_s=args.wait_for_lease)
     records, seconds = result.records_in, result.seconds
@@ -372,6 +373,9 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
     p.add_argument("--spark-master", default=None)
+    p.add_argument("--remote", default=os.environ.get("LAKESTATE_SPARK_REMOTE") or None,
+                   help="run on the Spark Connect server at sc://HOST:PORT (scripts/spark-connect.sh) instead of a "
+                        "Spark of this process (default: $LAKESTATE_SPARK_REMOTE)")
     p.add_argument("--registry", nargs="?", const="", default=None,
                    help="take the job's definition from the pipeline registry (default file: $LAKESTATE_REGISTRY "
                         "or ./lakestate.toml), as the Airflow DAGs do")

@@ -60,6 +60,7 @@ from .run.context import (  # noqa: F401 - the run's fault points are part of it
 from .run.planning import plan_run, restore_point
 from .run_files import RunOutputs, new_token, remove_uncommitted
 from .settings import Settings
+from .spark import wait_for_running_tasks
 
 
 @dataclass
@@ -224,7 +225,7 @@ class _Run:
             rows = Frame(ctx, plans, self.clock, due).process(self.checkpoint, self.keyed, self.operator,
                                                               outputs).collect()
         except Exception as e:
-            _wait_for_running_tasks(ctx.spark)
+            wait_for_running_tasks(ctx.spark)
             for plan in new:
                 ctx.store.drop_plan(plan.batch_id)
             first, last = plans[0].batch_id, plans[-1].batch_id
@@ -255,19 +256,6 @@ class _Run:
         result.checkpoints = Checkpointer(ctx, self.keyed, self.operator, states).take(
             self.checkpoint, plans, stats, sweeps)
         phase("checkpoint")
-
-
-def _wait_for_running_tasks(spark: SparkSession, seconds: float = 60.0) -> None:
-    """After a failed pass, let Spark stop its other tasks first: one still running could write a file after
-    the run removed its uncommitted ones. An aborted stage leaves the active list before its other tasks are
-    killed, so the executors' running tasks are waited for too, then Spark's grace for a killed task's
-    Python worker (``spark.python.task.killTimeout``), which may still be writing."""
-    sc, deadline = spark.sparkContext, time.time() + seconds
-    tracker, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
-    while (tracker.getActiveStageIds() or any(e.numRunningTasks() for e in executors.getExecutorInfos())) \
-            and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(min(2.0, max(0.0, deadline - time.time())))
 
 
 def run_job(spark: SparkSession, spec: JobSpec, settings: Settings, max_microbatches: int | None = None,

@@ -4,7 +4,10 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import time
 from pathlib import Path
+
+from .connect import is_connect, remote_session
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
@@ -48,10 +51,14 @@ def configure_s3(spark, options=None) -> None:
 
 
 def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None,
-                s3: bool | None = None):
+                s3: bool | None = None, remote: str | None = None):
     """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles; with ``s3`` (default:
-    ``wants_s3()``) it reaches ``s3a://`` too."""
+    ``wants_s3()``) it reaches ``s3a://`` too. With ``remote`` (``sc://HOST:PORT``), a Spark Connect session on
+    that server instead (``connect.remote_session``; scripts/spark-connect.sh starts one)."""
     from pyspark.sql import SparkSession
+
+    if remote:
+        return remote_session(remote, wants_s3() if s3 is None else s3)
 
     # Process set-up, kept in the environment: PySpark takes its workers' interpreter only from PYSPARK_PYTHON
     # (no Spark conf sets it for a session started in-process). Defaults only: a caller's choice stands.
@@ -112,3 +119,21 @@ def subtask_column(key_group_col, parallelism: int, max_parallelism: int):
     from pyspark.sql import functions as F
 
     return F.floor(key_group_col * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
+
+
+def wait_for_running_tasks(spark, seconds: float = 60.0) -> None:
+    """After a failed pass, let Spark stop its other tasks first: one still running could write a file after
+    the run removed its uncommitted ones. An aborted stage leaves the active list before its other tasks are
+    killed, so the executors' running tasks are waited for too, then Spark's grace for a killed task's
+    Python worker (``spark.python.task.killTimeout``), which may still be writing. A Spark Connect session
+    cannot see the server's tasks: it asks the server to interrupt its operations, then waits out the grace."""
+    if is_connect(spark):
+        spark.interruptAll()
+        time.sleep(min(2.0, seconds))
+        return
+    sc, deadline = spark.sparkContext, time.time() + seconds
+    tracker, executors = sc.statusTracker(), sc._jsc.sc().statusTracker()
+    while (tracker.getActiveStageIds() or any(e.numRunningTasks() for e in executors.getExecutorInfos())) \
+            and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(min(2.0, max(0.0, deadline - time.time())))

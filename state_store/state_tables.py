@@ -27,6 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from .connect import commit_files_without_jvm, delete_rows_sql, is_connect
 from .delta_log import app_transaction_version
 from .records import TableSpec, WrittenFile
 
@@ -56,7 +57,9 @@ def commit_files(spark, path: Path, app_id: str, version: int, files: list[Writt
     commit through Delta's own transaction (its log store, conflict checks and log checkpoints), with
     ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns ``ddl``.
     ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when the
-    table already has ``version``."""
+    table already has ``version``. On a Spark Connect session, through delta-rs (``connect``)."""
+    if is_connect(spark):
+        return commit_files_without_jvm(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
     jvm = spark._jvm
     txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path)).startTransaction()
     action = jvm.org.apache.spark.sql.delta.actions.Action
@@ -124,7 +127,7 @@ def remove_rows(spark, path, rows: DataFrame, app_id: str, version: int, spec: T
     rewrites only the files holding them, in the partitions ``rows`` name, committed with ``txnAppId`` /
     ``txnVersion``. Delta takes those for a DML only from the session, and leaves them set: they are set
     around this one commit and always unset, as is ``note``, the commit's ``userMetadata``. Returns False when
-    ``app_id`` already committed ``version``."""
+    ``app_id`` already committed ``version``. On a Spark Connect session, the same MERGE in SQL (``connect``)."""
     from delta.tables import DeltaTable
 
     committed = app_transaction_version(path, app_id)
@@ -149,9 +152,12 @@ def remove_rows(spark, path, rows: DataFrame, app_id: str, version: int, spec: T
     if note is not None:
         conf.set(USER_METADATA_CONF, note)
     try:
-        (DeltaTable.forPath(spark, str(path)).alias("t")
-         .merge(rows.select(*spec.id_columns).alias("s"), condition)
-         .whenMatchedDelete().execute())
+        if is_connect(spark):
+            delete_rows_sql(spark, path, rows, partitions, spec.partition_columns, spec.id_columns, version)
+        else:
+            (DeltaTable.forPath(spark, str(path)).alias("t")
+             .merge(rows.select(*spec.id_columns).alias("s"), condition)
+             .whenMatchedDelete().execute())
     finally:
         conf.unset(TXN_APP_ID_CONF)
         conf.unset(TXN_VERSION_CONF)

@@ -1,7 +1,9 @@
 """The ``lakestate_spark`` connection's hook: the Spark provider's ``spark-submit`` hook with what a Lakestate run
 needs filled in (the Delta jars, or Delta's Maven package when there are none; ``local[*]`` when the connection is
 not defined). Connections of the provider's own type ``spark`` work the same: the hook reads host, port and extras
-as the provider does, whatever the connection's type.
+as the provider does, whatever the connection's type. A connection of the provider's type ``spark_connect``
+names a Spark Connect server instead (``spark_connect_url``): the pipeline's run then runs on it, with no
+``spark-submit``.
 """
 from __future__ import annotations
 
@@ -68,3 +70,18 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
                     "spark_binary": self.spark_binary or DEFAULT_SPARK_BINARY, "namespace": None,
                     "principal": self._principal, "keytab": self._keytab}
         return super()._resolve_connection()
+
+
+def spark_connect_url(conn_id: str) -> str | None:
+    """The ``sc://`` URL of connection ``conn_id`` when it is of the provider's type ``spark_connect`` (a Spark
+    Connect server, e.g. scripts/spark-connect.sh's: ``airflow connections add lakestate_spark --conn-type
+    spark_connect --conn-host 127.0.0.1 --conn-port 15002``); None for any other type or no connection, where
+    the run is a ``spark-submit``."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    return SparkConnectHook(conn_id).get_connection_url() if conn.conn_type == SparkConnectHook.conn_type else None

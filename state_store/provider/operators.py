@@ -1,6 +1,7 @@
 """Airflow operators over Lakestate's ``spark-submit`` entrypoints (thin: the Spark provider's hook submits).
 
-The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``.
+The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``. A pipeline's
+run goes to a Spark Connect server instead when that connection is of type ``spark_connect``.
 """
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     ``params.max_microbatches``, else the entry's) and waits up to ``wait_for_lease_s`` for another holder of the
     job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
     Returns (XCom) the run's summary: microbatches, records in and out, checkpoints taken, seconds and rate;
-    each outlet Asset's event carries the same in ``extra``.
+    each outlet Asset's event carries the same in ``extra``. With a connection of type ``spark_connect``, the run
+    runs in this task on that Spark Connect server instead of a ``spark-submit`` (``_run_on``).
     """
 
     MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
@@ -116,11 +118,37 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         self.job_id = job_id
 
     def execute(self, context):
-        super().execute(context)
+        from state_store.provider.hooks import spark_connect_url
+
+        url = spark_connect_url(self._conn_id)
+        if url:
+            self._run_on(url)
+        else:
+            super().execute(context)
         summary = self.said.summary or {}
         for asset in self.outlets:
             context["outlet_events"][asset].extra.update(summary)
         return summary
+
+
+    def _run_on(self, url: str) -> None:
+        """The run in this task's process on the Spark Connect server ``url`` (a warm run: no spark-submit, no
+        JVM start): ``lakestate run ... --remote <url>``, its output in the task log, read as a submit's is."""
+        import contextlib
+        import io
+
+        from state_store.cli import main
+
+        self.said, out = _SubmitOutput(), io.StringIO()
+        self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main([*self.application_args, "--remote", url])
+        for line in self.said.read(out.getvalue().splitlines()):
+            self.log.info("%s", line)
+        if code:
+            reason = "\n".join(self.said.errors) or f"lakestate run exited with {code}"
+            self.log.error("%s", reason)
+            raise AirflowException(reason)
 
 
 def savepoints_asset(job_id: str) -> Asset:

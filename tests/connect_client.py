@@ -1,0 +1,89 @@
+"""A Spark Connect client in a process of its own, for tests/test_spark_connect.py: PySpark marks a whole process
+as Connect once it opens a remote session (``SPARK_CONNECT_MODE_ENABLED``), after which the classic session the
+other tests share would get Connect columns. Prints its result as one JSON line.
+
+    python -m tests.connect_client <sc:// url> delta <table path>           write twice, read, history
+    python -m tests.connect_client <sc:// url> two-runs <lake dir> <backend> the all-states job, two runs
+    python -m tests.connect_client <sc:// url> failing <lake dir>            a run whose function raises
+    python -m tests.connect_client <sc:// url> sweep <lake dir> <backend>    TTL incremental cleanup, three runs
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def two_runs(session, lake, backend: str):
+    """The all-states job (every state kind, broadcast input, raw state) in two runs: one microbatch, then one
+    more restored from the first run's checkpoint. Returns (sink rows, keyed rows, operator rows)."""
+    from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+    from tests.jobs import all_states_job, events
+
+    lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
+    spec = all_states_job(lake, job_id=f"warm-{backend}", backend=backend, checkpoint_interval=1)
+    for b in range(2):
+        lake.write_events(f"e{b}.json", events(b))
+        assert [m.batch_id for m in run(session, spec, lake, max_microbatches=1).batches] == [b]
+    return (sink_rows(session, lake, spec), *state_at_latest_checkpoint(session, lake, spec))
+
+
+def sweep(session, lake, backend: str):
+    """tests/test_ttl_tables.py's incremental cleanup job in runs of 1, 3 and 2 microbatches: the entries each
+    run's cleanup removed, and the keyed state at the latest checkpoint."""
+    from tests.helpers import run, state_at_latest_checkpoint
+    from tests.test_ttl_tables import _clock, _sweep
+
+    spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
+    for n in (1, 3, 2):
+        run(session, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
+    removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]
+    return removed, state_at_latest_checkpoint(session, lake, spec)[0]
+
+
+def failing(session, lake) -> dict:
+    """A run whose function raises: its error, and the files left in the warehouse (none may be)."""
+    from state_store.errors import InputError
+    from tests.helpers import run
+    from tests.jobs import FailingCount, count_job, events
+
+    lake.write_events("e0.json", events(0))
+    try:
+        run(session, count_job(lake, job_id="failing", function=FailingCount()), lake)
+    except InputError as e:
+        error = str(e)
+    else:
+        error = None
+    return {"error": error, "parquet": sorted(str(p) for p in lake.settings.warehouse.rglob("*.parquet"))}
+
+
+def _delta(session, path: str) -> dict:
+    session.range(3).selectExpr("id", "id * 10 AS v").write.format("delta").save(path)
+    session.range(3, 4).selectExpr("id", "id * 10 AS v").write.format("delta").mode("append").save(path)
+    rows = session.read.format("delta").load(path).orderBy("id").collect()
+    history = session.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
+    return {"session": type(session).__module__, "rows": [[r.id, r.v] for r in rows],
+            "history": sorted([r.version, r.operation] for r in history)}
+
+
+def main(argv: list[str]) -> None:
+    from pyspark.sql import SparkSession
+
+    url, what, *args = argv
+    session = SparkSession.builder.remote(url).create()
+    try:
+        if what == "delta":
+            out = _delta(session, args[0])
+        else:
+            from tests.conftest import Lake
+
+            lake = Lake(Path(args[0]))
+            out = (failing(session, lake) if what == "failing" else
+                   sweep(session, lake, args[1]) if what == "sweep" else two_runs(session, lake, args[1]))
+    finally:
+        session.stop()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,176 @@
+"""Warm runs through Spark Connect: scripts/spark-connect.sh starts a real Connect server (pyspark's own, with the
+Delta jars), a client session (in a process of its own: tests/connect_client.py) writes and reads Delta over it, a
+whole run over it gives what a local run gives, and stop leaves no process behind."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "spark-connect.sh"
+
+pytestmark = pytest.mark.slow  # a JVM start (about 15 s here)
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes carrying the server's run mark, as the script finds them (zombies excluded)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            env = (p / "environ").read_bytes().split(b"\0")
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"LAKESTATE_CONNECT_RUN={mark}".encode() in env and state != "Z":
+            found.append(int(p.name))
+    return found
+
+
+class ConnectServer:
+    """The script's server in a folder of its own (pid file, log)."""
+
+    def __init__(self, folder: Path):
+        self.env = {**os.environ, "LAKESTATE_CONNECT_DIR": str(folder)}
+        self.pidfile = folder / "server.pid"
+
+    def script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), *args], env=self.env, capture_output=True, text=True,
+                              timeout=240, check=check)
+
+    @property
+    def mark(self) -> str:
+        return self.pidfile.read_text().split()[2]
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    """A running server for the module: (its sc:// URL, the server); stopped at the end, checked gone."""
+    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+    started = server.script("start", "--background")
+    url = started.stdout.strip().splitlines()[-1]
+    assert url.startswith("sc://127.0.0.1:"), started.stdout + started.stderr
+    mark = server.mark
+    try:
+        yield url, server
+    finally:
+        server.script("stop")
+        assert _marked(mark) == [], "stop left processes of the server behind"
+        assert not server.pidfile.exists()
+
+
+def _client(url: str, *args) -> object:
+    """``tests/connect_client.py`` on the server ``url``: its JSON result."""
+    done = subprocess.run([sys.executable, "-m", "tests.connect_client", url, *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_spark_connect_script_serves_delta_and_says_its_url(connect_server, tmp_path):
+    url, server = connect_server
+    assert server.script("status").stdout.strip() == url
+    # A second start finds the running server instead of starting another.
+    again = server.script("start", "--background")
+    assert url in again.stdout and "already running" in again.stdout
+    assert _marked(server.mark)
+
+    out = _client(url, "delta", tmp_path / "t")
+    assert out["session"].startswith("pyspark.sql.connect")
+    assert out["rows"] == [[0, 0], [1, 10], [2, 20], [3, 30]]
+    assert out["history"] == [[0, "WRITE"], [1, "WRITE"]]
+
+
+def test_spark_connect_script_stop_without_a_server_says_so(tmp_path):
+    server = ConnectServer(tmp_path)
+    assert "no Spark Connect server" in server.script("stop").stdout
+    assert server.script("status", check=False).returncode == 1
+
+
+@pytest.mark.parametrize("backend", ["delta", "hashmap"])
+def test_a_run_over_spark_connect_gives_the_sink_and_state_of_a_local_run(connect_server, spark, tmp_path, backend):
+    from tests.conftest import Lake
+    from tests.connect_client import two_runs
+
+    warm = _client(connect_server[0], "two-runs", tmp_path / "connect", backend)
+    local = json.loads(json.dumps(two_runs(spark, Lake(tmp_path / "local"), backend)))  # tuples as lists
+    assert warm == local
+    assert len(warm[0]) == 10 and warm[1]  # both runs wrote: 5 keys a microbatch, keyed state kept
+
+
+def test_lakestate_run_with_remote_runs_the_pipeline_job_on_the_server(connect_server, tmp_path):
+    """`lakestate run --remote sc://...` (what a DAG's warm run does) of the demo job, 10 events a run: the second
+    run restores the first's checkpoint, all in a process without a JVM."""
+    env = {**os.environ, "LAKESTATE_ROOT": str(tmp_path / "root"), "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "state_store.cli", "run", "--job", "clicks", "--registry", str(ROOT / "lakestate.toml"),
+           "--remote", connect_server[0], "--max-microbatches", "1"]
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "2", "--events", "10", "--keys", "5"],
+                   env=env, cwd=ROOT, check=True, capture_output=True)
+    for n in range(2):
+        done = subprocess.run(run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "1 microbatches, 10 records" in done.stdout, done.stdout
+        assert ("restored checkpoint 1" if n else "no checkpoint") in done.stdout, done.stdout
+        assert "py4j" not in done.stderr.lower()
+
+
+def test_airflow_pipeline_run_task_runs_on_the_spark_connect_connection(connect_server, tmp_path):
+    """`airflow dags test` of a pipeline DAG with `lakestate_spark` of type spark_connect: the run task runs on
+    the server (no spark-submit), its XCom is the run's summary; the task's time is printed."""
+    import sqlite3
+
+    from tests.test_airflow import _airflow_env, _registry
+
+    host, port = connect_server[0][len("sc://"):].split(":")
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    max_microbatches = 1
+    checkpoint_interval = 1
+    """)
+    env = _airflow_env(tmp_path, registry, tmp_path / "lakestate")
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "1", "--events", "10", "--keys", "5"],
+                   env=env, check=True, capture_output=True, cwd=ROOT)
+    for command in (["db", "migrate"], ["connections", "add", "lakestate_spark", "--conn-type", "spark_connect",
+                                        "--conn-host", host, "--conn-port", port]):
+        done = subprocess.run(["airflow", *command], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    text = done.stdout + done.stderr
+    assert ", state=success, run_type=" in text, text[-4000:]
+    assert f"running on the Spark Connect server sc://{host}:{port}" in text, text[-4000:]
+    assert "spark-submit" not in text
+    with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+        (value,) = con.execute("select value from xcom where dag_id = 'lakestate_clicks' and task_id = 'run'").fetchone()
+        (seconds,) = con.execute("select duration from task_instance where dag_id = 'lakestate_clicks' and "
+                                 "task_id = 'run'").fetchone()
+    summary = json.loads(value)
+    assert summary["microbatches"] == [0] and summary["records_in"] == 10 and summary["checkpoints"] == [1]
+    print(f"\n[spark-connect] the pipeline's run task over Spark Connect: {seconds:.2f} s task time "
+          f"(run {summary['seconds']} s)")
+
+
+def test_a_failed_run_over_spark_connect_says_why_and_leaves_no_file(connect_server, tmp_path):
+    out = _client(connect_server[0], "failing", tmp_path / "lake")
+    assert out["error"] and re.search(r"microbatch 0 of job 'failing' failed before anything was written: "
+                                      r"UserFunctionError: process\(\) raised ValueError", out["error"]), out
+    assert out["parquet"] == []
+
+
+def test_ttl_incremental_cleanup_over_spark_connect_removes_what_a_local_run_removes(connect_server, spark, tmp_path):
+    """The cleanup's MERGE ... DELETE runs as SQL over Connect (delta-spark's DeltaTable needs a server plugin)."""
+    from tests.conftest import Lake
+    from tests.connect_client import sweep
+
+    warm = _client(connect_server[0], "sweep", tmp_path / "connect", "delta")
+    local = json.loads(json.dumps(sweep(spark, Lake(tmp_path / "local"), "delta")))
+    assert warm == local
+    assert sum(warm[0]) == 6 and {row[2] for row in warm[1] if row[0] == "ttl.last"} == {"z"}
