@@ -84,30 +84,8 @@ if [ -f "$PIDFILE" ]; then
   rm -f "$PIDFILE"
 fi
 
-free_port() {  # the first port from $1 that $HOST can bind
-  python - "$HOST" "$1" <<'PY'
-import socket, sys
-host, start = sys.argv[1], int(sys.argv[2])
-for port in range(start, start + 100):
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            continue
-        print(port)
-        break
-else:
-    sys.exit(f"[lakestate] no free port on {host} from {start} to {start + 99}")
-PY
-}
-if [ -n "$PORT" ]; then
-  if [ "$(free_port "$PORT")" != "$PORT" ]; then
-    echo "[lakestate] port $PORT on $HOST is taken: choose another with --port" >&2
-    exit 1
-  fi
-else
-  PORT=$(free_port 8080)
-fi
+source scripts/ports.sh
+choose_port 8080
 # Where this machine reaches the API server (the tasks' execution API too: Airflow's default is localhost:8080).
 REACH=$HOST
 case $HOST in 0.0.0.0|::|"") REACH=127.0.0.1 ;; esac

@@ -97,30 +97,8 @@ if url=$(running_url); then
 fi
 rm -f "$PIDFILE"
 
-free_port() {  # the first port from $1 that $HOST can bind
-  python - "$HOST" "$1" <<'PY'
-import socket, sys
-host, start = sys.argv[1], int(sys.argv[2])
-for port in range(start, start + 100):
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            continue
-        print(port)
-        break
-else:
-    sys.exit(f"[lakestate] no free port on {host} from {start} to {start + 99}")
-PY
-}
-if [ -n "$PORT" ]; then
-  if [ "$(free_port "$PORT")" != "$PORT" ]; then
-    echo "[lakestate] port $PORT on $HOST is taken: choose another with --port" >&2
-    exit 1
-  fi
-else
-  PORT=$(free_port 15002)
-fi
+source scripts/ports.sh
+choose_port 15002
 
 # The session confs state_store/spark.py's build_spark sets, as server confs: every Connect session inherits them.
 PYTHONPATH_WORKERS=$ROOT_DIR${PYTHONPATH:+:$PYTHONPATH}
