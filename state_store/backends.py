@@ -41,6 +41,7 @@ from .state_tables import (
     append_idempotent,
     commit_files,
     latest_live,
+    read_version,
     remove_rows,
     visible,
 )
@@ -84,9 +85,11 @@ class StateBackend:
     def empty(self) -> DataFrame:
         return self.spark.createDataFrame([], self.table.schema)
 
-    def read(self, checkpoint: CheckpointMetadata | None, restrict=None) -> DataFrame:
+    def read(self, checkpoint: CheckpointMetadata | None, restrict=None, partitions=None) -> DataFrame:
         """The live entries as of ``checkpoint`` (none when None); ``restrict`` (DataFrame -> DataFrame)
-        narrows the rows first, e.g. to the keys a run touches, so only those are sorted out."""
+        narrows the rows first, e.g. to the keys a run touches, so only those are sorted out; ``partitions``
+        (delta-rs's tuple filters on the partition columns, a superset of what ``restrict`` keeps) lets a
+        table read only those partitions' files."""
         raise NotImplementedError
 
     def staging_dir(self, token: str) -> Path:
@@ -184,11 +187,11 @@ class DeltaStateBackend(StateBackend):
             return []
         return self.bound.table(self.table.name).generations
 
-    def read(self, checkpoint, restrict=None):
+    def read(self, checkpoint, restrict=None, partitions=None):
         if checkpoint is None:  # the table is made by the run's first write
             return self.empty()
         recorded = checkpoint.table(self.table.name)
-        df = self.spark.read.format("delta").option("versionAsOf", recorded.version).load(recorded.path)
+        df = read_version(self.spark, recorded.path, recorded.version, self.table, partitions)
         df = visible(df.filter(F.col("batch_id") <= checkpoint.batch_id), recorded.generations)
         return latest_live(restrict(df) if restrict else df, self.table)
 
@@ -282,7 +285,7 @@ class HashMapStateBackend(StateBackend):
     def _dir(self, checkpoint_id: int) -> Path:
         return self.store.snapshot_table(checkpoint_id, self.table.name)
 
-    def read(self, checkpoint, restrict=None):
+    def read(self, checkpoint, restrict=None, partitions=None):
         if checkpoint is None:
             self._base = self.empty()
             return self._base
@@ -292,8 +295,7 @@ class HashMapStateBackend(StateBackend):
                 f"checkpoint {checkpoint.checkpoint_id}'s snapshot {recorded.path} is missing; "
                 f"restore an older checkpoint or a savepoint"
             )
-        self._base = (self.spark.read.format("delta").option("versionAsOf", recorded.version)
-                      .load(recorded.path))
+        self._base = read_version(self.spark, recorded.path, recorded.version, self.table)
         return restrict(self._base) if restrict else self._base
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
@@ -355,7 +357,7 @@ class MemoryStateBackend(StateBackend):
     name = "memory"
     snapshots = MemorySnapshots()  # process-wide; see MemorySnapshots
 
-    def read(self, checkpoint, restrict=None):
+    def read(self, checkpoint, restrict=None, partitions=None):
         if checkpoint is None:
             self._base = self.empty()
             return self._base

@@ -102,7 +102,8 @@ class Frame:
 
     def _keyed_restrict(self, records: list[DataFrame], checkpoint: CheckpointMetadata | None, raw_name: str):
         """What narrows the keyed state read to the keys the run touches (and raw keyed state of every key
-        group): a semi-join, or for a small run a read of only the key groups touched and a broadcast join."""
+        group), and the partitions it reads: a semi-join of every partition, or for a small run a read of only
+        the key groups touched and a broadcast join."""
         touched = [r.filter(F.col("side") == SIDE_KEYED).select("key_group", "key") for r in records]
         if self.due_timers is not None:  # keys without records whose timers fire in the run
             touched.append(self.due_timers)
@@ -113,24 +114,25 @@ class Frame:
             touched_keys = touched_keys.unionByName(t)
         touched_keys = touched_keys.distinct()
         if self.all_keyed_state:
-            return None  # apply_to_keyed_state reaches every key
+            return None, None  # apply_to_keyed_state reaches every key
         known = [p.records for p in self.plans]
         if checkpoint is None or len(touched) == 1 or None in known or sum(known) > SMALL_RUN_RECORDS:
-            return lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi")
+            return (lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi")), None
         groups = touched[0]
         for t in touched[1:-1]:
             groups = groups.unionByName(t)
         groups = sorted(r[0] for r in groups.select("key_group").distinct().collect())
         small = F.broadcast(touched_keys)
-        return lambda df: (df.filter(F.col("key_group").isin(groups) | (F.col("state_name") == raw_name))
-                           .join(small, ["key_group", "key"], "left_semi"))
+        partitions = [[("state_name", "=", raw_name)]] + ([[("key_group", "in", groups)]] if groups else [])
+        return (lambda df: (df.filter(F.col("key_group").isin(groups) | (F.col("state_name") == raw_name))
+                            .join(small, ["key_group", "key"], "left_semi"))), partitions
 
     def _state(self, records: list[DataFrame], checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
                operator_backend: StateBackend) -> DataFrame:
         """The subtask markers, then the operator and keyed state each subtask restores."""
         ctx = self.ctx
         raw_name = qualified_name(ctx.spec.uid, RAW_KEYED)
-        keyed = keyed_backend.read(checkpoint, self._keyed_restrict(records, checkpoint, raw_name))
+        keyed = keyed_backend.read(checkpoint, *self._keyed_restrict(records, checkpoint, raw_name))
         keyed = self._frame(keyed, subtask=subtask_column(F.col("key_group"), ctx.p, ctx.maxp),
                             phase=F.when(F.col("state_name") == raw_name, F.lit(PHASE_RAW_KEYED))
                             .otherwise(F.lit(PHASE_KEYED)))

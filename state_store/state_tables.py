@@ -27,9 +27,12 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .connect import commit_files_without_jvm, delete_rows_sql, is_connect
+from . import delta_rs
+from .connect import delete_rows_sql, is_connect
 from .delta_log import app_transaction_version
+from .errors import ConfigError
 from .records import TableSpec, WrittenFile
+from .storage import is_remote
 
 
 
@@ -43,6 +46,32 @@ def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> 
             .filter("_rank = 1 AND value IS NOT NULL").drop("_rank"))
 
 
+def read_version(spark, path, version: int, spec: TableSpec, partitions=None) -> DataFrame:
+    """Version ``version`` of the state table at ``path`` (its files in ``partitions`` only, when given:
+    delta-rs's tuple filters on the partition columns; the caller still filters the rows). Read as plain Parquet
+    from the file list delta-rs gives (``delta_rs.parquet_files``), which costs no Spark job; through Delta's own
+    reader for a table that cannot be read so."""
+    files = delta_rs.parquet_files(path, version, spec.partition_columns, partitions)
+    if files is None:
+        return spark.read.format("delta").option("versionAsOf", version).load(str(path))
+    if not files:
+        return spark.createDataFrame([], spec.schema)
+    conf, local = spark.conf, not is_remote(str(path))
+    # Above this many paths Spark lists them in a Spark job of their own; on a local disk a listing in the
+    # driver costs less than that job's start.
+    before = conf.get(LISTING_THRESHOLD_CONF) if local else None
+    if local:
+        conf.set(LISTING_THRESHOLD_CONF, str(max(len(files), 32)))
+    try:
+        return spark.read.schema(spec.schema).option("basePath", str(path)).parquet(*files)
+    finally:
+        if local:
+            conf.set(LISTING_THRESHOLD_CONF, before)
+
+
+LISTING_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
 def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
     """The rows a checkpoint sees: every microbatch's (generation 0) and those of the writes that are not
     microbatches it pins, ``generations``; None (a checkpoint recorded before they were listed) sees them all."""
@@ -54,12 +83,24 @@ def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
 def commit_files(spark, path: Path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
                  partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id") -> bool:
     """Add the Parquet ``files`` a run wrote (``run_files``) to the Delta table at ``path`` in one
-    commit through Delta's own transaction (its log store, conflict checks and log checkpoints), with
-    ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns ``ddl``.
-    ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when the
-    table already has ``version``. On a Spark Connect session, through delta-rs (``connect``)."""
-    if is_connect(spark):
-        return commit_files_without_jvm(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+    commit with ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns
+    ``ddl``. ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when
+    the table already has ``version``. Through delta-rs (``delta_rs``), without a Spark job; a table whose
+    protocol delta-rs cannot write (a user's sink with features it lacks) through Delta's own transaction on
+    the JVM, which a Spark Connect session cannot reach: there it is refused."""
+    try:
+        return delta_rs.commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+    except delta_rs.NotWritable as e:
+        if is_connect(spark):
+            raise ConfigError(f"the Delta table {path} has a protocol delta-rs cannot write ({e}); over Spark "
+                              f"Connect a run commits only through delta-rs: run this job with spark-submit") from e
+        return _commit_files_on_jvm(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+
+
+def _commit_files_on_jvm(spark, path: Path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
+                         partition_by: tuple[str, ...], expected: int | None, batch_column: str) -> bool:
+    """``commit_files`` through Delta's own ``OptimisticTransaction`` (its log store, conflict checks and log
+    checkpoints), reached through py4j."""
     jvm = spark._jvm
     txn = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path)).startTransaction()
     action = jvm.org.apache.spark.sql.delta.actions.Action

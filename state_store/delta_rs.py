@@ -1,0 +1,129 @@
+"""The Delta tables of a run through delta-rs (``deltalake``), in this process, without a Spark job: the commit
+of a run's files and the file list of a table version a run reads.
+
+Through Delta's own reader and ``OptimisticTransaction`` on the JVM, each of a run's three commits and each
+read of a state table cost Spark jobs of their own (the snapshot's state reconstruction, "Filtering files for
+query", "Compute snapshot for version"): most of a small run's time. delta-rs replays the log in Rust in a few
+milliseconds, commits with the same add actions, statistics and app transaction (``txnAppId``/``txnVersion``),
+and writes the same ``operationMetrics`` Spark's writer reports, so ``DESCRIBE HISTORY``, Spark, delta-rs and
+``delta_log`` read the tables alike. Classic log checkpoints every ``CHECKPOINT_INTERVAL`` versions, as Spark
+writes them.
+"""
+from __future__ import annotations
+
+import time
+
+from .records import WrittenFile
+from .storage import ObjectPath, location, options_of
+
+CHECKPOINT_INTERVAL = 10  # Delta's (Spark's) default: delta-rs's own is 100
+
+
+class NotWritable(Exception):
+    """delta-rs refused to commit to a table whose protocol it cannot write (row tracking, type widening,
+    in-commit timestamps...); nothing was committed."""
+
+
+def table_uri(path) -> str:
+    """``path`` as delta-rs names it: ``s3a://`` is Hadoop's scheme, delta-rs reads the same bucket as ``s3://``."""
+    text = str(path)
+    return "s3://" + text[len("s3a://"):] if text.startswith("s3a://") else text
+
+
+def storage_options(path) -> dict[str, str] | None:
+    """delta-rs's options for the bucket of an ``s3a://`` path (the ones Spark's S3A connector is given)."""
+    options = options_of(location(path))
+    if options is None:
+        return None
+    found = {"AWS_REGION": options.region, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    if options.endpoint:
+        found.update(AWS_ENDPOINT_URL=options.endpoint, AWS_ALLOW_HTTP="true")
+    if options.access_key and options.secret_key:
+        found.update(AWS_ACCESS_KEY_ID=options.access_key, AWS_SECRET_ACCESS_KEY=options.secret_key)
+    return found
+
+
+def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
+                 partition_by: tuple[str, ...], expected: int | None, batch_column: str) -> bool:
+    """``state_tables.commit_files`` through delta-rs: the same contract (False when ``app_id`` already has
+    ``version``; an error, with nothing committed, when another writer took a version of ``app_id`` meanwhile).
+    Raises ``NotWritable``, with nothing committed, for a table whose protocol delta-rs cannot write."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError, DeltaProtocolError, TableNotFoundError
+    from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+    uri, options = table_uri(path), storage_options(path)
+    try:
+        table = DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        table = None
+    current = table.transaction_version(app_id) if table is not None else None
+    current = -1 if current is None else current
+    if current >= version:
+        return False
+    if current != (-1 if expected is None else expected):
+        raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
+                           f"(it read version {expected}); nothing was committed, rerun the job")
+    now = int(time.time() * 1000)
+    actions = []
+    for info in files:
+        add = info.to_add_action(batch_column)["add"]
+        actions.append(AddAction(add["path"], add["size"], add["partitionValues"], add["modificationTime"], True,
+                                 add["stats"]))
+    # What Spark's Delta writer records for an append, for DESCRIBE HISTORY.
+    metrics = {"numFiles": str(len(files)), "numOutputRows": str(sum(f.rows for f in files)),
+               "numOutputBytes": str(sum(f.size for f in files))}
+    commit = CommitProperties(app_transactions=[Transaction(app_id, version, now)],
+                              custom_metadata={"operationMetrics": metrics, "isBlindAppend": True})
+    try:
+        _commit(spark, uri, options, table, actions, commit, ddl, partition_by)
+    except DeltaProtocolError as e:
+        raise NotWritable(str(e)) from e
+    except CommitFailedError as e:
+        if "Unsupported table features" in str(e):
+            raise NotWritable(str(e)) from e
+        raise
+    return True
+
+
+def _commit(spark, uri: str, options, table, actions, commit, ddl: str, partition_by: tuple[str, ...]) -> None:
+    from deltalake import Schema
+    from deltalake.transaction import PostCommitHookProperties, create_table_with_add_actions
+
+    hooks = PostCommitHookProperties(create_checkpoint=False)
+    if table is None:  # a new table: its schema (Spark's JSON is Delta's schemaString) comes with the first files
+        schema = Schema.from_json(spark.createDataFrame([], ddl).schema.json())
+        create_table_with_add_actions(uri, schema, actions, "error", list(partition_by) or None,
+                                      storage_options=options, commit_properties=commit,
+                                      post_commithook_properties=hooks)
+        return
+    table.create_write_transaction(actions, "append", table.schema(), list(partition_by) or None,
+                                   commit_properties=commit, post_commithook_properties=hooks)
+    table.update_incremental()
+    if table.version() % CHECKPOINT_INTERVAL == 0:
+        table.create_checkpoint()
+
+
+def parquet_files(path, version: int, partition_columns: tuple[str, ...], predicate=None) -> list[str] | None:
+    """The data files of version ``version`` of the Delta table at ``path`` (only those of the partitions
+    ``predicate`` selects, delta-rs's tuple filters), as paths Spark reads as plain Parquet with ``basePath``
+    set to the table, or None when the table cannot be read so: a protocol beyond reader version 1 (deletion
+    vectors, column mapping) or files outside ``column=value/`` folders of its partition columns."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(table_uri(path), version=version, storage_options=storage_options(path))
+    if table.protocol().min_reader_version > 1:
+        return None
+    uris = table.file_uris(file_pruning_predicate=predicate) if predicate else table.file_uris()
+    root = table_uri(path).rstrip("/") + "/"
+    names = [f"{c}=" for c in partition_columns]
+    found = []
+    for uri in uris:
+        if not uri.startswith(root):
+            return None
+        folders = uri[len(root):].split("/")[:-1]
+        if len(folders) != len(names) or any(not f.startswith(n) for f, n in zip(folders, names)):
+            return None
+        found.append(uri)
+    scheme = location(path).scheme if isinstance(location(path), ObjectPath) else None
+    return [f"{scheme}://{u[len('s3://'):]}" for u in found] if scheme and scheme != "s3" else found

@@ -1,0 +1,120 @@
+"""A run's commits and state reads go through delta-rs (``state_store.delta_rs``): the tables they give are the
+ones Delta's own transaction gives, for Spark, ``DESCRIBE HISTORY``, delta-rs and ``delta_log``; a table
+delta-rs cannot write or read so takes Delta's own way."""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from state_store import delta_rs
+from state_store.delta_log import app_transaction_version, table_snapshot
+from state_store.records import KEYED_TABLE, WrittenFile
+from state_store.state_tables import _commit_files_on_jvm, commit_files, read_version
+
+DDL = KEYED_TABLE.schema
+PARTS = KEYED_TABLE.partition_columns
+NAMES = ("u.count", "u.items-2")  # state names (letters, digits, "_", "-", qualified by a uid and ".")
+
+
+def _write(table, version: int) -> list[WrittenFile]:
+    """Two Parquet files of microbatch ``version`` in two partitions, as a run writes them (hive folders)."""
+    files = []
+    for i, name in enumerate(NAMES):
+        kg = (version + i) % 4
+        folder = f"state_name={name}/key_group={kg}"
+        rel = f"{folder}/part-{version}-{i}.parquet"
+        (table / folder).mkdir(parents=True, exist_ok=True)
+        rows = {"key": [f"k{version}", f"k{version + 1}"], "namespace": ["", ""], "user_key": [None, None],
+                "value": [json.dumps(version), None], "expiry": [None, 5], "batch_id": [version, version],
+                "generation": [0, 0]}
+        schema = pa.schema([("key", pa.string()), ("namespace", pa.string()), ("user_key", pa.string()),
+                            ("value", pa.string()), ("expiry", pa.int64()), ("batch_id", pa.int64()),
+                            ("generation", pa.int64())])
+        pq.write_table(pa.table(rows, schema=schema), table / rel)
+        files.append(WrittenFile("keyed", rel, {"state_name": name, "key_group": str(kg)},
+                                 os.path.getsize(table / rel), 2, version, version))
+    return files
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(tuple(r) for r in df.select(*KEYED_TABLE.columns).collect())
+
+
+def test_delta_rs_commits_give_the_table_deltas_own_transaction_gives(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    mine, theirs = tmp_path / "delta-rs", tmp_path / "jvm"
+    for version in range(11):  # up to a log checkpoint (every 10 versions)
+        for table, commit in ((mine, commit_files), (theirs, _commit_files_on_jvm)):
+            assert commit(spark, table, "app", version, _write(table, version), DDL, PARTS,
+                          None if version == 0 else version - 1, "batch_id")
+    assert json.loads((mine / "_delta_log" / "_last_checkpoint").read_text())["version"] == 10
+
+    # Spark, delta-rs and delta_log read the same rows, files and app transactions from both.
+    read = lambda t: spark.read.format("delta").load(str(t))  # noqa: E731
+    assert _rows(read(mine)) == _rows(read(theirs)) and len(_rows(read(mine))) == 44
+    other = {t: DeltaTable(str(t)).to_pyarrow_table().select(KEYED_TABLE.columns).to_pylist() for t in (mine, theirs)}
+    assert sorted(map(lambda r: tuple(r.values()), other[mine])) == sorted(
+        map(lambda r: tuple(r.values()), other[theirs]))
+    sizes = {t: table_snapshot(t) for t in (mine, theirs)}
+    assert (sizes[mine]["num_files"], sizes[mine]["size_bytes"], sizes[mine]["version"]) == (
+        sizes[theirs]["num_files"], sizes[theirs]["size_bytes"], sizes[theirs]["version"]) == (
+        22, sizes[mine]["size_bytes"], 10)
+    assert app_transaction_version(mine, "app") == app_transaction_version(theirs, "app") == 10
+    assert DeltaTable(str(mine)).transaction_version("app") == 10
+
+    # DESCRIBE HISTORY: the same operation, parameters and metrics for every append; delta-rs names the
+    # commit that creates the table CREATE TABLE where Spark's writer says WRITE.
+    history = {t: {r.version: r for r in spark.sql(f"DESCRIBE HISTORY delta.`{t}`").collect()} for t in (mine, theirs)}
+    assert sorted(history[mine]) == sorted(history[theirs]) == list(range(11))
+    for version in range(11):
+        a, b = history[mine][version], history[theirs][version]
+        assert a.operationMetrics == b.operationMetrics == {"numFiles": "2", "numOutputRows": "4",
+                                                            "numOutputBytes": a.operationMetrics["numOutputBytes"]}
+        assert a.isBlindAppend is True and b.isBlindAppend is True
+        if version:
+            assert (a.operation, a.operationParameters) == (b.operation, b.operationParameters) == (
+                "WRITE", {"mode": "Append", "partitionBy": json.dumps(list(PARTS)).replace(" ", "")})
+    assert history[mine][0].operation == "CREATE TABLE"
+
+    # A replay of a committed version commits nothing; a commit another writer took meanwhile is refused.
+    assert commit_files(spark, mine, "app", 10, _write(mine, 10), DDL, PARTS, 9) is False
+    with pytest.raises(RuntimeError, match=r"took a commit of app \(version 10\) while this run held the job"):
+        commit_files(spark, mine, "app", 11, _write(mine, 11), DDL, PARTS, 9)
+
+
+def test_a_state_read_of_delta_rs_file_lists_is_the_version_delta_reads(spark, tmp_path):
+    table = tmp_path / "t"
+    for version in range(4):
+        commit_files(spark, table, "app", version, _write(table, version), DDL, PARTS,
+                     None if version == 0 else version - 1)
+    at = lambda v: spark.read.format("delta").option("versionAsOf", v).load(str(table))  # noqa: E731
+    for version in range(4):
+        assert _rows(read_version(spark, table, version, KEYED_TABLE)) == _rows(at(version))
+    # Only the partitions asked for are read (the caller filters rows; here the partitions are the rows).
+    some = read_version(spark, table, 3, KEYED_TABLE, [[("key_group", "in", [1])], [("state_name", "=", "u.items-2")]])
+    expected = at(3).filter("key_group = 1 OR state_name = 'u.items-2'")
+    assert _rows(some) == _rows(expected) and len(_rows(expected)) == 10
+    assert len(delta_rs.parquet_files(table, 3, PARTS, [[("key_group", "in", [1])]])) == 2
+
+
+def test_tables_delta_rs_cannot_write_or_read_as_parquet_take_deltas_own_way(spark, tmp_path):
+    """A sink with row tracking is committed through Delta's own transaction; deletion vectors
+    make the read go through Delta's reader (its files are not plain Parquet of the table's rows)."""
+    for name, prop, writes, reads in (("rows", "delta.enableRowTracking", False, True),
+                                      ("dv", "delta.enableDeletionVectors", True, False)):
+        table = tmp_path / name
+        spark.sql(f"CREATE TABLE delta.`{table}` ({DDL}) USING delta PARTITIONED BY (state_name, key_group) "
+                  f"TBLPROPERTIES ('{prop}' = 'true')")
+        if writes:
+            delta_rs.commit_files(spark, table, "app", 0, _write(table, 0), DDL, PARTS, None, "batch_id")
+        else:
+            with pytest.raises(delta_rs.NotWritable, match="RowTracking"):
+                delta_rs.commit_files(spark, table, "app", 0, _write(table, 0), DDL, PARTS, None, "batch_id")
+            assert commit_files(spark, table, "app", 0, _write(table, 0), DDL, PARTS, None)
+        assert (delta_rs.parquet_files(table, 1, PARTS) is not None) == reads
+        assert len(_rows(read_version(spark, table, 1, KEYED_TABLE))) == 4
