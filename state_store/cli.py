@@ -132,7 +132,7 @@ def cmd_run(args, settings: Settings) -> int:
         max_microbatches = max_microbatches or entry.max_microbatches
     spec = registry.load(args.job)
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
-                        remote=args.remote)
+                        remote=args.remote, job_id=args.job)
     result = run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
                      lease_wait_s=args.wait_for_lease)
     records, seconds = result.records_in, result.seconds

@@ -12,6 +12,7 @@ the few steps that reach the JVM through py4j on a classic session take a Connec
 """
 from __future__ import annotations
 
+import time
 import uuid
 
 
@@ -20,9 +21,13 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def remote_session(url: str, s3: bool = False):
+def remote_session(url: str, s3: bool = False, job_id: str | None = None):
     """A Spark Connect session on the server at ``url`` (``sc://HOST:PORT``). The server holds the Delta jars and
-    confs (scripts/spark-connect.sh starts one so); this process starts no JVM."""
+    confs (scripts/spark-connect.sh starts one so); this process starts no JVM. With ``job_id`` (and no
+    ``session_id`` in ``url``), the session of that job for the current UTC hour (``job_session_id``): a job's
+    runs, which its lease keeps one at a time, find the server's Python workers of their session warm (a new
+    session costs about 1.5 s of worker start here); one the server has closed meanwhile is replaced by a new
+    one."""
     from pyspark.sql import SparkSession
 
     from .errors import ConfigError
@@ -33,7 +38,28 @@ def remote_session(url: str, s3: bool = False):
     if s3:
         raise ConfigError("s3a:// warehouses are not run over Spark Connect yet (the server's Hadoop configuration "
                           "is not set from the client): run with spark-submit, without --remote")
-    return SparkSession.builder.remote(url).getOrCreate()
+    if job_id is None or "session_id=" in url:
+        return SparkSession.builder.remote(url).getOrCreate()
+    shared = SparkSession.builder.remote(_with_params(url, f"session_id={job_session_id(job_id)}")).create()
+    try:
+        shared.conf.get("spark.sql.session.timeZone")  # the first call that reaches the session
+        return shared
+    except Exception as e:  # noqa: BLE001 - a closed or expired session: any other error recurs below
+        if "SESSION_CLOSED" not in str(e) and "SESSION_NOT_FOUND" not in str(e):
+            raise
+        return SparkSession.builder.remote(url).create()
+
+
+def job_session_id(job_id: str, now: float | None = None) -> str:
+    """The Spark Connect session id of ``job_id``'s runs in the current UTC hour: a new one every hour, so that
+    an id is never reused after the server's default idle timeout (60 minutes) closed its session."""
+    hour = int((time.time() if now is None else now) // 3600)
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakestate://{job_id}/sessions/{hour}"))
+
+
+def _with_params(url: str, param: str) -> str:
+    """``url`` with the Spark Connect parameter ``param`` (``sc://host:port/;a=b;c=d``)."""
+    return f"{url};{param}" if "/;" in url else f"{url.rstrip('/')}/;{param}"
 
 
 def delete_rows_sql(spark, path, rows, partitions, partition_columns: tuple[str, ...], id_columns: tuple[str, ...],

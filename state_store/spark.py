@@ -51,14 +51,15 @@ def configure_s3(spark, options=None) -> None:
 
 
 def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None,
-                s3: bool | None = None, remote: str | None = None):
+                s3: bool | None = None, remote: str | None = None, job_id: str | None = None):
     """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles; with ``s3`` (default:
     ``wants_s3()``) it reaches ``s3a://`` too. With ``remote`` (``sc://HOST:PORT``), a Spark Connect session on
-    that server instead (``connect.remote_session``; scripts/spark-connect.sh starts one)."""
+    that server instead (``connect.remote_session``, in the session of ``job_id``'s runs when given;
+    scripts/spark-connect.sh starts one)."""
     from pyspark.sql import SparkSession
 
     if remote:
-        return remote_session(remote, wants_s3() if s3 is None else s3)
+        return remote_session(remote, wants_s3() if s3 is None else s3, job_id)
 
     # Process set-up, kept in the environment: PySpark takes its workers' interpreter only from PYSPARK_PYTHON
     # (no Spark conf sets it for a session started in-process). Defaults only: a caller's choice stands.

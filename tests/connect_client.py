@@ -66,10 +66,28 @@ def _delta(session, path: str) -> dict:
             "history": sorted([r.version, r.operation] for r in history)}
 
 
+def job_sessions(url: str) -> dict:
+    """A job's runs share its session of the hour; once the server closed it, a run gets a new one."""
+    from state_store.connect import job_session_id, remote_session
+
+    first = remote_session(url, job_id="shared")
+    again = remote_session(url, job_id="shared")
+    same = [first.session_id, again.session_id, job_session_id("shared")]
+    first.range(1).collect()
+    first.stop()  # releases the session on the server: its id is closed there from now on
+    after = remote_session(url, job_id="shared")
+    rows = after.range(2).count()
+    after.stop()
+    return {"same": same, "after": after.session_id, "rows": rows}
+
+
 def main(argv: list[str]) -> None:
     from pyspark.sql import SparkSession
 
     url, what, *args = argv
+    if what == "job-sessions":
+        print(json.dumps(job_sessions(url)))
+        return
     session = SparkSession.builder.remote(url).create()
     try:
         if what == "delta":

@@ -118,3 +118,13 @@ def test_tables_delta_rs_cannot_write_or_read_as_parquet_take_deltas_own_way(spa
             assert commit_files(spark, table, "app", 0, _write(table, 0), DDL, PARTS, None)
         assert (delta_rs.parquet_files(table, 1, PARTS) is not None) == reads
         assert len(_rows(read_version(spark, table, 1, KEYED_TABLE))) == 4
+
+
+def test_a_jobs_spark_connect_session_id_is_its_own_and_changes_every_hour():
+    from state_store.connect import _with_params, job_session_id
+
+    hour = 1_795_550_400.0  # a whole UTC hour
+    assert job_session_id("a", hour) == job_session_id("a", hour + 3599) != job_session_id("a", hour + 3600)
+    assert job_session_id("a", hour) != job_session_id("b", hour)
+    assert _with_params("sc://h:1", "session_id=x") == "sc://h:1/;session_id=x"
+    assert _with_params("sc://h:1/;token=t", "session_id=x") == "sc://h:1/;token=t;session_id=x"

@@ -88,6 +88,12 @@ def test_spark_connect_script_serves_delta_and_says_its_url(connect_server, tmp_
     assert out["history"] == [[0, "WRITE"], [1, "WRITE"]]
 
 
+def test_a_jobs_runs_share_its_session_until_the_server_closes_it(connect_server):
+    out = _client(connect_server[0], "job-sessions")
+    assert len(set(out["same"])) == 1, out  # both runs of the hour in the job's session
+    assert out["after"] != out["same"][0] and out["rows"] == 2, out
+
+
 def test_spark_connect_script_stop_without_a_server_says_so(tmp_path):
     server = ConnectServer(tmp_path)
     assert "no Spark Connect server" in server.script("stop").stdout
