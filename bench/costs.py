@@ -4,12 +4,16 @@
     python bench/costs.py                 # all three
     python bench/costs.py --only scaling  # or: tiny, memory
 
-- scaling: the same 100,000-event microbatch (100,000 keys) against 100,000
-  and against 1,000,000 keys of state; prints both run times and their ratio.
-- tiny: a 10-event microbatch on 100,000 keys of state, timed inside the run
-  (first plan to last commit) and as a whole ``spark-submit``.
+- scaling: a 10,000-event run (uniform keys, every key group touched) against
+  1,000,000 and against 10,000,000 keys of state; prints the run times and
+  their ratio.
+- tiny: a 10-event run on 100,000 keys of state, timed inside the run (first
+  plan to last commit) five times in a warm session, and as a whole
+  ``spark-submit`` beside two plain-Spark ``spark-submit``s.
 - memory: runs of 10 and of 50 microbatches (10,000 events each); prints the
-  driver JVM's peak heap and the Python workers' peak RSS for each run.
+  driver JVM's peak heap (and what a GC after the run leaves) and the Python
+  workers' peak RSS for each run; then 50 microbatches as five runs of 10,
+  with the driver's heap after a GC and the workers' peak RSS after each.
 
 The job is ``bench/jobs.py`` (delta backend, parallelism 2, a checkpoint
 after every microbatch).
@@ -39,42 +43,72 @@ def _run(spark, root: Path, input_dir: Path, **bounds):
 
 
 def scaling(spark, base: Path) -> None:
-    times = {}
-    for state_keys in (100_000, 1_000_000):
+    """A 10,000-event run (uniform keys, every key group touched) against 1M and against 10M keys of state, three
+    times each; the state is built by runs of 1M distinct keys per microbatch."""
+    best = {}
+    for state_keys in (1_000_000, 10_000_000):
         root, input_dir = base / f"scaling-{state_keys}", base / f"scaling-{state_keys}" / "input"
-        write_workload(input_dir, 1, state_keys, state_keys)
+        started = time.time()
+        for first in range(0, state_keys, 1_000_000):
+            write_workload(input_dir, 1, 1_000_000, 1_000_000, first_key=first)
         built = _run(spark, root, input_dir)
-        write_workload(input_dir, 1, 100_000, 100_000)  # keys user-0..user-99999: all already in the state
-        result = _run(spark, root, input_dir)
-        times[state_keys] = result.seconds
-        print(f"state {state_keys:>9,d} keys (built in {built.seconds}s): a 100,000-event microbatch took "
-              f"{result.seconds}s {result.phases}", flush=True)
-    print(f"scaling: time ratio 1M / 100k keys of state = {times[1_000_000] / times[100_000]:.2f}", flush=True)
+        print(f"state {state_keys:>10,d} keys built in {time.time() - started:.0f}s "
+              f"({built.records_in:,d} events, run {built.seconds}s)", flush=True)
+        times = []
+        for n in range(3):
+            write_workload(input_dir, 1, 10_000, state_keys, seed=100 + n)
+            result = _run(spark, root, input_dir)
+            times.append(result.seconds)
+            print(f"  a 10,000-event run on {state_keys:,d} keys of state: {result.seconds}s {result.phases}",
+                  flush=True)
+        best[state_keys] = min(times)
+    print(f"scaling: time ratio 10M / 1M keys of state (best of 3 each) = "
+          f"{best[10_000_000] / best[1_000_000]:.2f}", flush=True)
+
+
+def _submit(script: Path, *args: str, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    from state_store.spark import delta_jars
+
+    started = time.time()
+    out = subprocess.run(["spark-submit", "--master", "local[*]", "--jars", ",".join(delta_jars()),
+                          "--conf", "spark.log.level=WARN", str(script), *args], env=env or dict(os.environ),
+                         capture_output=True, text=True)
+    return time.time() - started, out
 
 
 def tiny(spark, base: Path) -> None:
+    """A 10-event run on 100,000 keys of state: five times in this (warm) session, then as a whole
+    ``spark-submit``, beside two plain-Spark ``spark-submit``s (``bench/plain_submit.py``)."""
     root, input_dir = base / "tiny", base / "tiny" / "input"
     write_workload(input_dir, 1, 100_000, 100_000)
     _run(spark, root, input_dir)
-    write_workload(input_dir, 1, 10, 100_000)
-    result = _run(spark, root, input_dir)
-    print(f"tiny: a 10-event microbatch on 100,000 keys of state took {result.seconds}s inside the run "
-          f"{result.phases}", flush=True)
+    for n in range(5):
+        write_workload(input_dir, 1, 10, 100_000)
+        result = _run(spark, root, input_dir)
+        print(f"tiny: a 10-event run on 100,000 keys of state, warm session, try {n + 1}: {result.seconds}s "
+              f"{result.phases}", flush=True)
     from state_store.cli import main as lakestate
-    from state_store.spark import PROJECT_ROOT, delta_jars
+    from state_store.spark import PROJECT_ROOT
 
     env = {**os.environ, "LAKESTATE_ROOT": str(root), "LAKESTATE_BENCH_INPUT": str(input_dir)}
     os.environ.update(env)
     lakestate(["register", "bench.jobs:job", "--root", str(root)])
-    write_workload(input_dir, 1, 10, 100_000)
-    started = time.time()
-    out = subprocess.run(["spark-submit", "--master", "local[*]", "--jars", ",".join(delta_jars()),
-                          "--conf", "spark.log.level=WARN", str(PROJECT_ROOT / "jobs" / "run_microbatches.py"),
-                          "--job", "bench"], env=env, capture_output=True, text=True)
-    wall = time.time() - started
-    line = [x for x in out.stdout.splitlines() if "records/s" in x]
-    print(f"tiny: the same as a whole spark-submit took {wall:.1f}s (exit {out.returncode}); "
-          f"{line[-1] if line else out.stderr[-500:]}", flush=True)
+    walls = {}
+    for name, script, args in (("plain Spark, count range(10)", Path(__file__).parent / "plain_submit.py",
+                                ("count", str(base))),
+                               ("plain Spark, 2 Delta appends + a read", Path(__file__).parent / "plain_submit.py",
+                                ("delta", str(base))),
+                               ("Lakestate, a 10-event run", PROJECT_ROOT / "jobs" / "run_microbatches.py",
+                                ("--job", "bench"))):
+        if name.startswith("Lakestate"):
+            write_workload(input_dir, 1, 10, 100_000)
+        walls[name], out = _submit(script, *args, env=env)
+        line = [x for x in out.stdout.splitlines() if "records/s" in x or x.startswith("plain:")]
+        print(f"tiny: spark-submit, {name}: {walls[name]:.1f}s (exit {out.returncode}); "
+              f"{line[-1] if line else out.stderr[-500:]}", flush=True)
+    mine = walls["Lakestate, a 10-event run"]
+    print("tiny: spark-submit ratios: " + ", ".join(f"{mine / w:.2f}x {n}" for n, w in walls.items()
+                                                    if not n.startswith("Lakestate")), flush=True)
 
 
 def memory(spark, base: Path) -> None:
@@ -87,9 +121,27 @@ def memory(spark, base: Path) -> None:
             p.resetPeakUsage()
         result = _run(spark, root, input_dir)
         heap = sum(p.getPeakUsage().getUsed() for p in pools)
+        spark._jvm.java.lang.System.gc()
+        kept = jvm.getMemoryMXBean().getHeapMemoryUsage().getUsed()
         worker = max(b.worker_peak_rss_kb for b in result.batches)
         print(f"memory: a run of {microbatches} microbatches x 10,000 events: driver JVM peak heap "
-              f"{heap / 2**20:.0f} MiB, Python worker peak RSS {worker / 1024:.0f} MiB, {result.seconds}s", flush=True)
+              f"{heap / 2**20:.0f} MiB ({kept / 2**20:.0f} MiB still used after a GC), Python worker peak RSS "
+              f"{worker / 1024:.0f} MiB, {result.seconds}s", flush=True)
+
+
+def memory_over_runs(spark, base: Path) -> None:
+    """50 microbatches as five runs of 10 in one JVM: the driver's heap after a GC and the workers' peak RSS
+    after each run."""
+    jvm = spark._jvm.java.lang.management.ManagementFactory
+    root, input_dir = base / "memory-runs", base / "memory-runs" / "input"
+    write_workload(input_dir, 50, 10_000, 10_000)
+    for n in range(5):
+        result = _run(spark, root, input_dir, max_microbatches=10)
+        spark._jvm.java.lang.System.gc()
+        kept = jvm.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+        worker = max(b.worker_peak_rss_kb for b in result.batches)
+        print(f"memory: after microbatch {10 * n + 9} (run {n + 1} of 5): driver JVM heap after a GC "
+              f"{kept / 2**20:.0f} MiB, Python worker peak RSS {worker / 1024:.0f} MiB, {result.seconds}s", flush=True)
 
 
 def main() -> None:
@@ -109,6 +161,7 @@ def main() -> None:
         spark = build_spark("lakestate-costs-memory", extra_conf={"spark.driver.memory": "6g",
                                                                   "spark.python.worker.reuse": "false"})
         memory(spark, base)
+        memory_over_runs(spark, base)
         spark.stop()
 
 

@@ -36,8 +36,10 @@ def _next_ts(existing: list[Path]) -> int:
     return max(pc.max(pq.read_table(p, columns=["ts"])["ts"]).as_py() for p in existing) + 1
 
 
-def write_workload(directory: Path, files: int, events: int, keys: int, seed: int = 11) -> list[Path]:
-    """Write `files` Parquet files of `events` rows over `keys` keys into `directory`; return their paths."""
+def write_workload(directory: Path, files: int, events: int, keys: int, seed: int = 11,
+                   first_key: int = 0) -> list[Path]:
+    """Write `files` Parquet files of `events` rows over `keys` keys (`user-<first_key>` on) into `directory`;
+    return their paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     existing = _existing(directory)
@@ -51,7 +53,7 @@ def write_workload(directory: Path, files: int, events: int, keys: int, seed: in
             ids = rng.permutation(keys)          # every key exactly once, shuffled
         else:
             ids = rng.integers(0, keys, size=events)
-        key = pc.binary_join_element_wise("user-", pa.array(ids).cast(pa.string()), "")
+        key = pc.binary_join_element_wise("user-", pa.array(ids + first_key).cast(pa.string()), "")
         table = pa.table({"key": key,
                           "amount": pa.array(rng.integers(1, 1_000, size=events), pa.int64()),
                           "ts": pa.array(np.arange(ts, ts + events, dtype=np.int64))}, schema=SCHEMA)
