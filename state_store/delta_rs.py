@@ -11,10 +11,12 @@ writes them.
 """
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 from .records import WrittenFile
-from .storage import ObjectPath, location, options_of
+from .storage import ObjectPath, create_exclusive, location, options_of
 
 CHECKPOINT_INTERVAL = 10  # Delta's (Spark's) default: delta-rs's own is 100
 
@@ -65,18 +67,24 @@ def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile
         raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
                            f"(it read version {expected}); nothing was committed, rerun the job")
     now = int(time.time() * 1000)
+    # What Spark's Delta writer records for an append, for DESCRIBE HISTORY.
+    metrics = {"numFiles": str(len(files)), "numOutputRows": str(sum(f.rows for f in files)),
+               "numOutputBytes": str(sum(f.size for f in files))}
+    if table is None:  # a new table: its first commit written as Spark's writer writes it
+        try:
+            _create(spark, path, files, ddl, partition_by, app_id, version, metrics, now, batch_column)
+        except FileExistsError:  # another writer created it meanwhile: add to it as to any table
+            return commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+        return True
     actions = []
     for info in files:
         add = info.to_add_action(batch_column)["add"]
         actions.append(AddAction(add["path"], add["size"], add["partitionValues"], add["modificationTime"], True,
                                  add["stats"]))
-    # What Spark's Delta writer records for an append, for DESCRIBE HISTORY.
-    metrics = {"numFiles": str(len(files)), "numOutputRows": str(sum(f.rows for f in files)),
-               "numOutputBytes": str(sum(f.size for f in files))}
     commit = CommitProperties(app_transactions=[Transaction(app_id, version, now)],
                               custom_metadata={"operationMetrics": metrics, "isBlindAppend": True})
     try:
-        _commit(spark, uri, options, table, actions, commit, ddl, partition_by)
+        _commit(table, actions, commit, partition_by)
     except DeltaProtocolError as e:
         raise NotWritable(str(e)) from e
     except CommitFailedError as e:
@@ -86,19 +94,34 @@ def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile
     return True
 
 
-def _commit(spark, uri: str, options, table, actions, commit, ddl: str, partition_by: tuple[str, ...]) -> None:
-    from deltalake import Schema
-    from deltalake.transaction import PostCommitHookProperties, create_table_with_add_actions
+def _create(spark, path, files: list[WrittenFile], ddl: str, partition_by: tuple[str, ...], app_id: str,
+            version: int, metrics: dict, now: int, batch_column: str) -> None:
+    """Version 0 of a new table with ``files``: the commit Spark's Delta writer makes for an append that creates
+    a table (operation WRITE, protocol 1/2, the schema of ``ddl``), put only if absent (FileExistsError when
+    another writer created the table first), as Delta's log stores put a commit."""
+    commit_info = {"timestamp": now, "operation": "WRITE",
+                   "operationParameters": {"mode": "Append",
+                                           "partitionBy": json.dumps(list(partition_by), separators=(",", ":"))},
+                   "isolationLevel": "Serializable", "isBlindAppend": True, "operationMetrics": metrics,
+                   "engineInfo": "Lakestate (delta-rs)", "txnId": str(uuid.uuid4())}
+    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                "schemaString": spark.createDataFrame([], ddl).schema.json(), "partitionColumns": list(partition_by),
+                "configuration": {}, "createdTime": now}
+    actions = [{"commitInfo": commit_info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": metadata}, *(f.to_add_action(batch_column) for f in files),
+               {"txn": {"appId": app_id, "version": version, "lastUpdated": now}}]
+    log = location(path) / "_delta_log"
+    if not isinstance(log, ObjectPath):
+        log.mkdir(parents=True, exist_ok=True)
+    create_exclusive(log / f"{0:020d}.json", "".join(json.dumps(a) + "\n" for a in actions))
 
-    hooks = PostCommitHookProperties(create_checkpoint=False)
-    if table is None:  # a new table: its schema (Spark's JSON is Delta's schemaString) comes with the first files
-        schema = Schema.from_json(spark.createDataFrame([], ddl).schema.json())
-        create_table_with_add_actions(uri, schema, actions, "error", list(partition_by) or None,
-                                      storage_options=options, commit_properties=commit,
-                                      post_commithook_properties=hooks)
-        return
+
+def _commit(table, actions, commit, partition_by: tuple[str, ...]) -> None:
+    from deltalake.transaction import PostCommitHookProperties
+
     table.create_write_transaction(actions, "append", table.schema(), list(partition_by) or None,
-                                   commit_properties=commit, post_commithook_properties=hooks)
+                                   commit_properties=commit,
+                                   post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
     table.update_incremental()
     if table.version() % CHECKPOINT_INTERVAL == 0:
         table.create_checkpoint()

@@ -161,8 +161,8 @@ def test_a_small_run_reads_only_the_key_groups_it_touches_and_loses_nothing_else
     reads = []
     original = DeltaStateBackend.read
 
-    def spy(self, checkpoint, restrict=None):
-        df = original(self, checkpoint, restrict)
+    def spy(self, checkpoint, restrict=None, partitions=None):
+        df = original(self, checkpoint, restrict, partitions)
         if self.table.name == "keyed" and checkpoint is not None:
             reads.append([f for f in df.inputFiles() if "/state/keyed/" in f])  # not the touched keys' input
         return df
