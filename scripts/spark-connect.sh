@@ -114,6 +114,7 @@ CONF=(
   --conf spark.sql.adaptive.enabled=true
   --conf spark.sql.parquet.compression.codec=zstd
   --conf "spark.executorEnv.PYTHONPATH=$PYTHONPATH_WORKERS"
+  --conf spark.python.daemon.module=state_store.worker_daemon
   --conf "spark.pyspark.python=$PYSPARK_PYTHON"
 )
 export LAKESTATE_CONNECT_RUN="$ROOT_DIR@$$.$(date +%s%N)"

@@ -82,6 +82,8 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYTHONPATH": pythonpath,
+        # pyspark's daemon on a path without Spark's archives, the run's modules imported before it forks.
+        "spark.python.daemon.module": "state_store.worker_daemon",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
         # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).

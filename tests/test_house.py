@@ -16,7 +16,7 @@ FLOORS = {
              "operator_state", "functions", "repartition", "exchange", "run_files", "task", "job", "settings",
              "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.handles", "ttl",
              "watermarks", "timers", "side_outputs", "json_columns", "vectorized", "vectorized_run"},
-    "adapters": {"spark", "connect", "delta_log", "delta_rs", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
+    "adapters": {"spark", "connect", "delta_log", "delta_rs", "worker_daemon", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
     "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "runtime",
                    "savepoint", "restore", "compaction", "state_processor", "housekeeping"},
     "entry": {"__init__", "catalog", "pipelines", "cli", "entrypoint", "entrypoint.main"},
