@@ -104,11 +104,14 @@ class KeyedStateStore:
         self._decoded: dict[tuple, Any] = {}
         self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
         self._dirty: dict[tuple, str | None] = {}
+        # The key group of each ``_dirty`` entry, in its insertion order: appended when a write adds an entry
+        # (``_stage``), so no per-key dict keeps the key groups of the keys a microbatch touches.
+        self._dirty_groups: list[int] = []
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
         self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
         self._writers: dict[StateDescriptor, Any] = {}  # descriptor -> its ``value_writer``
         self.now = 0  # the microbatch's processing time, epoch ms: the clock the TTL wrappers read
-        self._key_groups: dict[str, int] = {}
+        self._key_groups: dict[str, int] = {}  # key -> key group of the stored entries' keys (and map entries')
         self.current_key: str | None = None
         self.current_key_group: int | None = None
 
@@ -146,16 +149,25 @@ class KeyedStateStore:
         then key order."""
         keys = {e[1] for e, text in self._stored.items() if e[0] == state_name and self._dirty.get(e, text)}
         keys |= {e[1] for e, text in self._dirty.items() if e[0] == state_name and text is not None}
+        written = {e[1]: g for e, g in zip(self._dirty, self._dirty_groups)}  # keys written since the last flush
         for entry in set(self._stored_maps) | set(self._map_dirty):
             if entry[0] == state_name and any(
                     self._map_text(entry, k) is not None
                     for k in set(self._stored_maps.get(entry, ())) | set(self._map_dirty.get(entry, ()))):
                 keys.add(entry[1])
-        return sorted(((k, self._key_groups[k]) for k in keys), key=lambda kk: (kk[1], kk[0]))
+        return sorted(((k, written[k] if k in written else self._key_groups[k]) for k in keys),
+                      key=lambda kk: (kk[1], kk[0]))
 
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
-        self._key_groups[key] = key_group
+
+    def _stage(self, entry: tuple, text: str | None) -> None:
+        """``_dirty[entry] = text``, the current key group noted beside a new entry (``_dirty_groups``)."""
+        dirty = self._dirty
+        n = len(dirty)
+        dirty[entry] = text
+        if len(dirty) != n:
+            self._dirty_groups.append(self.current_key_group)
 
     def _entry(self, state_name: str, namespace: str) -> tuple:
         if self.current_key is None:
@@ -240,7 +252,11 @@ class KeyedStateStore:
                 write = self._writers[descriptor] = value_writer(descriptor.stored_type)
             value, text = write(value)
         self._decoded[entry] = value
-        self._dirty[entry] = text
+        dirty = self._dirty  # ``_stage``, inlined: once per write
+        n = len(dirty)
+        dirty[entry] = text
+        if len(dirty) != n:
+            self._dirty_groups.append(self.current_key_group)
         # Without expiries anywhere (no TTL), an entry's expiry is None without a dirty one.
         if expiry is not None or self._dirty_expiry or self._expiry:
             self._dirty_expiry[entry] = expiry if text is not None else None
@@ -257,13 +273,14 @@ class KeyedStateStore:
         entry = self._entry(state_name, namespace)
         encoded, values = self._normalized(descriptor, values)
         self._decoded[entry], self._list_expiry[entry] = values, list(expiries)
-        self._dirty[entry] = to_text([[x, e] for x, e in zip(expiries, encoded)])
+        self._stage(entry, to_text([[x, e] for x, e in zip(expiries, encoded)]))
         self._dirty_expiry[entry] = max(expiries)
 
     def restamp(self, state_name: str, namespace: str, expiry: int) -> None:
         """Give the current entry a new expiry, its value unchanged."""
         entry = self._entry(state_name, namespace)
-        self._dirty[entry], self._dirty_expiry[entry] = self._text(entry), expiry
+        self._stage(entry, self._text(entry))
+        self._dirty_expiry[entry] = expiry
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
@@ -301,6 +318,7 @@ class KeyedStateStore:
 
     def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
         self._map_dirty.setdefault(entry, {})[key_text] = text
+        self._key_groups[entry[1]] = self.current_key_group
         self._dirty_expiry[entry + (key_text,)] = expiry
 
     def _map_text(self, entry: tuple, key_text: str) -> str | None:
@@ -397,13 +415,14 @@ class KeyedStateStore:
             if not stored_map:
                 del self._stored_maps[entry]
         self._dirty.clear()
+        self._dirty_groups = []
         self._map_dirty.clear()
         self._dirty_expiry.clear()
         return out.extend(ChangeColumns.of(changes)) if changes else out
 
     def _flush_values(self) -> ChangeColumns:
         """The single-value entries' changes, column by column with C-level maps; they become stored."""
-        dirty, stored_texts = self._dirty, self._stored
+        dirty, stored_texts, groups = self._dirty, self._stored, self._dirty_groups
         entries, texts = list(dirty), list(dirty.values())
         olds = list(map(stored_texts.get, entries))
         if self._dirty_expiry or self._expiry:
@@ -413,10 +432,15 @@ class KeyedStateStore:
             expiries, unchanged = [None] * len(entries), list(map(eq, texts, olds))
         if any(unchanged):  # written back unchanged, or created and cleared in the same microbatch
             changed = [not u for u in unchanged]
-            entries, texts, olds, expiries = (list(compress(c, changed)) for c in (entries, texts, olds, expiries))
+            entries, texts, olds, expiries, groups = (list(compress(c, changed))
+                                                      for c in (entries, texts, olds, expiries, groups))
         removed = list(map(is_, texts, repeat(None)))
         deltas = list(map(sub, map(is_, olds, repeat(None)), removed))  # +1 created, -1 removed, 0 updated
         stored_texts.update(zip(entries, texts))
+        keys = list(map(itemgetter(1), entries))
+        if 1 in deltas:  # a created entry's key group, kept for the microbatches after (``keys_of``, maps)
+            created = [d == 1 for d in deltas]
+            self._key_groups.update(zip(compress(keys, created), compress(groups, created)))
         expiry_of = self._expiry
         if any(removed):
             for entry in compress(entries, removed):
@@ -427,8 +451,7 @@ class KeyedStateStore:
                     expiry_of[entry] = expiry
                 else:
                     expiry_of.pop(entry, None)
-        keys = list(map(itemgetter(1), entries))
-        return ChangeColumns([list(map(itemgetter(0), entries)), list(map(self._key_groups.__getitem__, keys)), keys,
+        return ChangeColumns([list(map(itemgetter(0), entries)), groups, keys,
                               list(map(itemgetter(2), entries)), [None] * len(entries), texts, deltas, expiries])
 
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:

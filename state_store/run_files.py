@@ -21,7 +21,10 @@ from typing import Iterable
 from .records import KEYED, OPERATOR, SINK, SINK_MICROBATCH, TABLE_SPECS, KeyedRow, OperatorRow, WrittenFile
 from .storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
-FLUSH_ROWS = 65_536  # rows held in Python before they are written as Parquet row groups
+FLUSH_ROWS = 65_536  # rows held as Python objects before they are written as Parquet row groups
+# Bytes held as Arrow (a microbatch's state changes and sink rows, converted once) before they are written: a
+# run's files get one row group per partition per flush, so a run of a few microbatches writes each file once.
+FLUSH_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class TableFiles:
         self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
         self._cut = len(table.partition_columns)
         self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
-        self.pending_rows = 0
+        self.pending_rows = 0  # held in ``_pending``, as Python rows
+        self.pending_bytes = 0  # held in ``_tables``, as Arrow
 
     def _path(self, partition: tuple) -> str:
         dirs = "".join(f"{c}={v}/" for c, v in zip(self.table.partition_columns, partition))
@@ -131,7 +135,7 @@ class TableFiles:
         for start, end in zip(starts, starts[1:] + [n]):
             partition = tuple(table.column(c)[start].as_py() for c in parts)
             self._tables.setdefault(partition, []).append((file_columns.slice(start, end - start), batch_id))
-        self.pending_rows += n
+        self.pending_bytes += file_columns.nbytes
 
     def _columns(self, pending: list) -> tuple[list, list]:
         """The file's columns and their rows' microbatches, from a partition's pending ``(batch_id, row)`` pairs
@@ -151,7 +155,7 @@ class TableFiles:
         for partition, tables in self._tables.items():
             batches = [b for _, b in tables]
             self._write(partition, pa.concat_tables([t for t, _ in tables]), min(batches), max(batches))
-        self._pending, self._tables, self.pending_rows = {}, {}, 0
+        self._pending, self._tables, self.pending_rows, self.pending_bytes = {}, {}, 0, 0
 
     def _write(self, partition: tuple, table, low: int, high: int) -> None:
         """``table``'s rows (of microbatches ``low`` to ``high``) to the partition's file, opened on first use."""
@@ -184,8 +188,10 @@ class TableFiles:
 
 
 class SinkFiles(TableFiles):
-    """The sink's file of one subtask: rows are the typed sink rows (what ``to_arrow`` gives). Pending rows are
-    held as two lists, microbatches and rows (no tuple per row for the garbage collector to walk)."""
+    """The sink's file of one subtask: rows are the typed sink rows (what ``to_arrow`` gives, or the tuples of
+    ``arrow_tuple_converter``). A file is fed one way: row by row (``add``: a side output's rows, held as two
+    lists, microbatches and rows, until the flush), or in runs of rows (``add_rows``: the output rows of an
+    exchange batch, converted to Arrow at once) or tables (``add_table``)."""
 
     def __init__(self, table: OutputTable, token: str, subtask: int, out_type):
         import pyarrow as pa
@@ -195,19 +201,28 @@ class SinkFiles(TableFiles):
         super().__init__(table, token, subtask, schema)
 
     def add(self, batch_id: int, row) -> None:
-        self.add_rows(batch_id, [row])
-
-    def add_rows(self, batch_id: int, rows: list) -> None:
-        """Rows of microbatch ``batch_id``."""
+        """A row of microbatch ``batch_id``."""
         committed = self.table.committed
         if committed is not None and batch_id <= committed:
             return  # a replay: the table already has this microbatch's rows
         pending = self._pending.get(())
         if pending is None:
             pending = self._pending[()] = ([], [])
-        pending[0].extend([batch_id] * len(rows))
-        pending[1].extend(rows)
-        self.pending_rows += len(rows)
+        pending[0].append(batch_id)
+        pending[1].append(row)
+        self.pending_rows += 1
+
+    def add_rows(self, batch_id: int, rows: list) -> None:
+        """Rows of microbatch ``batch_id``, held as Arrow from now on."""
+        import pyarrow as pa
+
+        committed = self.table.committed
+        if not rows or (committed is not None and batch_id <= committed):
+            return  # nothing, or a replay: the table already has this microbatch's rows
+        arrays = pa.array(rows, type=self.out_type).flatten() + [pa.array([batch_id] * len(rows), type=pa.int64())]
+        table = pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)])
+        self._tables.setdefault((), []).append((table, batch_id))
+        self.pending_bytes += table.nbytes
 
     def add_table(self, batch_id: int, table) -> None:
         """Rows of microbatch ``batch_id`` as an Arrow table of the sink's columns (the vectorised path)."""
@@ -217,8 +232,9 @@ class SinkFiles(TableFiles):
         if not table.num_rows or (committed is not None and batch_id <= committed):
             return  # nothing, or a replay: the table already has this microbatch's rows
         table = table.append_column(SINK_MICROBATCH, pa.array([batch_id] * table.num_rows, type=pa.int64()))
-        self._tables.setdefault((), []).append((table.cast(self.schema), batch_id))
-        self.pending_rows += table.num_rows
+        table = table.cast(self.schema)
+        self._tables.setdefault((), []).append((table, batch_id))
+        self.pending_bytes += table.nbytes
 
     def _columns(self, pending: tuple[list, list]) -> tuple[list, list]:
         import pyarrow as pa
@@ -289,8 +305,10 @@ class SubtaskFiles:
         self._all = (self.sink, self.keyed, self.operator, *self.sides.values())
 
     def maybe_flush(self) -> None:
-        """Bound memory: write what is held once it reaches ``FLUSH_ROWS`` rows."""
-        if sum(f.pending_rows for f in self._all) >= FLUSH_ROWS:
+        """Bound memory: write what is held once it reaches ``FLUSH_ROWS`` Python rows or ``FLUSH_BYTES`` of
+        Arrow."""
+        if (sum(f.pending_rows for f in self._all) >= FLUSH_ROWS
+                or sum(f.pending_bytes for f in self._all) >= FLUSH_BYTES):
             for f in self._all:
                 f.flush()
 

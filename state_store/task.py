@@ -188,7 +188,7 @@ class SubtaskRunner:
         self._group_key: str | None = None
         self._group: list[dict] = []
         self._decode_key = _key_decoder(plan.key_type)
-        self._to_arrow = plan.output_type.to_arrow
+        self._to_arrow = plan.output_type.arrow_tuple_converter()  # sink rows are tuples (``SinkFiles``)
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
         # A VectorizedKeyedFunction's records are held as Arrow and processed in one call per microbatch.
@@ -377,7 +377,7 @@ class SubtaskRunner:
             return
         records, self._group_key, self._group = self._group, None, []
         store, ctx, stats = self.store, self.ctx, self.stats
-        store.set_current_key(key, self._group_kg)
+        store.current_key, store.current_key_group = key, self._group_kg  # ``set_current_key``, inlined
         ctx.current_key = current = key if self._decode_key is None else self._decode_key(key)
         self.operator_store.read_only_broadcast = True
         stats.records_in += len(records)

@@ -289,28 +289,34 @@ _SCALAR_CHECKS = {
 }
 
 
-def _compile_flat_row(row: "RowTypeInfo", slow, for_json: bool):
+def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False):
     """A fast encoder (or Arrow converter) for a row of scalar fields: one generated function that checks
-    each field inline and builds the result, falling back to ``slow`` (which raises the precise error, or
-    handles what the fast path does not: non-dict rows, non-finite floats, int subclasses). None when the
-    row has a field that is not a scalar."""
+    each field inline and builds the result (a dict, or with ``as_tuple`` the values in field order), falling
+    back to ``slow`` (which raises the precise error, or handles what the fast path does not: non-dict rows,
+    non-finite floats, int subclasses). None when the row has a field that is not a scalar."""
     if not all(isinstance(t, _Scalar) for t in row.fields.values()):
         return None
+    # A dict of as many fields as declared that has each declared one has no other (one with fewer, which
+    # reads as None, goes the slow way).
     lines = ["def fast(row):",
-             "    if type(row) is not dict or not (row.keys() <= _names):",
+             f"    if type(row) is not dict or len(row) != {len(row.fields)}:",
+             "        return _slow(row)",
+             "    try:",
+             "        " + ", ".join(f"v{i}" for i in range(len(row.fields))) + ", = "
+             + ", ".join(f"row[{name!r}]" for name in row.fields) + ",",
+             "    except KeyError:",
              "        return _slow(row)"]
     out = []
     for i, (name, t) in enumerate(row.fields.items()):
         v = f"v{i}"
-        lines.append(f"    {v} = row.get({name!r})")
         lines.append(f"    if {v} is not None:")
         lines.append(f"        if not ({_SCALAR_CHECKS[t.name].format(v=v)}):")
         lines.append("            return _slow(row)")
         if t.floating:
             lines.append(f"        {v} = float({v})")
-        out.append(f"{name!r}: {v}")
-    lines.append("    return {" + ", ".join(out) + "}")
-    namespace = {"_slow": slow, "_names": frozenset(row.fields)}
+        out.append(v if as_tuple else f"{name!r}: {v}")
+    lines.append("    return (" + ", ".join(out) + ",)" if as_tuple else "    return {" + ", ".join(out) + "}")
+    namespace = {"_slow": slow}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from declared field names (repr-quoted) only
     return namespace["fast"]
 
@@ -349,7 +355,7 @@ class RowTypeInfo(TypeInfo):
 
     def _compile(self, convert: str):
         """The compiled form of ``convert`` for a row of scalars, or None for other rows."""
-        return _compile_flat_row(self, lambda v: self._by_field(v, convert), for_json=convert == "encode")
+        return _compile_flat_row(self, lambda v: self._by_field(v, convert))
 
     def encode(self, value: Any) -> Any:
         try:
@@ -399,6 +405,14 @@ class RowTypeInfo(TypeInfo):
         except AttributeError:
             fast = self._fast_to_arrow = self._compile("to_arrow")
         return self._by_field(value, "to_arrow") if fast is None else fast(value)
+
+    def arrow_tuple_converter(self):
+        """``to_arrow`` giving the row's values as a tuple in field order (None for None), which pyarrow builds a
+        struct column from faster than from dicts: compiled for a row of scalars. One column takes tuples only."""
+        def slow(value: Any) -> tuple | None:
+            converted = self._by_field(value, "to_arrow")
+            return None if converted is None else tuple(converted.values())
+        return _compile_flat_row(self, slow, as_tuple=True) or slow
 
     def spark_schema_ddl(self) -> str:
         """``a long, b string``: the DDL of a table with these columns."""

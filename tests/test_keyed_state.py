@@ -78,6 +78,32 @@ def test_keyed_state_outside_a_key_raises(ctx):
         count.value()
 
 
+def test_each_change_carries_its_keys_group_across_flushes_and_in_keys_of(store, ctx):
+    """Key groups come from the key being processed when an entry is written: new keys, stored keys, a clear
+    and a map entry each flush with their own, and ``keys_of`` names them before and after the flush."""
+    count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+    tags = ctx.get_map_state(MapStateDescriptor("tags", Types.STRING(), Types.LONG()))
+    store.load("op.count", "stored", "", None, 7, "1")
+    for key, group in (("b", 3), ("a", 9), ("stored", 7), ("b", 3)):
+        store.set_current_key(key, group)
+        count.update((count.value() or 0) + 1)
+    store.set_current_key("m", 4)
+    tags.put("x", 1)
+    assert store.keys_of("op.count") == [("b", 3), ("stored", 7), ("a", 9)]
+    assert store.flush() == [("op.count", 9, "a", "", None, "1", CREATED, None),
+                             ("op.count", 3, "b", "", None, "2", CREATED, None),
+                             ("op.count", 7, "stored", "", None, "2", UPDATED, None),
+                             ("op.tags", 4, "m", "", '"x"', "1", CREATED, None)]
+    store.set_current_key("a", 9)
+    count.clear()
+    store.set_current_key("b", 3)
+    count.update(5)
+    assert store.keys_of("op.count") == [("b", 3), ("stored", 7)]
+    assert store.keys_of("op.tags") == [("m", 4)]
+    assert store.flush() == [("op.count", 9, "a", "", None, None, REMOVED, None),
+                             ("op.count", 3, "b", "", None, "5", UPDATED, None)]
+
+
 # -- list state -------------------------------------------------------------------------------------------------
 def test_list_state_is_empty_list_when_empty_and_grows_with_add_and_add_all(store, ctx):
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))

@@ -668,3 +668,32 @@ def test_a_record_with_a_null_key_after_other_keys_raises_naming_the_null_key():
 def test_a_record_with_a_null_key_raises_even_when_no_other_key_precedes_it_in_its_microbatch():
     with pytest.raises(UserFunctionError, match="null key"):
         run(Echo(), marker(0), record(0, 1, None, "orphan"), record(0, 2, "a", "x"), microbatches=[(1, 0), (2, 0)])
+
+
+@pytest.mark.parametrize("flush_bytes, row_groups", [(None, 1), (1, 3)])
+def test_a_subtasks_sink_rows_are_held_as_arrow_and_written_once_per_flush(tmp_path, monkeypatch, flush_bytes,
+                                                                             row_groups):
+    """Three microbatches' output rows under the memory bound make one row group, written at close; over it,
+    one per microbatch. The rows and their order are the same either way, and a side output's rows (held as
+    Python rows) are written beside them."""
+    import state_store.run_files as run_files
+
+    if flush_bytes is not None:
+        monkeypatch.setattr(run_files, "FLUSH_BYTES", flush_bytes)
+    out_type = pa.struct([("key", pa.string()), ("n", pa.int64())])
+    outputs = local_outputs(tmp_path, "tok")
+    outputs.tables["late"] = run_files.OutputTable("late", str(tmp_path / "late"), "", (), None, SINK_MICROBATCH)
+    files = run_files.SubtaskFiles(outputs, 0, out_type, {"late": out_type})
+    for batch_id in range(3):
+        files.sink.add_rows(batch_id, [(f"k{i}", batch_id * 10 + i) for i in range(4)])
+        files.sides["late"].add(batch_id, {"key": "late", "n": batch_id})
+        files.maybe_flush()
+    assert (files.sink.pending_bytes > 0) == (flush_bytes is None) and files.sink.pending_rows == 0
+    written = {info.table: info for info in files.close()}
+    sink = pq.ParquetFile(tmp_path / SINK / written[SINK].path)
+    assert sink.metadata.num_row_groups == row_groups
+    assert sink.read().to_pylist() == [{"key": f"k{i}", "n": b * 10 + i, SINK_MICROBATCH: b}
+                                       for b in range(3) for i in range(4)]
+    assert (written[SINK].rows, written[SINK].min_batch, written[SINK].max_batch) == (12, 0, 2)
+    late = pq.read_table(tmp_path / "late" / written["late"].path).to_pylist()
+    assert [(r["key"], r["n"], r[SINK_MICROBATCH]) for r in late] == [("late", b, b) for b in range(3)]
