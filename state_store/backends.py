@@ -83,7 +83,10 @@ class StateBackend:
         return f"lakestate:{self.job_id}:{self.table.name}"
 
     def empty(self) -> DataFrame:
-        return self.spark.createDataFrame([], self.table.schema)
+        """No rows, the table's columns: a plan of the JVM alone (``createDataFrame([])`` of a classic session
+        would run a job of Python tasks over an empty Python RDD in each pass that reads it)."""
+        columns = [c.split(" ", 1) for c in self.table.schema.split(", ")]
+        return self.spark.range(0).selectExpr(*[f"CAST(NULL AS {t}) AS `{n}`" for n, t in columns])
 
     def read(self, checkpoint: CheckpointMetadata | None, restrict=None, partitions=None) -> DataFrame:
         """The live entries as of ``checkpoint`` (none when None); ``restrict`` (DataFrame -> DataFrame)

@@ -50,6 +50,7 @@ class Frame:
                  due_timers: DataFrame | None = None):
         spec, spark = ctx.spec, ctx.spark
         self.ctx, self.plans, self.start, self.due_timers = ctx, plans, start, due_timers
+        self._nulls: dict = {}  # exchange column -> its typed null (``_frame``)
         self.all_keyed_state = applies_to_keyed_state(spec.function) and any(
             rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
         self.record_ddl = spec.source.record_ddl(spark)
@@ -57,14 +58,22 @@ class Frame:
 
     def _frame(self, df: DataFrame, **columns) -> DataFrame:
         """``df`` as exchange rows: the named columns, typed nulls for the rest."""
-        cols = []
-        for name, ddl in EXCHANGE_COLUMNS:
-            value = columns.get(name, F.col(name) if name in df.columns else None)
-            cols.append((value if value is not None else F.lit(None)).cast(ddl).alias(name))
-        cols.append((columns.get(RECORD) if RECORD in columns else F.lit(None)).cast(self.record_ddl).alias(RECORD))
-        if self.brecord_ddl is not None:
-            value = columns.get(BROADCAST_RECORD) if BROADCAST_RECORD in columns else F.lit(None)
-            cols.append(value.cast(self.brecord_ddl).alias(BROADCAST_RECORD))
+        # A column is made by one JVM call where it can be (a SQL expression), and the typed nulls once a run:
+        # a run's frame has some 25 columns in each of its five or more parts.
+        cols, present = [], set(df.columns)  # ``df.columns`` asks the JVM for the schema each time: once
+        types = EXCHANGE_COLUMNS + [(RECORD, self.record_ddl)] + (
+            [(BROADCAST_RECORD, self.brecord_ddl)] if self.brecord_ddl is not None else [])
+        for name, ddl in types:
+            value = columns.get(name)
+            if value is not None:
+                cols.append(value.cast(ddl).alias(name))
+            elif name in present and name not in (RECORD, BROADCAST_RECORD):
+                cols.append(F.expr(f"CAST(`{name}` AS {ddl}) AS `{name}`"))
+            else:
+                null = self._nulls.get(name)
+                if null is None:
+                    null = self._nulls[name] = F.expr(f"CAST(NULL AS {ddl}) AS `{name}`")
+                cols.append(null)
         return df.select(*cols)
 
     def _subtasks(self) -> DataFrame:

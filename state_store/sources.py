@@ -208,7 +208,12 @@ class FileSource:
         if self.format == "json":
             df = spark.read.schema(self.schema.spark_schema_ddl()).option("mode", "FAILFAST").json(files)
         else:
-            df = spark.read.parquet(*files)  # each file's columns were checked when it was planned
+            reader = spark.read
+            if all(isinstance(t, _Scalar) for t in self.schema.fields.values()):
+                # Each file's scalar columns are the declared types (checked when it was planned): given, Spark
+                # skips the job that reads the files' footers to infer them.
+                reader = reader.schema(self.schema.spark_schema_ddl())
+            df = reader.parquet(*files)
         file_name = F.col("_metadata.file_name")
         batch_map = F.create_map(*[x for f in names for x in (F.lit(f), F.lit(batch_of[f]))])
         index_map = F.create_map(*[x for i, f in enumerate(names) for x in (F.lit(f), F.lit(i))])
