@@ -357,38 +357,6 @@ class KeyedStateStore:
         for user_key in list(self.get_map(state_name, namespace, descriptor)):
             self.map_remove(state_name, namespace, descriptor, user_key)
 
-    # -- whole columns of stored texts (the vectorised path: ``vectorized_run``) ------------------------
-    def stored_texts(self, state_name: str, keys: list[str], namespace: str = VOID_NAMESPACE) -> list[str | None]:
-        """The stored text of ``state_name`` for each of ``keys`` (None where it has none), as of the last
-        flush."""
-        return list(map(self._stored.get, zip(repeat(state_name), keys, repeat(namespace))))
-
-    def stored_expiries(self, state_name: str, keys: list[str], namespace: str = VOID_NAMESPACE) -> list[int | None]:
-        """The stored expiry of ``state_name`` for each of ``keys`` (None where it has none), as of the last
-        flush."""
-        if not self._expiry:
-            return [None] * len(keys)
-        return list(map(self._expiry.get, zip(repeat(state_name), keys, repeat(namespace))))
-
-    def replace_stored(self, state_name: str, keys: list[str], key_groups: list[int], texts: list[str | None],
-                       expiries: list[int | None] | None, namespace: str = VOID_NAMESPACE) -> None:
-        """Make ``texts`` (None: removed) and ``expiries`` (None: none has one) the stored values of ``keys``:
-        changes the caller has written to the keyed table itself. A dict operation or two per key, in C."""
-        stored, stored_expiries = self._stored, self._expiry
-        entries = list(zip(repeat(state_name), keys, repeat(namespace)))
-        if self._decoded:  # values kept decoded from earlier microbatches (``_decoded``) are no longer current
-            for entry in entries:
-                self._decoded.pop(entry, None)
-        stored.update(zip(entries, texts))
-        if None in texts:
-            for entry in compress(entries, map(is_, texts, repeat(None))):
-                del stored[entry]
-        if expiries is not None or stored_expiries:
-            stored_expiries.update(zip(entries, expiries or repeat(None)))
-            for entry in [e for e, x in zip(entries, expiries or repeat(None)) if x is None]:
-                del stored_expiries[entry]
-        self._key_groups.update(zip(keys, key_groups))
-
     # -- end of a microbatch ---------------------------------------------------------------------------
     def flush(self) -> list[KeyedChange]:
         """What changed since the last flush, sorted (``flush_columns`` as records): for tests and tools."""

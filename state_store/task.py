@@ -615,7 +615,10 @@ def _run_vectorized(plan: RunPlan, batch, runner: SubtaskRunner | None, finished
         part = batch.slice(start, end - start)
         if not flags[start]:
             if runner is not None and _uniform(part, runner.subtask) == PHASE_KEYED:
-                runner.load_keyed_columns(*(column_values(part.column(n)) for n in KEYED_COLUMNS))
+                if runner._timer_names.isdisjoint(pc.unique(part.column("state_name")).to_pylist()):
+                    runner.vectorized.load(part)  # ValueState entries, kept as Arrow
+                else:  # timers a per-record run registered: the runner's
+                    runner.load_keyed_columns(*(column_values(part.column(n)) for n in KEYED_COLUMNS))
             else:
                 runner = _run_rows(plan, part, [], None, runner, finished, results)
             continue

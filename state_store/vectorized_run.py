@@ -3,11 +3,14 @@
 ``task.SubtaskRunner`` hands this its keyed records as Arrow slices of the
 exchange batches (``add``) and calls ``run`` at the end of each microbatch,
 before its flush. ``run`` sorts the records by key, reads the touched keys'
-stored values column-wise from the subtask's ``KeyedStateStore``, calls the
-function, writes the output table to the sink file and the changed values
-(encoded column-wise, in the per-record path's stored format) to the keyed
-table, makes them the stored values, and counts them in the microbatch's
-stats as the per-record path does.
+stored values column-wise, calls the function, writes the output table to the
+sink file and the changed values (encoded column-wise, in the per-record
+path's stored format) to the keyed table, makes them the stored values, and
+counts them in the microbatch's stats as the per-record path does.
+
+The stored values stay Arrow: each ValueState's entries are a table of key,
+text and expiry, which the state the run loaded (``load``) starts and each
+microbatch's changes replace rows of; no Python object per entry.
 """
 from __future__ import annotations
 
@@ -22,8 +25,51 @@ class VectorizedRun:
     def __init__(self, runner):
         self.runner = runner
         self._slices: list = []
-        self._key_objects = None  # the microbatch's keys as a numpy array of Python strings (``_state``)
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
+        self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded (``KEYED_COLUMNS``)
+        self._entries: dict | None = None  # state -> Arrow table of its stored key, text, expiry (``_stored``)
+
+    def load(self, part) -> None:
+        """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
+        self._loaded.append(part.select(["state_name", "key", "namespace", "user_key", "value", "expiry"]))
+
+    def _stored(self, qname: str):
+        """The state's stored entries: a table of ``key``, ``text``, ``expiry`` (made on first use from what the
+        run loaded, and any entry that reached the subtask's store row by row)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self._entries is None:
+            self._entries = {}
+        table = self._entries.get(qname)
+        if table is None:
+            parts = [p.filter(pc.and_(pc.equal(p.column("state_name"), qname),
+                                      pc.equal(p.column("namespace"), "")))
+                     for p in self._loaded]
+            parts = [pa.table({"key": p.column("key"), "text": p.column("value"), "expiry": p.column("expiry")})
+                     for p in parts if p.num_rows]
+            store = self.runner.store
+            rows = [(e[1], text, store._expiry.get(e)) for e, text in store._stored.items()
+                    if e[0] == qname and e[2] == ""]
+            if rows:
+                keys, texts, expiries = zip(*rows)
+                parts.append(pa.table({"key": pa.array(keys, pa.string()), "text": pa.array(texts, pa.string()),
+                                       "expiry": pa.array(expiries, pa.int64())}))
+            schema = pa.schema([("key", pa.string()), ("text", pa.string()), ("expiry", pa.int64())])
+            table = pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts else schema.empty_table()
+            self._entries[qname] = table
+        return table
+
+    def _replace(self, qname: str, keys, texts, expiries) -> None:
+        """Make ``texts`` (null: removed) and ``expiries`` the stored values of ``keys``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = self._stored(qname)
+        kept = table.filter(pc.invert(pc.is_in(table.column("key"), value_set=keys)))
+        live = pc.is_valid(texts)
+        changed = pa.table({"key": keys, "text": texts, "expiry": expiries}).filter(live)
+        self._entries[qname] = pa.concat_tables([kept, changed.cast(kept.schema)]).combine_chunks()
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
@@ -87,12 +133,12 @@ class VectorizedRun:
 
         store = self.runner.store
         text_keys = keys.column("text").combine_chunks()
-        # The keys as Python strings, once: the store is a dict of them (numpy's conversion beats to_pylist's).
-        self._key_objects = text_keys.to_numpy(zero_copy_only=False)
         columns, stored = {"key": keys.column("key")}, {}
         for qname, descriptor in states.items():
-            texts = pa.array(store.stored_texts(qname, self._key_objects), pa.string())
-            expiries = pa.array(store.stored_expiries(qname, self._key_objects), pa.int64())
+            entries = self._stored(qname)
+            at = pc.index_in(text_keys, value_set=entries.column("key"))
+            texts, expiries = entries.column("text").take(at), entries.column("expiry").take(at)
+            texts, expiries = texts.combine_chunks(), expiries.combine_chunks()
             stored[qname] = texts, expiries
             column = decode_column(descriptor.type_info, texts, text_keys, qname)
             ttl = descriptor.ttl_config
@@ -195,9 +241,7 @@ class VectorizedRun:
         runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
             pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
             expiry, pa.repeat(batch_id, n), pa.repeat(0, n)])
-        runner.store.replace_stored(qname, self._key_objects[at.to_numpy()], key_groups.to_numpy().tolist(),
-                                    new.to_numpy(zero_copy_only=False),
-                                    expiry.to_pylist() if expiry.null_count < n else None)
+        self._replace(qname, text_keys, new, expiry)
         deletes = new.null_count
         stats = runner.stats
         stats.state_deletes += deletes

@@ -6,7 +6,9 @@ installed pyspark they hold nothing the workers lack, but they cost every task: 
 ``importlib.invalidate_caches()`` per task, which on Python 3.11 reads each archive's whole directory again
 (about 0.1 s a task here), and modules imported from an archive are compiled from source in each new worker.
 This module drops the archives when pyspark and py4j import without them (else it leaves the path as it is),
-imports what every Lakestate task imports, then runs pyspark's daemon: a worker it forks starts warm.
+imports what every Lakestate task imports, then runs pyspark's daemon: a worker it forks starts warm. (So a
+long-lived Spark, e.g. the Spark Connect server, runs the Lakestate code it started with: restart it after an
+upgrade, as its reused workers already required.)
 """
 from __future__ import annotations
 
