@@ -113,6 +113,7 @@ CONF=(
   --conf spark.databricks.delta.snapshotPartitions=2
   --conf spark.sql.adaptive.enabled=true
   --conf spark.sql.parquet.compression.codec=zstd
+  --conf spark.python.sql.dataFrameDebugging.enabled=false
   --conf "spark.executorEnv.PYTHONPATH=$PYTHONPATH_WORKERS"
   --conf spark.python.daemon.module=state_store.worker_daemon
   --conf "spark.pyspark.python=$PYSPARK_PYTHON"

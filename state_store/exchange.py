@@ -35,6 +35,8 @@ RECORD, BROADCAST_RECORD = "record", "brecord"
 
 
 SORT_KEY = "sort_key"
+# A record's place in its source (file, block, row): sorted by, then dropped before the subtasks get the frame.
+SORT_ONLY_COLUMNS = ("file_idx", "block", "row")
 MAX_RUN_MICROBATCHES = 1 << 24  # a run's microbatches fit the sort key's 24 bits
 
 

@@ -25,6 +25,7 @@ from .exchange import (
     SIDE_BROADCAST,
     SIDE_KEYED,
     SORT_KEY,
+    SORT_ONLY_COLUMNS,
     partition_keys,
     sort_columns,
     sort_key_parts,
@@ -174,7 +175,7 @@ class Frame:
         return (frame.repartition(self.ctx.p, F.element_at(keys, F.col("subtask") + 1))
                 .withColumn(SORT_KEY, sort_key)
                 .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in sort_columns(list(self.ctx.spec.order_by))])
-                .drop(SORT_KEY))
+                .drop(SORT_KEY, *SORT_ONLY_COLUMNS))
 
     def process(self, checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
                 operator_backend: StateBackend, outputs: RunOutputs) -> DataFrame:

@@ -50,6 +50,27 @@ def configure_s3(spark, options=None) -> None:
         conf.set(key, value)
 
 
+def session_conf(pythonpath: str) -> dict[str, str]:
+    """The confs of a classic session (scripts/spark-connect.sh gives its server the same)."""
+    return {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYTHONPATH": pythonpath,
+        # pyspark's daemon on a path without Spark's archives, the run's modules imported before it forks.
+        "spark.python.daemon.module": "state_store.worker_daemon",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.adaptive.enabled": "true",
+        # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).
+        "spark.sql.parquet.compression.codec": "zstd",
+        # PySpark's call-site capture for error contexts: a Python stack walk and five JVM calls around every
+        # Column function; a run's pass is built of some 200 of them (Lakestate's errors say where they were).
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+    }
+
+
 def build_spark(app_name: str = "lakestate", master: str | None = None, extra_conf: dict | None = None,
                 s3: bool | None = None, remote: str | None = None, job_id: str | None = None):
     """A SparkSession with Delta Lake, Python workers on this interpreter, small shuffles; with ``s3`` (default:
@@ -75,20 +96,7 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or os.environ.get("LAKESTATE_SPARK_MASTER", "local[*]"))
     s3 = wants_s3() if s3 is None else s3
-    conf = {
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.executorEnv.PYTHONPATH": pythonpath,
-        # pyspark's daemon on a path without Spark's archives, the run's modules imported before it forks.
-        "spark.python.daemon.module": "state_store.worker_daemon",
-        "spark.databricks.delta.snapshotPartitions": "2",
-        "spark.sql.adaptive.enabled": "true",
-        # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).
-        "spark.sql.parquet.compression.codec": "zstd",
-    }
+    conf = session_conf(pythonpath)
     jars = delta_jars()
     if not jars:
         conf["spark.jars.packages"] = DELTA_PACKAGE

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import os
 import sys
 
 _ARCHIVES = (".zip", ".jar")
@@ -30,12 +31,24 @@ def lean_path(path: list[str]) -> list[str]:
     return lean if found else path
 
 
+def _inside(path: str, archives: set[str]) -> bool:
+    return any(path == a or path.startswith(a + os.sep) for a in archives)
+
+
 def main() -> None:
     lean = lean_path(sys.path)
     if lean is not sys.path:
-        for dropped in set(sys.path) - set(lean):
-            sys.path_importer_cache.pop(dropped, None)
+        dropped = set(sys.path) - set(lean)
         sys.path[:] = lean
+        # The importers Python made for the archives (and for folders inside them, e.g. a namespace package the
+        # start-up looked for there), which ``invalidate_caches`` would still visit.
+        for path in [p for p in sys.path_importer_cache if _inside(p, dropped)]:
+            del sys.path_importer_cache[path]
+        for name, module in list(sys.modules.items()):
+            package = getattr(module, "__path__", None)
+            if package is not None and getattr(module, "__file__", None) is None and list(package) and all(
+                    _inside(p, dropped) for p in package):
+                del sys.modules[name]  # a namespace package found only inside an archive (e.g. the jar's org/)
     for name in _WARM:
         try:
             importlib.import_module(name)

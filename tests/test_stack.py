@@ -83,3 +83,17 @@ def test_the_worker_daemon_keeps_the_archives_when_pyspark_is_only_in_them(tmp_p
 
     with_install = [archive] + sys.path
     assert lean_path(with_install) == sys.path
+
+
+def test_the_spark_connect_server_gets_the_confs_of_a_classic_session():
+    """scripts/spark-connect.sh repeats state_store/spark.py's session confs as server confs (its sessions
+    inherit them): each one is there with the same value."""
+    from pathlib import Path
+
+    from state_store.spark import session_conf
+
+    script = (Path(__file__).resolve().parent.parent / "scripts" / "spark-connect.sh").read_text()
+    missing = [f"{k}={v}" for k, v in session_conf("").items()
+               if k != "spark.executorEnv.PYTHONPATH" and f"{k}={v}" not in script]
+    assert not missing, f"scripts/spark-connect.sh lacks {missing}"
+    assert '"spark.executorEnv.PYTHONPATH=$PYTHONPATH_WORKERS"' in script
