@@ -40,9 +40,34 @@ def reference(spark, tmp_path_factory):
     return sink_rows(spark, lake, _spec(lake)), state_at_latest_checkpoint(spark, lake, _spec(lake))
 
 
+# In the killed run only (its environment sets KILL_TEST_WINDOW): each commit of the sink and of the state tables
+# is followed by a pause, a window for the kill to land in before the checkpoint. A run's commits and checkpoint
+# take milliseconds (delta-rs), which a poll of the folders would miss: the run would be done before the kill.
+_SLOW_COMMITS = """
+import os
+import time
+
+if os.environ.get("KILL_TEST_WINDOW"):
+    import state_store.backends as _backends
+    import state_store.run.commit as _commit
+
+    def _paused(commit):
+        def paused(*args, **kwargs):
+            result = commit(*args, **kwargs)
+            time.sleep(float(os.environ["KILL_TEST_WINDOW"]))
+            return result
+        return paused
+
+    _commit.commit_files = _paused(_commit.commit_files)
+    _backends.commit_files = _paused(_backends.commit_files)
+"""
+
+
 def _register(lake: Lake, module_dir: Path) -> None:
     module_dir.mkdir()
     write_job_module(module_dir, "killed_job", lake, JOB, checkpoint_interval=1, num_retained=2)
+    with open(module_dir / "killed_job.py", "a") as module:
+        module.write(_SLOW_COMMITS)
     import sys
 
     sys.path.insert(0, str(module_dir))
@@ -69,7 +94,7 @@ def test_kill_9_of_spark_submit_then_a_rerun_equals_a_run_that_was_never_killed(
     lake = Lake(tmp_path)
     _prepare(lake)
     _register(lake, tmp_path / "modules")
-    env = {**os.environ, "LAKESTATE_ROOT": str(lake.root),
+    env = {**os.environ, "LAKESTATE_ROOT": str(lake.root), "KILL_TEST_WINDOW": "3",
            "PYTHONPATH": os.pathsep.join([str(tmp_path / "modules"), str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     log = open(tmp_path / "spark-submit.log", "w")
