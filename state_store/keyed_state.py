@@ -158,6 +158,12 @@ class KeyedStateStore:
         return sorted(((k, written[k] if k in written else self._key_groups[k]) for k in keys),
                       key=lambda kk: (kk[1], kk[0]))
 
+    def stored_entries(self, state_name: str, namespace: str = VOID_NAMESPACE) -> list[tuple[str, str, int | None]]:
+        """``(key, text, expiry)`` of each stored single-value entry of ``state_name`` in ``namespace``, as of the
+        last flush (what a vectorised run takes over from the entries loaded row by row)."""
+        return [(e[1], text, self._expiry.get(e)) for e, text in self._stored.items()
+                if e[0] == state_name and e[2] == namespace]
+
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
 

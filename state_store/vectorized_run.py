@@ -27,7 +27,7 @@ class VectorizedRun:
         self._slices: list = []
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
         self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded (``KEYED_COLUMNS``)
-        self._entries: dict | None = None  # state -> Arrow table of its stored key, text, expiry (``_stored``)
+        self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
 
     def load(self, part) -> None:
         """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
@@ -39,8 +39,6 @@ class VectorizedRun:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if self._entries is None:
-            self._entries = {}
         table = self._entries.get(qname)
         if table is None:
             parts = [p.filter(pc.and_(pc.equal(p.column("state_name"), qname),
@@ -48,9 +46,7 @@ class VectorizedRun:
                      for p in self._loaded]
             parts = [pa.table({"key": p.column("key"), "text": p.column("value"), "expiry": p.column("expiry")})
                      for p in parts if p.num_rows]
-            store = self.runner.store
-            rows = [(e[1], text, store._expiry.get(e)) for e, text in store._stored.items()
-                    if e[0] == qname and e[2] == ""]
+            rows = self.runner.store.stored_entries(qname)
             if rows:
                 keys, texts, expiries = zip(*rows)
                 parts.append(pa.table({"key": pa.array(keys, pa.string()), "text": pa.array(texts, pa.string()),
