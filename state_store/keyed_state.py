@@ -419,7 +419,7 @@ class KeyedStateStore:
         if any(removed):
             for entry in compress(entries, removed):
                 del stored_texts[entry]
-        if expiry_of or any(x is not None for x in expiries):
+        if expiry_of or expiries.count(None) != len(expiries):
             for entry, expiry in zip(entries, expiries):
                 if expiry is not None:
                     expiry_of[entry] = expiry

@@ -48,30 +48,16 @@ def test_delta_reads_back_what_it_wrote(spark, tmp_path):
     assert spark.read.format("delta").load(path).count() == 5
 
 
-def _worker_path(batches):
-    import importlib
-    import sys
-    import time
-
-    import pyarrow as pa
-
-    for _ in batches:
-        pass
-    started = time.perf_counter()
-    importlib.invalidate_caches()  # what pyspark's worker does at the start of every task
-    seconds = time.perf_counter() - started
-    yield pa.RecordBatch.from_pydict({"path": ["\n".join(sys.path)], "modules": [" ".join(sorted(sys.modules))],
-                                      "seconds": [seconds]})
-
-
 def test_python_workers_run_without_sparks_archives_on_their_path_and_start_warm(spark):
     """Lakestate's worker daemon (state_store/worker_daemon.py): pyspark and py4j come from the install, not
     from pyspark.zip, py4j-*.zip or the spark-core jar (which a task's invalidate_caches would read again),
     and a worker has the run's modules before its task imports them."""
-    row = spark.range(1).mapInArrow(_worker_path, "path string, modules string, seconds double").collect()[0]
+    from tests.worker_probe import worker_path
+
+    row = spark.range(1).mapInArrow(worker_path, "path string, modules string, seconds double").collect()[0]
     path = row["path"].split("\n")
     assert not [p for p in path if p.endswith((".zip", ".jar")) and ("pyspark" in p or "py4j" in p or "spark-" in p)]
-    assert {"state_store.task", "pyarrow.parquet", "orjson"} <= set(row["modules"].split())
+    assert {"state_store.task", "pyarrow.parquet", "orjson", "pandas"} <= set(row["modules"].split())
 
 
 def test_the_worker_daemon_keeps_the_archives_when_pyspark_is_only_in_them(tmp_path):
