@@ -5,6 +5,7 @@
     python bench/throughput.py --workload L --peers none
     python bench/throughput.py --files 2 --events 1000 --keys 500   # a tiny run
     python bench/throughput.py --peers none --paths record,vectorized  # R per record and as a VectorizedKeyedFunction
+    python bench/throughput.py --peers none --paths vectorized --rounds 3  # each engine's best of 3 rounds
 
 Lakestate runs ``bench/jobs.py`` (a running (count, sum) per key in a
 ValueState, one output row per key per microbatch) with the ``delta`` backend,
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--paths", default="record", help="comma-separated Lakestate paths: record,vectorized")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
     parser.add_argument("--no-floor", action="store_true", help="skip bench/floor.py's pass in the same session")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every engine (and the floor) this many times, in turn, on fresh copies of the "
+                             "data; each one's best round is reported (every round is printed)")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload]
     files, events, keys = args.files or files, args.events or events, args.keys or keys
@@ -117,21 +121,34 @@ def main() -> None:
             if not args.no_floor:
                 floor_pass(spark, warm / "input")
             print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
-        results = []
-        for backend, vectorized, name in lakestates:
-            shutil.copytree(base / "input", base / name / "input")
-            print(f"lakestate backend={backend}{' vectorized' if vectorized else ''}", flush=True)
-            results.append(run_lakestate(spark, base / name / "input", base / name / "root", backend,
-                                         vectorized=vectorized))
-        for name in peers:
-            shutil.copytree(base / "input", base / name / "input")
-            print(f"peer {name}", flush=True)
-            results.append(PEERS[name](spark, base / name / "input", base / name))
-        floor_rate = None
-        if not args.no_floor:  # what Spark alone costs for the same pass, in the same JVM (bench/floor.py)
-            rows, seconds = floor_pass(spark, base / "input")
-            floor_rate = rows / seconds
-            print(f"floor.py's pass: {rows} events in {seconds:.1f}s = {floor_rate:,.0f} events/s", flush=True)
+        rounds: dict[str, list] = {}  # engine -> its result of each round
+        floor_seconds, rows = [], 0
+        for round_ in range(args.rounds):
+            tag = f" (round {round_ + 1} of {args.rounds})" if args.rounds > 1 else ""
+            for backend, vectorized, name in lakestates:
+                shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")
+                print(f"lakestate backend={backend}{' vectorized' if vectorized else ''}{tag}", flush=True)
+                result = run_lakestate(spark, base / f"{name}-{round_}" / "input", base / f"{name}-{round_}" / "root",
+                                       backend, vectorized=vectorized)
+                rounds.setdefault(result["engine"], []).append(result)
+            for name in peers:
+                shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")
+                print(f"peer {name}{tag}", flush=True)
+                result = PEERS[name](spark, base / f"{name}-{round_}" / "input", base / f"{name}-{round_}")
+                rounds.setdefault(result["engine"], []).append(result)
+            if not args.no_floor:  # what Spark alone costs for the same pass, in the same JVM (bench/floor.py)
+                rows, seconds = floor_pass(spark, base / "input")
+                floor_seconds.append(seconds)
+                print(f"floor.py's pass{tag}: {rows} events in {seconds:.1f}s = {rows / seconds:,.0f} events/s",
+                      flush=True)
+        if args.rounds > 1:
+            for engine, each in rounds.items():
+                times = ", ".join(f"{r['seconds']:.2f}s" for r in each)
+                print(f"{engine}: {times} over the rounds")
+            if floor_seconds:
+                print(f"floor: {', '.join(f'{s:.2f}s' for s in floor_seconds)} over the rounds")
+        results = [min(each, key=lambda r: r["seconds"]) for each in rounds.values()]
+        floor_rate = rows / min(floor_seconds) if floor_seconds else None
         print()
         peer_rates = {r["engine"]: r["events_per_s"] for r in results if r["engine"].startswith("spark")}
         for r in results:
