@@ -41,6 +41,32 @@ if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
     done
   fi
 fi
+# Kafka: Spark's connector beside the Delta jars, and a broker for scripts/kafka.sh (the tests', the demo's), both
+# from Maven Central through Maven (Spark's parent POM names a repository of its own: maven-settings.xml sends
+# every one to Maven Central). Without Maven the rest of the set-up stands and scripts/kafka.sh says what is missing.
+kafka_jars() {  # $1 pom, $2 folder, $3 artifacts to copy (all when empty)
+  mvn -q -B -Dstyle.color=never -s scripts/maven-settings.xml -f "scripts/$1" -Dmaven.repo.local="$ROOT/.cache/m2" \
+    dependency:copy-dependencies -DincludeScope=runtime ${3:+-DincludeArtifactIds=$3} -DoutputDirectory="$2.part"
+  rm -rf "$2.new" && mkdir -p "$2.new" && cp "$2.part"/*.jar "$2.new"/ && rm -rf "$2.part"
+}
+if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1 || [ ! -d .cache/kafka-broker ]; then
+  if command -v mvn >/dev/null; then
+    if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
+      echo "[setup] fetching Spark's Kafka connector from Maven Central into .cache/jars"
+      kafka_jars kafka-spark-pom.xml "$ROOT/.cache/kafka-spark" \
+        spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+      mv "$ROOT/.cache/kafka-spark.new"/*.jar .cache/jars/ && rmdir "$ROOT/.cache/kafka-spark.new"
+    fi
+    if [ ! -d .cache/kafka-broker ]; then
+      echo "[setup] fetching a Kafka broker from Maven Central into .cache/kafka-broker"
+      kafka_jars kafka-broker-pom.xml "$ROOT/.cache/kafka-broker"
+      mv "$ROOT/.cache/kafka-broker.new" .cache/kafka-broker  # only a complete copy gets the name
+    fi
+  else
+    echo "[setup] warning: no Maven (mvn): Spark's Kafka connector and the Kafka broker are not fetched; install" \
+      "Maven and run scripts/setup.sh again to read Kafka topics"
+  fi
+fi
 # hadoop-aws and the AWS SDK bundle it needs, for warehouses and savepoint roots on s3a:// (Spark adds them to
 # its classpath only when one is configured: the bundle is 530 MiB, and a cluster's executors would copy it).
 S3_JARS=(org/apache/hadoop/hadoop-aws/3.4.1/hadoop-aws-3.4.1.jar software/amazon/awssdk/bundle/2.24.6/bundle-2.24.6.jar)
