@@ -17,6 +17,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction, OnTi
 from .job import JobSpec
 from .settings import Settings
 from .side_outputs import OutputTag
+from .kafka_source import KafkaSource
 from .sources import DeltaSource, FileSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
@@ -28,6 +29,6 @@ __all__ = [
     "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
-    "DeltaSource", "FileSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
+    "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
 ]

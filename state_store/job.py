@@ -10,6 +10,7 @@ from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .side_outputs import OutputTag, side_output_sink
+from .kafka_source import KafkaSource
 from .sources import DeltaSource, FileSource
 from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized
@@ -28,6 +29,16 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def declared_fields(source) -> dict | None:
+    """A source's record columns by name, where they are declared before anything is read (a Delta table's
+    are its own: None)."""
+    if isinstance(source, FileSource):
+        return source.schema.fields
+    if isinstance(source, KafkaSource):
+        return source.record_type().fields
+    return None
+
+
 def _positive(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -44,13 +55,13 @@ class JobSpec:
 
     job_id: str
     function: KeyedProcessFunction
-    source: FileSource | DeltaSource
+    source: FileSource | DeltaSource | KafkaSource
     key: str
     key_type: TypeInfo
     output_type: RowTypeInfo
     sink: str
     uid: str = "main"
-    broadcast_source: FileSource | DeltaSource | None = None
+    broadcast_source: FileSource | DeltaSource | KafkaSource | None = None
     parallelism: int = 2
     max_parallelism: int | None = None
     backend: str = "delta"
@@ -102,13 +113,13 @@ class JobSpec:
             self.output_type.spark_schema_ddl()
         except TypeError as e:
             raise ConfigError(f"output_type: {e}") from None
-        if not isinstance(self.source, (FileSource, DeltaSource)):
-            raise ConfigError("source must be a FileSource or a DeltaSource")
-        self.source.validate("source")
-        if self.broadcast_source is not None:
-            self.broadcast_source.validate("broadcast_source")
-        if isinstance(self.source, FileSource):
-            declared = self.source.schema.fields
+        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
+            if source is not None and not isinstance(source, (FileSource, DeltaSource, KafkaSource)):
+                raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
+            if source is not None:
+                source.validate(what)
+        declared = declared_fields(self.source)
+        if declared is not None:
             if self.key not in declared:
                 raise ConfigError(f"key column {self.key!r} is not in the source schema {list(declared)}")
             if declared[self.key].name != self.key_type.name:
@@ -133,8 +144,8 @@ class JobSpec:
             if column is None:
                 raise ConfigError("watermark_strategy has no timestamp column: add .with_timestamp_column('<column "
                                   "of epoch milliseconds>')")
-            if isinstance(self.source, FileSource):
-                declared = self.source.schema.fields
+            declared = declared_fields(self.source)
+            if declared is not None:
                 if column not in declared:
                     raise ConfigError(f"watermark_strategy's timestamp column {column!r} is not in the source "
                                       f"schema {list(declared)}; fix with_timestamp_column")

@@ -404,5 +404,8 @@ def warn_changed(sources: dict, offsets: dict, warn) -> None:
 def source_split_entries(name: str, source: Any, offset: dict) -> list[dict[str, Any]]:
     """A source's offsets as operator ListState entries: one per split (a whole directory or
     table is one split; its path is in the job's registry record). The pins of the files read stay in the
-    checkpoint row: state is the same wherever, and whenever, the same input was written."""
+    checkpoint row: state is the same wherever, and whenever, the same input was written. A source with
+    splits of its own (Kafka's topic partitions) gives one entry per split."""
+    if hasattr(source, "split_entries"):
+        return source.split_entries(name, offset)
     return [{"split": name, "offset": {k: v for k, v in offset.items() if k != READ}}]

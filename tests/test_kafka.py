@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from state_store import JobSpec, KafkaSource, KeyedProcessFunction, Types, ValueStateDescriptor
+from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kafka.sh"
@@ -32,49 +36,141 @@ def _script(command: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.slow
-def test_a_broker_from_maven_jars_serves_spark_exactly_the_pinned_offset_ranges(spark, tmp_path):
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A broker of this module's own (a free port, a fresh folder), stopped at its end: stop must leave no
+    process and say so idempotently."""
     port = _free_port_pair()
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path / "kafka"), "LAKESTATE_KAFKA_PORT": str(port)}
+    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")), "LAKESTATE_KAFKA_PORT": str(port)}
     started = _script("start", env)
     assert started.returncode == 0, started.stdout + started.stderr
-    pid = (tmp_path / "kafka" / "broker.pid").read_text().strip()
-    try:
-        again = _script("start", env)
-        assert again.returncode == 0 and f"already running (pid {pid})" in again.stdout
-        assert _script("status", env).returncode == 0
-
-        bootstrap = f"127.0.0.1:{port}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics([NewTopic("clicks", 4)]).values():
-            future.result()
-        producer = Producer({"bootstrap.servers": bootstrap})
-        for i in range(40):
-            producer.produce("clicks", key=f"user-{i}", value=json.dumps({"n": i}), partition=i % 4)
-        assert producer.flush(30) == 0
-
-        # [start, end) per partition, as a plan pins them: 10 records each, these ranges 2+0+10+5 of them.
-        ranges = {0: (3, 5), 1: (4, 4), 2: (0, 10), 3: (5, 10)}
-        start = json.dumps({"clicks": {str(p): s for p, (s, _) in ranges.items()}})
-        end = json.dumps({"clicks": {str(p): e for p, (_, e) in ranges.items()}})
-        rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "clicks")
-                .option("startingOffsets", start).option("endingOffsets", end).load()
-                .selectExpr("partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-                .collect())
-        got = sorted((r["partition"], r["offset"]) for r in rows)
-        assert got == sorted((p, o) for p, (s, e) in ranges.items() for o in range(s, e))
-        for r in rows:  # partition p's offset o is the message i = 4 o + p
-            i = 4 * r["offset"] + r["partition"]
-            assert (r["key"], json.loads(r["value"])) == (f"user-{i}", {"n": i})
-    finally:
-        stopped = _script("stop", env)
+    pid = (Path(env["LAKESTATE_KAFKA_DIR"]) / "broker.pid").read_text().strip()
+    yield {"bootstrap": f"127.0.0.1:{port}", "env": env, "pid": pid}
+    stopped = _script("stop", env)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0, "the broker outlived stop"
     assert _script("status", env).returncode == 1
     assert _script("stop", env).returncode == 0  # idempotent
+
+
+def _topic(broker, name: str, partitions: int = 4) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker["bootstrap"]})  # kept while its futures resolve
+    for future in admin.create_topics([NewTopic(name, partitions)]).values():
+        future.result()
+
+
+def _produce(broker, topic: str, messages: list[tuple[int, str, dict]]) -> None:
+    """``(partition, key, value)`` messages, in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker["bootstrap"]})
+    for partition, key, value in messages:
+        producer.produce(topic, key=key, value=json.dumps(value), partition=partition)
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.slow
+def test_a_broker_from_maven_jars_serves_spark_exactly_the_pinned_offset_ranges(spark, broker):
+    again = _script("start", broker["env"])
+    assert again.returncode == 0 and f"already running (pid {broker['pid']})" in again.stdout
+    assert _script("status", broker["env"]).returncode == 0
+    _topic(broker, "pinned")
+    _produce(broker, "pinned", [(i % 4, f"user-{i}", {"n": i}) for i in range(40)])
+    # [start, end) per partition, as a plan pins them: 10 records each, these ranges 2+0+10+5 of them.
+    ranges = {0: (3, 5), 1: (4, 4), 2: (0, 10), 3: (5, 10)}
+    start = json.dumps({"pinned": {str(p): s for p, (s, _) in ranges.items()}})
+    end = json.dumps({"pinned": {str(p): e for p, (_, e) in ranges.items()}})
+    rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker["bootstrap"])
+            .option("subscribe", "pinned").option("startingOffsets", start).option("endingOffsets", end).load()
+            .selectExpr("partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+            .collect())
+    got = sorted((r["partition"], r["offset"]) for r in rows)
+    assert got == sorted((p, o) for p, (s, e) in ranges.items() for o in range(s, e))
+    for r in rows:  # partition p's offset o is the message i = 4 o + p
+        i = 4 * r["offset"] + r["partition"]
+        assert (r["key"], json.loads(r["value"])) == (f"user-{i}", {"n": i})
+
+
+CLICK = Types.ROW_NAMED(["user", "amount"], [Types.STRING(), Types.LONG()])
+TOTALS = Types.ROW_NAMED(["user", "n", "total", "last_offset"], [Types.STRING(), Types.LONG(), Types.LONG(),
+                                                                 Types.LONG()])
+
+
+class Totals(KeyedProcessFunction):
+    """Per user: records seen, their amounts' sum, and the offset of the last one (Kafka's column)."""
+
+    def open(self, ctx):
+        self.acc = ctx.get_state(ValueStateDescriptor("acc", Types.LIST(Types.LONG())))
+
+    def process(self, key, records, ctx):
+        n, total = self.acc.value() or [0, 0]
+        n, total = n + len(records), total + sum(r["amount"] for r in records)
+        self.acc.update([n, total])
+        yield {"user": key, "n": n, "total": total, "last_offset": records[-1]["kafka_offset"]}
+
+
+def kafka_job(lake, broker, topic: str, job_id: str = "clicks", **source_options) -> JobSpec:
+    source = KafkaSource(broker["bootstrap"], topics=[topic], schema=CLICK, **source_options)
+    return JobSpec(job_id=job_id, function=Totals(), source=source, key="user", key_type=Types.STRING(),
+                   output_type=TOTALS, sink=f"sinks/{job_id}", uid="totals", parallelism=2, max_parallelism=8,
+                   order_by=["kafka_offset"])
+
+
+def _clicks(first: int, count: int, users: int = 6) -> list[tuple[int, str, dict]]:
+    """Click ``i`` of user ``i % users`` with amount ``i``, each user's clicks in its own partition."""
+    return [(i % users % 4, f"u{i % users}", {"user": f"u{i % users}", "amount": i}) for i in range(first, first + count)]
+
+
+def _final(spark, lake, spec) -> dict:
+    """Each user's last output row: (n, total, last_offset)."""
+    rows = [json.loads(r) for r in sink_rows(spark, lake, spec)]
+    last = {}
+    for r in sorted(rows, key=lambda r: (r["_microbatch"], r["n"])):
+        last[r["user"]] = (r["n"], r["total"], r["last_offset"])
+    return last
+
+
+def _expected(clicks) -> dict:
+    out = {}
+    offsets: dict[int, int] = {}
+    for partition, user, value in clicks:
+        offset = offsets.get(partition, 0)
+        offsets[partition] = offset + 1
+        n, total, _ = out.get(user, (0, 0, None))
+        out[user] = (n + 1, total + value["amount"], offset)
+    return out
+
+
+@pytest.mark.slow
+def test_a_job_reads_a_topic_of_four_partitions_and_each_message_produced_between_runs_once(spark, lake, broker):
+    _topic(broker, "clicks")
+    produced = _clicks(0, 30)
+    _produce(broker, "clicks", produced)
+    spec = kafka_job(lake, broker, "clicks", max_records_per_microbatch=12)
+    first = run(spark, spec, lake)
+    assert [b.records_in for b in first.batches] == [12, 12, 6]  # max_records_per_microbatch, split by partition
+    assert _final(spark, lake, spec) == _expected(produced)
+    assert run(spark, spec, lake).batches == []  # nothing new: nothing read again
+    more = _clicks(30, 14)
+    _produce(broker, "clicks", more)
+    second = run(spark, spec, lake)
+    assert second.records_in == 14
+    assert _final(spark, lake, spec) == _expected(produced + more)
+    # The offsets are operator list state: one entry per topic partition (the next offset to read), cut over
+    # the 2 subtasks as a rescale cuts split state.
+    ends = [sum(1 for p, _, _ in produced + more if p == partition) for partition in range(4)]
+    assert _source_entries(spark, lake, spec) == {
+        0: [("main:clicks:0", ends[0]), ("main:clicks:1", ends[1])],
+        1: [("main:clicks:2", ends[2]), ("main:clicks:3", ends[3])]}
+
+
+def _source_entries(spark, lake, spec) -> dict[int, list[tuple[str, int]]]:
+    """``__source__.offsets`` at the latest checkpoint: subtask -> its entries (split, offset)."""
+    _, operator = state_at_latest_checkpoint(spark, lake, spec)
+    return {r[1]: [(e["split"], e["offset"]) for e in json.loads(r[3])] for r in operator
+            if r[0] == "__source__.offsets"}
 
 
 def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
@@ -88,3 +184,104 @@ def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     assert result.returncode == 2
     assert "no broker jars in" in result.stderr and "scripts/setup.sh" in result.stderr
     assert not (tmp_path / "kafka" / "broker.pid").exists()
+@pytest.mark.slow
+def test_a_partition_added_while_the_job_runs_is_read_from_its_start_and_said(spark, lake, broker):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    _topic(broker, "grow", partitions=2)
+    produced = [(i % 2, f"u{i % 2}", {"user": f"u{i % 2}", "amount": i}) for i in range(6)]
+    _produce(broker, "grow", produced)
+    spec = kafka_job(lake, broker, "grow", job_id="grow")
+    run(spark, spec, lake)
+    admin = AdminClient({"bootstrap.servers": broker["bootstrap"]})
+    for future in admin.create_partitions([NewPartitions("grow", 4)]).values():
+        future.result()
+    more = [(2 + i % 2, f"v{i % 2}", {"user": f"v{i % 2}", "amount": 100 + i}) for i in range(4)]
+    more += [(0, "u0", {"user": "u0", "amount": 7})]
+    _produce(broker, "grow", more)
+    lines: list[str] = []
+    result = run(spark, spec, lake, progress=lines.append)
+    assert result.records_in == 5
+    assert any("Kafka partition grow:2 is new: read from its earliest offset 0" in line for line in lines), lines
+    assert _final(spark, lake, spec) == _expected(produced + more)
+
+
+@pytest.mark.slow
+def test_starting_offsets_latest_pins_the_first_plan_and_reads_only_what_comes_after(spark, lake, broker):
+    _topic(broker, "late")
+    before = _clicks(0, 8)
+    _produce(broker, "late", before)
+    spec = kafka_job(lake, broker, "late", job_id="late", starting_offsets="latest")
+    first = run(spark, spec, lake)
+    assert [b.records_in for b in first.batches] == [0]  # an empty microbatch that pins where the job starts
+    after = _clicks(8, 5)
+    _produce(broker, "late", after)
+    assert run(spark, spec, lake).records_in == 5
+    rows = {u: (n, total) for u, (n, total, _) in _final(spark, lake, spec).items()}
+    assert rows == {u: (n, total) for u, (n, total, _) in _expected(after).items()}
+
+
+@pytest.mark.slow
+def test_offsets_gone_from_the_broker_stop_the_run_naming_them_or_are_skipped_when_allowed(spark, lake, broker):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from state_store import InputError
+
+    _topic(broker, "gap")
+    _produce(broker, "gap", [(0, "u0", {"user": "u0", "amount": i}) for i in range(10)])
+    spec = kafka_job(lake, broker, "gap", job_id="gap")
+    assert run(spark, spec, lake).records_in == 10
+    _produce(broker, "gap", [(0, "u0", {"user": "u0", "amount": i}) for i in range(10, 20)])
+    admin = AdminClient({"bootstrap.servers": broker["bootstrap"]})
+    for future in admin.delete_records([TopicPartition("gap", 0, 15)]).values():
+        future.result()
+    with pytest.raises(InputError, match=r"Kafka partition gap:0: offsets 10 to 14 are no longer on the broker .*"
+                                         r"fail_on_data_loss=False"):
+        run(spark, spec, lake)
+    lenient = spec.with_overrides(source=KafkaSource(broker["bootstrap"], topics=["gap"], schema=CLICK,
+                                                     fail_on_data_loss=False))
+    lines: list[str] = []
+    assert run(spark, lenient, lake, progress=lines.append).records_in == 5  # offsets 15 to 19
+    assert any("warning: Kafka partition gap:0: offsets 10 to 14 are no longer" in line for line in lines), lines
+    assert _final(spark, lake, spec)["u0"] == (15, sum(range(10)) + sum(range(15, 20)), 19)
+
+
+def test_a_kafka_source_refuses_bad_declarations_before_anything_runs(lake):
+    from state_store import ConfigError
+
+    def job(**source):
+        options = {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"], "schema": CLICK, **source}
+        return JobSpec(job_id="bad", function=Totals(), source=KafkaSource(**options), key="user",
+                       key_type=Types.STRING(), output_type=TOTALS, sink="sinks/bad")
+
+    cases = [
+        ({"topics": None}, "give either topics"),
+        ({"topic_pattern": "t.*"}, "give either topics"),
+        ({"topics": "t"}, "topics must be a non-empty list"),
+        ({"value_format": "avro"}, "value_format 'avro' is not supported"),
+        ({"schema": None}, "a json value_format needs the value's fields"),
+        ({"schema": Types.ROW_NAMED(["user", "kafka_offset"], [Types.STRING(), Types.LONG()])}, "clash"),
+        ({"starting_offsets": "newest"}, "starting_offsets must be"),
+        ({"starting_offsets": {"x": -1}}, "is not a partition number and an offset"),
+        ({"max_records_per_microbatch": 0}, "max_records_per_microbatch must be a positive integer"),
+        ({"bootstrap_servers": ""}, "bootstrap_servers must be"),
+    ]
+    for source, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            job(**source).validate()
+    with pytest.raises(ConfigError, match="key column 'who' is not in the source schema"):
+        job().with_overrides(key="who").validate()
+    job(topics=None, topic_pattern="clicks-.*").validate()  # a pattern alone is fine
+    job(value_format="raw", schema=None).with_overrides(key="kafka_key").validate()  # raw: key and value bytes
+
+
+def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
+    from state_store import InputError
+
+    spec = JobSpec(job_id="nobroker", function=Totals(), key="user", key_type=Types.STRING(), output_type=TOTALS,
+                   source=KafkaSource(f"127.0.0.1:{_free_port_pair()}", topics=["t"], schema=CLICK,
+                                      request_timeout_s=2),
+                   sink="sinks/nobroker")
+    with pytest.raises(InputError, match=r"cannot reach Kafka at 127\.0\.0\.1:\d+ .*scripts/kafka\.sh start"):
+        run(spark, spec, lake)

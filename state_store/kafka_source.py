@@ -1,0 +1,344 @@
+"""Kafka topics as a source: each microbatch's plan pins ``[start, end)`` per topic partition.
+
+An offset is ``{"offsets": {topic: {partition: next offset to read}}}``: the position after a microbatch, which
+a checkpoint keeps and a replay starts from. A plan's end offset also pins, under ``PINNED``, where partitions
+it reads for the first time start (the job's first plan: ``starting_offsets``; a partition added later: its
+earliest offset) and what it has to say about them. The run reads exactly the pinned ranges with Spark's batch
+Kafka reader (``assign``, ``startingOffsets`` and ``endingOffsets`` as JSON), so a replay after a crash reads
+the same records. Partitions and offsets come from the broker's admin API (confluent-kafka) in the driver: no
+Spark job, and the same over Spark Connect.
+
+A record is the message's value (``value_format="json"``: the declared ``schema``'s fields parsed from it;
+``"raw"``: the bytes as ``value``) and its Kafka metadata, ``KAFKA_COLUMNS``; the job's key and event-time
+columns are chosen among them as for other sources.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, InputError
+from .sources import PINNED
+from .types import RowTypeInfo, Types
+
+KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
+                 "kafka_offset": Types.LONG(), "kafka_timestamp": Types.LONG()}
+_FORMATS = ("json", "raw")
+_INIT = "init"  # in the initial offset only: the job's first plan applies ``starting_offsets``
+
+
+@dataclass
+class KafkaSource:
+    """Kafka ``topics`` (or every topic matching ``topic_pattern``) at ``bootstrap_servers``.
+
+    ``starting_offsets``: where the job's first plan starts each partition: ``"earliest"``, ``"latest"``, or
+    ``{partition: offset}`` (one topic) / ``{topic: {partition: offset}}``, the partitions it leaves out at
+    their earliest. Partitions added later start at their earliest. ``max_records_per_microbatch`` bounds a
+    microbatch (split over the partitions by what each has). Offsets no longer on the broker (retention) stop
+    the run with an error naming them, or with ``fail_on_data_loss=False`` are skipped with a warning.
+    ``kafka_options``: further client settings (``security.protocol`` ...), given to the admin client and, as
+    ``kafka.<name>``, to Spark's reader. ``request_timeout_s``: how long a plan waits for the broker's answers.
+    """
+
+    bootstrap_servers: str
+    topics: list[str] | None = None
+    topic_pattern: str | None = None
+    value_format: str = "json"
+    schema: RowTypeInfo | None = None
+    starting_offsets: str | dict = "earliest"
+    max_records_per_microbatch: int | None = None
+    fail_on_data_loss: bool = True
+    kafka_options: dict[str, str] = field(default_factory=dict)
+    request_timeout_s: float = 15.0
+
+    # -- declaration --------------------------------------------------------------------------------------
+    def validate(self, what: str) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError(f"{what}: bootstrap_servers must be 'host:port[,host:port...]'")
+        if (self.topics is None) == (self.topic_pattern is None):
+            raise ConfigError(f"{what}: give either topics=[...] or topic_pattern='...', not both or neither")
+        if self.topics is not None and (isinstance(self.topics, str) or not self.topics or not all(
+                isinstance(t, str) and t for t in self.topics)):
+            raise ConfigError(f"{what}: topics must be a non-empty list of topic names, e.g. topics=['clicks']")
+        if self.topic_pattern is not None:
+            try:
+                re.compile(self.topic_pattern)
+            except (re.error, TypeError) as e:
+                raise ConfigError(f"{what}: topic_pattern {self.topic_pattern!r} is not a regular expression: {e}") \
+                    from None
+        if self.value_format not in _FORMATS:
+            raise ConfigError(f"{what}: value_format {self.value_format!r} is not supported; use one of {_FORMATS}")
+        if self.value_format == "json":
+            if not isinstance(self.schema, RowTypeInfo):
+                raise ConfigError(f"{what}: a json value_format needs the value's fields: schema=Types.ROW_NAMED("
+                                  f"[...], [...])")
+            clash = sorted(set(self.schema.fields) & set(KAFKA_COLUMNS))
+            if clash:
+                raise ConfigError(f"{what}: schema fields {clash} clash with the Kafka columns {list(KAFKA_COLUMNS)};"
+                                  f" rename them in the schema")
+        if self.max_records_per_microbatch is not None and (
+                not isinstance(self.max_records_per_microbatch, int) or self.max_records_per_microbatch <= 0):
+            raise ConfigError(f"{what}: max_records_per_microbatch must be a positive integer, got "
+                              f"{self.max_records_per_microbatch!r}")
+        if not isinstance(self.request_timeout_s, (int, float)) or self.request_timeout_s <= 0:
+            raise ConfigError(f"{what}: request_timeout_s must be a positive number of seconds")
+        self._given_offsets(what)
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"{what}: a KafkaSource needs the confluent-kafka package: pip install "
+                              f"'lakestate[kafka]'") from None
+
+    def _given_offsets(self, what: str = "source") -> dict[str, dict[str, int]]:
+        """``starting_offsets`` as ``{topic: {partition: offset}}`` ({} for "earliest" and "latest")."""
+        given = self.starting_offsets
+        if given in ("earliest", "latest"):
+            return {}
+        if not isinstance(given, dict) or not given:
+            raise ConfigError(f"{what}: starting_offsets must be 'earliest', 'latest' or a dict of offsets, got "
+                              f"{given!r}")
+        if all(isinstance(v, dict) for v in given.values()):
+            nested = given
+        elif self.topics is not None and len(self.topics) == 1:
+            nested = {self.topics[0]: given}
+        else:
+            raise ConfigError(f"{what}: starting_offsets {{partition: offset}} is for one topic; with several, "
+                              f"give {{topic: {{partition: offset}}}}")
+        out = {}
+        for topic, offsets in nested.items():
+            for partition, offset in offsets.items():
+                if not str(partition).isdigit() or not isinstance(offset, int) or offset < 0:
+                    raise ConfigError(f"{what}: starting_offsets of topic {topic!r}: partition {partition!r} -> "
+                                      f"{offset!r} is not a partition number and an offset >= 0")
+                out.setdefault(topic, {})[str(int(partition))] = offset
+        return out
+
+    def record_type(self) -> RowTypeInfo:
+        """The columns of a record: the value's (parsed fields, or ``value`` bytes), then ``KAFKA_COLUMNS``."""
+        value = dict(self.schema.fields) if self.value_format == "json" else {"value": Types.BYTES()}
+        columns = {**value, **KAFKA_COLUMNS}
+        return Types.ROW_NAMED(list(columns), list(columns.values()))
+
+    def record_ddl(self, spark) -> str:
+        return self.record_type().spark_ddl()
+
+    def describe(self) -> dict:
+        return {"type": "kafka", "bootstrap_servers": self.bootstrap_servers, "topics": self.topics,
+                "topic_pattern": self.topic_pattern, "value_format": self.value_format}
+
+    def initial_offset(self) -> dict:
+        return {"offsets": {}, _INIT: True}
+
+    # -- planning (the driver, through the broker's admin API) ----------------------------------------------
+    def _client_conf(self) -> dict:
+        return {**self.kafka_options, "bootstrap.servers": self.bootstrap_servers}
+
+    def _admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self._client_conf())
+
+    def _partitions(self, admin) -> list[tuple[str, int]]:
+        """The topic partitions the source reads now, sorted."""
+        from confluent_kafka import KafkaException
+
+        try:
+            topics = admin.list_topics(timeout=self.request_timeout_s).topics
+        except KafkaException as e:
+            raise InputError(f"cannot reach Kafka at {self.bootstrap_servers} ({e.args[0]}); start the broker "
+                             f"(scripts/kafka.sh start here) or fix bootstrap_servers") from None
+        if self.topics is not None:
+            missing = [t for t in self.topics if t not in topics]
+            if missing:
+                raise InputError(f"Kafka topics {missing} do not exist at {self.bootstrap_servers}; create them or "
+                                 f"fix the source's topics")
+            names = list(self.topics)
+        else:
+            pattern = re.compile(self.topic_pattern)
+            names = [t for t in topics if pattern.fullmatch(t) and not t.startswith("__")]
+        return sorted((t, p) for t in names for p in topics[t].partitions)
+
+    def _list_offsets(self, admin, partitions: list[tuple[str, int]], spec: str) -> dict[tuple[str, int], int]:
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if not partitions:
+            return {}
+        which = OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest()
+        try:
+            futures = admin.list_offsets({TopicPartition(t, p): which for t, p in partitions},
+                                         request_timeout=self.request_timeout_s)
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as e:
+            raise InputError(f"Kafka at {self.bootstrap_servers} did not give the {spec} offsets of "
+                             f"{partitions} ({e.args[0]}); check the broker and retry") from None
+
+    def next_offset(self, spark, start: dict) -> dict | None:
+        admin = self._admin()
+        partitions = self._partitions(admin)
+        known = {(t, int(p)): o for t, offsets in start["offsets"].items() for p, o in offsets.items()}
+        gone = sorted(set(known) - set(partitions))
+        if gone:
+            raise InputError(f"Kafka topic partitions {_names(gone)} were read by this job but are no longer at "
+                             f"{self.bootstrap_servers} (topic deleted?); a job cannot continue past them: restore "
+                             f"the topic, or start a new job")
+        earliest = self._list_offsets(admin, partitions, "earliest")
+        latest = self._list_offsets(admin, partitions, "latest")
+        begin, starts, notes = self._begins(start, partitions, known, earliest, latest)
+        for tp in partitions:
+            if latest[tp] < begin[tp]:
+                raise InputError(f"Kafka partition {_names([tp])} ends at offset {latest[tp]}, before offset "
+                                 f"{begin[tp]} this job read up to (was the topic recreated?); restore it, or "
+                                 f"start a new job")
+        take = self._take({tp: latest[tp] - begin[tp] for tp in partitions})
+        if not any(take.values()) and not (starts and _INIT in start and self.starting_offsets != "earliest"):
+            return None  # nothing new (a first plan from "latest" or given offsets is kept even when empty)
+        offsets: dict[str, dict[str, int]] = {}
+        for (t, p) in partitions:
+            offsets.setdefault(t, {})[str(p)] = begin[(t, p)] + take[(t, p)]
+        pinned = {"starts": _nested(starts), "notes": notes}
+        return {"offsets": offsets, PINNED: pinned}
+
+    def _begins(self, start: dict, partitions: list, known: dict, earliest: dict, latest: dict):
+        """Where each partition's next range begins, the partitions begun here, and what to say about them."""
+        first, given = _INIT in start, self._given_offsets()
+        begin, starts, notes = {}, {}, []
+        for tp in partitions:
+            if tp in known:
+                begin[tp] = known[tp]
+            else:
+                t, p = tp
+                if not first:
+                    begin[tp] = starts[tp] = earliest[tp]
+                    notes.append(f"Kafka partition {t}:{p} is new: read from its earliest offset {earliest[tp]}")
+                elif self.starting_offsets == "latest":
+                    begin[tp] = starts[tp] = latest[tp]
+                else:
+                    begin[tp] = starts[tp] = given.get(t, {}).get(str(p), earliest[tp])
+            if begin[tp] < earliest[tp]:
+                lost = f"Kafka partition {_names([tp])}: offsets {begin[tp]} to {earliest[tp] - 1} are no longer " \
+                       f"on the broker (retention or deletion)"
+                if self.fail_on_data_loss:
+                    raise InputError(f"{lost}; the job cannot read them. Lower the topic's retention pressure, or "
+                                     f"set fail_on_data_loss=False on the source to skip them")
+                notes.append(f"warning: {lost}; skipped (fail_on_data_loss=False)")
+                begin[tp] = starts[tp] = earliest[tp]
+        return begin, starts, notes
+
+    def _take(self, available: dict) -> dict:
+        """How many records each partition gives the microbatch: all, or ``max_records_per_microbatch`` split
+        over the partitions in proportion to what each has (at least one where it has some)."""
+        total, limit = sum(available.values()), self.max_records_per_microbatch
+        if not limit or total <= limit:
+            return dict(available)
+        take = {tp: min(n, max(1 if n else 0, n * limit // total)) for tp, n in available.items()}
+        spare = limit - sum(take.values())
+        for tp in sorted(available):  # what integer division left, to the partitions with more
+            extra = min(spare, available[tp] - take[tp])
+            take[tp] += extra
+            spare -= extra
+        return take
+
+    @staticmethod
+    def plan_notes(start: dict, end: dict) -> list[str]:
+        return list((end.get(PINNED) or {}).get("notes", ()))
+
+    @staticmethod
+    def _ranges(start: dict, end: dict) -> dict[tuple[str, int], tuple[int, int]]:
+        """``(topic, partition) -> [begin, end)`` of a microbatch, the empty ones left out. A partition its plan
+        began (new, or past a retention gap) begins where the plan pinned, else where the last one ended."""
+        starts = (end.get(PINNED) or {}).get("starts", {})
+        out = {}
+        for t, offsets in end["offsets"].items():
+            for p, stop in offsets.items():
+                begin = starts.get(t, {}).get(p)
+                if begin is None:
+                    begin = start["offsets"].get(t, {}).get(p, stop)
+                if stop > begin:
+                    out[(t, int(p))] = (begin, stop)
+        return out
+
+    def count_records(self, start: dict, end: dict) -> int | None:
+        return sum(e - b for b, e in self._ranges(start, end).values())
+
+    # -- reading (the run's one pass) ------------------------------------------------------------------------
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The records of every microbatch of a run, in one read of the pinned ranges: the record's columns
+        plus ``POSITION_COLUMNS`` (batch, the partition's index in the run, its offset, the reader's order).
+        None when there are none."""
+        from pyspark.sql import functions as F
+
+        pieces = [(b, tp, r) for b, s, e in ranges for tp, r in self._ranges(s, e).items()]
+        if not pieces:
+            return None
+        bounds: dict[tuple[str, int], list[int]] = {}
+        for _, tp, (lo, hi) in pieces:
+            have = bounds.setdefault(tp, [lo, hi])
+            have[0], have[1] = min(have[0], lo), max(have[1], hi)
+        index = {tp: i for i, tp in enumerate(sorted(bounds))}
+        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", self.bootstrap_servers)
+        for name, value in self.kafka_options.items():
+            reader = reader.option(f"kafka.{name}", value)
+        df = (reader.option("assign", json.dumps(_nested({tp: True for tp in bounds}, as_list=True)))
+              .option("startingOffsets", json.dumps(_nested({tp: b[0] for tp, b in bounds.items()})))
+              .option("endingOffsets", json.dumps(_nested({tp: b[1] for tp, b in bounds.items()})))
+              .option("failOnDataLoss", "true").load())
+        # Each record's microbatch: a broadcast join with the run's ranges (a VALUES table: no Python job).
+        values = ", ".join(f"({_sql_text(t)}, {p}, {lo}, {hi}, {b}, {index[(t, p)]})" for b, (t, p), (lo, hi)
+                           in pieces)
+        plan = spark.sql(f"SELECT * FROM VALUES {values} AS r(r_topic, r_partition, r_lo, r_hi, r_batch, r_idx)")
+        df = df.join(F.broadcast(plan), (df["topic"] == plan["r_topic"]) & (df["partition"] == plan["r_partition"])
+                     & (df["offset"] >= plan["r_lo"]) & (df["offset"] < plan["r_hi"]))
+        if self.value_format == "json":
+            parsed = F.from_json(F.col("value").cast("string"), self.schema.spark_schema_ddl(), {"mode": "FAILFAST"})
+            value = [parsed.getField(n).alias(n) for n in self.schema.fields]
+        else:
+            value = [F.col("value")]
+        return df.select(
+            *value, F.col("key").cast("string").alias("kafka_key"), F.col("topic").alias("kafka_topic"),
+            F.col("partition").cast("int").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+            F.expr("unix_millis(timestamp)").alias("kafka_timestamp"),
+            F.col("r_batch").cast("bigint").alias("batch_id"), F.col("r_idx").cast("int").alias("file_idx"),
+            F.col("offset").cast("bigint").alias("block"), F.monotonically_increasing_id().alias("row"))
+
+    def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
+        """The largest ``column`` value of the records in ``[start, end)``: a read of those ranges."""
+        from pyspark.sql import functions as F
+
+        df = self.read_run(spark, [(0, start, end)])
+        if df is None:
+            return None
+        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
+        return None if value is None else int(value)
+
+    def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
+        """The source's offsets as operator ListState entries: one per topic partition, as Flink's Kafka
+        source keeps them."""
+        return [{"split": f"{name}:{t}:{p}", "offset": o}
+                for t in sorted(offset["offsets"]) for p, o in sorted(offset["offsets"][t].items(), key=_partition)]
+
+
+def _partition(item) -> int:
+    return int(item[0])
+
+
+def _names(partitions) -> str:
+    return ", ".join(f"{t}:{p}" for t, p in partitions)
+
+
+def _nested(flat: dict, as_list: bool = False) -> dict:
+    """``{(topic, partition): value}`` as Kafka's JSON form ``{topic: {"partition": value}}`` (or, for
+    ``assign``, ``{topic: [partition, ...]}``)."""
+    out: dict = {}
+    for (t, p), value in sorted(flat.items()):
+        if as_list:
+            out.setdefault(t, []).append(p)
+        else:
+            out.setdefault(t, {})[str(p)] = value
+    return out
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
