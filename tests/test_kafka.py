@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from state_store import JobSpec, KafkaSource, KeyedProcessFunction, Types, ValueStateDescriptor
+from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
+from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,3 +287,28 @@ def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
                    sink="sinks/nobroker")
     with pytest.raises(InputError, match=r"cannot reach Kafka at 127\.0\.0\.1:\d+ .*scripts/kafka\.sh start"):
         run(spark, spec, lake)
+
+
+@pytest.fixture(scope="module")
+def fault_reference(spark, broker, tmp_path_factory):
+    """A topic read by a job without a crash: its sink and state, the reference for the crashed runs."""
+    _topic(broker, "faults")
+    _produce(broker, "faults", _clicks(0, 30))
+    lake = Lake(tmp_path_factory.mktemp("faults-reference"))
+    spec = kafka_job(lake, broker, "faults", job_id="faults", max_records_per_microbatch=12)
+    run(spark, spec, lake)
+    return sink_rows(spark, lake, spec), state_at_latest_checkpoint(spark, lake, spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_clean_run(spark, lake, broker,
+                                                                                        fault_reference, point):
+    """Microbatch 1 of 3 crashes at ``point``; the rerun replays its pinned offsets (or goes on after them)."""
+    spec = kafka_job(lake, broker, "faults", job_id="faults", max_records_per_microbatch=12)
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector(point, batch_id=1))
+    assert run(spark, spec, lake).batches, "the rerun must process or replay the crashed microbatch"
+    sink, state = fault_reference
+    assert sink_rows(spark, lake, spec) == sink  # nothing lost, nothing read twice
+    assert state_at_latest_checkpoint(spark, lake, spec) == state
