@@ -229,12 +229,12 @@ class KafkaSource:
 
     def _take(self, available: dict) -> dict:
         """How many records each partition gives the microbatch: all, or ``max_records_per_microbatch`` split
-        over the partitions in proportion to what each has (at least one where it has some)."""
+        over the partitions in proportion to what each has (what is left waits for the next microbatch)."""
         total, limit = sum(available.values()), self.max_records_per_microbatch
         if not limit or total <= limit:
             return dict(available)
-        take = {tp: min(n, max(1 if n else 0, n * limit // total)) for tp, n in available.items()}
-        spare = limit - sum(take.values())
+        take = {tp: n * limit // total for tp, n in available.items()}
+        spare = limit - sum(take.values())  # >= 0: each share was rounded down
         for tp in sorted(available):  # what integer division left, to the partitions with more
             extra = min(spare, available[tp] - take[tp])
             take[tp] += extra

@@ -312,3 +312,12 @@ def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_
     sink, state = fault_reference
     assert sink_rows(spark, lake, spec) == sink  # nothing lost, nothing read twice
     assert state_at_latest_checkpoint(spark, lake, spec) == state
+
+
+def test_a_microbatch_bound_is_split_over_the_partitions_by_what_each_has():
+    source = KafkaSource("127.0.0.1:9", topics=["t"], schema=CLICK, max_records_per_microbatch=5)
+    available = {("t", 0): 100, ("t", 1): 1, ("t", 2): 1, ("t", 3): 0}
+    take = source._take(available)
+    assert sum(take.values()) == 5 and all(0 <= take[tp] <= n for tp, n in available.items())
+    assert take[("t", 0)] >= 3  # the partition with the most gives the most
+    assert source._take({("t", 0): 2, ("t", 1): 3}) == {("t", 0): 2, ("t", 1): 3}  # under the bound: all
