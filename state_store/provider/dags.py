@@ -41,7 +41,9 @@ LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in b
 # Daily at 03:00 UTC. A cron *trigger* timetable without a start date: unpausing the DAG schedules the next
 # 03:00, not a run for the interval that has already passed (with a start date in the past, even without
 # catchup, Airflow would start one at once, and a trigger by hand right after would compact a second time).
-COMPACTION_SCHEDULE = CronTriggerTimetable("0 3 * * *", timezone="UTC")
+# run_immediately=timedelta(0): Airflow 3.1 reads run_immediately=False (its default) as "run the past 03:00 at
+# once when unpaused within 2.4 hours of it" (a tenth of the interval), not as "never".
+COMPACTION_SCHEDULE = CronTriggerTimetable("0 3 * * *", timezone="UTC", run_immediately=timedelta(0))
 
 
 def sink_asset(job_id: str) -> Asset:
