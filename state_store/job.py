@@ -29,16 +29,6 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def declared_fields(source) -> dict | None:
-    """A source's record columns by name, where they are declared before anything is read (a Delta table's
-    are its own: None)."""
-    if isinstance(source, FileSource):
-        return source.schema.fields
-    if isinstance(source, KafkaSource):
-        return source.record_type().fields
-    return None
-
-
 def _positive(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -118,7 +108,7 @@ class JobSpec:
                 raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
             if source is not None:
                 source.validate(what)
-        declared = declared_fields(self.source)
+        declared = self.source.declared_fields()
         if declared is not None:
             if self.key not in declared:
                 raise ConfigError(f"key column {self.key!r} is not in the source schema {list(declared)}")
@@ -144,7 +134,7 @@ class JobSpec:
             if column is None:
                 raise ConfigError("watermark_strategy has no timestamp column: add .with_timestamp_column('<column "
                                   "of epoch milliseconds>')")
-            declared = declared_fields(self.source)
+            declared = self.source.declared_fields()
             if declared is not None:
                 if column not in declared:
                     raise ConfigError(f"watermark_strategy's timestamp column {column!r} is not in the source "

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InputError
-from .sources import PINNED
+from .sources import PINNED, SourceDefaults
 from .types import RowTypeInfo, Types
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
@@ -30,7 +30,7 @@ _INIT = "init"  # in the initial offset only: the job's first plan applies ``sta
 
 
 @dataclass
-class KafkaSource:
+class KafkaSource(SourceDefaults):
     """Kafka ``topics`` (or every topic matching ``topic_pattern``) at ``bootstrap_servers``.
 
     ``starting_offsets``: where the job's first plan starts each partition: ``"earliest"``, ``"latest"``, or
@@ -120,6 +120,9 @@ class KafkaSource:
         value = dict(self.schema.fields) if self.value_format == "json" else {"value": Types.BYTES()}
         columns = {**value, **KAFKA_COLUMNS}
         return Types.ROW_NAMED(list(columns), list(columns.values()))
+
+    def declared_fields(self) -> dict:
+        return self.record_type().fields
 
     def record_ddl(self, spark) -> str:
         return self.record_type().spark_ddl()
@@ -241,8 +244,7 @@ class KafkaSource:
             spare -= extra
         return take
 
-    @staticmethod
-    def plan_notes(start: dict, end: dict) -> list[str]:
+    def plan_notes(self, start: dict, end: dict) -> list[str]:
         return list((end.get(PINNED) or {}).get("notes", ()))
 
     @staticmethod

@@ -34,8 +34,28 @@ def position(offset: dict) -> dict:
     return {k: v for k, v in offset.items() if k != PINNED}
 
 
+class SourceDefaults:
+    """What every source says the same way unless it has more to say (``KafkaSource`` does)."""
+
+    def declared_fields(self) -> dict | None:
+        """The record's columns by name where they are declared before anything is read; None when only the
+        input knows them (a Delta table's)."""
+        return None
+
+    def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
+        """The source's offsets as operator ListState entries: one per split (a whole directory or table is
+        one split; its path is in the job's registry record). The pins of the files read stay in the
+        checkpoint row: state is the same wherever, and whenever, the same input was written."""
+        return [{"split": name, "offset": {k: v for k, v in offset.items() if k != READ}}]
+
+    def plan_notes(self, start: dict, end: dict) -> list[str]:
+        """Lines for the run's output about a microbatch's planned range (e.g. a partition read for the first
+        time)."""
+        return []
+
+
 @dataclass
-class FileSource:
+class FileSource(SourceDefaults):
     """A directory of JSON-lines or Parquet files; each file is read once, in name order.
 
     ``schema`` declares the columns (required for JSON; for Parquet it is checked).
@@ -46,6 +66,9 @@ class FileSource:
     format: str
     schema: RowTypeInfo
     max_files_per_batch: int | None = None
+
+    def declared_fields(self) -> dict:
+        return self.schema.fields
 
     def validate(self, what: str) -> None:
         if self.format not in _FORMATS:
@@ -285,7 +308,7 @@ def _arrow_ddl(arrow_type) -> str:
 
 
 @dataclass
-class DeltaSource:
+class DeltaSource(SourceDefaults):
     """An append-only Delta table read through its change data feed, a range of versions per microbatch.
 
     The table needs ``delta.enableChangeDataFeed = true``.
@@ -399,13 +422,3 @@ def warn_changed(sources: dict, offsets: dict, warn) -> None:
         if isinstance(source, FileSource) and offsets.get(name):
             for line in source.changed_since_read(offsets[name]):
                 warn(line)
-
-
-def source_split_entries(name: str, source: Any, offset: dict) -> list[dict[str, Any]]:
-    """A source's offsets as operator ListState entries: one per split (a whole directory or
-    table is one split; its path is in the job's registry record). The pins of the files read stay in the
-    checkpoint row: state is the same wherever, and whenever, the same input was written. A source with
-    splits of its own (Kafka's topic partitions) gives one entry per split."""
-    if hasattr(source, "split_entries"):
-        return source.split_entries(name, offset)
-    return [{"split": name, "offset": {k: v for k, v in offset.items() if k != READ}}]

@@ -25,7 +25,6 @@ from ..records import (
 )
 from ..repartition import split_slices
 from ..run_files import OutputTable, RunOutputs, write_rows
-from ..sources import source_split_entries
 from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup
@@ -88,7 +87,7 @@ def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[Ope
     rows = []
     for p in plans:
         entries = [e for name, source in ctx.sources().items()
-                   for e in source_split_entries(name, source, p.end_offsets[name])]
+                   for e in source.split_entries(name, p.end_offsets[name])]
         for subtask, (start, end) in enumerate(split_slices(len(entries), ctx.p)):
             rows.append(OperatorRow(SOURCE_OFFSETS_STATE, subtask, SPLIT_DISTRIBUTE,
                                     json.dumps(entries[start:end], sort_keys=True), p.batch_id))

@@ -53,7 +53,7 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     for name, source in ctx.sources().items():
         start = offsets.get(name) or source.initial_offset()
         end = source.next_offset(ctx.spark, start)
-        if end is not None and hasattr(source, "plan_notes"):  # e.g. Kafka partitions read for the first time
+        if end is not None:  # e.g. Kafka partitions read for the first time
             for line in source.plan_notes(start, end):
                 ctx.say(f"microbatch {batch_id}: {line}")
         any_new |= end is not None
