@@ -316,9 +316,10 @@ class KafkaSource(SourceDefaults):
         return None if value is None else int(value)
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
-        """The source's offsets as operator ListState entries: one per topic partition, as Flink's Kafka
-        source keeps them."""
-        return [{"split": f"{name}:{t}:{p}", "offset": o}
+        """The source's offsets as operator ListState entries: one per topic partition (its topic, partition and
+        next offset), as Flink's Kafka source keeps them; each on the subtask Flink would read the partition
+        with (``repartition.place_source_entries``)."""
+        return [{"split": f"{name}:{t}:{p}", "topic": t, "partition": int(p), "offset": o}
                 for t in sorted(offset["offsets"]) for p, o in sorted(offset["offsets"][t].items(), key=_partition)]
 
 

@@ -15,6 +15,13 @@ new subtasks' values in subtask order.
 - **union** (UnionListState, UNION): every new subtask gets every element.
 - **broadcast** (BroadcastState, BROADCAST): new subtask ``i`` gets a copy of
   old subtask ``i % p_old``'s map.
+
+The sources' offsets (``__source__.offsets``) are split state with one
+exception (``place_source_entries``): an entry of a Kafka topic partition goes
+to the subtask Flink's Kafka source assigns that partition to
+(``kafka_partition_owner``), so 4 partitions of a topic whose start index is 0
+are ``[p0, p2], [p1, p3]`` on 2 subtasks and ``[p0, p3], [p1], [p2]`` on 3, the
+seeds' table, whatever the old layout was.
 """
 from __future__ import annotations
 
@@ -30,6 +37,29 @@ def split_distribute(old: Sequence[Sequence[Any]], new_parallelism: int, start: 
     elements = [e for part in old for e in part]
     parts = [elements[a:b] for a, b in split_slices(len(elements), new_parallelism)]
     return [parts[(subtask - start) % new_parallelism] for subtask in range(new_parallelism)]
+
+
+def kafka_partition_owner(topic: str, partition: int, parallelism: int) -> int:
+    """The subtask that reads a topic partition, as Flink's Kafka sources assign it (``KafkaTopicPartitionAssigner``,
+    ``KafkaSourceEnumerator.getSplitOwner``): ``(start + partition) % p`` where a topic's partitions start at
+    ``start = ((topic.hashCode() * 31) & 0x7FFFFFFF) % p``, so the topics of a job begin at different subtasks.
+    Example: ``kafka_partition_owner("rescale", 3, 3) == 0`` (start index 0)."""
+    _check(parallelism)
+    start = ((java_string_hash(topic) * 31) & 0x7FFFFFFF) % parallelism
+    return (start + partition) % parallelism
+
+
+def place_source_entries(entries: Sequence[dict], parallelism: int) -> list[list[dict]]:
+    """The sources' offset entries (``__source__.offsets``, in any old layout, concatenated) on ``parallelism``
+    subtasks: an entry with a ``topic`` and a ``partition`` (a Kafka source's) goes to
+    ``kafka_partition_owner``, after the other entries, in (split) order; the others (a file or Delta source's
+    one entry) are cut into contiguous slices from subtask 0 (``split_distribute``). A run writes its entries
+    with this, and a rescale redistributes them with it, so both give the same layout."""
+    kafka = [e for e in entries if "topic" in e and "partition" in e]
+    parts = split_distribute([[e for e in entries if not ("topic" in e and "partition" in e)]], parallelism)
+    for e in sorted(kafka, key=lambda e: (e["topic"], e["partition"], e.get("split", ""))):
+        parts[kafka_partition_owner(e["topic"], e["partition"], parallelism)].append(e)
+    return parts
 
 
 def split_starts(sizes: Mapping[str, int], new_parallelism: int) -> dict[str, int]:

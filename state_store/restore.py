@@ -61,9 +61,9 @@ from .errors import RestoreError
 from .job import JobSpec
 from .key_groups import key_group_ranges
 from .lease import holding
-from .operator_state import BROADCAST, RAW_OPERATOR, SPLIT_DISTRIBUTE, UNION
+from .operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from .points import StatePoint
-from .repartition import broadcast, operator_split_starts, split_distribute, union_stored
+from .repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
 from .restore_plan import (
     JobFacts,
     RestorePlan,
@@ -96,7 +96,10 @@ def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_
         name, mode = pdf["state_name"].iloc[0], pdf["mode"].iloc[0]
         old = dict(zip(pdf["subtask"].astype(int), pdf["value"]))
         texts = [old[s] for s in sorted(old)]
-        if mode == SPLIT_DISTRIBUTE:
+        if name == SOURCE_OFFSETS_STATE:  # Kafka's partitions go to their owners (``place_source_entries``)
+            new = [json.dumps(part, sort_keys=True) if part else None for part in place_source_entries(
+                [e for t in texts for e in json.loads(t)], parallelism)]
+        elif mode == SPLIT_DISTRIBUTE:
             new = [json.dumps(part, separators=(",", ":")) if part else None
                    for part in split_distribute([json.loads(t) for t in texts], parallelism, starts.get(name, 0))]
         elif mode == UNION:

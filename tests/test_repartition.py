@@ -5,7 +5,9 @@ from state_store.repartition import (
     broadcast,
     java_hash_map_order,
     java_string_hash,
+    kafka_partition_owner,
     operator_split_starts,
+    place_source_entries,
     split_distribute,
     split_slices,
     union,
@@ -96,3 +98,24 @@ def test_java_hash_map_order_is_javas_bucket_order_and_grows_the_table_past_thre
     assert java_hash_map_order(twelve + ["state12"]) == [  # a 13th doubles the table to 32 buckets
         "state9", "state6", "state5", "state8", "state7", "state2", "state1", "state4", "state3", "state0", "state12",
         "state11", "state10"]
+
+
+@pytest.mark.parametrize("topic, p, owners", [  # printed by Java 17: (((topic.hashCode() * 31) & 0x7FFFFFFF) % p + i) % p
+    ("rescale", 2, [1, 0, 1, 0]), ("rescale", 3, [0, 1, 2, 0]), ("events", 3, [2, 0, 1, 2]),
+    ("events", 4, [3, 0, 1, 2]), ("kafka-rescale", 2, [0, 1, 0, 1]), ("kafka-rescale", 4, [0, 1, 2, 3])])
+def test_a_kafka_partition_goes_to_the_subtask_flinks_kafka_source_assigns_it(topic, p, owners):
+    assert [kafka_partition_owner(topic, i, p) for i in range(4)] == owners
+
+
+def _kafka(topic, partition, offset=0):
+    return {"split": f"main:{topic}:{partition}", "topic": topic, "partition": partition, "offset": offset}
+
+
+def test_source_entries_give_the_seeds_table_from_any_old_layout_and_cut_other_sources_contiguously():
+    p0, p1, p2, p3 = (_kafka("kafka-rescale", i, 10 * i) for i in range(4))
+    on_two = place_source_entries([p3, p1, p0, p2], 2)
+    assert on_two == [[p0, p2], [p1, p3]]
+    # The seeds' table: 4 partitions on 2 subtasks, then 3 subtasks get [p1, p4], [p2], [p3] (1-based).
+    assert place_source_entries([e for part in on_two for e in part], 3) == [[p0, p3], [p1], [p2]]
+    files = {"split": "side", "offset": {"files": 3}}
+    assert place_source_entries([files, p1, p0], 3) == [[files, p0], [p1], []]

@@ -23,7 +23,7 @@ from ..records import (
     StateInfo,
     WrittenFile,
 )
-from ..repartition import split_slices
+from ..repartition import place_source_entries
 from ..run_files import OutputTable, RunOutputs, write_rows
 from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
@@ -82,15 +82,15 @@ def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str,
 
 
 def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:
-    """The source offsets after each microbatch as operator ListState (one entry per source split), cut
-    across the subtasks as a rescale cuts them (``repartition``)."""
+    """The source offsets after each microbatch as operator ListState (one entry per source split), placed on
+    the subtasks as a rescale places them (``repartition.place_source_entries``)."""
     rows = []
     for p in plans:
         entries = [e for name, source in ctx.sources().items()
                    for e in source.split_entries(name, p.end_offsets[name])]
-        for subtask, (start, end) in enumerate(split_slices(len(entries), ctx.p)):
+        for subtask, part in enumerate(place_source_entries(entries, ctx.p)):
             rows.append(OperatorRow(SOURCE_OFFSETS_STATE, subtask, SPLIT_DISTRIBUTE,
-                                    json.dumps(entries[start:end], sort_keys=True), p.batch_id))
+                                    json.dumps(part, sort_keys=True), p.batch_id))
     return rows
 
 
