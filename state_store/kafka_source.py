@@ -305,15 +305,21 @@ class KafkaSource(SourceDefaults):
             F.col("r_batch").cast("bigint").alias("batch_id"), F.col("r_idx").cast("int").alias("file_idx"),
             F.col("offset").cast("bigint").alias("block"), F.monotonically_increasing_id().alias("row"))
 
-    def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
-        """The largest ``column`` value of the records in ``[start, end)``: a read of those ranges."""
+    def event_time_splits(self, end: dict) -> list[str]:
+        """Every topic partition the source reads as of ``end`` (``topic:partition``): the watermark is the least
+        over them (``WatermarkStrategy.advance_splits``)."""
+        return [f"{t}:{p}" for t in sorted(end["offsets"]) for p in sorted(end["offsets"][t], key=int)]
+
+    def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
+        """Per topic partition with records in ``[start, end)``, the largest ``column`` value of them (None:
+        all null): one aggregate over a read of those ranges, at plan time."""
         from pyspark.sql import functions as F
 
         df = self.read_run(spark, [(0, start, end)])
         if df is None:
-            return None
-        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
-        return None if value is None else int(value)
+            return {}
+        rows = df.groupBy("kafka_topic", "kafka_partition").agg(F.max(F.col(f"`{column}`")).alias("m")).collect()
+        return {f"{r['kafka_topic']}:{r['kafka_partition']}": None if r["m"] is None else int(r["m"]) for r in rows}
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         """The source's offsets as operator ListState entries: one per topic partition (its topic, partition and

@@ -53,6 +53,11 @@ class SourceDefaults:
         time)."""
         return []
 
+    def event_time_splits(self, end: dict) -> list[str] | None:
+        """The concurrent splits whose event times combine by their least (a Kafka topic's partitions, which
+        then give ``split_max_event_times``); None: the source is one split (``max_event_time``)."""
+        return None
+
 
 @dataclass
 class FileSource(SourceDefaults):

@@ -8,10 +8,18 @@ microbatch m it is (Flink's ``BoundedOutOfOrdernessWatermarks``)::
 
     W(m) = max(W(m-1), max event time of the microbatches <= m  -  bound  -  1 ms)
 
+A source of concurrent splits (a Kafka topic's partitions) gives each split its own largest event time, and
+the watermark is the least of them, as Flink's per-split watermarks combine (``advance_splits``)::
+
+    W(m) = max(W(m-1), min over active splits s of (max event time of s up to m)  -  bound  -  1 ms)
+
+A split that has had no record yet holds the watermark back (Flink's too); with ``with_idleness``, a split
+without records for the idle timeout is left out, and once every split is idle the source is.
+
 ``EventClock`` is what carries from one microbatch to the next: the watermark, the largest event time seen,
-and the processing time of the last microbatch with input (for ``with_idleness``). It survives restores as the
-union list state ``__source__.watermark``: on restore, at any parallelism, every field starts from the minimum
-of all restored entries (FLINK-5601). No Spark here.
+the processing time of the last microbatch with input (for ``with_idleness``) and, per split, the same two.
+It survives restores as the union list state ``__source__.watermark``: on restore, at any parallelism, every
+field starts from the minimum of all restored entries (FLINK-5601). No Spark here.
 """
 from __future__ import annotations
 
@@ -92,6 +100,36 @@ class WatermarkStrategy:
         return EventClock(watermark, clock.max_event_time, clock.input_ms)
 
 
+    def advance_splits(self, clock: "EventClock", splits: list[str], latest: dict[str, int | None],
+                       processing_time: int) -> "EventClock":
+        """The clock after a microbatch of a source of concurrent ``splits`` (every split the source reads now)
+        in which the splits in ``latest`` had records, of largest event time ``latest[s]`` (None: timestamps
+        all null). The watermark is the least over the active splits of their largest event time, minus the
+        bound and 1 ms; a split with no record yet holds it at no watermark; with ``with_idleness`` a split
+        without records for longer than the timeout (since its last records, or since it was first seen) is
+        left out. When every split is idle, the source is: ``advance``'s rule on the whole source."""
+        now, old = processing_time, clock.splits or {}
+        state = {}
+        for split in splits:
+            seen, last_input = old.get(split, [None, now])
+            if split in latest:
+                t = latest[split]
+                seen = seen if t is None else t if seen is None else max(seen, t)
+                last_input = now
+            state[split] = [seen, last_input]
+        known = [v[0] for v in state.values() if v[0] is not None] + (
+            [clock.max_event_time] if clock.max_event_time is not None else [])
+        seen_all = max(known) if known else None
+        input_ms = now if latest else clock.input_ms
+        active = [v for v in state.values() if self.idleness_ms is None or now - v[1] <= self.idleness_ms]
+        if active or self.idleness_ms is None:
+            least = MIN_WATERMARK if not active or any(v[0] is None for v in active) else \
+                min(v[0] for v in active) - self.bound_ms - 1
+            return EventClock(max(clock.watermark, least), seen_all, input_ms, state)
+        whole = self.advance(EventClock(clock.watermark, seen_all, input_ms), None, now)  # every split idle
+        return EventClock(whole.watermark, seen_all, input_ms, state)
+
+
 @dataclass(frozen=True)
 class EventClock:
     """Where event time stands after a microbatch: the watermark, the largest event time seen (None: none yet)
@@ -100,15 +138,21 @@ class EventClock:
     watermark: int = MIN_WATERMARK
     max_event_time: int | None = None
     input_ms: int | None = None
+    splits: dict[str, list] | None = None  # split -> [its max event time or None, its last input (ms)]
 
     def to_dict(self) -> dict:
-        return {"watermark": self.watermark, "max_event_time": self.max_event_time, "input_ms": self.input_ms}
+        out = {"watermark": self.watermark, "max_event_time": self.max_event_time, "input_ms": self.input_ms}
+        if self.splits is not None:
+            out["splits"] = {s: list(v) for s, v in sorted(self.splits.items())}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "EventClock":
         if not data:
             return cls()
-        return cls(int(data["watermark"]), data.get("max_event_time"), data.get("input_ms"))
+        splits = data.get("splits")
+        return cls(int(data["watermark"]), data.get("max_event_time"), data.get("input_ms"),
+                   None if splits is None else {s: list(v) for s, v in splits.items()})
 
     def to_entry(self) -> str:
         """One subtask's entry of the union list state: a list of one element, this clock."""
@@ -127,5 +171,10 @@ class EventClock:
             known = [v for v in values if v is not None]
             return min(known) if len(known) == len(values) else None
 
+        splits = None
+        if any(c.splits is not None for c in clocks):  # per split, the same minimum over the clocks that have it
+            names = sorted({s for c in clocks for s in c.splits or {}})
+            have = {s: [c.splits[s] for c in clocks if c.splits and s in c.splits] for s in names}
+            splits = {s: [least([v[0] for v in vs]), min(v[1] for v in vs)] for s, vs in have.items()}
         return cls(min(c.watermark for c in clocks), least([c.max_event_time for c in clocks]),
-                   least([c.input_ms for c in clocks]))
+                   least([c.input_ms for c in clocks]), splits)

@@ -15,6 +15,7 @@ from state_store import JobSpec, KafkaSource, KeyedProcessFunction, Types, Value
 from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+from tests.kill_harness import kill_spark_submit_at, register_module
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kafka.sh"
@@ -113,11 +114,11 @@ class Totals(KeyedProcessFunction):
         yield {"user": key, "n": n, "total": total, "last_offset": records[-1]["kafka_offset"]}
 
 
-def kafka_job(lake, broker, topic: str, job_id: str = "clicks", **source_options) -> JobSpec:
+def kafka_job(lake, broker, topic: str, job_id: str = "clicks", watermark_strategy=None, **source_options) -> JobSpec:
     source = KafkaSource(broker["bootstrap"], topics=[topic], schema=CLICK, **source_options)
     return JobSpec(job_id=job_id, function=Totals(), source=source, key="user", key_type=Types.STRING(),
                    output_type=TOTALS, sink=f"sinks/{job_id}", uid="totals", parallelism=2, max_parallelism=8,
-                   order_by=["kafka_offset"])
+                   order_by=["kafka_offset"], watermark_strategy=watermark_strategy)
 
 
 def _clicks(first: int, count: int, users: int = 6) -> list[tuple[int, str, dict]]:
@@ -160,12 +161,12 @@ def test_a_job_reads_a_topic_of_four_partitions_and_each_message_produced_betwee
     second = run(spark, spec, lake)
     assert second.records_in == 14
     assert _final(spark, lake, spec) == _expected(produced + more)
-    # The offsets are operator list state: one entry per topic partition (the next offset to read), cut over
-    # the 2 subtasks as a rescale cuts split state.
+    # The offsets are operator list state: one entry per topic partition (the next offset to read), each on
+    # the subtask Flink's Kafka source reads it with ("clicks" starts at subtask 1 of 2).
     ends = [sum(1 for p, _, _ in produced + more if p == partition) for partition in range(4)]
     assert _source_entries(spark, lake, spec) == {
-        0: [("main:clicks:0", ends[0]), ("main:clicks:1", ends[1])],
-        1: [("main:clicks:2", ends[2]), ("main:clicks:3", ends[3])]}
+        0: [("main:clicks:1", ends[1]), ("main:clicks:3", ends[3])],
+        1: [("main:clicks:0", ends[0]), ("main:clicks:2", ends[2])]}
 
 
 def _source_entries(spark, lake, spec) -> dict[int, list[tuple[str, int]]]:
@@ -173,6 +174,85 @@ def _source_entries(spark, lake, spec) -> dict[int, list[tuple[str, int]]]:
     _, operator = state_at_latest_checkpoint(spark, lake, spec)
     return {r[1]: [(e["split"], e["offset"]) for e in json.loads(r[3])] for r in operator
             if r[0] == "__source__.offsets"}
+
+
+@pytest.mark.slow
+def test_a_rescale_gives_the_seeds_table_and_a_savepoint_restored_into_a_new_job_continues_from_its_offsets(
+        spark, lake, broker):
+    """4 partitions on 2 subtasks, then 3: [p1, p4], [p2], [p3] (1-based; topic "kafka-rescale" starts at
+    subtask 0 at both parallelisms), and no record read twice or skipped across the rescale."""
+    from state_store.points import StatePoint
+    from state_store.restore import rescale_job, restore_job
+    from state_store.savepoint import take_savepoint
+
+    quiet = dict(say=lambda m: None)
+    _topic(broker, "kafka-rescale")
+    produced = _clicks(0, 24)
+    _produce(broker, "kafka-rescale", produced)
+    spec = kafka_job(lake, broker, "kafka-rescale", job_id="rescaled")
+    run(spark, spec, lake)
+    ends = [sum(1 for p, _, _ in produced if p == partition) for partition in range(4)]
+    split = [(f"main:kafka-rescale:{p}", ends[p]) for p in range(4)]
+    assert _source_entries(spark, lake, spec) == {0: [split[0], split[2]], 1: [split[1], split[3]]}
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, label="two", **quiet)
+    assert rescale_job(spark, lake.settings, spec, 3, **quiet).parallelism == 3
+    assert _source_entries(spark, lake, spec) == {0: [split[0], split[3]], 1: [split[1]], 2: [split[2]]}
+    more = _clicks(24, 16)
+    _produce(broker, "kafka-rescale", more)
+    after = run(spark, spec, lake)
+    assert after.records_in == 16  # each new record once, none of the old ones again
+    assert _final(spark, lake, spec) == _expected(produced + more)
+    ends = [sum(1 for p, _, _ in produced + more if p == partition) for partition in range(4)]
+    split = [(f"main:kafka-rescale:{p}", ends[p]) for p in range(4)]
+    assert _source_entries(spark, lake, spec) == {0: [split[0], split[3]], 1: [split[1]], 2: [split[2]]}
+    # The savepoint (before the rescale and the 16) restored into a new job: it reads the 16, and only them.
+    copy = kafka_job(lake, broker, "kafka-rescale", job_id="restored")
+    restore_job(spark, lake.settings, copy, StatePoint(savepoint), **quiet)
+    resumed = run(spark, copy, lake)
+    assert resumed.records_in == 16
+    assert _final(spark, lake, copy) == _expected(produced + more)  # every user has a click among the 16
+
+
+@pytest.mark.slow
+def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_out_after_with_idleness(
+        spark, lake, broker):
+    """Event time per partition (Kafka's record timestamps): the watermark a plan pins is the least of the
+    partitions' largest event times; a partition without records holds it until idle for the timeout."""
+    from datetime import timedelta
+
+    from confluent_kafka import Producer
+
+    from state_store import WatermarkStrategy
+    from state_store.watermarks import MIN_WATERMARK, WATERMARK_STATE, EventClock
+
+    _topic(broker, "timed")
+
+    def produce(times: dict[int, list[int]]) -> None:  # partition -> its records' timestamps (ms)
+        producer = Producer({"bootstrap.servers": broker["bootstrap"]})
+        for partition, stamps in times.items():
+            for ms in stamps:
+                producer.produce("timed", key="u", value=json.dumps({"user": "u", "amount": 1}), partition=partition,
+                                 timestamp=ms)
+        assert producer.flush(30) == 0
+
+    def clock_after(now: int) -> EventClock:
+        run(spark, spec, lake, clock=lambda: now)
+        _, operator = state_at_latest_checkpoint(spark, lake, spec)
+        return EventClock.restored([r[3] for r in operator if r[0] == WATERMARK_STATE])
+
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column("kafka_timestamp") \
+        .with_idleness(timedelta(seconds=10))
+    spec = kafka_job(lake, broker, "timed", job_id="timed", watermark_strategy=strategy)
+    produce({0: [10_000, 30_000], 1: [20_000], 2: [15_000, 12_000]})
+    first = clock_after(1_000)
+    assert first.watermark == MIN_WATERMARK  # partition 3 has had no record: it holds event time back
+    assert first.splits == {"timed:0": [30_000, 1_000], "timed:1": [20_000, 1_000], "timed:2": [15_000, 1_000],
+                            "timed:3": [None, 1_000]}
+    produce({3: [5_000]})
+    assert clock_after(2_000).watermark == 5_000 - 1  # the least over the four partitions
+    produce({0: [40_000], 3: [50_000]})
+    # Partitions 1 and 2 have had nothing for 12 s (> 10 s): left out, the least of 0 and 3 is the watermark.
+    assert clock_after(13_000).watermark == 40_000 - 1
 
 
 def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
@@ -311,6 +391,26 @@ def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_
     assert run(spark, spec, lake).batches, "the rerun must process or replay the crashed microbatch"
     sink, state = fault_reference
     assert sink_rows(spark, lake, spec) == sink  # nothing lost, nothing read twice
+    assert state_at_latest_checkpoint(spark, lake, spec) == state
+
+
+@pytest.mark.slow
+def test_kill_9_of_spark_submit_mid_run_then_a_rerun_gives_the_sink_and_state_of_a_clean_run(spark, lake, broker,
+                                                                                           fault_reference, tmp_path):
+    """The run of 3 microbatches killed once its sink is committed (state and checkpoint not yet); the rerun
+    replays the offsets its plans pinned."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "kafka_killed.py").write_text(
+        "from tests.test_kafka import kafka_job\n\n\ndef job():\n"
+        f"    return kafka_job(None, {{'bootstrap': {broker['bootstrap']!r}}}, 'faults', job_id='faults', "
+        "max_records_per_microbatch=12)\n")
+    register_module(lake, modules, "kafka_killed")
+    kill_spark_submit_at(lake, "faults", "sink_committed", modules, tmp_path / "spark-submit.log")
+    spec = kafka_job(lake, broker, "faults", job_id="faults", max_records_per_microbatch=12)
+    assert run(spark, spec, lake, lease_wait_s=20).batches  # takes over the dead run's lease (test_kill says why)
+    sink, state = fault_reference
+    assert sink_rows(spark, lake, spec) == sink
     assert state_at_latest_checkpoint(spark, lake, spec) == state
 
 

@@ -131,6 +131,51 @@ def test_a_restore_without_any_clock_starts_with_no_watermark(entries):
     assert EventClock.restored(entries) == EventClock(MIN_WATERMARK, None, None)
 
 
+# -- WatermarkStrategy.advance_splits: a Kafka topic's partitions -------------------------------------------------
+P = ["t:0", "t:1", "t:2"]
+
+
+def test_the_watermark_of_split_input_is_the_least_of_the_splits_largest_event_times():
+    clock = bounded().advance_splits(EventClock(), P, {"t:0": 100_000, "t:1": 80_000, "t:2": 90_000}, 7)
+    assert clock.watermark == 80_000 - 5_000 - 1 and clock.max_event_time == 100_000
+    later = bounded().advance_splits(clock, P, {"t:1": 120_000}, 8)  # t:1 moves past t:2: t:2 holds it now
+    assert later.watermark == 90_000 - 5_001
+    assert later.splits == {"t:0": [100_000, 7], "t:1": [120_000, 8], "t:2": [90_000, 7]}
+    assert bounded().advance_splits(later, P, {"t:2": 10}, 9).watermark == later.watermark  # never back
+
+
+def test_a_split_without_a_record_yet_holds_the_watermark_until_it_is_idle():
+    strategy = bounded().with_idleness(timedelta(seconds=10))
+    clock = strategy.advance_splits(EventClock(), P, {"t:0": 100_000, "t:1": 80_000}, 1_000)
+    assert clock.watermark == MIN_WATERMARK  # t:2 has had nothing yet (Flink holds it too)
+    assert strategy.advance_splits(clock, P, {"t:0": 101_000}, 11_000).watermark == MIN_WATERMARK  # 10 s: not yet
+    idle = strategy.advance_splits(clock, P, {"t:0": 101_000, "t:1": 81_000}, 11_001)
+    assert idle.watermark == 81_000 - 5_001  # t:2 left out
+    assert bounded().advance_splits(clock, P, {"t:0": 101_000, "t:1": 81_000}, 10**9).watermark == MIN_WATERMARK
+    back = strategy.advance_splits(idle, P, {"t:2": 70_000}, 11_002)  # records again: it counts again
+    assert back.watermark == idle.watermark and back.splits["t:2"] == [70_000, 11_002]
+
+
+def test_a_partition_added_joins_the_least_and_when_every_split_is_idle_the_source_is():
+    strategy = bounded().with_idleness(timedelta(seconds=10))
+    clock = strategy.advance_splits(EventClock(), P[:2], {"t:0": 100_000, "t:1": 90_000}, 0)
+    assert clock.watermark == 84_999
+    grown = strategy.advance_splits(clock, P, {"t:0": 110_000, "t:1": 100_000}, 1_000)
+    assert grown.watermark == 84_999 and grown.splits["t:2"] == [None, 1_000]  # new: holds it
+    assert strategy.advance_splits(grown, P, {}, 10_000).watermark == 84_999
+    # Every split idle (t:0 and t:1 since 1 s, t:2 since it was seen at 1 s): event time moves on with processing
+    # time from the last input, as for a source of one split.
+    assert strategy.advance_splits(grown, P, {}, 21_000).watermark == 110_000 + 10_000 - 5_001
+
+
+def test_a_clock_of_splits_survives_its_union_list_entry_and_a_restore_takes_each_splits_minimum():
+    clock = EventClock(84_999, 110_000, 1_000, {"t:0": [110_000, 1_000], "t:1": [None, 0]})
+    assert EventClock.restored([clock.to_entry()] * 2) == clock
+    other = EventClock(80_000, 100_000, 900, {"t:0": [100_000, 2_000], "t:2": [5, 3]})
+    assert EventClock.restored([clock.to_entry(), other.to_entry()]).splits == {
+        "t:0": [100_000, 1_000], "t:1": [None, 0], "t:2": [5, 3]}
+
+
 # -- JobSpec validation of a job's time settings (job._validate_time) ----------------------------------------------
 class Nothing(KeyedProcessFunction):
     def process(self, key, records, ctx):

@@ -64,11 +64,15 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     strategy = ctx.spec.watermark_strategy
     event_time = None
     if strategy is not None:
-        main = ranges["main"]
+        main, source, column = ranges["main"], ctx.spec.source, strategy.timestamp_column
         has_input = main["end"] != main["start"]
-        latest = ctx.spec.source.max_event_time(ctx.spark, main["start"], main["end"], strategy.timestamp_column) \
-            if has_input else None
-        event_time = strategy.advance(clock, latest, now, has_input)
+        splits = source.event_time_splits(main["end"])
+        if splits is None:
+            latest = source.max_event_time(ctx.spark, main["start"], main["end"], column) if has_input else None
+            event_time = strategy.advance(clock, latest, now, has_input)
+        else:
+            latest = source.split_max_event_times(ctx.spark, main["start"], main["end"], column) if has_input else {}
+            event_time = strategy.advance_splits(clock, splits, latest, now)
     if not any_new:
         if timers_due is None or not timers_due(now, (event_time or clock).watermark):
             return None
