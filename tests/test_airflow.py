@@ -442,9 +442,15 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
     assert json.loads(env["AIRFLOW_CONN_LAKESTATE_SPARK"]) == {"conn_type": "spark", "host": "spark://spark-master",
                                                                "port": 7077}
     assert airflow["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert {"spark-worker-1", "spark-worker-2", "postgres"} <= set(compose["services"])
+    assert {"spark-worker-1", "spark-worker-2", "postgres", "kafka"} <= set(compose["services"])
+    kafka = compose["services"]["kafka"]
+    assert kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    assert env["LAKESTATE_KAFKA_BOOTSTRAP"] == "kafka:9092" and airflow["depends_on"]["kafka"]
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert "LAKESTATE_REGISTRY=/opt/lakestate/lakestate.toml" in dockerfile and "psycopg2" in dockerfile
+    # Every jar LAKESTATE_JARS names is one set-up fetches here (the Kafka connector's too), at the same version.
+    jars = re.search(r"LAKESTATE_JARS=(\S+)", dockerfile).group(1).split(",")
+    assert sorted(Path(j).name for j in jars) == sorted(p.name for p in (ROOT / ".cache" / "jars").glob("*.jar"))
 
 
 def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):

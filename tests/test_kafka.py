@@ -255,6 +255,48 @@ def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_o
     assert clock_after(13_000).watermark == 40_000 - 1
 
 
+@pytest.mark.slow
+def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only_what_was_produced_since(
+        tmp_path, broker):
+    """scripts/demo-kafka.sh's job (demo/kafka_clicks.py) through ``airflow dags test``: the DAG's task
+    submits it with spark-submit, which has the Kafka connector; the second run starts at the first's offsets."""
+    import subprocess
+    import sys
+
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+    from tests.test_airflow import ROOT as PROJECT, _airflow_env, _registry
+
+    registry = _registry(tmp_path, """
+    [jobs.clicks_kafka]
+    entrypoint = "demo.kafka_clicks:job"
+    """)
+    root = tmp_path / "lakestate"
+    env = {**_airflow_env(tmp_path, registry, root), "LAKESTATE_KAFKA_BOOTSTRAP": broker["bootstrap"],
+           "LAKESTATE_KAFKA_TOPIC": "demo-clicks"}
+
+    def produce(events: int) -> None:
+        done = subprocess.run([sys.executable, "-m", "demo.kafka_clicks", "--events", str(events), "--users", "50",
+                               "--seed", str(events)], env=env, capture_output=True, text=True, cwd=PROJECT)
+        assert done.returncode == 0 and f"produced {events} clicks" in done.stdout, done.stdout + done.stderr
+
+    def dag_run() -> dict:
+        out = subprocess.run(["airflow", "dags", "test", "lakestate_clicks_kafka"], env=env, capture_output=True,
+                             text=True, timeout=900, cwd=PROJECT)
+        assert ", state=success, run_type=" in out.stdout + out.stderr, (out.stdout + out.stderr)[-4000:]
+        latest = JobStore(Settings.load(root=root).job_dir("clicks_kafka")).latest_checkpoint()
+        return latest.source_offsets["main"]["offsets"]["demo-clicks"]
+
+    produce(300)
+    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    first = dag_run()
+    assert sum(first.values()) == 300 and len(first) == 4
+    produce(120)
+    second = dag_run()
+    assert sum(second.values()) == 420 and all(second[p] >= first[p] for p in first)
+
+
 def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     """A checkout whose set-up had no Maven: start names the folder and the fix, and starts nothing."""
     fake = tmp_path / "checkout"
