@@ -21,7 +21,6 @@ of every engine on a small topic.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,27 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.peers import OUTPUT_SCHEMA, STATE_SCHEMA, _run, outputs_equal, read_outputs  # noqa: E402
 from bench.throughput import run_lakestate  # noqa: E402
-from bench.workload import WORKLOADS, write_workload  # noqa: E402
+from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
+from tests.ports import free_port_pair  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
-
-
-def _free_port_pair() -> int:
-    """A free port whose next one is free too (the broker's and its controller's)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two free ports in a row on 127.0.0.1")
 
 
 def _broker(command: str, directory: Path, port: int) -> None:
@@ -163,24 +146,19 @@ def read_floor(spark, bootstrap: str, topic: str, files: Path) -> tuple[float, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
-    parser.add_argument("--files", type=int)
-    parser.add_argument("--events", type=int)
-    parser.add_argument("--keys", type=int)
+    parser = workload_parser(__doc__)
     parser.add_argument("--peers", default="apply", help="apply, or none")
     parser.add_argument("--rounds", type=int, default=1,
                         help="time Lakestate on Kafka and on files this many times each, in turn; the best is "
                              "reported (the peer runs once)")
     args = parser.parse_args()
-    files, events, keys = WORKLOADS[args.workload]
-    files, events, keys = args.files or files, args.events or events, args.keys or keys
+    files, events, keys = workload_sizes(args)
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"
     from state_store.spark import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-kafka-"))
-    port = _free_port_pair()
+    port = free_port_pair()
     bootstrap = f"127.0.0.1:{port}"
     try:
         _broker("start", base / "kafka", port)

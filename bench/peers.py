@@ -20,7 +20,6 @@ as multisets.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -34,7 +33,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import WORKLOADS, write_workload  # noqa: E402
+from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
 
 INPUT_SCHEMA = "key string, amount long, ts long"
 OUTPUT_SCHEMA = "key string, count long, sum long"
@@ -129,15 +128,10 @@ def outputs_equal(spark, a_df, b_df) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
-    parser.add_argument("--files", type=int, help="override the workload's number of files")
-    parser.add_argument("--events", type=int, help="override the workload's events per file")
-    parser.add_argument("--keys", type=int, help="override the workload's distinct keys")
+    parser = workload_parser(__doc__)
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: " + ",".join(PEERS))
     args = parser.parse_args()
-    files, events, keys = WORKLOADS[args.workload]
-    files, events, keys = args.files or files, args.events or events, args.keys or keys
+    files, events, keys = workload_sizes(args)
     peers = args.peers.split(",")
     if unknown := set(peers) - set(PEERS):
         parser.error(f"unknown peers: {sorted(unknown)}")

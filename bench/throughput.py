@@ -23,7 +23,6 @@ engine's rate is printed against it too (``--no-floor`` to skip).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.floor import floor_pass  # noqa: E402
 from bench.peers import PEERS, dir_size, outputs_equal, read_outputs  # noqa: E402
-from bench.workload import WORKLOADS, write_workload  # noqa: E402
+from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
 
 
 def keyed_commit_bytes(table: Path) -> int:
@@ -77,11 +76,7 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
-    parser.add_argument("--files", type=int)
-    parser.add_argument("--events", type=int)
-    parser.add_argument("--keys", type=int)
+    parser = workload_parser(__doc__)
     parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends")
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
     parser.add_argument("--paths", default="record", help="comma-separated Lakestate paths: record,vectorized")
@@ -91,8 +86,7 @@ def main() -> None:
                         help="time every engine (and the floor) this many times, in turn, on fresh copies of the "
                              "data; each one's best round is reported (every round is printed)")
     args = parser.parse_args()
-    files, events, keys = WORKLOADS[args.workload]
-    files, events, keys = args.files or files, args.events or events, args.keys or keys
+    files, events, keys = workload_sizes(args)
     peers = [] if args.peers == "none" else args.peers.split(",")
     lakestates = [(b, p == "vectorized", f"{b}-{p}") for b in args.backends.split(",") for p in args.paths.split(",")]
 

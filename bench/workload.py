@@ -12,6 +12,7 @@ Calling it again on the same directory appends files after the existing ones
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -62,3 +63,20 @@ def write_workload(directory: Path, files: int, events: int, keys: int, seed: in
         written.append(path)
         ts += events
     return written
+
+
+def workload_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line with the workload options: ``--workload`` (R or L) and overrides of its
+    ``--files``, ``--events`` (per file) and ``--keys``; ``workload_sizes`` reads them back."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
+    parser.add_argument("--files", type=int, help="override the workload's number of files")
+    parser.add_argument("--events", type=int, help="override the workload's events per file")
+    parser.add_argument("--keys", type=int, help="override the workload's distinct keys")
+    return parser
+
+
+def workload_sizes(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(files, events per file, keys): the workload's, with the overrides given."""
+    files, events, keys = WORKLOADS[args.workload]
+    return args.files or files, args.events or events, args.keys or keys

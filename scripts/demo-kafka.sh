@@ -28,16 +28,11 @@ fi
 bash scripts/kafka.sh start
 python -m demo.kafka_clicks --events "$EVENTS" --users "$USERS"
 
-UI=$(bash scripts/airflow-ui.sh --background 2>&1) || { echo "$UI" | tail -30; exit 1; }
-echo "$UI" | grep '^\[lakestate\]'
-case $UI in
-  *"already running"*) ;;
-  *) STARTED=(ui "${STARTED[@]}") ;;  # stopped first: its runs may read the broker
-esac
-
-dag_run() {
-  python scripts/demo_run.py "$@" || { echo "[demo] the DAG run failed: its task logs are named above"; exit 1; }
-}
+source scripts/demo-common.sh
+start_ui
+if [ "$UI_STARTED" = 1 ]; then
+  STARTED=(ui "${STARTED[@]}")  # stopped first: its runs may read the broker
+fi
 offsets() {
   python - <<'PY'
 from state_store.job_store import JobStore

@@ -19,18 +19,11 @@ if [ -d "$LAKESTATE_ROOT/input/clicks" ] && ls "$LAKESTATE_ROOT"/input/clicks/*.
 else
   python -m demo.generate --files "$FILES" --events "$EVENTS" --keys "$KEYS"
 fi
-# The scheduler the runs go through: the UI's standalone, on 127.0.0.1 at a free port.
-UI=$(bash scripts/airflow-ui.sh --background 2>&1) || { echo "$UI" | tail -30; exit 1; }
-echo "$UI" | grep '^\[lakestate\]'
-case $UI in
-  *"already running"*) ;;
-  *) trap 'bash scripts/airflow-ui.sh stop >/dev/null' EXIT ;;  # this demo started it
-esac
-
-# A DAG run through the scheduler, showing Lakestate's own progress lines (from the task logs) and the outcome.
-dag_run() {
-  python scripts/demo_run.py "$@" || { echo "[demo] the DAG run failed: its task logs are named above"; exit 1; }
-}
+source scripts/demo-common.sh
+start_ui  # the scheduler the runs go through
+if [ "$UI_STARTED" = 1 ]; then
+  trap 'bash scripts/airflow-ui.sh stop >/dev/null' EXIT
+fi
 
 # The job with time: sessions of the same clicks, closed by event-time timers as the watermark passes.
 sessions() {

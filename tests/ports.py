@@ -15,3 +15,18 @@ def free_ports(n: int = 1) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def free_port_pair() -> int:
+    """A free port whose next one is free too (a Kafka broker's and its controller's, scripts/kafka.sh)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two free ports in a row on 127.0.0.1")

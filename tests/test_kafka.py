@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -16,23 +15,10 @@ from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.kill_harness import kill_spark_submit_at, register_module
+from tests.ports import free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kafka.sh"
-
-def _free_port_pair() -> int:
-    """A port whose next one is free too (the broker's and its controller's)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two free ports in a row on 127.0.0.1")
 
 
 def _script(command: str, env: dict) -> subprocess.CompletedProcess:
@@ -43,7 +29,7 @@ def _script(command: str, env: dict) -> subprocess.CompletedProcess:
 def broker(tmp_path_factory):
     """A broker of this module's own (a free port, a fresh folder), stopped at its end: stop must leave no
     process and say so idempotently."""
-    port = _free_port_pair()
+    port = free_port_pair()
     env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")), "LAKESTATE_KAFKA_PORT": str(port)}
     started = _script("start", env)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -302,7 +288,7 @@ def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     fake = tmp_path / "checkout"
     (fake / "scripts").mkdir(parents=True)
     (fake / "scripts" / "kafka.sh").write_text(SCRIPT.read_text())
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path / "kafka"), "LAKESTATE_KAFKA_PORT": str(_free_port_pair())}
+    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path / "kafka"), "LAKESTATE_KAFKA_PORT": str(free_port_pair())}
     result = subprocess.run(["bash", str(fake / "scripts" / "kafka.sh"), "start"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2
@@ -404,7 +390,7 @@ def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
     from state_store import InputError
 
     spec = JobSpec(job_id="nobroker", function=Totals(), key="user", key_type=Types.STRING(), output_type=TOTALS,
-                   source=KafkaSource(f"127.0.0.1:{_free_port_pair()}", topics=["t"], schema=CLICK,
+                   source=KafkaSource(f"127.0.0.1:{free_port_pair()}", topics=["t"], schema=CLICK,
                                       request_timeout_s=2),
                    sink="sinks/nobroker")
     with pytest.raises(InputError, match=r"cannot reach Kafka at 127\.0\.0\.1:\d+ .*scripts/kafka\.sh start"):
