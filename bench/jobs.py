@@ -9,7 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_store import FileSource, JobSpec, KafkaSource, KeyedProcessFunction, Types, ValueStateDescriptor, VectorizedKeyedFunction
+from state_store import (
+    FileSource,
+    JobSpec,
+    KafkaSource,
+    KeyedProcessFunction,
+    Types,
+    ValueStateDescriptor,
+    VectorizedKeyedFunction,
+)
 
 EVENT = Types.ROW_NAMED(["key", "amount", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
 ACC = Types.ROW_NAMED(["count", "sum"], [Types.LONG(), Types.LONG()])
@@ -56,8 +64,8 @@ def count_sum_job(input_dir: str, job_id: str = "bench", backend: str = "delta",
 def count_sum_kafka_job(bootstrap: str, topic: str, per_microbatch: int, job_id: str = "bench-kafka",
                         parallelism: int = 2) -> JobSpec:
     """``count_sum_job`` over a Kafka topic of the events as JSON (bench/kafka.py)."""
-    return JobSpec(job_id=job_id, function=RunningCountSum(),
-                   source=KafkaSource(bootstrap, topics=[topic], schema=EVENT, max_records_per_microbatch=per_microbatch),
+    source = KafkaSource(bootstrap, topics=[topic], schema=EVENT, max_records_per_microbatch=per_microbatch)
+    return JobSpec(job_id=job_id, function=RunningCountSum(), source=source,
                    key="key", key_type=Types.STRING(), output_type=OUTPUT, sink=f"sinks/{job_id}", uid="count-sum",
                    parallelism=parallelism, checkpoint_interval=1, num_retained=3)
 

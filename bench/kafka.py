@@ -2,7 +2,7 @@
 the Structured Streaming Kafka source, side by side in one run; Lakestate on R's files beside them.
 
     source scripts/env.sh
-    python bench/kafka.py                        # R: 5 x 100,000 events over 100,000 keys (~15 min, most of it the peer)
+    python bench/kafka.py                        # R: 5 x 100,000 events over 100,000 keys (~8 min, most of it the peer)
     python bench/kafka.py --peers none --rounds 3   # Lakestate on Kafka and on files, best of 3 rounds each (~2 min)
     python bench/kafka.py --files 2 --events 2000 --keys 500   # a tiny run
 

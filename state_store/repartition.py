@@ -55,9 +55,11 @@ def place_source_entries(entries: Sequence[dict], parallelism: int) -> list[list
     ``kafka_partition_owner``, after the other entries, in (split) order; the others (a file or Delta source's
     one entry) are cut into contiguous slices from subtask 0 (``split_distribute``). A run writes its entries
     with this, and a rescale redistributes them with it, so both give the same layout."""
-    kafka = [e for e in entries if "topic" in e and "partition" in e]
-    parts = split_distribute([[e for e in entries if not ("topic" in e and "partition" in e)]], parallelism)
-    for e in sorted(kafka, key=lambda e: (e["topic"], e["partition"], e.get("split", ""))):
+    def of_kafka(e: dict) -> bool:
+        return "topic" in e and "partition" in e
+
+    parts = split_distribute([[e for e in entries if not of_kafka(e)]], parallelism)
+    for e in sorted(filter(of_kafka, entries), key=lambda e: (e["topic"], e["partition"], e.get("split", ""))):
         parts[kafka_partition_owner(e["topic"], e["partition"], parallelism)].append(e)
     return parts
 

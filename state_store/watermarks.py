@@ -99,7 +99,6 @@ class WatermarkStrategy:
                 watermark = max(watermark, clock.max_event_time + idle_for - self.bound_ms - 1)
         return EventClock(watermark, clock.max_event_time, clock.input_ms)
 
-
     def advance_splits(self, clock: "EventClock", splits: list[str], latest: dict[str, int | None],
                        processing_time: int) -> "EventClock":
         """The clock after a microbatch of a source of concurrent ``splits`` (every split the source reads now)
@@ -113,8 +112,8 @@ class WatermarkStrategy:
         for split in splits:
             seen, last_input = old.get(split, [None, now])
             if split in latest:
-                t = latest[split]
-                seen = seen if t is None else t if seen is None else max(seen, t)
+                if latest[split] is not None:
+                    seen = latest[split] if seen is None else max(seen, latest[split])
                 last_input = now
             state[split] = [seen, last_input]
         known = [v[0] for v in state.values() if v[0] is not None] + (

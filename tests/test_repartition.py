@@ -100,7 +100,8 @@ def test_java_hash_map_order_is_javas_bucket_order_and_grows_the_table_past_thre
         "state11", "state10"]
 
 
-@pytest.mark.parametrize("topic, p, owners", [  # printed by Java 17: (((topic.hashCode() * 31) & 0x7FFFFFFF) % p + i) % p
+# Printed by Java 17: (((topic.hashCode() * 31) & 0x7FFFFFFF) % p + i) % p for partitions i = 0..3.
+@pytest.mark.parametrize("topic, p, owners", [
     ("rescale", 2, [1, 0, 1, 0]), ("rescale", 3, [0, 1, 2, 0]), ("events", 3, [2, 0, 1, 2]),
     ("events", 4, [3, 0, 1, 2]), ("kafka-rescale", 2, [0, 1, 0, 1]), ("kafka-rescale", 4, [0, 1, 2, 3])])
 def test_a_kafka_partition_goes_to_the_subtask_flinks_kafka_source_assigns_it(topic, p, owners):
