@@ -4,6 +4,7 @@ The whole user surface is importable from here; see ``state_store.functions``
 for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
+from .dataflow import ChainSpec, Dataflow
 from .descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -26,7 +27,7 @@ from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 
 __all__ = [
-    "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
+    "ChainSpec", "Dataflow", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",

@@ -14,6 +14,7 @@ import importlib
 import time
 
 from .checkpoint import discover_descriptors
+from .dataflow import ChainSpec, operators_of
 from .errors import ConfigError, JobNotFound, LakestateError
 from .job import JobSpec, check_job_id
 from .job_store import read_json, write_json_atomic
@@ -31,7 +32,7 @@ class JobRegistry:
         self.settings = settings
         self.dir = settings.catalog_dir / "jobs"
 
-    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec:
+    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec | ChainSpec:
         """Record the job ``entrypoint`` builds, with ``overrides`` of its JobSpec fields (the pipeline
         registry's parallelism, backend, ...) applied now and whenever it is loaded."""
         overrides = dict(overrides or {})
@@ -39,9 +40,10 @@ class JobRegistry:
         spec.validate()
         # States (and their TTL) are declared in the user's open(): calling the hooks once on the driver, as a
         # run's start does, refuses a bad declaration before the record is written, not at the first run.
-        discover_descriptors(spec)
+        for op in operators_of(spec):
+            discover_descriptors(op)
         sink = self.settings.sink(spec.sink)  # refused before the record is written
-        spec.sink = str(sink)
+        spec = spec.with_overrides(sink=str(sink))
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
                   "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"
@@ -137,8 +139,8 @@ def registered_side_outputs(job_id: str, settings: Settings | None = None) -> li
     return sorted(record["spec"].get("side_outputs") or {})
 
 
-def build_spec(entrypoint: str) -> JobSpec:
-    """Import ``module:factory`` and call it; the factory returns a JobSpec."""
+def build_spec(entrypoint: str) -> JobSpec | ChainSpec:
+    """Import ``module:factory`` and call it; the factory returns a JobSpec (or a dataflow's ChainSpec)."""
     module_name, _, attr = entrypoint.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"entrypoint {entrypoint!r} must look like 'package.module:factory'")
@@ -150,12 +152,13 @@ def build_spec(entrypoint: str) -> JobSpec:
     if factory is None:
         raise ConfigError(f"{module_name!r} has no {attr!r} (entrypoint {entrypoint!r})")
     try:
-        spec = factory() if callable(factory) and not isinstance(factory, JobSpec) else factory
+        spec = factory() if callable(factory) and not isinstance(factory, (JobSpec, ChainSpec)) else factory
     except LakestateError:
         raise
     except Exception as e:  # the user's factory failed: name it, keep the cause for the trace
         raise ConfigError(f"entrypoint {entrypoint} failed while building the job: {type(e).__name__}: {e}; "
                           f"it must be a factory that takes no arguments and returns a JobSpec") from e
-    if not isinstance(spec, JobSpec):
-        raise ConfigError(f"{entrypoint} must return a state_store.JobSpec, got {type(spec).__name__}")
+    if not isinstance(spec, (JobSpec, ChainSpec)):
+        raise ConfigError(f"{entrypoint} must return a state_store.JobSpec (or a ChainSpec, from Dataflow...sink_to), "
+                          f"got {type(spec).__name__}")
     return spec

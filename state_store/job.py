@@ -11,7 +11,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .side_outputs import OutputTag, side_output_sink
 from .kafka_source import KafkaSource
-from .sources import DeltaSource, FileSource
+from .sources import DeltaSource, EdgeSource, FileSource
 from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy
@@ -45,7 +45,7 @@ class JobSpec:
 
     job_id: str
     function: KeyedProcessFunction
-    source: FileSource | DeltaSource | KafkaSource
+    source: FileSource | DeltaSource | KafkaSource | EdgeSource  # EdgeSource: inside a dataflow (``dataflow``)
     key: str
     key_type: TypeInfo
     output_type: RowTypeInfo
@@ -104,7 +104,7 @@ class JobSpec:
         except TypeError as e:
             raise ConfigError(f"output_type: {e}") from None
         for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
-            if source is not None and not isinstance(source, (FileSource, DeltaSource, KafkaSource)):
+            if source is not None and not isinstance(source, (FileSource, DeltaSource, KafkaSource, EdgeSource)):
                 raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
             if source is not None:
                 source.validate(what)

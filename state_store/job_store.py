@@ -75,6 +75,11 @@ class JobStore:
         """The folders every state table of the job is under (``state/``: delta, ``snapshots/``: hashmap)."""
         return self.job_dir / "state", self.job_dir / "snapshots"
 
+    def operator_dir(self, uid: str) -> Path:
+        """Where a dataflow's later operator ``uid`` keeps its state tables and stages its output (``dataflow``);
+        the first operator's are the job's own."""
+        return self.job_dir / "operators" / uid
+
     def state_table(self, table: str, generation: int | None = None) -> Path:
         """The delta backend's table ``table``: the job's first, or the one a restore started as checkpoint
         ``generation`` (``state/g<N>/``)."""

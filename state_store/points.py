@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .job_store import JobStore, read_json
 from .records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
+from .dataflow import refuse_dataflow
 from .errors import ConfigError
 from .settings import Settings
 from .storage import ObjectPath
@@ -77,6 +78,7 @@ class StatePoint:
         """The live entries of state table ``table`` (``records.KEYED`` or ``records.OPERATOR``)."""
         from .backends import create_keyed_backend, create_operator_backend
 
+        refuse_dataflow("reading the state", self.meta.job_id, self.meta)
         spec = TABLE_SPECS[table]
         if self.is_savepoint:
             df = spark.read.format("delta").load(self.meta.table_path(table))

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
-from .sources import position
+from .sources import SINK_MICROBATCH, position  # noqa: F401 - the sink's batch column, named here too
 from .storage import location
 from .ttl.config import TtlSpec
 from .watermarks import MIN_WATERMARK, EventClock
@@ -36,7 +36,6 @@ SAVEPOINT_FORMAT = 1
 # -- the table registry -------------------------------------------------------------------------------------
 SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
 STATE_TABLES = (KEYED, OPERATOR)
-SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
 KEYED_SCOPE, OPERATOR_SCOPE = KEYED, OPERATOR  # a state's scope is the table that holds it
 
 
@@ -512,6 +511,8 @@ class CheckpointMetadata(_Record):
     restored_from: RestoredFrom | None = None  # a restore's or rescale's source
     cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl``)
     airflow_run: AirflowRun | None = None  # the Airflow run that made it (omitted when None: older files)
+    # A dataflow's (``dataflow``): the same checkpoint of each operator after the first, by uid (omitted when None)
+    operators: dict[str, "CheckpointMetadata"] | None = None
 
     def table(self, name: str) -> TableVersion:
         """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""
@@ -527,7 +528,17 @@ class CheckpointMetadata(_Record):
             del data["airflow_run"]
         else:
             data["airflow_run"] = self.airflow_run.to_dict()
+        if self.operators is None:
+            del data["operators"]
+        else:
+            data["operators"] = {uid: c.to_dict() for uid, c in self.operators.items()}
         return data
+
+    def of_operator(self, uid: str) -> "CheckpointMetadata | None":
+        """This checkpoint of operator ``uid`` (itself for its first operator; None for one it has no state of)."""
+        if uid == self.uid:
+            return self
+        return (self.operators or {}).get(uid)
 
     @classmethod
     def from_dict(cls, data: dict) -> "CheckpointMetadata":
@@ -539,15 +550,20 @@ class CheckpointMetadata(_Record):
         data["sink"] = TableVersion.from_dict(data.get("sink"))
         data["restored_from"] = RestoredFrom.from_dict(data.get("restored_from"))
         data["airflow_run"] = AirflowRun.from_dict(data.get("airflow_run"))
+        if data.get("operators") is not None:
+            data["operators"] = {uid: cls.from_dict(c) for uid, c in data["operators"].items()}
         return super().from_dict(data)
 
     @property
     def size_bytes(self) -> int:
-        return sum(t.size_bytes for t in self.state.values() if t is not None)
+        """Bytes of state it pins, every operator's."""
+        return (sum(t.size_bytes for t in self.state.values() if t is not None)
+                + sum(c.size_bytes for c in (self.operators or {}).values()))
 
     @property
     def num_files(self) -> int:
-        return sum(t.num_files for t in self.state.values() if t is not None)
+        return (sum(t.num_files for t in self.state.values() if t is not None)
+                + sum(c.num_files for c in (self.operators or {}).values()))
 
 
 @dataclass

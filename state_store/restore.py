@@ -57,6 +57,7 @@ from .job_store import JobStore
 from .checkpoint import discover_descriptors
 from .delta_log import app_transaction_version, table_snapshot
 from .descriptors import qualified_name
+from .dataflow import refuse_dataflow
 from .errors import RestoreError
 from .job import JobSpec
 from .key_groups import key_group_ranges
@@ -169,12 +170,14 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
         restore_job(spark, settings, spec, StatePoint.of_savepoint(settings, "clicks/before-v2"),
                     parallelism=4, backend="hashmap", uid_map={"count": "counter"})
     """
+    refuse_dataflow("a restore or rescale", spec.job_id, spec=spec)
     spec.validate()
     uid_map = parse_uid_map(uid_map)
     check_restore_backend(backend)
     meta = JobStore(settings.job_dir(spec.job_id))
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
         source = source or StatePoint.of_checkpoint(settings, spec.job_id)
+        refuse_dataflow("a restore or rescale", spec.job_id, source.meta)
         restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
         if restore.plan.nothing_to_do:
             say(already_at(spec.job_id, restore.latest))

@@ -38,17 +38,14 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from .backends import StateBackend, create_keyed_backend, create_operator_backend
-from .checkpoint import check_restorable, continuing_spec, discover_descriptors
+from .checkpoint import continuing_spec, discover_descriptors
+from .dataflow import ChainSpec, operators_of
 from .errors import InputError
-from .exchange import KIND_FILE, KIND_STAT
-from .frame import Frame
 from .job import JobSpec
 from .job_store import JobStore
 from .lease import holding
-from .records import KEYED, OPERATOR, SINK, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, WrittenFile
+from .records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
 from .run import commit, timing
-from .run.checkpointing import Checkpointer
 from .run.context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,
     FAULT_POINTS,
@@ -57,8 +54,9 @@ from .run.context import (  # noqa: F401 - the run's fault points are part of it
     RunContext,
     wall_clock_ms,
 )
+from .run.operator_run import OperatorRun, chain_timers_due, check_chain_restorable
 from .run.planning import plan_run, restore_point
-from .run_files import RunOutputs, new_token, remove_uncommitted
+from .run_files import new_token
 from .settings import Settings
 from .spark import wait_for_running_tasks
 
@@ -72,9 +70,16 @@ class RunResult:
     seconds: float = 0.0  # from the first plan to the last commit
     phases: dict[str, float] = field(default_factory=dict)
 
+    sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the last operator's (a dataflow's)
+
     @property
     def records_in(self) -> int:
         return sum(b.records_in for b in self.batches)
+
+    @property
+    def records_out(self) -> int:
+        """Rows the run wrote to the sink (a dataflow: what its last operator emitted)."""
+        return sum(b.records_out for b in self.sink_batches or self.batches)
 
 
 class _Phases:
@@ -105,27 +110,12 @@ def _explain(error: Exception) -> str:
     return " | ".join(lines[:3])[:1200]
 
 
-def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],
-                                                                          dict[str, list[WrittenFile]]]:
-    """Per microbatch, the subtasks' counters summed exactly; per table (of ``tables``), the files the subtasks
-    wrote."""
-    by_batch = {p.batch_id: MicrobatchStats(p.batch_id) for p in plans}
-    files: dict[str, list[WrittenFile]] = {name: [] for name in tables}
-    for r in rows:
-        if r["kind"] == KIND_STAT:
-            by_batch[r["batch_id"]].add(MicrobatchStats.from_json(r["payload"]))
-        elif r["kind"] == KIND_FILE:
-            info = WrittenFile.from_json(r["payload"])
-            files[info.table].append(info)
-    return [by_batch[p.batch_id] for p in plans], files
-
-
 class JobRunner:
-    """Runs one job: ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
+    """Runs one job (one operator, or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
 
-    def __init__(self, spark: SparkSession, spec: JobSpec, settings: Settings, *, clock: Callable[[], int] = wall_clock_ms,
-                 faults: FaultInjector | None = None, progress: Callable[[str], None] = print,
-                 lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
+    def __init__(self, spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, *,
+                 clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,
+                 progress: Callable[[str], None] = print, lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, spec.validate(), settings
         self.sink_path = settings.sink(spec.sink)
         self.store = JobStore(settings.job_dir(spec.job_id))
@@ -140,28 +130,37 @@ class JobRunner:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.settings.check_writable(self.sink_path)
-        descriptors = discover_descriptors(self.spec)
+        specs = operators_of(self.spec)
+        descriptors = [discover_descriptors(op) for op in specs]
         checkpoint = self.store.latest_checkpoint()
         if checkpoint is not None:
-            check_restorable(self.spec, checkpoint, descriptors)
+            check_chain_restorable(specs, checkpoint, descriptors)
         with holding(self.store.job_dir, self.spec.job_id, "run", self.lease_wait_s, self.progress,
                      timeout_s=self.lease_timeout_s) as lease:
             checkpoint = restore_point(self.spark, self.store, self._say)  # again, now held, checked intact
-            spec = self.spec
             if checkpoint is not None:
-                check_restorable(spec, checkpoint, descriptors)
-                spec = self._continuing(checkpoint)
-            ctx = RunContext(self.spark, spec, self.settings, self.store, lease, self.sink_path, self.clock,
-                             self.faults, self.progress)
-            return _Run(ctx, checkpoint, descriptors).run(max_microbatches, max_records)
+                check_chain_restorable(specs, checkpoint, descriptors)
+                specs = [self._continuing(op, checkpoint.of_operator(op.uid)) for op in specs]
+            operators = []
+            for i, op in enumerate(specs):
+                last, store = i == len(specs) - 1, self.store if i == 0 else JobStore(self.store.operator_dir(op.uid))
+                ctx = RunContext(self.spark, op, self.settings, store, lease,
+                                 self.sink_path if last else store.staging_dir / f"edge-{lease.run_id}", self.clock,
+                                 self.faults, self.progress, edge=not last, in_chain=len(specs) > 1)
+                operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
+                                             descriptors[i]))
+            return _Run(operators, checkpoint).run(max_microbatches, max_records)
 
-    def _continuing(self, checkpoint: CheckpointMetadata) -> JobSpec:
+    def _continuing(self, spec: JobSpec, checkpoint: CheckpointMetadata | None) -> JobSpec:
         """A job runs at the parallelism and with the backend of the checkpoint it continues from (a rescale or
         a restore set them); the definition's values only shape its first run."""
-        changed = continuing_spec(self.spec, checkpoint)
+        if checkpoint is None:  # an operator new to the dataflow: it starts empty
+            return spec
+        changed = continuing_spec(spec, checkpoint)
+        which = f" operator {spec.uid}" if isinstance(self.spec, ChainSpec) else ""
         for name in ("parallelism", "backend"):
-            if getattr(changed, name) != getattr(self.spec, name):
-                self._say(f"the job definition says {name} {getattr(self.spec, name)}, its checkpoint "
+            if getattr(changed, name) != getattr(spec, name):
+                self._say(f"the job definition says{which} {name} {getattr(spec, name)}, its checkpoint "
                           f"{checkpoint.checkpoint_id} has {getattr(changed, name)}: continuing with "
                           f"{getattr(changed, name)} (change it with lakestate "
                           f"{'rescale' if name == 'parallelism' else 'restore'})")
@@ -169,27 +168,26 @@ class JobRunner:
 
 
 class _Run:
-    """One run, from its restore point (``checkpoint``): the protocol's steps in order."""
+    """One run, from its restore point (``checkpoint``): the protocol's steps in order, through each operator
+    in turn (one for most jobs; a dataflow's chain, ``operators[0]`` reading the source)."""
 
-    def __init__(self, ctx: RunContext, checkpoint: CheckpointMetadata | None, descriptors: dict[str, StateInfo]):
-        self.ctx, self.checkpoint, self.descriptors = ctx, checkpoint, descriptors
-        self.result = RunResult(ctx.run_id, checkpoint.checkpoint_id if checkpoint else None)
-        spec = ctx.spec
-        self.keyed = create_keyed_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
-        self.operator = create_operator_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
-        self.backends: dict[str, StateBackend] = {KEYED: self.keyed, OPERATOR: self.operator}
+    def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None):
+        self.operators, self.head, self.checkpoint = operators, operators[0], checkpoint
+        self.ctx = self.head.ctx
+        self.result = RunResult(self.ctx.run_id, checkpoint.checkpoint_id if checkpoint else None)
 
     def run(self, max_microbatches: int | None, max_records: int | None) -> RunResult:
-        ctx, checkpoint, result = self.ctx, self.checkpoint, self.result
-        ctx.say(f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), run {ctx.run_id}"
-                if checkpoint else f"no checkpoint, starting from the beginning, run {ctx.run_id}")
+        ctx, checkpoint, result, head = self.ctx, self.checkpoint, self.result, self.head
+        ctx.progress(f"[lakestate] job {ctx.spec.job_id}: " + (
+            f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), run {ctx.run_id}"
+            if checkpoint else f"no checkpoint, starting from the beginning, run {ctx.run_id}"))
         phase = _Phases(result)
-        outputs = RunOutputs(new_token(), {})
-        outputs.tables[SINK] = commit.sink_output(ctx, outputs.token)  # refused before planning when unfit
-        outputs.tables.update(commit.side_outputs(ctx, outputs.token))
-        self.clock = timing.restored_clock(ctx, self.operator, checkpoint)
-        plans, new = plan_run(ctx, checkpoint, max_microbatches, max_records, self.clock,
-                              timing.timers_due_check(ctx, self.keyed, checkpoint))
+        token = new_token()
+        for op in self.operators:  # sinks refused before planning when unfit
+            op.open(token)
+        self.clock = timing.restored_clock(ctx, head.operator, head.checkpoint)
+        plans, new = plan_run(ctx, head.checkpoint, max_microbatches, max_records, self.clock,
+                              chain_timers_due(self.operators))
         if not plans:
             return result
         batch_ids = [p.batch_id for p in plans]
@@ -198,32 +196,25 @@ class _Run:
                 + (f" ({replayed} recorded by an earlier run, replayed)" if replayed else ""))
         ctx.fault("after_plan", batch_ids)
         phase("plan")
-        written: dict[str, set[str]] = {}  # per table, the files its commit added
         try:
-            outputs.tables.update({n: b.output(outputs.token) for n, b in self.backends.items()})
-            stats, files = self._process(plans, new, outputs)
+            self._process(plans, new)
             phase("process")
-            self._commit(plans, stats, files, outputs, written, phase)
+            self._commit(plans, phase)
         finally:
-            # Files of this run that no commit names: a failed task attempt's, or all of a failed run's.
-            for t in outputs.tables.values():
-                remove_uncommitted(t.directory, outputs.token, written.get(t.name, set()), t.storage,
-                                   t.partition_columns)
-            for backend in self.backends.values():
-                backend.end_run(outputs.token)
+            for op in self.operators:
+                op.close()
         rate = result.records_in / result.seconds if result.seconds else 0.0
         ctx.say(f"run {ctx.run_id}: {len(plans)} microbatches, {result.records_in} records in {result.seconds}s "
                 f"({rate:,.0f} records/s; " + ", ".join(f"{k} {v}s" for k, v in result.phases.items()) + ")")
         return result
 
-    def _process(self, plans: list[MicrobatchPlan], new: list[MicrobatchPlan], outputs: RunOutputs):
-        """The one Spark pass: the subtasks write their files and return a row per file and per microbatch;
-        every user or input error surfaces here, before anything is committed (the new plans are dropped)."""
-        ctx = self.ctx
+    def _process(self, plans: list[MicrobatchPlan], new: list[MicrobatchPlan]) -> None:
+        """The Spark pass of each operator in turn, each fed what the one before emitted; every user or input
+        error surfaces here, before anything is committed (the new plans are dropped)."""
+        ctx, upstream = self.ctx, None
         try:
-            due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
-            rows = Frame(ctx, plans, self.clock, due).process(self.checkpoint, self.keyed, self.operator,
-                                                              outputs).collect()
+            for op in self.operators:
+                upstream = op.process(plans, self.clock, upstream)
         except Exception as e:
             wait_for_running_tasks(ctx.spark)
             for plan in new:
@@ -234,31 +225,28 @@ class _Run:
                 f"{which} of job {ctx.spec.job_id!r} failed before anything was written: {_explain(e)} "
                 f"(input: {json.dumps([p.sources for p in plans])[:600]})"
             ) from e
-        return _stats_and_files(plans, rows, outputs.tables)
 
-    def _commit(self, plans, stats, files, outputs, written, phase) -> None:
+    def _commit(self, plans, phase) -> None:
         """Write, clean up expired state, commit each microbatch, then checkpoint."""
         ctx, result = self.ctx, self.result
-        commit.write(ctx, plans, outputs, files, self.backends, written)
-        registered: dict[str, StateInfo] = {}  # every state the subtasks registered in this run
-        for s in stats:
-            registered.update(s.descriptors)
-        sweeps = commit.cleanup(ctx, self.keyed, registered, self.checkpoint, plans, stats)
+        for op in self.operators:
+            op.write(plans)
+        sweeps = [op.cleanup(plans) for op in self.operators]
         phase("write")
-        commit.mark_committed(ctx, plans, stats)
+        for op in self.operators:
+            commit.mark_committed(op.ctx, plans, op.stats, record=op is self.head)
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
-        result.batches = stats
-        # States the function registers only while processing: recorded, marked so a restore lets them follow
-        # their uid (a dry run of the definition cannot tell whether it still registers them).
-        states = {**{n: d.with_lazy() for n, d in registered.items() if n not in self.descriptors},
-                  **self.descriptors}
-        result.checkpoints = Checkpointer(ctx, self.keyed, self.operator, states).take(
-            self.checkpoint, plans, stats, sweeps)
+        result.batches, result.sink_batches = self.head.stats, self.operators[-1].stats
+        checkpointers = [op.checkpointer() for op in self.operators]
+        downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
+                                                                          sweeps[1:])]
+        result.checkpoints = checkpointers[0].take(self.head.checkpoint, plans, self.head.stats, sweeps[0],
+                                                   downstream)
         phase("checkpoint")
 
 
-def run_job(spark: SparkSession, spec: JobSpec, settings: Settings, max_microbatches: int | None = None,
+def run_job(spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, max_microbatches: int | None = None,
             max_records: int | None = None, **options) -> RunResult:
     """Run ``spec`` for at most ``max_microbatches`` / about ``max_records`` (or until its sources are drained)."""
     return JobRunner(spark, spec, settings, **options).run(max_microbatches, max_records)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from .job_store import JobStore, read_json, write_json_atomic
 from .records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from .delta_log import table_snapshot
+from .dataflow import refuse_dataflow
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding, owner_record, still_at_work
@@ -71,6 +72,7 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
                       else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
+        refuse_dataflow("a savepoint", job_id, checkpoint)
         return savepoint_of_checkpoint(spark, settings, checkpoint, job_dir, label, say)
 
 

@@ -63,43 +63,75 @@ class Checkpointer:
             job_id=spec.job_id, checkpoint_id=cid, batch_id=plan.batch_id, uid=spec.uid,
             key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=ctx.p, max_parallelism=ctx.maxp,
             key_group_ranges=[r.to_list() for r in key_group_ranges(ctx.maxp, ctx.p)],
-            source_offsets=plan.end_offsets, state=state, descriptors=present(checkpoint, self.states, entries),
+            source_offsets=plan.end_offsets if ctx.keeps_offsets else {}, state=state, descriptors=present(checkpoint, self.states, entries),
             entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
             processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor,
             airflow_run=AirflowRun.of_environment())
 
+    def _start(self, checkpoint: CheckpointMetadata | None) -> None:
+        self._entries = dict(checkpoint.entries) if checkpoint else {}  # live entries per state, as the run goes
+        self._cursor = checkpoint.cleanup_cursor if checkpoint else None  # TTL's incremental cleanup's
+
+    def _advance(self, plan: MicrobatchPlan, s: MicrobatchStats, sweeps: dict[int, CleanupNote]) -> None:
+        """Count in what ``plan``'s microbatch changed (and a TTL cleanup after it removed)."""
+        entries = self._entries
+        for name, delta in s.entries_delta.items():
+            entries[name] = entries.get(name, 0) + delta
+        sweep = sweeps.get(plan.batch_id, CleanupNote({}, self._cursor))  # a TTL cleanup after it?
+        for name, count in sweep.removed.items():
+            entries[name] = entries.get(name, 0) - count
+        self._cursor = sweep.cursor
+        if self.ctx.keeps_offsets:
+            entries[SOURCE_OFFSETS_STATE] = 1
+        if plan.event_time is not None and self.ctx.spec.watermark_strategy is not None:
+            entries[WATERMARK_STATE] = self.ctx.p  # an entry per subtask (``run.timing.watermark_rows``)
+
+    def _record(self, cid: int, plan: MicrobatchPlan, checkpoint: CheckpointMetadata | None) -> CheckpointMetadata:
+        """This operator's record of checkpoint ``cid`` at ``plan``'s microbatch (its tables captured)."""
+        state = self._state(cid, plan, self._entries)
+        return self._metadata(cid, plan, state, self._entries, checkpoint, self._cursor)
+
     def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
-             sweeps: dict[int, CleanupNote]) -> list[int]:
+             sweeps: dict[int, CleanupNote], downstream: list[tuple] = ()) -> list[int]:
         """Write the run's due checkpoints (``sweeps``: what TTL's incremental cleanup removed after which
-        microbatch, and its cursor), then expire old ones; return the ids taken."""
+        microbatch, and its cursor), then expire old ones; return the ids taken. In a dataflow this is the first
+        operator's checkpointer, and ``downstream`` has each later operator's ``(checkpointer, checkpoint,
+        stats, sweeps)``: each checkpoint holds every operator's record of the same microbatch."""
         ctx = self.ctx
         due = _due(ctx, ctx.store.next_checkpoint_id(), plans)
-        entries = dict(checkpoint.entries) if checkpoint else {}
-        cursor = checkpoint.cleanup_cursor if checkpoint else None
+        self._start(checkpoint)
+        for c, old, _, _ in downstream:
+            c._start(old)
         taken = []
-        for plan, s in zip(plans, stats):
-            for name, delta in s.entries_delta.items():
-                entries[name] = entries.get(name, 0) + delta
-            sweep = sweeps.get(plan.batch_id, CleanupNote({}, cursor))  # a TTL cleanup after it?
-            for name, count in sweep.removed.items():
-                entries[name] = entries.get(name, 0) - count
-            cursor = sweep.cursor
-            entries[SOURCE_OFFSETS_STATE] = 1
-            if plan.event_time is not None:
-                entries[WATERMARK_STATE] = ctx.p  # an entry per subtask (``run.timing.watermark_rows``)
+        for i, plan in enumerate(plans):
+            self._advance(plan, stats[i], sweeps)
+            for c, _, their_stats, their_sweeps in downstream:
+                c._advance(plan, their_stats[i], their_sweeps)
             cid = due.get(plan.batch_id)
             if cid is None:
                 continue
             ctx.fault("before_checkpoint", [plan.batch_id])
-            row = self._metadata(cid, plan, self._state(cid, plan, entries), entries, checkpoint, cursor)
+            row = self._record(cid, plan, checkpoint)
+            if downstream:
+                row.operators = {c.ctx.spec.uid: c._record(cid, plan, old) for c, old, _, _ in downstream}
+                row.sink = row.operators[downstream[-1][0].ctx.spec.uid].sink  # the last operator writes the sink
             ctx.store.publish(row)  # last: the checkpoint exists only once this row does
             ctx.fault("after_checkpoint", [plan.batch_id])
             taken.append(cid)
-            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {sum(row.entries.values())} entries, "
+            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {_entries(row)} entries, "
                     f"{row.size_bytes} bytes in {row.num_files} files")
-        ctx.store.expire(ctx.spec.num_retained, self._discard)
+        ctx.store.expire(ctx.spec.num_retained, lambda old, retained: self._discard(old, retained, downstream))
         return taken
 
-    def _discard(self, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+    def _discard(self, old: CheckpointMetadata, retained: list[CheckpointMetadata], others=()) -> None:
         self.keyed.discard(old, retained)
         self.operator.discard(old, retained)
+        for c, _, _, _ in others:
+            mine = old.of_operator(c.ctx.spec.uid)
+            if mine is not None:
+                kept = [r for r in (k.of_operator(c.ctx.spec.uid) for k in retained) if r is not None]
+                c._discard(mine, kept)
+
+
+def _entries(row: CheckpointMetadata) -> int:
+    return sum(row.entries.values()) + sum(sum(c.entries.values()) for c in (row.operators or {}).values())

@@ -88,6 +88,8 @@ def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[Ope
     for p in plans:
         entries = [e for name, source in ctx.sources().items()
                    for e in source.split_entries(name, p.end_offsets[name])]
+        if not entries:
+            continue  # a dataflow's later operator: the first keeps the offsets
         for subtask, part in enumerate(place_source_entries(entries, ctx.p)):
             rows.append(OperatorRow(SOURCE_OFFSETS_STATE, subtask, SPLIT_DISTRIBUTE,
                                     json.dumps(part, sort_keys=True), p.batch_id))
@@ -103,7 +105,7 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
     ctx.lease.heartbeat()  # a run that lost its lease must not write
     files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token,
                                   source_offset_rows(ctx, plans) + watermark_rows(ctx, plans))
-    sinks = {SINK: (ctx.sink_path, ctx.sink_app_id)}
+    sinks = {} if ctx.edge else {SINK: (ctx.sink_path, ctx.sink_app_id)}  # an edge's rows stay staged
     sinks.update({tag.table: (ctx.side_output_path(tag), ctx.side_app_id(tag)) for tag in ctx.spec.side_outputs})
 
     def sink(name: str) -> None:
@@ -139,12 +141,14 @@ def cleanup(ctx: RunContext, keyed_backend: StateBackend, registered: dict[str, 
                                    ctx.fault, ctx.say)
 
 
-def mark_committed(ctx: RunContext, plans: list[MicrobatchPlan], stats: list[MicrobatchStats]) -> None:
-    """Mark each microbatch done (its commit file), then say what each did."""
+def mark_committed(ctx: RunContext, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
+                   record: bool = True) -> None:
+    """Mark each microbatch done (its commit file; a dataflow's later operators write none, ``record``), then say
+    what each did."""
     batch_ids = [s.batch_id for s in stats]
     ctx.fault("before_commit", batch_ids)
     committed = wall_clock_ms()
-    for s in stats:
+    for s in stats if record else ():
         ctx.store.write_commit(s.batch_id, s.commit_record(ctx.run_id, committed))
     ctx.fault("after_commit", batch_ids)
     for s, plan in zip(stats, plans):

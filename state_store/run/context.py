@@ -12,6 +12,7 @@ from ..job import JobSpec
 from ..job_store import JobStore
 from ..lease import JobLease
 from ..settings import Settings
+from ..sources import EdgeSource
 
 FAULT_POINTS = (
     "after_plan",
@@ -35,13 +36,14 @@ class FaultInjector:
     point: str
     batch_id: int = 0
     action: Callable[[], None] | None = None
+    operator: str | None = None  # in a dataflow: only at this operator's step (None: the first to get there)
 
     def __post_init__(self):
         if self.point not in FAULT_POINTS + CLEANUP_FAULT_POINTS:
             raise ValueError(f"unknown fault point {self.point!r}; choose one of {FAULT_POINTS + CLEANUP_FAULT_POINTS}")
 
-    def hit(self, point: str, batch_ids) -> None:
-        if point == self.point and self.batch_id in batch_ids:
+    def hit(self, point: str, batch_ids, operator: str | None = None) -> None:
+        if point == self.point and self.batch_id in batch_ids and self.operator in (None, operator):
             if self.action is not None:
                 self.action()
             else:
@@ -66,6 +68,10 @@ class RunContext:
     clock: Callable[[], int]
     faults: FaultInjector | None
     progress: Callable[[str], None]
+    # In a dataflow, an operator before the last: its output goes to the next operator (staged at ``sink_path``
+    # for the run), not to the sink.
+    edge: bool = False
+    in_chain: bool = False  # one of a dataflow's operators: what it says names it
 
     @property
     def p(self) -> int:
@@ -74,6 +80,11 @@ class RunContext:
     @property
     def maxp(self) -> int:
         return self.spec.effective_max_parallelism
+
+    @property
+    def keeps_offsets(self) -> bool:
+        """Whether this operator keeps the source offsets (a dataflow's later operators read no source)."""
+        return not isinstance(self.spec.source, EdgeSource)
 
     @property
     def job_dir(self) -> Path:
@@ -105,7 +116,8 @@ class RunContext:
 
     def fault(self, point: str, batch_ids) -> None:
         if self.faults is not None:
-            self.faults.hit(point, batch_ids)
+            self.faults.hit(point, batch_ids, self.spec.uid)
 
     def say(self, message: str) -> None:
-        self.progress(f"[lakestate] job {self.spec.job_id}: {message}")
+        who = f"job {self.spec.job_id}, operator {self.spec.uid}" if self.in_chain else f"job {self.spec.job_id}"
+        self.progress(f"[lakestate] {who}: {message}")

@@ -1,0 +1,174 @@
+"""A job of two stateful operators (a dataflow): per user, sessions of clicks closed by event time; then per
+country, the sessions closed so far and their clicks.
+
+    Dataflow.from_source(clicks, job_id="sessions-per-country", watermark_strategy=...)
+        .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION)
+        .key_by("country").process(CountSessions(), uid="per-country", output_type=COUNTS)
+        .sink_to("sinks/sessions_per_country")
+
+It reads Parquet files of clicks ``{user_id, country, ts, seq}`` (``ts``: event time, epoch ms). The first
+operator keeps each user's open session (a ValueState) and an event-time timer at its last click + 30 s: the
+session closes when the watermark passes it, or when the user's next click comes after the gap; clicks behind
+the watermark go to the side output ``late``. The second keeps per country the sessions and clicks counted so
+far, and emits its totals once per microbatch in which they changed. ``expected`` is the same logic in pandas.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from state_store import (
+    Dataflow,
+    FileSource,
+    KeyedProcessFunction,
+    OutputTag,
+    Types,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+
+GAP_MS = 30_000
+BOUND_MS = 5_000
+CLICK = Types.ROW_NAMED(["user_id", "country", "ts", "seq"], [Types.LONG(), Types.STRING(), Types.LONG(), Types.LONG()])
+SESSION = Types.ROW_NAMED(["user_id", "country", "start", "end", "clicks"],
+                          [Types.LONG(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
+COUNTS = Types.ROW_NAMED(["country", "sessions", "clicks"], [Types.STRING(), Types.LONG(), Types.LONG()])
+OPEN = Types.ROW_NAMED(["country", "start", "last", "clicks"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
+LATE = OutputTag("late_clicks", Types.ROW_NAMED(["user_id", "ts", "watermark"],
+                                                [Types.LONG(), Types.LONG(), Types.LONG()]))
+TOTALS = Types.ROW_NAMED(["sessions", "clicks"], [Types.LONG(), Types.LONG()])
+
+
+class CountrySessions(KeyedProcessFunction):
+    """Per user: the open session, closed by an event-time timer at its last click + ``GAP_MS``."""
+
+    def open(self, ctx):
+        self.session = ctx.get_state(ValueStateDescriptor("session", OPEN))
+
+    def process(self, user_id, clicks, ctx):
+        timers, watermark = ctx.timer_service(), ctx.current_watermark()
+        for click in clicks:  # in event time order (order_by)
+            ts = click["ts"]
+            if ts <= watermark:
+                ctx.output(LATE, {"user_id": user_id, "ts": ts, "watermark": watermark})
+                continue
+            s = self.session.value()
+            if s is not None and ts > s["last"] + GAP_MS:  # the open session ended before this click
+                timers.delete_event_time_timer(s["last"] + GAP_MS)
+                yield self._close(user_id, s)
+                s = None
+            if s is None:
+                s = {"country": click["country"], "start": ts, "last": ts, "clicks": 0}
+            else:
+                timers.delete_event_time_timer(s["last"] + GAP_MS)
+            s["clicks"] += 1
+            s["last"] = max(s["last"], ts)
+            self.session.update(s)
+            timers.register_event_time_timer(s["last"] + GAP_MS)
+
+    def on_timer(self, timestamp, ctx):
+        s = self.session.value()
+        if s is not None and timestamp == s["last"] + GAP_MS:
+            yield self._close(ctx.get_current_key(), s)
+
+    def _close(self, user_id, s):
+        self.session.clear()
+        return {"user_id": user_id, "country": s["country"], "start": s["start"], "end": s["last"] + GAP_MS,
+                "clicks": s["clicks"]}
+
+
+class CountSessions(KeyedProcessFunction):
+    """Per country: sessions and clicks so far; one row of totals per microbatch in which they changed."""
+
+    def open(self, ctx):
+        self.totals = ctx.get_state(ValueStateDescriptor("totals", TOTALS))
+
+    def process(self, country, sessions, ctx):
+        t = self.totals.value() or {"sessions": 0, "clicks": 0}
+        for s in sessions:
+            t["sessions"] += 1
+            t["clicks"] += s["clicks"]
+        self.totals.update(t)
+        yield {"country": country, **t}
+
+
+def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "sinks/sessions_per_country",
+             parallelism: tuple[int, int] = (2, 3), backend: str = "delta", max_files_per_batch: int | None = 1):
+    """The two-operator job over the clicks in ``clicks_dir`` (a ``ChainSpec``)."""
+    return (Dataflow.from_source(FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=max_files_per_batch),
+                                 job_id=job_id, backend=backend,
+                                 watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
+                                     timedelta(milliseconds=BOUND_MS)).with_timestamp_column("ts"))
+            .key_by("user_id")
+            .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism[0],
+                     order_by=["ts", "seq"], side_outputs=[LATE])
+            .key_by("country")
+            .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
+            .sink_to(sink))
+
+
+def job():
+    """The demo's registry entry (``lakestate.toml``): the clicks the demo writes, as ``demo.sessions`` reads."""
+    from demo.clicks import root
+
+    clicks = root() / "input" / "country-clicks"
+    clicks.mkdir(parents=True, exist_ok=True)
+    return dataflow(clicks)
+
+
+def write_clicks(directory: Path, files: int, events: int, users: int, countries: int = 7, seed: int = 11,
+                 first_minute: int | None = None) -> list[Path]:
+    """``files`` Parquet files of clicks, numbered after those already there; file n holds minute n of event
+    time (a user's country is fixed: ``user_id % countries``)."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    first = len(list(directory.glob("clicks-*.parquet"))) if first_minute is None else first_minute
+    written = []
+    for n in range(first, first + files):
+        rng = random.Random(seed + n)
+        user = [rng.randrange(users) for _ in range(events)]
+        table = pa.table({
+            "user_id": pa.array(user, pa.int64()),
+            "country": pa.array([f"c{u % countries}" for u in user], pa.string()),
+            "ts": pa.array([n * 60_000 + rng.randrange(60_000) for _ in user], pa.int64()),
+            "seq": pa.array(range(n * events, (n + 1) * events), pa.int64()),
+        })
+        path = directory / f"clicks-{n:05d}.parquet"
+        pq.write_table(table, path)
+        written.append(path)
+    return written
+
+
+def expected(clicks):
+    """The same logic in pandas over all of ``clicks`` (a DataFrame of CLICK rows read in microbatches of event
+    time in order, none late): per country, the sessions closed once every click is read, and their clicks."""
+    import pandas as pd
+
+    watermark = int(clicks["ts"].max()) - BOUND_MS - 1
+    df = clicks.sort_values(["user_id", "ts", "seq"])
+    new = df.groupby("user_id")["ts"].diff().fillna(GAP_MS + 1) > GAP_MS
+    df = df.assign(session=new.astype(int).groupby(df["user_id"]).cumsum())
+    sessions = df.groupby(["user_id", "session"]).agg(country=("country", "first"), last=("ts", "max"),
+                                                      clicks=("ts", "size")).reset_index()
+    later = sessions.groupby("user_id")["session"].transform("max") > sessions["session"]
+    closed = sessions[later | (sessions["last"] + GAP_MS <= watermark)]
+    out = closed.groupby("country").agg(sessions=("clicks", "size"), clicks=("clicks", "sum")).reset_index()
+    return pd.DataFrame(out).sort_values("country").reset_index(drop=True)
+
+
+if __name__ == "__main__":  # python -m demo.sessions_per_country --files 3: the demo's input, under $LAKESTATE_ROOT
+    import argparse
+
+    from demo.clicks import root
+
+    parser = argparse.ArgumentParser(description="Write clicks for the sessions-per-country dataflow demo.")
+    parser.add_argument("--files", type=int, default=3)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--users", type=int, default=5_000)
+    args = parser.parse_args()
+    for path in write_clicks(root() / "input" / "country-clicks", args.files, args.events, args.users):
+        print(f"[demo] wrote {path}")

@@ -1,0 +1,217 @@
+"""Jobs of several keyed operators (DESIGN §7), built in the manner of Flink's ``DataStream`` API.
+
+    job = (Dataflow.from_source(FileSource(...), job_id="sessions")
+           .key_by("user")
+           .process(Sessionize(), uid="sessions", output_type=SESSION)
+           .key_by("country")
+           .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=3)
+           .sink_to("sinks/sessions_per_country"))
+
+``sink_to`` gives a ``JobSpec`` for one operator (the one-operator job, as it always was) and a ``ChainSpec`` for
+several. In a ``ChainSpec`` every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max
+parallelism, output type and side outputs, its own state tables; the first reads the job's source, each next one
+what the one before emitted (``sources.EdgeSource``), the last writes the sink. One run takes every pending
+microbatch through every operator in turn, and one checkpoint pins all their state at the same microbatch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import ConfigError
+from .job import JobSpec, check_job_id
+from .sources import EdgeSource
+from .types import RowTypeInfo, TypeInfo, Types
+from .watermarks import WatermarkStrategy
+
+# What every operator of a chain shares: the job's, set once on the dataflow.
+JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
+_KEY_TYPES = {"STRING": Types.STRING, "LONG": Types.LONG, "INT": Types.INT}
+
+
+@dataclass
+class ChainSpec:
+    """A job of several keyed operators in a chain (``operators``, in order; see the module docstring)."""
+
+    operators: list[JobSpec]
+
+    @property
+    def head(self) -> JobSpec:
+        """The first operator: it reads the job's source; the run plans its microbatches from it."""
+        return self.operators[0]
+
+    def __getattr__(self, name: str) -> Any:  # the job-wide settings, read as on a JobSpec
+        if name in JOB_WIDE or name in ("source", "watermark_strategy", "broadcast_source"):
+            return getattr(self.operators[0], name)
+        raise AttributeError(name)
+
+    def operator(self, uid: str) -> JobSpec:
+        for op in self.operators:
+            if op.uid == uid:
+                return op
+        raise ConfigError(f"job {self.job_id!r} has no operator {uid!r}; its operators are {self.uids}")
+
+    @property
+    def uids(self) -> list[str]:
+        return [op.uid for op in self.operators]
+
+    def with_overrides(self, **changes: Any) -> "ChainSpec":
+        """A copy with job-wide ``changes`` (backend, checkpoint_interval, num_retained) applied to every operator.
+        An operator's parallelism is its own: set it in the dataflow, or ``lakestate rescale``."""
+        own = sorted(set(changes) - set(JOB_WIDE))
+        if own:
+            raise ConfigError(f"job {self.job_id!r} has {len(self.operators)} operators, each with its own {own}: set "
+                              f"them on each operator's process(...) in the dataflow, not for the whole job")
+        return ChainSpec([replace(op, **changes) for op in self.operators])
+
+    def validate(self) -> "ChainSpec":
+        """Raise ConfigError naming the first problem and its fix; return self when usable."""
+        if not self.operators:
+            raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
+        for op in self.operators:
+            op.validate()
+        uids = self.uids
+        twice = sorted({u for u in uids if uids.count(u) > 1})
+        if twice:
+            raise ConfigError(f"operator uid {twice[0]!r} is given twice; give each operator its own uid")
+        first = self.operators[0]
+        for op in self.operators[1:]:
+            for name in JOB_WIDE:
+                if getattr(op, name) != getattr(first, name):
+                    raise ConfigError(f"operator {op.uid!r} has {name} {getattr(op, name)!r} but the job's is "
+                                      f"{getattr(first, name)!r}: it is the whole job's, set on the dataflow")
+        for before, op in zip(self.operators, self.operators[1:]):
+            if not isinstance(op.source, EdgeSource) or op.source.upstream != before.uid:
+                raise ConfigError(f"operator {op.uid!r} must read what {before.uid!r} emits (build the chain with "
+                                  f"Dataflow)")
+            if op.source.schema != before.output_type:
+                raise ConfigError(f"operator {op.uid!r} reads {op.source.schema} but {before.uid!r} emits "
+                                  f"{before.output_type}")
+            if op.broadcast_source is not None or op.watermark_strategy is not None:
+                raise ConfigError(f"operator {op.uid!r}: only the first operator of a dataflow takes a broadcast "
+                                  f"source or a watermark strategy (the watermark flows down the chain)")
+        tags = [t.name for op in self.operators for t in op.side_outputs]
+        twice = sorted({t for t in tags if tags.count(t) > 1})
+        if twice:
+            raise ConfigError(f"side output {twice[0]!r} is declared by two operators; each side output is a table "
+                              f"beside the sink, so give each its own name")
+        return self
+
+    def describe(self) -> dict:
+        """What the catalog records of this definition: the first operator's, and every operator's."""
+        described = [op.describe() for op in self.operators]
+        side_outputs = {name: sink for d in described for name, sink in d["side_outputs"].items()}
+        return {**described[0], "side_outputs": side_outputs, "operators": described}
+
+
+def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
+    """A job's operators in order (a one-operator job's is itself)."""
+    return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
+
+
+@dataclass(frozen=True)
+class _Step:
+    function: Any
+    uid: str
+    key: str
+    key_type: TypeInfo
+    output_type: RowTypeInfo
+    options: dict
+
+
+class Dataflow:
+    """A stream being built: ``Dataflow.from_source(source, job_id=...)``, then ``key_by`` / ``process`` pairs,
+    then ``sink_to``. Each call returns a new builder; nothing is checked until ``sink_to``, which checks all."""
+
+    def __init__(self, source, settings: dict, steps: tuple[_Step, ...] = (), key: tuple | None = None):
+        self._source, self._settings, self._steps, self._key = source, settings, steps, key
+
+    @classmethod
+    def from_source(cls, source, *, job_id: str, backend: str = "delta", checkpoint_interval: int = 1,
+                    num_retained: int = 3, watermark_strategy: WatermarkStrategy | None = None,
+                    broadcast_source=None) -> "Dataflow":
+        """Start a job reading ``source`` (a FileSource, DeltaSource or KafkaSource). ``watermark_strategy`` and
+        ``broadcast_source`` belong to the first operator; the watermark flows down to the others.
+
+        Example: ``Dataflow.from_source(FileSource("in", "parquet", SCHEMA), job_id="clicks")``
+        """
+        check_job_id(job_id)
+        return cls(source, {"job_id": job_id, "backend": backend, "checkpoint_interval": checkpoint_interval,
+                            "num_retained": num_retained, "watermark_strategy": watermark_strategy,
+                            "broadcast_source": broadcast_source})
+
+    def _fields(self) -> dict | None:
+        """The columns of the stream here: the source's, or the last operator's output."""
+        return self._steps[-1].output_type.fields if self._steps else self._source.declared_fields()
+
+    def key_by(self, key: str, key_type: TypeInfo | None = None) -> "Dataflow":
+        """Key the stream by column ``key`` (its type read from the stream's declared columns, or ``key_type``:
+        Types.STRING(), LONG() or INT()). Must be followed by ``process``.
+
+        Example: ``.key_by("user")``
+        """
+        if self._key is not None:
+            raise ConfigError(f"key_by({key!r}) follows key_by({self._key[0]!r}): a keyed stream needs "
+                              f".process(...) before it is keyed again")
+        fields = self._fields()
+        if key_type is None:
+            if fields is None:
+                raise ConfigError(f"key_by({key!r}): the source does not declare its columns; give the key's type, "
+                                  f"key_by({key!r}, Types.STRING())")
+            if key not in fields:
+                raise ConfigError(f"key_by({key!r}): the stream has no column {key!r} (columns: {list(fields)})")
+            key_type = fields[key]
+        if not isinstance(key_type, TypeInfo) or key_type.name not in _KEY_TYPES:
+            raise ConfigError(f"key_by({key!r}): a key is STRING, LONG or INT, not {key_type!r}")
+        return Dataflow(self._source, self._settings, self._steps, (key, _KEY_TYPES[key_type.name]()))
+
+    def process(self, function, *, uid: str, output_type: RowTypeInfo, parallelism: int = 2,
+                max_parallelism: int | None = None, order_by: list[str] | None = None,
+                side_outputs: list | None = None) -> "Dataflow":
+        """Apply a keyed function (a ``KeyedProcessFunction``) to the keyed stream, as operator ``uid`` with its
+        own parallelism and max parallelism; the stream after it is what it emits (``output_type``).
+
+        Example: ``.process(Sessionize(), uid="sessions", output_type=SESSION, parallelism=2)``
+        """
+        if self._key is None:
+            raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
+        options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
+                   "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
+        step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
+        return Dataflow(self._source, self._settings, self._steps + (step,))
+
+    def sink_to(self, sink: str) -> JobSpec | ChainSpec:
+        """End the job in the Delta table ``sink`` (a path inside the warehouse): a ``JobSpec`` for one operator,
+        a ``ChainSpec`` for several, validated.
+
+        Example: ``.sink_to("sinks/sessions_per_country")``
+        """
+        if self._key is not None:
+            raise ConfigError(f"the stream is keyed by {self._key[0]!r} but not processed: add .process(...) "
+                              f"before sink_to")
+        if not self._steps:
+            raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
+        settings = dict(self._settings)
+        watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
+        operators, source = [], self._source
+        for i, step in enumerate(self._steps):
+            first = i == 0
+            operators.append(JobSpec(
+                function=step.function, source=source, key=step.key, key_type=step.key_type,
+                output_type=step.output_type, sink=sink, uid=step.uid, **settings, **step.options,
+                watermark_strategy=watermarks if first else None, broadcast_source=broadcast if first else None))
+            source = EdgeSource(step.uid, step.output_type)
+        if len(operators) == 1:
+            return operators[0].validate()
+        return ChainSpec(operators).validate()
+
+
+def refuse_dataflow(what: str, job_id: str, point=None, spec=None) -> None:
+    """Refuse ``what`` (a savepoint, a restore, a rescale, a State Processor read) for a job of several operators
+    (its ``spec``, or a checkpoint ``point`` holding several operators' state): not built for dataflows yet, and
+    done on the first operator alone it would lose the others' state."""
+    operators = (spec.uids if isinstance(spec, ChainSpec) else
+                 [point.uid] + sorted(point.operators) if getattr(point, "operators", None) else None)
+    if operators:
+        raise ConfigError(f"job {job_id!r} is a dataflow of operators {operators}: {what} of a job of several "
+                          f"operators is not supported yet (only its runs are); nothing was written")

@@ -1,0 +1,142 @@
+"""One operator's part of a run (``runtime`` sequences them): its state backends, its outputs, its Spark pass,
+its commits and its checkpointer. A job of one operator has one; a dataflow's chain (``dataflow``) one per
+operator, each but the first reading what the one before emitted in the same run (``sources.EdgeSource``).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..backends import StateBackend, create_keyed_backend, create_operator_backend
+from ..checkpoint import check_restorable
+from ..errors import RestoreError
+from ..exchange import KIND_FILE, KIND_STAT
+from ..frame import Frame
+from ..records import KEYED, OPERATOR, SINK, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, WrittenFile
+from ..run_files import RunOutputs, remove_uncommitted
+from ..sources import EdgeSource
+from ..storage import rmtree
+from ..watermarks import EventClock
+from . import commit, timing
+from .checkpointing import Checkpointer
+from .context import RunContext
+
+
+def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],
+                                                                          dict[str, list[WrittenFile]]]:
+    """Per microbatch, the subtasks' counters summed exactly; per table (of ``tables``), the files the subtasks
+    wrote."""
+    by_batch = {p.batch_id: MicrobatchStats(p.batch_id) for p in plans}
+    files: dict[str, list[WrittenFile]] = {name: [] for name in tables}
+    for r in rows:
+        if r["kind"] == KIND_STAT:
+            by_batch[r["batch_id"]].add(MicrobatchStats.from_json(r["payload"]))
+        elif r["kind"] == KIND_FILE:
+            info = WrittenFile.from_json(r["payload"])
+            files[info.table].append(info)
+    return [by_batch[p.batch_id] for p in plans], files
+
+
+def check_chain_restorable(specs, checkpoint: CheckpointMetadata, descriptors: list[dict[str, StateInfo]]) -> None:
+    """Refuse, with the fix, a checkpoint these operators cannot continue from: each operator's own rules
+    (``restore_plan``), and in a dataflow, state of an operator the job no longer has (Flink's non-restored
+    state) or a first operator that is not the one that keeps the source's offsets."""
+    uids = [op.uid for op in specs]
+    held = [checkpoint.uid] + sorted(checkpoint.operators or {})
+    if len(held) == 1 and len(specs) == 1:
+        check_restorable(specs[0], checkpoint, descriptors[0])  # one operator: its uid is checked there
+        return
+    if checkpoint.uid != uids[0]:
+        raise RestoreError(f"checkpoint {checkpoint.checkpoint_id}'s first operator is {checkpoint.uid!r} (it keeps "
+                           f"the source's offsets) but the job's first operator is now {uids[0]!r}; keep its uid")
+    dropped = [u for u in held if u not in uids]
+    if dropped:
+        raise RestoreError(f"checkpoint {checkpoint.checkpoint_id} holds state of operators {dropped} that the job "
+                           f"no longer has; put them back, or restore it into the job with "
+                           f"--allow-non-restored-state to drop their state")
+    for op, found in zip(specs, descriptors):
+        mine = checkpoint.of_operator(op.uid)
+        if mine is not None:
+            check_restorable(op, mine, found)
+
+
+def chain_timers_due(operators: list["OperatorRun"]):
+    """For a run without new input: ``due(now, watermark)``, whether a stored timer of any operator is due;
+    None when no operator has timers."""
+    checks = [c for c in (timing.timers_due_check(op.ctx, op.keyed, op.checkpoint) for op in operators) if c]
+    if not checks:
+        return None
+    return lambda now, watermark: any(check(now, watermark) for check in checks)
+
+
+class OperatorRun:
+    """``OperatorRun(ctx, checkpoint, descriptors)``: ``open``, ``process``, ``write``, ``cleanup``, then
+    ``checkpointer``; ``close`` whatever happened."""
+
+    def __init__(self, ctx: RunContext, checkpoint: CheckpointMetadata | None, descriptors: dict[str, StateInfo]):
+        self.ctx, self.checkpoint, self.descriptors = ctx, checkpoint, descriptors
+        spec = ctx.spec
+        self.keyed = create_keyed_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
+        self.operator = create_operator_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
+        self.backends: dict[str, StateBackend] = {KEYED: self.keyed, OPERATOR: self.operator}
+        self.outputs: RunOutputs | None = None
+        self.stats: list[MicrobatchStats] = []
+        self.files: dict[str, list[WrittenFile]] = {}
+        self.written: dict[str, set[str]] = {}  # per table, the files its commit added
+
+    def open(self, token: str) -> None:
+        """Where this run writes: the sink (or, for an operator before the last, its edge), the side outputs;
+        refuses an unfit sink before anything is planned."""
+        ctx = self.ctx
+        self.outputs = RunOutputs(token, {})
+        self.outputs.tables[SINK] = commit.sink_output(ctx, token)
+        self.outputs.tables.update(commit.side_outputs(ctx, token))
+
+    def process(self, plans: list[MicrobatchPlan], clock: EventClock, upstream: list[str] | None) -> list[str]:
+        """This operator's Spark pass over ``plans`` (fed ``upstream``, the files the operator before emitted,
+        when there is one); returns the files it emitted, in order (by subtask)."""
+        ctx = self.ctx
+        if upstream is not None:
+            source = ctx.spec.source
+            ctx = self.ctx = replace(ctx, spec=ctx.spec.with_overrides(
+                source=EdgeSource(source.upstream, source.schema, tuple(upstream))))
+        self.outputs.tables.update({n: b.output(self.outputs.token) for n, b in self.backends.items()})
+        due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
+        rows = Frame(ctx, plans, clock, due).process(self.checkpoint, self.keyed, self.operator,
+                                                    self.outputs).collect()
+        self.stats, self.files = _stats_and_files(plans, rows, self.outputs.tables)
+        sink = self.outputs.tables[SINK]
+        return [str(sink.root / f.path) for f in sorted(self.files[SINK], key=lambda f: f.path)]
+
+    def write(self, plans: list[MicrobatchPlan]) -> None:
+        commit.write(self.ctx, plans, self.outputs, self.files, self.backends, self.written)
+
+    def cleanup(self, plans: list[MicrobatchPlan]):
+        """TTL's incremental cleanup after the state is written; what it removed after which microbatch."""
+        return commit.cleanup(self.ctx, self.keyed, self.registered(), self.checkpoint, plans, self.stats)
+
+    def registered(self) -> dict[str, StateInfo]:
+        """Every state the subtasks registered in this run."""
+        found: dict[str, StateInfo] = {}
+        for s in self.stats:
+            found.update(s.descriptors)
+        return found
+
+    def checkpointer(self) -> Checkpointer:
+        # States the function registers only while processing: recorded, marked so a restore lets them follow
+        # their uid (a dry run of the definition cannot tell whether it still registers them).
+        states = {**{n: d.with_lazy() for n, d in self.registered().items() if n not in self.descriptors},
+                  **self.descriptors}
+        return Checkpointer(self.ctx, self.keyed, self.operator, states)
+
+    def close(self) -> None:
+        """Remove this run's files that no commit names (a failed task attempt's, all of a failed run's, an edge's
+        always) and what the backends staged."""
+        if self.outputs is None:
+            return
+        for t in self.outputs.tables.values():
+            remove_uncommitted(t.directory, self.outputs.token, self.written.get(t.name, set()), t.storage,
+                               t.partition_columns)
+        for backend in self.backends.values():
+            backend.end_run(self.outputs.token)
+        if self.ctx.edge:
+            rmtree(self.ctx.sink_path, ignore_errors=True)
