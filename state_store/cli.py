@@ -312,19 +312,28 @@ def cmd_rescale(args, settings: Settings) -> int:
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
-    if args.parallelism > latest.max_parallelism:
-        raise ConfigError(f"--parallelism {args.parallelism} is above job {args.job!r}'s max parallelism "
-                          f"{latest.max_parallelism} (its key groups); give 1 to {latest.max_parallelism} (it runs "
-                          f"at {latest.parallelism})")
-    if latest.parallelism == args.parallelism:  # nothing to write: no Spark either
+    uids = [args.operator] if args.operator else [latest.uid, *sorted(latest.operators or {})]
+    for uid in uids:  # a dataflow's operators each have their own parallelism and key groups
+        point = latest.of_operator(uid)
+        if point is None:
+            raise ConfigError(f"job {args.job!r} has no operator {uid!r} with state; its operators are "
+                              f"{[latest.uid, *sorted(latest.operators or {})]}")
+        which = f"operator {uid!r}" if len(uids) > 1 or args.operator else f"job {args.job!r}"
+        if args.parallelism > point.max_parallelism:
+            raise ConfigError(f"--parallelism {args.parallelism} is above {which}'s max parallelism "
+                              f"{point.max_parallelism} (its key groups); give 1 to {point.max_parallelism} (it "
+                              f"runs at {point.parallelism})")
+    if all(latest.of_operator(uid).parallelism == args.parallelism for uid in uids):  # nothing to write, no Spark
         print(already_at(args.job, latest))
         return 0
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
-    checkpoint = rescale_job(spark, settings, spec, args.parallelism,
+    parallelism = {args.operator: args.parallelism} if args.operator else args.parallelism
+    checkpoint = rescale_job(spark, settings, spec, parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,
                              savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)
+    at = ", ".join(f"{u} {checkpoint.of_operator(u).parallelism}" for u in [checkpoint.uid, *(checkpoint.operators or {})])
     print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
-          f"{checkpoint.parallelism}; the next run continues from it")
+          f"{checkpoint.parallelism if not checkpoint.operators else at}; the next run continues from it")
     if args.retain_savepoints is not None:
         from .savepoint import retain_rescale_savepoints
 
@@ -440,6 +449,8 @@ def _add_rewrite_commands(sub, common, lease) -> None:
                        help="write a checkpoint of the job at a new parallelism (keyed state is not moved)")
     p.add_argument("job")
     p.add_argument("--parallelism", type=int, required=True)
+    p.add_argument("--operator", metavar="UID", default=None,
+                   help="a dataflow's operator to rescale (default: every operator of the job)")
     p.add_argument("--savepoint-first", action="store_true", help="take a savepoint of the latest checkpoint first")
     p.add_argument("--retain-savepoints", type=int, default=None, metavar="N",
                    help="after the rescale, keep only the newest N savepoints rescales took (default: keep all)")

@@ -205,13 +205,3 @@ class Dataflow:
             return operators[0].validate()
         return ChainSpec(operators).validate()
 
-
-def refuse_dataflow(what: str, job_id: str, point=None, spec=None) -> None:
-    """Refuse ``what`` (a savepoint, a restore, a rescale, a State Processor read) for a job of several operators
-    (its ``spec``, or a checkpoint ``point`` holding several operators' state): not built for dataflows yet, and
-    done on the first operator alone it would lose the others' state."""
-    operators = (spec.uids if isinstance(spec, ChainSpec) else
-                 [point.uid] + sorted(point.operators) if getattr(point, "operators", None) else None)
-    if operators:
-        raise ConfigError(f"job {job_id!r} is a dataflow of operators {operators}: {what} of a job of several "
-                          f"operators is not supported yet (only its runs are); nothing was written")

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from .job_store import JobStore, read_json
 from .records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
-from .dataflow import refuse_dataflow
 from .errors import ConfigError
 from .settings import Settings
 from .storage import ObjectPath
@@ -53,6 +52,21 @@ class StatePoint:
         return cls(load_savepoint(settings, ref))
 
     @property
+    def uids(self) -> list[str]:
+        """The operators whose state the point holds: its first, then a dataflow's later ones."""
+        return [self.meta.uid] + sorted(self.meta.operators or {})
+
+    def operator(self, uid: str) -> "StatePoint | None":
+        """The point's part of operator ``uid`` (a dataflow's later operators keep their tables in folders of their
+        own); None when it holds no state of ``uid``."""
+        meta = self.meta.of_operator(uid)
+        if meta is None:
+            return None
+        if self.is_savepoint or uid == self.meta.uid:
+            return StatePoint(meta, self.job_dir)
+        return StatePoint(meta, JobStore(self.job_dir).operator_dir(uid))
+
+    @property
     def is_savepoint(self) -> bool:
         return isinstance(self.meta, SavepointMetadata)
 
@@ -72,13 +86,17 @@ class StatePoint:
         """What is missing or corrupt among the Delta log entries and files the point pins (empty: intact)."""
         from .backends import point_damage
 
-        return point_damage(spark, self.meta, self.job_dir)
+        damage = point_damage(spark, self.meta, self.job_dir)
+        for uid in self.uids[1:]:
+            part = self.operator(uid)
+            damage += [f"operator {uid}: {d}" for d in point_damage(spark, part.meta, part.job_dir)]
+        return damage
 
     def rows(self, spark: "SparkSession", table: str) -> "DataFrame":
-        """The live entries of state table ``table`` (``records.KEYED`` or ``records.OPERATOR``)."""
+        """The live entries of state table ``table`` (``records.KEYED`` or ``records.OPERATOR``) of the point's first
+        operator (a dataflow's others: ``operator(uid).rows(...)``)."""
         from .backends import create_keyed_backend, create_operator_backend
 
-        refuse_dataflow("reading the state", self.meta.job_id, self.meta)
         spec = TABLE_SPECS[table]
         if self.is_savepoint:
             df = spark.read.format("delta").load(self.meta.table_path(table))

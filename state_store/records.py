@@ -595,6 +595,8 @@ class SavepointMetadata(_Record):
     format: int = SAVEPOINT_FORMAT
     layout: int = LAYOUT_VERSION
     airflow_run: AirflowRun | None = None  # the Airflow run that took it (omitted when None: older files)
+    # A dataflow's: each later operator's part, by uid, its tables under ``operators/<uid>/`` (omitted when None)
+    operators: dict[str, "SavepointMetadata"] | None = None
     path: str = ""  # where it was found (not stored)
 
     def to_dict(self) -> dict:
@@ -605,7 +607,21 @@ class SavepointMetadata(_Record):
             del data["airflow_run"]
         else:
             data["airflow_run"] = self.airflow_run.to_dict()
+        if self.operators is None:
+            del data["operators"]
+        else:
+            data["operators"] = {uid: o.to_dict() for uid, o in self.operators.items()}
         return data
+
+    def of_operator(self, uid: str) -> "SavepointMetadata | None":
+        """This savepoint's part of operator ``uid`` (itself for its first operator; None for one it has no state
+        of), found where this one was."""
+        if uid == self.uid:
+            return self
+        found = (self.operators or {}).get(uid)
+        if found is not None:
+            found.path = self.path
+        return found
 
     @classmethod
     def from_dict(cls, data: dict) -> "SavepointMetadata":
@@ -615,15 +631,19 @@ class SavepointMetadata(_Record):
         data["tables"] = {name: TableVersion.from_dict(t) for name, t in data["tables"].items()}
         data["descriptors"] = states_from_dict(data["descriptors"])
         data["airflow_run"] = AirflowRun.from_dict(data.get("airflow_run"))
+        if data.get("operators") is not None:
+            data["operators"] = {uid: cls.from_dict(o) for uid, o in data["operators"].items()}
         return super().from_dict(data)
 
     @property
     def size_bytes(self) -> int:
-        return sum(t.size_bytes for t in self.tables.values())
+        return (sum(t.size_bytes for t in self.tables.values())
+                + sum(o.size_bytes for o in (self.operators or {}).values()))
 
     @property
     def num_files(self) -> int:
-        return sum(t.num_files for t in self.tables.values())
+        return (sum(t.num_files for t in self.tables.values())
+                + sum(o.num_files for o in (self.operators or {}).values()))
 
     def table_path(self, table: str) -> str:
         """Where state table ``table`` of the savepoint is (its record is relative to the savepoint's folder)."""

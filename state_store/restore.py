@@ -57,8 +57,8 @@ from .job_store import JobStore
 from .checkpoint import discover_descriptors
 from .delta_log import app_transaction_version, table_snapshot
 from .descriptors import qualified_name
-from .dataflow import refuse_dataflow
-from .errors import RestoreError
+from .dataflow import ChainSpec, operators_of
+from .errors import ConfigError, RestoreError
 from .job import JobSpec
 from .key_groups import key_group_ranges
 from .lease import holding
@@ -156,8 +156,8 @@ class _Restore:
     latest: CheckpointMetadata | None
 
 
-def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: StatePoint | None = None, *,
-                parallelism: int | None = None, backend: str | None = None, uid_map=None,
+def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSpec, source: StatePoint | None = None,
+                *, parallelism: int | dict | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
     """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
@@ -170,14 +170,15 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
         restore_job(spark, settings, spec, StatePoint.of_savepoint(settings, "clicks/before-v2"),
                     parallelism=4, backend="hashmap", uid_map={"count": "counter"})
     """
-    refuse_dataflow("a restore or rescale", spec.job_id, spec=spec)
     spec.validate()
     uid_map = parse_uid_map(uid_map)
     check_restore_backend(backend)
     meta = JobStore(settings.job_dir(spec.job_id))
     with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
         source = source or StatePoint.of_checkpoint(settings, spec.job_id)
-        refuse_dataflow("a restore or rescale", spec.job_id, source.meta)
+        if isinstance(spec, ChainSpec) or len(source.uids) > 1 or isinstance(parallelism, dict):
+            return _restore_operators(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
+                                      allow_non_restored_state, savepoint_first, say)
         restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
         if restore.plan.nothing_to_do:
             say(already_at(spec.job_id, restore.latest))
@@ -186,9 +187,10 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec, source: 
 
 
 def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | None, backend: str | None,
-          uid_map: dict[str, str], allow_non_restored_state: bool) -> _Restore:
-    """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read."""
-    latest = meta.latest_checkpoint()
+          uid_map: dict[str, str], allow_non_restored_state: bool, latest=False) -> _Restore:
+    """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read. ``latest``: the
+    job's latest checkpoint (of this operator), when not its store's (a dataflow's later operator)."""
+    latest = meta.latest_checkpoint() if latest is False else latest
     own_latest = (source.job_dir == meta.job_dir and latest is not None
                   and latest.checkpoint_id == getattr(source.meta, "checkpoint_id", None))
     request = RestoreRequest(parallelism, backend, uid_map, allow_non_restored_state, own_latest)
@@ -258,6 +260,72 @@ def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStor
     return rows
 
 
+def _restore_operators(spark: SparkSession, settings: Settings, spec, source: StatePoint, meta: JobStore, lease,
+                       parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
+                       savepoint_first: bool, say) -> CheckpointMetadata:
+    """A restore or rescale of a dataflow (or into one, or from one): each operator of the job restores the part
+    of the source its uid (through ``uid_map``) names, by the same rules as a job of one operator, at its own
+    ``parallelism`` (an int for every operator, or ``{uid: parallelism}``); an operator the source has no state
+    of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
+    One checkpoint, the job's next, pins them all."""
+    ops, old_of = operators_of(spec), {new: old for old, new in uid_map.items()}
+    takes = {op.uid: old_of.get(op.uid, op.uid) for op in ops}
+    first = ops[0].uid
+    if takes[first] != source.meta.uid:
+        raise RestoreError(f"{source.where}'s first operator is {source.meta.uid!r} (it keeps the source's offsets) "
+                           f"but job {spec.job_id!r} starts with {first!r}: map it with --uid-map "
+                           f"{source.meta.uid}={first}")
+    unknown = sorted(set(parallelism or {}) - set(takes)) if isinstance(parallelism, dict) else []
+    if unknown:
+        raise ConfigError(f"job {spec.job_id!r} has no operator {unknown[0]!r}; its operators are {list(takes)}")
+    left = [u for u in source.uids if u not in takes.values()]
+    if left and not allow_non_restored_state:
+        raise RestoreError(f"{source.where} holds state of operators {left} that no operator of job "
+                           f"{spec.job_id!r} takes; map them with --uid-map OLD=NEW, or pass "
+                           f"--allow-non-restored-state to drop their state")
+    latest = meta.latest_checkpoint()
+    restores = []
+    for op in ops:
+        part = source.operator(takes[op.uid])
+        if part is None:
+            say(f"[lakestate] job {spec.job_id}: operator {op.uid} is new: it starts with empty state")
+            continue
+        op_meta = meta if op.uid == first else JobStore(meta.operator_dir(op.uid))
+        p = parallelism.get(op.uid) if isinstance(parallelism, dict) else parallelism
+        moved = {takes[op.uid]: op.uid} if takes[op.uid] != op.uid else {}
+        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state,
+                               latest=latest.of_operator(op.uid) if latest else None), op_meta))
+    if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids):
+        say(already_at(spec.job_id, latest))
+        return latest
+    rows = [_checked_operator_rows(spark, r, m) for r, m in restores]
+    if savepoint_first and not source.is_savepoint:
+        savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say,
+                                prefix=RESCALE_PREFIX if all(r.plan.rescale for r, _ in restores) else "savepoint")
+    started, checkpoint_id = time.time(), meta.next_checkpoint_id()
+    records = [_checkpoint(settings, r, checkpoint_id, _write_state(spark, r, m, lease, o, checkpoint_id, say),
+                           lease.run_id) for (r, m), o in zip(restores, rows)]
+    checkpoint = records[0]
+    checkpoint.operators = {c.uid: c for c in records[1:]} or None
+    lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
+    meta.publish(checkpoint)  # last: the restore exists only once this row does
+    meta.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))
+    changes = "; ".join(f"{r.spec.uid}: {r.plan.changes()}" for r, _ in restores)
+    say(f"[lakestate] job {spec.job_id}: checkpoint {checkpoint_id} restored from {source.where} at microbatch "
+        f"{checkpoint.batch_id} ({changes}) in {time.time() - started:.1f}s; the job's next run continues from it")
+    return checkpoint
+
+
+def _discard_operators(spark: SparkSession, meta: JobStore, old: CheckpointMetadata,
+                       retained: list[CheckpointMetadata]) -> None:
+    """Release what expired checkpoint ``old`` alone held, of every operator."""
+    for uid in [old.uid, *sorted(old.operators or {})]:
+        mine = old.of_operator(uid)
+        where = meta if uid == old.uid else JobStore(meta.operator_dir(uid))
+        kept = [r for r in (c.of_operator(uid) for c in retained) if r is not None]
+        _discard(spark, where, mine, kept)
+
+
 def _write(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease,
            operator_rows: DataFrame, say) -> CheckpointMetadata:
     """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones."""
@@ -267,7 +335,7 @@ def _write(spark: SparkSession, settings: Settings, restore: _Restore, meta: Job
     checkpoint = _checkpoint(settings, restore, checkpoint_id, state, lease.run_id)
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
     meta.publish(checkpoint)  # last: the restore exists only once this row does
-    meta.expire(restore.spec.num_retained, lambda old, retained: _discard(spark, meta, old, retained))
+    meta.expire(restore.spec.num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))
     say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {restore.source.where} at microbatch "
         f"{src.batch_id} ({plan.changes()}) in {time.time() - started:.1f}s; the job's next run continues from it")
     return checkpoint
@@ -323,11 +391,12 @@ def _discard(spark: SparkSession, meta: JobStore, old: CheckpointMetadata, retai
         create(old.backend, spark, meta.job_dir, old.job_id, old).discard(old, retained)
 
 
-def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec, parallelism: int, *,
+def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSpec, parallelism: int | dict, *,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
-    """Rescale the job's latest checkpoint to ``parallelism``: keyed state stays, operator state moves; with
-    ``savepoint_first``, a savepoint of that checkpoint is taken first, while the job is held for both.
+    """Rescale the job's latest checkpoint to ``parallelism`` (a dataflow: every operator, or ``{uid: parallelism}``
+    for some): keyed state stays, operator state moves; with ``savepoint_first``, a savepoint of that checkpoint
+    is taken first, while the job is held for both.
 
     Example::
 

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from .job_store import JobStore, read_json, write_json_atomic
 from .records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from .delta_log import table_snapshot
-from .dataflow import refuse_dataflow
 from .errors import ConfigError, RestoreError
 from .job import check_job_id
 from .lease import holding, owner_record, still_at_work
@@ -72,7 +71,6 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
                       else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
-        refuse_dataflow("a savepoint", job_id, checkpoint)
         return savepoint_of_checkpoint(spark, settings, checkpoint, job_dir, label, say)
 
 
@@ -90,13 +88,19 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
         raise RestoreError(f"checkpoint {cid} of job {job_id!r} cannot be copied into a savepoint: "
                            + "; ".join(damage))
     name = label or f"{prefix}-{cid}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-    say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})")
-    tables = {t: source.rows(spark, t) for t in (KEYED, OPERATOR)}
-    # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
-    cleaned = ttl_states(checkpoint.descriptors, "full_snapshot") if checkpoint.processing_time is not None else {}
-    if cleaned:
-        tables[KEYED] = drop_expired(tables[KEYED], cleaned, checkpoint.processing_time)
-    return write_savepoint(settings, job_id, name, tables, point_fields(checkpoint), label, say, recount=cleaned)
+    say(f"[lakestate] job {job_id}: savepoint of checkpoint {cid} (microbatch {checkpoint.batch_id})"
+        + (f", operators {source.uids}" if len(source.uids) > 1 else ""))
+    parts = {}
+    for uid in source.uids:  # each operator's live entries (a job of one operator: its own)
+        part = source.operator(uid)
+        tables = {t: part.rows(spark, t) for t in (KEYED, OPERATOR)}
+        # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
+        meta = part.meta
+        cleaned = ttl_states(meta.descriptors, "full_snapshot") if meta.processing_time is not None else {}
+        if cleaned:
+            tables[KEYED] = drop_expired(tables[KEYED], cleaned, meta.processing_time)
+        parts[uid] = (tables, point_fields(meta), cleaned)
+    return write_savepoint(settings, job_id, name, parts, label, say)
 
 
 def point_fields(point) -> dict:
@@ -104,11 +108,14 @@ def point_fields(point) -> dict:
     return {k: copy.deepcopy(getattr(point, k)) for k in POINT_FIELDS}
 
 
-def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fields: dict, label: str | None,
-                    say=print, recount=()) -> SavepointMetadata:
-    """Write ``tables`` ("keyed", "operator": DataFrames of live entries) as savepoint ``<job_id>/<name>``
-    with metadata ``fields``, ``_metadata.json`` last: locally into a hidden folder then renamed into place; on
-    object storage (no rename) in place, where nothing lists as a savepoint until its metadata is there."""
+def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, label: str | None,
+                    say=print) -> SavepointMetadata:
+    """Write savepoint ``<job_id>/<name>`` from ``parts``: per operator uid, first operator first, ``(tables,
+    fields, recount)``: its tables ("keyed", "operator": DataFrames of live entries), its metadata ``fields``,
+    and the states whose entries are counted again (a cleanup thinned them). A dataflow's later operators' tables
+    go under ``operators/<uid>/``. ``_metadata.json`` is written last: locally into a hidden folder then renamed
+    into place; on object storage (no rename) in place, where nothing lists as a savepoint until its metadata is
+    there."""
     final = settings.in_savepoints(Path(job_id) / name)
     settings.check_savepoints_writable(final.parent)
     remove_abandoned(settings, job_id, say)
@@ -125,22 +132,11 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     try:
         # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
         write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).lease_dir)))
-        written = {}
-        for table, rows in tables.items():
-            spec = TABLE_SPECS[table]
-            rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(
-                str(work / table))
-            snap = table_snapshot(work / table)
-            written[table] = TableVersion(table, snap["version"], snap["size_bytes"], snap["num_files"])
-        if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-            from .ttl.tables import count_entries
-
-            keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / KEYED))
-            counts = count_entries(keyed, recount)
-            entries = {**fields["entries"], **{n: counts.get(n, 0) for n in recount}}
-            fields = {**fields, "entries": {n: c for n, c in sorted(entries.items()) if c}}
-        savepoint = SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
-                                      label=label, airflow_run=AirflowRun.of_environment(), **fields)
+        metas = [_write_part(work, f"operators/{uid}/" if i else "", job_id, name, label, *part)
+                 for i, (uid, part) in enumerate(parts.items())]
+        savepoint = metas[0]
+        if len(metas) > 1:
+            savepoint.operators = {m.uid: m for m in metas[1:]}
         write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
         if not in_place:
             work.rename(final)
@@ -152,6 +148,26 @@ def write_savepoint(settings: Settings, job_id: str, name: str, tables: dict, fi
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
     return savepoint
+
+
+def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, tables: dict, fields: dict,
+                recount) -> SavepointMetadata:
+    """One operator's tables of a savepoint being written in ``work`` (under ``prefix``), and its metadata."""
+    written = {}
+    for table, rows in tables.items():
+        spec, path = TABLE_SPECS[table], f"{prefix}{table}"
+        rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(str(work / path))
+        snap = table_snapshot(work / path)
+        written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])
+    if recount:  # states a cleanup thinned: their entries are what the savepoint holds
+        from .ttl.tables import count_entries
+
+        keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / written[KEYED].path))
+        counts = count_entries(keyed, recount)
+        entries = {**fields["entries"], **{n: counts.get(n, 0) for n in recount}}
+        fields = {**fields, "entries": {n: c for n, c in sorted(entries.items()) if c}}
+    return SavepointMetadata(job_id=job_id, name=name, tables=written, created_ms=int(time.time() * 1000),
+                             label=label, airflow_run=AirflowRun.of_environment(), **fields)
 
 
 def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:

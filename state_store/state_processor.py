@@ -29,6 +29,9 @@ groups are computed in the JVM as a run computes them.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -110,8 +113,22 @@ def _checked(decode: Callable[[dict], list[tuple]], qname: str, type_name: str) 
     return checked
 
 
+def _per_operator(method):
+    """A reader's method called with the ``uid`` of another operator of a dataflow's point reads that operator's
+    part of the point (its own tables and records)."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        uid = signature.bind(self, *args, **kwargs).arguments.get("uid")
+        return method(self.operator(uid) if uid in self.uids[1:] else self, *args, **kwargs)
+
+    return read
+
+
 class SavepointReader:
-    """The state of one checkpoint or savepoint, as DataFrames."""
+    """The state of one checkpoint or savepoint, as DataFrames; a dataflow's later operators' through
+    ``operator(uid)``, or any method's ``uid=``."""
 
     def __init__(self, spark: SparkSession, source: StatePoint):
         self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
@@ -130,6 +147,19 @@ class SavepointReader:
     @property
     def uid(self) -> str:
         return self.meta.uid
+
+    @property
+    def uids(self) -> list[str]:
+        """The operators whose state the point holds (a dataflow's: every one)."""
+        return self.source.uids
+
+    def operator(self, uid: str) -> "SavepointReader":
+        """The reader of operator ``uid``'s part of the point (a dataflow's later operator)."""
+        part = self.source.operator(uid)
+        if part is None:
+            raise ConfigError(f"{self.source.where} holds no state of operator {uid!r}; its operators are "
+                              f"{self.uids}")
+        return self if part.meta is self.meta else SavepointReader(self.spark, part)
 
     @property
     def key_type(self) -> TypeInfo:
@@ -190,6 +220,7 @@ class SavepointReader:
         return _KeyedDecoding(rows, None, stored, _checked(lambda row: [(None, stored.loads(row["value"]))], qname,
                                                            stored.name))
 
+    @_per_operator
     def keyed_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
                     ) -> DataFrame:
         """A keyed state's entries: ``key_group, key, namespace`` and, by kind, ``value`` (value, reducing,
@@ -205,6 +236,7 @@ class SavepointReader:
             (row["key_group"], row["key"], row["namespace"], *([extra[1].to_arrow(x)] if extra else []),
              value_t.to_arrow(v)) for x, v in decode(row)])
 
+    @_per_operator
     def keyed_entries(self, name: str, key: Any, namespace: str = "", uid: str | None = None,
                       descriptor: StateDescriptor | None = None) -> list[dict]:
         """One key's entries of a keyed state, decoded: ``[{"value": v}]`` (value, reducing, aggregating),
@@ -222,6 +254,7 @@ class SavepointReader:
         return [{field: x, "value": v} if field else {"value": v}
                 for row in mine.collect() for x, v in decoding.decode(row.asDict())]
 
+    @_per_operator
     def timers(self, uid: str | None = None) -> DataFrame:
         """The operator's timers (README "Time"): ``key_group, key`` (typed), ``namespace``, ``timestamp`` (epoch
         ms) and ``domain`` ("EVENT_TIME" or "PROCESSING_TIME"), a row per timer registered and not yet fired or
@@ -234,6 +267,7 @@ class SavepointReader:
                         F.when(F.col("state_name") == event, F.lit(TimeDomain.EVENT_TIME.name))
                         .otherwise(F.lit(TimeDomain.PROCESSING_TIME.name)).alias("domain")))
 
+    @_per_operator
     def list_state(self, name: str, uid: str | None = None, descriptor: StateDescriptor | None = None
                    ) -> DataFrame:
         """An operator ListState or union list state: ``subtask, index, value`` per element (union state is
@@ -248,6 +282,7 @@ class SavepointReader:
                         lambda row: [(row["subtask"], i, element.to_arrow(v))
                                      for i, v in enumerate(list_type.loads(row["value"]))])
 
+    @_per_operator
     def broadcast_state(self, name: str, uid: str | None = None, descriptor: MapStateDescriptor | None = None
                         ) -> DataFrame:
         """A BroadcastState: ``subtask, key, value`` per entry of each subtask's copy."""
@@ -269,6 +304,7 @@ class SavepointWriter:
                  keyed: DataFrame, operator: DataFrame):
         self.spark, self.settings, self.job_id = spark, settings, check_job_id(job_id)
         self.fields, self.keyed, self.operator = fields, keyed, operator
+        self._later: dict[str, SavepointWriter] = {}  # a dataflow's later operators' parts, by uid
 
     @classmethod
     def bootstrap(cls, spark: SparkSession, job_id: str, *, uid: str, key_type: TypeInfo,
@@ -302,8 +338,21 @@ class SavepointWriter:
         settings = settings or Settings.load()
         meta = load_savepoint(settings, ref)
         source = _intact(spark, StatePoint(meta))
-        return cls(spark, settings, job_id or meta.job_id, point_fields(meta), source.rows(spark, KEYED),
-                   source.rows(spark, OPERATOR))
+        parts = [source.operator(uid) for uid in source.uids]
+        writers = [cls(spark, settings, job_id or meta.job_id, point_fields(p.meta), p.rows(spark, KEYED),
+                       p.rows(spark, OPERATOR)) for p in parts]
+        writers[0]._later = {w.fields["uid"]: w for w in writers[1:]}
+        return writers[0]
+
+    def operator_part(self, uid: str) -> "SavepointWriter":
+        """The writer of a dataflow's later operator ``uid``'s part (its keyed and operator state), to change with
+        ``with_keyed_state`` ...; ``write`` on the first writes them all."""
+        if uid == self.fields["uid"]:
+            return self
+        if uid not in self._later:
+            raise ConfigError(f"the savepoint has no operator {uid!r}; its operators are "
+                              f"{[self.fields['uid'], *self._later]}")
+        return self._later[uid]
 
     def _register(self, descriptor: StateDescriptor, scope: str, mode: str | None = None) -> str:
         if not isinstance(descriptor, StateDescriptor):
@@ -370,7 +419,9 @@ class SavepointWriter:
         return self
 
     def remove_operator(self, uid: str) -> "SavepointWriter":
-        """Drop every state of operator ``uid``."""
+        """Drop every state of operator ``uid`` (a dataflow's later operator: its whole part)."""
+        if self._later.pop(uid, None) is not None:
+            return self
         prefix = f"{uid}."
         for table in STATE_TABLES:
             setattr(self, table, getattr(self, table).filter(~F.col("state_name").startswith(prefix)))
@@ -384,6 +435,10 @@ class SavepointWriter:
             check_state_name(new, "operator uid")
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if old in self._later:  # a dataflow's later operator: its part moves to the new uid
+            part = self._later.pop(old)
+            self._later[new] = part.rename_uid(old, new)
+            return self
         prefix = f"{old}."
         rename = F.when(F.col("state_name").startswith(prefix),
                         F.concat(F.lit(f"{new}."), F.expr(f"substring(state_name, {len(prefix) + 1})"))
@@ -397,12 +452,15 @@ class SavepointWriter:
             self.fields["uid"] = new
         return self
 
-    def write(self, name: str, say=print) -> SavepointMetadata:
-        """Write it as savepoint ``<job>/<name>``; returns its metadata."""
-        check_label(name)
+    def _part(self) -> tuple[dict, dict, tuple]:
         counts = {r["state_name"]: r["n"] for table in (self.keyed, self.operator)
                   for r in table.groupBy("state_name").agg(F.count("*").alias("n")).collect()}
         fields = {**self.fields, "entries": {n: c for n, c in sorted(counts.items())}, "layout": LAYOUT_VERSION}
-        return write_savepoint(self.settings, self.job_id, name, {KEYED: self.keyed, OPERATOR: self.operator},
-                               fields, name, say)
+        return {KEYED: self.keyed, OPERATOR: self.operator}, fields, ()
+
+    def write(self, name: str, say=print) -> SavepointMetadata:
+        """Write it as savepoint ``<job>/<name>`` (a dataflow's: every operator's part); returns its metadata."""
+        check_label(name)
+        parts = {self.fields["uid"]: self._part(), **{uid: w._part() for uid, w in self._later.items()}}
+        return write_savepoint(self.settings, self.job_id, name, parts, name, say)
 

@@ -156,3 +156,101 @@ def test_an_operator_added_starts_empty_and_one_removed_is_refused(spark, lake):
     assert any("operator per-country" in line for line in said)
     with pytest.raises(RestoreError, match=r"operators \['per-country'\] that the job no longer has"):
         run_job(spark, alone, lake.settings, progress=_quiet)
+
+
+# -- savepoints, restore, rescale and the State Processor, per operator ----------------------------------------
+def _totals_state(reader, uid="per-country") -> pd.DataFrame:
+    rows = reader.keyed_state("totals", uid=uid).toPandas()
+    return pd.DataFrame({"country": rows["key"], "sessions": rows["value"].map(lambda v: v["sessions"]),
+                         "clicks": rows["value"].map(lambda v: v["clicks"])}).sort_values("country").reset_index(
+        drop=True)
+
+
+@pytest.mark.slow
+def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, lake):
+    from state_store.points import StatePoint
+    from state_store.restore import restore_job
+    from state_store.savepoint import take_savepoint
+    from state_store.state_processor import SavepointReader, SavepointWriter
+
+    directory, clicks = _clicks(lake, files=2)
+    chain = dataflow(directory, job_id="orig", sink="sinks/orig")
+    run_job(spark, chain, lake.settings, progress=_quiet)
+    saved = take_savepoint(spark, lake.settings, "orig", label="sp", say=_quiet)
+    assert sorted(saved.operators) == ["per-country"] and saved.operators["per-country"].parallelism == 3
+    reader = SavepointReader.for_savepoint(spark, "orig/sp", lake.settings)
+    assert reader.uids == ["sessions", "per-country"]
+    pd.testing.assert_frame_equal(_totals_state(reader), expected(clicks), check_dtype=False)
+    # The State Processor writes any operator's part: one removed, one renamed.
+    without = SavepointWriter.from_savepoint(spark, "orig/sp", lake.settings).remove_operator("per-country")
+    assert without.write("without", say=_quiet).operators is None
+    moved = SavepointWriter.from_savepoint(spark, "orig/sp", lake.settings).rename_uid("per-country", "counts")
+    written = moved.write("moved", say=_quiet)
+    assert list(written.operators) == ["counts"] and set(written.operators["counts"].entries) == {"counts.totals"}
+    point = StatePoint.of_savepoint(lake.settings, "orig/sp")
+
+    def restored(job_id, spec, **changes):
+        restore_job(spark, lake.settings, spec, point, say=_quiet, **changes)
+        return JobStore(lake.settings.job_dir(job_id)).latest_checkpoint()
+
+    # Into a new job of the same two operators, the second rescaled: it continues as the original does.
+    copy = dataflow(directory, job_id="copy", sink="sinks/copy")
+    checkpoint = restored("copy", copy, parallelism={"per-country": 4})
+    assert (checkpoint.parallelism, checkpoint.of_operator("per-country").parallelism) == (2, 4)
+    write_clicks(directory, 1, events=300, users=200)
+    run_job(spark, chain, lake.settings, progress=_quiet)
+    run_job(spark, copy, lake.settings, progress=_quiet)
+    assert _latest_totals(spark, lake, "sinks/copy").equals(_latest_totals(spark, lake, "sinks/orig"))
+    # An operator removed: refused, then allowed (its state dropped).
+    alone = copy.operators[0].with_overrides(job_id="alone", sink="sinks/alone")
+    with pytest.raises(RestoreError, match=r"operators \['per-country'\] that no operator of job 'alone' takes"):
+        restore_job(spark, lake.settings, alone, point, say=_quiet)
+    assert restored("alone", alone, allow_non_restored_state=True).operators is None
+    # Renamed through a uid map: the state moves; renamed without one and allowed: it starts empty.
+    renamed = ChainSpec([copy.operators[0].with_overrides(job_id="renamed", sink="sinks/renamed"),
+                         copy.operators[1].with_overrides(job_id="renamed", sink="sinks/renamed", uid="counts")])
+    checkpoint = restored("renamed", renamed, uid_map={"per-country": "counts"})
+    assert set(checkpoint.of_operator("counts").entries) == {"counts.totals"}
+    moved = SavepointReader.for_checkpoint(spark, "renamed", settings=lake.settings)
+    pd.testing.assert_frame_equal(_totals_state(moved, "counts"), expected(clicks), check_dtype=False)
+    fresh = ChainSpec([op.with_overrides(job_id="fresh", sink="sinks/fresh") for op in renamed.operators])
+    assert restored("fresh", fresh, allow_non_restored_state=True).of_operator("counts") is None
+
+
+@pytest.mark.slow
+def test_lakestate_rescale_operator_rescales_only_that_operator_and_the_job_goes_on(spark, lake, monkeypatch,
+                                                                                  tmp_path, capsys):
+    import textwrap
+
+    from state_store.cli import main
+
+    directory, clicks = _clicks(lake, files=2)
+    module = tmp_path / "dataflow_job_module.py"
+    module.write_text(textwrap.dedent(f"""
+        from demo.sessions_per_country import dataflow
+
+        def job():
+            return dataflow({str(directory)!r}, job_id="chained")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = ["--root", str(lake.root)]
+    assert main(["register", "dataflow_job_module:job", *root]) == 0
+    assert main(["run", "--job", "chained", "--max-microbatches", "1", *root]) == 0
+    assert main(["rescale", "chained", "--operator", "nope", "--parallelism", "4", *root]) == 2
+    assert "no operator 'nope'" in capsys.readouterr().err
+    assert main(["rescale", "chained", "--operator", "per-country", "--parallelism", "4", *root]) == 0
+    assert "at parallelism sessions 2, per-country 4" in capsys.readouterr().out
+    assert main(["run", "--job", "chained", *root]) == 0
+    checkpoint = JobStore(lake.settings.job_dir("chained")).latest_checkpoint()
+    assert (checkpoint.batch_id, checkpoint.parallelism, checkpoint.of_operator("per-country").parallelism) == (1, 2, 4)
+    pd.testing.assert_frame_equal(_latest_totals(spark, lake), expected(clicks), check_dtype=False)
+    # The Lakestate page shows the operators and their state.
+    from state_store.provider.reader import job_overviews
+    from state_store.provider.views import job_section
+
+    (job,), _ = job_overviews(lake.settings)
+    assert [(o["uid"], o["parallelism"]) for o in job.operators] == [("sessions", 2), ("per-country", 4)]
+    assert job.operators[1]["entries"] == len(expected(clicks)) and job.operators[1]["bytes"] > 0
+    page = job_section(job)
+    assert "Operators at the latest checkpoint" in page and "per-country.totals" in page
+    assert job.state_bytes["per-country.totals"][0] > 0

@@ -30,6 +30,9 @@ class JobOverview:
     problems: list[str] = field(default_factory=list)
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
+    # A dataflow's operators at the latest checkpoint, first first: uid, parallelism, max parallelism, live entries,
+    # bytes and files of the table versions it pins
+    operators: list[dict] = field(default_factory=list)
 
     @property
     def latest(self):
@@ -106,8 +109,22 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     overview.parallelism, overview.max_parallelism, overview.backend = (latest.parallelism, latest.max_parallelism,
                                                                          latest.backend)
     overview.key_group_bytes = [0] * latest.max_parallelism
+    parts = [latest, *(latest.operators or {}).values()]
+    for part in parts:  # state names are qualified by their operator's uid: one table of states for all
+        _state_sizes(overview, part, part is latest)
+    if len(parts) > 1:
+        overview.operators = [{"uid": c.uid, "parallelism": c.parallelism, "max_parallelism": c.max_parallelism,
+                               "entries": sum(c.entries.values()),
+                               "bytes": sum(t.size_bytes for t in c.state.values() if t is not None),
+                               "files": sum(t.num_files for t in c.state.values() if t is not None)}
+                              for c in parts]
+    return overview
+
+
+def _state_sizes(overview: JobOverview, checkpoint: CheckpointMetadata, key_groups: bool) -> None:
+    """Bytes and files per state of ``checkpoint``'s table versions (and per key group: the first operator's)."""
     for table in STATE_TABLES:
-        recorded = latest.table(table)
+        recorded = checkpoint.table(table)
         if recorded.path is None or recorded.version is None:
             continue
         try:
@@ -120,8 +137,7 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
             cell = overview.state_bytes.setdefault(name, [0, 0])
             cell[0] += size
             cell[1] += files
-            if table == KEYED and len(values) > 1 and values[1] is not None:
+            if key_groups and table == KEYED and len(values) > 1 and values[1] is not None:
                 group = int(values[1])
                 if 0 <= group < len(overview.key_group_bytes):
                     overview.key_group_bytes[group] += size
-    return overview

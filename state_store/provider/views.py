@@ -273,14 +273,31 @@ def _compactions(job: JobOverview, tz, dags: dict) -> str:
     return out
 
 
+def _operators(job: JobOverview) -> str:
+    """A dataflow's operators at the latest checkpoint (a job of one operator shows none)."""
+    if not job.operators:
+        return ""
+    rows = [[o["uid"], o["parallelism"], o["max_parallelism"], count(o["entries"]), human_bytes(o["bytes"]),
+             count(o["files"])] for o in job.operators]
+    return (f"<h3>Operators at the latest checkpoint ({job.latest.checkpoint_id}), in the order records flow</h3>"
+            + _table(["operator uid", "parallelism", "max parallelism", "live entries", "bytes of its table versions",
+                      "files"], rows, {1, 2, 3, 4, 5}, "operators"))
+
+
 def _state(job: JobOverview) -> str:
     latest = job.latest
-    names = sorted(set(latest.entries) | set(job.state_bytes))
-    rows = [[n, count(latest.entries.get(n, 0)), human_bytes(job.state_bytes.get(n, [0, 0])[0]),
+    entries = {n: c for part in [latest, *(latest.operators or {}).values()] for n, c in part.entries.items()}
+    names = sorted(set(entries) | set(job.state_bytes))
+    rows = [[n, count(entries.get(n, 0)), human_bytes(job.state_bytes.get(n, [0, 0])[0]),
              count(job.state_bytes.get(n, [0, 0])[1])] for n in names]
-    return (f"<h3>State at the latest checkpoint ({latest.checkpoint_id})</h3>"
+    return (_operators(job) + f"<h3>State at the latest checkpoint ({latest.checkpoint_id})</h3>"
             + _table(["state", "live entries", "bytes in its table version", "files"], rows, {1, 2, 3}, "states")
-            + "<h3>Keyed state bytes per key group and subtask</h3>" + key_group_chart(job) + subtask_table(job))
+            + f"<h3>Keyed state bytes per key group and subtask{_of_first(job)}</h3>" + key_group_chart(job)
+            + subtask_table(job))
+
+
+def _of_first(job: JobOverview) -> str:
+    return f" (operator {html.escape(job.operators[0]['uid'])})" if job.operators else ""
 
 
 def job_section(job: JobOverview, tz=timezone.utc, dags: dict | None = None) -> str:
@@ -350,5 +367,5 @@ def jobs_json() -> JSONResponse:
                           "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes,
                           "subtasks": [{"key_groups": [start, end], "keyed_bytes": size}
                                        for start, end, size in j.subtask_bytes()],
-                          "compaction": j.compaction, "compactions": j.compactions}
+                          "compaction": j.compaction, "compactions": j.compactions, "operators": j.operators}
                          for j in job_overviews(Settings.load())[0]])
