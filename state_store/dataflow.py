@@ -45,6 +45,15 @@ class ChainSpec:
             return getattr(self.operators[0], name)
         raise AttributeError(name)
 
+    @property
+    def side_outputs(self) -> list:
+        """Every operator's side outputs (each a table beside the sink)."""
+        return [t for op in self.operators for t in op.side_outputs]
+
+    def side_output_sink(self, tag) -> str:
+        """Where side output ``tag``'s table is (a warehouse path, next to the sink)."""
+        return self.operators[0].side_output_sink(tag)
+
     def operator(self, uid: str) -> JobSpec:
         for op in self.operators:
             if op.uid == uid:

@@ -17,7 +17,18 @@ from demo.sessions_per_country import (
     expected,
     write_clicks,
 )
-from state_store import ChainSpec, ConfigError, Dataflow, FileSource, JobSpec, RestoreError, Types
+from state_store import (
+    ChainSpec,
+    ConfigError,
+    Dataflow,
+    FileSource,
+    JobSpec,
+    KeyedProcessFunction,
+    MapStateDescriptor,
+    OutputTag,
+    RestoreError,
+    Types,
+)
 from state_store.job_store import JobStore
 from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault, run_job
 
@@ -254,3 +265,59 @@ def test_lakestate_rescale_operator_rescales_only_that_operator_and_the_job_goes
     page = job_section(job)
     assert "Operators at the latest checkpoint" in page and "per-country.totals" in page
     assert job.state_bytes["per-country.totals"][0] > 0
+
+
+# -- time in a later operator --------------------------------------------------------------------------------
+SINGLES = OutputTag("single_click_sessions", SESSION)
+
+
+class HoldSessions(KeyedProcessFunction):
+    """Per country: each session held until the watermark passes its end + 60 s (an event-time timer), then
+    emitted; a session of one click also goes to a side output at once."""
+
+    def open(self, ctx):
+        self.held = ctx.get_map_state(MapStateDescriptor("held", Types.STRING(), SESSION))
+
+    def process(self, country, sessions, ctx):
+        for s in sessions:
+            self.held.put(f"{s['user_id']}:{s['start']}", s)
+            ctx.timer_service().register_event_time_timer(s["end"] + 60_000)
+            if s["clicks"] == 1:
+                ctx.output(SINGLES, s)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        for name, s in sorted(self.held.items()):
+            if s["end"] + 60_000 == timestamp:
+                self.held.remove(name)
+                yield s
+
+
+@pytest.mark.slow
+def test_timers_and_side_outputs_work_in_a_later_operator(spark, lake):
+    from datetime import timedelta
+
+    from state_store import WatermarkStrategy
+
+    directory, clicks = _clicks(lake, files=3)
+    head = dataflow(directory, job_id="sessions-only", sink="sinks/sessions-only").operators[0]
+    run_job(spark, head, lake.settings, progress=_quiet)  # the first operator alone: every session it closes
+    chain = (Dataflow.from_source(head.source, job_id="held", watermark_strategy=WatermarkStrategy
+                                  .for_bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_column("ts"))
+             .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION,
+                                        order_by=["ts", "seq"], side_outputs=head.side_outputs)
+             .key_by("country").process(HoldSessions(), uid="held", output_type=SESSION, side_outputs=[SINGLES])
+             .sink_to("sinks/held"))
+    run_job(spark, chain, lake.settings, max_microbatches=2, progress=_quiet)
+    run_job(spark, chain, lake.settings, progress=_quiet)
+    sessions = spark.read.format("delta").load(str(lake.settings.sink("sinks/sessions-only"))).toPandas()
+    watermark = int(clicks["ts"].max()) - 5_000 - 1
+    columns = ["user_id", "start", "end", "clicks"]
+
+    def rows(df):
+        return sorted(map(tuple, df[columns].to_numpy().tolist()))
+
+    held = spark.read.format("delta").load(str(lake.settings.sink("sinks/held"))).toPandas()
+    assert rows(held) == rows(sessions[sessions["end"] + 60_000 <= watermark]) and len(held) > 0
+    singles = spark.read.format("delta").load(str(lake.settings.sink(chain.side_output_sink(SINGLES)))).toPandas()
+    assert rows(singles) == rows(sessions[sessions["clicks"] == 1]) and len(singles) > 0
