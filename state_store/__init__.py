@@ -14,7 +14,14 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
-from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction, OnTimerContext
+from .functions import (
+    FilterFunction,
+    FlatMapFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    OnTimerContext,
+)
 from .job import JobSpec
 from .settings import Settings
 from .side_outputs import OutputTag
@@ -27,7 +34,7 @@ from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 
 __all__ = [
-    "ChainSpec", "Dataflow", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
+    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
-from .job import JobSpec, check_job_id
+from .functions import FilterFunction, FlatMapFunction, KeyedProcessFunction, MapFunction, RecordFunction
+from .job import SHARE_KEY, JobSpec, check_job_id
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
@@ -113,6 +114,47 @@ class ChainSpec:
         return {**described[0], "side_outputs": side_outputs, "operators": described}
 
 
+class _WithoutKeyedState:
+    """A non-keyed operator's RuntimeContext: what it tells of the subtask; keyed state is refused."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def __getattr__(self, name: str):
+        if name.startswith("get_") and name.endswith("_state"):
+            raise ConfigError(f"a non-keyed operator ({name} in open) has no keyed state: key the stream with "
+                              f".key_by(column).process(...) for that, or keep operator state in initialize_state")
+        return getattr(self._ctx, name)
+
+
+class RecordOperator(KeyedProcessFunction):
+    """A ``MapFunction``, ``FlatMapFunction`` or ``FilterFunction`` as the operator a run knows: a keyed function
+    whose keys are the subtasks (``job.SHARE_KEY``), called once a subtask and microbatch with its share."""
+
+    def __init__(self, function: RecordFunction):
+        self.function = function
+
+    def initialize_state(self, ctx) -> None:
+        self.function.initialize_state(ctx)
+
+    def open(self, ctx) -> None:
+        self.function.open(_WithoutKeyedState(ctx))
+
+    def process(self, key, records, ctx):
+        f = self.function
+        if isinstance(f, MapFunction):
+            return [f.map(r) for r in records]
+        if isinstance(f, FilterFunction):
+            return [r for r in records if f.filter(r)]
+        return [row for r in records for row in (f.flat_map(r) or ())]
+
+    def snapshot_state(self, ctx) -> None:
+        self.function.snapshot_state(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+
 def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
     """A job's operators in order (a one-operator job's is itself)."""
     return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
@@ -129,8 +171,8 @@ class _Step:
 
 
 class Dataflow:
-    """A stream being built: ``Dataflow.from_source(source, job_id=...)``, then ``key_by`` / ``process`` pairs,
-    then ``sink_to``. Each call returns a new builder; nothing is checked until ``sink_to``, which checks all."""
+    """A stream being built: ``Dataflow.from_source(source, job_id=...)``, then ``key_by`` / ``process`` pairs and
+    non-keyed ``map`` / ``flat_map`` / ``filter`` operators, then ``sink_to``. Each call returns a new builder; nothing is checked until ``sink_to``, which checks all."""
 
     def __init__(self, source, settings: dict, steps: tuple[_Step, ...] = (), key: tuple | None = None):
         self._source, self._settings, self._steps, self._key = source, settings, steps, key
@@ -188,6 +230,52 @@ class Dataflow:
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
+
+    def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
+                     ) -> "Dataflow":
+        if self._key is not None:
+            raise ConfigError(f"{kind}(...) follows key_by({self._key[0]!r}): a keyed stream takes .process(...); "
+                              f"{kind} the stream before keying it, or after the process")
+        if not isinstance(function, expected):
+            raise ConfigError(f"{kind}(...) takes a state_store.{expected.__name__}, got {type(function).__name__}")
+        uid = uid or f"{kind}-{len(self._steps) + 1}"
+        if output_type is None:  # a filter's rows are the stream's
+            fields = self._fields()
+            if fields is None:
+                raise ConfigError(f"{kind}(uid={uid!r}): the source does not declare its columns; give output_type")
+            output_type = Types.ROW_NAMED(list(fields), list(fields.values()))
+        options = {"parallelism": options.get("parallelism", 2), "max_parallelism": options.get("max_parallelism"),
+                   "order_by": [], "side_outputs": []}
+        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
+        return Dataflow(self._source, self._settings, self._steps + (step,))
+
+    def map(self, function: MapFunction, *, output_type: RowTypeInfo, uid: str | None = None, parallelism: int = 2,
+            max_parallelism: int | None = None) -> "Dataflow":
+        """One row per record (a ``MapFunction``), as a non-keyed operator: stateless, or with operator state
+        (then give it a ``uid`` of its own, as for any stateful operator).
+
+        Example: ``.map(Enrich(), output_type=ENRICHED)``
+        """
+        return self._record_step("map", function, MapFunction, uid, output_type,
+                                 {"parallelism": parallelism, "max_parallelism": max_parallelism})
+
+    def flat_map(self, function: FlatMapFunction, *, output_type: RowTypeInfo, uid: str | None = None,
+                 parallelism: int = 2, max_parallelism: int | None = None) -> "Dataflow":
+        """Any number of rows per record (a ``FlatMapFunction``), as a non-keyed operator (see ``map``).
+
+        Example: ``.flat_map(Dedupe(), output_type=CLICK, uid="dedupe")``
+        """
+        return self._record_step("flat_map", function, FlatMapFunction, uid, output_type,
+                                 {"parallelism": parallelism, "max_parallelism": max_parallelism})
+
+    def filter(self, function: FilterFunction, *, uid: str | None = None, parallelism: int = 2,
+               max_parallelism: int | None = None) -> "Dataflow":
+        """The records a ``FilterFunction`` keeps, unchanged, as a non-keyed operator (see ``map``).
+
+        Example: ``.filter(NotABot())``
+        """
+        return self._record_step("filter", function, FilterFunction, uid, None,
+                                 {"parallelism": parallelism, "max_parallelism": max_parallelism})
 
     def sink_to(self, sink: str) -> JobSpec | ChainSpec:
         """End the job in the Delta table ``sink`` (a path inside the warehouse): a ``JobSpec`` for one operator,

@@ -31,7 +31,7 @@ from .exchange import (
     sort_key_parts,
 )
 from .functions import applies_to_keyed_state
-from .job import KEY_TYPES
+from .job import KEY_TYPES, SHARE_KEY
 from .operator_state import SOURCE_STATE_PREFIX, UNION
 from .records import CheckpointMetadata, MicrobatchPlan
 from .run.context import RunContext
@@ -86,6 +86,8 @@ class Frame:
         if main is None:
             return None
         key = spec.key
+        if key == SHARE_KEY:
+            return self._shared_records(main)
         if key not in main.columns:
             raise InputError(f"the source has no key column {key!r} (columns: {main.columns}); fix the job's key")
         actual, expected = main.schema[key].dataType.simpleString(), KEY_TYPES[spec.key_type.name]
@@ -99,6 +101,18 @@ class Frame:
         return self._frame(
             main, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
             key=F.col(f"`{key}`").cast("string"), key_group=kg, record=F.struct(*[F.col(f"`{c}`") for c in data]))
+
+    def _shared_records(self, main: DataFrame) -> DataFrame:
+        """A non-keyed operator's records (``dataflow``): each to the subtask its content hashes to, whatever runs
+        the microbatches are grouped in (the same record always to the same subtask); the subtask's number is its
+        key, in the first of its key groups (one ``process`` call a subtask and microbatch)."""
+        p, maxp = self.ctx.p, self.ctx.maxp
+        data = [c for c in main.columns if c not in POSITION_COLUMNS]
+        share = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in data]), F.lit(p)).cast("int")
+        return self._frame(
+            main, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=share.cast("string"),
+            key_group=F.floor((share * F.lit(maxp) + F.lit(p - 1)) / F.lit(p)).cast("int"),
+            record=F.struct(*[F.col(f"`{c}`") for c in data]))
 
     def _broadcast_records(self) -> DataFrame | None:
         source = self.ctx.spec.broadcast_source

@@ -311,6 +311,52 @@ class KeyedBroadcastProcessFunction(KeyedProcessFunction):
         microbatch; broadcast state is writable here. Return (or yield) output rows, or None."""
 
 
+class RecordFunction(abc.ABC):
+    """A function of a non-keyed stream (``dataflow``): ``MapFunction``, ``FlatMapFunction``, ``FilterFunction``.
+
+    Stateless, or with operator state (Flink's CheckpointedFunction): register it in ``initialize_state``
+    (``ctx.get_operator_state_store()``), adjust it in ``snapshot_state``; both run on every subtask around every
+    microbatch, as for a keyed function. No keyed state and no timers: key the stream first for those. A
+    subtask gets a share of the records, the same share whatever runs the microbatches are grouped in.
+    """
+
+    def initialize_state(self, ctx: FunctionInitializationContext) -> None:
+        """Register operator state and read raw operator state; before every microbatch. Returns nothing."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Once per subtask and run, after the first ``initialize_state``. Returns nothing."""
+
+    def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
+        """Write raw operator state, or adjust operator state; after every microbatch. Returns nothing."""
+
+    def close(self) -> None:
+        """At the end of a run. Returns nothing."""
+
+
+class MapFunction(RecordFunction):
+    """One output row per record: ``map(record) -> dict``."""
+
+    @abc.abstractmethod
+    def map(self, record: dict) -> dict:
+        """The output row of ``record``."""
+
+
+class FlatMapFunction(RecordFunction):
+    """Any number of output rows per record: ``flat_map(record) -> iterable of dicts``."""
+
+    @abc.abstractmethod
+    def flat_map(self, record: dict) -> Iterable[dict] | None:
+        """Return (or yield) the output rows of ``record``, or None."""
+
+
+class FilterFunction(RecordFunction):
+    """Keeps the records ``filter(record)`` is true for, unchanged."""
+
+    @abc.abstractmethod
+    def filter(self, record: dict) -> bool:
+        """Whether ``record`` goes on."""
+
+
 def uses_timers(function: KeyedProcessFunction) -> bool:
     """Whether ``function`` has an ``on_timer`` of its own (a run then looks for due timers)."""
     return type(function).on_timer is not KeyedProcessFunction.on_timer

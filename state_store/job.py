@@ -17,6 +17,8 @@ from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy
 
 BACKENDS = ("delta", "hashmap", "memory")
+# The key of a non-keyed operator (``dataflow``): not a column; each record goes to a subtask by its content.
+SHARE_KEY = "__share__"
 KEY_TYPES = {"STRING": "string", "LONG": "bigint", "INT": "int"}
 _JOB_ID = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
 
@@ -109,7 +111,7 @@ class JobSpec:
             if source is not None:
                 source.validate(what)
         declared = self.source.declared_fields()
-        if declared is not None:
+        if declared is not None and self.key != SHARE_KEY:
             if self.key not in declared:
                 raise ConfigError(f"key column {self.key!r} is not in the source schema {list(declared)}")
             if declared[self.key].name != self.key_type.name:

@@ -278,7 +278,7 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
     unknown = sorted(set(parallelism or {}) - set(takes)) if isinstance(parallelism, dict) else []
     if unknown:
         raise ConfigError(f"job {spec.job_id!r} has no operator {unknown[0]!r}; its operators are {list(takes)}")
-    left = [u for u in source.uids if u not in takes.values()]
+    left = [u for u in source.uids if u not in takes.values() and source.meta.of_operator(u).entries]
     if left and not allow_non_restored_state:
         raise RestoreError(f"{source.where} holds state of operators {left} that no operator of job "
                            f"{spec.job_id!r} takes; map them with --uid-map OLD=NEW, or pass "
@@ -295,7 +295,7 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
         moved = {takes[op.uid]: op.uid} if takes[op.uid] != op.uid else {}
         restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state,
                                latest=latest.of_operator(op.uid) if latest else None), op_meta))
-    if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids):
+    if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids) == len(ops):
         say(already_at(spec.job_id, latest))
         return latest
     rows = [_checked_operator_rows(spark, r, m) for r, m in restores]

@@ -22,12 +22,17 @@ from state_store import (
     ConfigError,
     Dataflow,
     FileSource,
+    FilterFunction,
+    FlatMapFunction,
     JobSpec,
     KeyedProcessFunction,
+    ListStateDescriptor,
+    MapFunction,
     MapStateDescriptor,
     OutputTag,
     RestoreError,
     Types,
+    ValueStateDescriptor,
 )
 from state_store.job_store import JobStore
 from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault, run_job
@@ -321,3 +326,97 @@ def test_timers_and_side_outputs_work_in_a_later_operator(spark, lake):
     assert rows(held) == rows(sessions[sessions["end"] + 60_000 <= watermark]) and len(held) > 0
     singles = spark.read.format("delta").load(str(lake.settings.sink(chain.side_output_sink(SINGLES)))).toPandas()
     assert rows(singles) == rows(sessions[sessions["clicks"] == 1]) and len(singles) > 0
+
+
+# -- non-keyed operators -------------------------------------------------------------------------------------
+class Dedupe(FlatMapFunction):
+    """Drops a click seen before: the same click always comes to the same subtask, which keeps the seqs it has
+    seen in operator state; union list state, so that after a rescale, where clicks come to other subtasks than
+    before, every subtask starts from every seq seen (Flink's pattern)."""
+
+    def initialize_state(self, ctx):
+        store = ctx.get_operator_state_store()
+        self.seen_state = store.get_union_list_state(ListStateDescriptor("seen", Types.LONG()))
+        self.seen = set(self.seen_state.get())
+        if ctx.is_restored():
+            self.seen_state.update(sorted(self.seen))  # the union holds each subtask's copy: one is enough
+
+    def flat_map(self, click):
+        if click["seq"] not in self.seen:
+            self.seen.add(click["seq"])
+            self.seen_state.add(click["seq"])
+            yield click
+
+
+class NotEveryFifth(FilterFunction):
+    def filter(self, click):
+        return click["seq"] % 5 != 0
+
+
+class Shout(MapFunction):
+    def map(self, session):
+        return {**session, "country": session["country"].upper()}
+
+
+def _deduped(directory, job_id="deduped", sink="sinks/deduped", dedupe_parallelism=2):
+    from datetime import timedelta
+
+    from state_store import WatermarkStrategy
+
+    return (Dataflow.from_source(FileSource(str(directory), "parquet", CLICK, max_files_per_batch=1), job_id=job_id,
+                                 watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
+                                     timedelta(seconds=5)).with_timestamp_column("ts"))
+            .flat_map(Dedupe(), output_type=CLICK, uid="dedupe", parallelism=dedupe_parallelism)
+            .filter(NotEveryFifth())
+            .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION, order_by=["ts", "seq"])
+            .map(Shout(), output_type=SESSION)
+            .key_by("country").process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=3)
+            .sink_to(sink))
+
+
+@pytest.mark.slow
+def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, lake):
+    from state_store.restore import rescale_job
+    from state_store.state_processor import SavepointReader
+
+    directory, _ = _clicks(lake, files=2)
+    again = directory / "clicks-00002.parquet"  # file 1's clicks again (a producer's retry), then new ones
+    again.write_bytes((directory / "clicks-00001.parquet").read_bytes())
+    write_clicks(directory, 1, events=300, users=200, first_minute=3)
+    chain = _deduped(directory)
+    assert chain.uids == ["dedupe", "filter-2", "sessions", "map-4", "per-country"]
+    run_job(spark, chain, lake.settings, max_microbatches=2, progress=_quiet)
+    rescale_job(spark, lake.settings, chain, {"dedupe": 3}, say=_quiet)  # every new subtask gets the whole union
+    run_job(spark, chain, lake.settings, progress=_quiet)
+    unique = pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("*.parquet")) if f != again])
+    kept = unique[unique["seq"] % 5 != 0]
+    want = expected(kept).assign(country=lambda d: d["country"].str.upper())
+    pd.testing.assert_frame_equal(_latest_totals(spark, lake, "sinks/deduped"), want, check_dtype=False)
+    seen = SavepointReader.for_checkpoint(spark, "deduped", settings=lake.settings).list_state("seen", uid="dedupe")
+    assert {r["value"] for r in seen.collect()} == set(unique["seq"])
+    # The same microbatches in runs of one: the same sink.
+    for _ in range(4):
+        run_job(spark, _deduped(directory, "one-by-one", "sinks/one-by-one"), lake.settings, max_microbatches=1,
+                progress=_quiet)
+    assert _sink_rows(spark, lake, "sinks/one-by-one") == _sink_rows(spark, lake, "sinks/deduped")
+
+
+def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(tmp_path):
+    from state_store.dataflow import RecordOperator
+    from state_store.functions import RuntimeContext
+    from state_store.keyed_state import KeyedStateStore
+
+    class Keyed(MapFunction):
+        def open(self, ctx):
+            ctx.get_state(ValueStateDescriptor("x", Types.LONG()))
+
+        def map(self, r):
+            return r
+
+    with pytest.raises(ConfigError, match="has no keyed state"):
+        RecordOperator(Keyed()).open(RuntimeContext("m", KeyedStateStore(), 0, 2, 128))
+    start = Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="bad")
+    with pytest.raises(ConfigError, match="takes a state_store.MapFunction"):
+        start.map(NotEveryFifth(), output_type=CLICK)
+    with pytest.raises(ConfigError, match="a keyed stream takes .process"):
+        start.key_by("user_id").filter(NotEveryFifth())

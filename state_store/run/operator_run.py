@@ -48,7 +48,7 @@ def check_chain_restorable(specs, checkpoint: CheckpointMetadata, descriptors: l
     if checkpoint.uid != uids[0]:
         raise RestoreError(f"checkpoint {checkpoint.checkpoint_id}'s first operator is {checkpoint.uid!r} (it keeps "
                            f"the source's offsets) but the job's first operator is now {uids[0]!r}; keep its uid")
-    dropped = [u for u in held if u not in uids]
+    dropped = [u for u in held if u not in uids and checkpoint.of_operator(u).entries]  # a stateless one: nothing lost
     if dropped:
         raise RestoreError(f"checkpoint {checkpoint.checkpoint_id} holds state of operators {dropped} that the job "
                            f"no longer has; put them back, or restore it into the job with "
