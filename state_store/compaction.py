@@ -104,10 +104,11 @@ def nothing_to_do(meta: JobStore, latest: CheckpointMetadata) -> str | None:
     left = last.get("new_checkpoint", last["checkpoint"])
     if latest.checkpoint_id != left:
         return None
-    for recorded in latest.state.values():
-        if recorded.path and recorded.version is not None and \
-                table_snapshot(recorded.path)["version"] != recorded.version:
-            return None
+    for part, _ in _operators(meta, latest).values():
+        for recorded in part.state.values():
+            if recorded.path and recorded.version is not None and \
+                    table_snapshot(recorded.path)["version"] != recorded.version:
+                return None
     return (f"checkpoint {left} (microbatch {latest.batch_id}) is what the compaction of "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(last['started_ms'] / 1000))} UTC left, and no run "
             f"has written since")
@@ -117,7 +118,9 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     """The work: the rewrite (delta backend) and the deletion of unpinned files, or, when a killed run's TTL
     cleanup is past ``latest``, nothing (``report["waiting"]`` says why)."""
     job_id = latest.job_id
-    killed = _killed_cleanup(spark, latest, meta.job_dir)
+    parts = _operators(meta, latest)
+    killed = next((k for part, job_dir in parts.values() if (k := _killed_cleanup(spark, part, job_dir)) is not None),
+                  None)
     if killed is not None:  # the tables stay as they are, files too: the killed run's replay needs them
         report["waiting"] = (f"a run removed expired entries after microbatch {killed} but stopped before its "
                              f"checkpoint; compacting checkpoint {latest.checkpoint_id} would bring them back. "
@@ -128,7 +131,19 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     if latest.backend == "delta":
         report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
     retained = meta.readable_checkpoints()
-    report["files_deleted"], report["bytes_reclaimed"] = _delete_unpinned(meta.job_dir, retained, fault)
+    report["files_deleted"] = report["bytes_reclaimed"] = 0
+    for uid, (_, job_dir) in parts.items():  # each operator's tables are in its own folder
+        mine = [c for c in (r.of_operator(uid) for r in retained) if c is not None]
+        deleted, reclaimed = _delete_unpinned(job_dir, mine, fault)
+        report["files_deleted"] += deleted
+        report["bytes_reclaimed"] += reclaimed
+
+
+def _operators(meta: JobStore, checkpoint: CheckpointMetadata) -> dict[str, tuple[CheckpointMetadata, object]]:
+    """Each operator's part of ``checkpoint`` and the folder of its tables (a dataflow's later operators have
+    their own), by uid, first first."""
+    return {uid: (checkpoint.of_operator(uid), meta.job_dir if uid == checkpoint.uid else meta.operator_dir(uid))
+            for uid in [checkpoint.uid, *sorted(checkpoint.operators or {})]}
 
 
 def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) -> int | None:
@@ -144,13 +159,17 @@ def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) ->
 def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, report: dict, fault) -> int:
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
-    state = dict(latest.state)
-    for spec in (KEYED_TABLE, OPERATOR_TABLE):
-        state[spec.name], report["tables"][spec.name] = _compact_table(spark, latest, spec)
+    checkpoint_id, compacted = meta.next_checkpoint_id(), {}
+    for uid, (part, _) in _operators(meta, latest).items():  # a dataflow: each operator's tables ("uid:keyed" ...)
+        state = dict(part.state)
+        for spec in (KEYED_TABLE, OPERATOR_TABLE):
+            name = spec.name if uid == latest.uid else f"{uid}:{spec.name}"
+            state[spec.name], report["tables"][name] = _compact_table(spark, part, spec)
+        compacted[uid] = replace(part, checkpoint_id=checkpoint_id, state=state,
+                                 entries=_entries_after(spark, part, state[KEYED_TABLE.name]))
     fault("after_rewrite")
-    entries = _entries_after(spark, latest, state[KEYED_TABLE.name])
-    compacted = replace(latest, checkpoint_id=meta.next_checkpoint_id(), state=state, entries=entries,
-                        completed_ms=int(time.time() * 1000), airflow_run=AirflowRun.of_environment())
+    compacted = replace(compacted.pop(latest.uid), completed_ms=int(time.time() * 1000),
+                        airflow_run=AirflowRun.of_environment(), operators=compacted or None)
     meta.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id

@@ -123,12 +123,29 @@ def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(sp
 
 
 @pytest.mark.slow
-def test_a_run_of_three_microbatches_equals_three_runs_of_one(spark, lake):
+def test_a_run_of_three_microbatches_equals_three_runs_of_one_and_compaction_keeps_it_so(spark, lake):
     directory, _ = _clicks(lake)
     run_job(spark, dataflow(directory, job_id="at-once", sink="sinks/at-once"), lake.settings, progress=_quiet)
     for _ in range(3):
         run_job(spark, dataflow(directory, job_id="one-by-one", sink="sinks/one-by-one"), lake.settings,
                 max_microbatches=1, progress=_quiet)
+    assert _sink_rows(spark, lake, "sinks/at-once") == _sink_rows(spark, lake, "sinks/one-by-one")
+    # Compaction rewrites every operator's tables (the three runs left superseded rows); the job goes on.
+    from state_store.compaction import compact_job
+
+    store = JobStore(lake.settings.job_dir("one-by-one"))
+    before = store.latest_checkpoint()
+    report = compact_job(spark, lake.settings, "one-by-one", say=_quiet)
+    assert report["tables"]["per-country:keyed"]["superseded_removed"] > 0 and report["files_deleted"] > 0
+    after = store.latest_checkpoint()
+    assert after.checkpoint_id == report["new_checkpoint"] and after.of_operator("per-country").entries == \
+        before.of_operator("per-country").entries
+    assert after.of_operator("per-country").table("keyed").version > before.of_operator("per-country").table(
+        "keyed").version
+    assert compact_job(spark, lake.settings, "one-by-one", say=_quiet).get("nothing_to_do")
+    write_clicks(directory, 1, events=300, users=200)
+    for job_id, sink in (("at-once", "sinks/at-once"), ("one-by-one", "sinks/one-by-one")):
+        run_job(spark, dataflow(directory, job_id=job_id, sink=sink), lake.settings, progress=_quiet)
     assert _sink_rows(spark, lake, "sinks/at-once") == _sink_rows(spark, lake, "sinks/one-by-one")
 
 
