@@ -273,11 +273,16 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     entrypoint = "demo.clicks:job"
     max_microbatches = 2
     checkpoint_interval = 1
+
+    [jobs.sessions-per-country]
+    entrypoint = "demo.sessions_per_country:job"
     """)
     root = tmp_path / "lakestate"
     env = _airflow_env(tmp_path, registry, root)
     subprocess.run([sys.executable, "-m", "demo.generate", "--files", "3", "--events", "500", "--keys", "100"],
                    env=env, check=True, capture_output=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "demo.sessions_per_country", "--files", "3", "--events", "300",
+                    "--users", "200"], env=env, check=True, capture_output=True, cwd=ROOT)
     migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
 
@@ -360,6 +365,28 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     # Dispose, from its DAG: files only.
     dag_test("lakestate_dispose", {"savepoint": "clicks/before-rescale"})
     assert not path.exists() and [s.name for s in list_savepoints(settings, "clicks")][0].startswith("rescale-2-")
+    # A job of two operators (a dataflow) through its pipeline DAG: the result is pandas' over the same input.
+    chained = dag_test("lakestate_sessions-per-country")
+    assert "operator per-country: microbatch 2:" in chained and "checkpoint 3 at microbatch 2" in chained
+    _assert_sessions_per_country(settings, root / "input" / "country-clicks")
+    dag_test("lakestate_rescale", {"job": "sessions-per-country", "parallelism": 4, "operator": "per-country"})
+    latest = JobStore(settings.job_dir("sessions-per-country")).latest_checkpoint()
+    assert (latest.parallelism, latest.of_operator("per-country").parallelism) == (2, 4)
+
+
+def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:
+    """The dataflow demo's sink, the latest totals per country, against the same logic in pandas."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from demo.sessions_per_country import expected
+
+    rows = DeltaTable(str(settings.sink("sinks/sessions_per_country"))).to_pandas()
+    latest = rows.sort_values("_microbatch").groupby("country").tail(1)[["country", "sessions", "clicks"]]
+    clicks = pd.concat([pq.read_table(f).to_pandas() for f in sorted(clicks_dir.glob("*.parquet"))])
+    pd.testing.assert_frame_equal(latest.sort_values("country").reset_index(drop=True), expected(clicks),
+                                  check_dtype=False)
 
 
 def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):
@@ -411,6 +438,7 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     assert (parallelism["exclusiveMinimum"], parallelism["exclusiveMaximum"]) == (0, 32769)  # no job has run
     assert parallelism["description"] == "1 to the job's max parallelism (clicks: not run yet; orders: not run yet)"
     assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["minimum"] == 0
+    assert rescale["operator"]["type"] == ["null", "string"]  # a dataflow's one operator to rescale
     assert restore["savepoint"]["type"] == ["null", "string"] and restore["backend"]["enum"] == [None, "delta",
                                                                                                  "hashmap"]
     assert params["lakestate_dispose"]["savepoint"]["pattern"].startswith("^")

@@ -175,12 +175,15 @@ def _rescale_dag(jobs: list[str]) -> DAG:
                                  description="Take a savepoint of the latest checkpoint before rescaling"),
         "retain_savepoints": Param(None, type=["null", "integer"], minimum=0, title="Rescale savepoints kept",
                                    description="Keep only the newest N savepoints rescales took (empty: all)"),
+        "operator": Param(None, type=["null", "string"], title="Operator (a dataflow's)",
+                          description="The uid of the one operator of a dataflow to rescale (empty: every operator)"),
     }, doc_md=f"""Rescales `job` to `parallelism` (`lakestate rescale`): 1 to the job's max parallelism (its key
 groups; the field's description gives each job's current and max); a value out of range is refused with the
 value given. At the parallelism the job already has, nothing is written and the task says so. With
 `savepoint_first` (default) a savepoint `rescale-<checkpoint>-<time>` is taken first (an event of
 `lakestate://<job>/savepoints`); `retain_savepoints` (0 or more; empty: all) then disposes all but the newest N
-of those. The job is held meanwhile: its pipeline runs wait. See {PAGE}.""", **COMMON) as dag:
+of those. For a job of several operators (a dataflow), `operator` names the one to rescale; empty, every
+operator goes to `parallelism`. The job is held meanwhile: its pipeline runs wait. See {PAGE}.""", **COMMON) as dag:
         _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
     return dag
 

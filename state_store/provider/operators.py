@@ -202,16 +202,18 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
     naming the value given, before anything is submitted. The savepoint taken first is an event of the job's
     savepoints Asset."""
 
-    template_fields = (*_LakestateSparkSubmit.template_fields, "job", "parallelism")
+    template_fields = (*_LakestateSparkSubmit.template_fields, "job", "parallelism", "operator")
 
     def __init__(self, **kwargs):
         job, parallelism = "{{ params.job }}", "{{ params.parallelism | int }}"
         first = "{{ '--savepoint-first' if params.get('savepoint_first', true) else '' }}"
         retain = ("{% if params.get('retain_savepoints') is not none %}--retain-savepoints="
                   "{{ params.retain_savepoints | int }}{% endif %}")
+        operator = "{{ params.get('operator') or '' }}"  # a dataflow's operator (empty: every operator)
+        which = "{% if params.get('operator') %}--operator={{ params.operator }}{% endif %}"
         kwargs.setdefault("outlets", [SAVEPOINTS])
-        super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first, retain], **kwargs)
-        self.job, self.parallelism = job, parallelism
+        super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first, retain, which], **kwargs)
+        self.job, self.parallelism, self.operator = job, parallelism, operator
 
     def execute(self, context):
         from state_store.job_store import JobStore
@@ -222,11 +224,18 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         meta = JobStore(settings.job_dir(self.job))
         latest = meta.latest_checkpoint()
         wanted = int(self.parallelism)
-        if latest is not None and not 1 <= wanted <= latest.max_parallelism:
-            raise AirflowException(f"lakestate: error: parallelism {wanted} is out of range for job {self.job}: "
-                                   f"give 1 to {latest.max_parallelism} (its max parallelism; it runs at "
-                                   f"{latest.parallelism}); nothing was submitted")
-        changed = latest is None or latest.parallelism != wanted
+        uids = [self.operator] if self.operator else ([latest.uid, *sorted(latest.operators or {})] if latest else [])
+        points = [latest.of_operator(uid) for uid in uids]
+        if None in points:
+            raise AirflowException(f"lakestate: error: job {self.job} has no operator {self.operator!r} with state; "
+                                   f"its operators are {[latest.uid, *sorted(latest.operators or {})]}")
+        for point in points:
+            if not 1 <= wanted <= point.max_parallelism:
+                raise AirflowException(f"lakestate: error: parallelism {wanted} is out of range for job {self.job}"
+                                       f"{' operator ' + point.uid if len(uids) > 1 or self.operator else ''}: "
+                                       f"give 1 to {point.max_parallelism} (its max parallelism; it runs at "
+                                       f"{point.parallelism}); nothing was submitted")
+        changed = latest is None or any(point.parallelism != wanted for point in points)
         if changed:
             before = {s.name for s in list_savepoints(settings, self.job)}
             super().execute(context)
