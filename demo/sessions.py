@@ -29,26 +29,32 @@ LATE = OutputTag("late", Types.ROW_NAMED(["user_id", "ts", "watermark"], [Types.
 
 
 class UserSessions(KeyedProcessFunction):
+    """Per user, the open session (a ValueState of ``OPEN_TYPE``), closed by an event-time timer at its last
+    click + ``GAP_MS``; clicks behind the watermark go to the side output ``LATE_TAG``. A subclass says what a
+    session holds (``_start``, ``_add``, ``_close``)."""
+
+    OPEN_TYPE, LATE_TAG = OPEN, LATE
+
     def open(self, ctx):
-        self.session = ctx.get_state(ValueStateDescriptor("session", OPEN))
+        self.session = ctx.get_state(ValueStateDescriptor("session", self.OPEN_TYPE))
 
     def process(self, user_id, clicks, ctx):
         timers, watermark = ctx.timer_service(), ctx.current_watermark()
         for click in clicks:  # in event time order (order_by)
             ts = click["ts"]
             if ts <= watermark:
-                ctx.output(LATE, {"user_id": user_id, "ts": ts, "watermark": watermark})
+                ctx.output(self.LATE_TAG, {"user_id": user_id, "ts": ts, "watermark": watermark})
                 continue
             s = self.session.value()
             if s is not None and ts > s["last"] + GAP_MS:  # the open session ended before this click
                 yield self._close(user_id, s)
                 s = None
             if s is None:
-                s = {"start": ts, "last": ts, "clicks": 0, "spend": 0.0}
+                s = {**self._start(click), "start": ts, "last": ts, "clicks": 0}
             else:
                 timers.delete_event_time_timer(s["last"] + GAP_MS)
             s["clicks"] += 1
-            s["spend"] = round(s["spend"] + click["amount"], 2)
+            self._add(s, click)
             s["last"] = max(s["last"], ts)
             self.session.update(s)
             timers.register_event_time_timer(s["last"] + GAP_MS)
@@ -57,6 +63,13 @@ class UserSessions(KeyedProcessFunction):
         s = self.session.value()
         if s is not None and timestamp == s["last"] + GAP_MS:
             yield self._close(ctx.get_current_key(), s)
+
+    def _start(self, click) -> dict:
+        """What a new session holds beside its start, last click and count."""
+        return {"spend": 0.0}
+
+    def _add(self, s, click) -> None:
+        s["spend"] = round(s["spend"] + click["amount"], 2)
 
     def _close(self, user_id, s):
         self.session.clear()

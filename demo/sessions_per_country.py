@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from demo.sessions import GAP_MS, UserSessions
 from state_store import (
     Dataflow,
     FileSource,
@@ -27,7 +28,6 @@ from state_store import (
     WatermarkStrategy,
 )
 
-GAP_MS = 30_000
 BOUND_MS = 5_000
 CLICK = Types.ROW_NAMED(["user_id", "country", "ts", "seq"], [Types.LONG(), Types.STRING(), Types.LONG(), Types.LONG()])
 SESSION = Types.ROW_NAMED(["user_id", "country", "start", "end", "clicks"],
@@ -39,37 +39,16 @@ LATE = OutputTag("late_clicks", Types.ROW_NAMED(["user_id", "ts", "watermark"],
 TOTALS = Types.ROW_NAMED(["sessions", "clicks"], [Types.LONG(), Types.LONG()])
 
 
-class CountrySessions(KeyedProcessFunction):
-    """Per user: the open session, closed by an event-time timer at its last click + ``GAP_MS``."""
+class CountrySessions(UserSessions):
+    """Per user: ``demo.sessions``' sessions, each with the user's country instead of the spend."""
 
-    def open(self, ctx):
-        self.session = ctx.get_state(ValueStateDescriptor("session", OPEN))
+    OPEN_TYPE, LATE_TAG = OPEN, LATE
 
-    def process(self, user_id, clicks, ctx):
-        timers, watermark = ctx.timer_service(), ctx.current_watermark()
-        for click in clicks:  # in event time order (order_by)
-            ts = click["ts"]
-            if ts <= watermark:
-                ctx.output(LATE, {"user_id": user_id, "ts": ts, "watermark": watermark})
-                continue
-            s = self.session.value()
-            if s is not None and ts > s["last"] + GAP_MS:  # the open session ended before this click
-                timers.delete_event_time_timer(s["last"] + GAP_MS)
-                yield self._close(user_id, s)
-                s = None
-            if s is None:
-                s = {"country": click["country"], "start": ts, "last": ts, "clicks": 0}
-            else:
-                timers.delete_event_time_timer(s["last"] + GAP_MS)
-            s["clicks"] += 1
-            s["last"] = max(s["last"], ts)
-            self.session.update(s)
-            timers.register_event_time_timer(s["last"] + GAP_MS)
+    def _start(self, click) -> dict:
+        return {"country": click["country"]}
 
-    def on_timer(self, timestamp, ctx):
-        s = self.session.value()
-        if s is not None and timestamp == s["last"] + GAP_MS:
-            yield self._close(ctx.get_current_key(), s)
+    def _add(self, s, click) -> None:
+        pass
 
     def _close(self, user_id, s):
         self.session.clear()
