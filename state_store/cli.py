@@ -110,7 +110,7 @@ def cmd_checkpoints(args, settings: Settings) -> int:
     rows = []
     for c in checkpoints:
         versions = " ".join(f"{t}@v{i.version}" for t, i in c.state.items() if i is not None and i.version is not None)
-        rows.append([c.checkpoint_id, c.batch_id, c.backend, versions or "-", sum(c.entries.values()), c.size_bytes,
+        rows.append([c.checkpoint_id, c.batch_id, c.backend, versions or "-", c.total_entries, c.size_bytes,
                      c.num_files, _when(c.completed_ms)])
     print(_table(rows, ["checkpoint", "microbatch", "backend", "table versions", "entries", "bytes", "files",
                         "completed (UTC)"]))
@@ -256,7 +256,7 @@ def cmd_savepoints(args, settings: Settings) -> int:
               + "; take one with: lakestate savepoint <job>")
         return 0
     rows = [[f"{s.job_id}/{s.name}", s.checkpoint_id, s.batch_id, s.parallelism, s.backend,
-             sum(s.entries.values()), s.size_bytes, _when(s.created_ms)] for s in found]
+             s.total_entries, s.size_bytes, _when(s.created_ms)] for s in found]
     print(_table(rows, ["savepoint", "checkpoint", "microbatch", "parallelism", "taken from", "entries", "bytes",
                         "created (UTC)"]))
     return 0

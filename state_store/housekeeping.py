@@ -26,7 +26,7 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
         for folder in sorted(staging.iterdir()):
             rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
-    rows = [{"checkpoint": c.checkpoint_id, "microbatch": c.batch_id, "entries": sum(c.entries.values()),
+    rows = [{"checkpoint": c.checkpoint_id, "microbatch": c.batch_id, "entries": c.total_entries,
              "bytes": c.size_bytes, "files": c.num_files, "completed_ms": c.completed_ms} for c in checkpoints]
     for r in rows:
         say(f"[lakestate] job {job_id}: checkpoint {r['checkpoint']} at microbatch {r['microbatch']}: "

@@ -555,6 +555,11 @@ class CheckpointMetadata(_Record):
         return super().from_dict(data)
 
     @property
+    def total_entries(self) -> int:
+        """Live entries it holds, every operator's."""
+        return sum(self.entries.values()) + sum(c.total_entries for c in (self.operators or {}).values())
+
+    @property
     def size_bytes(self) -> int:
         """Bytes of state it pins, every operator's."""
         return (sum(t.size_bytes for t in self.state.values() if t is not None)
@@ -634,6 +639,11 @@ class SavepointMetadata(_Record):
         if data.get("operators") is not None:
             data["operators"] = {uid: cls.from_dict(o) for uid, o in data["operators"].items()}
         return super().from_dict(data)
+
+    @property
+    def total_entries(self) -> int:
+        """Live entries it holds, every operator's."""
+        return sum(self.entries.values()) + sum(o.total_entries for o in (self.operators or {}).values())
 
     @property
     def size_bytes(self) -> int:

@@ -145,7 +145,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
         raise
     (final / OWNER).unlink(missing_ok=True)
     savepoint.path = str(final)
-    say(f"[lakestate] job {job_id}: savepoint {final} complete: {sum(savepoint.entries.values())} entries, "
+    say(f"[lakestate] job {job_id}: savepoint {final} complete: {savepoint.total_entries} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
     return savepoint
 

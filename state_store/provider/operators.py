@@ -164,7 +164,7 @@ def _savepoint_event(context, savepoint) -> dict:
     """Emit ``savepoint``'s event on its job's savepoints Asset; return what it says (also an XCom)."""
     said = {"path": savepoint.path, "job": savepoint.job_id, "name": savepoint.name,
             "checkpoint": savepoint.checkpoint_id, "microbatch": savepoint.batch_id,
-            "entries": sum(savepoint.entries.values()), "bytes": savepoint.size_bytes}
+            "entries": savepoint.total_entries, "bytes": savepoint.size_bytes}
     context["outlet_events"][SAVEPOINTS].add(savepoints_asset(savepoint.job_id), extra=said)
     return said
 

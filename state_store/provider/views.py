@@ -217,7 +217,7 @@ def _checkpoints(job: JobOverview, tz) -> str:
                               if t is not None and t.version is not None)
         origin = html.escape(job.origin(c)[1] or "-")
         rows.append([c.checkpoint_id, c.batch_id, _when(c.completed_ms, tz), c.parallelism, c.backend,
-                     count(sum(c.entries.values())), Html(f"<span class='nowrap'>{origin}</span>"),
+                     count(c.total_entries), Html(f"<span class='nowrap'>{origin}</span>"),
                      _run_link(job.airflow_run(c)), Html(f"<span class='nowrap'>{versions or '-'}</span>"),
                      human_bytes(c.size_bytes), count(c.num_files)])
     return (_table(["checkpoint", "microbatch", f"completed ({zone_name(tz)})", "parallelism", "backend",
@@ -233,7 +233,7 @@ def _savepoints(job: JobOverview, tz) -> str:
         return ("<h3>Savepoints</h3><p class='meta'>no savepoints: trigger "
                 f"{_dag_link('lakestate_savepoint')}</p>")
     rows = [[Html(html.escape(s.name).replace("__", "__<wbr>")), s.checkpoint_id, s.batch_id,
-             _when(s.created_ms, tz), s.parallelism, s.backend, count(sum(s.entries.values())),
+             _when(s.created_ms, tz), s.parallelism, s.backend, count(s.total_entries),
              human_bytes(s.size_bytes), _run_link(s.airflow_run), _path(s.path, s.name)]
             for s in reversed(job.savepoints)]
     return "<h3>Savepoints</h3>" + _table(

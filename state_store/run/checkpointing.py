@@ -118,7 +118,7 @@ class Checkpointer:
             ctx.store.publish(row)  # last: the checkpoint exists only once this row does
             ctx.fault("after_checkpoint", [plan.batch_id])
             taken.append(cid)
-            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {_entries(row)} entries, "
+            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {row.total_entries} entries, "
                     f"{row.size_bytes} bytes in {row.num_files} files")
         ctx.store.expire(ctx.spec.num_retained, lambda old, retained: self._discard(old, retained, downstream))
         return taken
@@ -132,6 +132,3 @@ class Checkpointer:
                 kept = [r for r in (k.of_operator(c.ctx.spec.uid) for k in retained) if r is not None]
                 c._discard(mine, kept)
 
-
-def _entries(row: CheckpointMetadata) -> int:
-    return sum(row.entries.values()) + sum(sum(c.entries.values()) for c in (row.operators or {}).values())
