@@ -178,9 +178,8 @@ class _Run:
 
     def run(self, max_microbatches: int | None, max_records: int | None) -> RunResult:
         ctx, checkpoint, result, head = self.ctx, self.checkpoint, self.result, self.head
-        ctx.progress(f"[lakestate] job {ctx.spec.job_id}: " + (
-            f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), run {ctx.run_id}"
-            if checkpoint else f"no checkpoint, starting from the beginning, run {ctx.run_id}"))
+        ctx.say(f"restored checkpoint {checkpoint.checkpoint_id} (microbatch {checkpoint.batch_id}), run {ctx.run_id}"
+                if checkpoint else f"no checkpoint, starting from the beginning, run {ctx.run_id}")
         phase = _Phases(result)
         token = new_token()
         for op in self.operators:  # sinks refused before planning when unfit
@@ -197,8 +196,7 @@ class _Run:
         ctx.fault("after_plan", batch_ids)
         phase("plan")
         try:
-            self._process(plans, new)
-            phase("process")
+            self._process(plans, new, phase)
             self._commit(plans, phase)
         finally:
             for op in self.operators:
@@ -208,13 +206,15 @@ class _Run:
                 f"({rate:,.0f} records/s; " + ", ".join(f"{k} {v}s" for k, v in result.phases.items()) + ")")
         return result
 
-    def _process(self, plans: list[MicrobatchPlan], new: list[MicrobatchPlan]) -> None:
-        """The Spark pass of each operator in turn, each fed what the one before emitted; every user or input
-        error surfaces here, before anything is committed (the new plans are dropped)."""
+    def _process(self, plans: list[MicrobatchPlan], new: list[MicrobatchPlan], phase) -> None:
+        """The Spark pass of each operator in turn, each fed what the one before emitted (its phase "process",
+        a dataflow's "process <uid>" each); every user or input error surfaces here, before anything is committed
+        (the new plans are dropped)."""
         ctx, upstream = self.ctx, None
         try:
             for op in self.operators:
                 upstream = op.process(plans, self.clock, upstream)
+                phase(f"process {op.ctx.spec.uid}" if len(self.operators) > 1 else "process")
         except Exception as e:
             wait_for_running_tasks(ctx.spark)
             for plan in new:

@@ -71,7 +71,7 @@ class RunContext:
     # In a dataflow, an operator before the last: its output goes to the next operator (staged at ``sink_path``
     # for the run), not to the sink.
     edge: bool = False
-    in_chain: bool = False  # one of a dataflow's operators: what it says names it
+    in_chain: bool = False  # one of a dataflow's operators: what it says of itself names it (``say_of_operator``)
 
     @property
     def p(self) -> int:
@@ -119,5 +119,8 @@ class RunContext:
             self.faults.hit(point, batch_ids, self.spec.uid)
 
     def say(self, message: str) -> None:
-        who = f"job {self.spec.job_id}, operator {self.spec.uid}" if self.in_chain else f"job {self.spec.job_id}"
-        self.progress(f"[lakestate] {who}: {message}")
+        self.progress(f"[lakestate] job {self.spec.job_id}: {message}")
+
+    def say_of_operator(self, message: str) -> None:
+        """A line of this operator's (a dataflow's are named)."""
+        self.say(f"operator {self.spec.uid}: {message}" if self.in_chain else message)
