@@ -42,11 +42,11 @@ def broker(tmp_path_factory):
     assert _script("stop", env).returncode == 0  # idempotent
 
 
-def _topic(broker, name: str, partitions: int = 4) -> None:
+def _topic(broker, name: str, partitions: int = 4, config: dict | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": broker["bootstrap"]})  # kept while its futures resolve
-    for future in admin.create_topics([NewTopic(name, partitions)]).values():
+    for future in admin.create_topics([NewTopic(name, partitions, config=config or {})]).values():
         future.result()
 
 
@@ -211,7 +211,9 @@ def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_o
     from state_store import WatermarkStrategy
     from state_store.watermarks import MIN_WATERMARK, WATERMARK_STATE, EventClock
 
-    _topic(broker, "timed")
+    # Its records carry timestamps of 1970: with the default retention (7 days, by record timestamp) the broker's
+    # periodic retention check may delete them between produce and read. Kept forever here.
+    _topic(broker, "timed", config={"retention.ms": "-1"})
 
     def produce(times: dict[int, list[int]]) -> None:  # partition -> its records' timestamps (ms)
         producer = Producer({"bootstrap.servers": broker["bootstrap"]})
