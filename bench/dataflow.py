@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -154,6 +155,60 @@ def run_glued(spark, input_dir: Path, root: Path, quiet: bool = False) -> dict:
             "a_seconds": ra.seconds, "b_seconds": rb.seconds, "a_microbatches": len(ra.batches),
             "b_microbatches": len(rb.batches), "sessions": rb.records_in, "rows_out": rb.records_out,
             "a_phases": ra.phases, "b_phases": rb.phases, "sink": str(settings.sink(b.sink))}
+
+
+def as_submit(mode: str, input_dir: Path, root: Path) -> None:
+    """The body of one ``spark-submit`` of this file (``--as-submit MODE INPUT ROOT``): the chained job, glued job
+    A (its sink made first) or glued job B, alone in a JVM of its own; prints the run's summary as a JSON line."""
+    from state_store.runtime import run_job
+    from state_store.settings import Settings
+    from state_store.spark import build_spark
+
+    spark = build_spark(f"lakestate-bench-dataflow-{mode}")
+    settings = Settings.load(root=root)
+    if mode == "chained":
+        out = run_chained(spark, input_dir, root, quiet=True)
+    else:
+        a, make_b = glued_jobs(input_dir, "sinks/glue-sessions")
+        if mode == "glued-a":
+            create_cdf_sink(spark, settings.sink(a.sink))
+        spec = a if mode == "glued-a" else make_b(settings.sink(a.sink))
+        result = run_job(spark, spec, settings, progress=lambda line: None)
+        out = {"seconds": result.seconds, "records_in": result.records_in, "sink": str(settings.sink(spec.sink))}
+    spark.stop()
+    print(json.dumps(out))
+
+
+def run_submitted(mode: str, input_dir: Path, root: Path) -> tuple[float, dict]:
+    """``spark-submit`` of ``as_submit(mode, ...)``, as a scheduler runs a job (each job a process of its own: the
+    JVM and session start, then the run): its wall seconds and the run's summary."""
+    from state_store.spark import delta_jars
+
+    started = time.time()
+    done = subprocess.run(["spark-submit", "--master", "local[*]", "--driver-memory", "6g",
+                           "--jars", ",".join(delta_jars()), "--conf", "spark.log.level=WARN", __file__,
+                           "--as-submit", mode, str(input_dir), str(root)], capture_output=True, text=True)
+    wall = time.time() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"spark-submit of {mode} exited {done.returncode}: {done.stderr[-3000:]}")
+    return wall, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def submitted(spark, base: Path, want: pd.DataFrame) -> dict:
+    """The chained job as one ``spark-submit``, the glued jobs as two in turn (A, then B), on fresh copies of the
+    files: wall seconds of each, outputs checked against ``want``."""
+    walls, equal = {}, {}
+    for name, modes in ((CHAINED, ["chained"]), (GLUED, ["glued-a", "glued-b"])):
+        work = base / f"submit-{name.split()[-1]}"
+        shutil.copytree(base / "input", work / "input")
+        each = [run_submitted(mode, work / "input", work / "root") for mode in modes]
+        walls[name] = round(sum(w for w, _ in each), 1)
+        equal[f"{name} (spark-submit) == expected()"] = same(lakestate_totals(spark, each[-1][1]["sink"]), want)
+        print(f"{name} as spark-submit: {walls[name]:.1f}s wall ("
+              + " + ".join(f"{m} {w:.1f}s, run {r['seconds']}s" for m, (w, r) in zip(modes, each)) + ")", flush=True)
+    ratio = round(walls[GLUED] / walls[CHAINED], 2)
+    print(f"chained / glued, each job a spark-submit: {ratio:.2f}x", flush=True)
+    return {"submit_walls": walls, "chained_over_glued_submitted": ratio, "submit_outputs_equal": equal}
 
 
 def lakestate_totals(spark, sink: str) -> pd.DataFrame:
@@ -332,6 +387,8 @@ def main() -> None:
                         help="time the two Lakestate variants this many times each, on fresh copies of the files, "
                              "each going first in turn; each one's best is reported (Spark runs once)")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
+    parser.add_argument("--submits", action="store_true",
+                        help="also run the chained job as one spark-submit and the glued jobs as two, wall time each")
     args = parser.parse_args()
     if args.peers not in ("transform", "none"):
         parser.error("--peers: transform or none")
@@ -422,6 +479,8 @@ def main() -> None:
               f"{int(want['clicks'].sum())} of their clicks):")
         for what, ok in equal.items():
             print(f"  {what}: {ok}")
+        if args.submits:
+            figures.update(submitted(spark, base, want))
         for r in best.values():
             r.pop("sink", None)
         print(json.dumps({"files": files, "events_per_file": events, "users": users, "rounds": args.rounds,
@@ -433,4 +492,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--as-submit"]:
+        as_submit(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        main()

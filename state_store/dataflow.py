@@ -30,6 +30,11 @@ JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
 _KEY_TYPES = {"STRING": Types.STRING, "LONG": Types.LONG, "INT": Types.INT}
 
 
+def _of_head(name: str) -> property:
+    """A ChainSpec's ``name``: its first operator's."""
+    return property(lambda self: getattr(self.operators[0], name), doc=f"The job's {name} (its first operator's).")
+
+
 @dataclass
 class ChainSpec:
     """A job of several keyed operators in a chain (``operators``, in order; see the module docstring)."""
@@ -41,10 +46,16 @@ class ChainSpec:
         """The first operator: it reads the job's source; the run plans its microbatches from it."""
         return self.operators[0]
 
-    def __getattr__(self, name: str) -> Any:  # the job-wide settings, read as on a JobSpec
-        if name in JOB_WIDE or name in ("source", "watermark_strategy", "broadcast_source"):
-            return getattr(self.operators[0], name)
-        raise AttributeError(name)
+    # The job-wide settings (``JOB_WIDE``, the same on every operator) and what only the first operator takes,
+    # read as on a JobSpec.
+    job_id = _of_head("job_id")
+    backend = _of_head("backend")
+    checkpoint_interval = _of_head("checkpoint_interval")
+    num_retained = _of_head("num_retained")
+    sink = _of_head("sink")
+    source = _of_head("source")
+    watermark_strategy = _of_head("watermark_strategy")
+    broadcast_source = _of_head("broadcast_source")
 
     @property
     def side_outputs(self) -> list:

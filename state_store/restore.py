@@ -260,14 +260,11 @@ def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStor
     return rows
 
 
-def _restore_operators(spark: SparkSession, settings: Settings, spec, source: StatePoint, meta: JobStore, lease,
-                       parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
-                       savepoint_first: bool, say) -> CheckpointMetadata:
-    """A restore or rescale of a dataflow (or into one, or from one): each operator of the job restores the part
-    of the source its uid (through ``uid_map``) names, by the same rules as a job of one operator, at its own
-    ``parallelism`` (an int for every operator, or ``{uid: parallelism}``); an operator the source has no state
-    of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
-    One checkpoint, the job's next, pins them all."""
+def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, str],
+                    allow_non_restored_state: bool) -> dict[str, str]:
+    """Which operator of ``source`` each operator of the job takes (its uid, or the old one ``uid_map`` maps to
+    it); refuses, naming the fix, a first operator that is not the source's, a parallelism for an operator the
+    job does not have, and state of the source no operator takes (unless ``allow_non_restored_state``)."""
     ops, old_of = operators_of(spec), {new: old for old, new in uid_map.items()}
     takes = {op.uid: old_of.get(op.uid, op.uid) for op in ops}
     first = ops[0].uid
@@ -283,6 +280,19 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
         raise RestoreError(f"{source.where} holds state of operators {left} that no operator of job "
                            f"{spec.job_id!r} takes; map them with --uid-map OLD=NEW, or pass "
                            f"--allow-non-restored-state to drop their state")
+    return takes
+
+
+def _restore_operators(spark: SparkSession, settings: Settings, spec, source: StatePoint, meta: JobStore, lease,
+                       parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
+                       savepoint_first: bool, say) -> CheckpointMetadata:
+    """A restore or rescale of a dataflow (or into one, or from one): each operator of the job restores the part
+    of the source its uid (through ``uid_map``) names, by the same rules as a job of one operator, at its own
+    ``parallelism`` (an int for every operator, or ``{uid: parallelism}``); an operator the source has no state
+    of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
+    One checkpoint, the job's next, pins them all."""
+    ops, takes = operators_of(spec), _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
+    first = ops[0].uid
     latest = meta.latest_checkpoint()
     restores = []
     for op in ops:

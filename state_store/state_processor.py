@@ -346,7 +346,8 @@ class SavepointWriter:
 
     def operator_part(self, uid: str) -> "SavepointWriter":
         """The writer of a dataflow's later operator ``uid``'s part (its keyed and operator state), to change with
-        ``with_keyed_state`` ...; ``write`` on the first writes them all."""
+        ``with_keyed_state`` ...; ``write`` on the first writes them all. (The reader's is ``operator(uid)``; a
+        writer's ``operator`` is its operator state table.)"""
         if uid == self.fields["uid"]:
             return self
         if uid not in self._later:

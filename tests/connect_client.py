@@ -6,6 +6,7 @@ other tests share would get Connect columns. Prints its result as one JSON line.
     python -m tests.connect_client <sc:// url> two-runs <lake dir> <backend> the all-states job, two runs
     python -m tests.connect_client <sc:// url> failing <lake dir>            a run whose function raises
     python -m tests.connect_client <sc:// url> sweep <lake dir> <backend>    TTL incremental cleanup, three runs
+    python -m tests.connect_client <sc:// url> chain <lake dir> <backend>    the two-operator dataflow, two runs
 """
 from __future__ import annotations
 
@@ -39,6 +40,30 @@ def sweep(session, lake, backend: str):
         run(session, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
     removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]
     return removed, state_at_latest_checkpoint(session, lake, spec)[0]
+
+
+def chain(session, lake, backend: str) -> dict:
+    """The demo's two-operator dataflow (per user sessions, then per country totals) in two runs: one of two
+    microbatches, then one more restored from its checkpoint. Its sink's rows and what pandas computes."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from demo.sessions_per_country import dataflow, expected, write_clicks
+    from tests.helpers import run
+
+    directory = lake.inputs / "clicks"
+    write_clicks(directory, 3, events=300, users=200)
+    clicks = pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("*.parquet"))])
+    spec = dataflow(directory, job_id=f"chain-{backend}", sink=f"sinks/chain-{backend}", backend=backend)
+    runs = [[b.batch_id for b in run(session, spec, lake, max_microbatches=n).sink_batches] for n in (2, 1)]
+    rows = session.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
+    last = rows.sort_values("_microbatch").groupby("country").tail(1)
+
+    def totals(df):
+        rows = df[["country", "sessions", "clicks"]].itertuples(index=False)
+        return sorted([str(c), int(s), int(n)] for c, s, n in rows)
+
+    return {"runs": runs, "latest": totals(last), "expected": totals(expected(clicks))}
 
 
 def failing(session, lake) -> dict:
@@ -97,7 +122,8 @@ def main(argv: list[str]) -> None:
 
             lake = Lake(Path(args[0]))
             out = (failing(session, lake) if what == "failing" else
-                   sweep(session, lake, args[1]) if what == "sweep" else two_runs(session, lake, args[1]))
+                   sweep(session, lake, args[1]) if what == "sweep" else
+                   chain(session, lake, args[1]) if what == "chain" else two_runs(session, lake, args[1]))
     finally:
         session.stop()
     print(json.dumps(out))

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from state_store import JobSpec, KafkaSource, KeyedProcessFunction, Types, ValueStateDescriptor
+from state_store import (
+    Dataflow,
+    FilterFunction,
+    JobSpec,
+    KafkaSource,
+    KeyedProcessFunction,
+    Types,
+    ValueStateDescriptor,
+)
 from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
@@ -153,6 +161,30 @@ def test_a_job_reads_a_topic_of_four_partitions_and_each_message_produced_betwee
     assert _source_entries(spark, lake, spec) == {
         0: [("main:clicks:1", ends[1]), ("main:clicks:3", ends[3])],
         1: [("main:clicks:0", ends[0]), ("main:clicks:2", ends[2])]}
+
+
+class NotU5(FilterFunction):
+    def filter(self, record: dict) -> bool:
+        return record["user"] != "u5"
+
+
+@pytest.mark.slow
+def test_a_dataflow_reads_a_topic_with_its_first_operator_keeping_the_offsets(spark, lake, broker):
+    """A chain on Kafka: its first operator reads the topic and keeps the offsets, the next gets what it
+    emitted, across runs with messages produced between them."""
+    _topic(broker, "chained")
+    alone = kafka_job(lake, broker, "chained", job_id="alone", max_records_per_microbatch=12)
+    chain = (Dataflow.from_source(alone.source, job_id="chain").key_by("user", Types.STRING())
+             .process(Totals(), uid="totals", output_type=TOTALS, max_parallelism=8, order_by=["kafka_offset"])
+             .filter(NotU5(), uid="not-u5").sink_to("sinks/chain"))
+    produced = []
+    for first, count, microbatches in ((0, 30, [12, 12, 6]), (30, 14, [12, 2])):
+        produced += _clicks(first, count)
+        _produce(broker, "chained", _clicks(first, count))
+        assert [b.records_in for b in run(spark, chain, lake).batches] == microbatches
+        assert _final(spark, lake, chain) == {u: v for u, v in _expected(produced).items() if u != "u5"}
+    ends = {f"main:chained:{p}": sum(1 for q, _, _ in produced if q == p) for p in range(4)}
+    assert dict(e for each in _source_entries(spark, lake, chain).values() for e in each) == ends
 
 
 def _source_entries(spark, lake, spec) -> dict[int, list[tuple[str, int]]]:

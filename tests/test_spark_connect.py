@@ -111,6 +111,13 @@ def test_a_run_over_spark_connect_gives_the_sink_and_state_of_a_local_run(connec
     assert len(warm[0]) == 10 and warm[1]  # both runs wrote: 5 keys a microbatch, keyed state kept
 
 
+def test_a_dataflow_of_two_operators_runs_over_spark_connect_as_pandas_computes_it(connect_server, tmp_path):
+    """The operators' passes, the edge between them and the one checkpoint of both, all through the server."""
+    out = _client(connect_server[0], "chain", tmp_path / "chain", "delta")
+    assert out["runs"] == [[0, 1], [2]]
+    assert out["latest"] == out["expected"] and len(out["expected"]) == 7, out
+
+
 def test_lakestate_run_with_remote_runs_the_pipeline_job_on_the_server(connect_server, tmp_path):
     """`lakestate run --remote sc://...` (what a DAG's warm run does) of the demo job, 10 events a run: the second
     run restores the first's checkpoint, all in a process without a JVM."""
