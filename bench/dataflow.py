@@ -7,6 +7,7 @@ Streaming with the two stages chained in one query, on the same files, in one ru
     python bench/dataflow.py --rounds 3       # the same, the Lakestate variants' best of 3 rounds each (~16 min)
     python bench/dataflow.py --peers none --rounds 3   # the two Lakestate variants only, best of 3 each (~2-3 min)
     python bench/dataflow.py --files 2 --events 2000 --keys 500   # a tiny run
+    python bench/dataflow.py --peers none --rounds 3 --submits   # and each job as a spark-submit of its own
 
 The input is ``demo.sessions_per_country.write_clicks``: ``--files`` Parquet files of ``--events`` clicks each
 (``user_id, country, ts, seq``; ``--keys`` users, 7 countries, a user's country fixed), file n = minute n of event
@@ -34,6 +35,9 @@ in which they changed.
    DataFrames/Datasets``): the bench tries it on the warm-up files and prints the error. Event time is ``ts``
    moved by 2026-01-01 (Spark's watermark starts at the epoch and drops events at or before it; file 0 of clicks
    may have ts 0); the sessions' ``start`` and ``end`` are in ``ts``'s own milliseconds.
+4. With ``--submits``, after those: the chained job as one ``spark-submit`` of this file (``--as-submit chained``)
+   and the glued jobs as two in turn (``glued-a``, then ``glued-b``), each a process of its own as a scheduler
+   runs a job (JVM and session start, then the run); time = wall seconds of each process, start to exit.
 
 Each engine is timed as bench/throughput.py times it (Lakestate: its run from its first plan to its last commit;
 Spark: its query from ``start()`` to the end of ``awaitTermination()``), after a warm-up of every engine on 2 files of
