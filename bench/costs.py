@@ -66,11 +66,14 @@ def scaling(spark, base: Path) -> None:
           f"{best[10_000_000] / best[1_000_000]:.2f}", flush=True)
 
 
-def _submit(script: Path, *args: str, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+def spark_submit(script: Path, *args: str, env: dict | None = None,
+                 options: tuple[str, ...] = ()) -> tuple[float, subprocess.CompletedProcess]:
+    """``spark-submit`` of ``script`` to local[*] with the Delta jars (and ``options`` before the script): its wall
+    seconds, start to exit, and the finished process."""
     from state_store.spark import delta_jars
 
     started = time.time()
-    out = subprocess.run(["spark-submit", "--master", "local[*]", "--jars", ",".join(delta_jars()),
+    out = subprocess.run(["spark-submit", "--master", "local[*]", *options, "--jars", ",".join(delta_jars()),
                           "--conf", "spark.log.level=WARN", str(script), *args], env=env or dict(os.environ),
                          capture_output=True, text=True)
     return time.time() - started, out
@@ -102,7 +105,7 @@ def tiny(spark, base: Path) -> None:
                                 ("--job", "bench"))):
         if name.startswith("Lakestate"):
             write_workload(input_dir, 1, 10, 100_000)
-        walls[name], out = _submit(script, *args, env=env)
+        walls[name], out = spark_submit(script, *args, env=env)
         line = [x for x in out.stdout.splitlines() if "records/s" in x or x.startswith("plain:")]
         print(f"tiny: spark-submit, {name}: {walls[name]:.1f}s (exit {out.returncode}); "
               f"{line[-1] if line else out.stderr[-500:]}", flush=True)

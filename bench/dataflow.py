@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,11 +57,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from pyspark.sql.streaming import StatefulProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.costs import spark_submit  # noqa: E402
 from bench.peers import ROCKSDB, dir_size  # noqa: E402
 from bench.workload import workload_parser, workload_sizes  # noqa: E402
 from demo.sessions_per_country import (  # noqa: E402
@@ -75,6 +74,8 @@ from demo.sessions_per_country import (  # noqa: E402
     CountrySessions,
     dataflow,
     expected,
+    latest_totals,
+    read_clicks,
     write_clicks,
 )
 
@@ -82,11 +83,6 @@ EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: Spark's event time is ts +
 COUNTRIES = 7  # write_clicks' default
 CHAINED, GLUED = "lakestate chained", "lakestate glued"
 SPARK = "spark transformWithStateInPandas x2"
-
-
-def read_clicks(directory: Path) -> pd.DataFrame:
-    return pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("clicks-*.parquet"))],
-                     ignore_index=True)
 
 
 def _progress(quiet: bool):
@@ -186,13 +182,8 @@ def as_submit(mode: str, input_dir: Path, root: Path) -> None:
 def run_submitted(mode: str, input_dir: Path, root: Path) -> tuple[float, dict]:
     """``spark-submit`` of ``as_submit(mode, ...)``, as a scheduler runs a job (each job a process of its own: the
     JVM and session start, then the run): its wall seconds and the run's summary."""
-    from state_store.spark import delta_jars
-
-    started = time.time()
-    done = subprocess.run(["spark-submit", "--master", "local[*]", "--driver-memory", "6g",
-                           "--jars", ",".join(delta_jars()), "--conf", "spark.log.level=WARN", __file__,
-                           "--as-submit", mode, str(input_dir), str(root)], capture_output=True, text=True)
-    wall = time.time() - started
+    wall, done = spark_submit(Path(__file__), "--as-submit", mode, str(input_dir), str(root),
+                              options=("--driver-memory", "6g"))
     if done.returncode != 0:
         raise RuntimeError(f"spark-submit of {mode} exited {done.returncode}: {done.stderr[-3000:]}")
     return wall, json.loads(done.stdout.strip().splitlines()[-1])
@@ -217,9 +208,7 @@ def submitted(spark, base: Path, want: pd.DataFrame) -> dict:
 
 def lakestate_totals(spark, sink: str) -> pd.DataFrame:
     """Per country, the totals of the latest microbatch that changed them."""
-    rows = spark.read.format("delta").load(sink).toPandas()
-    last = rows.sort_values("_microbatch").groupby("country").tail(1)
-    return last[["country", "sessions", "clicks"]].sort_values("country").reset_index(drop=True)
+    return latest_totals(spark.read.format("delta").load(sink).toPandas())
 
 
 # -- Spark ----------------------------------------------------------------------------------------------------------

@@ -122,6 +122,22 @@ def write_clicks(directory: Path, files: int, events: int, users: int, countries
     return written
 
 
+def read_clicks(directory):
+    """Every file ``write_clicks`` wrote in ``directory``, in order, as one pandas DataFrame (``expected``'s input)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    return pd.concat([pq.read_table(f).to_pandas() for f in sorted(Path(directory).glob("clicks-*.parquet"))],
+                     ignore_index=True)
+
+
+def latest_totals(rows):
+    """From the sink's rows (a pandas DataFrame with ``_microbatch``), per country the totals of the latest
+    microbatch that changed them: what ``expected`` computes, in its shape."""
+    last = rows.sort_values("_microbatch").groupby("country").tail(1)
+    return last[["country", "sessions", "clicks"]].sort_values("country").reset_index(drop=True)
+
+
 def expected(clicks):
     """The same logic in pandas over all of ``clicks`` (a DataFrame of CLICK rows read in microbatches of event
     time in order, none late): per country, the sessions closed once every click is read, and their clicks."""

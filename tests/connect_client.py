@@ -45,25 +45,19 @@ def sweep(session, lake, backend: str):
 def chain(session, lake, backend: str) -> dict:
     """The demo's two-operator dataflow (per user sessions, then per country totals) in two runs: one of two
     microbatches, then one more restored from its checkpoint. Its sink's rows and what pandas computes."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-
-    from demo.sessions_per_country import dataflow, expected, write_clicks
+    from demo.sessions_per_country import dataflow, expected, latest_totals, read_clicks, write_clicks
     from tests.helpers import run
 
     directory = lake.inputs / "clicks"
     write_clicks(directory, 3, events=300, users=200)
-    clicks = pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("*.parquet"))])
     spec = dataflow(directory, job_id=f"chain-{backend}", sink=f"sinks/chain-{backend}", backend=backend)
     runs = [[b.batch_id for b in run(session, spec, lake, max_microbatches=n).sink_batches] for n in (2, 1)]
-    rows = session.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
-    last = rows.sort_values("_microbatch").groupby("country").tail(1)
+    latest = latest_totals(session.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas())
 
     def totals(df):
-        rows = df[["country", "sessions", "clicks"]].itertuples(index=False)
-        return sorted([str(c), int(s), int(n)] for c, s, n in rows)
+        return [[str(c), int(s), int(n)] for c, s, n in df.itertuples(index=False)]
 
-    return {"runs": runs, "latest": totals(last), "expected": totals(expected(clicks))}
+    return {"runs": runs, "latest": totals(latest), "expected": totals(expected(read_clicks(directory)))}
 
 
 def failing(session, lake) -> dict:

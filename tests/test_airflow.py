@@ -377,16 +377,12 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
 def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:
     """The dataflow demo's sink, the latest totals per country, against the same logic in pandas."""
     import pandas as pd
-    import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    from demo.sessions_per_country import expected
+    from demo.sessions_per_country import expected, latest_totals, read_clicks
 
     rows = DeltaTable(str(settings.sink("sinks/sessions_per_country"))).to_pandas()
-    latest = rows.sort_values("_microbatch").groupby("country").tail(1)[["country", "sessions", "clicks"]]
-    clicks = pd.concat([pq.read_table(f).to_pandas() for f in sorted(clicks_dir.glob("*.parquet"))])
-    pd.testing.assert_frame_equal(latest.sort_values("country").reset_index(drop=True), expected(clicks),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(latest_totals(rows), expected(read_clicks(clicks_dir)), check_dtype=False)
 
 
 def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):

@@ -15,6 +15,8 @@ from demo.sessions_per_country import (
     CountrySessions,
     dataflow,
     expected,
+    latest_totals,
+    read_clicks,
     write_clicks,
 )
 from state_store import (
@@ -44,9 +46,7 @@ def _quiet(_line):
 
 def _latest_totals(spark, lake, sink="sinks/sessions_per_country") -> pd.DataFrame:
     """Per country, the totals of the last microbatch that changed them."""
-    rows = spark.read.format("delta").load(str(lake.settings.sink(sink))).toPandas()
-    last = rows.sort_values("_microbatch").groupby("country").tail(1)
-    return last[["country", "sessions", "clicks"]].sort_values("country").reset_index(drop=True)
+    return latest_totals(spark.read.format("delta").load(str(lake.settings.sink(sink))).toPandas())
 
 
 def _sink_rows(spark, lake, sink="sinks/sessions_per_country") -> list[tuple]:
@@ -57,7 +57,7 @@ def _sink_rows(spark, lake, sink="sinks/sessions_per_country") -> list[tuple]:
 def _clicks(lake, files: int = 3):
     directory = lake.inputs / "clicks"
     write_clicks(directory, files, events=300, users=200)
-    return directory, pd.concat([pq.read_table(f).to_pandas() for f in sorted(directory.glob("*.parquet"))])
+    return directory, read_clicks(directory)
 
 
 # -- the builder (no Spark) ---------------------------------------------------------------------------------
