@@ -179,6 +179,29 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
 
 
 @pytest.mark.slow
+def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path):
+    """The run killed once the first operator's state is committed: the second operator's tables, the commit
+    markers and the checkpoint are not written yet; the rerun replays to the clean run's sink and state."""
+    from tests.kill_harness import kill_spark_submit_at, register_module
+
+    directory, _ = _clicks(lake, files=2)
+    run_job(spark, dataflow(directory, job_id="clean", sink="sinks/clean"), lake.settings, progress=_quiet)
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "chain_killed.py").write_text(
+        "from demo.sessions_per_country import dataflow\n\n\ndef job():\n"
+        f"    return dataflow({str(directory)!r}, job_id='killed', sink='sinks/killed')\n")
+    register_module(lake, modules, "chain_killed")
+    kill_spark_submit_at(lake, "killed", "state_committed", modules, tmp_path / "spark-submit.log")
+    killed = dataflow(directory, job_id="killed", sink="sinks/killed")
+    assert run_job(spark, killed, lake.settings, progress=_quiet, lease_wait_s=20).batches
+    assert _sink_rows(spark, lake, "sinks/killed") == _sink_rows(spark, lake, "sinks/clean")
+    state, clean = (JobStore(lake.settings.job_dir(j)).latest_checkpoint() for j in ("killed", "clean"))
+    assert (state.batch_id, state.entries, state.of_operator("per-country").entries) == (
+        clean.batch_id, clean.entries, clean.of_operator("per-country").entries)
+
+
+@pytest.mark.slow
 def test_an_operator_added_starts_empty_and_one_removed_is_refused(spark, lake):
     directory, clicks = _clicks(lake, files=2)
     chain = dataflow(directory, job_id="grows")
