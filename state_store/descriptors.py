@@ -7,7 +7,7 @@ from typing import Any, Callable
 from .ttl.config import MAX_TIMESTAMP, StateTtlConfig  # noqa: F401 (MAX_TIMESTAMP: re-exported)
 from .types import TypeInfo, Types
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")  # fullmatch: "$" would let a trailing newline in
 
 
 def qualified_name(uid: str, name: str) -> str:
@@ -18,7 +18,7 @@ def qualified_name(uid: str, name: str) -> str:
 def check_state_name(name: str, what: str = "state name") -> str:
     if isinstance(name, str) and name.startswith("__"):
         raise ValueError(f"{what} {name!r} is reserved: names starting with '__' are Lakestate's own")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(
             f"{what} {name!r} is not valid: use 1-128 letters, digits, '_' or '-', starting with a letter or '_'"
         )

@@ -20,11 +20,11 @@ BACKENDS = ("delta", "hashmap", "memory")
 # The key of a non-keyed operator (``dataflow``): not a column; each record goes to a subtask by its content.
 SHARE_KEY = "__share__"
 KEY_TYPES = {"STRING": "string", "LONG": "bigint", "INT": "int"}
-_JOB_ID = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+_JOB_ID = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
 def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise ConfigError(
             f"job id {job_id!r} is not valid: use 1-64 lower-case letters, digits, '_' or '-', starting with a letter or digit"
         )

@@ -74,6 +74,7 @@ from .restore_plan import (
     plan_restore,
 )
 from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
+from .side_outputs import side_app_id, sink_app_id
 from .settings import Settings
 from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
 
@@ -154,6 +155,7 @@ class _Restore:
     request: RestoreRequest
     plan: RestorePlan
     latest: CheckpointMetadata | None
+    outputs: dict[str, int]  # what the job's output tables committed (``committed_outputs``)
 
 
 def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSpec, source: StatePoint | None = None,
@@ -179,7 +181,8 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSp
         if isinstance(spec, ChainSpec) or len(source.uids) > 1 or isinstance(parallelism, dict):
             return _restore_operators(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
                                       allow_non_restored_state, savepoint_first, say)
-        restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state)
+        restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state,
+                        committed_outputs(settings, spec))
         if restore.plan.nothing_to_do:
             say(already_at(spec.job_id, restore.latest))
             return restore.latest
@@ -187,7 +190,8 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSp
 
 
 def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | None, backend: str | None,
-          uid_map: dict[str, str], allow_non_restored_state: bool, latest=False) -> _Restore:
+          uid_map: dict[str, str], allow_non_restored_state: bool, outputs: dict[str, int],
+          latest=False) -> _Restore:
     """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read. ``latest``: the
     job's latest checkpoint (of this operator), when not its store's (a dataflow's later operator)."""
     latest = meta.latest_checkpoint() if latest is False else latest
@@ -199,7 +203,7 @@ def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | 
         return discover_descriptors(spec.with_overrides(parallelism=p, max_parallelism=maxp))
 
     plan = plan_restore(JobFacts.of(spec), source.meta, descriptors, request, source.where)
-    return _Restore(spec, source, request, plan, latest)
+    return _Restore(spec, source, request, plan, latest, outputs)
 
 
 def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease, savepoint_first: bool,
@@ -213,21 +217,38 @@ def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: Job
     return _write(spark, settings, restore, meta, lease, operator_rows, say)
 
 
+def committed_outputs(settings: Settings, spec: JobSpec | ChainSpec) -> dict[str, int]:
+    """The last microbatch each output table of the job (its sink, every side output) has committed, by table
+    path; tables never written are left out. A run commits these before its commit marker, so they can be ahead
+    of every record of the job's own folder."""
+    tables = {settings.sink(spec.sink): sink_app_id(spec.job_id)}
+    tables.update({settings.sink(spec.side_output_sink(tag)): side_app_id(spec.job_id, tag.name)
+                   for tag in spec.side_outputs})
+    done = {str(path): app_transaction_version(path, app_id) for path, app_id in tables.items()}
+    return {path: batch for path, batch in done.items() if batch is not None}
+
+
 def _check_not_rewinding(restore: _Restore, meta: JobStore) -> None:
-    """A restore never rewinds a job: its sink holds the microbatches the job committed."""
+    """A restore never rewinds a job: its sink and side outputs hold the microbatches the job committed (a run
+    killed after its sink commit and before its commit marker included: the sink's Delta ``txnVersion`` says
+    so where the job's folder does not)."""
     job_id, src, where, latest = restore.spec.job_id, restore.source.meta, restore.source.where, restore.latest
-    done = [b for b in (latest.batch_id if latest else None, meta.last_commit()) if b is not None]
-    if done and max(done) > src.batch_id and restore.request.own_latest:
+    done = {"its latest checkpoint": latest.batch_id if latest else None, "its commit markers": meta.last_commit()}
+    done.update({f"its output table {path}": b for path, b in restore.outputs.items()})
+    what, last = max(((w, b) for w, b in done.items() if b is not None), key=lambda item: item[1],
+                     default=(None, None))
+    if last is None or last <= src.batch_id:
+        return
+    if restore.request.own_latest:
         raise RestoreError(
-            f"a run of job {job_id!r} committed microbatch {max(done)} after its latest checkpoint "
+            f"a run of job {job_id!r} committed microbatch {last} after its latest checkpoint "
             f"{latest.checkpoint_id} (microbatch {src.batch_id}) but stopped before checkpointing it; run the job "
             f"once (it finishes those microbatches), then try again")
-    if done and max(done) > src.batch_id:
-        raise RestoreError(
-            f"job {job_id!r} has already committed microbatch {max(done)}, and {where} is at microbatch "
-            f"{src.batch_id}: restoring it would rewind the job, whose sink holds the later microbatches' rows. "
-            f"Restore it into a new job id (register the job under another id, then lakestate restore <that id> "
-            f"...), or rescale the job's latest checkpoint")
+    raise RestoreError(
+        f"job {job_id!r} has already committed microbatch {last} ({what} is at microbatch {last}), and {where} is at "
+        f"microbatch {src.batch_id}: restoring it would rewind the job, whose sink holds the later microbatches' "
+        f"rows. Restore it into a new job id (register the job under another id, then lakestate restore <that id> "
+        f"...), or rescale the job's latest checkpoint")
 
 
 def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStore) -> DataFrame:
@@ -292,8 +313,7 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
     of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
     One checkpoint, the job's next, pins them all."""
     ops, takes = operators_of(spec), _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
-    first = ops[0].uid
-    latest = meta.latest_checkpoint()
+    first, latest, outputs = ops[0].uid, meta.latest_checkpoint(), committed_outputs(settings, spec)
     restores = []
     for op in ops:
         part = source.operator(takes[op.uid])
@@ -303,7 +323,7 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
         op_meta = meta if op.uid == first else JobStore(meta.operator_dir(op.uid))
         p = parallelism.get(op.uid) if isinstance(parallelism, dict) else parallelism
         moved = {takes[op.uid]: op.uid} if takes[op.uid] != op.uid else {}
-        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state,
+        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state, outputs,
                                latest=latest.of_operator(op.uid) if latest else None), op_meta))
     if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids) == len(ops):
         say(already_at(spec.job_id, latest))

@@ -46,11 +46,11 @@ if TYPE_CHECKING:
 OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
 def check_label(label: str | None) -> str | None:
-    if label is not None and not _LABEL.match(label):
+    if label is not None and not _LABEL.fullmatch(label):
         raise ConfigError(f"savepoint label {label!r} is not usable: give 1-64 letters, digits, '_', '.' or '-', "
                           f"starting with a letter or digit (it names the savepoint's folder)")
     return label

@@ -14,7 +14,7 @@ import re
 from .errors import ConfigError
 from .types import RowTypeInfo
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 SIDE_PREFIX = "side:"  # a side output's table name among a run's outputs: "side:<tag name>"
 
 
@@ -22,7 +22,7 @@ class OutputTag:
     """A named side output and the type of its rows (``Types.ROW_NAMED``)."""
 
     def __init__(self, name: str, type_info: RowTypeInfo):
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ConfigError(f"OutputTag name {name!r} is not valid: use 1-64 letters, digits, '_' or '-', "
                               f"starting with a letter or digit")
         if not isinstance(type_info, RowTypeInfo):
@@ -43,6 +43,16 @@ class OutputTag:
     def table(self) -> str:
         """The tag's name among a run's output tables."""
         return SIDE_PREFIX + self.name
+
+
+def sink_app_id(job_id: str) -> str:
+    """The Delta ``txnAppId`` of job ``job_id``'s sink writes: its ``txnVersion`` is the last microbatch written."""
+    return f"lakestate:{job_id}:sink"
+
+
+def side_app_id(job_id: str, tag_name: str) -> str:
+    """The Delta ``txnAppId`` of the writes of job ``job_id``'s side output ``tag_name``."""
+    return f"lakestate:{job_id}:side:{tag_name}"
 
 
 def side_output_sink(sink: str, tag_name: str) -> str:

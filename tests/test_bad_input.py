@@ -10,6 +10,10 @@ import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
 from state_store.catalog import JobRegistry
+from state_store.descriptors import ValueStateDescriptor, check_state_name
+from state_store.job import check_job_id
+from state_store.savepoint import check_label
+from state_store.side_outputs import OutputTag
 from state_store.job_store import JobStore
 from state_store.cli import main
 from tests.helpers import run, sink_rows, write_stored_values
@@ -85,6 +89,19 @@ def test_bad_job_parameters_are_refused_before_anything_is_written(spark, lake, 
     with pytest.raises(ConfigError, match=message):
         run(spark, spec, lake)
     assert not (lake.settings.warehouse / "jobs").exists()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: OutputTag("late\n", Types.ROW_NAMED(["k"], [Types.STRING()])),
+    lambda: check_job_id("clicks\n"),
+    lambda: check_state_name("o2\n", "operator uid"),
+    lambda: ValueStateDescriptor("count\n", Types.LONG()),
+    lambda: check_label("before-v2\n"),
+], ids=["output tag", "job id", "uid", "state name", "savepoint label"])
+def test_a_name_with_a_trailing_newline_is_refused(make):
+    """Issue 37 #4: names become folders and keys; a pattern ending in "$" lets "name\n" through."""
+    with pytest.raises((ConfigError, ValueError), match=r"not (valid|usable)"):
+        make()
 
 
 def test_a_warehouse_outside_the_configured_root_is_refused(tmp_path):

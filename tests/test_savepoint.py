@@ -117,21 +117,47 @@ def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_
         assert before > len(list(path.rglob("*.parquet"))) == table_snapshot(path)["num_files"]
     with pytest.raises(RestoreError, match=r"would rewind the job"):
         restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
-    # Into a new job id: the state of the savepoint, whole.
+    # Delete the job's whole folder: its sink still holds microbatch 3, so the savepoint (microbatch 1) may not
+    # come back under the same id either (the sink would keep rows the restored state never produced).
+    shutil.rmtree(lake.settings.job_dir(spec.job_id))
+    with pytest.raises(RestoreError, match=r"its output table .*sinks/counts is at microbatch 3.*would rewind"):
+        restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
+    assert not lake.settings.job_dir(spec.job_id).exists()
+    # Into a new job id: the state of the savepoint, whole, and the job carries on to the state of a run that
+    # never stopped.
     copy = count_job(lake, job_id="counts-copy")
     restored = restore_job(spark, lake.settings, copy, StatePoint(savepoint), **QUIET)
     assert (restored.checkpoint_id, restored.batch_id, restored.restored_from.savepoint) == (
         1, 1, savepoint.path)
     keyed, _ = state_at_latest_checkpoint(spark, lake, copy)
     assert keyed == keyed_at_savepoint
-    # Delete the job's whole folder, restore the savepoint under the same id, and carry on: the result is that
-    # of a run that never stopped (the sink keeps its rows; replayed microbatches are not written twice).
-    shutil.rmtree(lake.settings.job_dir(spec.job_id))
-    restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
+    run(spark, copy, lake)
+    assert state_at_latest_checkpoint(spark, lake, copy)[0] == state_at_latest_checkpoint(spark, steady,
+                                                                                          count_job(steady))[0]
+
+
+def test_a_restore_is_refused_when_the_sink_committed_a_microbatch_no_commit_marker_records(spark, tmp_path):
+    """Issue 37 #1: a run killed between its sink commit and its commit marker leaves the sink at microbatch 1
+    while the job's folder says 0; a restore of another job's savepoint at microbatch 0 would let the next run
+    skip the sink append of 1 (already committed, from the old state) while its state comes from the savepoint."""
+    from state_store.run.context import FaultInjector, InjectedFault
+
+    from .conftest import Lake
+
+    lake = Lake(tmp_path)
+    spec, other = count_job(lake, job_id="a"), count_job(lake, job_id="b")
+    _feed(lake, range(1))
     run(spark, spec, lake)
-    assert state_at_latest_checkpoint(spark, lake, spec)[0] == state_at_latest_checkpoint(spark, steady,
-                                                                                           count_job(steady))[0]
-    assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, count_job(steady))
+    run(spark, other, lake)
+    savepoint = take_savepoint(spark, lake.settings, other.job_id, **QUIET)
+    _feed(lake, range(1, 2))
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=1))
+    with pytest.raises(RestoreError, match=r"job 'a' has already committed microbatch 1 \(its output table "
+                                           r".*sinks/a is at microbatch 1\), and savepoint .* is at microbatch 0: "
+                                           r"restoring it would rewind the job"):
+        restore_job(spark, lake.settings, spec, StatePoint(savepoint), **QUIET)
+    assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]  # nothing written
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from ..job import JobSpec
 from ..job_store import JobStore
 from ..lease import JobLease
 from ..settings import Settings
+from ..side_outputs import side_app_id, sink_app_id
 from ..sources import EdgeSource
 
 FAULT_POINTS = (
@@ -97,11 +98,11 @@ class RunContext:
     @property
     def sink_app_id(self) -> str:
         """The Delta ``txnAppId`` of the job's sink writes."""
-        return f"lakestate:{self.spec.job_id}:sink"
+        return sink_app_id(self.spec.job_id)
 
     def side_app_id(self, tag) -> str:
         """The Delta ``txnAppId`` of side output ``tag``'s writes."""
-        return f"lakestate:{self.spec.job_id}:side:{tag.name}"
+        return side_app_id(self.spec.job_id, tag.name)
 
     def side_output_path(self, tag):
         """Side output ``tag``'s table, next to the sink."""
