@@ -44,6 +44,7 @@ class JobRegistry:
             discover_descriptors(op)
         sink = self.settings.sink(spec.sink)  # refused before the record is written
         spec = spec.with_overrides(sink=str(sink))
+        self._check_tables_are_its_own(spec)
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
                   "overrides": overrides}
         existing = self.dir / f"{spec.job_id}.json"
@@ -61,6 +62,25 @@ class JobRegistry:
         self.settings.check_writable(sink)
         write_json_atomic(existing, record)
         return spec
+
+    def _tables(self, described: dict) -> set[str]:
+        """The tables a job writes (its sink and every side output's), from its ``describe()``, as resolved paths."""
+        paths = [described["sink"], *(described.get("side_outputs") or {}).values()]
+        return {str(self.settings.sink(p)) for p in paths}
+
+    def _check_tables_are_its_own(self, spec: JobSpec | ChainSpec) -> None:
+        """Refuse a job whose sink or side output table another registered job writes: two jobs' rows (and their
+        ``txnAppId`` versions) in one table could never be told apart. Side outputs are ``<sink>_<tag>``, so
+        sink ``x`` with tag ``late_a`` and sink ``x_late`` with tag ``a`` meet in ``x_late_a``."""
+        mine = self._tables(spec.describe())
+        for job_id, record in self.records(warn=lambda message: None).items():
+            if job_id == spec.job_id:
+                continue
+            shared = sorted(mine & self._tables(record["spec"]))
+            if shared:
+                raise ConfigError(f"job {spec.job_id!r} would write table {shared[0]}, which registered job "
+                                  f"{job_id!r} writes (as its sink or a side output, '<sink>_<tag name>'); give "
+                                  f"job {spec.job_id!r} another sink, or rename the side output")
 
     def ids(self, warn=None) -> list[str]:
         """The ids of the registered jobs, sorted; ``warn`` is told of each file in the catalog folder whose name

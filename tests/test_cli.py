@@ -88,6 +88,36 @@ def test_register_refuses_to_repoint_a_job_id_without_replace(registered, tmp_pa
     assert JobRegistry(Settings.load(root=registered[1])).get("cli-counts")["entrypoint"] == "cli_job_module_two:job"
 
 
+def test_register_refuses_a_table_that_another_registered_job_writes(registered, tmp_path, capsys):
+    """Issue 37 #3: sink x with side output late_a and sink x_late with side output a both write x_late_a."""
+    (tmp_path / "two_tables.py").write_text(textwrap.dedent(f"""
+        from state_store import OutputTag, Types
+        from cli_job_module import _L
+        from tests.jobs import count_job
+
+        def tag(name):
+            return OutputTag(name, Types.ROW_NAMED(["k"], [Types.STRING()]))
+
+        def first():
+            return count_job(_L, job_id="first", sink="sinks/x", side_outputs=[tag("late_a")])
+
+        def second():
+            return count_job(_L, job_id="second", sink="sinks/x_late", side_outputs=[tag("a")])
+
+        def third():
+            return count_job(_L, job_id="third", sink="sinks/cli-counts")
+    """))
+    assert main(["register", "two_tables:first", *registered]) == 0
+    assert main(["register", "two_tables:second", *registered]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"job 'second' would write table .*sinks/x_late_a, which registered job 'first' writes", err)
+    assert main(["register", "two_tables:third", *registered]) == 2  # a sink another job's sink is
+    assert "which registered job 'cli-counts' writes" in capsys.readouterr().err
+    assert sorted(p.stem for p in (Path(registered[1]) / "warehouse" / "_lakestate" / "jobs").glob("*.json")) == [
+        "cli-counts", "first"]
+    assert main(["register", "two_tables:first", *registered]) == 0  # a job may register again over its own tables
+
+
 def test_a_root_or_warehouse_that_is_a_file_is_named(tmp_path, capsys):
     root = tmp_path / "not-a-folder"
     root.write_text("x")
