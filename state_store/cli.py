@@ -31,7 +31,7 @@ from pathlib import Path
 from .catalog import JobRegistry
 from .job_store import JobStore
 from .errors import ConfigError, LakestateError
-from .lease import check_lease_timeout
+from .lease import check_lease_timeout, first_run_note
 from .pipelines import registry_entry
 from .settings import Settings
 
@@ -311,7 +311,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     spec = JobRegistry(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
-        raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; run it first")
+        raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; " + first_run_note(JobStore(settings.job_dir(args.job)).lease_dir))
     uids = [args.operator] if args.operator else [latest.uid, *sorted(latest.operators or {})]
     for uid in uids:  # a dataflow's operators each have their own parallelism and key groups
         point = latest.of_operator(uid)
@@ -324,7 +324,7 @@ def cmd_rescale(args, settings: Settings) -> int:
                               f"{point.max_parallelism} (its key groups); give 1 to {point.max_parallelism} (it "
                               f"runs at {point.parallelism})")
     if all(latest.of_operator(uid).parallelism == args.parallelism for uid in uids):  # nothing to write, no Spark
-        print(already_at(args.job, latest))
+        print(already_at(args.job, latest, args.operator))
         return 0
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     parallelism = {args.operator: args.parallelism} if args.operator else args.parallelism

@@ -110,6 +110,16 @@ def live_holder(directory: Path) -> dict | None:
     return holder
 
 
+def first_run_note(directory: Path) -> str:
+    """The fix for "this job has no checkpoint yet": the run holding it (lease at ``directory``), whose first
+    checkpoint is still to come, when one does; else "run it first"."""
+    holder = live_holder(directory)
+    if not holder:
+        return "run it first"
+    return (f"its first run, {holder.get('run_id')} (pid {holder.get('pid')} on {holder.get('host')}), holds the "
+            f"job now: wait for it to finish, then try again")
+
+
 def owner_record(directory: Path) -> dict:
     """Who writes something on behalf of a job (a savepoint): this process, and the run holding the job's lease
     at ``directory`` when that run is this process's. ``still_at_work`` judges it later, from any host."""

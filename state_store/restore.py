@@ -139,9 +139,11 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
     return df.withColumn("state_name", column)
 
 
-def already_at(job_id: str, checkpoint: CheckpointMetadata) -> str:
-    """What a rescale to the parallelism the job already has says: it writes nothing."""
-    return (f"[lakestate] job {job_id}: already at parallelism {checkpoint.parallelism}, nothing to do (checkpoint "
+def already_at(job_id: str, checkpoint: CheckpointMetadata, operator: str | None = None) -> str:
+    """What a rescale to the parallelism the job (or its ``operator``) already has says: it writes nothing."""
+    point = checkpoint.of_operator(operator) if operator else checkpoint
+    who = f"job {job_id}" + (f" operator {operator}" if operator and operator != checkpoint.uid else "")
+    return (f"[lakestate] {who}: already at parallelism {point.parallelism}, nothing to do (checkpoint "
             f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
 
 

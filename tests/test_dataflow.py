@@ -306,6 +306,9 @@ def test_lakestate_rescale_operator_rescales_only_that_operator_and_the_job_goes
     assert "no operator 'nope'" in capsys.readouterr().err
     assert main(["rescale", "chained", "--operator", "per-country", "--parallelism", "4", *root]) == 0
     assert "at parallelism sessions 2, per-country 4" in capsys.readouterr().out
+    # Asked again: the answer is that operator's parallelism, not the first operator's (issue 37 #9).
+    assert main(["rescale", "chained", "--operator", "per-country", "--parallelism", "4", *root]) == 0
+    assert "job chained operator per-country: already at parallelism 4, nothing to do" in capsys.readouterr().out
     assert main(["run", "--job", "chained", *root]) == 0
     checkpoint = JobStore(lake.settings.job_dir("chained")).latest_checkpoint()
     assert (checkpoint.batch_id, checkpoint.parallelism, checkpoint.of_operator("per-country").parallelism) == (1, 2, 4)

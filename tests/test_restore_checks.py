@@ -36,6 +36,20 @@ def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_ha
     assert not lake.settings.job_dir("rj").exists()  # refused before anything was written
 
 
+def test_a_rescale_during_a_jobs_first_run_names_the_run_that_holds_it(lake, registered, capsys):
+    """Issue 37 #9: before its first checkpoint a held job is not one to "run first": it is running."""
+    from state_store.lease import JobLease
+
+    with JobLease(JobStore(lake.settings.job_dir("cli-counts")).lease_dir, "cli-counts", run_id="run-first") as lease:
+        assert main(["rescale", "cli-counts", "--parallelism", "3", *registered]) == 2
+        assert lease.held
+    err = capsys.readouterr().err
+    assert (f"job 'cli-counts' has no checkpoint to rescale; its first run, run-first (pid {lease.pid} on "
+            f"{lease.host}), holds the job now: wait for it to finish, then try again") in err
+    assert main(["rescale", "cli-counts", "--parallelism", "3", *registered]) == 2  # released: nobody runs it
+    assert "has no checkpoint to rescale; run it first" in capsys.readouterr().err
+
+
 def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is_written(spark, lake, registered,
                                                                                         capsys):
     _savepoint(spark, lake)

@@ -248,7 +248,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         else:
             from state_store.restore import already_at
 
-            self.log.info("%s", already_at(self.job, latest))
+            self.log.info("%s", already_at(self.job, latest, self.operator))
         return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                 "parallelism": latest.parallelism, "changed": changed}
 
