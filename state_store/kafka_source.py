@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InputError
-from .sources import PINNED, SourceDefaults
+from .sources import PINNED, SourceDefaults, null_event_times
 from .types import RowTypeInfo, Types
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
@@ -311,14 +311,22 @@ class KafkaSource(SourceDefaults):
         return [f"{t}:{p}" for t in sorted(end["offsets"]) for p in sorted(end["offsets"][t], key=int)]
 
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
-        """Per topic partition with records in ``[start, end)``, the largest ``column`` value of them (None:
-        all null): one aggregate over a read of those ranges, at plan time."""
+        """Per topic partition with records in ``[start, end)``, the largest ``column`` value of them: one
+        aggregate over a read of those ranges, at plan time. A record without an event time is refused, naming
+        its topic, partition and offset (``sources.null_event_times``)."""
         from pyspark.sql import functions as F
 
         df = self.read_run(spark, [(0, start, end)])
         if df is None:
             return {}
-        rows = df.groupBy("kafka_topic", "kafka_partition").agg(F.max(F.col(f"`{column}`")).alias("m")).collect()
+        value = F.col(f"`{column}`")
+        rows = df.groupBy("kafka_topic", "kafka_partition").agg(
+            F.max(value).alias("m"), F.count(F.when(value.isNull(), 1)).alias("nulls"),
+            F.min(F.when(value.isNull(), F.col("kafka_offset"))).alias("first")).collect()
+        bad = sorted((r["kafka_topic"], r["kafka_partition"], r["first"]) for r in rows if r["nulls"])
+        if bad:
+            raise null_event_times(column, sum(r["nulls"] for r in rows),
+                                   f"topic {bad[0][0]} partition {bad[0][1]} at offset {bad[0][2]}")
         return {f"{r['kafka_topic']}:{r['kafka_partition']}": None if r["m"] is None else int(r["m"]) for r in rows}
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:

@@ -199,8 +199,9 @@ class FileSource(SourceDefaults):
         return self.schema.spark_ddl()
 
     def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
-        """The largest ``column`` value of the records in ``[start, end)`` (None: no records, or all null): from
-        the Parquet footers' statistics where every row group has them, else a read of that column only."""
+        """The largest ``column`` value of the records in ``[start, end)`` (None: no records): from the Parquet
+        footers' statistics where every row group has them, else a read of that column only. A record without
+        an event time is refused (``null_event_times``)."""
         files = [Path(self.path, f) for f in self.new_files(start, end)]
         if not files:
             return None
@@ -213,8 +214,7 @@ class FileSource(SourceDefaults):
             df = spark.read.schema(f"`{column}` bigint").json([str(f) for f in files])
         from pyspark.sql import functions as F
 
-        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
-        return None if value is None else int(value)
+        return checked_max_event_time(df, column, F.input_file_name(), "file")
 
     def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
         """The records of every microbatch of a run, in one read: the declared columns plus
@@ -276,11 +276,11 @@ _UNKNOWN = object()
 
 
 def _parquet_max(files: list[Path], column: str):
-    """The largest value of ``column`` over ``files`` from their row groups' statistics (None: no non-null
-    value), or ``_UNKNOWN`` when a row group with values has none."""
+    """The largest value of ``column`` over ``files`` from their row groups' statistics (None: no value), or
+    ``_UNKNOWN`` when a row group with values has none; a null value is refused (``null_event_times``)."""
     import pyarrow.parquet as pq
 
-    best = None
+    best, nulls, first = None, 0, None
     for path in files:
         meta = pq.ParquetFile(path).metadata
         index = meta.schema.to_arrow_schema().get_field_index(column)
@@ -289,13 +289,43 @@ def _parquet_max(files: list[Path], column: str):
         for g in range(meta.num_row_groups):
             chunk = meta.row_group(g).column(index)
             stats = chunk.statistics
-            if meta.row_group(g).num_rows == 0 or (stats is not None and stats.null_count == chunk.num_values
-                                                   and stats.has_null_count):
+            if meta.row_group(g).num_rows == 0:
                 continue
-            if stats is None or not stats.has_min_max:
+            if stats is None or not stats.has_null_count:
+                return _UNKNOWN
+            if stats.null_count:
+                nulls, first = nulls + stats.null_count, first or str(path)
+            if stats.null_count == chunk.num_values:
+                continue
+            if not stats.has_min_max:
                 return _UNKNOWN
             best = stats.max if best is None else max(best, stats.max)
+    if nulls:
+        raise null_event_times(column, nulls, f"file {first}")
     return None if best is None else int(best)
+
+
+def checked_max_event_time(df, column: str, where, what: str) -> int | None:
+    """The largest ``column`` value of ``df`` (None: no rows), refusing rows without one: one aggregate, which
+    also finds the least ``where`` (a column naming each row's file, commit, ...) of a row with a null."""
+    from pyspark.sql import functions as F
+
+    df = df.select(F.col(f"`{column}`").alias("v"), where.alias("w"))  # input_file_name: not inside the aggregate
+    value = F.col("v")
+    row = df.agg(F.max(value).alias("m"), F.count(F.when(value.isNull(), 1)).alias("nulls"),
+                 F.min(F.when(value.isNull(), F.col("w"))).alias("first")).first()
+    if row["nulls"]:
+        raise null_event_times(column, row["nulls"], f"{what} {row['first']}")
+    return None if row["m"] is None else int(row["m"])
+
+
+def null_event_times(column: str, count: int, first: str) -> InputError:
+    """Records without an event time: Flink's ``TimestampAssigner`` gives every record a long, so a null one
+    has no place in event time (it would never be late, nor move the watermark)."""
+    return InputError(f"{count} record(s) have no event time: column {column!r} (the watermark strategy's "
+                      f"timestamp column) is null or not a whole number of epoch milliseconds, first in {first}. "
+                      f"Give every record a timestamp (fill the column, or leave such records out upstream), or "
+                      f"point with_timestamp_column at a column that always has one; the run stopped before processing anything")
 
 
 def _arrow_ddl(arrow_type) -> str:
@@ -379,8 +409,7 @@ class DeltaSource(SourceDefaults):
         if column not in df.columns:
             raise InputError(f"source table {self.path} has no column {column!r} (the watermark strategy's "
                              f"timestamp column); fix with_timestamp_column")
-        value = df.agg(F.max(F.col(f"`{column}`"))).first()[0]
-        return None if value is None else int(value)
+        return checked_max_event_time(df, column, F.col("_commit_version"), f"{self.path} at commit version")
 
     def record_ddl(self, spark) -> str:
         return spark.read.format("delta").load(self.path).schema.simpleString()

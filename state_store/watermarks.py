@@ -13,8 +13,10 @@ the watermark is the least of them, as Flink's per-split watermarks combine (``a
 
     W(m) = max(W(m-1), min over active splits s of (max event time of s up to m)  -  bound  -  1 ms)
 
-A split that has had no record yet holds the watermark back (Flink's too); with ``with_idleness``, a split
-without records for the idle timeout is left out, and once every split is idle the source is.
+A split that has had no record yet holds the watermark back (Flink's too); with ``with_idleness`` (Flink's
+``WatermarksWithIdleness``), a split without records for the idle timeout is left out of the least, and a
+source whose every split is idle does not raise the watermark. ``with_idle_advance`` is Lakestate's own: on
+top of that, once the whole source is idle, event time advances with processing time.
 
 ``EventClock`` is what carries from one microbatch to the next: the watermark, the largest event time seen,
 the processing time of the last microbatch with input (for ``with_idleness``) and, per split, the same two.
@@ -50,6 +52,7 @@ class WatermarkStrategy:
     bound_ms: int = 0
     timestamp_column: str | None = None
     idleness_ms: int | None = None
+    idle_advance: bool = False  # Lakestate's own rule (``with_idle_advance``), not Flink's
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness) -> "WatermarkStrategy":
@@ -67,19 +70,29 @@ class WatermarkStrategy:
         """The source column holding each record's event time (epoch milliseconds)."""
         if not isinstance(column, str) or not column:
             raise ConfigError(f"with_timestamp_column takes a column name, got {column!r}")
-        return WatermarkStrategy(self.bound_ms, column, self.idleness_ms)
+        return WatermarkStrategy(self.bound_ms, column, self.idleness_ms, self.idle_advance)
 
     def with_idleness(self, idle_timeout) -> "WatermarkStrategy":
-        """Once the source has had no records for ``idle_timeout`` of processing time, event time advances with
-        processing time (README "Time"); without it, event time stands still without input, as in Flink."""
+        """Flink's ``withIdleness``: a split (a Kafka partition) without records for ``idle_timeout`` of
+        processing time is left out of the least over the splits, so the others can move the watermark. It
+        never raises the watermark by itself: a source whose every split is idle holds it where it is."""
         idle = _millis(idle_timeout, "with_idleness's timeout")
         if idle <= 0:
             raise ConfigError(f"with_idleness's timeout must be positive, got {idle} ms")
-        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle)
+        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, self.idle_advance)
+
+    def with_idle_advance(self, idle_timeout) -> "WatermarkStrategy":
+        """Lakestate's own rule, not Flink's (README "Lakestate's own rules"): ``with_idleness``, and once the
+        whole source has had no records for ``idle_timeout`` of processing time, event time advances with
+        processing time, so event-time timers fire and windows close on a source that went quiet."""
+        idle = _millis(idle_timeout, "with_idle_advance's timeout")
+        if idle <= 0:
+            raise ConfigError(f"with_idle_advance's timeout must be positive, got {idle} ms")
+        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, True)
 
     def describe(self) -> dict:
         return {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
-                "idleness_ms": self.idleness_ms}
+                "idleness_ms": self.idleness_ms, "idle_advance": self.idle_advance}
 
     def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int,
                 has_input: bool | None = None) -> "EventClock":
@@ -93,7 +106,7 @@ class WatermarkStrategy:
             watermark = max(clock.watermark, seen - self.bound_ms - 1)
             return EventClock(watermark, seen, processing_time)
         watermark = clock.watermark
-        if self.idleness_ms is not None and clock.max_event_time is not None and clock.input_ms is not None:
+        if self.idle_advance and clock.max_event_time is not None and clock.input_ms is not None:
             idle_for = processing_time - clock.input_ms - self.idleness_ms
             if idle_for > 0:  # idle: event time moves on with processing time
                 watermark = max(watermark, clock.max_event_time + idle_for - self.bound_ms - 1)
@@ -106,7 +119,8 @@ class WatermarkStrategy:
         all null). The watermark is the least over the active splits of their largest event time, minus the
         bound and 1 ms; a split with no record yet holds it at no watermark; with ``with_idleness`` a split
         without records for longer than the timeout (since its last records, or since it was first seen) is
-        left out. When every split is idle, the source is: ``advance``'s rule on the whole source."""
+        left out. When every split is idle, the source is: ``advance``'s rule on the whole source (the watermark
+        stands, unless ``with_idle_advance``)."""
         now, old = processing_time, clock.splits or {}
         state = {}
         for split in splits:

@@ -149,6 +149,27 @@ def test_a_watermark_strategy_that_names_no_source_column_is_refused_before_anyt
     assert not lake.settings.job_dir(spec.job_id).exists()
 
 
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_records_without_an_event_time_are_refused_at_planning_naming_the_column_count_and_file(spark, lake, fmt):
+    """Issue 37 #6: null event times reached process, were never late and never moved the watermark."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from state_store.errors import InputError
+
+    rows = [timed("a", 0), {"k": "b", "ts": None, "seq": 1}, {"k": "c", "seq": 2}]
+    if fmt == "json":
+        lake.write_events("000.json", rows)
+    else:  # written by pyarrow with statistics: the footers tell, nothing is read
+        pq.write_table(pa.Table.from_pylist([{"ts": None, "seq": 0, **r} for r in rows]), lake.events / "000.parquet")
+    spec = sessions_job(lake, source=FileSource(str(lake.events), fmt, sessions_job(lake).source.schema))
+    with pytest.raises(InputError, match=r"2 record\(s\) have no event time: column 'ts' .* first in file "
+                                         rf".*000\.{fmt}\. Give every record a timestamp"):
+        run(spark, spec, lake)
+    assert not (lake.settings.warehouse / "sinks").exists()
+    assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() is None
+
+
 class ResetOnRule(KeyedBroadcastProcessFunction):
     """Counts per key; a broadcast rule resets every key's count (Flink's applyToKeyedState) and reports each
     reset to a side output."""

@@ -58,9 +58,19 @@ def test_without_records_and_without_idleness_the_clock_does_not_move():
     assert strategy.advance(EventClock(), None, 10**12) == EventClock()
 
 
-def test_after_idleness_without_records_event_time_advances_with_processing_time():
-    # W = max(W, max_event_time + (now - last input's processing time - idleness) - bound - 1), once positive
+def test_with_idleness_alone_never_raises_the_watermark_of_an_idle_source_as_flink():
+    """Issue 37 #10: Flink's WatermarksWithIdleness marks a split idle so the others' least can move; with no
+    data anywhere, the watermark stands, so no timer fires and no window closes that Flink would keep."""
     strategy = bounded().with_idleness(timedelta(seconds=10))
+    clock = strategy.advance(EventClock(), 100_000, 1_000)
+    assert strategy.advance(clock, None, 10**12) == clock
+    splits = strategy.advance_splits(EventClock(), P[:2], {"t:0": 100_000, "t:1": 90_000}, 0)
+    assert strategy.advance_splits(splits, P[:2], {}, 10**9).watermark == splits.watermark == 84_999
+
+
+def test_after_idle_advance_without_records_event_time_advances_with_processing_time():
+    # W = max(W, max_event_time + (now - last input's processing time - idleness) - bound - 1), once positive
+    strategy = bounded().with_idle_advance(timedelta(seconds=10))
     clock = strategy.advance(EventClock(), 100_000, 1_000)
     assert clock.watermark == 94_999
     assert strategy.advance(clock, None, 11_000) == clock  # idle exactly the timeout: not yet
@@ -73,8 +83,8 @@ def test_after_idleness_without_records_event_time_advances_with_processing_time
     assert strategy.advance(advanced, 105_000, 32_000) == EventClock(114_999, 105_000, 32_000)
 
 
-def test_idleness_does_not_advance_a_clock_that_has_seen_no_record():
-    strategy = bounded().with_idleness(timedelta(seconds=1))
+def test_idle_advance_does_not_advance_a_clock_that_has_seen_no_record():
+    strategy = bounded().with_idle_advance(timedelta(seconds=1))
     assert strategy.advance(EventClock(), None, 10**12) == EventClock()
 
 
@@ -84,7 +94,10 @@ def test_the_builders_keep_each_others_settings_in_any_order():
     b = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=3)).with_timestamp_column(
         "event_ts").with_idleness(timedelta(seconds=9))
     assert a == b
-    assert a.describe() == {"bound_ms": 3_000, "timestamp_column": "event_ts", "idleness_ms": 9_000}
+    assert a.describe() == {"bound_ms": 3_000, "timestamp_column": "event_ts", "idleness_ms": 9_000,
+                            "idle_advance": False}
+    assert a.with_idle_advance(timedelta(seconds=4)).with_timestamp_column("ts").describe() == {
+        "bound_ms": 3_000, "timestamp_column": "ts", "idleness_ms": 4_000, "idle_advance": True}
 
 
 @pytest.mark.parametrize("make, message", [
@@ -98,6 +111,7 @@ def test_the_builders_keep_each_others_settings_in_any_order():
     (lambda: bounded().with_idleness(timedelta(seconds=-3)), "must be positive"),
     (lambda: bounded().with_idleness(0), "must be positive"),
     (lambda: bounded().with_idleness(1.5), "timedelta"),
+    (lambda: bounded().with_idle_advance(timedelta(0)), "with_idle_advance's timeout must be positive"),
     (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(""), "column name"),
     (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(None), "column name"),
 ])
@@ -157,7 +171,7 @@ def test_a_split_without_a_record_yet_holds_the_watermark_until_it_is_idle():
 
 
 def test_a_partition_added_joins_the_least_and_when_every_split_is_idle_the_source_is():
-    strategy = bounded().with_idleness(timedelta(seconds=10))
+    strategy = bounded().with_idle_advance(timedelta(seconds=10))
     clock = strategy.advance_splits(EventClock(), P[:2], {"t:0": 100_000, "t:1": 90_000}, 0)
     assert clock.watermark == 84_999
     grown = strategy.advance_splits(clock, P, {"t:0": 110_000, "t:1": 100_000}, 1_000)
@@ -195,7 +209,8 @@ def spec(tmp_path, **changes) -> JobSpec:
 def test_a_strategy_on_a_long_or_int_column_of_the_source_is_accepted(tmp_path, column):
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(column)
     job = spec(tmp_path, watermark_strategy=strategy, side_outputs=[OutputTag("late", OUT)]).validate()
-    assert job.describe()["watermark_strategy"] == {"bound_ms": 0, "timestamp_column": column, "idleness_ms": None}
+    assert job.describe()["watermark_strategy"] == {"bound_ms": 0, "timestamp_column": column, "idleness_ms": None,
+                                                     "idle_advance": False}
     assert job.describe()["side_outputs"] == {"late": "out/timed_late"}
 
 
@@ -236,7 +251,7 @@ def test_an_output_tag_needs_a_valid_name_and_a_row_type(name, type_info, messag
 def test_records_whose_timestamps_are_all_null_are_input_so_idleness_does_not_move_the_watermark():
     from state_store.watermarks import EventClock, WatermarkStrategy
 
-    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column("ts").with_idleness(1_000)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column("ts").with_idle_advance(1_000)
     clock = EventClock(99, 100, 0)
     busy = strategy.advance(clock, None, 10_000, has_input=True)
     assert busy == EventClock(99, 100, 10_000)  # records arrived: not idle, the watermark stands
