@@ -45,9 +45,10 @@ class SourceDefaults:
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         """The source's offsets as operator ListState entries: one per split (a whole directory or table is
-        one split; its path is in the job's registry record). The pins of the files read stay in the
-        checkpoint row: state is the same wherever, and whenever, the same input was written."""
-        return [{"split": name, "offset": {k: v for k, v in offset.items() if k != READ}}]
+        one split; its path is in the job's registry record). The pins of the files read and a file source's
+        folder stay in the checkpoint row: state is the same wherever, and whenever, the same input was
+        written."""
+        return [{"split": name, "offset": {k: v for k, v in offset.items() if k not in (READ, "dir")}}]
 
     def plan_notes(self, start: dict, end: dict) -> list[str]:
         """Lines for the run's output about a microbatch's planned range (e.g. a partition read for the first
@@ -89,10 +90,21 @@ class FileSource(SourceDefaults):
             raise ConfigError(f"{what}: source directory {self.path} does not exist; create it or fix the path")
 
     def describe(self) -> dict:
-        return {"type": "files", "path": str(Path(self.path).resolve()), "format": self.format}
+        return {"type": "files", "path": self.folder, "format": self.format}
+
+    @property
+    def folder(self) -> str:
+        """The source's identity in its offsets: its resolved folder (Flink's ``FileSource`` keeps full paths)."""
+        return str(Path(self.path).resolve())
 
     def initial_offset(self) -> dict:
-        return {"files": []}
+        return {"dir": self.folder, "files": []}
+
+    def _own(self, offset: dict) -> dict:
+        """``offset`` if it is this source's, else the offset of nothing read: offsets restored from another
+        job's savepoint name another folder's files, and a file of the same name here is not one of them.
+        Offsets of releases that did not record the folder are taken as this source's."""
+        return offset if offset.get("dir", self.folder) == self.folder else self.initial_offset()
 
     def _files(self) -> list[str]:
         suffixes = (".json", ".jsonl") if self.format == "json" else (".parquet",)
@@ -149,6 +161,7 @@ class FileSource(SourceDefaults):
                                  f"change the declared type")
 
     def next_offset(self, spark, start: dict) -> dict | None:
+        start = self._own(start)
         seen = set(start["files"])
         pins: dict[str, list[int]] = {}
         for name in self._files():
@@ -162,13 +175,20 @@ class FileSource(SourceDefaults):
         if not pins:
             return None
         # The files read so far, and what each new file was when planned: a replay must read the same bytes.
-        return {"files": sorted(seen | set(pins)), READ: {**start.get(READ, {}), **pins}, PINNED: pins}
+        return {"dir": self.folder, "files": sorted(seen | set(pins)), READ: {**start.get(READ, {}), **pins},
+                PINNED: pins}
+
+    def plan_notes(self, start: dict, end: dict) -> list[str]:
+        if start.get("dir", self.folder) == self.folder:
+            return []
+        return [f"the offsets this job continues from are of another folder ({start['dir']}): every file of "
+                f"{self.folder} is new to it and is read (as Flink reads splits a restored job never saw)"]
 
     def changed_since_read(self, offset: dict) -> list[str]:
         """A line for each file read up to ``offset`` that is no longer what was read. It is not read again
         (each file is read once), so what was added to it is lost unless its producer is told."""
         lines = []
-        for name, pinned in sorted(offset.get(READ, {}).items()):
+        for name, pinned in sorted(self._own(offset).get(READ, {}).items()):
             try:
                 st = os.stat(Path(self.path, name))
             except FileNotFoundError:
@@ -182,7 +202,9 @@ class FileSource(SourceDefaults):
 
     @staticmethod
     def new_files(start: dict, end: dict) -> list[str]:
-        return sorted(set(end["files"]) - set(start["files"]))
+        """The files of ``[start, end)``; all of ``end``'s when ``start`` is another folder's (``_own``)."""
+        seen = start["files"] if start.get("dir", end.get("dir")) == end.get("dir") else []
+        return sorted(set(end["files"]) - set(seen))
 
     def count_records(self, start: dict, end: dict) -> int | None:
         """The records in ``[start, end)`` from Parquet footers, or None for JSON (not read to count)."""

@@ -160,6 +160,31 @@ def test_a_restore_is_refused_when_the_sink_committed_a_microbatch_no_commit_mar
     assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]  # nothing written
 
 
+def test_a_job_restored_from_another_jobs_savepoint_reads_its_own_files_that_share_a_name(spark, lake, tmp_path):
+    """Issue 37 #2: offsets were bare file names, so job b never read its own e0.json after a restore from job
+    a's savepoint, because a had read an e0.json in another folder. Offsets keep the source's folder now."""
+    from state_store import FileSource
+
+    from .jobs import EVENT
+
+    spec = count_job(lake, job_id="a")
+    _feed(lake, range(1))
+    run(spark, spec, lake)
+    savepoint = take_savepoint(spark, lake.settings, spec.job_id, **QUIET)
+    own = tmp_path / "b-events"
+    own.mkdir()
+    (own / "e0.json").write_text((lake.events / "e0.json").read_text().replace('"k": "a"', '"k": "z"'))
+    other = count_job(lake, job_id="b", source=FileSource(str(own), "json", EVENT, max_files_per_batch=1))
+    restore_job(spark, lake.settings, other, StatePoint(savepoint), **QUIET)
+    said = []
+    run(spark, other, lake, progress=said.append)
+    assert any(f"the offsets this job continues from are of another folder ({lake.events.resolve()}): every file "
+               f"of {own.resolve()} is new to it" in line for line in said), said
+    rows = sink_rows(spark, lake, other, with_microbatch=False)
+    assert any('"k": "z"' in r for r in rows), rows  # its own e0.json was read
+    assert JobStore(lake.settings.job_dir("b")).latest_checkpoint().source_offsets["main"]["dir"] == str(own.resolve())
+
+
 @pytest.mark.slow
 def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carries_on(spark, tmp_path):
     steady, lake = _steady_and_lake(spark, tmp_path, 4, all_states_job)
