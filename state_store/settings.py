@@ -7,6 +7,10 @@ warehouse. Savepoints go under the savepoint root (``LAKESTATE_SAVEPOINTS``,
 default ``<root>/savepoints``), which may lie anywhere: savepoints outlive the
 job's tables. Each may be a local folder or an ``s3a://bucket/folder`` on
 S3-compatible storage (``storage``).
+
+Under Airflow (a task's process, or the spark-submit it starts: both have Airflow's ``AIRFLOW_CTX_DAG_ID``)
+each of them given must be absolute, and the root must be given: a relative one is relative to the worker's
+folder, so a task and a ``lakestate`` command would keep two warehouses without a word.
 """
 from __future__ import annotations
 
@@ -27,6 +31,30 @@ def _place(value) -> Path | ObjectPath:
     return location(str(value)) if is_remote(str(value)) else Path(value).expanduser().resolve()
 
 
+DEFAULT_ROOT = "lakestate-data"  # relative to the process's folder: refused under Airflow
+
+
+def _refuse_relative_under_airflow(**given) -> None:
+    """Under an Airflow task (and the spark-submit it starts, which inherits the variables Airflow's task runner
+    exports), refuse a missing root or a relative root, warehouse or savepoint root: each would be resolved
+    against the worker's folder, not where ``lakestate`` run by hand or the Lakestate page look."""
+    dag_id = os.environ.get("AIRFLOW_CTX_DAG_ID")
+    if not dag_id:
+        return
+    for what, value in given.items():
+        if value is None and what != "root":
+            continue  # the root's subfolder, as absolute as the root
+        if value is not None and (is_remote(str(value)) or Path(value).expanduser().is_absolute()):
+            continue
+        variable = f"LAKESTATE_{what.upper()}"
+        got = (f"{variable} is not set (the default {DEFAULT_ROOT!r} would be under the task's folder "
+               f"{os.getcwd()})" if value is None else f"{what} {str(value)!r} is relative to the task's folder "
+                                                         f"{os.getcwd()}")
+        raise ConfigError(f"under Airflow (DAG {dag_id}) the Lakestate {what} must be an absolute folder or an "
+                          f"s3a:// URL: {got}; set {variable}=/absolute/path (or pass an absolute --{what}) in the "
+                          f"environment of Airflow's workers, the same one the `lakestate` commands use, so both use one warehouse")
+
+
 @dataclass(frozen=True)
 class Settings:
     root: Path | ObjectPath
@@ -36,7 +64,10 @@ class Settings:
     @classmethod
     def load(cls, warehouse: str | os.PathLike | None = None, root: str | os.PathLike | None = None,
              savepoints: str | os.PathLike | None = None) -> "Settings":
-        root_path = _place(root or os.environ.get("LAKESTATE_ROOT") or "lakestate-data")
+        _refuse_relative_under_airflow(root=root or os.environ.get("LAKESTATE_ROOT"),
+                                       warehouse=warehouse or os.environ.get("LAKESTATE_WAREHOUSE"),
+                                       savepoints=savepoints or os.environ.get("LAKESTATE_SAVEPOINTS"))
+        root_path = _place(root or os.environ.get("LAKESTATE_ROOT") or DEFAULT_ROOT)
         wh_path = _place(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or root_path / "warehouse")
         if not _inside(wh_path, root_path):
             raise ConfigError(

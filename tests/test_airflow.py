@@ -374,6 +374,71 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert (latest.parallelism, latest.of_operator("per-country").parallelism) == (2, 4)
 
 
+EXAMPLE = ROOT / "docs" / "examples" / "lakestate_example_dags.py"
+
+
+def _parse_examples(env: dict) -> dict:
+    """The example DAG file parsed by Airflow's DagBag in a fresh interpreter: its errors, DAGs, tasks (in order),
+    schedules and outlets."""
+    parse = textwrap.dedent(f"""
+        import json
+        from airflow.models.dagbag import DagBag
+        bag = DagBag({str(EXAMPLE.parent)!r}, include_examples=False)
+        condition = lambda dag: getattr(dag.timetable, "asset_condition", None)  # set when scheduled on Assets
+        print(json.dumps({{"errors": bag.import_errors, "dags": {{d: {{
+            "tasks": [t.task_id for t in dag.topological_sort()], "schedule": dag.timetable.summary,
+            "on_assets": [a.uri for _, a in condition(dag).iter_assets()] if condition(dag) else [],
+            "outlets": [a.uri for t in dag.tasks for a in t.outlets]}} for d, dag in bag.dags.items()}}}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", parse], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_example_dags_parse_and_the_upstream_example_runs_its_job_after_the_upstream_task(tmp_path):
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+
+    [jobs.sessions]
+    entrypoint = "demo.sessions:job"
+    """)
+    root = tmp_path / "lakestate"
+    env = {**_airflow_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
+    found = _parse_examples(env)
+    assert found["errors"] == {}
+    assert found["dags"] == {
+        "example_lakestate_after_upstream": {"tasks": ["land_clicks", "wait_for_lease", "run"], "schedule": "None",
+                                             "on_assets": [], "outlets": ["lakestate://clicks/sink"]},
+        "example_lakestate_on_asset": {"tasks": ["wait_for_lease", "run"], "schedule": "Asset",
+                                       "on_assets": ["lakestate://clicks/sink"],
+                                       "outlets": ["lakestate://sessions/sink"]}}
+    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    out = subprocess.run(["airflow", "dags", "test", "example_lakestate_after_upstream"], env=env,
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    text = out.stdout + out.stderr
+    assert ", state=success, run_type=" in text and "planned microbatches 0..0" in text, text[-4000:]
+
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+        (summary,) = con.execute("select value from xcom where dag_id = 'example_lakestate_after_upstream' and "
+                                 "task_id = 'run' and key = 'return_value'").fetchone()
+        events = con.execute("select e.extra from asset_event e join asset a on a.id = e.asset_id "
+                             "where a.uri = 'lakestate://clicks/sink'").fetchall()
+    summary = json.loads(summary)
+    assert summary["records_in"] == 200 and summary["microbatches"] == [0]
+    assert [json.loads(e) for (e,) in events] == [summary]  # what schedules example_lakestate_on_asset
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+
+    # spark-submit's driver saw the task's Airflow context (what refuses a relative LAKESTATE_ROOT there).
+    latest = JobStore(Settings.load(root=root).job_dir("clicks")).latest_checkpoint()
+    assert latest.airflow_run.dag_id == "example_lakestate_after_upstream"
+
+
 def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:
     """The dataflow demo's sink, the latest totals per country, against the same logic in pandas."""
     import pandas as pd

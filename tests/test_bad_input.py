@@ -109,6 +109,33 @@ def test_a_warehouse_outside_the_configured_root_is_refused(tmp_path):
         Settings.load(warehouse=tmp_path / "elsewhere", root=tmp_path / "root")
 
 
+def test_under_airflow_a_missing_or_relative_root_is_refused_with_the_fix_and_nothing_is_written(
+        tmp_path, monkeypatch, capsys):
+    # What Airflow's task runner exports to a task's process, and spark-submit's driver inherits.
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "lakestate_clicks")
+    for variable in ("LAKESTATE_ROOT", "LAKESTATE_WAREHOUSE", "LAKESTATE_SAVEPOINTS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"under Airflow \(DAG lakestate_clicks\) the Lakestate root must be an "
+                                          r"absolute folder .*LAKESTATE_ROOT is not set \(the default "
+                                          r"'lakestate-data' would be under the task's folder .*set "
+                                          r"LAKESTATE_ROOT=/absolute/path"):
+        Settings.load()
+    assert main(["jobs"]) == 2  # as the task's spark-submit says it: the operator raises with this line
+    assert "lakestate: error: under Airflow (DAG lakestate_clicks)" in capsys.readouterr().err
+    monkeypatch.setenv("LAKESTATE_ROOT", "data")
+    with pytest.raises(ConfigError, match=r"root 'data' is relative to the task's folder .*LAKESTATE_ROOT="):
+        Settings.load()
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    with pytest.raises(ConfigError, match=r"savepoints 'sp' is relative .*LAKESTATE_SAVEPOINTS=.* --savepoints"):
+        Settings.load(savepoints="sp")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert Settings.load().root == tmp_path / "root"  # absolute: accepted
+    monkeypatch.delenv("AIRFLOW_CTX_DAG_ID")
+    monkeypatch.delenv("LAKESTATE_ROOT")
+    assert Settings.load().root == tmp_path / "lakestate-data"  # outside Airflow, the default as before
+
+
 def test_a_sink_outside_the_warehouse_is_refused(spark, lake, tmp_path):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake, sink=str(tmp_path / "escape"))

@@ -1,7 +1,9 @@
 """Lakestate installs into an Airflow like any provider: the built wheel, installed into a fresh virtualenv with
-Airflow and the Spark provider (the versions of requirements.txt), gives the library, the CLI, the operators and
-the ``lakestate_spark`` connection type (ProvidersManager) and the Lakestate page (plugins manager), with the
-repository on no path: the checks run in a folder outside it with no PYTHONPATH.
+Airflow and the Spark provider (``-c constraints.txt``, as the README says), gives the library, the CLI, the
+operators and the ``lakestate_spark`` connection type (ProvidersManager) and the Lakestate page (plugins manager),
+with the repository on no path: the checks run in a folder outside it with no PYTHONPATH. And it runs a job: a
+module of a folder of its own registered, run by the installed ``lakestate`` and its sink read (one wheel and one
+virtualenv serve both tests).
 
 pip's cache is the project's (``.cache/pip``), so a second run installs from it; the first fetches from PyPI.
 """
@@ -69,15 +71,6 @@ CHECKS = textwrap.dedent("""
 """)
 
 
-def _constraints(tmp: Path) -> Path:
-    """requirements.txt as a constraints file (pip refuses extras there: ``moto[server]`` becomes ``moto``)."""
-    import re
-
-    path = tmp / "constraints.txt"
-    path.write_text(re.sub(r"\[[^\]]*\]", "", (REPO / "requirements.txt").read_text()))
-    return path
-
-
 def _build_wheel(tmp: Path, env: dict) -> Path:
     """The wheel of the working tree's package, built from a copy (pip builds in the source folder)."""
     src = tmp / "src"
@@ -90,24 +83,82 @@ def _build_wheel(tmp: Path, env: dict) -> Path:
     return wheel
 
 
-def test_the_wheel_installed_with_airflow_gives_the_plugin_operators_and_cli_without_the_repository(tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The wheel built once and installed with its ``airflow`` extra into a fresh virtualenv, with the shipped
+    ``constraints.txt`` as the README says; the environment for it with no checkout on any path."""
+    tmp = tmp_path_factory.mktemp("package")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "LAKESTATE_JARS", "VIRTUAL_ENV") and not k.startswith("AIRFLOW")}
+           if k not in ("PYTHONPATH", "LAKESTATE_JARS", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+           and not k.startswith(("AIRFLOW", "LAKESTATE"))}
     env.update(PIP_CACHE_DIR=str(REPO / ".cache" / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1")
-    wheel = _build_wheel(tmp_path, env)
-    venv = tmp_path / "venv"
+    wheel = _build_wheel(tmp, env)
+    venv = tmp / "venv"
     base = Path(getattr(sys, "_base_executable", sys.executable))
     subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"lakestate[airflow] @ {wheel.as_uri()}",
-                    "-c", str(_constraints(tmp_path))], check=True, env=env)
+                    "-c", str(REPO / "constraints.txt")], check=True, env=env)
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    return venv, env
 
+
+def test_the_wheel_installed_with_airflow_gives_the_plugin_operators_and_cli_without_the_repository(
+        installed, tmp_path):
+    venv, env = installed
     work = tmp_path / "elsewhere"
     (work / "plugins").mkdir(parents=True)
     (work / "registry.toml").write_text('[jobs.clicks]\nentrypoint = "mypipeline:job"\n')
-    env.update(AIRFLOW_HOME=str(work / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               AIRFLOW__CORE__PLUGINS_FOLDER=str(work / "plugins"), LAKESTATE_REGISTRY=str(work / "registry.toml"),
-               LAKESTATE_ROOT=str(work / "root"), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env = {**env, "AIRFLOW_HOME": str(work / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__PLUGINS_FOLDER": str(work / "plugins"), "LAKESTATE_REGISTRY": str(work / "registry.toml"),
+           "LAKESTATE_ROOT": str(work / "root")}
     checks = subprocess.run([str(venv / "bin" / "python"), "-c", CHECKS, str(REPO.resolve())], cwd=work, env=env,
                             capture_output=True, text=True)
     assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-6000:]
     assert "installed checks passed" in checks.stdout
+
+
+# A user's job module, in a folder of its own: counts per key, its sink a Delta table of the warehouse.
+TINY_JOB = textwrap.dedent("""
+    from pathlib import Path
+    from state_store import FileSource, JobSpec, KeyedProcessFunction, Types, ValueStateDescriptor
+
+    class Count(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+        def process(self, key, records, ctx):
+            n = (self.count.value() or 0) + len(records)
+            self.count.update(n)
+            yield {"k": key, "n": n}
+
+    def job():
+        event = Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.LONG()])
+        return JobSpec(job_id="tiny", function=Count(), source=FileSource(str(Path(__file__).parent / "input"),
+                       "json", event), key="k", key_type=Types.STRING(), sink="sinks/tiny", uid="count",
+                       output_type=Types.ROW_NAMED(["k", "n"], [Types.STRING(), Types.LONG()]), parallelism=1)
+""")
+
+READ_SINK = ("import sys; from deltalake import DeltaTable; rows = DeltaTable(sys.argv[1]).to_pandas(); "
+             "print(sorted(map(tuple, rows[['k', 'n']].values.tolist())))")
+
+
+def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and_its_sink_holds_the_counts(
+        installed, tmp_path):
+    venv, env = installed
+    work = tmp_path / "myjobs"
+    (work / "input").mkdir(parents=True)
+    (work / "tinyjob.py").write_text(TINY_JOB)
+    (work / "input" / "p0.json").write_text("".join(f'{{"k": "{k}", "v": {v}}}\n' for k, v in
+                                                    [("a", 1), ("b", 2), ("a", 3)]))
+    # The job's module on PYTHONPATH as the README asks (its folder, never the checkout); Spark's Python workers
+    # are the virtualenv's; the Delta jars given (a jar is not a Python dependency, and Maven stays out of it).
+    env = {**env, "PYTHONPATH": str(work), "LAKESTATE_ROOT": str(work / "root"),
+           "PYSPARK_PYTHON": str(venv / "bin" / "python"), "PYSPARK_DRIVER_PYTHON": str(venv / "bin" / "python"),
+           "LAKESTATE_JARS": ",".join(str(j) for j in sorted((REPO / ".cache" / "jars").glob("*.jar")))}
+    lakestate = str(venv / "bin" / "lakestate")
+    for command in (["register", "tinyjob:job"], ["run", "--job", "tiny"]):
+        done = subprocess.run([lakestate, *command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"lakestate {command}:\n{done.stdout[-3000:]}{done.stderr[-6000:]}"
+    sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],
+                          cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert sink.stdout.strip() == "[('a', 2), ('b', 1)]", sink
