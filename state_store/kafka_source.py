@@ -15,6 +15,7 @@ columns are chosen among them as for other sources.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,18 +79,29 @@ class KafkaSource(SourceDefaults):
             if clash:
                 raise ConfigError(f"{what}: schema fields {clash} clash with the Kafka columns {list(KAFKA_COLUMNS)};"
                                   f" rename them in the schema")
-        if self.max_records_per_microbatch is not None and (
-                not isinstance(self.max_records_per_microbatch, int) or self.max_records_per_microbatch <= 0):
-            raise ConfigError(f"{what}: max_records_per_microbatch must be a positive integer, got "
-                              f"{self.max_records_per_microbatch!r}")
-        if not isinstance(self.request_timeout_s, (int, float)) or self.request_timeout_s <= 0:
-            raise ConfigError(f"{what}: request_timeout_s must be a positive number of seconds")
+        self._validate_options(what)
         self._given_offsets(what)
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
             raise ConfigError(f"{what}: a KafkaSource needs the confluent-kafka package: pip install "
                               f"'lakestate[kafka]'") from None
+
+    def _validate_options(self, what: str) -> None:
+        """The numeric and boolean options: real booleans and finite numbers only (``"no"`` is truthy, a nan
+        timeout never times out, an infinite one waits forever)."""
+        bound = self.max_records_per_microbatch
+        if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or bound <= 0):
+            raise ConfigError(f"{what}: max_records_per_microbatch must be a positive integer, got {bound!r}; "
+                              f"give e.g. max_records_per_microbatch=10000, or None for no bound")
+        timeout = self.request_timeout_s
+        if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not math.isfinite(timeout)
+                or timeout <= 0):
+            raise ConfigError(f"{what}: request_timeout_s must be a finite positive number of seconds, got "
+                              f"{timeout!r}; give e.g. request_timeout_s=15")
+        if not isinstance(self.fail_on_data_loss, bool):
+            raise ConfigError(f"{what}: fail_on_data_loss must be True or False, got {self.fail_on_data_loss!r}; "
+                              f"give the boolean itself (a string such as 'no' would count as True)")
 
     def _given_offsets(self, what: str = "source") -> dict[str, dict[str, int]]:
         """``starting_offsets`` as ``{topic: {partition: offset}}`` ({} for "earliest" and "latest")."""
@@ -109,7 +121,8 @@ class KafkaSource(SourceDefaults):
         out = {}
         for topic, offsets in nested.items():
             for partition, offset in offsets.items():
-                if not str(partition).isdigit() or not isinstance(offset, int) or offset < 0:
+                if (not str(partition).isdigit() or not isinstance(offset, int) or isinstance(offset, bool)
+                        or offset < 0):
                     raise ConfigError(f"{what}: starting_offsets of topic {topic!r}: partition {partition!r} -> "
                                       f"{offset!r} is not a partition number and an offset >= 0")
                 out.setdefault(topic, {})[str(int(partition))] = offset

@@ -420,6 +420,30 @@ def test_a_kafka_source_refuses_bad_declarations_before_anything_runs(lake):
     job(value_format="raw", schema=None).with_overrides(key="kafka_key").validate()  # raw: key and value bytes
 
 
+def test_a_kafka_source_refuses_non_finite_numbers_and_non_boolean_flags_naming_the_option():
+    from state_store import ConfigError
+
+    def job(**source):
+        options = {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"], "schema": CLICK, **source}
+        return JobSpec(job_id="bad", function=Totals(), source=KafkaSource(**options), key="user",
+                       key_type=Types.STRING(), output_type=TOTALS, sink="sinks/bad")
+
+    cases = [
+        ({"request_timeout_s": float("nan")}, "request_timeout_s must be a finite positive number of seconds, got nan"),
+        ({"request_timeout_s": float("inf")}, "request_timeout_s must be a finite positive number of seconds, got inf"),
+        ({"request_timeout_s": True}, "request_timeout_s must be a finite positive number of seconds, got True"),
+        ({"fail_on_data_loss": "no"}, "fail_on_data_loss must be True or False, got 'no'"),
+        ({"fail_on_data_loss": 0}, "fail_on_data_loss must be True or False, got 0"),
+        ({"max_records_per_microbatch": True}, "max_records_per_microbatch must be a positive integer, got True"),
+        ({"max_records_per_microbatch": 10.0}, "max_records_per_microbatch must be a positive integer, got 10.0"),
+        ({"starting_offsets": {"0": True}}, "partition '0' -> True is not a partition number and an offset"),
+    ]
+    for source, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            job(**source).validate()
+    job(request_timeout_s=2, fail_on_data_loss=False, max_records_per_microbatch=5).validate()  # real ones pass
+
+
 def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
     from state_store import InputError
 
