@@ -123,7 +123,17 @@ class JobSpec:
             if missing:
                 raise ConfigError(f"order_by columns {missing} are not in the source schema")
         self._validate_time()
+        self._validate_dead_letters()
         return self
+
+    def _validate_dead_letters(self) -> None:
+        """A source's dead-letter side output (``KafkaSource(on_malformed=...)``) is one of the job's side
+        outputs: its table, commit and Asset are those of any side output."""
+        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
+            tag = getattr(source, "dead_letter_tag", None)
+            if tag is not None and tag not in self.side_outputs:
+                raise ConfigError(f"{what}: on_malformed sends poison records to side output {tag.name!r}, which the "
+                                  f"job does not declare; add it: JobSpec(side_outputs=[..., {tag!r}])")
 
     def _validate_time(self) -> None:
         """The watermark strategy's timestamp column and the side outputs (README "Time")."""

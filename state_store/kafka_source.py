@@ -11,15 +11,24 @@ Spark job, and the same over Spark Connect.
 A record is the message's value (``value_format="json"``: the declared ``schema``'s fields parsed from it;
 ``"raw"``: the bytes as ``value``) and its Kafka metadata, ``KAFKA_COLUMNS``; the job's key and event-time
 columns are chosen among them as for other sources.
+
+A json value that is not JSON of the schema (not JSON at all, a field of the wrong type, a bare scalar or array)
+is a poison record: by default the run fails naming its topic, partition and offset and the start of the value,
+before anything is written; with ``on_malformed=KafkaSource.dead_letters("<name>")`` (an ``OutputTag`` the job
+also declares in its ``side_outputs``) such records go to that side output's table instead, with their Kafka
+coordinates and raw value, written in the run's commit as any side output is (exactly once), and the others are
+processed. A null value (a tombstone) is not malformed: its fields are null, as before.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InputError
+from .side_outputs import OutputTag
 from .sources import PINNED, SourceDefaults, null_event_times
 from .types import RowTypeInfo, Types
 
@@ -27,6 +36,12 @@ KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "ka
                  "kafka_offset": Types.LONG(), "kafka_timestamp": Types.LONG()}
 _FORMATS = ("json", "raw")
 _INIT = "init"  # in the initial offset only: the job's first plan applies ``starting_offsets``
+# A dead-letter side output's rows: where the poison record is, and its value as the broker has it.
+DEAD_LETTER_TYPE = Types.ROW_NAMED(
+    ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp", "value"],
+    [Types.STRING(), Types.INT(), Types.LONG(), Types.STRING(), Types.LONG(), Types.BYTES()])
+_PARSED, _CORRUPT = "__lakestate_value", "__lakestate_corrupt"  # the parsed value; Spark's text of a bad one
+_EXCERPT = 80  # characters of a poison value an error shows
 
 
 @dataclass
@@ -40,6 +55,9 @@ class KafkaSource(SourceDefaults):
     the run with an error naming them, or with ``fail_on_data_loss=False`` are skipped with a warning.
     ``kafka_options``: further client settings (``security.protocol`` ...), given to the admin client and, as
     ``kafka.<name>``, to Spark's reader. ``request_timeout_s``: how long a plan waits for the broker's answers.
+    ``on_malformed``: what a json value that does not parse as ``schema`` does: ``"fail"`` the run (naming the
+    record), or go to the dead-letter side output ``KafkaSource.dead_letters(name)`` (declared in the job's
+    ``side_outputs`` too).
     """
 
     bootstrap_servers: str
@@ -52,6 +70,16 @@ class KafkaSource(SourceDefaults):
     fail_on_data_loss: bool = True
     kafka_options: dict[str, str] = field(default_factory=dict)
     request_timeout_s: float = 15.0
+    on_malformed: str | OutputTag = "fail"
+
+    @staticmethod
+    def dead_letters(name: str) -> OutputTag:
+        """The side output ``name`` for ``on_malformed``: rows of ``DEAD_LETTER_TYPE``."""
+        return OutputTag(name, DEAD_LETTER_TYPE)
+
+    @property
+    def dead_letter_tag(self) -> OutputTag | None:
+        return self.on_malformed if isinstance(self.on_malformed, OutputTag) else None
 
     # -- declaration --------------------------------------------------------------------------------------
     def validate(self, what: str) -> None:
@@ -78,18 +106,44 @@ class KafkaSource(SourceDefaults):
             if clash:
                 raise ConfigError(f"{what}: schema fields {clash} clash with the Kafka columns {list(KAFKA_COLUMNS)};"
                                   f" rename them in the schema")
-        if self.max_records_per_microbatch is not None and (
-                not isinstance(self.max_records_per_microbatch, int) or self.max_records_per_microbatch <= 0):
-            raise ConfigError(f"{what}: max_records_per_microbatch must be a positive integer, got "
-                              f"{self.max_records_per_microbatch!r}")
-        if not isinstance(self.request_timeout_s, (int, float)) or self.request_timeout_s <= 0:
-            raise ConfigError(f"{what}: request_timeout_s must be a positive number of seconds")
+        self._validate_options(what)
+        self._validate_on_malformed(what)
         self._given_offsets(what)
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
             raise ConfigError(f"{what}: a KafkaSource needs the confluent-kafka package: pip install "
                               f"'lakestate[kafka]'") from None
+
+    def _validate_options(self, what: str) -> None:
+        """The numeric and boolean options: real booleans and finite numbers only (``"no"`` is truthy, a nan
+        timeout never times out, an infinite one waits forever)."""
+        bound = self.max_records_per_microbatch
+        if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or bound <= 0):
+            raise ConfigError(f"{what}: max_records_per_microbatch must be a positive integer, got {bound!r}; "
+                              f"give e.g. max_records_per_microbatch=10000, or None for no bound")
+        timeout = self.request_timeout_s
+        if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not math.isfinite(timeout)
+                or timeout <= 0):
+            raise ConfigError(f"{what}: request_timeout_s must be a finite positive number of seconds, got "
+                              f"{timeout!r}; give e.g. request_timeout_s=15")
+        if not isinstance(self.fail_on_data_loss, bool):
+            raise ConfigError(f"{what}: fail_on_data_loss must be True or False, got {self.fail_on_data_loss!r}; "
+                              f"give the boolean itself (a string such as 'no' would count as True)")
+
+    def _validate_on_malformed(self, what: str) -> None:
+        tag = self.on_malformed
+        if isinstance(tag, OutputTag):
+            if self.value_format != "json":
+                raise ConfigError(f"{what}: on_malformed={tag!r} is for json values; a raw value cannot be "
+                                  f"malformed: drop on_malformed")
+            if tag.type_info.to_schema() != DEAD_LETTER_TYPE.to_schema():
+                raise ConfigError(f"{what}: on_malformed={tag!r} has rows of its own type; declare it with "
+                                  f"KafkaSource.dead_letters({tag.name!r}) (topic, partition, offset, key, timestamp "
+                                  f"and raw value)")
+        elif not (isinstance(tag, str) and tag == "fail"):
+            raise ConfigError(f"{what}: on_malformed must be 'fail' or a dead-letter side output "
+                              f"KafkaSource.dead_letters('<name>'), got {tag!r}")
 
     def _given_offsets(self, what: str = "source") -> dict[str, dict[str, int]]:
         """``starting_offsets`` as ``{topic: {partition: offset}}`` ({} for "earliest" and "latest")."""
@@ -109,7 +163,8 @@ class KafkaSource(SourceDefaults):
         out = {}
         for topic, offsets in nested.items():
             for partition, offset in offsets.items():
-                if not str(partition).isdigit() or not isinstance(offset, int) or offset < 0:
+                if (not str(partition).isdigit() or not isinstance(offset, int) or isinstance(offset, bool)
+                        or offset < 0):
                     raise ConfigError(f"{what}: starting_offsets of topic {topic!r}: partition {partition!r} -> "
                                       f"{offset!r} is not a partition number and an offset >= 0")
                 out.setdefault(topic, {})[str(int(partition))] = offset
@@ -266,10 +321,11 @@ class KafkaSource(SourceDefaults):
         return sum(e - b for b, e in self._ranges(start, end).values())
 
     # -- reading (the run's one pass) ------------------------------------------------------------------------
-    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
-        """The records of every microbatch of a run, in one read of the pinned ranges: the record's columns
-        plus ``POSITION_COLUMNS`` (batch, the partition's index in the run, its offset, the reader's order).
-        None when there are none."""
+    def _load(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """Spark's Kafka rows of the pinned ranges of every microbatch of a run, each with its microbatch
+        (``r_batch``), its partition's index in the run (``r_idx``) and, for json values, the value parsed
+        (``_PARSED``, with Spark's text of a value that does not parse in ``_CORRUPT``). None when there are
+        none."""
         from pyspark.sql import functions as F
 
         pieces = [(b, tp, r) for b, s, e in ranges for tp, r in self._ranges(s, e).items()]
@@ -293,9 +349,42 @@ class KafkaSource(SourceDefaults):
         plan = spark.sql(f"SELECT * FROM VALUES {values} AS r(r_topic, r_partition, r_lo, r_hi, r_batch, r_idx)")
         df = df.join(F.broadcast(plan), (df["topic"] == plan["r_topic"]) & (df["partition"] == plan["r_partition"])
                      & (df["offset"] >= plan["r_lo"]) & (df["offset"] < plan["r_hi"]))
+        # The reader's order is taken here, in the projection that parses: its id is not deterministic, so Spark
+        # keeps a filter on the parsed value above it instead of parsing each value again for the filter.
+        more = [F.monotonically_increasing_id().alias("row")]
         if self.value_format == "json":
-            parsed = F.from_json(F.col("value").cast("string"), self.schema.spark_schema_ddl(), {"mode": "FAILFAST"})
-            value = [parsed.getField(n).alias(n) for n in self.schema.fields]
+            more.append(F.from_json(F.col("value").cast("string"), self.schema.spark_schema_ddl() + f", `{_CORRUPT}` "
+                                    f"string", {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+                        .alias(_PARSED))
+        return df.select("*", *more)
+
+    @staticmethod
+    def _malformed():
+        """Whether a row of ``_load`` holds a poison value: one Spark did not parse as the schema (an empty or
+        non-JSON value has no parse at all); a null value (a tombstone) is not one."""
+        from pyspark.sql import functions as F
+
+        parsed = F.col(_PARSED)
+        return F.col("value").isNotNull() & (parsed.isNull() | parsed.getField(_CORRUPT).isNotNull())
+
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]], check: bool = True):
+        """The records of every microbatch of a run, in one read of the pinned ranges: the record's columns
+        plus ``POSITION_COLUMNS`` (batch, the partition's index in the run, its offset, the reader's order).
+        A poison value fails the pass naming it (``check``; a plan's read of event times leaves that to the
+        run), or with a dead-letter side output is left out (``read_dead_letters`` reads it). None when there are
+        none."""
+        from pyspark.sql import functions as F
+
+        df = self._load(spark, ranges)
+        if df is None:
+            return None
+        if self.value_format == "json":
+            if self.dead_letter_tag is not None or not check:  # a plan's event times: the run names poison
+                df = df.where(~self._malformed())
+            elif check:  # a null test a record on good records; the error only on a poison one
+                df = df.withColumn(_PARSED, F.when(self._malformed(), F.raise_error(self._poison_message()))
+                                   .otherwise(F.col(_PARSED)))
+            value = [F.col(_PARSED).getField(n).alias(n) for n in self.schema.fields]
         else:
             value = [F.col("value")]
         return df.select(
@@ -303,7 +392,35 @@ class KafkaSource(SourceDefaults):
             F.col("partition").cast("int").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
             F.expr("unix_millis(timestamp)").alias("kafka_timestamp"),
             F.col("r_batch").cast("bigint").alias("batch_id"), F.col("r_idx").cast("int").alias("file_idx"),
-            F.col("offset").cast("bigint").alias("block"), F.monotonically_increasing_id().alias("row"))
+            F.col("offset").cast("bigint").alias("block"), F.col("row"))
+
+    def _poison_message(self):
+        """The error of a poison record, as a Spark column: where it is, the start of its value, the fix."""
+        from pyspark.sql import functions as F
+
+        excerpt = F.regexp_replace(F.substring(F.col("value").cast("string"), 1, _EXCERPT), r"[\r\n]+", " ")
+        schema = self.schema.spark_schema_ddl()
+        return F.concat(
+            F.lit("Kafka record at topic "), F.col("topic"), F.lit(" partition "), F.col("partition").cast("string"),
+            F.lit(" offset "), F.col("offset").cast("string"),
+            F.lit(f" has a value that is not JSON of the source's schema ({schema}): value starts '"), excerpt,
+            F.lit("'. Fix the producer or the schema, or send such records to a dead-letter table: KafkaSource(..., "
+                  "on_malformed=KafkaSource.dead_letters('<name>')) with that tag in JobSpec(side_outputs=[...])"))
+
+    def read_dead_letters(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The poison records of a run's pinned ranges as ``(tag, rows)``, rows of ``DEAD_LETTER_TYPE`` plus
+        ``batch_id``; None without a dead-letter side output or records."""
+        from pyspark.sql import functions as F
+
+        tag = self.dead_letter_tag
+        df = self._load(spark, ranges) if tag is not None else None
+        if df is None:
+            return None
+        return tag, df.where(self._malformed()).select(
+            F.col("topic").alias("kafka_topic"), F.col("partition").cast("int").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"), F.col("key").cast("string").alias("kafka_key"),
+            F.expr("unix_millis(timestamp)").alias("kafka_timestamp"), F.col("value"),
+            F.col("r_batch").cast("bigint").alias("batch_id"))
 
     def event_time_splits(self, end: dict) -> list[str]:
         """Every topic partition the source reads as of ``end`` (``topic:partition``): the watermark is the least
@@ -316,7 +433,7 @@ class KafkaSource(SourceDefaults):
         its topic, partition and offset (``sources.null_event_times``)."""
         from pyspark.sql import functions as F
 
-        df = self.read_run(spark, [(0, start, end)])
+        df = self.read_run(spark, [(0, start, end)], check=False)
         if df is None:
             return {}
         value = F.col(f"`{column}`")

@@ -55,6 +55,11 @@ class SourceDefaults:
         time)."""
         return []
 
+    def read_dead_letters(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """``(tag, rows)``: the records of ``ranges`` that went to a dead-letter side output instead of the run
+        (a ``KafkaSource``'s poison records); None for a source without one."""
+        return None
+
     def event_time_splits(self, end: dict) -> list[str] | None:
         """The concurrent splits whose event times combine by their least (a Kafka topic's partitions, which
         then give ``split_max_event_times``); None: the source is one split (``max_event_time``)."""

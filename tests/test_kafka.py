@@ -16,6 +16,7 @@ from state_store import (
     JobSpec,
     KafkaSource,
     KeyedProcessFunction,
+    OutputTag,
     Types,
     ValueStateDescriptor,
 )
@@ -58,13 +59,14 @@ def _topic(broker, name: str, partitions: int = 4, config: dict | None = None) -
         future.result()
 
 
-def _produce(broker, topic: str, messages: list[tuple[int, str, dict]]) -> None:
-    """``(partition, key, value)`` messages, in order."""
+def _produce(broker, topic: str, messages: list[tuple[int, str, dict | bytes]]) -> None:
+    """``(partition, key, value)`` messages, in order: a dict as JSON, bytes as they are (a poison value)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": broker["bootstrap"]})
     for partition, key, value in messages:
-        producer.produce(topic, key=key, value=json.dumps(value), partition=partition)
+        producer.produce(topic, key=key, value=value if isinstance(value, bytes) else json.dumps(value),
+                         partition=partition)
     assert producer.flush(30) == 0
 
 
@@ -135,6 +137,8 @@ def _expected(clicks) -> dict:
     for partition, user, value in clicks:
         offset = offsets.get(partition, 0)
         offsets[partition] = offset + 1
+        if isinstance(value, bytes):
+            continue  # a poison value: it takes an offset, and no part in the totals
         n, total, _ = out.get(user, (0, 0, None))
         out[user] = (n + 1, total + value["amount"], offset)
     return out
@@ -420,6 +424,30 @@ def test_a_kafka_source_refuses_bad_declarations_before_anything_runs(lake):
     job(value_format="raw", schema=None).with_overrides(key="kafka_key").validate()  # raw: key and value bytes
 
 
+def test_a_kafka_source_refuses_non_finite_numbers_and_non_boolean_flags_naming_the_option():
+    from state_store import ConfigError
+
+    def job(**source):
+        options = {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"], "schema": CLICK, **source}
+        return JobSpec(job_id="bad", function=Totals(), source=KafkaSource(**options), key="user",
+                       key_type=Types.STRING(), output_type=TOTALS, sink="sinks/bad")
+
+    cases = [
+        ({"request_timeout_s": float("nan")}, "request_timeout_s must be a finite positive number of seconds, got nan"),
+        ({"request_timeout_s": float("inf")}, "request_timeout_s must be a finite positive number of seconds, got inf"),
+        ({"request_timeout_s": True}, "request_timeout_s must be a finite positive number of seconds, got True"),
+        ({"fail_on_data_loss": "no"}, "fail_on_data_loss must be True or False, got 'no'"),
+        ({"fail_on_data_loss": 0}, "fail_on_data_loss must be True or False, got 0"),
+        ({"max_records_per_microbatch": True}, "max_records_per_microbatch must be a positive integer, got True"),
+        ({"max_records_per_microbatch": 10.0}, "max_records_per_microbatch must be a positive integer, got 10.0"),
+        ({"starting_offsets": {"0": True}}, "partition '0' -> True is not a partition number and an offset"),
+    ]
+    for source, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            job(**source).validate()
+    job(request_timeout_s=2, fail_on_data_loss=False, max_records_per_microbatch=5).validate()  # real ones pass
+
+
 def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
     from state_store import InputError
 
@@ -483,3 +511,64 @@ def test_a_microbatch_bound_is_split_over_the_partitions_by_what_each_has():
     assert sum(take.values()) == 5 and all(0 <= take[tp] <= n for tp, n in available.items())
     assert take[("t", 0)] >= 3  # the partition with the most gives the most
     assert source._take({("t", 0): 2, ("t", 1): 3}) == {("t", 0): 2, ("t", 1): 3}  # under the bound: all
+
+
+def _dead_letter_rows(spark, lake, spec, tag) -> list[tuple]:
+    path = lake.settings.in_warehouse(spec.side_output_sink(tag), "sink")
+    return sorted((r["kafka_topic"], r["kafka_partition"], r["kafka_offset"], r["kafka_key"], bytes(r["value"]),
+                   r["_microbatch"]) for r in spark.read.format("delta").load(str(path)).collect())
+
+
+@pytest.mark.slow
+def test_a_poison_kafka_value_fails_the_run_naming_topic_partition_offset_and_value_and_writes_nothing(
+        spark, lake, broker):
+    from state_store import InputError
+
+    _topic(broker, "poison")
+    good = _clicks(0, 12)
+    _produce(broker, "poison", good)
+    spec = kafka_job(lake, broker, "poison", job_id="poison")
+    run(spark, spec, lake)
+    sink, state = sink_rows(spark, lake, spec), state_at_latest_checkpoint(spark, lake, spec)
+    # Partition 2 has users u2 (clicks 2, 8): its offsets 0 and 1; the poison record is its offset 2.
+    _produce(broker, "poison", [(2, "u2", b"not json {" + b"x" * 200)] + _clicks(12, 6))
+    with pytest.raises(InputError) as failed:
+        run(spark, spec, lake)
+    message = str(failed.value)
+    assert "Kafka record at topic poison partition 2 offset 2 has a value that is not JSON of the source's schema" \
+        in message, message
+    assert "value starts 'not json {" + "x" * 70 + "'" in message, message  # its first 80 characters, no more
+    assert "x" * 71 not in message and "on_malformed=KafkaSource.dead_letters(" in message, message
+    assert sink_rows(spark, lake, spec) == sink  # nothing written
+    assert state_at_latest_checkpoint(spark, lake, spec) == state
+
+
+@pytest.mark.slow
+def test_poison_kafka_values_go_to_the_dead_letter_table_with_their_coordinates_once_across_a_crash(
+        spark, lake, broker):
+    from state_store import ConfigError
+
+    _topic(broker, "dead")
+    good = _clicks(0, 12)
+    bad = [(1, "u1", b"\x00\xff not json"), (3, "u3", json.dumps({"user": "u3", "amount": "lots"}).encode()),
+           (0, "u0", b"[1, 2]")]
+    _produce(broker, "dead", good[:6] + bad + good[6:])
+    tag = KafkaSource.dead_letters("poison")
+    spec = kafka_job(lake, broker, "dead", job_id="dead", on_malformed=tag).with_overrides(side_outputs=[tag])
+    # Each side output and the sink committed, the microbatch not yet marked: the rerun replays it.
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lake, faults=FaultInjector("before_commit", batch_id=0))
+    assert run(spark, spec, lake).batches
+    assert _final(spark, lake, spec) == _expected(good[:6] + bad + good[6:])  # the good ones, each once
+    offsets: dict[int, int] = {}  # each bad record's offset: after the good ones produced before it
+    for partition, _, _ in good[:6]:
+        offsets[partition] = offsets.get(partition, 0) + 1
+    expected = sorted(("dead", p, offsets[p], k, v, 0) for p, k, v in bad)
+    assert _dead_letter_rows(spark, lake, spec, tag) == expected  # not twice after the replay
+    with pytest.raises(ConfigError, match="on_malformed sends poison records to side output 'poison', which the "
+                                          "job does not declare"):
+        kafka_job(lake, broker, "dead", job_id="dead", on_malformed=tag).validate()
+    with pytest.raises(ConfigError, match=r"declare it with KafkaSource\.dead_letters\('poison'\)"):
+        kafka_job(lake, broker, "dead", job_id="dead", on_malformed=OutputTag("poison", CLICK)).validate()
+    with pytest.raises(ConfigError, match="on_malformed must be 'fail' or a dead-letter side output"):
+        kafka_job(lake, broker, "dead", job_id="dead", on_malformed="skip").validate()

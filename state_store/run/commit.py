@@ -24,7 +24,7 @@ from ..records import (
     WrittenFile,
 )
 from ..repartition import place_source_entries
-from ..run_files import OutputTable, RunOutputs, write_rows
+from ..run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from ..state_tables import append_idempotent, commit_files
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup
@@ -79,6 +79,33 @@ def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str,
              and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
     directory = path if plain else ctx.store.staging(token) / name.replace(":", "-")
     return OutputTable(name, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
+
+
+def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs,
+                      stats: list[MicrobatchStats], files: dict[str, list[WrittenFile]]) -> None:
+    """The poison records of the run's sources that have a dead-letter side output (``KafkaSource``'s
+    ``on_malformed``), read again from their pinned ranges and written from the driver into that side output's
+    files (``files``, committed with the others by ``write``): a microbatch's rows at or below what the table
+    committed are left out (``SinkFiles``), so a replay writes each once. Only such jobs pay this second read."""
+    by_batch = {s.batch_id: s for s in stats}
+    for name, source in (("main", ctx.spec.source), ("broadcast", ctx.spec.broadcast_source)):
+        found = source.read_dead_letters(ctx.spark, [p.range_of(name) for p in plans]) if source else None
+        if found is None:
+            continue
+        tag, rows = found
+        table = outputs.tables[tag.table]
+        out = SinkFiles(table, outputs.token, ctx.p, tag.type_info.arrow_type())
+        count = 0
+        for row in rows.collect():  # poison records are few: one Spark job
+            record = row.asDict()
+            batch_id = record.pop("batch_id")
+            out.add(batch_id, record)
+            by_batch[batch_id].side_out += 1
+            count += 1
+        files.setdefault(tag.table, []).extend(out.close())
+        if count:
+            ctx.say(f"{count} malformed Kafka records to the dead-letter side output {tag.name!r} "
+                    f"({ctx.side_output_path(tag)})")
 
 
 def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:

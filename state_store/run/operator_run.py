@@ -104,6 +104,7 @@ class OperatorRun:
         rows = Frame(ctx, plans, clock, due).process(self.checkpoint, self.keyed, self.operator,
                                                     self.outputs).collect()
         self.stats, self.files = _stats_and_files(plans, rows, self.outputs.tables)
+        commit.dead_letter_files(ctx, plans, self.outputs, self.stats, self.files)
         sink = self.outputs.tables[SINK]
         return [str(sink.root / f.path) for f in sorted(self.files[SINK], key=lambda f: f.path)]
 
