@@ -543,6 +543,22 @@ def test_a_poison_kafka_value_fails_the_run_naming_topic_partition_offset_and_va
     assert state_at_latest_checkpoint(spark, lake, spec) == state
 
 
+def test_a_kafka_record_without_an_event_time_is_refused_at_planning_naming_topic_partition_and_offset(
+        spark, lake, broker):
+    """Issue 37 #6 on Kafka: the event time is a field of the value; a record whose field is null is refused
+    before anything runs (the poison record beside it is left to the run, which names it)."""
+    from state_store import InputError, WatermarkStrategy
+
+    _topic(broker, "untimed")
+    _produce(broker, "untimed", _clicks(0, 4) + [(1, "u1", {"user": "u1", "amount": None})])
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column("amount")
+    spec = kafka_job(lake, broker, "untimed", job_id="untimed", watermark_strategy=strategy)
+    with pytest.raises(InputError, match=r"1 record\(s\) have no event time: column 'amount' .* first in topic "
+                                         r"untimed partition 1 at offset 1\."):
+        run(spark, spec, lake)
+    assert not lake.settings.in_warehouse(spec.sink, "sink").exists()
+
+
 @pytest.mark.slow
 def test_poison_kafka_values_go_to_the_dead_letter_table_with_their_coordinates_once_across_a_crash(
         spark, lake, broker):
