@@ -46,11 +46,13 @@ members() {
   done
 }
 
-answers() {  # whether a Spark Connect server answers on $1 (a real query, not just an open port)
+listening() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+answers() {  # whether a Spark Connect server answers on $1 (a real query, not just an open port), in bounded time
   python - "$1" <<'PY' >/dev/null 2>&1
 import sys
-from pyspark.sql import SparkSession
-spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+from state_store.connect import remote_session
+spark = remote_session(sys.argv[1])  # probes the port first, gives up on a lost server (connect.LOST_AFTER)
 assert spark.range(1).count() == 1
 PY
 }
@@ -76,24 +78,53 @@ stop_server() {
   echo "[lakestate] stopped"
 }
 
-running_url() {  # the URL of this checkout's server when its processes are alive
-  local pid port mark
+# The recorded server: PID PORT MARK from the pid file, and what is wrong with it (empty when its process is alive
+# and its port answers). A server killed (kill -9) leaves its pid file, and may leave Python workers carrying its
+# mark: neither makes it running. Like scripts/kafka.sh, the port is asked.
+recorded() {
+  PID= PORT_RECORDED= MARK= WRONG=
   [ -f "$PIDFILE" ] || return 1
-  read -r pid port mark < "$PIDFILE"
-  [ -n "$(members "$mark")" ] || return 1
-  echo "sc://$HOST:$port"
+  read -r PID PORT_RECORDED MARK < "$PIDFILE"
+  if ! { tr '\0' '\n' < "/proc/$PID/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_CONNECT_RUN=$MARK" \
+      || [ "$(ps -o stat= -p "$PID" 2>/dev/null | cut -c1)" = Z ]; then
+    WRONG="its process $PID is gone"
+  elif ! listening "$PORT_RECORDED"; then
+    WRONG="its process $PID is alive but nothing answers on port $PORT_RECORDED"
+  fi
+}
+
+running_url() {  # the URL of this checkout's server when its process is alive and its port answers
+  recorded && [ -z "$WRONG" ] || return 1
+  echo "sc://$HOST:$PORT_RECORDED"
 }
 
 case $ACTION in
   stop) stop_server; exit 0 ;;
   status)
     if url=$(running_url) && answers "$url"; then echo "$url"; exit 0; fi
-    echo "[lakestate] no Spark Connect server of $ROOT_DIR is running" >&2; exit 1 ;;
+    if recorded; then
+      echo "[lakestate] the Spark Connect server of $ROOT_DIR recorded at sc://$HOST:$PORT_RECORDED does not" \
+           "answer (${WRONG:-its port is open but a query got no answer}): scripts/spark-connect.sh start starts" \
+           "a new one" >&2
+    else
+      echo "[lakestate] no Spark Connect server of $ROOT_DIR is running" >&2
+    fi
+    exit 1 ;;
 esac
 
 if url=$(running_url); then
   echo "[lakestate] Spark Connect already running: $url (stop: scripts/spark-connect.sh stop)"
   exit 0
+fi
+if recorded; then
+  if [ "$WRONG" != "its process $PID is gone" ] && [ -n "$(find "$PIDFILE" -newermt '-150 seconds')" ]; then
+    echo "[lakestate] a Spark Connect server of $ROOT_DIR is starting (process $PID, port $PORT_RECORDED): wait" \
+         "for scripts/spark-connect.sh status, or stop it" >&2
+    exit 1
+  fi
+  echo "[lakestate] the Spark Connect server recorded at sc://$HOST:$PORT_RECORDED does not answer ($WRONG):" \
+       "ending what is left of it, starting a new one" >&2
+  stop_server >/dev/null
 fi
 rm -f "$PIDFILE"
 
