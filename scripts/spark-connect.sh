@@ -5,11 +5,12 @@
 #   scripts/spark-connect.sh [start] [--port N] [--master M]  start; Ctrl-C stops it
 #   scripts/spark-connect.sh start --background [...]         start, return once it answers
 #   scripts/spark-connect.sh stop                             stop the server this checkout started
-#   scripts/spark-connect.sh status                           its sc:// URL, or "not running" (exit 1)
+#   scripts/spark-connect.sh status                           its sc:// URL, or why there is none (exit 1)
 # Address: 127.0.0.1 only (Spark Connect has no authentication). Port: --port, else $LAKESTATE_CONNECT_PORT, else
 # the first free one from 15002. Master: --master, else $LAKESTATE_SPARK_MASTER, else local[*]. It prints the
-# sc:// URL once the server answers (a session on it: SparkSession.builder.remote(url)). Output:
-# $LAKESTATE_CONNECT_DIR/server.log (default .spark-connect/, ignored).
+# sc:// URL once the server answers (a session on it: SparkSession.builder.remote(url)). A recorded server whose
+# process is gone (kill -9) or whose port does not answer is not running: start ends what is left of it and
+# starts a new one. Output: $LAKESTATE_CONNECT_DIR/server.log (default .spark-connect/, ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ACTION=start PORT=${LAKESTATE_CONNECT_PORT:-} BACKGROUND=0 MASTER=${LAKESTATE_SPARK_MASTER:-local[*]}
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --master) MASTER=$2; shift ;;
     --master=*) MASTER=${1#*=} ;;
     --background) BACKGROUND=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;;
     *) echo "spark-connect.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -93,6 +94,10 @@ recorded() {
   fi
 }
 
+starting() {  # after recorded: its process alive, not answering yet, and recorded within the start's 2 minutes
+  [ "$WRONG" != "its process $PID is gone" ] && [ -n "$(find "$PIDFILE" -newermt '-150 seconds')" ]
+}
+
 running_url() {  # the URL of this checkout's server when its process is alive and its port answers
   recorded && [ -z "$WRONG" ] || return 1
   echo "sc://$HOST:$PORT_RECORDED"
@@ -102,7 +107,9 @@ case $ACTION in
   stop) stop_server; exit 0 ;;
   status)
     if url=$(running_url) && answers "$url"; then echo "$url"; exit 0; fi
-    if recorded; then
+    if recorded && [ -n "$WRONG" ] && starting; then
+      echo "[lakestate] a Spark Connect server of $ROOT_DIR is starting (process $PID, port $PORT_RECORDED)" >&2
+    elif recorded; then
       echo "[lakestate] the Spark Connect server of $ROOT_DIR recorded at sc://$HOST:$PORT_RECORDED does not" \
            "answer (${WRONG:-its port is open but a query got no answer}): scripts/spark-connect.sh start starts" \
            "a new one" >&2
@@ -117,7 +124,7 @@ if url=$(running_url); then
   exit 0
 fi
 if recorded; then
-  if [ "$WRONG" != "its process $PID is gone" ] && [ -n "$(find "$PIDFILE" -newermt '-150 seconds')" ]; then
+  if starting; then
     echo "[lakestate] a Spark Connect server of $ROOT_DIR is starting (process $PID, port $PORT_RECORDED): wait" \
          "for scripts/spark-connect.sh status, or stop it" >&2
     exit 1
