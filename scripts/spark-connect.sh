@@ -5,11 +5,12 @@
 #   scripts/spark-connect.sh [start] [--port N] [--master M]  start; Ctrl-C stops it
 #   scripts/spark-connect.sh start --background [...]         start, return once it answers
 #   scripts/spark-connect.sh stop                             stop the server this checkout started
-#   scripts/spark-connect.sh status                           its sc:// URL, or "not running" (exit 1)
+#   scripts/spark-connect.sh status                           its sc:// URL, or why there is none (exit 1)
 # Address: 127.0.0.1 only (Spark Connect has no authentication). Port: --port, else $LAKESTATE_CONNECT_PORT, else
 # the first free one from 15002. Master: --master, else $LAKESTATE_SPARK_MASTER, else local[*]. It prints the
-# sc:// URL once the server answers (a session on it: SparkSession.builder.remote(url)). Output:
-# $LAKESTATE_CONNECT_DIR/server.log (default .spark-connect/, ignored).
+# sc:// URL once the server answers (a session on it: SparkSession.builder.remote(url)). A recorded server whose
+# process is gone (kill -9) or whose port does not answer is not running: start ends what is left of it and
+# starts a new one. Output: $LAKESTATE_CONNECT_DIR/server.log (default .spark-connect/, ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ACTION=start PORT=${LAKESTATE_CONNECT_PORT:-} BACKGROUND=0 MASTER=${LAKESTATE_SPARK_MASTER:-local[*]}
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --master) MASTER=$2; shift ;;
     --master=*) MASTER=${1#*=} ;;
     --background) BACKGROUND=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;;
     *) echo "spark-connect.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -46,11 +47,13 @@ members() {
   done
 }
 
-answers() {  # whether a Spark Connect server answers on $1 (a real query, not just an open port)
+listening() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+answers() {  # whether a Spark Connect server answers on $1 (a real query, not just an open port), in bounded time
   python - "$1" <<'PY' >/dev/null 2>&1
 import sys
-from pyspark.sql import SparkSession
-spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+from state_store.connect import remote_session
+spark = remote_session(sys.argv[1])  # probes the port first, gives up on a lost server (connect.LOST_AFTER)
 assert spark.range(1).count() == 1
 PY
 }
@@ -76,24 +79,59 @@ stop_server() {
   echo "[lakestate] stopped"
 }
 
-running_url() {  # the URL of this checkout's server when its processes are alive
-  local pid port mark
+# The recorded server: PID PORT MARK from the pid file, and what is wrong with it (empty when its process is alive
+# and its port answers). A server killed (kill -9) leaves its pid file, and may leave Python workers carrying its
+# mark: neither makes it running. Like scripts/kafka.sh, the port is asked.
+recorded() {
+  PID= PORT_RECORDED= MARK= WRONG=
   [ -f "$PIDFILE" ] || return 1
-  read -r pid port mark < "$PIDFILE"
-  [ -n "$(members "$mark")" ] || return 1
-  echo "sc://$HOST:$port"
+  read -r PID PORT_RECORDED MARK < "$PIDFILE"
+  if ! { tr '\0' '\n' < "/proc/$PID/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_CONNECT_RUN=$MARK" \
+      || [ "$(ps -o stat= -p "$PID" 2>/dev/null | cut -c1)" = Z ]; then
+    WRONG="its process $PID is gone"
+  elif ! listening "$PORT_RECORDED"; then
+    WRONG="its process $PID is alive but nothing answers on port $PORT_RECORDED"
+  fi
+}
+
+starting() {  # after recorded: its process alive, not answering yet, and recorded within the start's 2 minutes
+  [ "$WRONG" != "its process $PID is gone" ] && [ -n "$(find "$PIDFILE" -newermt '-150 seconds')" ]
+}
+
+running_url() {  # the URL of this checkout's server when its process is alive and its port answers
+  recorded && [ -z "$WRONG" ] || return 1
+  echo "sc://$HOST:$PORT_RECORDED"
 }
 
 case $ACTION in
   stop) stop_server; exit 0 ;;
   status)
     if url=$(running_url) && answers "$url"; then echo "$url"; exit 0; fi
-    echo "[lakestate] no Spark Connect server of $ROOT_DIR is running" >&2; exit 1 ;;
+    if recorded && [ -n "$WRONG" ] && starting; then
+      echo "[lakestate] a Spark Connect server of $ROOT_DIR is starting (process $PID, port $PORT_RECORDED)" >&2
+    elif recorded; then
+      echo "[lakestate] the Spark Connect server of $ROOT_DIR recorded at sc://$HOST:$PORT_RECORDED does not" \
+           "answer (${WRONG:-its port is open but a query got no answer}): scripts/spark-connect.sh start starts" \
+           "a new one" >&2
+    else
+      echo "[lakestate] no Spark Connect server of $ROOT_DIR is running" >&2
+    fi
+    exit 1 ;;
 esac
 
 if url=$(running_url); then
   echo "[lakestate] Spark Connect already running: $url (stop: scripts/spark-connect.sh stop)"
   exit 0
+fi
+if recorded; then
+  if starting; then
+    echo "[lakestate] a Spark Connect server of $ROOT_DIR is starting (process $PID, port $PORT_RECORDED): wait" \
+         "for scripts/spark-connect.sh status, or stop it" >&2
+    exit 1
+  fi
+  echo "[lakestate] the Spark Connect server recorded at sc://$HOST:$PORT_RECORDED does not answer ($WRONG):" \
+       "ending what is left of it, starting a new one" >&2
+  stop_server >/dev/null
 fi
 rm -f "$PIDFILE"
 

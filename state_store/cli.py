@@ -118,6 +118,28 @@ def cmd_checkpoints(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
+    from .connect import check_answers, lost_server_said
+
+    if args.remote:  # an address where no server listens: said in seconds, before the job is registered
+        check_answers(args.remote)
+    with lost_server_said(args.remote):
+        result = _run(args, settings)
+    records, seconds = result.records_in, result.seconds
+    rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
+    print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
+          f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
+    # One line a machine reads (the Airflow operator's XCom and Asset event extra).
+    print("[lakestate] summary: " + json.dumps({
+        "job": args.job, "run_id": result.run_id, "microbatches": [b.batch_id for b in result.batches],
+        "records_in": records, "records_out": result.records_out,
+        "checkpoints": list(result.checkpoints), "seconds": round(seconds, 2),
+        "records_per_s": round(records / seconds, 2) if seconds else None}, sort_keys=True), flush=True)
+    return 0
+
+
+def _run(args, settings: Settings):
+    """``lakestate run``'s run: the job (registered from the pipeline registry first with ``--registry``) on a
+    session of its own or on the Spark Connect server ``--remote``."""
     from .runtime import run_job
     from .spark import build_spark
 
@@ -133,19 +155,8 @@ def cmd_run(args, settings: Settings) -> int:
     spec = registry.load(args.job)
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
                         remote=args.remote, job_id=args.job)
-    result = run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
-                     lease_wait_s=args.wait_for_lease)
-    records, seconds = result.records_in, result.seconds
-    rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
-    print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
-          f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
-    # One line a machine reads (the Airflow operator's XCom and Asset event extra).
-    print("[lakestate] summary: " + json.dumps({
-        "job": args.job, "run_id": result.run_id, "microbatches": [b.batch_id for b in result.batches],
-        "records_in": records, "records_out": result.records_out,
-        "checkpoints": list(result.checkpoints), "seconds": round(seconds, 2),
-        "records_per_s": round(records / seconds, 2) if seconds else None}, sort_keys=True), flush=True)
-    return 0
+    return run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
+                   lease_wait_s=args.wait_for_lease)
 
 
 def _key_text(args) -> str:

@@ -22,6 +22,10 @@ class InputError(LakestateError):
     """The source data cannot be processed; nothing was written."""
 
 
+class ServerUnavailable(LakestateError):
+    """The Spark Connect server a run was given does not answer, or stopped answering during the run."""
+
+
 class RestoreError(LakestateError):
     """A checkpoint cannot be restored by this job definition."""
 

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from .connect import is_connect, remote_session
+from .connect import interrupt_all, is_connect, remote_session
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
@@ -137,9 +137,10 @@ def wait_for_running_tasks(spark, seconds: float = 60.0) -> None:
     the run removed its uncommitted ones. An aborted stage leaves the active list before its other tasks are
     killed, so the executors' running tasks are waited for too, then Spark's grace for a killed task's
     Python worker (``spark.python.task.killTimeout``), which may still be writing. A Spark Connect session
-    cannot see the server's tasks: it asks the server to interrupt its operations, then waits out the grace."""
+    cannot see the server's tasks: it asks the server to interrupt its operations (unless the server is gone),
+    then waits out the grace."""
     if is_connect(spark):
-        spark.interruptAll()
+        interrupt_all(spark)
         time.sleep(min(2.0, seconds))
         return
     sc, deadline = spark.sparkContext, time.time() + seconds

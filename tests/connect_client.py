@@ -7,12 +7,53 @@ other tests share would get Connect columns. Prints its result as one JSON line.
     python -m tests.connect_client <sc:// url> failing <lake dir>            a run whose function raises
     python -m tests.connect_client <sc:// url> sweep <lake dir> <backend>    TTL incremental cleanup, three runs
     python -m tests.connect_client <sc:// url> chain <lake dir> <backend>    the two-operator dataflow, two runs
+
+``pausing_job`` is a job factory for ``lakestate run --remote``: a run the test kills the server in the middle of.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
+
+from tests.jobs import CountOnly
+
+
+class PausingCount(CountOnly):
+    """CountOnly that pauses in microbatch ``pause_at``, once (the first task to create ``marker`` does): the
+    server's Python worker is then in the middle of the run's pass, for as long as a test needs to kill it. The
+    pausing worker ignores the hangup its daemon sends all workers when the server dies, as a worker stuck in a
+    call does: it outlives a killed server, as the processes of one may."""
+
+    def __init__(self, marker: str, pause_at: int = 1):
+        super().__init__()
+        self.marker, self.pause_at = marker, pause_at
+
+    def process(self, key, records, ctx):
+        if ctx.batch_id == self.pause_at:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                time.sleep(600)
+        yield from super().process(key, records, ctx)
+
+
+def pausing_job():
+    """tests/jobs.py's count job on ``$LAKESTATE_ROOT/input/events``, pausing once in microbatch 1 (the marker
+    ``$LAKESTATE_ROOT/paused`` says it did)."""
+    from types import SimpleNamespace
+
+    from tests.jobs import count_job
+
+    root = Path(os.environ["LAKESTATE_ROOT"])
+    return count_job(SimpleNamespace(events=root / "input" / "events"), job_id="paused",
+                     function=PausingCount(str(root / "paused")))
 
 
 def two_runs(session, lake, backend: str):

@@ -208,6 +208,30 @@ def test_a_failed_run_prints_one_clear_line_and_keeps_the_full_trace_in_a_log(sp
     assert log.parent == lake.root / "logs" and "Traceback" in log.read_text()
 
 
+def test_a_run_on_a_spark_connect_address_where_nothing_listens_fails_in_seconds_naming_it(registered, tmp_path):
+    """Spark Connect's client retries an unreachable server for ten minutes without a word: the run probes the
+    address first. In a process of its own: a remote session marks the whole process as Connect."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.ports import free_ports
+
+    url = f"sc://127.0.0.1:{free_ports()[0]}"
+    root = Path(registered[1])
+    before = sorted(str(p) for p in root.rglob("*"))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "state_store.cli", "run", "--job", "cli-counts", "--remote", url,
+                           *registered], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    seconds = time.monotonic() - started
+    assert done.returncode == 2 and seconds < 15, (seconds, done.stderr[-2000:])
+    err = done.stderr.strip()
+    assert err.startswith(f"lakestate: error: no Spark Connect server answers at {url} ") and "\n" not in err, err
+    assert "scripts/spark-connect.sh status" in err and "scripts/spark-connect.sh start" in err, err
+    assert sorted(str(p) for p in root.rglob("*")) == before  # refused before anything was written
+
+
 def test_an_unforeseen_error_is_one_line_too(lake, monkeypatch, capsys):
     import state_store.cli as cli
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,29 +42,37 @@ class ConnectServer:
     def __init__(self, folder: Path):
         self.env = {**os.environ, "LAKESTATE_CONNECT_DIR": str(folder)}
         self.pidfile = folder / "server.pid"
+        self.marks: list[str] = []  # the run marks of every server it started
 
-    def script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def script(self, *args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), *args], env=self.env, capture_output=True, text=True,
-                              timeout=240, check=check)
+                              timeout=timeout, check=check)
 
     @property
     def mark(self) -> str:
         return self.pidfile.read_text().split()[2]
 
 
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    """A running server for the module: (its sc:// URL, the server); stopped at the end, checked gone."""
-    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+def _started(server: ConnectServer) -> str:
     started = server.script("start", "--background")
     url = started.stdout.strip().splitlines()[-1]
     assert url.startswith("sc://127.0.0.1:"), started.stdout + started.stderr
-    mark = server.mark
+    assert "already running" not in started.stdout
+    return url
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    """A running server for the module: [its sc:// URL, the server] (a test that kills and restarts the server
+    puts the new URL in); stopped at the end, checked gone, with whatever an earlier server of it left."""
+    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+    url = _started(server)
+    server.marks.append(server.mark)
     try:
-        yield url, server
+        yield [url, server]
     finally:
         server.script("stop")
-        assert _marked(mark) == [], "stop left processes of the server behind"
+        assert [p for mark in server.marks for p in _marked(mark)] == [], "stop left processes of the server behind"
         assert not server.pidfile.exists()
 
 
@@ -187,3 +197,68 @@ def test_ttl_incremental_cleanup_over_spark_connect_removes_what_a_local_run_rem
     local = json.loads(json.dumps(sweep(spark, Lake(tmp_path / "local"), "delta")))
     assert warm == local
     assert sum(warm[0]) == 6 and {row[2] for row in warm[1] if row[0] == "ttl.last"} == {"z"}
+
+
+def test_a_server_killed_mid_run_is_an_error_naming_it_and_the_run_again_on_a_new_one_is_exactly_once(
+        connect_server, tmp_path, monkeypatch):
+    """`lakestate run --remote` of a count job: microbatch 0 runs; the server is killed (kill -9) while microbatch
+    1's pass is on it. The run fails within a bounded time naming the server; status says the server does not
+    answer, though a worker of it lives on; start ends that worker and starts a new server (not "already
+    running"); the run again on it gives the sink of a run that was never killed, each microbatch's rows once."""
+    from collections import Counter
+
+    from deltalake import DeltaTable
+
+    from state_store.cli import main
+    from tests.conftest import Lake
+    from tests.jobs import events
+
+    url, server = connect_server
+    BOUND_S = 60  # the client's bounded retries (connect.LOST_AFTER_S) and the failed pass's grace, with room
+    lake = Lake(tmp_path)
+    monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    assert main(["register", "tests.connect_client:pausing_job"]) == 0
+
+    def run(remote):
+        return subprocess.Popen([sys.executable, "-m", "state_store.cli", "run", "--job", "paused", "--remote",
+                                 remote], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    lake.write_events("e0.json", events(0))
+    out, err = run(url).communicate(timeout=300)
+    assert "1 microbatches, 15 records" in out, out[-3000:] + err[-3000:]
+    lake.write_events("e1.json", events(1))
+    killed = run(url)
+    deadline = time.monotonic() + 240
+    while not (lake.root / "paused").exists():  # microbatch 1's pass is on the server
+        assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()
+        time.sleep(0.1)
+    os.kill(int(server.pidfile.read_text().split()[0]), signal.SIGKILL)
+    lost = time.monotonic()
+    try:
+        out, err = killed.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        killed.kill()
+        pytest.fail(f"the run said nothing {BOUND_S} s after its server was killed: {killed.communicate()}")
+    seconds = time.monotonic() - lost
+    assert killed.returncode == 2, (seconds, out[-2000:], err[-3000:])
+    assert f"lakestate: error: the Spark Connect server at {url} stopped answering during the run" in err, err
+    assert "scripts/spark-connect.sh status" in err, err
+    print(f"\n[spark-connect] a server killed mid-run: the run's error {seconds:.1f} s after the kill")
+
+    assert _marked(server.mark), "no process of the killed server outlived it: the start below proves less"
+    status = server.script("status", check=False, timeout=60)
+    assert status.returncode == 1 and f"recorded at {url} does not answer" in status.stderr, status.stderr
+    killed_mark = server.mark
+    connect_server[0] = url = _started(server)  # the tests after this one use the new server
+    server.marks.append(server.mark)
+    assert _marked(killed_mark) == [], "start left what the killed server left behind"
+
+    out, err = run(url).communicate(timeout=300)
+    assert "1 microbatches, 15 records" in out, out[-3000:] + err[-3000:]
+    sink = DeltaTable(str(lake.settings.sink("sinks/paused"))).to_pandas()
+    counts, expected = Counter(), []
+    for b in range(2):  # a clean run's sink: each microbatch's count per key, once
+        counts.update(e["k"] for e in events(b))
+        expected += [(k, counts[k]) for k in sorted({e["k"] for e in events(b)})]
+    assert sorted(zip(sink["k"], sink["n"])) == sorted(expected)
