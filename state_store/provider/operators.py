@@ -104,8 +104,9 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     The run takes the job's pending microbatches (up to ``max_microbatches``: the DAG run's
     ``params.max_microbatches``, else the entry's) and waits up to ``wait_for_lease_s`` for another holder of the
     job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
-    Returns (XCom) the run's summary: microbatches, records in and out, checkpoints taken, seconds and rate;
-    each outlet Asset's event carries the same in ``extra``. With a connection of type ``spark_connect``, the run
+    Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
+    taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
+    event its own row count (``outlet_extras``). With a connection of type ``spark_connect``, the run
     runs in this task on that Spark Connect server instead of a ``spark-submit`` (``_run_on``).
     """
 
@@ -126,8 +127,8 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         else:
             super().execute(context)
         summary = self.said.summary or {}
-        for asset in self.outlets:
-            context["outlet_events"][asset].extra.update(summary)
+        for asset, extra in outlet_extras(summary, self.outlets):
+            context["outlet_events"][asset].extra.update(extra)
         return summary
 
 
@@ -149,6 +150,21 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
             reason = "\n".join(self.said.errors) or f"lakestate run exited with {code}"
             self.log.error("%s", reason)
             raise AirflowException(reason)
+
+
+def outlet_extras(summary: dict, outlets: list) -> list[tuple]:
+    """``(asset, extra)`` of each outlet Asset of a run: the sink's extra is the run's summary; a side output's
+    (``lakestate://<job>/side/<tag>``) says the rows the run wrote to that side output, not the sink's."""
+    extras = []
+    for asset in outlets:
+        _, side, tag = asset.uri.partition("/side/")
+        if side:
+            extras.append((asset, {"job": summary.get("job"), "run_id": summary.get("run_id"), "side_output": tag,
+                                   "microbatches": summary.get("microbatches"),
+                                   "records_out": (summary.get("side_outputs") or {}).get(tag, 0)}))
+        else:
+            extras.append((asset, summary))
+    return extras
 
 
 def savepoints_asset(job_id: str) -> Asset:
