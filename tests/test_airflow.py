@@ -589,16 +589,89 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
 
 
 def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):
-    from state_store.lease import holding
+    from state_store.lease import holding, release_reservation
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 
     monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
-    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks")
+    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks", lease_handoff="lakestate_clicks-r1")
     assert (sensor.mode, sensor.poke_interval, sensor.timeout) == ("reschedule", 30, 3600)
-    assert sensor.poke({})  # never held: free
     settings = Settings.load()
     with holding(settings.job_dir("clicks"), "clicks", "savepoint", say=lambda m: None):
         assert not sensor.poke({})  # a savepoint holds the job: poke again later, without the slot meanwhile
-    assert sensor.poke({})  # released
+    assert sensor.poke({})  # released: free, and now reserved for the task after the sensor
+    assert sensor.poke({})  # a retried sensor of the same run finds its own reservation
+    assert release_reservation(settings.job_dir("clicks") / "_meta" / "lease", "lakestate_clicks-r1-clicks")
+
+
+def test_a_second_dags_lease_sensor_waits_from_the_first_sensors_pass_until_its_command_releases_the_job(
+        tmp_path, monkeypatch):
+    """A savepoint DAG's and a rescale DAG's sensors of one job, poked together: the first passes and holds the
+    job for its command (whose JVM starts later: the window the issue saw two drivers in); the second waits
+    until that command has run and released the job. Proven by the lease records' times, not by sleeps."""
+    from state_store.lease import HANDOFF_ENV, current_holder, generations, holding
+    from state_store.provider.operators import LakestateLeaseSensor, reservation
+    from state_store.settings import Settings
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    job_dir = Settings.load().job_dir("clicks")
+    sensors = [LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks", lease_handoff=f"{dag}-manual__1")
+               for dag in ("lakestate_savepoint", "lakestate_rescale")]
+    first, second = sensors
+    lease_dir = job_dir / "_meta" / "lease"
+    assert first.poke({}) and not second.poke({})  # the second waits though the first's command has not started
+    reserved_first = current_holder(lease_dir)
+    # What the savepoint task's `lakestate savepoint` does as its driver starts, with the task's environment.
+    monkeypatch.setenv(HANDOFF_ENV, reservation(first.lease_handoff, "clicks"))
+    with holding(job_dir, "clicks", "savepoint", say=lambda m: None) as lease:
+        assert lease.generation == generations(lease_dir)[-2] + 1  # taken over from the reservation, none between
+        assert not second.poke({})  # the command holds the job: still waiting
+    savepoint = current_holder(lease_dir)
+    assert second.poke({})  # released: the rescale's sensor passes and reserves for its command
+    reserved_second = current_holder(lease_dir)
+    monkeypatch.setenv(HANDOFF_ENV, reservation(second.lease_handoff, "clicks"))
+    with holding(job_dir, "clicks", "rescale", say=lambda m: None):
+        pass
+    rescale = current_holder(lease_dir)
+    assert [r["run_id"].split("-")[0] for r in (reserved_first, savepoint, reserved_second, rescale)] == [
+        "lakestate_savepoint", "savepoint", "lakestate_rescale", "rescale"]
+    # One holder at a time: each took the job after the one before had it, the next only once it was released.
+    assert reserved_first["acquired_ms"] <= savepoint["acquired_ms"] <= savepoint["heartbeat_ms"] \
+        <= reserved_second["acquired_ms"] <= rescale["acquired_ms"]
+    assert savepoint["released"] and rescale["released"] and reserved_second["reserved"]
+
+
+def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
+                                                                                              monkeypatch):
+    """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""
+    from state_store.errors import JobLocked
+    from state_store.lease import HANDOFF_ENV, holding, release_reservation
+    from state_store.provider.operators import LakestateLeaseSensor
+    from state_store.settings import Settings
+
+    root = tmp_path / "root"
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    code = textwrap.dedent("""
+        from state_store.provider.operators import LakestateLeaseSensor
+        assert LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_savepoint-r1").poke({})
+    """)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]  # it passed, and its process is gone
+    job_dir = Settings.load().job_dir("clicks")
+    other = LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_rescale-r1")
+    assert not other.poke({})
+    with pytest.raises(JobLocked, match="held by run lakestate_savepoint-r1-clicks"):
+        with holding(job_dir, "clicks", "rescale", say=lambda m: None):
+            pass  # a command without the reservation's name (another DAG's) is refused
+    monkeypatch.setenv(HANDOFF_ENV, "lakestate_savepoint-r1-clicks")
+    with holding(job_dir, "clicks", "savepoint", say=lambda m: None):
+        assert not other.poke({})
+    monkeypatch.delenv(HANDOFF_ENV)
+    assert other.poke({})  # released by the savepoint's command; now the rescale's sensor's
+    # A task that ends without its command taking the job over (it failed first) releases its reservation.
+    assert release_reservation(job_dir / "_meta" / "lease", "lakestate_rescale-r1-clicks")
+    assert LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_restore-r1").poke({})
