@@ -6,7 +6,8 @@
     globals().update(pipeline_dags())
 
 Pipelines, one DAG per registry entry: ``wait_for_lease`` (a sensor in reschedule mode: waiting for another
-holder of the job takes no worker slot), ``run`` (the job's run through the Spark provider,
+holder of the job takes no worker slot; once the job is free it holds it for ``run``, whose command takes it
+over, so no other DAG's driver of the job starts meanwhile), ``run`` (the job's run through the Spark provider,
 ``LakestateSubmitOperator``; its XCom and its Asset events' ``extra`` are the run's summary), then checkpoint
 housekeeping. Param ``max_microbatches`` caps one run (a catch-up run in steps). Runs of a job never overlap
 (``max_active_runs=1``). The job's sink is the DAG's Asset, and so is each of its side outputs once the job is
