@@ -129,11 +129,7 @@ def cmd_run(args, settings: Settings) -> int:
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
           f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
     # One line a machine reads (the Airflow operator's XCom and Asset event extra).
-    print("[lakestate] summary: " + json.dumps({
-        "job": args.job, "run_id": result.run_id, "microbatches": [b.batch_id for b in result.batches],
-        "records_in": records, "records_out": result.records_out,
-        "checkpoints": list(result.checkpoints), "seconds": round(seconds, 2),
-        "records_per_s": round(records / seconds, 2) if seconds else None}, sort_keys=True), flush=True)
+    print("[lakestate] summary: " + json.dumps(result.summary(args.job), sort_keys=True), flush=True)
     return 0
 
 

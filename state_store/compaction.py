@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from .backends import create_keyed_backend, delta_record
 from .job_store import JobStore
-from .records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
+from .records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from .delta_log import table_files, table_snapshot
 from .errors import ConfigError
 from .lease import holding
@@ -69,7 +69,8 @@ def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, 
         if latest is None:
             raise ConfigError(f"no checkpoint of job {job_id!r} can be read: restore from a savepoint instead")
         report = {"job": job_id, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
-                  "backend": latest.backend, "started_ms": int(started * 1000), "tables": {}}
+                  "backend": latest.backend, "started_ms": int(started * 1000),
+                  "started": utc_iso(int(started * 1000)), "tables": {}}
         reason = nothing_to_do(meta, latest)
         if reason is not None:  # the tables stay as they are: no new table version, no checkpoint
             report.update(nothing_to_do=True, reason=reason, files_deleted=0, bytes_reclaimed=0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .job_store import JobStore
 from .lease import current_holder
+from .records import utc_iso
 from .savepoint import remove_abandoned
 from .settings import Settings
 from .storage import rmtree
@@ -27,7 +28,8 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
             rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     rows = [{"checkpoint": c.checkpoint_id, "microbatch": c.batch_id, "entries": c.total_entries,
-             "bytes": c.size_bytes, "files": c.num_files, "completed_ms": c.completed_ms} for c in checkpoints]
+             "bytes": c.size_bytes, "files": c.num_files, "completed_ms": c.completed_ms,
+             "completed": utc_iso(c.completed_ms)} for c in checkpoints]
     for r in rows:
         say(f"[lakestate] job {job_id}: checkpoint {r['checkpoint']} at microbatch {r['microbatch']}: "
             f"{r['entries']} entries, {r['bytes']} bytes in {r['files']} files")

@@ -18,6 +18,15 @@ background and stops writing as soon as a higher generation appears.
 Releasing marks the file released instead of deleting it, so generations only
 grow and a slow taker can never recreate a generation that was already used.
 
+A reservation (``reserve``) is a generation taken the same way for a holder to
+come: Airflow's lease sensor takes one when the job is free and the task after
+it, whose ``lakestate`` command names it in ``$LAKESTATE_LEASE_HANDOFF``, takes
+the job over from it (its heir). Meanwhile every other taker, and every other
+sensor, finds the job held: there is no moment between the sensor's "free" and
+the command's JVM start when a second driver can get in. A reservation has no
+process to watch (the sensor's task has ended): it holds until its own timeout,
+or until it is handed over or released.
+
 On object storage the same protocol needs only put-if-absent (S3 conditional
 writes with ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure
 ``If-None-Match: *``) and a listing; README's "The single-writer fence" says so.
@@ -38,6 +47,7 @@ from .job_store import JobStore, read_json
 from .errors import ConfigError, JobLocked
 
 KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire
+HANDOFF_ENV = "LAKESTATE_LEASE_HANDOFF"  # the reservation a command takes the job over from (Airflow's sensor's)
 
 
 def check_lease_timeout(timeout_s: float) -> float:
@@ -90,7 +100,7 @@ def stale_reason(holder: dict, host: str) -> str | None:
     """Why the lease ``holder`` (a generation's record) no longer holds, as judged on ``host``; None while it does."""
     if holder.get("released"):
         return None
-    if holder.get("host") == host and not _pid_alive(int(holder.get("pid", -1))):
+    if not holder.get("reserved") and holder.get("host") == host and not _pid_alive(int(holder.get("pid", -1))):
         return f"its process {holder.get('pid')} is gone"
     # The holder's own timeout decides, so a newcomer cannot shorten it; a record without one
     # (written before timeouts were recorded) gets the default.
@@ -177,9 +187,10 @@ class JobLease:
         else:
             storage.write_atomic(path, text)
 
-    def acquire(self, say=print) -> "JobLease":
+    def acquire(self, say=print, heir_of: str | None = None) -> "JobLease":
         """Take the lease or raise JobLocked; a takeover of a crashed or silent holder is told to ``say`` (the
-        caller's progress callback, which names the job)."""
+        caller's progress callback, which names the job). The heir of reservation ``heir_of`` takes the job over
+        from it while it holds."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self._acquired = int(time.time() * 1000)
         gens = generations(self.dir)
@@ -188,6 +199,8 @@ class JobLease:
         takeover = None
         if holder is not None and not holder.get("released"):
             takeover = stale_reason(holder, self.host) if holder else "its lease file is unreadable"
+            if takeover is None and heir_of is not None and holder.get("reserved") and holder.get("run_id") == heir_of:
+                takeover = "it was reserved for this run"
             if takeover is None:
                 age = time.time() - holder.get("heartbeat_ms", 0) / 1000
                 raise JobLocked(
@@ -216,13 +229,13 @@ class JobLease:
         self._beater.start()
         return self
 
-    def acquire_waiting(self, wait_s: float, say=print) -> "JobLease":
+    def acquire_waiting(self, wait_s: float, say=print, heir_of: str | None = None) -> "JobLease":
         """Take the lease; while another run holds it, wait up to ``wait_s`` seconds (a second trigger of a
         pipeline, a savepoint or a rescale waits for the run in progress, it does not fail)."""
         deadline, said = time.time() + wait_s, False
         while True:
             try:
-                return self.acquire(say)
+                return self.acquire(say, heir_of)
             except JobLocked as e:
                 if time.time() >= deadline:
                     raise
@@ -291,15 +304,57 @@ def remove_if_only_the_lease(job_dir: Path, lease_dir: Path) -> None:
         storage.rmtree(job_dir, ignore_errors=True)
 
 
+def reserve(directory: Path, job_id: str, run_id: str, timeout_s: float) -> None:
+    """Take job ``job_id``'s lease at ``directory`` for a holder to come (``run_id``, its heir's
+    ``$LAKESTATE_LEASE_HANDOFF``), for up to ``timeout_s`` seconds; raise JobLocked while another holds it. No
+    heartbeat: it holds until handed over, released (``release_reservation``) or past its timeout. Taking it
+    again under the same ``run_id`` while it holds is a no-op (a sensor's retry)."""
+    directory, timeout_s = storage.location(directory), check_lease_timeout(timeout_s)
+    gens = generations(directory)  # first: the generation judged is the one the exclusive create follows
+    seen = gens[-1] if gens else 0
+    holder = current_holder(directory) if gens else None
+    if holder and not holder.get("released") and not stale_reason(holder, socket.gethostname()):
+        if holder.get("reserved") and holder.get("run_id") == run_id:
+            return
+        raise JobLocked(f"job {job_id!r} is held by run {holder.get('run_id')}")
+    now = int(time.time() * 1000)
+    record = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "heartbeat_ms": now,
+              "acquired_ms": now, "timeout_s": timeout_s, "released": False, "reserved": True}
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        storage.create_exclusive(generation_path(directory, seen + 1), json.dumps(record))
+    except FileExistsError:
+        raise JobLocked(f"job {job_id!r} was taken by another run at the same moment") from None
+    if generations(directory)[-1] != seen + 1:  # a slow taker of a generation already pruned: withdraw
+        generation_path(directory, seen + 1).unlink(missing_ok=True)
+        raise JobLocked(f"job {job_id!r} was taken by another run at the same moment")
+
+
+def release_reservation(directory: Path, run_id: str) -> bool:
+    """Release reservation ``run_id`` if it still holds the job (its heir never took it over: the task failed,
+    or had nothing to do); whether it did."""
+    directory = storage.location(directory)
+    gens = generations(directory)
+    holder = current_holder(directory)
+    if not gens or not holder or not holder.get("reserved") or holder.get("run_id") != run_id \
+            or holder.get("released"):
+        return False
+    storage.write_atomic(generation_path(directory, gens[-1]), json.dumps({**holder, "released": True}))
+    return True
+
+
 @contextmanager
 def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=print, timeout_s: float = 60.0):
     """Hold job ``job_id`` for ``purpose`` (a run, a savepoint, a restore, a compaction): wait up to ``wait_s``
     for the holder to finish; yields the lease (its ``run_id`` is ``<purpose>-<time>-<random>``); a job folder
-    this created and left empty is removed afterwards (a refused first run leaves no folder)."""
+    this created and left empty is removed afterwards (a refused first run leaves no folder). The reservation
+    ``$LAKESTATE_LEASE_HANDOFF`` names (Airflow's lease sensor's for this task), while it holds, is taken over
+    at once."""
     existed = job_dir.exists()
     lease = JobLease(JobStore(job_dir).lease_dir, job_id, timeout_s,
                      run_id=f"{purpose}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
-    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"))
+    lease.acquire_waiting(wait_s, lambda m: say(f"[lakestate] job {job_id}: {m}"),
+                          heir_of=os.environ.get(HANDOFF_ENV) or None)
     try:
         yield lease
     finally:

@@ -242,6 +242,16 @@ class StateInfo:
                    TtlSpec.from_dict(data.get("ttl")), bool(data.get("lazy")))
 
 
+def utc_iso(ms: int | None) -> str | None:
+    """Epoch milliseconds as an ISO 8601 UTC time (``2026-11-27T06:21:39.123+00:00``): what a record people read
+    (an XCom, a report) gives beside the number, which machines read."""
+    if ms is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
 def states_to_dict(states: dict[str, StateInfo]) -> dict[str, dict]:
     return {name: info.to_dict() for name, info in states.items()}
 
@@ -268,6 +278,7 @@ class MicrobatchStats:
     keys: int = 0
     records_out: int = 0
     side_out: int = 0  # rows to side outputs
+    side_rows: dict[str, int] = field(default_factory=dict)  # of those, per side output (its tag's name)
     timers_in: int = 0  # stored timers the run gave the subtasks (counted on a run's first microbatch)
     timers_fired: int = 0
     state_upserts: int = 0
@@ -308,6 +319,8 @@ class MicrobatchStats:
         self.keys += other.keys
         self.records_out += other.records_out
         self.side_out += other.side_out
+        for tag, rows in other.side_rows.items():
+            self.side_rows[tag] = self.side_rows.get(tag, 0) + rows
         self.timers_in += other.timers_in
         self.timers_fired += other.timers_fired
         self.state_upserts += other.state_upserts

@@ -71,6 +71,7 @@ class RunResult:
     phases: dict[str, float] = field(default_factory=dict)
 
     sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the last operator's (a dataflow's)
+    side_rows: dict[str, int] = field(default_factory=dict)  # rows the run wrote to each side output, by tag
 
     @property
     def records_in(self) -> int:
@@ -80,6 +81,15 @@ class RunResult:
     def records_out(self) -> int:
         """Rows the run wrote to the sink (a dataflow: what its last operator emitted)."""
         return sum(b.records_out for b in self.sink_batches or self.batches)
+
+    def summary(self, job_id: str) -> dict:
+        """What a run says to machines (the ``[lakestate] summary:`` line: the Airflow operator's XCom, and its
+        Asset events' extra: the sink's, and each side output's with its own ``records_out``)."""
+        records, seconds = self.records_in, self.seconds
+        return {"job": job_id, "run_id": self.run_id, "microbatches": [b.batch_id for b in self.batches],
+                "records_in": records, "records_out": self.records_out, "side_outputs": dict(self.side_rows),
+                "checkpoints": list(self.checkpoints), "seconds": round(seconds, 2),
+                "records_per_s": round(records / seconds, 2) if seconds else None}
 
 
 class _Phases:
@@ -238,6 +248,11 @@ class _Run:
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
         result.batches, result.sink_batches = self.head.stats, self.operators[-1].stats
+        result.side_rows = {}
+        for op in self.operators:  # a dataflow's side outputs may be any operator's
+            for stats in op.stats:
+                for tag, rows in stats.side_rows.items():
+                    result.side_rows[tag] = result.side_rows.get(tag, 0) + rows
         checkpointers = [op.checkpointer() for op in self.operators]
         downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
                                                                           sweeps[1:])]

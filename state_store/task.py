@@ -441,6 +441,7 @@ class SubtaskRunner:
                                     f"microbatch {self.batch_id})") from None
         self.files.sides[tag.table].add(self.batch_id, value)
         self.stats.side_out += 1
+        self.stats.side_rows[tag.name] = self.stats.side_rows.get(tag.name, 0) + 1
 
     def _apply(self, descriptor, function) -> None:
         """``ctx.apply_to_keyed_state(descriptor, function)``: ``function(key, state)`` for every key of the

@@ -266,6 +266,25 @@ def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
     assert any("waiting up to 120s for the job to be free" in line for line in said)
 
 
+def test_a_side_outputs_asset_event_carries_its_own_row_count_not_the_sinks(spark, lake):
+    """The run's summary (the ``[lakestate] summary:`` line the operator reads) and the extras the pipeline
+    DAG's ``run`` task gives its outlet Assets' events: the side output's says the rows it got."""
+    from state_store.provider.dags import side_output_asset, sink_asset
+    from state_store.provider.operators import outlet_extras
+    from tests.test_time import _session_input, sessions, side_rows
+    from tests.time_jobs import sessions_job
+
+    _session_input(lake)  # three sessions to the sink, one late event to the side output "late"
+    spec = sessions_job(lake)
+    summary = run(spark, spec, lake).summary(spec.job_id)
+    sink, late = sink_asset(spec.job_id), side_output_asset(spec.job_id, "late")
+    extras = {asset.uri: extra for asset, extra in outlet_extras(json.loads(json.dumps(summary)), [sink, late])}
+    sink, late = sink.uri, late.uri
+    assert extras[sink] == summary and summary["records_out"] == len(sessions(spark, lake, spec)) == 3
+    assert extras[late]["records_out"] == len(side_rows(spark, lake, spec)) == 1
+    assert extras[late]["side_output"] == "late" and extras[late]["run_id"] == summary["run_id"]
+
+
 @pytest.mark.slow
 def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(tmp_path):
     registry = _registry(tmp_path, """
@@ -492,13 +511,13 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     for form in (savepoint, rescale, restore):
         assert form["job"]["enum"] == ["clicks", "orders"]
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
-    # No minimum/maximum the form's number field would clamp a typed 0 or 100000 to: exclusive bounds, which
-    # the trigger checks and refuses with the value typed (tests/test_browser_forms.py types them).
+    # No top-level minimum/maximum the form's number field would clamp a typed 0 or 100000 to: bounds the
+    # trigger checks and refuses with the value typed (tests/test_browser_forms.py types them).
     parallelism = rescale["parallelism"]
     assert parallelism["type"] == "integer" and "minimum" not in parallelism and "maximum" not in parallelism
-    assert (parallelism["exclusiveMinimum"], parallelism["exclusiveMaximum"]) == (0, 32769)  # no job has run
+    assert parallelism["then"] == {"minimum": 1, "maximum": 32768}  # no job has run
     assert parallelism["description"] == "1 to the job's max parallelism (clicks: not run yet; orders: not run yet)"
-    assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["minimum"] == 0
+    assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["then"]["minimum"] == 0
     assert rescale["operator"]["type"] == ["null", "string"]  # a dataflow's one operator to rescale
     assert restore["savepoint"]["type"] == ["null", "string"] and restore["backend"]["enum"] == [None, "delta",
                                                                                                  "hashmap"]
@@ -519,6 +538,98 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     # The compaction waits for each job the same way, in a task group mapped over the jobs.
     assert found["compaction_wait"] == ["reschedule", "{{ task.job_id }}", ["per_job.compact"]]
     assert {tuple(w) for w in found["waits"].values()} == {("reschedule", "{{ params.job }}")}
+
+
+@pytest.fixture(scope="module")
+def parsed_forms(tmp_path_factory) -> dict:
+    """Every Lakestate DAG's params (schema and description) and docs, as Airflow's DagBag parses the two DAG
+    files, for a registry of one job (``clicks``: not run yet, max parallelism 128 once run)."""
+    tmp_path = tmp_path_factory.mktemp("forms")
+    registry = _registry(tmp_path, """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    """)
+    code = textwrap.dedent(f"""
+        import json
+        from airflow.models.dagbag import DagBag
+        bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+        for name in ("lakestate_pipelines.py", "lakestate_operations.py"):
+            bag.process_file({str(ROOT / "dags")!r} + "/" + name)
+        print(json.dumps({{"errors": bag.import_errors,
+                          "params": {{d: {{k: {{**p.schema, "description": p.description}}
+                                          for k, p in dag.params.items()}} for d, dag in bag.dags.items()}},
+                          "docs": {{d: dag.doc_md for d, dag in bag.dags.items()}}}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, tmp_path / "root"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["errors"] == {}
+    return {**found, "registry": str(registry), "home": str(tmp_path)}
+
+
+def _refusal(schema: dict, value) -> str | None:
+    """What the trigger says of ``value`` for a param of ``schema`` (Airflow validates with jsonschema)."""
+    import jsonschema
+
+    schema = {k: v for k, v in schema.items() if k != "description"}
+    try:
+        jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
+    except jsonschema.ValidationError as e:
+        return e.message
+    return None
+
+
+def _number_fields(parsed_forms) -> dict:
+    return {f"{d}.{k}": p for d, params in parsed_forms["params"].items() for k, p in params.items()
+            if "integer" in ([p["type"]] if isinstance(p.get("type"), str) else p.get("type") or [])}
+
+
+def test_a_number_out_of_range_is_refused_as_less_than_the_minimum_of_1_or_more_than_the_maximum(parsed_forms):
+    fields = _number_fields(parsed_forms)
+    assert set(fields) == {"lakestate_clicks.max_microbatches", "lakestate_savepoint.checkpoint",
+                           "lakestate_rescale.parallelism", "lakestate_rescale.retain_savepoints",
+                           "lakestate_restore.checkpoint", "lakestate_restore.parallelism"}
+    for name, schema in fields.items():
+        assert not {"exclusiveMinimum", "exclusiveMaximum"} & set(json.dumps(schema).split('"')), name
+        low = 0 if name.endswith("retain_savepoints") else 1
+        assert _refusal(schema, low - 1) == f"{low - 1} is less than the minimum of {low}", name
+        assert _refusal(schema, low) is None, name
+    assert _refusal(fields["lakestate_rescale.parallelism"], 32769) == "32769 is greater than the maximum of 32768"
+    assert _refusal(fields["lakestate_restore.parallelism"], 32769) == "32769 is greater than the maximum of 32768"
+
+
+def test_an_optional_number_field_left_empty_is_valid_and_gets_no_bound_the_form_would_mark_it_red_with(
+        parsed_forms):
+    """Airflow's number field reads an empty value as 0 against the schema's top-level ``minimum``: a
+    ``minimum`` of 1 there marks an empty optional field as an error (and clamps a typed value when left).
+    The browser test (tests/test_browser_forms.py) sees the field itself."""
+    for name, schema in _number_fields(parsed_forms).items():
+        assert "minimum" not in schema and "maximum" not in schema, name
+        if name != "lakestate_rescale.parallelism":
+            assert "null" in schema["type"] and _refusal(schema, None) is None, name
+
+
+def test_the_savepoint_labels_help_names_its_allowed_characters(parsed_forms):
+    label = parsed_forms["params"]["lakestate_savepoint"]["label"]
+    assert "letters, digits and _ . -" in label["description"] and "64" in label["description"]
+    assert _refusal(label, "a b") is not None and _refusal(label, "before-v2.1_x") is None
+
+
+def test_the_dag_docs_render_as_markdown_paragraphs_and_lists_without_a_machine_path(parsed_forms):
+    """The docs popup renders Markdown: each DAG's docs are short paragraphs and a list of its params, not a
+    paragraph broken up by code spans (grey blocks), and name no path of the machine that parsed them."""
+    from markdown_it import MarkdownIt
+
+    for dag_id, doc in parsed_forms["docs"].items():
+        assert parsed_forms["registry"] not in doc and parsed_forms["home"] not in doc, dag_id
+        assert not re.search(r"(?<![\w)])/(tmp|home|work|srv|opt)/", doc), dag_id
+        rendered = MarkdownIt().render(doc)
+        assert "<pre>" not in rendered and rendered.count("<code>") <= 2, (dag_id, rendered)
+        assert "<li>" in rendered and '<a href="/lakestate/">' in rendered, (dag_id, rendered)
+        if parsed_forms["params"][dag_id]:  # each param is an item of the list, by the title its form shows
+            for param in parsed_forms["params"][dag_id].values():
+                assert f"<strong>{param['title']}</strong>" in rendered, (dag_id, param["title"])
 
 
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
@@ -543,16 +654,89 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
 
 
 def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):
-    from state_store.lease import holding
+    from state_store.lease import holding, release_reservation
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 
     monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
-    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks")
+    sensor = LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks", lease_handoff="lakestate_clicks-r1")
     assert (sensor.mode, sensor.poke_interval, sensor.timeout) == ("reschedule", 30, 3600)
-    assert sensor.poke({})  # never held: free
     settings = Settings.load()
     with holding(settings.job_dir("clicks"), "clicks", "savepoint", say=lambda m: None):
         assert not sensor.poke({})  # a savepoint holds the job: poke again later, without the slot meanwhile
-    assert sensor.poke({})  # released
+    assert sensor.poke({})  # released: free, and now reserved for the task after the sensor
+    assert sensor.poke({})  # a retried sensor of the same run finds its own reservation
+    assert release_reservation(settings.job_dir("clicks") / "_meta" / "lease", "lakestate_clicks-r1-clicks")
+
+
+def test_a_second_dags_lease_sensor_waits_from_the_first_sensors_pass_until_its_command_releases_the_job(
+        tmp_path, monkeypatch):
+    """A savepoint DAG's and a rescale DAG's sensors of one job, poked together: the first passes and holds the
+    job for its command (whose JVM starts later: the window the issue saw two drivers in); the second waits
+    until that command has run and released the job. Proven by the lease records' times, not by sleeps."""
+    from state_store.lease import HANDOFF_ENV, current_holder, generations, holding
+    from state_store.provider.operators import LakestateLeaseSensor, reservation
+    from state_store.settings import Settings
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    job_dir = Settings.load().job_dir("clicks")
+    sensors = [LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks", lease_handoff=f"{dag}-manual__1")
+               for dag in ("lakestate_savepoint", "lakestate_rescale")]
+    first, second = sensors
+    lease_dir = job_dir / "_meta" / "lease"
+    assert first.poke({}) and not second.poke({})  # the second waits though the first's command has not started
+    reserved_first = current_holder(lease_dir)
+    # What the savepoint task's `lakestate savepoint` does as its driver starts, with the task's environment.
+    monkeypatch.setenv(HANDOFF_ENV, reservation(first.lease_handoff, "clicks"))
+    with holding(job_dir, "clicks", "savepoint", say=lambda m: None) as lease:
+        assert lease.generation == generations(lease_dir)[-2] + 1  # taken over from the reservation, none between
+        assert not second.poke({})  # the command holds the job: still waiting
+    savepoint = current_holder(lease_dir)
+    assert second.poke({})  # released: the rescale's sensor passes and reserves for its command
+    reserved_second = current_holder(lease_dir)
+    monkeypatch.setenv(HANDOFF_ENV, reservation(second.lease_handoff, "clicks"))
+    with holding(job_dir, "clicks", "rescale", say=lambda m: None):
+        pass
+    rescale = current_holder(lease_dir)
+    assert [r["run_id"].split("-")[0] for r in (reserved_first, savepoint, reserved_second, rescale)] == [
+        "lakestate_savepoint", "savepoint", "lakestate_rescale", "rescale"]
+    # One holder at a time: each took the job after the one before had it, the next only once it was released.
+    assert reserved_first["acquired_ms"] <= savepoint["acquired_ms"] <= savepoint["heartbeat_ms"] \
+        <= reserved_second["acquired_ms"] <= rescale["acquired_ms"]
+    assert savepoint["released"] and rescale["released"] and reserved_second["reserved"]
+
+
+def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
+                                                                                              monkeypatch):
+    """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""
+    from state_store.errors import JobLocked
+    from state_store.lease import HANDOFF_ENV, holding, release_reservation
+    from state_store.provider.operators import LakestateLeaseSensor
+    from state_store.settings import Settings
+
+    root = tmp_path / "root"
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    code = textwrap.dedent("""
+        from state_store.provider.operators import LakestateLeaseSensor
+        assert LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_savepoint-r1").poke({})
+    """)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]  # it passed, and its process is gone
+    job_dir = Settings.load().job_dir("clicks")
+    other = LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_rescale-r1")
+    assert not other.poke({})
+    with pytest.raises(JobLocked, match="held by run lakestate_savepoint-r1-clicks"):
+        with holding(job_dir, "clicks", "rescale", say=lambda m: None):
+            pass  # a command without the reservation's name (another DAG's) is refused
+    monkeypatch.setenv(HANDOFF_ENV, "lakestate_savepoint-r1-clicks")
+    with holding(job_dir, "clicks", "savepoint", say=lambda m: None):
+        assert not other.poke({})
+    monkeypatch.delenv(HANDOFF_ENV)
+    assert other.poke({})  # released by the savepoint's command; now the rescale's sensor's
+    # A task that ends without its command taking the job over (it failed first) releases its reservation.
+    assert release_reservation(job_dir / "_meta" / "lease", "lakestate_rescale-r1-clicks")
+    assert LakestateLeaseSensor(task_id="w", job_id="clicks", lease_handoff="lakestate_restore-r1").poke({})

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -221,3 +222,79 @@ def test_sizes_and_counts_read_as_people_read_them():
     assert [human_bytes(n) for n in (0, 1023, 1024, 4562404, 3 * 1024 ** 3)] == [
         "0 B", "1023 B", "1.0 KiB", "4.4 MiB", "3.0 GiB"]
     assert count(4562404) == "4,562,404" and count(None) == "-"
+
+
+def _page_of(job) -> str:
+    from zoneinfo import ZoneInfo
+
+    from state_store.provider.views import job_section
+
+    return job_section(job, ZoneInfo("Asia/Kolkata"))
+
+
+def test_run_links_read_in_the_timezone_the_user_picked():
+    from state_store.provider.reader import JobOverview
+    from state_store.records import AirflowRun
+
+    job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
+    job.checkpoints = [_checkpoint(1, 2, airflow_run=AirflowRun("lakestate_clicks",
+                                                                "manual__2026-11-24T13:05:12.123+00:00")),
+                       _checkpoint(2, 2, airflow_run=AirflowRun("lakestate_clicks", "my own run id"))]
+    links = re.findall(r"<span class='run'><a [^>]*>([^<]*)</a>", _page_of(job))
+    assert links == ["my own run id", "manual 2026-11-24 18:35"]  # 13:05 UTC is 18:35 in Kolkata (+05:30)
+
+
+def test_the_savepoint_path_cell_shows_the_savepoints_own_path():
+    from state_store.provider.reader import JobOverview
+    from state_store.records import SavepointMetadata
+
+    job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
+    savepoint = SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {},
+                                             "created_ms": 1})
+    savepoint.path = "/srv/lakestate/savepoints/clicks/before-v2"
+    job.savepoints, job.checkpoints = [savepoint], [_checkpoint(1, 2)]
+    (shown,) = re.findall(r"<span class='path' title='([^']*)'>([^<]*)</span>", _page_of(job))
+    assert shown == (savepoint.path, "…/clicks/before-v2")
+
+
+def test_the_operations_line_links_restore_and_dispose_too():
+    from state_store.provider.reader import JobOverview
+
+    page = _page_of(JobOverview("clicks", "demo.clicks:job", 2, 128, "delta"))
+    line = re.search(r"Operations \(each DAG's Trigger form asks for the job\): (.*?)</p>", page).group(1)
+    assert re.findall(r"href='/dags/(lakestate_\w+)'", line) == [
+        "lakestate_savepoint", "lakestate_rescale", "lakestate_restore", "lakestate_dispose", "lakestate_compaction"]
+
+
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
+
+
+def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
+    from dataclasses import replace
+
+    from state_store.housekeeping import housekeeping
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+
+    settings = Settings.load(root=tmp_path / "root")
+    JobStore(settings.job_dir("clicks")).write_checkpoint(replace(_checkpoint(1, 2), completed_ms=1764224499123))
+    (row,) = housekeeping("clicks", settings, say=lambda m: None)["checkpoints"]
+    assert (row["completed_ms"], row["completed"]) == (1764224499123, "2025-11-27T06:21:39.123+00:00")
+
+
+def test_a_compaction_report_gives_its_start_as_an_iso_time_beside_epoch_milliseconds(tmp_path):
+    from dataclasses import replace
+
+    from state_store.compaction import compact_job
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+
+    settings = Settings.load(root=tmp_path / "root")
+    store = JobStore(settings.job_dir("clicks"))
+    store.write_checkpoint(replace(_checkpoint(1, 2), state={}))
+    store.write_compaction({"job": "clicks", "checkpoint": 1, "started_ms": 1, "tables": {}})  # no run since
+    report = compact_job(lambda: pytest.fail("nothing to do starts no Spark"), settings, "clicks",
+                         say=lambda m: None)
+    assert report["nothing_to_do"] and ISO_UTC.match(report["started"]), report
+    assert report["started"] == datetime.fromtimestamp(report["started_ms"] / 1000, timezone.utc).isoformat(
+        timespec="milliseconds")

@@ -225,7 +225,8 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
 
 
 def _check_savepoint(airflow: Airflow, run: dict) -> None:
-    """The savepoint's row: its path shortened, copied whole by its button; its run linked."""
+    """The savepoint's row: its path shortened to its job's folder and its own, copied whole by its button; its
+    run linked."""
     from selenium.webdriver.common.by import By
 
     status, body = get(f"{airflow.url}/api/v2/dags/lakestate_savepoint/dagRuns/{quote(run['dag_run_id'])}/"
@@ -242,7 +243,7 @@ def _check_savepoint(airflow: Airflow, run: dict) -> None:
     cells = [c.text for c in row]
     assert cells[0] == xcom["name"] and cells[1:3] == ["2", "1"] and BYTES.match(cells[7]), cells
     path = row[-1].find_element(By.CSS_SELECTOR, ".path")
-    assert path.text == "…/savepoints/clicks/" and path.get_attribute("title") == xcom["path"], cells
+    assert path.text == f"…/clicks/{xcom['name']}" and path.get_attribute("title") == xcom["path"], cells
     button = row[-1].find_element(By.CSS_SELECTOR, "button.copy")
     button.click()
     _wait(lambda: button.text == "copied", 10, "the path to be copied", every=0.2)

@@ -1,7 +1,7 @@
-"""The operation DAGs' trigger forms in a real browser against a real Airflow API server: the rescale form shows
-the job's current and max parallelism, and a parallelism out of range is refused with the value typed, before
-a run exists (the form's number field must not clamp it to a bound without a word). Screenshots are kept in
-test-artifacts/."""
+"""The operation DAGs' trigger forms in a real browser against a real Airflow API server: an optional number
+field left empty is not marked as an error; the rescale form shows the job's current and max parallelism, and
+a parallelism out of range is refused with the value typed, before a run exists (the form's number field must
+not clamp it to a bound without a word). Screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
 import json
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_range_with_the_value_typed(
         browser, tmp_path):
+    """And the savepoint form's optional checkpoint field, left empty, has no red error border."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -46,11 +47,19 @@ def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_r
         def runs() -> list[dict]:
             return json.loads(get(f"{url}/api/v2/dags/lakestate_rescale/dagRuns", api)[1])["dag_runs"]
 
-        def open_form():
-            browser.get(f"{url}/dags/lakestate_rescale")
+        def open_form(dag_id="lakestate_rescale", field="parallelism"):
+            browser.get(f"{url}/dags/{dag_id}")
             browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-            return _wait(lambda: [e for e in browser.find_elements(By.NAME, "element_parallelism") if e.is_displayed()],
-                         30, "the parallelism field")[0]
+            return _wait(lambda: [e for e in browser.find_elements(By.NAME, f"element_{field}") if e.is_displayed()],
+                         30, f"the {field} field")[0]
+
+        # An optional number field left empty is fine: no error mark (the red border), before or after a visit.
+        checkpoint = open_form("lakestate_savepoint", "checkpoint")
+        assert checkpoint.get_attribute("value") == "" and checkpoint.get_attribute("aria-invalid") != "true"
+        checkpoint.click()
+        checkpoint.send_keys(Keys.TAB)
+        assert checkpoint.get_attribute("aria-invalid") != "true" and checkpoint.get_attribute("data-invalid") is None
+        browser.save_screenshot(str(ARTIFACTS / "forms-0-savepoint-form-empty-checkpoint.png"))
 
         def trigger_with(value: str):
             field = open_form()
@@ -67,8 +76,8 @@ def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_r
         assert "clicks: runs at 2, max 128" in browser.page_source
         browser.save_screenshot(str(ARTIFACTS / "forms-1-rescale-form.png"))
 
-        for typed, said in (("0", "0 is less than or equal to the minimum of 0"),
-                            ("100000", "100000 is greater than or equal to the maximum of 129")):
+        for typed, said in (("0", "0 is less than the minimum of 1"),
+                            ("100000", "100000 is greater than the maximum of 128")):
             assert trigger_with(typed) == typed  # not clamped to 1 or to 32768
             _wait(lambda: said in browser.page_source, 30, f"the form to refuse {typed}")
             browser.save_screenshot(str(ARTIFACTS / f"forms-2-refused-{typed}.png"))

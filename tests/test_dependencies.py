@@ -20,10 +20,10 @@ DISTRIBUTIONS = {
     "pandas": "pandas", "numpy": "numpy", "orjson": "orjson", "croniter": "croniter", "yaml": "pyyaml",
     "airflow": "apache-airflow", "airflow.providers.apache.spark": "apache-airflow-providers-apache-spark",
     "fastapi": "fastapi", "sqlalchemy": "sqlalchemy",
-    "boto3": "boto3", "botocore": "botocore", "confluent_kafka": "confluent-kafka",
+    "boto3": "boto3", "botocore": "botocore", "confluent_kafka": "confluent-kafka", "grpc": "grpcio",
 }
 # Imports an extra may bring instead of the core dependencies: the modules only that extra's users import.
-EXTRA_OF_IMPORT = {"boto3": "s3", "botocore": "s3", "confluent_kafka": "kafka"}
+EXTRA_OF_IMPORT = {"boto3": "s3", "botocore": "s3", "confluent_kafka": "kafka", "grpc": "connect"}
 EXTRA_OF_MODULE = {"provider": "airflow"}  # state_store/provider/ runs inside Airflow only
 
 

@@ -6,7 +6,8 @@
     globals().update(pipeline_dags())
 
 Pipelines, one DAG per registry entry: ``wait_for_lease`` (a sensor in reschedule mode: waiting for another
-holder of the job takes no worker slot), ``run`` (the job's run through the Spark provider,
+holder of the job takes no worker slot; once the job is free it holds it for ``run``, whose command takes it
+over, so no other DAG's driver of the job starts meanwhile), ``run`` (the job's run through the Spark provider,
 ``LakestateSubmitOperator``; its XCom and its Asset events' ``extra`` are the run's summary), then checkpoint
 housekeeping. Param ``max_microbatches`` caps one run (a catch-up run in steps). Runs of a job never overlap
 (``max_active_runs=1``). The job's sink is the DAG's Asset, and so is each of its side outputs once the job is
@@ -54,26 +55,38 @@ def side_output_asset(job_id: str, tag: str) -> Asset:
     return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
 
 
+def _pipeline_doc(entry: PipelineEntry, cap: str) -> str:
+    """The pipeline DAG's docs (the UI renders them as Markdown): no path of the machine that parsed it."""
+    return f"""Runs the Lakestate job **{entry.job_id}** ({entry.entrypoint}), as the pipeline registry defines it.
+
+1. **wait_for_lease** waits, without a worker slot, until no other run or operation holds the job (up to
+   {LEASE_WAIT_S // 60} minutes), and then holds it for the run.
+2. **run** runs the job's pending microbatches.
+3. **housekeeping** lists the retained checkpoints and removes what finished or killed runs left.
+
+Param **Max microbatches**: 1 or more; empty for {cap}. A smaller number catches up in steps.
+
+The run's summary (microbatches, records in and out, checkpoints taken, seconds, records/s) is the XCom of
+**run** and the extra of its sink Asset's event; each side output's Asset event carries its own row count.
+See {PAGE}."""
+
+
 def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
     cap = f"at most {entry.max_microbatches} (the registry's)" if entry.max_microbatches else "all pending"
     with DAG(entry.dag_id, schedule=entry.schedule, start_date=START, catchup=False,
              max_active_runs=1, tags=["lakestate"], default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
              description=f"Lakestate job {entry.job_id} ({entry.entrypoint})", params={
-                 "max_microbatches": Param(None, type=["null", "integer"], minimum=1, title="Max microbatches",
+                 "max_microbatches": Param(None, type=["null", "integer"], **bounded(1), title="Max microbatches",
                                            description=f"Microbatches this run takes at most (empty: {cap}); "
                                                        f"a catch-up in steps"),
-             }, doc_md=f"""Runs Lakestate job `{entry.job_id}` (`{entry.entrypoint}`) from `{registry}`: waits
-for the job's lease without a worker slot (`wait_for_lease`, up to {LEASE_WAIT_S // 60} min), runs its pending
-microbatches (`run`; param `max_microbatches`: 1 or more, empty for {cap}), then checkpoint housekeeping.
-The `run` task's XCom and the events of its Assets (`lakestate://{entry.job_id}/sink`, side outputs) carry the
-run's summary: microbatches, records in and out, checkpoints taken, seconds, records/s. See {PAGE}.""") as dag:
+             }, doc_md=_pipeline_doc(entry, cap)) as dag:
         wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
                                       wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
                                           side_output_asset(entry.job_id, tag)
                                           for tag in registered_side_outputs(entry.job_id)],
-                                      doc_md="`lakestate run`: the job's pending microbatches; XCom: the summary.")
+                                      doc_md="lakestate run: the job's pending microbatches; XCom: the summary.")
 
         @task(task_id="housekeeping", multiple_outputs=False, inlets=[savepoints_asset(entry.job_id)],
               doc_md="Lists the retained checkpoints (XCom) and removes what finished or killed runs left.")
@@ -109,9 +122,8 @@ def pipeline_dags(registry=None) -> dict[str, DAG]:
 
 def _parallelism_param(jobs: list[str]) -> Param:
     """The rescale form's parallelism: each job's current and max parallelism in its description, the first
-    job's current one as default. The bounds are exclusive ones on purpose: the form's number field clamps a
-    typed value to ``minimum``/``maximum`` without a word, while with ``exclusiveMinimum``/``exclusiveMaximum``
-    the value typed reaches the trigger, which refuses it (HTTP 400 naming it) before a run exists."""
+    job's current one as default; its bounds are ``bounded``'s: a value typed out of range reaches the trigger,
+    which refuses it (HTTP 400 naming it and the bound) before a run exists."""
     from state_store.job_store import JobStore
     from state_store.settings import Settings
 
@@ -124,7 +136,7 @@ def _parallelism_param(jobs: list[str]) -> Param:
     said = "; ".join(f"{j}: runs at {known[j].parallelism}, max {known[j].max_parallelism}" if j in known
                      else f"{j}: not run yet" for j in jobs)
     default = known[jobs[0]].parallelism if jobs[0] in known else 2
-    return Param(default, type="integer", exclusiveMinimum=0, exclusiveMaximum=top + 1, title="New parallelism",
+    return Param(default, type="integer", **bounded(1, top), title="New parallelism",
                  description=f"1 to the job's max parallelism ({said})")
 
 
@@ -147,6 +159,16 @@ def _wait_for_job() -> LakestateLeaseSensor:
                                 doc_md="Waits, in reschedule mode, until no run or operation holds the job.")
 
 
+def bounded(minimum: int, maximum: int | None = None) -> dict:
+    """A number param's bounds, as JSON schema's ``minimum``/``maximum`` under ``if``/``then`` (applied to an
+    integer only). Not at the schema's top level on purpose: Airflow's trigger form reads those into its number
+    field, which then clamps a typed value to a bound when the field is left (a typo of 100000 would trigger at
+    the max without a word) and marks an empty optional field as an error (it reads empty as 0). Nested, the
+    field takes what is typed and the trigger refuses it before a run exists: "0 is less than the minimum of 1"."""
+    then = {"minimum": minimum} if maximum is None else {"minimum": minimum, "maximum": maximum}
+    return {"if": {"type": "integer"}, "then": then}
+
+
 def _job_param(jobs: list[str]) -> Param:
     return Param(jobs[0], type="string", enum=jobs, title="Job", description="A job of the pipeline registry")
 
@@ -154,14 +176,21 @@ def _job_param(jobs: list[str]) -> Param:
 def _savepoint_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_savepoint", description="Take a savepoint of a Lakestate job", params={
         "job": _job_param(jobs),
-        "checkpoint": Param(None, type=["null", "integer"], minimum=1, title="Checkpoint",
+        "checkpoint": Param(None, type=["null", "integer"], **bounded(1), title="Checkpoint",
                             description="A retained checkpoint id (empty: the latest)"),
         "label": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
-                       title="Label", description="The savepoint's name (empty: airflow-<run id>)"),
-    }, doc_md=f"""Takes a savepoint of `job` (`lakestate savepoint`). Params: `job` (the registry's), `checkpoint`
-(a retained checkpoint id, 1 or more; empty: the latest), `label` (1 to 64 letters, digits, `_ . -`, not
-starting with a punctuation mark; empty: `airflow-<run id>`; must be new). The savepoint's path is in the task
-log and its XCom; the job's savepoints Asset (`lakestate://<job>/savepoints`) gets an event. See {PAGE}.""",
+                       title="Label", description="The savepoint's name: 1 to 64 letters, digits and _ . - (no space), "
+                                                   "starting with a letter or digit; new for the job (empty: "
+                                                   "airflow-<run id>)"),
+    }, doc_md=f"""Takes a savepoint of a job (lakestate savepoint) once no run or operation holds it.
+
+- **Job**: a job of the pipeline registry.
+- **Checkpoint**: a retained checkpoint id, 1 or more; empty for the latest.
+- **Label**: the savepoint's name, new for the job: 1 to 64 letters, digits and the marks _ . - (no space),
+  starting with a letter or digit; empty for airflow-(the run id).
+
+The savepoint's path is in the task log and its XCom, and the job's savepoints Asset gets an event.
+See {PAGE}.""",
              **COMMON) as dag:
         _wait_for_job() >> LakestateSavepointOperator(task_id="savepoint", wait_for_lease_s=LAST_WAIT_S)
     return dag
@@ -173,17 +202,25 @@ def _rescale_dag(jobs: list[str]) -> DAG:
         "parallelism": _parallelism_param(jobs),
         "savepoint_first": Param(True, type="boolean", title="Savepoint first",
                                  description="Take a savepoint of the latest checkpoint before rescaling"),
-        "retain_savepoints": Param(None, type=["null", "integer"], minimum=0, title="Rescale savepoints kept",
+        "retain_savepoints": Param(None, type=["null", "integer"], **bounded(0), title="Rescale savepoints kept",
                                    description="Keep only the newest N savepoints rescales took (empty: all)"),
         "operator": Param(None, type=["null", "string"], title="Operator (a dataflow's)",
                           description="The uid of the one operator of a dataflow to rescale (empty: every operator)"),
-    }, doc_md=f"""Rescales `job` to `parallelism` (`lakestate rescale`): 1 to the job's max parallelism (its key
-groups; the field's description gives each job's current and max); a value out of range is refused with the
-value given. At the parallelism the job already has, nothing is written and the task says so. With
-`savepoint_first` (default) a savepoint `rescale-<checkpoint>-<time>` is taken first (an event of
-`lakestate://<job>/savepoints`); `retain_savepoints` (0 or more; empty: all) then disposes all but the newest N
-of those. For a job of several operators (a dataflow), `operator` names the one to rescale; empty, every
-operator goes to `parallelism`. The job is held meanwhile: its pipeline runs wait. See {PAGE}.""", **COMMON) as dag:
+    }, doc_md=f"""Rescales a job (lakestate rescale) once no run or operation holds it; its pipeline runs wait
+meanwhile.
+
+- **Job**: a job of the pipeline registry.
+- **New parallelism**: 1 to the job's max parallelism (its key groups); the field's help gives each job's
+  current and max. A value out of range is refused with the value typed; at the parallelism the job already
+  has, nothing is written and the task says so.
+- **Savepoint first** (on by default): a savepoint named rescale-(checkpoint)-(time) is taken first, an event
+  of the job's savepoints Asset.
+- **Rescale savepoints kept**: 0 or more; all but the newest N savepoints that rescales took are disposed;
+  empty keeps them all.
+- **Operator (a dataflow's)**: for a job of several operators, the uid of the one to rescale; empty
+  rescales every operator.
+
+See {PAGE}.""", **COMMON) as dag:
         _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
@@ -193,18 +230,25 @@ def _restore_dag(jobs: list[str]) -> DAG:
         "job": _job_param(jobs),
         "savepoint": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
                            title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
-        "checkpoint": Param(None, type=["null", "integer"], minimum=1, title="Checkpoint",
+        "checkpoint": Param(None, type=["null", "integer"], **bounded(1), title="Checkpoint",
                             description="Or a retained checkpoint id of the job"),
-        "parallelism": Param(None, type=["null", "integer"], minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM,
+        "parallelism": Param(None, type=["null", "integer"], **bounded(1, UPPER_BOUND_MAX_PARALLELISM),
                              title="Parallelism", description="Empty: the source's"),
         "backend": Param(None, type=["null", "string"], enum=[None, "delta", "hashmap"], title="Backend",
                          description="Empty: the source's"),
         "allow_non_restored_state": Param(False, type="boolean", title="Allow non-restored state",
                                           description="Drop state the job no longer registers instead of refusing"),
-    }, doc_md=f"""Makes a savepoint or a retained checkpoint the job's next checkpoint (`lakestate restore`).
-Params: `job`; exactly one of `savepoint` (`<job>/<name>`) and `checkpoint` (1 or more); `parallelism`
-(1 to the job's max parallelism; empty: the source's); `backend` (`delta`, `hashmap`; empty: the source's);
-`allow_non_restored_state`. A restore never rewinds a job past what its sink holds. See {PAGE}.""",
+    }, doc_md=f"""Makes a savepoint or a retained checkpoint the job's next checkpoint (lakestate restore). A
+restore never rewinds a job past what its sink holds.
+
+- **Job**: a job of the pipeline registry.
+- **Savepoint** (job/name, as the Lakestate page lists it) or **Checkpoint** (a retained id, 1 or more):
+  exactly one of them.
+- **Parallelism**: 1 to the job's max parallelism; empty keeps the source's.
+- **Backend**: delta or hashmap; empty keeps the source's.
+- **Allow non-restored state**: drop state the job no longer registers instead of refusing.
+
+See {PAGE}.""",
              **COMMON) as dag:
         _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
     return dag
@@ -214,8 +258,11 @@ def _dispose_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_dispose", description="Delete a Lakestate savepoint", params={
         "savepoint": Param("", type="string", pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
                            title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
-    }, doc_md=f"""Deletes savepoint `savepoint` (`<job>/<name>`, as {PAGE} lists it; `lakestate dispose`).
-Reads and deletes files only: no Spark. Its XCom names what was deleted.""", **COMMON) as dag:
+    }, doc_md=f"""Deletes a savepoint (lakestate dispose): reads and deletes files only, no Spark.
+
+- **Savepoint**: job/name, as {PAGE} lists it.
+
+Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
         def dispose(params=None) -> dict:
@@ -233,12 +280,14 @@ Reads and deletes files only: no Spark. Its XCom names what was deleted.""", **C
 def _compaction_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_compaction", description="Compact every Lakestate job's state tables",
              schedule=COMPACTION_SCHEDULE, catchup=False, tags=["lakestate"], max_active_runs=1,
-             doc_md=f"""Daily at 03:00 UTC (unpausing starts no run; trigger it for one now): one mapped task per
-registered job with a checkpoint, labelled by job, each compacting that job's state tables (`lakestate
-compact`) while its pipeline waits. Right after another compaction (no run since) a job's task says "nothing to
-do" and writes nothing. Each job's task first waits for the job without a worker slot (`wait_for_lease`). The
-XCom is the report; {PAGE} shows the last report that did work and the
-history.""") as dag:
+             doc_md=f"""Compacts every registered job's state tables (lakestate compact), daily at 03:00 UTC.
+Unpausing starts no run: trigger it for one now.
+
+- One mapped task per job with a checkpoint, labelled by the job, waits for the job without a worker slot,
+  then compacts it while its pipeline waits.
+- Right after another compaction (no run since), a job's task says "nothing to do" and writes nothing.
+
+The XCom is the report; {PAGE} shows the last report that did work and the history.""") as dag:
 
         @task
         def jobs_with_checkpoints() -> list[str]:

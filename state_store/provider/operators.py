@@ -16,6 +16,17 @@ import state_store.entrypoint.main as entrypoint_main
 ENTRYPOINT = entrypoint_main.__file__  # spark-submit runs the installed package's file
 SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
+# The reservation of a job's lease that a DAG run's sensor takes and its task's command takes the job over from
+# (``state_store.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have their job).
+HANDOFF = "airflow-{{ dag.dag_id }}-{{ run_id }}"
+HOLD_S = 900  # how long a reservation holds for a command that never comes (its task killed with its worker)
+
+
+def reservation(handoff: str, job: str) -> str:
+    """The lease reservation's run id of a DAG run (``handoff``, rendered) for job ``job``."""
+    return f"{handoff}-{job}"
+
+
 # The savepoint's label: the DAG run's ``params.label``, else ``airflow-<run id>`` with every character that may
 # not name a folder made a '-', at most 64 characters (what ``state_store.savepoint.check_label`` accepts).
 LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
@@ -25,30 +36,65 @@ LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
 class _LakestateSparkSubmit(SparkSubmitOperator):
     """Submit ``jobs/<entrypoint>.py`` with ``args`` (templated, as ``application_args``) and the wait for the
     lease: the Spark connection (or local[*]) and the Delta jars filled in when the hook is made. An argument
-    that renders empty is left out: an option the DAG run's params do not ask for."""
+    that renders empty is left out: an option the DAG run's params do not ask for.
+
+    The command takes the job over from the lease reservation the DAG run's ``LakestateLeaseSensor`` took
+    (``lease_handoff``, templated: the same for both); a task that ends without its command taking it (failed,
+    or nothing to do) releases it. A subclass's work is ``work``; ``submit`` runs the command."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "lease_handoff")
 
     def __init__(self, *, command: str, args: list[str], conn_id: str = SPARK_CONN_ID,
-                 wait_for_lease_s: float = 3600, **kwargs):
+                 wait_for_lease_s: float = 3600, lease_handoff: str = HANDOFF, **kwargs):
         kwargs.setdefault("name", f"lakestate-{command}")
         super().__init__(application=ENTRYPOINT, conn_id=conn_id,
                          conf={"spark.log.level": "WARN"},
                          application_args=[command, *args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
-        self.wait_for_lease_s = wait_for_lease_s
+        self.wait_for_lease_s, self.lease_handoff = wait_for_lease_s, lease_handoff
+
+    @property
+    def lease_job(self) -> str:
+        """The job (rendered) whose lease the command takes."""
+        return self.job
+
+    @property
+    def reservation(self) -> str:
+        return reservation(self.lease_handoff, self.lease_job)
+
+    def execute(self, context):
+        from state_store.job_store import JobStore
+        from state_store.lease import release_reservation, remove_if_only_the_lease
+        from state_store.settings import Settings
+
+        try:
+            return self.work(context)
+        finally:
+            job_dir = Settings.load().job_dir(self.lease_job)
+            if release_reservation(JobStore(job_dir).lease_dir, self.reservation):
+                self.log.info("job %s: released the lease reservation %s (not taken over)", self.lease_job,
+                              self.reservation)
+                remove_if_only_the_lease(job_dir, JobStore(job_dir).lease_dir)
+
+    def work(self, context):
+        return self.submit(context)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         self.application_args = [a for a in self.application_args if a != ""]
 
-    def execute(self, context):
+    def submit(self, context):
         """Submit; a failed submit raises with the command's own ``lakestate: error:`` line (logged at ERROR),
         not the provider's ``Cannot execute: spark-submit ... Error code is: N``."""
+        from state_store.lease import HANDOFF_ENV
+
+        self.env_vars = {**(self.env_vars or {}), HANDOFF_ENV: self.reservation}
         if self._hook is None:
             self._hook = self._get_hook()
         self.said = _SubmitOutput()
         process = self._hook._process_spark_submit_log
         self._hook._process_spark_submit_log = lambda lines: process(self.said.read(lines))
         try:
-            super().execute(context)
+            SparkSubmitOperator.execute(self, context)
         except AirflowException:
             if not self.said.errors:
                 raise
@@ -104,8 +150,9 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     The run takes the job's pending microbatches (up to ``max_microbatches``: the DAG run's
     ``params.max_microbatches``, else the entry's) and waits up to ``wait_for_lease_s`` for another holder of the
     job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
-    Returns (XCom) the run's summary: microbatches, records in and out, checkpoints taken, seconds and rate;
-    each outlet Asset's event carries the same in ``extra``. With a connection of type ``spark_connect``, the run
+    Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
+    taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
+    event its own row count (``outlet_extras``). With a connection of type ``spark_connect``, the run
     runs in this task on that Spark Connect server instead of a ``spark-submit`` (``_run_on``).
     """
 
@@ -117,17 +164,21 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
                          args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES], **kwargs)
         self.job_id = job_id
 
-    def execute(self, context):
+    @property
+    def lease_job(self) -> str:
+        return self.job_id
+
+    def work(self, context):
         from state_store.provider.hooks import spark_connect_url
 
         url = spark_connect_url(self._conn_id)
         if url:
             self._run_on(url)
         else:
-            super().execute(context)
+            self.submit(context)
         summary = self.said.summary or {}
-        for asset in self.outlets:
-            context["outlet_events"][asset].extra.update(summary)
+        for asset, extra in outlet_extras(summary, self.outlets):
+            context["outlet_events"][asset].extra.update(extra)
         return summary
 
 
@@ -136,19 +187,40 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         JVM start): ``lakestate run ... --remote <url>``, its output in the task log, read as a submit's is."""
         import contextlib
         import io
+        import os
 
         from state_store.cli import main
+        from state_store.lease import HANDOFF_ENV
 
         self.said, out = _SubmitOutput(), io.StringIO()
         self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            code = main([*self.application_args, "--remote", url])
+        os.environ[HANDOFF_ENV] = self.reservation  # this task's process runs the command: its environment
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code = main([*self.application_args, "--remote", url])
+        finally:
+            os.environ.pop(HANDOFF_ENV, None)
         for line in self.said.read(out.getvalue().splitlines()):
             self.log.info("%s", line)
         if code:
             reason = "\n".join(self.said.errors) or f"lakestate run exited with {code}"
             self.log.error("%s", reason)
             raise AirflowException(reason)
+
+
+def outlet_extras(summary: dict, outlets: list) -> list[tuple]:
+    """``(asset, extra)`` of each outlet Asset of a run: the sink's extra is the run's summary; a side output's
+    (``lakestate://<job>/side/<tag>``) says the rows the run wrote to that side output, not the sink's."""
+    extras = []
+    for asset in outlets:
+        _, side, tag = asset.uri.partition("/side/")
+        if side:
+            extras.append((asset, {"job": summary.get("job"), "run_id": summary.get("run_id"), "side_output": tag,
+                                   "microbatches": summary.get("microbatches"),
+                                   "records_out": (summary.get("side_outputs") or {}).get(tag, 0)}))
+        else:
+            extras.append((asset, summary))
+    return extras
 
 
 def savepoints_asset(job_id: str) -> Asset:
@@ -183,11 +255,11 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
         super().__init__(command="savepoint", args=[job, "--label", LABEL, checkpoint], **kwargs)
         self.job, self.savepoint_label = job, LABEL
 
-    def execute(self, context):
+    def work(self, context):
         from state_store.savepoint import load_savepoint
         from state_store.settings import Settings
 
-        super().execute(context)
+        self.submit(context)
         savepoint = load_savepoint(Settings.load(), f"{self.job}/{self.savepoint_label}")
         self.log.info("savepoint path: %s", savepoint.path)
         return _savepoint_event(context, savepoint)
@@ -215,7 +287,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         super().__init__(command="rescale", args=[job, "--parallelism", parallelism, first, retain, which], **kwargs)
         self.job, self.parallelism, self.operator = job, parallelism, operator
 
-    def execute(self, context):
+    def work(self, context):
         from state_store.job_store import JobStore
         from state_store.savepoint import list_savepoints
         from state_store.settings import Settings
@@ -238,7 +310,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         changed = latest is None or any(point.parallelism != wanted for point in points)
         if changed:
             before = {s.name for s in list_savepoints(settings, self.job)}
-            super().execute(context)
+            self.submit(context)
             for savepoint in list_savepoints(settings, self.job):
                 if savepoint.name not in before:
                     _savepoint_event(context, savepoint)
@@ -266,11 +338,11 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
         super().__init__(command="compact", args=[job], **kwargs)
         self.job = job
 
-    def execute(self, context):
+    def work(self, context):
         from state_store.job_store import JobStore
         from state_store.settings import Settings
 
-        super().execute(context)
+        self.submit(context)
         report = JobStore(Settings.load().job_dir(self.job)).compaction_history(1)[0]
         if report.get("nothing_to_do"):
             self.log.info("job %s: nothing to do: %s", self.job, report["reason"])
@@ -285,28 +357,39 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
 class LakestateLeaseSensor(BaseSensorOperator):
     """Wait until no run, savepoint, rescale or compaction holds job ``job_id`` (its lease is free, released or
     stale), without holding a worker slot: in ``reschedule`` mode the task gives its slot back between pokes.
-    Reads the lease's files only (no Spark). The run after it still waits a little for the lease, for a holder
-    that comes in between."""
+    Reads and writes the lease's files only (no Spark).
 
-    template_fields = ("job_id",)  # an operation DAG's is ``{{ params.job }}``
+    When the job is free, the poke that says so takes the lease for the task after it (a reservation,
+    ``state_store.lease.reserve``, named by ``lease_handoff``, templated: the DAG run and the job), whose
+    command takes the job over from it as its JVM starts: another DAG's sensor keeps waiting meanwhile, so
+    one driver of a job runs at a time. A reservation nobody takes over holds ``hold_s`` seconds at most."""
 
-    def __init__(self, *, job_id: str, **kwargs):
+    template_fields = ("job_id", "lease_handoff")  # an operation DAG's job is ``{{ params.job }}``
+
+    def __init__(self, *, job_id: str, lease_handoff: str = HANDOFF, hold_s: float = HOLD_S, **kwargs):
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 30)
         kwargs.setdefault("timeout", 3600)
         super().__init__(**kwargs)
-        self.job_id = job_id
+        self.job_id, self.lease_handoff, self.hold_s = job_id, lease_handoff, hold_s
 
     def poke(self, context) -> bool:
+        from state_store.errors import JobLocked
         from state_store.job_store import JobStore
-        from state_store.lease import live_holder
+        from state_store.lease import live_holder, reserve
         from state_store.settings import Settings
 
-        holder = live_holder(JobStore(Settings.load().job_dir(self.job_id)).lease_dir)
-        if holder is not None:
+        lease_dir = JobStore(Settings.load().job_dir(self.job_id)).lease_dir
+        mine = reservation(self.lease_handoff, self.job_id)
+        try:
+            reserve(lease_dir, self.job_id, mine, self.hold_s)
+        except JobLocked:
+            holder = live_holder(lease_dir) or {}
             self.log.info("job %s is held by %s (on %s): waiting", self.job_id, holder.get("run_id"),
                           holder.get("host"))
-        return holder is None
+            return False
+        self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
+        return True
 
 
 class LakestateRestoreOperator(_LakestateSparkSubmit):
@@ -327,11 +410,11 @@ class LakestateRestoreOperator(_LakestateSparkSubmit):
         super().__init__(command="restore", args=args, **kwargs)
         self.job = args[0]
 
-    def execute(self, context):
+    def work(self, context):
         from state_store.job_store import JobStore
         from state_store.settings import Settings
 
-        super().execute(context)
+        self.submit(context)
         latest = JobStore(Settings.load().job_dir(self.job)).latest_checkpoint()
         return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                 "parallelism": latest.parallelism, "backend": latest.backend}

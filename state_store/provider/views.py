@@ -24,7 +24,7 @@ from state_store.settings import Settings
 app = FastAPI(title="Lakestate", dependencies=[Depends(requires_authenticated())], docs_url=None, redoc_url=None,
               openapi_url=None)
 STATIC = Path(__file__).parent / "static"
-OPERATIONS = ("savepoint", "rescale", "compaction")
+OPERATIONS = ("savepoint", "rescale", "restore", "dispose", "compaction")
 
 # Colours as variables, so the UI's dark mode (the class "dark" on <html>) and the standalone page's
 # prefers-color-scheme swap one set for the other.
@@ -114,22 +114,25 @@ def _dag_link(dag_id: str) -> Html:
     return _link(f"/dags/{quote(dag_id, safe='')}", f"DAG {dag_id}")
 
 
-def _run_link(run: AirflowRun | None) -> Html:
+def _run_link(run: AirflowRun | None, tz) -> Html:
+    """The run's kind and time (its id's UTC time in the picked timezone ``tz``), the run id in the tooltip."""
     if run is None:
         return Html("-")
     kind, _, stamp = run.run_id.partition("__")  # manual__2026-11-24T13:05:12.123+00:00 -> manual 2026-11-24 13:05
-    short = f"{kind} {stamp[:16].replace('T', ' ')}" if stamp else run.run_id
+    try:
+        when = datetime.fromisoformat(stamp)
+        short = f"{kind} {when.replace(tzinfo=when.tzinfo or timezone.utc).astimezone(tz):%Y-%m-%d %H:%M}"
+    except ValueError:  # a run id of one's own (the API's dag_run_id), not Airflow's kind__time
+        short = run.run_id
     href = f"/dags/{quote(run.dag_id, safe='')}/runs/{quote(run.run_id, safe='')}"
     return Html(f"<span class='run'>{_link(href, short, f'{run.dag_id} / {run.run_id}')}</span>")
 
 
-def _path(path: str, name: str | None = None) -> Html:
-    """The path's last two folders (the folder it is in, when its last part is ``name``, shown beside it), the
-    whole of it in the tooltip and on the copy button."""
+def _path(path: str) -> Html:
+    """The path's last two parts (for a savepoint: its job's folder and its own), the whole of it in the tooltip
+    and on the copy button."""
     parts = path.rstrip("/").split("/")
-    if name is not None and parts[-1] == name:
-        parts[-1] = ""
-    short = "…/" + "/".join(parts[-3 if parts[-1] == "" else -2:]) if len(parts) > 3 else path
+    short = "…/" + "/".join(parts[-2:]) if len(parts) > 3 else path
     full = html.escape(path)
     return Html(f"<span class='nowrap'><span class='path' title='{full}'>{html.escape(short)}</span>"
                 f"<button type='button' class='copy' data-copy='{full}' title='copy {full}'>copy</button></span>")
@@ -218,7 +221,7 @@ def _checkpoints(job: JobOverview, tz) -> str:
         origin = html.escape(job.origin(c)[1] or "-")
         rows.append([c.checkpoint_id, c.batch_id, _when(c.completed_ms, tz), c.parallelism, c.backend,
                      count(c.total_entries), Html(f"<span class='nowrap'>{origin}</span>"),
-                     _run_link(job.airflow_run(c)), Html(f"<span class='nowrap'>{versions or '-'}</span>"),
+                     _run_link(job.airflow_run(c), tz), Html(f"<span class='nowrap'>{versions or '-'}</span>"),
                      human_bytes(c.size_bytes), count(c.num_files)])
     return (_table(["checkpoint", "microbatch", f"completed ({zone_name(tz)})", "parallelism", "backend",
                     "live entries", "origin", "Airflow run", "table versions", "their bytes", "their files"],
@@ -234,7 +237,7 @@ def _savepoints(job: JobOverview, tz) -> str:
                 f"{_dag_link('lakestate_savepoint')}</p>")
     rows = [[Html(html.escape(s.name).replace("__", "__<wbr>")), s.checkpoint_id, s.batch_id,
              _when(s.created_ms, tz), s.parallelism, s.backend, count(s.total_entries),
-             human_bytes(s.size_bytes), _run_link(s.airflow_run), _path(s.path, s.name)]
+             human_bytes(s.size_bytes), _run_link(s.airflow_run, tz), _path(s.path)]
             for s in reversed(job.savepoints)]
     return "<h3>Savepoints</h3>" + _table(
         ["savepoint", "checkpoint", "microbatch", f"created ({zone_name(tz)})", "parallelism", "taken from",
