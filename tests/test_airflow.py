@@ -616,6 +616,17 @@ def test_the_savepoint_labels_help_names_its_allowed_characters(parsed_forms):
     assert _refusal(label, "a b") is not None and _refusal(label, "before-v2.1_x") is None
 
 
+def test_a_form_value_with_a_trailing_newline_is_refused_by_every_pattern(parsed_forms):
+    """Issue 37 #4: Airflow checks a pattern with re.search, where "$" also matches before a final newline."""
+    patterned = {(d, k): p for d, params in parsed_forms["params"].items() for k, p in params.items()
+                 if "pattern" in p}
+    assert {k for _, k in patterned} == {"label", "savepoint"}
+    for (dag_id, name), schema in patterned.items():
+        good = "clicks/before-v2" if name == "savepoint" else "before-v2"
+        assert _refusal(schema, good) is None, (dag_id, name)
+        assert _refusal(schema, good + "\n") is not None, (dag_id, name)
+
+
 def test_the_dag_docs_render_as_markdown_paragraphs_and_lists_without_a_machine_path(parsed_forms):
     """The docs popup renders Markdown: each DAG's docs are short paragraphs and a list of its params, not a
     paragraph broken up by code spans (grey blocks), and name no path of the machine that parsed them."""

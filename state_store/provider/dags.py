@@ -169,6 +169,12 @@ def bounded(minimum: int, maximum: int | None = None) -> dict:
     return {"if": {"type": "integer"}, "then": then}
 
 
+def _whole(pattern: str) -> str:
+    """A form pattern that matches the whole value in the browser (JavaScript) and in Airflow's check (Python's
+    re.search, where "$" also matches before a final newline, so "label\\n" would pass and name a folder)."""
+    return rf"^{pattern}(?![\s\S])"
+
+
 def _job_param(jobs: list[str]) -> Param:
     return Param(jobs[0], type="string", enum=jobs, title="Job", description="A job of the pipeline registry")
 
@@ -178,7 +184,7 @@ def _savepoint_dag(jobs: list[str]) -> DAG:
         "job": _job_param(jobs),
         "checkpoint": Param(None, type=["null", "integer"], **bounded(1), title="Checkpoint",
                             description="A retained checkpoint id (empty: the latest)"),
-        "label": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+        "label": Param(None, type=["null", "string"], pattern=_whole(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}"),
                        title="Label", description="The savepoint's name: 1 to 64 letters, digits and _ . - (no space), "
                                                    "starting with a letter or digit; new for the job (empty: "
                                                    "airflow-<run id>)"),
@@ -228,7 +234,8 @@ See {PAGE}.""", **COMMON) as dag:
 def _restore_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_restore", description="Restore a Lakestate job from a savepoint or checkpoint", params={
         "job": _job_param(jobs),
-        "savepoint": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        "savepoint": Param(None, type=["null", "string"],
+                           pattern=_whole(r"[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*"),
                            title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
         "checkpoint": Param(None, type=["null", "integer"], **bounded(1), title="Checkpoint",
                             description="Or a retained checkpoint id of the job"),
@@ -256,7 +263,7 @@ See {PAGE}.""",
 
 def _dispose_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_dispose", description="Delete a Lakestate savepoint", params={
-        "savepoint": Param("", type="string", pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        "savepoint": Param("", type="string", pattern=_whole(r"[A-Za-z0-9_-]+/[A-Za-z0-9][A-Za-z0-9_.\-]*"),
                            title="Savepoint", description="<job>/<name> as the Lakestate page lists it"),
     }, doc_md=f"""Deletes a savepoint (lakestate dispose): reads and deletes files only, no Spark.
 
