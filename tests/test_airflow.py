@@ -88,8 +88,8 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert clicks["args"][:5] == ["run", "--job", "clicks", "--registry", str(tmp_path / "lakestate.toml")]
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
     # A catch-up run in steps: max_microbatches from the trigger form; the lease waited for without a slot.
-    assert clicks["params"] == {"max_microbatches": {"type": ["null", "integer"], "minimum": 1,
-                                                     "title": "Max microbatches"}}
+    assert clicks["params"] == {"max_microbatches": {"type": ["null", "integer"], "if": {"type": "integer"},
+                                                     "then": {"minimum": 1}, "title": "Max microbatches"}}
     assert "at most 5 (the registry's)" in clicks["doc"] and "(/lakestate/)" in clicks["doc"]
     assert clicks["sensor_mode"] == "reschedule" and clicks["housekeeping_multiple_outputs"] is False
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
