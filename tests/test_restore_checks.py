@@ -117,7 +117,10 @@ def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothin
     lake.write_events("e0.json", events(0))
     run(spark, spec, lake)
     task = LakestateRescaleOperator(task_id="rescale")
-    context = {"params": {"job": "counts", "parallelism": 2, "savepoint_first": True}}
+    from types import SimpleNamespace
+
+    context = {"params": {"job": "counts", "parallelism": 2, "savepoint_first": True},
+               "dag": SimpleNamespace(dag_id="lakestate_rescale"), "run_id": "manual__1"}  # what every context has
     task.render_template_fields(context)  # as Airflow does before execute
     with capture_logs() as logged:
         returned = task.execute(context)
