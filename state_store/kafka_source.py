@@ -381,7 +381,7 @@ class KafkaSource(SourceDefaults):
         if self.value_format == "json":
             if self.dead_letter_tag is not None or not check:  # a plan's event times: the run names poison
                 df = df.where(~self._malformed())
-            elif check:  # a null test a record on good records; the error only on a poison one
+            else:  # one null test per good record; the error only on a poison one
                 df = df.withColumn(_PARSED, F.when(self._malformed(), F.raise_error(self._poison_message()))
                                    .otherwise(F.col(_PARSED)))
             value = [F.col(_PARSED).getField(n).alias(n) for n in self.schema.fields]
