@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,75 @@ class Lake:
 @pytest.fixture
 def lake(tmp_path) -> Lake:
     return Lake(tmp_path)
+
+
+# --- Tiers: unit (no JVM), spark (the shared session), e2e (other processes: Airflow, a browser, a broker, a
+# cluster, spark-submit, a wheel's venv). Set here, not by hand in each file: a test that requests one of these
+# fixtures is e2e, one that requests `spark` (directly or through another fixture) is spark, any other is unit.
+# A test that starts processes itself says `@pytest.mark.e2e`. Tiers run in that order, so `-m unit` is the
+# first minute of a full run and a failing pure test is seen before the slow ones start.
+TIERS = ("unit", "spark", "e2e")
+E2E_FIXTURES = {"broker", "connect_server", "s3", "standalone_cluster", "installed", "airflow_with_a_job",
+                "browser", "parsed_forms", "airflow_home"}
+
+
+def _tier(item) -> str:
+    for name in TIERS:
+        if item.get_closest_marker(name):
+            return name
+    names = set(getattr(item, "fixturenames", ()))
+    if names & E2E_FIXTURES:
+        return "e2e"
+    return "spark" if "spark" in names else "unit"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    order = {name: i for i, name in enumerate(TIERS)}
+    for item in items:
+        tier = _tier(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        item.stash[_TIER] = tier
+    items.sort(key=lambda item: order[item.stash[_TIER]])  # stable: file order holds within a tier
+
+
+_TIER = pytest.StashKey[str]()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """A unit test must not start a JVM: one that does (without the `spark` fixture) fails here, naming the fix."""
+    if item.stash.get(_TIER, None) != "unit":
+        return
+    pyspark = sys.modules.get("pyspark")
+    if pyspark is not None and pyspark.SparkContext._active_spark_context is not None:
+        pytest.fail(f"{item.nodeid} started Spark but is in the unit tier: request the `spark` fixture",
+                    pytrace=False)
+
+
+# --- Durations: setup + call + teardown per test, summed by tier, kept in test-artifacts/durations.txt (CI prints
+# its head), so where the suite's time goes is read from a file, not guessed.
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _DURATIONS:
+        return
+    tiers = {item.nodeid: item.stash.get(_TIER, "?") for item in session.items}
+    totals: dict[str, list] = {}
+    for nodeid, seconds in _DURATIONS.items():
+        total = totals.setdefault(tiers.get(nodeid, "?"), [0, 0.0])
+        total[0] += 1
+        total[1] += seconds
+    lines = [f"{tier:5} {n:4} tests {seconds:8.1f} s" for tier, (n, seconds) in sorted(
+        totals.items(), key=lambda kv: TIERS.index(kv[0]) if kv[0] in TIERS else 9)]
+    lines.append(f"all   {len(_DURATIONS):4} tests {sum(_DURATIONS.values()):8.1f} s")
+    lines.append("")
+    lines += [f"{seconds:8.2f} s  {tiers.get(nodeid, '?'):5} {nodeid}"
+              for nodeid, seconds in sorted(_DURATIONS.items(), key=lambda kv: -kv[1])]
+    out = Path(session.config.rootpath) / "test-artifacts" / "durations.txt"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")

@@ -77,6 +77,7 @@ GOOD = """
 """
 
 
+@pytest.mark.e2e
 def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     found = _parse(tmp_path, _registry(tmp_path, GOOD))
     assert found["errors"] == {}
@@ -96,6 +97,7 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert found["seconds"] < 1.0, found["seconds"]
 
 
+@pytest.mark.e2e
 def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tmp_path, monkeypatch):
     from state_store.catalog import JobRegistry
     from state_store.settings import Settings
@@ -121,6 +123,7 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
     ('schedule = "every hour"', r"field 'schedule' must be a cron expression"),
     ('paralelism = 2', r"unknown field 'paralelism'"),
 ])
+@pytest.mark.e2e
 def test_a_bad_entry_is_one_import_error_naming_its_field_and_the_others_still_load(tmp_path, bad, message):
     registry = _registry(tmp_path, GOOD + f"""
     [jobs.broken]
@@ -207,6 +210,7 @@ OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescal
                   "lakestate_restore": ["clicks", "counts"], "lakestate_dispose": None, "lakestate_compaction": None}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction", "restore", "dispose"])
 def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(tmp_path, name):
     registry = _registry(tmp_path, GOOD + f"""
@@ -221,6 +225,7 @@ def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_opera
     assert "rename the entry" in error
 
 
+@pytest.mark.e2e
 def test_a_duplicate_entry_is_an_import_error_naming_file_and_line_and_the_operation_dags_still_load(tmp_path):
     registry = _registry(tmp_path, GOOD + """
     [jobs.clicks]
@@ -236,7 +241,6 @@ def test_a_duplicate_entry_is_an_import_error_naming_file_and_line_and_the_opera
     assert "merge the two [jobs.clicks] tables into one, or rename one" in error
 
 
-@pytest.mark.slow
 def test_a_second_run_waits_for_the_lease_instead_of_failing(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake)
@@ -285,7 +289,7 @@ def test_a_side_outputs_asset_event_carries_its_own_row_count_not_the_sinks(spar
     assert extras[late]["side_output"] == "late" and extras[late]["run_id"] == summary["run_id"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
@@ -414,7 +418,7 @@ def _parse_examples(env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_dags_parse_and_the_upstream_example_runs_its_job_after_the_upstream_task(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
@@ -469,6 +473,7 @@ def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:
     pd.testing.assert_frame_equal(latest_totals(rows), expected(read_clicks(clicks_dir)), check_dtype=False)
 
 
+@pytest.mark.e2e
 def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):
     registry = _registry(tmp_path, """
     [jobs.clicks]
@@ -719,6 +724,7 @@ def test_a_second_dags_lease_sensor_waits_from_the_first_sensors_pass_until_its_
     assert savepoint["released"] and rescale["released"] and reserved_second["reserved"]
 
 
+@pytest.mark.e2e
 def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
                                                                                               monkeypatch):
     """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""

@@ -19,7 +19,6 @@ import pytest
 from state_store.cli import main as lakestate
 from tests.airflow_server import airflow_env, demo_input, get, running_airflow, token
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

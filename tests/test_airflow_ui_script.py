@@ -13,8 +13,9 @@ import pytest
 
 from tests.ports import free_ports
 
+pytestmark = pytest.mark.e2e  # the UI script starts Airflow's processes
+
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
 
 
 def _processes_of(home: Path) -> list[str]:

@@ -35,7 +35,6 @@ def test_unknown_job_names_the_registered_ones(lake):
         registry.load("nope")
 
 
-@pytest.mark.slow
 def test_malformed_source_file_is_refused_before_anything_is_written(spark, lake):
     (lake.events / "e0.json").write_text('{"k": "a", "v": 1, "op": "add", "seq": 1}\n{"k": "b", "v": oops\n')
     spec = count_job(lake)
@@ -44,7 +43,6 @@ def test_malformed_source_file_is_refused_before_anything_is_written(spark, lake
     _nothing_written(lake, spec)
 
 
-@pytest.mark.slow
 def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake):
     schema = Types.ROW_NAMED(["k", "v", "op", "seq"], [Types.LONG(), Types.LONG(), Types.STRING(), Types.LONG()])
     parquet_dir = lake.inputs / "parquet"
@@ -58,7 +56,6 @@ def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake
     _nothing_written(lake, spec)
 
 
-@pytest.mark.slow
 def test_incompatible_state_type_change_is_refused_and_a_compatible_one_migrates(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake, function=CountOnly(Types.INT()))
@@ -109,6 +106,7 @@ def test_a_warehouse_outside_the_configured_root_is_refused(tmp_path):
         Settings.load(warehouse=tmp_path / "elsewhere", root=tmp_path / "root")
 
 
+@pytest.mark.e2e
 def test_under_airflow_a_missing_or_relative_root_is_refused_with_the_fix_and_nothing_is_written(
         tmp_path, monkeypatch, capsys):
     # What Airflow's task runner exports to a task's process, and spark-submit's driver inherits.
@@ -168,7 +166,6 @@ class _NoState(CountOnly):
         yield {"k": key, "n": 0}
 
 
-@pytest.mark.slow
 def test_a_state_dropped_for_a_run_then_registered_again_is_checked_against_its_stored_type(spark, lake):
     lake.write_events("e0.json", events(0))
     run(spark, count_job(lake), lake)  # count: LONG
@@ -180,7 +177,6 @@ def test_a_state_dropped_for_a_run_then_registered_again_is_checked_against_its_
     assert [b.records_in for b in run(spark, count_job(lake), lake).batches] == [15]  # LONG again: restored
 
 
-@pytest.mark.slow
 def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake, function=_Failing())
@@ -191,7 +187,6 @@ def test_an_error_in_the_user_function_is_reported_and_nothing_is_written(spark,
     _nothing_written(lake, spec)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("change,message", [
     ({"key_type": Types.INT()}, r"keys records by STRING but the job now declares key_type INT"),
     ({"uid": "renamed"}, r"holds the state of operator uid 'count' but the job's operator is now 'renamed'.*"
@@ -212,7 +207,6 @@ def test_a_restore_that_would_misplace_state_is_refused(spark, lake, change, mes
     assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() == 0
 
 
-@pytest.mark.slow
 def test_a_run_continues_at_the_parallelism_and_backend_of_its_checkpoint_and_says_so(spark, lake):
     lake.write_events("e0.json", events(0))
     run(spark, count_job(lake), lake)
@@ -226,7 +220,6 @@ def test_a_run_continues_at_the_parallelism_and_backend_of_its_checkpoint_and_sa
     assert any("says backend hashmap, its checkpoint 1 has delta: continuing with delta" in line for line in said)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stored,problem", [('{"a": 1}', "expected a value of type LONG, got dict"),
                                             ("[" * 2000 + "]" * 2000, "recursion depth exceeded"),
                                             ("1" * 40, "")], ids=["a dict", "too deep", "too large"])
@@ -241,7 +234,6 @@ def test_a_stored_value_of_the_wrong_type_is_a_clear_error_naming_the_state_and_
         run(spark, spec, lake)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("column,values,declared", [("v", ["1"], "LONG"), ("seq", [1.5], "LONG"),
                                                     ("op", [1], "STRING")])
 def test_a_parquet_column_of_another_type_than_declared_is_refused(spark, lake, column, values, declared):
@@ -353,7 +345,6 @@ def test_a_sink_inside_the_jobs_or_catalog_folders_is_refused_at_register_and_at
     assert not (lake.settings.warehouse / "jobs" / "counts").exists()
 
 
-@pytest.mark.slow
 def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_cleanups(spark, lake):
     from contextlib import ExitStack
 
@@ -387,7 +378,6 @@ def test_a_read_only_sink_folder_is_refused_before_anything_is_written(spark, la
     assert not lake.settings.job_dir(spec.job_id).exists()
 
 
-@pytest.mark.slow
 def test_a_read_only_savepoint_root_is_refused_before_anything_is_written(spark, lake):
     from state_store.savepoint import take_savepoint
     from tests.helpers import read_only

@@ -12,7 +12,6 @@ from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_checkpoint
 from tests.jobs import all_states_job, events
 
-pytestmark = pytest.mark.slow
 BATCHES = 4
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, send_json, token
 
-pytestmark = pytest.mark.slow
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 PICKED_ZONE = "Asia/Kolkata"  # +05:30: a time shown in UTC or in the machine's zone would not match

@@ -16,7 +16,6 @@ from tests.test_browser import ARTIFACTS, _wait
 
 browser = test_browser.browser  # the fixture: Debian's Chromium, headless
 
-pytestmark = pytest.mark.slow
 
 
 def test_the_rescale_form_shows_current_and_max_parallelism_and_refuses_out_of_range_with_the_value_typed(

@@ -43,7 +43,6 @@ def test_jobs_lists_registered_jobs_and_unknown_job_is_a_clear_error(lake, regis
     assert "job 'nope' is not registered" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_run_then_list_checkpoints_and_show_the_state_of_one_key(spark, lake, registered, capsys):
     lake.write_events("e0.json", events(0))
     lake.write_events("e1.json", events(1))
@@ -151,7 +150,6 @@ def test_a_factory_that_fails_is_named_in_one_line(capsys, lake):
     assert "Traceback" not in err
 
 
-@pytest.mark.slow
 def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_entry(spark, lake, monkeypatch,
                                                                                       tmp_path, capsys):
     (tmp_path / "cli_long_key_module.py").write_text(textwrap.dedent(f"""
@@ -181,7 +179,6 @@ def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_e
     assert "key 'x1' is not a LONG, the key type of job 'by-seq'" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_a_failed_run_prints_one_clear_line_and_keeps_the_full_trace_in_a_log(spark, lake, monkeypatch, tmp_path,
                                                                                capsys):
     (tmp_path / "cli_failing_module.py").write_text(textwrap.dedent(f"""
@@ -208,6 +205,7 @@ def test_a_failed_run_prints_one_clear_line_and_keeps_the_full_trace_in_a_log(sp
     assert log.parent == lake.root / "logs" and "Traceback" in log.read_text()
 
 
+@pytest.mark.e2e
 def test_a_run_on_a_spark_connect_address_where_nothing_listens_fails_in_seconds_naming_it(registered, tmp_path):
     """Spark Connect's client retries an unreachable server for ten minutes without a word: the run probes the
     address first. In a process of its own: a remote session marks the whole process as Connect."""
@@ -288,7 +286,6 @@ def test_register_with_replace_repairs_a_damaged_job_record(registered, capsys):
     assert json.loads(record.read_text())["entrypoint"] == "cli_job_module:job"
 
 
-@pytest.mark.slow
 def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_command(spark, lake, registered, capsys):
     import shutil
 
@@ -308,7 +305,6 @@ def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_comma
     assert JobStore(lake.settings.job_dir("cli-counts"), warn=print).checkpoint_ids() == [1, 2]
 
 
-@pytest.mark.slow
 def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_error(spark, lake, registered, capsys):
     from urllib.parse import unquote
 
@@ -346,7 +342,6 @@ def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_err
         path.write_bytes(kept)
 
 
-@pytest.mark.slow
 def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark, lake, registered, capsys):
     import pickle
 
@@ -366,7 +361,6 @@ def test_state_decodes_only_the_key_asked_for_and_names_a_bad_stored_value(spark
         assert "\n" not in err and len(err) < 2000
 
 
-@pytest.mark.slow
 def test_state_takes_a_key_over_128_kib_from_a_file_or_standard_input(spark, lake, registered, capsys, monkeypatch,
                                                                       tmp_path):
     import io

@@ -19,7 +19,6 @@ from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_
 from tests.jobs import all_states_job, events
 from tests.ports import free_ports
 
-pytestmark = pytest.mark.slow
 
 
 def _wait_for_worker(ui_port: int, deadline_s: float = 90) -> None:

@@ -21,7 +21,6 @@ from .jobs import all_states_job, events
 from .test_ttl_tables import TTL_MS, Remember, _clock, _job
 
 QUIET = dict(say=lambda m: None)
-pytestmark = pytest.mark.slow
 
 
 class Crash(Exception):

@@ -15,7 +15,6 @@ from state_store.runtime import FaultInjector
 from tests.helpers import run, sink_rows, write_holder
 from tests.jobs import count_job, events
 
-pytestmark = pytest.mark.slow
 
 
 def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
@@ -51,6 +50,7 @@ def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
     assert len(sink_rows(spark, lake, spec)) == 10  # 5 keys x 2 microbatches, written once
 
 
+@pytest.mark.e2e
 def test_a_crashed_holder_is_taken_over(spark, lake):
     lake.write_events("e0.json", events(0))
     spec = count_job(lake)

@@ -102,7 +102,6 @@ def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_pa
 
 
 # -- runs ----------------------------------------------------------------------------------------------------
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(spark, lake, backend):
     directory, clicks = _clicks(lake)
@@ -122,7 +121,6 @@ def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(sp
     assert not any(store.operator_dir("per-country").joinpath("staging").glob("edge-*")), "edge files left"
 
 
-@pytest.mark.slow
 def test_a_run_of_three_microbatches_equals_three_runs_of_one_and_compaction_keeps_it_so(spark, lake):
     directory, _ = _clicks(lake)
     run_job(spark, dataflow(directory, job_id="at-once", sink="sinks/at-once"), lake.settings, progress=_quiet)
@@ -159,7 +157,6 @@ CRASHES = [("after_plan", "sessions"), ("before_sink_write", "sessions"), ("afte
            ("after_commit", "per-country"), ("after_checkpoint", "sessions")]
 
 
-@pytest.mark.slow
 def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_sink_and_state(spark, lake):
     directory, clicks = _clicks(lake, files=2)
     run_job(spark, dataflow(directory, job_id="clean", sink="sinks/clean"), lake.settings, progress=_quiet)
@@ -178,7 +175,7 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
             1, JobStore(lake.settings.job_dir("clean")).latest_checkpoint().of_operator("per-country").entries)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path):
     """The run killed once the first operator's state is committed: the second operator's tables, the commit
     markers and the checkpoint are not written yet; the rerun replays to the clean run's sink and state."""
@@ -201,7 +198,6 @@ def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals
         clean.batch_id, clean.entries, clean.of_operator("per-country").entries)
 
 
-@pytest.mark.slow
 def test_an_operator_added_starts_empty_and_one_removed_is_refused(spark, lake):
     directory, clicks = _clicks(lake, files=2)
     chain = dataflow(directory, job_id="grows")
@@ -225,7 +221,6 @@ def _totals_state(reader, uid="per-country") -> pd.DataFrame:
         drop=True)
 
 
-@pytest.mark.slow
 def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, lake):
     from state_store.points import StatePoint
     from state_store.restore import restore_job
@@ -283,7 +278,6 @@ def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, l
     assert restored("fresh", fresh, allow_non_restored_state=True).of_operator("counts") is None
 
 
-@pytest.mark.slow
 def test_lakestate_rescale_operator_rescales_only_that_operator_and_the_job_goes_on(spark, lake, monkeypatch,
                                                                                   tmp_path, capsys):
     import textwrap
@@ -351,7 +345,6 @@ class HoldSessions(KeyedProcessFunction):
                 yield s
 
 
-@pytest.mark.slow
 def test_timers_and_side_outputs_work_in_a_later_operator(spark, lake):
     from datetime import timedelta
 
@@ -427,7 +420,6 @@ def _deduped(directory, job_id="deduped", sink="sinks/deduped", dedupe_paralleli
             .sink_to(sink))
 
 
-@pytest.mark.slow
 def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, lake):
     from state_store.restore import rescale_job
     from state_store.state_processor import SavepointReader

@@ -61,7 +61,6 @@ def test_every_record_an_earlier_release_wrote_reads_into_the_typed_records_and_
     assert seen == {"CheckpointMetadata", "MicrobatchPlan", "SavepointMetadata"}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written_now(spark, tmp_path, release):
     old = _extract(release, tmp_path / "old")

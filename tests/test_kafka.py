@@ -70,7 +70,6 @@ def _produce(broker, topic: str, messages: list[tuple[int, str, dict | bytes]]) 
     assert producer.flush(30) == 0
 
 
-@pytest.mark.slow
 def test_a_broker_from_maven_jars_serves_spark_exactly_the_pinned_offset_ranges(spark, broker):
     again = _script("start", broker["env"])
     assert again.returncode == 0 and f"already running (pid {broker['pid']})" in again.stdout
@@ -144,7 +143,6 @@ def _expected(clicks) -> dict:
     return out
 
 
-@pytest.mark.slow
 def test_a_job_reads_a_topic_of_four_partitions_and_each_message_produced_between_runs_once(spark, lake, broker):
     _topic(broker, "clicks")
     produced = _clicks(0, 30)
@@ -172,7 +170,6 @@ class NotU5(FilterFunction):
         return record["user"] != "u5"
 
 
-@pytest.mark.slow
 def test_a_dataflow_reads_a_topic_with_its_first_operator_keeping_the_offsets(spark, lake, broker):
     """A chain on Kafka: its first operator reads the topic and keeps the offsets, the next gets what it
     emitted, across runs with messages produced between them."""
@@ -198,7 +195,6 @@ def _source_entries(spark, lake, spec) -> dict[int, list[tuple[str, int]]]:
             if r[0] == "__source__.offsets"}
 
 
-@pytest.mark.slow
 def test_a_rescale_gives_the_seeds_table_and_a_savepoint_restored_into_a_new_job_continues_from_its_offsets(
         spark, lake, broker):
     """4 partitions on 2 subtasks, then 3: [p1, p4], [p2], [p3] (1-based; topic "kafka-rescale" starts at
@@ -235,7 +231,6 @@ def test_a_rescale_gives_the_seeds_table_and_a_savepoint_restored_into_a_new_job
     assert _final(spark, lake, copy) == _expected(produced + more)  # every user has a click among the 16
 
 
-@pytest.mark.slow
 def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_out_after_with_idleness(
         spark, lake, broker):
     """Event time per partition (Kafka's record timestamps): the watermark a plan pins is the least of the
@@ -279,7 +274,6 @@ def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_o
     assert clock_after(13_000).watermark == 40_000 - 1
 
 
-@pytest.mark.slow
 def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only_what_was_produced_since(
         tmp_path, broker):
     """scripts/demo-kafka.sh's job (demo/kafka_clicks.py) through ``airflow dags test``: the DAG's task
@@ -321,6 +315,7 @@ def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only
     assert sum(second.values()) == 420 and all(second[p] >= first[p] for p in first)
 
 
+@pytest.mark.e2e
 def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     """A checkout whose set-up had no Maven: start names the folder and the fix, and starts nothing."""
     fake = tmp_path / "checkout"
@@ -332,7 +327,6 @@ def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     assert result.returncode == 2
     assert "no broker jars in" in result.stderr and "scripts/setup.sh" in result.stderr
     assert not (tmp_path / "kafka" / "broker.pid").exists()
-@pytest.mark.slow
 def test_a_partition_added_while_the_job_runs_is_read_from_its_start_and_said(spark, lake, broker):
     from confluent_kafka.admin import AdminClient, NewPartitions
 
@@ -354,7 +348,6 @@ def test_a_partition_added_while_the_job_runs_is_read_from_its_start_and_said(sp
     assert _final(spark, lake, spec) == _expected(produced + more)
 
 
-@pytest.mark.slow
 def test_starting_offsets_latest_pins_the_first_plan_and_reads_only_what_comes_after(spark, lake, broker):
     _topic(broker, "late")
     before = _clicks(0, 8)
@@ -369,7 +362,6 @@ def test_starting_offsets_latest_pins_the_first_plan_and_reads_only_what_comes_a
     assert rows == {u: (n, total) for u, (n, total, _) in _expected(after).items()}
 
 
-@pytest.mark.slow
 def test_offsets_gone_from_the_broker_stop_the_run_naming_them_or_are_skipped_when_allowed(spark, lake, broker):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
@@ -475,7 +467,6 @@ def fault_reference(spark, broker, tmp_path_factory):
 KAFKA_POINTS = ("after_plan", "after_state_write", "after_commit")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("point", KAFKA_POINTS)
 def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_clean_run(spark, lake, broker,
                                                                                         fault_reference, point):
@@ -489,7 +480,6 @@ def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_
     assert state_at_latest_checkpoint(spark, lake, spec) == state
 
 
-@pytest.mark.slow
 def test_kill_9_of_spark_submit_mid_run_then_a_rerun_gives_the_sink_and_state_of_a_clean_run(spark, lake, broker,
                                                                                            fault_reference, tmp_path):
     """The run of 3 microbatches killed once its sink is committed (state and checkpoint not yet); the rerun
@@ -524,7 +514,6 @@ def _dead_letter_rows(spark, lake, spec, tag) -> list[tuple]:
                    r["_microbatch"]) for r in spark.read.format("delta").load(str(path)).collect())
 
 
-@pytest.mark.slow
 def test_a_poison_kafka_value_fails_the_run_naming_topic_partition_offset_and_value_and_writes_nothing(
         spark, lake, broker):
     from state_store import InputError
@@ -564,7 +553,6 @@ def test_a_kafka_record_without_an_event_time_is_refused_at_planning_naming_topi
     assert not lake.settings.in_warehouse(spec.sink, "sink").exists()
 
 
-@pytest.mark.slow
 def test_poison_kafka_values_go_to_the_dead_letter_table_with_their_coordinates_once_across_a_crash(
         spark, lake, broker):
     from state_store import ConfigError

@@ -11,7 +11,6 @@ from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_
 from tests.jobs import all_states_job, events
 from tests.kill_harness import MOMENTS, kill_spark_submit_at, register_module
 
-pytestmark = pytest.mark.slow
 BATCHES = 4
 JOB = "killed"
 
@@ -44,6 +43,7 @@ def _register(lake: Lake, module_dir: Path) -> None:
 # lease whose process is gone, what the in-process injector cannot leave). A kill once the plans are written is
 # test_exactly_once[after_plan] plus this file's lease takeover; once the first checkpoint is written,
 # test_exactly_once[after_checkpoint] plus [state_committed] here.
+@pytest.mark.e2e
 @pytest.mark.parametrize("moment", [m for m in MOMENTS if m in ("sink_committed", "state_committed")])
 def test_kill_9_of_spark_submit_then_a_rerun_equals_a_run_that_was_never_killed(spark, tmp_path, reference, moment):
     lake = Lake(tmp_path)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
 
 # Run by the fresh virtualenv's interpreter, in a folder outside the repository.
 CHECKS = textwrap.dedent("""

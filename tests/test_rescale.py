@@ -69,7 +69,6 @@ def restored_by_subtask(spark, lake, spec, batch):
     return {s: json.loads(next(iter(v))) for s, v in sorted(seen.items())}
 
 
-@pytest.mark.slow
 def test_operator_state_is_redistributed_as_flink_does_up_and_down(spark, lake):
     spec = probe_job(lake)
     for batch in range(3):
@@ -97,7 +96,6 @@ def _without_raw(keyed):
     return [r for r in keyed if not r[0].endswith("__raw_keyed__")]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_a_job_rescaled_up_then_down_ends_with_the_state_and_sink_of_one_never_rescaled(spark, tmp_path, backend):
     from .conftest import Lake
@@ -131,7 +129,6 @@ def test_a_job_rescaled_up_then_down_ends_with_the_state_and_sink_of_one_never_r
     assert {r[1] for r in operator} == {0}  # every operator entry is subtask 0's now
 
 
-@pytest.mark.slow
 def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(spark, lake):
     spec = count_job(lake)
     with pytest.raises(ConfigError, match=r"job 'counts' has no checkpoint to restore from; run it first"):

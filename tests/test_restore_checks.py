@@ -62,7 +62,6 @@ def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is
     assert not lake.settings.job_dir("cli-counts").exists()
 
 
-@pytest.mark.slow
 def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_written(spark, lake):
     spec = count_job(lake, backend="memory")
     lake.write_events("e0.json", events(0))
@@ -73,7 +72,6 @@ def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_
     assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
 
 
-@pytest.mark.slow
 def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, lake, registered, capsys):
     spec = count_job(lake, job_id="cli-counts")
     for batch in range(2):
@@ -101,7 +99,6 @@ def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, 
     assert (meta.checkpoint_ids(), meta.latest_checkpoint()) == before
 
 
-@pytest.mark.slow
 def test_the_rescale_dags_task_at_the_current_parallelism_succeeds_saying_nothing_changed(spark, lake, tmp_path,
                                                                                          monkeypatch):
     from pathlib import Path

@@ -17,7 +17,6 @@ from .conftest import Lake
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
 
-pytestmark = pytest.mark.slow
 QUIET = dict(say=lambda m: None)
 
 

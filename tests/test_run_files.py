@@ -10,7 +10,6 @@ from state_store.run_files import remove_uncommitted
 from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events
 
-pytestmark = pytest.mark.slow
 
 
 class FailsOnC(CountOnly):

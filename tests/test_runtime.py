@@ -12,7 +12,6 @@ from state_store.backends import DeltaStateBackend, MemoryStateBackend
 from state_store.errors import InputError
 from tests.jobs import all_states_job, count_job, events
 
-pytestmark = pytest.mark.slow
 
 
 def _outputs(spark, lake, spec) -> dict:

@@ -29,7 +29,6 @@ from .helpers import run, sink_rows, state_at_latest_checkpoint, write_job_modul
 from .jobs import all_states_job, events
 from .ports import free_ports
 
-pytestmark = pytest.mark.slow
 BUCKET = "lakestate-it"
 QUIET = dict(say=lambda m: None)
 

@@ -40,7 +40,6 @@ def _steady_and_lake(spark, tmp_path, batches: int, job):
     return steady, lake
 
 
-@pytest.mark.slow
 def test_a_savepoint_is_a_complete_copy_another_engine_reads_the_same(spark, lake):
     from deltalake import DeltaTable
 
@@ -80,7 +79,6 @@ def test_a_savepoint_of_a_job_without_a_checkpoint_is_refused_and_leaves_no_fold
     assert not lake.settings.job_dir("nothing-yet").exists()
 
 
-@pytest.mark.slow
 def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spark, lake, monkeypatch):
     import state_store.savepoint as savepoint_module
 
@@ -98,7 +96,6 @@ def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spar
     assert [p.name for p in (lake.settings.savepoints / spec.job_id).iterdir()] == []
 
 
-@pytest.mark.slow
 def test_a_savepoint_restores_after_the_jobs_tables_are_vacuumed_and_after_they_are_deleted(spark, tmp_path):
     steady, lake = _steady_and_lake(spark, tmp_path, 5, count_job)
     spec = count_job(lake)
@@ -185,7 +182,6 @@ def test_a_job_restored_from_another_jobs_savepoint_reads_its_own_files_that_sha
     assert JobStore(lake.settings.job_dir("b")).latest_checkpoint().source_offsets["main"]["dir"] == str(own.resolve())
 
 
-@pytest.mark.slow
 def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carries_on(spark, tmp_path):
     steady, lake = _steady_and_lake(spark, tmp_path, 4, all_states_job)
     spec = all_states_job(lake)
@@ -206,7 +202,6 @@ def test_a_backend_switch_through_a_savepoint_keeps_every_value_and_the_job_carr
         state_at_latest_checkpoint(spark, steady, all_states_job(steady))[0])
 
 
-@pytest.mark.slow
 def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restored_state(spark, lake):
     spec = count_job(lake)
     _feed(lake, range(2))
@@ -304,7 +299,6 @@ def test_housekeeping_removes_inprogress_savepoints_no_live_process_owns(lake):
     assert [p.name for p in job.iterdir()] == [".inprogress-alive-here-0123abcd"]
 
 
-@pytest.mark.slow
 def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keeps_one_in_progress(spark, lake,
                                                                                                   monkeypatch):
     import json
@@ -340,7 +334,6 @@ def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keep
     assert sorted(p.name for p in job.iterdir()) == ["first", "second"]
 
 
-@pytest.mark.slow
 def test_rescale_savepoint_retention_keeps_the_newest_n_and_never_touches_labelled_or_manual_ones(spark, lake):
     import time
 

@@ -7,7 +7,6 @@ from state_store import DeltaSource, InputError
 from tests.helpers import run, sink_rows
 from tests.jobs import count_job
 
-pytestmark = pytest.mark.slow
 
 
 def _append(spark, path, rows):

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "spark-connect.sh"
 
-pytestmark = pytest.mark.slow  # a JVM start (about 15 s here)
+pytestmark = pytest.mark.e2e  # a Spark Connect server: a JVM start (about 15 s here)
 
 
 def _marked(mark: str) -> list[int]:

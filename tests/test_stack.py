@@ -22,7 +22,6 @@ def test_pinned_versions_are_the_ones_installed():
     assert pd.__version__ == pins["pandas"]
 
 
-@pytest.mark.slow
 def test_apply_in_pandas_with_state_runs_with_the_pinned_pandas_and_pyarrow(spark, tmp_path):
     source = tmp_path / "in"
     source.mkdir()

@@ -14,7 +14,6 @@ from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import count_job, events
 
-pytestmark = pytest.mark.slow
 
 
 def _truncate(path: Path) -> None:

@@ -22,7 +22,6 @@ from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.test_time import _session_input, side_rows
 from tests.time_jobs import sessions_job
 
-pytestmark = pytest.mark.slow
 JOB = "timed-eo"
 
 
@@ -54,6 +53,7 @@ def test_a_crash_at_each_fault_point_then_a_rerun_equals_a_clean_run(spark, lake
     assert _outcome(spark, lake) == reference
 
 
+@pytest.mark.e2e
 def test_kill_9_of_spark_submit_mid_run_then_a_rerun_equals_a_clean_run(spark, tmp_path, reference):
     lake = Lake(tmp_path)
     _session_input(lake)

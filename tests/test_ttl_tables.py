@@ -65,7 +65,6 @@ def _clock():
     return lambda: next(ticks)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(spark, lake, backend):
     # Key a is written in microbatches 0 and 3, key b in 0, 1 and 2, key c only in 2.
@@ -157,7 +156,6 @@ def _keys_at(spark, lake, job_id, batch):
     return sorted(r["key"] for r in reader.keyed_state("last").collect())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake,
                                                                                                 tmp_path, backend):

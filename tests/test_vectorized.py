@@ -347,7 +347,6 @@ def _r_job(lake, function, job_id="vec"):
                    parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2)
 
 
-@pytest.mark.slow
 def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_function(spark, tmp_path):
     """The vectorised R runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record R and one
     vectorised again: its sink and state are those of the per-record R run throughout, and the State Processor
