@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, token
 from tests import test_browser

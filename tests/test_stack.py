@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow
 import pyspark
-import pytest
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 
