@@ -16,6 +16,7 @@ import pytest
 from state_store import ConfigError, JobLocked
 from state_store.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
 from state_store.runtime import FaultInjector
+from tests.airflow_server import migrate
 from tests.helpers import run
 from tests.jobs import count_job, events
 
@@ -289,8 +290,27 @@ def test_a_side_outputs_asset_event_carries_its_own_row_count_not_the_sinks(spar
     assert extras[late]["side_output"] == "late" and extras[late]["run_id"] == summary["run_id"]
 
 
+def _in_process_dags(monkeypatch, registry: Path, root: Path) -> dict:
+    """This project's DAGs parsed by Airflow's DagBag in this process (the registry and root set as a task sees
+    them), for tests/airflow_inprocess.execute; the Spark connection is the default one, ``local[*]``."""
+    from airflow.models.dagbag import DagBag
+
+    monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKESTATE_SPARK", json.dumps({"conn_type": "spark", "host": "local[*]"}))
+    bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+    for name in ("lakestate_pipelines.py", "lakestate_operations.py"):
+        bag.process_file(str(ROOT / "dags" / name))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
 @pytest.mark.e2e
-def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(tmp_path):
+def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(spark, tmp_path,
+                                                                                                 monkeypatch):
+    """Three real ``airflow dags test`` runs (scheduler-free DAG runs with a spark-submit task each: the
+    pipeline, a savepoint from the form's params, a failing restore), then the other operations' tasks as the
+    same DAGs define them, executed in this process on the shared session (tests/airflow_inprocess.py)."""
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -302,12 +322,13 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     """)
     root = tmp_path / "lakestate"
     env = _airflow_env(tmp_path, registry, root)
-    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "3", "--events", "500", "--keys", "100"],
-                   env=env, check=True, capture_output=True, cwd=ROOT)
-    subprocess.run([sys.executable, "-m", "demo.sessions_per_country", "--files", "3", "--events", "300",
-                    "--users", "200"], env=env, check=True, capture_output=True, cwd=ROOT)
-    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    from demo import generate
+    from demo.sessions_per_country import write_clicks
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    generate.main(["--files", "3", "--events", "500", "--keys", "100"])
+    write_clicks(root / "input" / "country-clicks", files=3, events=300, users=200)
+    migrate(env)
 
     def dag_test(dag_id: str, conf: dict | None = None, state: str = "success") -> str:
         out = subprocess.run(["airflow", "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])],
@@ -346,6 +367,12 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
     assert asset_events("lakestate://clicks/sink") == [summary]
     assert list(xcoms("lakestate_clicks", "housekeeping")) == ["return_value"]
+    from state_store.job_store import JobStore
+    from state_store.settings import Settings
+
+    # spark-submit's driver saw the task's Airflow context (what refuses a relative LAKESTATE_ROOT there).
+    latest = JobStore(Settings.load(root=root).job_dir("clicks")).latest_checkpoint()
+    assert latest.airflow_run.dag_id == "lakestate_clicks" and latest.airflow_run.run_id
     # The savepoint DAG, as the UI's trigger form runs it: the path is in the log and the XCom.
     saved = dag_test("lakestate_savepoint", {"job": "clicks", "label": "before-rescale"})
     path = root / "savepoints" / "clicks" / "before-rescale"
@@ -356,43 +383,62 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     failed = dag_test("lakestate_restore", {"job": "clicks", "checkpoint": 999}, state="failed")
     assert "AirflowException: lakestate: error: checkpoint 999 does not exist; retained: [1, 2]" in failed, failed
     assert "Cannot execute" not in failed.split("lakestate: error:")[-1]
-    # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
-    rescaled = dag_test("lakestate_rescale", {"job": "clicks", "parallelism": 3, "retain_savepoints": 1})
-    assert "rescaling checkpoint 2 from parallelism 2 to 3" in rescaled
-    assert asset_events("lakestate://clicks/savepoints")[-1]["name"].startswith("rescale-2-")
-    second = dag_test("lakestate_clicks", {"max_microbatches": 1})
-    assert "restored checkpoint 3 (microbatch 1)" in second and "planned microbatches 2..2" in second
+    _the_other_operations_as_their_dags_define_them(monkeypatch, registry, root)
+
+
+def _the_other_operations_as_their_dags_define_them(monkeypatch, registry: Path, root: Path) -> None:
+    """Rescale, the next pipeline run, compaction twice, dispose, a dataflow's run and one operator's rescale:
+    each DAG's own task, executed in-process after the real runs above."""
     from state_store.job_store import JobStore
     from state_store.savepoint import list_savepoints
     from state_store.settings import Settings
+    from tests.airflow_inprocess import execute
 
+    dags = _in_process_dags(monkeypatch, registry, root)
     settings = Settings.load(root=root)
     meta = JobStore(settings.job_dir("clicks"))
+    # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
+    rescale = dags["lakestate_rescale"].get_task("rescale")
+    returned, said, events = execute(rescale, {"job": "clicks", "parallelism": 3, "retain_savepoints": 1},
+                                     "lakestate_rescale")
+    assert "rescaling checkpoint 2 from parallelism 2 to 3" in "\n".join(said)
+    assert returned == {"job": "clicks", "checkpoint": 3, "microbatch": 1, "parallelism": 3, "changed": True}
+    assert events["lakestate://clicks/savepoints"]["name"].startswith("rescale-2-")
+    summary, said, _ = execute(dags["lakestate_clicks"].get_task("run"), {"max_microbatches": 1}, "lakestate_clicks")
+    said = "\n".join(said)
+    assert "restored checkpoint 3 (microbatch 1)" in said and "planned microbatches 2..2" in said
+    assert summary["microbatches"] == [2] and summary["checkpoints"] == [4]
     assert (meta.latest_checkpoint().batch_id, meta.latest_checkpoint().parallelism) == (2, 3)
-    assert "[lakestate] job clicks: checkpoint 4 at microbatch 2" in second  # housekeeping's report
     assert len(list_savepoints(settings, "clicks")) == 2  # the labelled one and the rescale's
-    # The scheduled compaction DAG maps over the registered jobs; the job's last report is kept for the UI.
-    compacted = dag_test("lakestate_compaction")
-    assert "[lakestate] job clicks: compacted checkpoint 4 (microbatch 2)" in compacted
-    report = meta.last_compaction()
+    # The compaction DAG maps over the jobs that have a checkpoint, each task labelled by its job.
+    compaction = dags["lakestate_compaction"]
+    assert compaction.get_task("jobs_with_checkpoints").python_callable() == ["clicks"]
+    assert compaction.get_task("per_job.compact").map_index_template == "{{ task.job }}"
+    from state_store.provider.operators import LakestateCompactOperator
+
+    report, said, _ = execute(LakestateCompactOperator(task_id="compact", job="clicks"), {}, "lakestate_compaction")
+    assert "job clicks: compacted checkpoint 4 (microbatch 2)" in "\n".join(said)
+    assert report == meta.last_compaction() and meta.latest_checkpoint().checkpoint_id == 5
     assert report["new_checkpoint"] == 5 and report["rows_scanned"] >= report["tables"]["keyed"]["rows_after"] > 0
-    assert meta.latest_checkpoint().checkpoint_id == 5
     # Right after it, a compaction has nothing to do: it says so, writes no table version and no checkpoint,
     # and the useful report stays the last one; the history has both.
-    again = dag_test("lakestate_compaction")
-    assert "job clicks: nothing to do: checkpoint 5 (microbatch 2) is what the compaction of" in again
-    assert meta.checkpoint_ids()[-1] == 5 and meta.last_compaction() == report
+    again, said, _ = execute(LakestateCompactOperator(task_id="compact", job="clicks"), {}, "lakestate_compaction")
+    assert "job clicks: nothing to do: checkpoint 5 (microbatch 2) is what the compaction of" in "\n".join(said)
+    assert again["nothing_to_do"] and meta.checkpoint_ids()[-1] == 5 and meta.last_compaction() == report
     assert [r.get("nothing_to_do", False) for r in meta.compaction_history()] == [True, False]
-    assert db("select map_index, rendered_map_index from task_instance where task_id = 'per_job.compact'") == [
-        (0, "clicks"), (0, "clicks")]
     # Dispose, from its DAG: files only.
-    dag_test("lakestate_dispose", {"savepoint": "clicks/before-rescale"})
-    assert not path.exists() and [s.name for s in list_savepoints(settings, "clicks")][0].startswith("rescale-2-")
-    # A job of two operators (a dataflow) through its pipeline DAG: the result is pandas' over the same input.
-    chained = dag_test("lakestate_sessions-per-country")
-    assert "operator per-country: microbatch 2:" in chained and "checkpoint 3 at microbatch 2" in chained
+    gone = dags["lakestate_dispose"].get_task("dispose").python_callable(params={"savepoint": "clicks/before-rescale"})
+    path = root / "savepoints" / "clicks" / "before-rescale"
+    assert gone == {"job": "clicks", "name": "before-rescale", "path": str(path)} and not path.exists()
+    assert [s.name for s in list_savepoints(settings, "clicks")][0].startswith("rescale-2-")
+    # A job of two operators (a dataflow) through its pipeline DAG's task: the result is pandas' over the input.
+    _, said, _ = execute(dags["lakestate_sessions-per-country"].get_task("run"), {},
+                         "lakestate_sessions-per-country")
+    said = "\n".join(said)
+    assert "operator per-country: microbatch 2:" in said and "checkpoint 3 at microbatch 2" in said
     _assert_sessions_per_country(settings, root / "input" / "country-clicks")
-    dag_test("lakestate_rescale", {"job": "sessions-per-country", "parallelism": 4, "operator": "per-country"})
+    execute(rescale, {"job": "sessions-per-country", "parallelism": 4, "operator": "per-country"},
+            "lakestate_rescale")
     latest = JobStore(settings.job_dir("sessions-per-country")).latest_checkpoint()
     assert (latest.parallelism, latest.of_operator("per-country").parallelism) == (2, 4)
 
@@ -419,7 +465,9 @@ def _parse_examples(env: dict) -> dict:
 
 
 @pytest.mark.e2e
-def test_the_example_dags_parse_and_the_upstream_example_runs_its_job_after_the_upstream_task(tmp_path):
+def test_the_example_dags_parse_with_the_upstream_task_before_the_sensor_and_the_run(tmp_path):
+    """What docs/examples/lakestate_example_dags.py wires: a job after an upstream task, a job on another job's
+    sink Asset. Its tasks are the provider's own, which the flow test above runs for real."""
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -437,29 +485,6 @@ def test_the_example_dags_parse_and_the_upstream_example_runs_its_job_after_the_
         "example_lakestate_on_asset": {"tasks": ["wait_for_lease", "run"], "schedule": "Asset",
                                        "on_assets": ["lakestate://clicks/sink"],
                                        "outlets": ["lakestate://sessions/sink"]}}
-    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-2000:]
-    out = subprocess.run(["airflow", "dags", "test", "example_lakestate_after_upstream"], env=env,
-                         capture_output=True, text=True, timeout=900, cwd=ROOT)
-    text = out.stdout + out.stderr
-    assert ", state=success, run_type=" in text and "planned microbatches 0..0" in text, text[-4000:]
-
-    import sqlite3
-
-    with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
-        (summary,) = con.execute("select value from xcom where dag_id = 'example_lakestate_after_upstream' and "
-                                 "task_id = 'run' and key = 'return_value'").fetchone()
-        events = con.execute("select e.extra from asset_event e join asset a on a.id = e.asset_id "
-                             "where a.uri = 'lakestate://clicks/sink'").fetchall()
-    summary = json.loads(summary)
-    assert summary["records_in"] == 200 and summary["microbatches"] == [0]
-    assert [json.loads(e) for (e,) in events] == [summary]  # what schedules example_lakestate_on_asset
-    from state_store.job_store import JobStore
-    from state_store.settings import Settings
-
-    # spark-submit's driver saw the task's Airflow context (what refuses a relative LAKESTATE_ROOT there).
-    latest = JobStore(Settings.load(root=root).job_dir("clicks")).latest_checkpoint()
-    assert latest.airflow_run.dag_id == "example_lakestate_after_upstream"
 
 
 def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:

@@ -2,7 +2,8 @@
 Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
 would: human units, the timezone picked in the UI, the chart's axis and subtask bands; follow its links to the
 DAG, to the run behind a checkpoint and to the savepoint DAG, trigger that from its form, find the savepoint
-and copy its path; then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives
+and copy its path; rescale from the rescale DAG's form (which shows the job's parallelism and refuses one out of
+range with the value typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives
 it (installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
@@ -81,17 +82,29 @@ class Airflow:
         self.browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         _wait(lambda: "/auth/login" not in self.browser.current_url, 30, "the login")
 
-    def trigger_from_dag_page(self, screenshot: str) -> None:
-        """On a DAG's page: open its trigger form and trigger it."""
+    def trigger_from_dag_page(self, screenshot: str, check_form=None) -> None:
+        """On a DAG's page: open its trigger form (``check_form()`` reads it first) and trigger it."""
+        confirm = self.open_form()
+        if check_form:
+            check_form()
+        self.browser.save_screenshot(str(ARTIFACTS / screenshot))
+        confirm[-1].click()
+
+    def open_form(self) -> list:
+        """On a DAG's page: open its trigger form; its Trigger buttons."""
         from selenium.webdriver.common.by import By
 
         self.browser.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-        confirm = _wait(lambda: [b for b in self.browser.find_elements(By.XPATH,
-                                                                       "//button[normalize-space(.)='Trigger']")
-                                 if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
-                        30, "the trigger form")
-        self.browser.save_screenshot(str(ARTIFACTS / screenshot))
-        confirm[-1].click()
+        return _wait(lambda: [b for b in self.browser.find_elements(By.XPATH, "//button[normalize-space(.)='Trigger']")
+                              if b.is_displayed() and b.get_attribute("aria-label") != "Trigger Dag"],
+                     30, "the trigger form")
+
+    def field(self, name: str):
+        """The open form's field ``name``."""
+        from selenium.webdriver.common.by import By
+
+        return _wait(lambda: [e for e in self.browser.find_elements(By.NAME, f"element_{name}") if e.is_displayed()],
+                     30, f"the {name} field")[0]
 
     def latest_run(self, dag_id: str) -> dict | None:
         status, body = get(f"{self.url}/api/v2/dags/{dag_id}/dagRuns", self.api)
@@ -216,7 +229,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
                        f"/dags/lakestate_clicks/runs/{run['dag_run_id']}")
         section = airflow.lakestate_view()
         airflow.follow(section.find_element(By.LINK_TEXT, "savepoint"), "/dags/lakestate_savepoint")
-        airflow.trigger_from_dag_page("2-savepoint-trigger-form.png")
+        airflow.trigger_from_dag_page("2-savepoint-trigger-form.png", lambda: _check_an_empty_optional_field(airflow))
         savepoint_run = airflow.wait_for_success("lakestate_savepoint")
         _check_savepoint(airflow, savepoint_run)
         _check_rescale(airflow, store)
@@ -255,14 +268,66 @@ def _check_savepoint(airflow: Airflow, run: dict) -> None:
     _shot(browser, "page-after-2-savepoint.png")
 
 
+def _check_an_empty_optional_field(airflow: Airflow) -> None:
+    """The savepoint form's optional checkpoint field, left empty, has no error mark (the red border), before
+    or after a visit."""
+    from selenium.webdriver.common.keys import Keys
+
+    checkpoint = airflow.field("checkpoint")
+    assert checkpoint.get_attribute("value") == "" and checkpoint.get_attribute("aria-invalid") != "true"
+    checkpoint.click()
+    checkpoint.send_keys(Keys.TAB)
+    assert checkpoint.get_attribute("aria-invalid") != "true" and checkpoint.get_attribute("data-invalid") is None
+
+
+def _rescale_from_its_form(airflow: Airflow) -> None:
+    """The rescale form shows the job's current and max parallelism; a parallelism out of range is refused with
+    the value typed (the number field must not clamp it to a bound without a word) before a run exists; 3 is
+    triggered."""
+    from selenium.webdriver.common.keys import Keys
+
+    def runs() -> list[dict]:
+        return json.loads(get(f"{airflow.url}/api/v2/dags/lakestate_rescale/dagRuns", airflow.api)[1])["dag_runs"]
+
+    def trigger_with(value: str) -> str:
+        airflow.browser.get(f"{airflow.url}/dags/lakestate_rescale")
+        buttons = airflow.open_form()
+        field = airflow.field("parallelism")
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(value, Keys.TAB)  # leaving the field is when a clamping number field clamps
+        shown = field.get_attribute("value")
+        buttons[-1].click()
+        return shown
+
+    def parallelism_param() -> dict:
+        status, body = get(f"{airflow.url}/api/v2/dags/lakestate_rescale/details", airflow.api)
+        return json.loads(body)["params"]["parallelism"] if status == 200 else {}
+
+    # The form's default and text come from the job's latest checkpoint when the DAG file is parsed: the DAG
+    # processor parses it again after the pipeline's run.
+    _wait(lambda: parallelism_param().get("value") == 2, 240, "the rescale DAG parsed after the job's run")
+    airflow.browser.get(f"{airflow.url}/dags/lakestate_rescale")
+    airflow.open_form()
+    assert airflow.field("parallelism").get_attribute("value") == "2"  # the job's current parallelism
+    assert "clicks: runs at 2, max 128" in airflow.browser.page_source
+    airflow.browser.save_screenshot(str(ARTIFACTS / "forms-1-rescale-form.png"))
+    for typed, said in (("0", "0 is less than the minimum of 1"),
+                        ("100000", "100000 is greater than the maximum of 128")):
+        assert trigger_with(typed) == typed  # not clamped to 1 or to 32768
+        _wait(lambda: said in airflow.browser.page_source, 30, f"the form to refuse {typed}")
+        airflow.browser.save_screenshot(str(ARTIFACTS / f"forms-2-refused-{typed}.png"))
+        assert runs() == []  # refused before a run exists
+    assert trigger_with("3") == "3"
+    _wait(lambda: runs(), 30, "the run of a parallelism in range")
+    assert runs()[0]["conf"]["parallelism"] == 3
+
+
 def _check_rescale(airflow: Airflow, store) -> None:
-    """After a rescale 2 -> 3 (the rescale DAG, through the REST API: its form is the savepoint's kind), the
-    page says where the new checkpoint came from, links its run, and the chart has three subtasks' bands."""
+    """After a rescale 2 -> 3 (the rescale DAG, from its form), the page says where the new checkpoint came
+    from, links its run, and the chart has three subtasks' bands."""
     from selenium.webdriver.common.by import By
 
-    status, body = send_json(f"{airflow.url}/api/v2/dags/lakestate_rescale/dagRuns", airflow.api, {
-        "logical_date": None, "conf": {"job": "clicks", "parallelism": 3, "savepoint_first": False}}, "POST")
-    assert status == 200, body
+    _rescale_from_its_form(airflow)
     run = airflow.wait_for_success("lakestate_rescale")
     latest = store.latest_checkpoint()
     assert (latest.checkpoint_id, latest.parallelism) == (3, 3)

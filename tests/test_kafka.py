@@ -22,6 +22,7 @@ from state_store import (
 )
 from state_store.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
+from tests.airflow_server import migrate
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.kill_harness import kill_spark_submit_at, register_module
 from tests.ports import free_port_pair
@@ -275,9 +276,10 @@ def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_o
 
 
 def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only_what_was_produced_since(
-        tmp_path, broker):
+        spark, tmp_path, broker, monkeypatch):
     """scripts/demo-kafka.sh's job (demo/kafka_clicks.py) through ``airflow dags test``: the DAG's task
-    submits it with spark-submit, which has the Kafka connector; the second run starts at the first's offsets."""
+    submits it with spark-submit, which has the Kafka connector; the second run (the same command, in this
+    process) starts at the first's offsets."""
     import subprocess
     import sys
 
@@ -298,20 +300,24 @@ def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only
                                "--seed", str(events)], env=env, capture_output=True, text=True, cwd=PROJECT)
         assert done.returncode == 0 and f"produced {events} clicks" in done.stdout, done.stdout + done.stderr
 
-    def dag_run() -> dict:
-        out = subprocess.run(["airflow", "dags", "test", "lakestate_clicks_kafka"], env=env, capture_output=True,
-                             text=True, timeout=900, cwd=PROJECT)
-        assert ", state=success, run_type=" in out.stdout + out.stderr, (out.stdout + out.stderr)[-4000:]
+    def offsets() -> dict:
         latest = JobStore(Settings.load(root=root).job_dir("clicks_kafka")).latest_checkpoint()
         return latest.source_offsets["main"]["offsets"]["demo-clicks"]
 
     produce(300)
-    migrate = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-2000:]
-    first = dag_run()
+    migrate(env)
+    out = subprocess.run(["airflow", "dags", "test", "lakestate_clicks_kafka"], env=env, capture_output=True,
+                         text=True, timeout=900, cwd=PROJECT)
+    assert ", state=success, run_type=" in out.stdout + out.stderr, (out.stdout + out.stderr)[-4000:]
+    first = offsets()
     assert sum(first.values()) == 300 and len(first) == 4
     produce(120)
-    second = dag_run()
+    from state_store.cli import main
+
+    for name in ("LAKESTATE_ROOT", "LAKESTATE_KAFKA_BOOTSTRAP", "LAKESTATE_KAFKA_TOPIC"):
+        monkeypatch.setenv(name, env[name])
+    assert main(["run", "--job", "clicks_kafka", "--registry", str(registry)]) == 0
+    second = offsets()
     assert sum(second.values()) == 420 and all(second[p] >= first[p] for p in first)
 
 
@@ -327,6 +333,8 @@ def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     assert result.returncode == 2
     assert "no broker jars in" in result.stderr and "scripts/setup.sh" in result.stderr
     assert not (tmp_path / "kafka" / "broker.pid").exists()
+
+
 def test_a_partition_added_while_the_job_runs_is_read_from_its_start_and_said(spark, lake, broker):
     from confluent_kafka.admin import AdminClient, NewPartitions
 
