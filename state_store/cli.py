@@ -176,6 +176,7 @@ def _shown(key) -> str:
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
+    from .keys import typed_key
     from .spark import build_spark
     from .state_processor import SavepointReader
 
@@ -191,7 +192,7 @@ def cmd_state(args, settings: Settings) -> int:
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
     key_type = reader.key_type
     # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
-    key = spark.range(1).select(F.lit(text).try_cast(key_type.spark_ddl())).first()[0]
+    key = spark.range(1).select(typed_key(F.lit(text), key_type, lenient=True)).first()[0]
     if key is None:
         raise ConfigError(f"key {_shown(text)} is not a {key_type.name}, the key type of job {args.job!r}; "
                           f"give a key of that type")

@@ -14,7 +14,7 @@ import copy
 import gc
 import resource
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 from .checkpoint import registered_states
 from .descriptors import qualified_name
@@ -43,6 +43,7 @@ from .functions import (
 )
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
+from .keys import decode_key, key_decoder
 from .operator_state import UNION, OperatorStateStore
 from .records import KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
@@ -61,18 +62,6 @@ KEYED_COLUMNS = ("state_name", "key", "namespace", "user_key", "key_group", "val
 GC_YOUNG_THRESHOLD = 50_000
 _BYTES = Types.BYTES()
 _NO_KEY = object()  # a group key no record has (a null key included)
-
-
-def decode_key(key_type: TypeInfo, encoded: str) -> Any:
-    """Keys travel as Spark's cast to string; turn one back into the declared type."""
-    if key_type.name in ("LONG", "INT"):
-        return int(encoded)
-    return encoded
-
-
-def _key_decoder(key_type: TypeInfo):
-    """``decode_key`` for ``key_type`` as one function (``str`` keys are returned as they are)."""
-    return int if key_type.name in ("LONG", "INT") else None
 
 
 class UserFunctionError(RuntimeError):
@@ -187,7 +176,7 @@ class SubtaskRunner:
         self._open = False
         self._group_key: str | None = None
         self._group: list[dict] = []
-        self._decode_key = _key_decoder(plan.key_type)
+        self._decode_key = key_decoder(plan.key_type)
         self._to_arrow = plan.output_type.arrow_tuple_converter()  # sink rows are tuples (``SinkFiles``)
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported

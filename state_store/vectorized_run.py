@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .errors import ConfigError, StoredValueError
 from .json_columns import decode_column, encode_column
+from .keys import arrow_keys
 from .ttl.rules import read_baseline, read_values, write_expiries
 from .vectorized import BatchContext, as_table, conform, value_states
 
@@ -108,7 +109,7 @@ class VectorizedRun:
         key_type = self.runner.plan.key_type
         if table.column("key").null_count:
             raise ConfigError("a record has a null key; filter or fill null keys in the source")
-        typed = table.column("key").cast(key_type.arrow_type())
+        typed = arrow_keys(key_type, table.column("key"))
         order = pc.sort_indices(typed)  # stable: a key's records keep their order
         table, typed = table.take(order), typed.take(order).combine_chunks()
         records = pa.Table.from_struct_array(table.column("record").combine_chunks())

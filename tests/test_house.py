@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # executors and in tests without a JVM; the adapters talk to Spark and Delta; the operations are what a user
 # runs; the entry points parse what the user typed.
 FLOORS = {
-    "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "kafka_source", "records", "keyed_state",
+    "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "kafka_source", "records", "keyed_state", "keys",
              "operator_state", "functions", "repartition", "exchange", "run_files", "task", "job", "settings",
              "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.rules", "ttl.handles", "ttl",
              "watermarks", "timers", "side_outputs", "json_columns", "vectorized", "vectorized_run", "dataflow"},
