@@ -51,7 +51,7 @@ from .points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
-from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES
+from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from .timers import TimeDomain, timer_state_names
 from .ttl.tables import expired
 from .types import TypeInfo, Types, from_schema, from_text
@@ -393,8 +393,9 @@ class SavepointWriter:
         def encode(row):
             text = value_type.dumps(dict(row["value"]) if isinstance(row["value"], list) and
                                     value_type.name == "MAP" else row["value"])
-            return [(qname, row["key_group"], row["key"], row["namespace"],
-                     stored.dumps(row["user_key"]) if is_map else None, text, None, batch_id, 0)]
+            return [KeyedRow(qname, row["key_group"], row["key"], row["namespace"],
+                             user_key=stored.dumps(row["user_key"]) if is_map else None, value=text, expiry=None,
+                             batch_id=batch_id)]
 
         self.keyed = self.keyed.unionByName(_convert(framed, KEYED_TABLE.schema, encode))
         return self

@@ -17,6 +17,7 @@ from __future__ import annotations
 from .errors import ConfigError, StoredValueError
 from .json_columns import decode_column, encode_column
 from .keys import arrow_keys
+from .records import keyed_columns
 from .ttl.rules import read_baseline, read_values, write_expiries
 from .vectorized import BatchContext, as_table, conform, value_states
 
@@ -28,7 +29,7 @@ class VectorizedRun:
         self.runner = runner
         self._slices: list = []
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
-        self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded (``KEYED_COLUMNS``)
+        self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded
         self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
 
     def load(self, part) -> None:
@@ -231,9 +232,10 @@ class VectorizedRun:
         text_keys = keys.column("text").combine_chunks().take(at)
         key_groups = keys.column("key_group").combine_chunks().take(at)
         batch_id = runner.batch_id
-        runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
-            pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
-            expiry, pa.repeat(batch_id, n), pa.repeat(0, n)])
+        runner.files.keyed.add_columns(batch_id, keyed_columns(
+            state_name=pa.repeat(qname, n), key_group=key_groups, key=text_keys, namespace=pa.repeat("", n),
+            user_key=pa.nulls(n, pa.string()), value=new, expiry=expiry, batch_id=pa.repeat(batch_id, n),
+            generation=pa.repeat(0, n)))
         self._replace(qname, text_keys, new, expiry)
         deletes = new.null_count
         stats = runner.stats
