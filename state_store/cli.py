@@ -176,6 +176,7 @@ def _shown(key) -> str:
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
+    from .keys import typed_key
     from .spark import build_spark
     from .state_processor import SavepointReader
 
@@ -191,7 +192,7 @@ def cmd_state(args, settings: Settings) -> int:
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
     key_type = reader.key_type
     # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
-    key = spark.range(1).select(F.lit(text).try_cast(key_type.spark_ddl())).first()[0]
+    key = spark.range(1).select(typed_key(F.lit(text), key_type, lenient=True)).first()[0]
     if key is None:
         raise ConfigError(f"key {_shown(text)} is not a {key_type.name}, the key type of job {args.job!r}; "
                           f"give a key of that type")
@@ -280,7 +281,7 @@ def cmd_dispose(args, settings: Settings) -> int:
 def cmd_restore(args, settings: Settings) -> int:
     from .points import StatePoint
     from .restore import restore_job
-    from .restore_plan import check_restore_backend, parse_uid_map
+    from .restore_plan import check_requested_parallelism, check_restore_backend, parse_uid_map
     from .spark import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
@@ -289,8 +290,8 @@ def cmd_restore(args, settings: Settings) -> int:
         raise ConfigError("--from-job goes with --checkpoint; a savepoint names its own job")
     uid_map = parse_uid_map(args.uid_map)
     check_restore_backend(args.backend)  # before Spark starts
-    if args.parallelism is not None and args.parallelism <= 0:
-        raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
+    if args.parallelism is not None:
+        check_requested_parallelism(args.parallelism)
     spec = JobRegistry(settings).load(args.job)
     if args.savepoint:
         source = StatePoint.of_savepoint(settings, args.savepoint)
@@ -308,29 +309,18 @@ def cmd_restore(args, settings: Settings) -> int:
 
 
 def cmd_rescale(args, settings: Settings) -> int:
-    from .restore import already_at, rescale_job
+    from .restore import rescale_job
+    from .restore_plan import already_at, check_requested_parallelism, rescale_request
     from .spark import build_spark
 
-    if args.parallelism <= 0:
-        raise ConfigError(f"--parallelism must be a positive integer, got {args.parallelism}")
+    check_requested_parallelism(args.parallelism)
     if args.retain_savepoints is not None and args.retain_savepoints < 0:
         raise ConfigError(f"--retain-savepoints must be 0 or more, got {args.retain_savepoints}")
     spec = JobRegistry(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; " + first_run_note(JobStore(settings.job_dir(args.job)).lease_dir))
-    uids = [args.operator] if args.operator else [latest.uid, *sorted(latest.operators or {})]
-    for uid in uids:  # a dataflow's operators each have their own parallelism and key groups
-        point = latest.of_operator(uid)
-        if point is None:
-            raise ConfigError(f"job {args.job!r} has no operator {uid!r} with state; its operators are "
-                              f"{[latest.uid, *sorted(latest.operators or {})]}")
-        which = f"operator {uid!r}" if len(uids) > 1 or args.operator else f"job {args.job!r}"
-        if args.parallelism > point.max_parallelism:
-            raise ConfigError(f"--parallelism {args.parallelism} is above {which}'s max parallelism "
-                              f"{point.max_parallelism} (its key groups); give 1 to {point.max_parallelism} (it "
-                              f"runs at {point.parallelism})")
-    if all(latest.of_operator(uid).parallelism == args.parallelism for uid in uids):  # nothing to write, no Spark
+    if not rescale_request(args.job, latest, args.parallelism, args.operator).changed:  # nothing to write, no Spark
         print(already_at(args.job, latest, args.operator))
         return 0
     spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)

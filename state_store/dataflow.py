@@ -21,13 +21,13 @@ from typing import Any
 from .errors import ConfigError
 from .functions import FilterFunction, FlatMapFunction, KeyedProcessFunction, MapFunction, RecordFunction
 from .job import SHARE_KEY, JobSpec, check_job_id
+from .keys import check_key_type
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
 JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
-_KEY_TYPES = {"STRING": Types.STRING, "LONG": Types.LONG, "INT": Types.INT}
 
 
 def _of_head(name: str) -> property:
@@ -223,9 +223,7 @@ class Dataflow:
             if key not in fields:
                 raise ConfigError(f"key_by({key!r}): the stream has no column {key!r} (columns: {list(fields)})")
             key_type = fields[key]
-        if not isinstance(key_type, TypeInfo) or key_type.name not in _KEY_TYPES:
-            raise ConfigError(f"key_by({key!r}): a key is STRING, LONG or INT, not {key_type!r}")
-        return Dataflow(self._source, self._settings, self._steps, (key, _KEY_TYPES[key_type.name]()))
+        return Dataflow(self._source, self._settings, self._steps, (key, check_key_type(key_type, f"key_by({key!r})")))
 
     def process(self, function, *, uid: str, output_type: RowTypeInfo, parallelism: int = 2,
                 max_parallelism: int | None = None, order_by: list[str] | None = None,

@@ -31,7 +31,8 @@ from .exchange import (
     sort_key_parts,
 )
 from .functions import applies_to_keyed_state
-from .job import KEY_TYPES, SHARE_KEY
+from .job import SHARE_KEY
+from .keys import key_text, mistyped_key, spark_key_type
 from .operator_state import SOURCE_STATE_PREFIX, UNION
 from .records import CheckpointMetadata, MicrobatchPlan
 from .run.context import RunContext
@@ -90,17 +91,17 @@ class Frame:
             return self._shared_records(main)
         if key not in main.columns:
             raise InputError(f"the source has no key column {key!r} (columns: {main.columns}); fix the job's key")
-        actual, expected = main.schema[key].dataType.simpleString(), KEY_TYPES[spec.key_type.name]
-        if actual != expected:
+        actual = mistyped_key(main, key, spec.key_type)
+        if actual is not None:
             raise InputError(
                 f"key column {key!r} is {actual} in the source but the job declares key_type "
-                f"{spec.key_type.name} ({expected}); cast it in the source or change key_type"
+                f"{spec.key_type.name} ({spark_key_type(spec.key_type)}); cast it in the source or change key_type"
             )
         data = [c for c in main.columns if c not in POSITION_COLUMNS]
         kg = key_group_column(F.col(f"`{key}`"), ctx.maxp)
         return self._frame(
             main, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
-            key=F.col(f"`{key}`").cast("string"), key_group=kg, record=F.struct(*[F.col(f"`{c}`") for c in data]))
+            key=key_text(F.col(f"`{key}`")), key_group=kg, record=F.struct(*[F.col(f"`{c}`") for c in data]))
 
     def _shared_records(self, main: DataFrame) -> DataFrame:
         """A non-keyed operator's records (``dataflow``): each to the subtask its content hashes to, whatever runs
@@ -110,7 +111,7 @@ class Frame:
         data = [c for c in main.columns if c not in POSITION_COLUMNS]
         share = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in data]), F.lit(p)).cast("int")
         return self._frame(
-            main, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=share.cast("string"),
+            main, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=key_text(share),
             key_group=F.floor((share * F.lit(maxp) + F.lit(p - 1)) / F.lit(p)).cast("int"),
             record=F.struct(*[F.col(f"`{c}`") for c in data]))
 

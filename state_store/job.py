@@ -9,6 +9,7 @@ from .descriptors import check_state_name
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
+from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
 from .kafka_source import KafkaSource
 from .sources import DeltaSource, EdgeSource, FileSource
@@ -19,7 +20,6 @@ from .watermarks import WatermarkStrategy
 BACKENDS = ("delta", "hashmap", "memory")
 # The key of a non-keyed operator (``dataflow``): not a column; each record goes to a subtask by its content.
 SHARE_KEY = "__share__"
-KEY_TYPES = {"STRING": "string", "LONG": "bigint", "INT": "int"}
 _JOB_ID = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
@@ -97,8 +97,7 @@ class JobSpec:
             raise ConfigError(str(e)) from None
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is unknown; choose one of {BACKENDS}")
-        if not isinstance(self.key_type, TypeInfo) or self.key_type.name not in KEY_TYPES:
-            raise ConfigError(f"key_type must be Types.STRING(), Types.LONG() or Types.INT(), got {self.key_type!r}")
+        check_key_type(self.key_type)
         if not isinstance(self.output_type, RowTypeInfo):
             raise ConfigError("output_type must be declared with Types.ROW_NAMED([...], [...])")
         try:

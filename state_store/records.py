@@ -23,6 +23,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .sources import SINK_MICROBATCH, position  # noqa: F401 - the sink's batch column, named here too
@@ -53,22 +54,6 @@ class TableSpec:
         return [column.split()[0] for column in self.schema.split(", ")]
 
 
-KEYED_TABLE = TableSpec(
-    KEYED,
-    "state_name string, key_group int, key string, namespace string, user_key string, value string, "
-    "expiry bigint, batch_id bigint, generation bigint",
-    ("state_name", "key_group", "key", "namespace", "user_key"),
-    ("state_name", "key_group"),
-)
-OPERATOR_TABLE = TableSpec(
-    OPERATOR,
-    "state_name string, subtask int, mode string, value string, batch_id bigint, generation bigint",
-    ("state_name", "subtask"),
-    ("state_name",),
-)
-TABLE_SPECS = {t.name: t for t in (KEYED_TABLE, OPERATOR_TABLE)}
-
-
 class KeyedRow(NamedTuple):
     """A keyed state table row as a run writes it: ``value`` None removes the entry; generation 0 is a
     microbatch's write (``state_tables``)."""
@@ -82,6 +67,40 @@ class KeyedRow(NamedTuple):
     expiry: int | None
     batch_id: int
     generation: int = 0
+
+
+# The keyed table's Spark type of each KeyedRow field; its columns are KeyedRow's, in KeyedRow's order.
+_KEYED_DDL_TYPES = {"state_name": "string", "key_group": "int", "key": "string", "namespace": "string",
+                    "user_key": "string", "value": "string", "expiry": "bigint", "batch_id": "bigint",
+                    "generation": "bigint"}
+# The order a subtask loads a stored keyed entry in (``KeyedStateStore.load``'s arguments): the entry, then its data.
+STORED_KEYED_COLUMNS = ("state_name", "key", "namespace", "user_key", "key_group", "value", "expiry")
+
+
+def keyed_columns(**by_name) -> list:
+    """The keyed table's columns (lists or Arrow arrays, each given by its KeyedRow field's name), in table order;
+    ``generation`` left out is a microbatch's write (generation 0)."""
+    if "generation" not in by_name:
+        by_name["generation"] = [0] * len(by_name["state_name"])
+    if set(by_name) != set(KeyedRow._fields):
+        raise TypeError(f"keyed_columns takes the keyed table's columns {list(KeyedRow._fields)}, got "
+                        f"{sorted(by_name)}")
+    return [by_name[name] for name in KeyedRow._fields]
+
+
+KEYED_TABLE = TableSpec(
+    KEYED,
+    ", ".join(f"{name} {_KEYED_DDL_TYPES[name]}" for name in KeyedRow._fields),
+    ("state_name", "key_group", "key", "namespace", "user_key"),
+    ("state_name", "key_group"),
+)
+OPERATOR_TABLE = TableSpec(
+    OPERATOR,
+    "state_name string, subtask int, mode string, value string, batch_id bigint, generation bigint",
+    ("state_name", "subtask"),
+    ("state_name",),
+)
+TABLE_SPECS = {t.name: t for t in (KEYED_TABLE, OPERATOR_TABLE)}
 
 
 
@@ -112,7 +131,12 @@ class KeyedChange(NamedTuple):
 
     def row(self, batch_id: int) -> KeyedRow:
         """The keyed table row microbatch ``batch_id`` writes for it (built as a tuple: once per change)."""
-        return tuple.__new__(KeyedRow, (self[0], self[1], self[2], self[3], self[4], self[5], self[7], batch_id, 0))
+        return tuple.__new__(KeyedRow, _ROW_OF_CHANGE(self) + (batch_id, 0))
+
+
+# KeyedChange.row's picks: KeyedRow's fields a change has, in KeyedRow's order; the row's last two are its own.
+assert KeyedRow._fields[-2:] == ("batch_id", "generation")
+_ROW_OF_CHANGE = itemgetter(*(KeyedChange._fields.index(name) for name in KeyedRow._fields[:-2]))
 
 
 
@@ -146,8 +170,9 @@ class ChangeColumns:
         n = len(self)
         if not n:
             return []
-        state_name, key_group, key, namespace, user_key, value, _, expiry = self.lists
-        return [state_name, key_group, key, namespace, user_key, value, expiry, [batch_id] * n, [0] * n]
+        by_name = dict(zip(self.FIELDS, self.lists))
+        del by_name["delta"]
+        return keyed_columns(**by_name, batch_id=[batch_id] * n)
 
 
 class OperatorChange(NamedTuple):

@@ -67,6 +67,7 @@ from .points import StatePoint
 from .repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
 from .restore_plan import (
     JobFacts,
+    already_at,
     RestorePlan,
     RestoreRequest,
     check_restore_backend,
@@ -137,14 +138,6 @@ def _rename(df: DataFrame, kept: dict[str, str]) -> DataFrame:
     for old, new in renamed.items():
         column = F.when(F.col("state_name") == old, F.lit(new)).otherwise(column)
     return df.withColumn("state_name", column)
-
-
-def already_at(job_id: str, checkpoint: CheckpointMetadata, operator: str | None = None) -> str:
-    """What a rescale to the parallelism the job (or its ``operator``) already has says: it writes nothing."""
-    point = checkpoint.of_operator(operator) if operator else checkpoint
-    who = f"job {job_id}" + (f" operator {operator}" if operator and operator != checkpoint.uid else "")
-    return (f"[lakestate] {who}: already at parallelism {point.parallelism}, nothing to do (checkpoint "
-            f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
 
 
 @dataclass

@@ -9,7 +9,7 @@ metadata in, a plan out, as Flink's ``StateAssignmentOperation`` decides before 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping, NamedTuple, Union
 
 from .descriptors import check_state_name
 from .errors import ConfigError, RestoreError
@@ -131,6 +131,47 @@ def _parallelism(point, asked: int | None, where: str) -> int:
         raise ConfigError(f"cannot restore {where} at parallelism {parallelism!r}: {e} (max_parallelism is fixed "
                           f"for a job's life)") from None
     return parallelism
+
+
+def check_requested_parallelism(parallelism: int) -> None:
+    """Refuse a ``--parallelism`` that is no positive integer (before anything is read)."""
+    if parallelism <= 0:
+        raise ConfigError(f"--parallelism must be a positive integer, got {parallelism}")
+
+
+class RescaleRequest(NamedTuple):
+    """A rescale request that passed its checks: the operators it rescales, and whether any runs at another
+    parallelism (``changed`` False: nothing to submit or write)."""
+
+    uids: list[str]
+    changed: bool
+
+
+def rescale_request(job_id: str, latest, parallelism: int, operator: str | None = None) -> RescaleRequest:
+    """Check a rescale of job ``job_id``, whose latest checkpoint is ``latest``, to ``parallelism`` (for its
+    ``operator`` only, or every operator of a dataflow): the one place the CLI and the Airflow operator check
+    it, before Spark starts or anything is submitted. Raises ConfigError naming the range."""
+    check_requested_parallelism(parallelism)
+    everyone = [latest.uid, *sorted(latest.operators or {})]
+    uids = [operator] if operator else everyone
+    for uid in uids:  # a dataflow's operators each have their own parallelism and key groups
+        point = latest.of_operator(uid)
+        if point is None:
+            raise ConfigError(f"job {job_id!r} has no operator {uid!r} with state; its operators are {everyone}")
+        which = f"operator {uid!r}" if len(uids) > 1 or operator else f"job {job_id!r}"
+        if parallelism > point.max_parallelism:
+            raise ConfigError(f"--parallelism {parallelism} is above {which}'s max parallelism "
+                              f"{point.max_parallelism} (its key groups); give 1 to {point.max_parallelism} (it "
+                              f"runs at {point.parallelism})")
+    return RescaleRequest(uids, any(latest.of_operator(uid).parallelism != parallelism for uid in uids))
+
+
+def already_at(job_id: str, checkpoint, operator: str | None = None) -> str:
+    """What a rescale to the parallelism the job (or its ``operator``) already has says: it writes nothing."""
+    point = checkpoint.of_operator(operator) if operator else checkpoint
+    who = f"job {job_id}" + (f" operator {operator}" if operator and operator != checkpoint.uid else "")
+    return (f"[lakestate] {who}: already at parallelism {point.parallelism}, nothing to do (checkpoint "
+            f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
 
 
 def check_restore_backend(backend: str | None) -> None:

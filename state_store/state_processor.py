@@ -42,15 +42,16 @@ from pyspark.sql import functions as F
 from .records import LAYOUT_VERSION, SavepointMetadata, StateInfo
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
 from .errors import ConfigError, RestoreError, stored_value_error
-from .job import KEY_TYPES, check_job_id
+from .job import check_job_id
 from .key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
+from .keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
 from .operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from .repartition import split_distribute, union_stored
 from .points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
 from .settings import Settings
 from .spark import key_group_column
-from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES
+from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from .timers import TimeDomain, timer_state_names
 from .ttl.tables import expired
 from .types import TypeInfo, Types, from_schema, from_text
@@ -195,7 +196,7 @@ class SavepointReader:
         qname, descriptor = self._descriptor(name, uid, KEYED, descriptor)
         kind, stored = descriptor.kind, from_schema(descriptor.type)
         rows = (self.source.rows(self.spark, KEYED).filter(F.col("state_name") == qname)
-                .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
+                .select("key_group", typed_key(F.col("key"), self.key_type).alias("key"), "namespace",
                         "user_key", "value", "expiry"))
         # Under TTL with NeverReturnExpired, what had expired at the point's processing time is not shown.
         ttl, now = descriptor.ttl, self.meta.processing_time
@@ -229,7 +230,7 @@ class SavepointReader:
         naming the key (``keyed_entries`` reads one key only)."""
         decoding = self._keyed(name, uid, descriptor)
         extra, value_t, decode = decoding.extra, decoding.value, decoding.decode  # no DataFrame in the closure
-        head = f"key_group int, key {self.key_type.spark_ddl()}, namespace string"
+        head = f"key_group int, key {spark_key_type(self.key_type)}, namespace string"
         ddl = f"{head}, {extra[0]} {extra[1].spark_ddl()}, value {value_t.spark_ddl()}" if extra \
             else f"{head}, value {value_t.spark_ddl()}"
         return _convert(decoding.rows, ddl, lambda row: [
@@ -262,7 +263,7 @@ class SavepointReader:
         names = timer_state_names(uid or self.uid)
         event = names[TimeDomain.EVENT_TIME]
         return (self.source.rows(self.spark, KEYED).filter(F.col("state_name").isin(list(names.values())))
-                .select("key_group", F.col("key").cast(self.key_type.spark_ddl()).alias("key"), "namespace",
+                .select("key_group", typed_key(F.col("key"), self.key_type).alias("key"), "namespace",
                         F.col("expiry").alias("timestamp"),
                         F.when(F.col("state_name") == event, F.lit(TimeDomain.EVENT_TIME.name))
                         .otherwise(F.lit(TimeDomain.PROCESSING_TIME.name)).alias("domain")))
@@ -316,8 +317,7 @@ class SavepointWriter:
             check_state_name(uid, "operator uid")
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if not isinstance(key_type, TypeInfo) or key_type.name not in KEY_TYPES:
-            raise ConfigError(f"key_type must be Types.STRING(), Types.LONG() or Types.INT(), got {key_type!r}")
+        check_key_type(key_type)
         maxp = max_parallelism or compute_default_max_parallelism(parallelism)
         try:
             check_parallelism(parallelism, maxp)
@@ -373,10 +373,10 @@ class SavepointWriter:
         key_type = from_schema(self.fields["key_type"])
         if key not in rows.columns or value not in rows.columns:
             raise ConfigError(f"columns {key!r} and {value!r} must be in the rows (they have {rows.columns})")
-        actual = rows.schema[key].dataType.simpleString()
-        if actual != KEY_TYPES[key_type.name]:
+        actual = mistyped_key(rows, key, key_type)
+        if actual is not None:
             raise ConfigError(f"key column {key!r} is {actual} but the savepoint's key type is {key_type.name} "
-                              f"({KEY_TYPES[key_type.name]}); cast it")
+                              f"({spark_key_type(key_type)}); cast it")
         is_map = isinstance(descriptor, MapStateDescriptor)
         if is_map and (user_key is None or user_key not in rows.columns):
             raise ConfigError("a MapState needs user_key=<the column of the map keys>, one row per entry")
@@ -386,15 +386,16 @@ class SavepointWriter:
         batch_id = self.fields["batch_id"]
         framed = rows.select(
             key_group_column(F.col(key), self.fields["max_parallelism"]).alias("key_group"),
-            F.col(key).cast("string").alias("key"),
+            key_text(F.col(key)).alias("key"),
             (F.col(namespace).cast("string") if namespace else F.lit("")).alias("namespace"),
             (F.col(user_key) if is_map else F.lit(None)).alias("user_key"), F.col(value).alias("value"))
 
         def encode(row):
             text = value_type.dumps(dict(row["value"]) if isinstance(row["value"], list) and
                                     value_type.name == "MAP" else row["value"])
-            return [(qname, row["key_group"], row["key"], row["namespace"],
-                     stored.dumps(row["user_key"]) if is_map else None, text, None, batch_id, 0)]
+            return [KeyedRow(qname, row["key_group"], row["key"], row["namespace"],
+                             user_key=stored.dumps(row["user_key"]) if is_map else None, value=text, expiry=None,
+                             batch_id=batch_id)]
 
         self.keyed = self.keyed.unionByName(_convert(framed, KEYED_TABLE.schema, encode))
         return self

@@ -14,7 +14,7 @@ import copy
 import gc
 import resource
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 from .checkpoint import registered_states
 from .descriptors import qualified_name
@@ -43,8 +43,9 @@ from .functions import (
 )
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
+from .keys import decode_key, key_decoder
 from .operator_state import UNION, OperatorStateStore
-from .records import KeyedRow, MicrobatchStats
+from .records import STORED_KEYED_COLUMNS, KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .side_outputs import SIDE_PREFIX, OutputTag
 from .timers import SubtaskTimers, TimeDomain, TimerService
@@ -55,24 +56,11 @@ from .vectorized_run import VectorizedRun
 from .watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
-KEYED_COLUMNS = ("state_name", "key", "namespace", "user_key", "key_group", "value", "expiry")  # load_keyed's
 # The subtask loop allocates a few containers per record that nearly all die young; at the default threshold (700
 # allocations) a young collection ran every few keys, and its survivors (a microbatch's state) brought full ones.
 GC_YOUNG_THRESHOLD = 50_000
 _BYTES = Types.BYTES()
 _NO_KEY = object()  # a group key no record has (a null key included)
-
-
-def decode_key(key_type: TypeInfo, encoded: str) -> Any:
-    """Keys travel as Spark's cast to string; turn one back into the declared type."""
-    if key_type.name in ("LONG", "INT"):
-        return int(encoded)
-    return encoded
-
-
-def _key_decoder(key_type: TypeInfo):
-    """``decode_key`` for ``key_type`` as one function (``str`` keys are returned as they are)."""
-    return int if key_type.name in ("LONG", "INT") else None
 
 
 class UserFunctionError(RuntimeError):
@@ -187,7 +175,7 @@ class SubtaskRunner:
         self._open = False
         self._group_key: str | None = None
         self._group: list[dict] = []
-        self._decode_key = _key_decoder(plan.key_type)
+        self._decode_key = key_decoder(plan.key_type)
         self._to_arrow = plan.output_type.arrow_tuple_converter()  # sink rows are tuples (``SinkFiles``)
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
@@ -210,7 +198,7 @@ class SubtaskRunner:
             self.store.load(state_name, key, namespace, user_key, key_group, value, expiry)
 
     def load_keyed_columns(self, *columns: list) -> None:
-        """Stored keyed entries as columns (``KEYED_COLUMNS``): ``load_keyed`` for each, state (no timers)
+        """Stored keyed entries as columns (``STORED_KEYED_COLUMNS``): ``load_keyed`` for each, state (no timers)
         a column at a time."""
         if self._timer_names.isdisjoint(columns[0]):
             self.store.load_columns(*columns)
@@ -319,8 +307,9 @@ class SubtaskRunner:
             data, before = written.get(key_group), self.raw_keyed.get(key_group)
             if data != before:
                 value = None if data is None else _BYTES.dumps(data)
-                self.files.keyed.add_row(KeyedRow(self._raw_keyed_name, key_group, "", "", None, value, None,
-                                                  self.batch_id))
+                self.files.keyed.add_row(KeyedRow(self._raw_keyed_name, key_group, key="", namespace="",
+                                                  user_key=None, value=value, expiry=None,
+                                                  batch_id=self.batch_id))
                 self.stats.count_write(self._raw_keyed_name, value, (data is not None) - (before is not None))
         self.raw_keyed = written
 
@@ -537,7 +526,7 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
                 bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
         phase = _uniform(batch, runner.subtask) if runner is not None else None  # the runner's subtask's only
         if phase == PHASE_KEYED:  # a run's stored state: no records to decode
-            runner.load_keyed_columns(*(column_values(batch.column(n)) for n in KEYED_COLUMNS))
+            runner.load_keyed_columns(*(column_values(batch.column(n)) for n in STORED_KEYED_COLUMNS))
             continue
         records = _struct_rows(batch.column(RECORD))
         if convert is not None:
@@ -619,7 +608,7 @@ def _run_vectorized(plan: RunPlan, batch, runner: SubtaskRunner | None, finished
                 if runner._timer_names.isdisjoint(pc.unique(part.column("state_name")).to_pylist()):
                     runner.vectorized.load(part)  # ValueState entries, kept as Arrow
                 else:  # timers a per-record run registered: the runner's
-                    runner.load_keyed_columns(*(column_values(part.column(n)) for n in KEYED_COLUMNS))
+                    runner.load_keyed_columns(*(column_values(part.column(n)) for n in STORED_KEYED_COLUMNS))
             else:
                 runner = _run_rows(plan, part, [], None, runner, finished, results)
             continue

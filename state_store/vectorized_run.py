@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from .errors import ConfigError, StoredValueError
 from .json_columns import decode_column, encode_column
+from .keys import arrow_keys
+from .records import keyed_columns
+from .ttl.rules import read_baseline, read_values, write_expiries
 from .vectorized import BatchContext, as_table, conform, value_states
 
 
@@ -26,7 +29,7 @@ class VectorizedRun:
         self.runner = runner
         self._slices: list = []
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
-        self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded (``KEYED_COLUMNS``)
+        self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded
         self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
 
     def load(self, part) -> None:
@@ -107,7 +110,7 @@ class VectorizedRun:
         key_type = self.runner.plan.key_type
         if table.column("key").null_count:
             raise ConfigError("a record has a null key; filter or fill null keys in the source")
-        typed = table.column("key").cast(key_type.arrow_type())
+        typed = arrow_keys(key_type, table.column("key"))
         order = pc.sort_indices(typed)  # stable: a key's records keep their order
         table, typed = table.take(order), typed.take(order).combine_chunks()
         records = pa.Table.from_struct_array(table.column("record").combine_chunks())
@@ -123,7 +126,7 @@ class VectorizedRun:
 
     def _state(self, keys, states: dict):
         """The ``state`` table the function gets, and each state's stored texts and expiries (beside ``keys``).
-        With TTL, every key's value is read: an expired one is null unless ReturnExpiredIfNotCleanedUp."""
+        With TTL, every key's value is read as ``ttl.rules.read_values`` says."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -137,10 +140,7 @@ class VectorizedRun:
             texts, expiries = texts.combine_chunks(), expiries.combine_chunks()
             stored[qname] = texts, expiries
             column = decode_column(descriptor.type_info, texts, text_keys, qname)
-            ttl = descriptor.ttl_config
-            if ttl is not None and not ttl.return_expired:
-                column = pc.if_else(_expired(texts, expiries, store.now), pa.scalar(None, column.type), column)
-            columns[descriptor.name] = column
+            columns[descriptor.name] = read_values(descriptor.ttl_config, store.now, texts, expiries, column)
         return pa.table(columns), stored
 
     def _call(self, records, state):
@@ -201,23 +201,21 @@ class VectorizedRun:
 
     def _write_state(self, qname: str, descriptor, keys, stored, update) -> None:
         """One state's changes: ``update`` (positions, values) or None; with TTL, expired values removed and
-        reads restamped (``_ttl_baseline``). What changed is written and stored."""
+        reads restamped (``ttl.rules.read_baseline``). What changed is written and stored."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         old_text, old_expiry = stored
         ttl, now = descriptor.ttl_config, self.runner.store.now
-        new_text, new_expiry = (old_text, old_expiry) if ttl is None else _ttl_baseline(ttl, now, *stored)
+        new_text, new_expiry = (old_text, old_expiry) if ttl is None else read_baseline(ttl, now, *stored)
         if update is not None:
             at, values = update
             mask = np.zeros(len(old_text), dtype=bool)
             mask[at.to_numpy()] = True
             written = encode_column(descriptor.type_info, values)
-            stamp = pa.scalar(None if ttl is None else ttl.expiry(now), pa.int64())
             new_text = pc.replace_with_mask(new_text, pa.array(mask), written)
-            new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask),
-                                              pc.if_else(pc.is_valid(written), stamp, pa.scalar(None, pa.int64())))
+            new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask), write_expiries(ttl, now, written))
         changed = pc.invert(pc.and_(_same(new_text, old_text), _same(new_expiry, old_expiry)))
         self._write_changes(qname, keys, pc.indices_nonzero(changed), old_text, new_text, new_expiry)
 
@@ -234,9 +232,10 @@ class VectorizedRun:
         text_keys = keys.column("text").combine_chunks().take(at)
         key_groups = keys.column("key_group").combine_chunks().take(at)
         batch_id = runner.batch_id
-        runner.files.keyed.add_columns(batch_id, [  # KeyedChange.columns' order, as Arrow columns
-            pa.repeat(qname, n), key_groups, text_keys, pa.repeat("", n), pa.nulls(n, pa.string()), new,
-            expiry, pa.repeat(batch_id, n), pa.repeat(0, n)])
+        runner.files.keyed.add_columns(batch_id, keyed_columns(
+            state_name=pa.repeat(qname, n), key_group=key_groups, key=text_keys, namespace=pa.repeat("", n),
+            user_key=pa.nulls(n, pa.string()), value=new, expiry=expiry, batch_id=pa.repeat(batch_id, n),
+            generation=pa.repeat(0, n)))
         self._replace(qname, text_keys, new, expiry)
         deletes = new.null_count
         stats = runner.stats
@@ -246,27 +245,6 @@ class VectorizedRun:
         removed = pc.sum(pc.and_(pc.is_null(new), pc.is_valid(old))).as_py() or 0
         if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries is listed
             stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
-
-
-def _expired(texts, expiries, now: int):
-    """Which stored values are expired at ``now`` (a value without expiry never is)."""
-    import pyarrow.compute as pc
-
-    return pc.and_(pc.is_valid(texts), pc.fill_null(pc.less_equal(expiries, now), False))
-
-
-def _ttl_baseline(ttl, now: int, texts, expiries):
-    """(texts, expiries) after every touched key's value was read at ``now``, as ``ttl.handles``' read does: an
-    expired value removed, a live one restamped under OnReadAndWrite (and one stored without expiry, always)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    expired = _expired(texts, expiries, now)
-    live = pc.and_(pc.is_valid(texts), pc.invert(expired))
-    restamp = live if ttl.update_on_read else pc.and_(live, pc.is_null(expiries))
-    none = pa.scalar(None, pa.int64())
-    new_expiries = pc.if_else(restamp, pa.scalar(ttl.expiry(now), pa.int64()), pc.if_else(expired, none, expiries))
-    return pc.if_else(expired, pa.scalar(None, pa.string()), texts), new_expiries
 
 
 def _same(a, b):

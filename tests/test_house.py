@@ -12,9 +12,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # executors and in tests without a JVM; the adapters talk to Spark and Delta; the operations are what a user
 # runs; the entry points parse what the user typed.
 FLOORS = {
-    "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "kafka_source", "records", "keyed_state",
+    "core": {"errors", "types", "storage", "key_groups", "descriptors", "sources", "kafka_source", "records", "keyed_state", "keys",
              "operator_state", "functions", "repartition", "exchange", "run_files", "task", "job", "settings",
-             "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.handles", "ttl",
+             "job_store", "lease", "checkpoint", "restore_plan", "ttl.config", "ttl.rules", "ttl.handles", "ttl",
              "watermarks", "timers", "side_outputs", "json_columns", "vectorized", "vectorized_run", "dataflow"},
     "adapters": {"spark", "connect", "delta_log", "delta_rs", "worker_daemon", "state_tables", "backends", "points", "ttl.tables", "ttl.cleanup"},
     "operations": {"frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "run.operator_run", "runtime",

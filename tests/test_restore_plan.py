@@ -10,7 +10,7 @@ from state_store.errors import ConfigError, RestoreError
 from state_store.key_groups import key_group_ranges
 from state_store.operator_state import SOURCE_OFFSETS_STATE
 from state_store.records import KEYED, CheckpointMetadata, StateInfo
-from state_store.restore_plan import JobFacts, RestoreRequest, plan_restore
+from state_store.restore_plan import JobFacts, RestoreRequest, plan_restore, rescale_request
 
 COUNT = StateInfo.from_descriptor(ValueStateDescriptor("count", Types.LONG()), KEYED)
 JOB = JobFacts("counts", "count", Types.STRING().to_schema())
@@ -72,3 +72,18 @@ def test_a_run_goes_on_only_with_the_uid_its_checkpoint_holds_where_a_restore_co
         plan_restore(JobFacts("counts", "counter", "STRING"), _checkpoint(), {"counter.count": COUNT})
     plan = plan_restore(JOB, _checkpoint(), {"count.count": COUNT})  # the start of a run: nothing changed
     assert plan.nothing_to_do and plan.kept["count.count"] == "count.count"
+
+
+def test_a_rescale_request_is_checked_in_one_place_naming_the_range_or_the_operators_and_says_if_it_changes_anything():
+    """The CLI and the Airflow operator both call ``rescale_request`` before Spark starts or a job is submitted."""
+    latest = _checkpoint(parallelism=2, max_parallelism=8)
+    assert rescale_request("counts", latest, 2) == (["count"], False)
+    assert rescale_request("counts", latest, 8, "count") == (["count"], True)
+    with pytest.raises(ConfigError, match=r"--parallelism 9 is above job 'counts''s max parallelism 8 \(its key "
+                                          r"groups\); give 1 to 8 \(it runs at 2\)"):
+        rescale_request("counts", latest, 9)
+    with pytest.raises(ConfigError, match=r"--parallelism must be a positive integer, got 0"):
+        rescale_request("counts", latest, 0)
+    with pytest.raises(ConfigError, match=r"job 'counts' has no operator 'nope' with state; its operators are "
+                                          r"\['count'\]"):
+        rescale_request("counts", latest, 2, "nope")

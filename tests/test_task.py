@@ -697,3 +697,21 @@ def test_a_subtasks_sink_rows_are_held_as_arrow_and_written_once_per_flush(tmp_p
     assert (written[SINK].rows, written[SINK].min_batch, written[SINK].max_batch) == (12, 0, 2)
     late = pq.read_table(tmp_path / "late" / written["late"].path).to_pylist()
     assert [(r["key"], r["n"], r[SINK_MICROBATCH]) for r in late] == [("late", b, b) for b in range(3)]
+
+
+def test_a_key_is_string_long_or_int_and_travels_as_sparks_text_of_it():
+    """keys.py is the key's one home: its types, their Spark types, and the decoding of its text, scalar and
+    column-wise alike; any other type is refused naming the three."""
+    from state_store.errors import ConfigError
+    from state_store.keys import KEY_TYPES, arrow_keys, check_key_type, decode_key, key_decoder, spark_key_type
+
+    assert {n: spark_key_type(t()) for n, t in KEY_TYPES.items()} == {"STRING": "string", "LONG": "bigint",
+                                                                       "INT": "int"}
+    texts = pa.array(["42", "-7"], pa.string())
+    for key_type in (Types.LONG(), Types.INT(), Types.STRING()):
+        decode = key_decoder(key_type) or (lambda text: text)
+        scalar = [decode_key(key_type, t) for t in texts.to_pylist()]
+        assert arrow_keys(key_type, texts).to_pylist() == [decode(t) for t in texts.to_pylist()] == scalar
+    assert check_key_type(Types.LONG()) == Types.LONG()
+    with pytest.raises(ConfigError, match=r"key_by\('x'\): a key is STRING, LONG or INT .*not Types\(\"DOUBLE\"\)"):
+        check_key_type(Types.DOUBLE(), "key_by('x')")

@@ -379,3 +379,36 @@ def test_a_plain_handle_never_checks_an_expiry_so_an_expired_entry_is_read_and_l
     assert ctx.get_list_state(ListStateDescriptor("l", Types.LONG())).get() == [1, 2]
     assert ctx.get_map_state(MapStateDescriptor("m", Types.STRING(), Types.LONG())).items() == [("x", 1)]
     assert store.flush() == []  # nothing removed, nothing restamped
+
+
+# -- the rules' one home: the per-entry and the column-wise forms agree ---------------------------------------------
+@pytest.mark.parametrize("update", [ON_WRITE, ON_READ])
+@pytest.mark.parametrize("visibility", [NEVER, RETURN])
+def test_the_scalar_and_arrow_ttl_rules_agree_on_every_read_and_write(update, visibility):
+    """The TTL wrappers apply ``ttl.rules``' scalar forms per entry, a vectorized run its Arrow forms per
+    column: one grid (a value stored or not; no expiry, past, at the boundary, future) through both."""
+    import pyarrow as pa
+
+    from state_store.ttl import rules
+
+    config, now = ttl(update, visibility), 100
+    grid = [(text, expiry) for text in ("7", None) for expiry in (None, now - 5, now, now + 5)]
+    texts = pa.array([t for t, _ in grid], pa.string())
+    expiries = pa.array([x for _, x in grid], pa.int64())
+    values = pa.array([None if t is None else int(t) for t, _ in grid], pa.int64())
+    expected = []
+    for text, expiry in grid:
+        if text is None:  # nothing stored: a read finds nothing and changes nothing
+            expected.append((None, expiry, None))
+        elif rules.is_expired(expiry, now):  # removed; returned this once under ReturnExpiredIfNotCleanedUp
+            expected.append((None, None, 7 if config.return_expired else None))
+        else:
+            restamp = rules.after_read(config, now, expiry)
+            expected.append((text, expiry if restamp is None else restamp, 7))
+    after_texts, after_expiries = rules.read_baseline(config, now, texts, expiries)
+    returned = rules.read_values(config, now, texts, expiries, values)
+    assert list(zip(after_texts.to_pylist(), after_expiries.to_pylist(), returned.to_pylist())) == expected
+    assert rules.expired_mask(texts, expiries, now).to_pylist() == [
+        t is not None and rules.is_expired(x, now) for t, x in grid]
+    for on in (config, None):  # a write (null: a removal), with TTL and without
+        assert rules.write_expiries(on, now, texts).to_pylist() == [rules.write_expiry(on, now, t) for t, _ in grid]

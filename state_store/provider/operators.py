@@ -288,26 +288,22 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         self.job, self.parallelism, self.operator = job, parallelism, operator
 
     def work(self, context):
+        from state_store.errors import ConfigError
         from state_store.job_store import JobStore
+        from state_store.restore_plan import already_at, rescale_request
         from state_store.savepoint import list_savepoints
         from state_store.settings import Settings
 
         settings = Settings.load()
         meta = JobStore(settings.job_dir(self.job))
         latest = meta.latest_checkpoint()
-        wanted = int(self.parallelism)
-        uids = [self.operator] if self.operator else ([latest.uid, *sorted(latest.operators or {})] if latest else [])
-        points = [latest.of_operator(uid) for uid in uids]
-        if None in points:
-            raise AirflowException(f"lakestate: error: job {self.job} has no operator {self.operator!r} with state; "
-                                   f"its operators are {[latest.uid, *sorted(latest.operators or {})]}")
-        for point in points:
-            if not 1 <= wanted <= point.max_parallelism:
-                raise AirflowException(f"lakestate: error: parallelism {wanted} is out of range for job {self.job}"
-                                       f"{' operator ' + point.uid if len(uids) > 1 or self.operator else ''}: "
-                                       f"give 1 to {point.max_parallelism} (its max parallelism; it runs at "
-                                       f"{point.parallelism}); nothing was submitted")
-        changed = latest is None or any(point.parallelism != wanted for point in points)
+        request = None  # no checkpoint: the submitted CLI refuses it, with the fix
+        try:  # the CLI's own checks, so a bad request fails here at once rather than in a submitted job
+            if latest is not None:
+                request = rescale_request(self.job, latest, int(self.parallelism), self.operator or None)
+        except ConfigError as e:
+            raise AirflowException(f"lakestate: error: {e}; nothing was submitted") from None
+        changed = request is None or request.changed
         if changed:
             before = {s.name for s in list_savepoints(settings, self.job)}
             self.submit(context)
@@ -318,8 +314,6 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
             self.log.info("job %s: checkpoint %s at parallelism %s", self.job, latest.checkpoint_id,
                           latest.parallelism)
         else:
-            from state_store.restore import already_at
-
             self.log.info("%s", already_at(self.job, latest, self.operator))
         return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                 "parallelism": latest.parallelism, "changed": changed}

@@ -1,6 +1,8 @@
 """State TTL in one room, as Flink's ``runtime/state/ttl`` package: keyed state handles never see it.
 
 - ``config``: ``StateTtlConfig`` and its builder (what ``enable_time_to_live`` takes).
+- ``rules``: what an expiry means (expired, what a read removes and restamps, what a write stamps), per entry and
+  per Arrow column, the one definition the wrappers and a vectorized run both apply.
 - ``handles``: the TTL wrappers (``TtlValueState`` ...) around the plain handles, and the factory that wraps a
   handle when its descriptor has TTL (Flink's ``TtlStateFactory``).
 - ``tables``: the Spark side: which states have TTL, which rows are expired, dropping them.

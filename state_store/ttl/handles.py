@@ -3,15 +3,13 @@ TtlReducingState and TtlAggregatingState, and the one factory that wraps a plain
 descriptor has TTL (Flink's ``TtlStateFactory.createStateAndWrapWithTtlIfEnabled``).
 
 The store and the plain handles (``keyed_state``) keep each entry's expiry as data; what it means is decided
-here only. Flink's semantics: an entry is expired when ``last_access + ttl <= now`` (``StateTtlConfig.expiry``),
-``now`` being the microbatch's processing time (``KeyedStateStore.set_time``). A write stamps the entry
-``now + ttl``; under OnReadAndWrite so does a read of a live one. A read finding an entry expired removes it,
-and returns it that once under ReturnExpiredIfNotCleanedUp, never under NeverReturnExpired (so a reducing or
-aggregating add folds an expired value in only then, as Flink's ``TtlReduceFunction``). List elements expire
-one by one, and a list add is no read: it stamps the new elements only (``TtlListState.add``). A map entry is
-checked by a read of that entry only (``TtlMapState``), so every map read works on the one decoded map that
-puts and removes change. An entry stored before its state had TTL has no expiry: its first access with TTL
-stamps it, as Flink stamps entries when it migrates them.
+by ``ttl.rules`` only (when an entry is expired, what a read removes, returns and restamps, what a write
+stamps), which these wrappers apply per entry and a vectorized run per column. ``now`` is the microbatch's
+processing time (``KeyedStateStore.set_time``). An expired value a read returns under
+ReturnExpiredIfNotCleanedUp is what a reducing or aggregating add folds in (Flink's ``TtlReduceFunction``).
+List elements expire one by one, and a list add is no read: it stamps the new elements only, and those stored
+before the state had TTL (``TtlListState.add``). A map entry is checked by a read of that entry only
+(``TtlMapState``), so every map read works on the one decoded map that puts and removes change.
 
 A wrapper's user verbs are the plain handle's own functions (``get = ListState.get``), run over the
 wrapper's checked ``_get`` and stamped ``_put``: a verb is written once, and the plain handles have no TTL
@@ -34,12 +32,7 @@ from ..keyed_state import (
     create_handle,
     value_copier,
 )
-
-
-def expired(expiry: int | None, now: int) -> bool:
-    """True when an entry with ``expiry`` is expired at ``now``; one without (stored before its state had TTL)
-    never is."""
-    return expiry is not None and expiry <= now
+from .rules import after_read, is_expired, stamp
 
 
 class _TtlState:
@@ -64,7 +57,7 @@ class _TtlState:
 
     def _stamp(self) -> int:
         """The expiry of an entry accessed now."""
-        return self._ttl.expiry(self._store.now)
+        return stamp(self._ttl, self._store.now)
 
 
 class _TtlSingleValue(_TtlState):
@@ -75,12 +68,13 @@ class _TtlSingleValue(_TtlState):
         value = self._store.get(name, namespace, self._descriptor)
         if value is None:
             return None
-        expiry = self._store.expiry(name, namespace)
-        if expired(expiry, self._store.now):
+        expiry, now = self._store.expiry(name, namespace), self._store.now
+        if is_expired(expiry, now):
             self._store.put(name, namespace, self._descriptor, None)  # a read cleans up what it finds expired
             return value if self._ttl.return_expired else None
-        if self._ttl.update_on_read or expiry is None:
-            self._store.restamp(name, namespace, self._stamp())
+        restamp = after_read(self._ttl, now, expiry)
+        if restamp is not None:
+            self._store.restamp(name, namespace, restamp)
         return value
 
     def _put(self, value: Any) -> None:
@@ -132,9 +126,9 @@ class TtlListState(_TtlState):
         """The live elements (the expired ones too, this once, under ReturnExpiredIfNotCleanedUp); the expired
         ones are removed and, under OnReadAndWrite, the live ones prolonged."""
         values, expiries = self._elements()
-        now, stamp = self._store.now, self._stamp()
-        live = [(v, x) for v, x in zip(values, expiries) if not expired(x, now)]
-        kept = [(v, stamp if self._ttl.update_on_read or x is None else x) for v, x in live]
+        now, ttl = self._store.now, self._ttl
+        live = [(v, x) for v, x in zip(values, expiries) if not is_expired(x, now)]
+        kept = [(v, x if (restamp := after_read(ttl, now, x)) is None else restamp) for v, x in live]
         if [x for _, x in kept] != expiries:
             self._write([v for v, _ in kept], [x for _, x in kept])
         if self._ttl.return_expired:
@@ -171,15 +165,16 @@ class TtlMapState(_TtlState):
         now, out = self._store.now, {}
         for user_key in list(current) if keys is None else [k for k in keys if k in current]:
             expiry = self._store.map_expiry(name, namespace, self._descriptor, user_key)
-            if expired(expiry, now):
+            if is_expired(expiry, now):
                 value = current[user_key]
                 self._store.map_remove(name, namespace, self._descriptor, user_key)
                 if self._ttl.return_expired:
                     out[user_key] = value
                 continue
             out[user_key] = current[user_key]
-            if self._ttl.update_on_read or expiry is None:
-                self._store.map_restamp(name, namespace, self._descriptor, user_key, self._stamp())
+            restamp = after_read(self._ttl, now, expiry)
+            if restamp is not None:
+                self._store.map_restamp(name, namespace, self._descriptor, user_key, restamp)
         return out
 
     def put(self, key: Any, value: Any) -> None:
@@ -197,7 +192,7 @@ class TtlMapState(_TtlState):
         if self._ttl.return_expired:
             return not current
         now = self._store.now
-        return all(expired(self._store.map_expiry(name, namespace, self._descriptor, k), now) for k in current)
+        return all(is_expired(self._store.map_expiry(name, namespace, self._descriptor, k), now) for k in current)
 
 
 TTL_WRAPPERS = {

@@ -28,7 +28,8 @@ def ttl_states(descriptors: dict[str, StateInfo], strategy: str | None = None) -
 
 
 def expired(now: int):
-    """The rows whose expiry has come at ``now`` (an entry without expiry never expires)."""
+    """The rows whose expiry has come at ``now``: ``ttl.rules.is_expired``, the rule's definition, as a Spark
+    column (an entry without expiry never expires)."""
     return F.coalesce(F.col("expiry") <= F.lit(now), F.lit(False))
 
 
