@@ -35,7 +35,7 @@ from bench.workload import write_workload  # noqa: E402
 
 def _run(spark, root: Path, input_dir: Path, **bounds):
     from bench.jobs import count_sum_job
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     return run_job(spark, count_sum_job(str(input_dir)), Settings.load(root=root), progress=lambda line: None,
@@ -70,7 +70,7 @@ def spark_submit(script: Path, *args: str, env: dict | None = None,
                  options: tuple[str, ...] = ()) -> tuple[float, subprocess.CompletedProcess]:
     """``spark-submit`` of ``script`` to local[*] with the Delta jars (and ``options`` before the script): its wall
     seconds, start to exit, and the finished process."""
-    from state_store.spark import delta_jars
+    from state_store.spark.session import delta_jars
 
     started = time.time()
     out = subprocess.run(["spark-submit", "--master", "local[*]", *options, "--jars", ",".join(delta_jars()),
@@ -91,7 +91,7 @@ def tiny(spark, base: Path) -> None:
         print(f"tiny: a 10-event run on 100,000 keys of state, warm session, try {n + 1}: {result.seconds}s "
               f"{result.phases}", flush=True)
     from state_store.cli import main as lakestate
-    from state_store.spark import PROJECT_ROOT
+    from state_store.spark.session import PROJECT_ROOT
 
     env = {**os.environ, "LAKESTATE_ROOT": str(root), "LAKESTATE_BENCH_INPUT": str(input_dir)}
     os.environ.update(env)
@@ -151,7 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["scaling", "tiny", "memory"])
     args = parser.parse_args()
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-costs-"))
     spark = build_spark("lakestate-costs", extra_conf={"spark.driver.memory": "6g"})

@@ -92,7 +92,7 @@ def _progress(quiet: bool):
 # -- Lakestate ------------------------------------------------------------------------------------------------------
 def run_chained(spark, input_dir: Path, root: Path, quiet: bool = False) -> dict:
     """The two-operator job (``demo.sessions_per_country.dataflow``), every microbatch in one run."""
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
@@ -139,7 +139,7 @@ def glued_jobs(input_dir: Path, glue_sink: str):
 
 def run_glued(spark, input_dir: Path, root: Path, quiet: bool = False) -> dict:
     """Job A over every microbatch, then job B over what A committed; time = the sum of the two runs'."""
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
@@ -160,9 +160,9 @@ def run_glued(spark, input_dir: Path, root: Path, quiet: bool = False) -> dict:
 def as_submit(mode: str, input_dir: Path, root: Path) -> None:
     """The body of one ``spark-submit`` of this file (``--as-submit MODE INPUT ROOT``): the chained job, glued job
     A (its sink made first) or glued job B, alone in a JVM of its own; prints the run's summary as a JSON line."""
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     spark = build_spark(f"lakestate-bench-dataflow-{mode}")
     settings = Settings.load(root=root)
@@ -389,7 +389,7 @@ def main() -> None:
     peers = args.peers == "transform"
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peer's pandas deprecation noise
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-dataflow-"))
     try:

@@ -36,7 +36,7 @@ def floor_pass(spark, input_dir: Path) -> tuple[int, float]:
     """The floor's one pass over the Parquet files in ``input_dir``: (rows, seconds)."""
     from pyspark.sql import functions as F
 
-    from state_store.spark import key_group_column
+    from state_store.spark.session import key_group_column
 
     started = time.time()
     df = (spark.read.parquet(str(input_dir))
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="R")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload]
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-floor-"))
     write_workload(base / "input", files, events, keys)

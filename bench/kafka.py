@@ -81,7 +81,7 @@ def produce(bootstrap: str, topic: str, files: list[Path]) -> int:
 def run_lakestate_kafka(spark, bootstrap: str, topic: str, per_microbatch: int, root: Path, quiet: bool = False
                         ) -> dict:
     from bench.jobs import count_sum_kafka_job
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
@@ -125,7 +125,7 @@ def read_floor(spark, bootstrap: str, topic: str, files: Path) -> tuple[float, f
     Lakestate on Kafka and on files is the source's own read."""
     from pyspark.sql import functions as F
 
-    from state_store.kafka_source import _READ_DEFAULTS
+    from state_store.sources.kafka import _READ_DEFAULTS
 
     def topic_read():
         reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
@@ -155,7 +155,7 @@ def main() -> None:
     files, events, keys = workload_sizes(args)
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-kafka-"))
     port = free_port_pair()

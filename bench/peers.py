@@ -138,7 +138,7 @@ def main() -> None:
 
     # Python workers inherit this: it silences a pandas deprecation warning printed once per group batch.
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-peers-"))
     try:

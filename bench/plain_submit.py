@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     mode, folder = sys.argv[1], sys.argv[2]
     spark = build_spark("plain-spark")

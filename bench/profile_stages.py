@@ -22,9 +22,9 @@ from bench.workload import write_workload  # noqa: E402
 
 
 def main() -> None:
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     spark = build_spark("lakestate-stages", extra_conf={"spark.driver.memory": "6g", "spark.ui.enabled": "true",
                                                          "spark.ui.port": "4051"})
@@ -66,7 +66,7 @@ def timers(spark, base: Path) -> None:
     import shutil
 
     from bench.sessions import EPOCH_MS, sessions_job, stored_timers, write_one_percent_file, write_sessions_workload
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"

@@ -28,9 +28,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
 from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized  # noqa: E402
-from state_store.exchange import EXCHANGE_COLUMNS  # noqa: E402
-from state_store.run_files import local_outputs  # noqa: E402
-from state_store.task import RunPlan, column_values, run_partition  # noqa: E402
+from state_store.subtask.exchange import EXCHANGE_COLUMNS  # noqa: E402
+from state_store.subtask.run_files import local_outputs  # noqa: E402
+from state_store.subtask.task import RunPlan, column_values, run_partition  # noqa: E402
 from state_store.types import Types  # noqa: E402
 
 MICROBATCHES = 2

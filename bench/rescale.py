@@ -33,7 +33,7 @@ QUIET = dict(say=lambda line: None)
 
 def build(spark, base: Path, keys: int):
     from bench.jobs import count_sum_job
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     root, input_dir = base / f"state-{keys}", base / f"state-{keys}" / "input"
@@ -46,7 +46,7 @@ def build(spark, base: Path, keys: int):
 
 
 def rescale(spark, states) -> None:
-    from state_store.restore import rescale_job
+    from state_store.ops.restore import rescale_job
 
     times = {}
     settings, spec = states[min(states)]
@@ -65,8 +65,8 @@ def rescale(spark, states) -> None:
 
 
 def savepoint(spark, settings, spec, base: Path) -> None:
-    from state_store.job_store import JobStore
-    from state_store.savepoint import take_savepoint
+    from state_store.catalog.job_store import JobStore
+    from state_store.ops.savepoint import take_savepoint
     from state_store.records import KEYED_TABLE as KEYED
     from state_store.records import OPERATOR_TABLE as OPERATOR
 
@@ -91,7 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["rescale", "savepoint"])
     args = parser.parse_args()
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-rescale-"))
     spark = build_spark("lakestate-rescale", extra_conf={"spark.driver.memory": "6g"})

@@ -137,8 +137,8 @@ def sessions_job(input_dir: str, job_id: str = "bench-sessions", bound_ms: int =
 
 
 def run_lakestate_sessions(spark, input_dir: Path, root: Path, bound_ms: int, quiet: bool = False) -> dict:
-    from state_store.job_store import JobStore
-    from state_store.runtime import run_job
+    from state_store.catalog.job_store import JobStore
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
@@ -171,8 +171,8 @@ def stored_timers(spark, settings, job_id: str) -> list[int]:
     """The event-time timers stored at the job's latest checkpoint, read from its keyed table (their timestamps)."""
     from pyspark.sql import functions as F
 
-    from state_store.backends import create_keyed_backend
-    from state_store.job_store import JobStore
+    from state_store.delta.backends import create_keyed_backend
+    from state_store.catalog.job_store import JobStore
     from state_store.timers import timer_state_names
 
     job_dir = settings.job_dir(job_id)
@@ -339,7 +339,7 @@ def main() -> None:
     peers = args.peers != "none"
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peer's pandas deprecation noise
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-sessions-"))
     try:

@@ -52,7 +52,7 @@ def keyed_commit_bytes(table: Path) -> int:
 def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False,
                   vectorized: bool = False) -> dict:
     from bench.jobs import count_sum_job
-    from state_store.runtime import run_job
+    from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
@@ -91,7 +91,7 @@ def main() -> None:
     lakestates = [(b, p == "vectorized", f"{b}-{p}") for b in args.backends.split(",") for p in args.paths.split(",")]
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peers' pandas deprecation noise
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-bench-"))
     try:

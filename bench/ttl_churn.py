@@ -54,10 +54,10 @@ def _job(input_dir: str, job_id: str, every_record: bool):
 def _measure(spark, settings, job_id: str, now: int) -> dict:
     from pyspark.sql import functions as F
 
-    from state_store.job_store import JobStore
-    from state_store.delta_log import table_snapshot
+    from state_store.catalog.job_store import JobStore
+    from state_store.delta.log import table_snapshot
     from state_store.records import KEYED_TABLE as KEYED
-    from state_store.state_tables import latest_live
+    from state_store.delta.state_tables import latest_live
 
     latest = JobStore(settings.job_dir(job_id)).latest_checkpoint()
     path = latest.state["keyed"].path
@@ -68,8 +68,8 @@ def _measure(spark, settings, job_id: str, now: int) -> dict:
 
 
 def variant(spark, base: Path, name: str, microbatches: int, every: int | None, every_record: bool) -> list[dict]:
-    from state_store.compaction import compact_job
-    from state_store.runtime import JobRunner
+    from state_store.ops.compaction import compact_job
+    from state_store.run.runtime import JobRunner
     from state_store.settings import Settings
 
     settings = Settings.load(root=base / name)
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--every", type=int, default=10)
     args = parser.parse_args()
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     spark = build_spark("bench-ttl-churn", master="local[2]", extra_conf={"spark.ui.enabled": "false",
                                                                           "spark.sql.shuffle.partitions": "2"})

@@ -35,7 +35,7 @@ if [ "$UI_STARTED" = 1 ]; then
 fi
 offsets() {
   python - <<'PY'
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.settings import Settings
 
 latest = JobStore(Settings.load().job_dir("clicks_kafka")).latest_checkpoint()

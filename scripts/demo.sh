@@ -30,7 +30,7 @@ fi
 sessions() {
   dag_run lakestate_sessions
   python - <<'PY'
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.settings import Settings
 
 for batch_id, c in JobStore(Settings.load().job_dir("sessions")).commit_records().items():
@@ -47,7 +47,7 @@ per_country() {
   python - <<'PY'
 from deltalake import DeltaTable
 
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.settings import Settings
 
 settings = Settings.load()
@@ -66,7 +66,7 @@ sessions
 if ls "$LAKESTATE_ROOT"/input/country-clicks/*.parquet >/dev/null 2>&1; then per_country 1; else per_country "$FILES"; fi
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.
-NOW=$(python -c "from state_store.job_store import JobStore; from state_store.settings import Settings; \
+NOW=$(python -c "from state_store.catalog.job_store import JobStore; from state_store.settings import Settings; \
 print(JobStore(Settings.load().job_dir('clicks')).latest_checkpoint().parallelism)")
 NEW=$(( NOW == 3 ? 2 : 3 ))
 dag_run lakestate_rescale "{\"job\": \"clicks\", \"parallelism\": $NEW, \"savepoint_first\": true}"

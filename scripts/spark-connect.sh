@@ -52,7 +52,7 @@ listening() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 answers() {  # whether a Spark Connect server answers on $1 (a real query, not just an open port), in bounded time
   python - "$1" <<'PY' >/dev/null 2>&1
 import sys
-from state_store.connect import remote_session
+from state_store.spark.connect import remote_session
 spark = remote_session(sys.argv[1])  # probes the port first, gives up on a lost server (connect.LOST_AFTER)
 assert spark.range(1).count() == 1
 PY
@@ -138,7 +138,7 @@ rm -f "$PIDFILE"
 source scripts/ports.sh
 choose_port 15002
 
-# The session confs state_store/spark.py's build_spark sets, as server confs: every Connect session inherits them.
+# The session confs state_store/spark/session.py's build_spark sets, as server confs: every Connect session inherits them.
 PYTHONPATH_WORKERS=$ROOT_DIR${PYTHONPATH:+:$PYTHONPATH}
 CONF=(
   --conf spark.connect.grpc.binding.address=$HOST
@@ -153,7 +153,7 @@ CONF=(
   --conf spark.sql.parquet.compression.codec=zstd
   --conf spark.python.sql.dataFrameDebugging.enabled=false
   --conf "spark.executorEnv.PYTHONPATH=$PYTHONPATH_WORKERS"
-  --conf spark.python.daemon.module=state_store.worker_daemon
+  --conf spark.python.daemon.module=state_store.spark.worker_daemon
   --conf "spark.pyspark.python=$PYSPARK_PYTHON"
 )
 export LAKESTATE_CONNECT_RUN="$ROOT_DIR@$$.$(date +%s%N)"

@@ -25,7 +25,7 @@ from .functions import (
 from .job import JobSpec
 from .settings import Settings
 from .side_outputs import OutputTag
-from .kafka_source import KafkaSource
+from .sources.kafka import KafkaSource
 from .sources import DeltaSource, FileSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig

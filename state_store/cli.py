@@ -28,11 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from .catalog import JobRegistry
-from .job_store import JobStore
+from .catalog.jobs import JobCatalog
+from .catalog.job_store import JobStore
 from .errors import ConfigError, LakestateError
-from .lease import check_lease_timeout, first_run_note
-from .pipelines import registry_entry
+from .catalog.lease import check_lease_timeout, first_run_note
+from .catalog.pipelines import registry_entry
 from .settings import Settings
 
 
@@ -47,7 +47,7 @@ def _when(ms: int | None) -> str:
 
 
 def cmd_register(args, settings: Settings) -> int:
-    spec = JobRegistry(settings).register(args.entrypoint, replace=args.replace)
+    spec = JobCatalog(settings).register(args.entrypoint, replace=args.replace)
     print(f"registered job {spec.job_id!r} from {args.entrypoint} in {settings.warehouse}")
     return 0
 
@@ -81,7 +81,7 @@ def _route_warnings() -> None:
 
 def cmd_jobs(args, settings: Settings) -> int:
     rows = []
-    for job_id, record in JobRegistry(settings).records(warn=_warn).items():
+    for job_id, record in JobCatalog(settings).records(warn=_warn).items():
         spec = record["spec"]
         meta = JobStore(settings.job_dir(job_id))
         latest = meta.latest_checkpoint()
@@ -99,7 +99,7 @@ def cmd_jobs(args, settings: Settings) -> int:
 
 
 def cmd_checkpoints(args, settings: Settings) -> int:
-    JobRegistry(settings).get(args.job)
+    JobCatalog(settings).get(args.job)
     checkpoints = JobStore(settings.job_dir(args.job)).readable_checkpoints(warn=_warn)
     if args.json:
         print(json.dumps([c.to_dict() for c in checkpoints], indent=1, sort_keys=True))
@@ -118,7 +118,7 @@ def cmd_checkpoints(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
-    from .connect import check_answers, lost_server_said
+    from .spark.connect import check_answers, lost_server_said
 
     if args.remote:  # an address where no server listens: said in seconds, before the job is registered
         check_answers(args.remote)
@@ -136,10 +136,10 @@ def cmd_run(args, settings: Settings) -> int:
 def _run(args, settings: Settings):
     """``lakestate run``'s run: the job (registered from the pipeline registry first with ``--registry``) on a
     session of its own or on the Spark Connect server ``--remote``."""
-    from .runtime import run_job
-    from .spark import build_spark
+    from .run.runtime import run_job
+    from .spark.session import build_spark
 
-    registry = JobRegistry(settings)
+    registry = JobCatalog(settings)
     max_microbatches = args.max_microbatches
     if args.registry is not None:  # the pipeline registry is the job's definition: record it, then run it
         entry = registry_entry(args.job, args.registry or None)
@@ -177,10 +177,10 @@ def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
     from .keys import typed_key
-    from .spark import build_spark
-    from .state_processor import SavepointReader
+    from .spark.session import build_spark
+    from .ops.state_processor import SavepointReader
 
-    record = JobRegistry(settings).get(args.job)
+    record = JobCatalog(settings).get(args.job)
     if args.savepoint is not None and args.checkpoint is not None:
         raise ConfigError("give --checkpoint or --savepoint, not both")
     text = _key_text(args)
@@ -223,11 +223,11 @@ def _quiet_say(line: str) -> None:
 
 
 def cmd_savepoint(args, settings: Settings) -> int:
-    from .savepoint import check_label, take_savepoint
-    from .spark import build_spark
+    from .ops.savepoint import check_label, take_savepoint
+    from .spark.session import build_spark
 
     check_label(args.label)
-    JobRegistry(settings).get(args.job)
+    JobCatalog(settings).get(args.job)
     spark = build_spark(f"lakestate-savepoint-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     savepoint = take_savepoint(spark, settings, args.job, args.checkpoint, args.label, args.wait_for_lease,
                                say=_quiet_say)
@@ -236,10 +236,10 @@ def cmd_savepoint(args, settings: Settings) -> int:
 
 
 def cmd_compact(args, settings: Settings) -> int:
-    from .compaction import compact_job
-    from .spark import build_spark
+    from .ops.compaction import compact_job
+    from .spark.session import build_spark
 
-    JobRegistry(settings).get(args.job)
+    JobCatalog(settings).get(args.job)
     def spark():  # only when there is work: a compaction with nothing to do starts no Spark
         return build_spark(f"lakestate-compact-{args.job}", master=args.spark_master,
                            s3=settings.on_object_storage or None)
@@ -251,10 +251,10 @@ def cmd_compact(args, settings: Settings) -> int:
 
 
 def cmd_savepoints(args, settings: Settings) -> int:
-    from .savepoint import list_savepoints
+    from .ops.savepoint import list_savepoints
 
     if args.job:
-        JobRegistry(settings).get(args.job)
+        JobCatalog(settings).get(args.job)
     found = list_savepoints(settings, args.job, warn=_warn)
     if args.json:
         print(json.dumps([{**s.to_dict(), "path": s.path} for s in found], indent=1, sort_keys=True))
@@ -271,7 +271,7 @@ def cmd_savepoints(args, settings: Settings) -> int:
 
 
 def cmd_dispose(args, settings: Settings) -> int:
-    from .savepoint import dispose_savepoint
+    from .ops.savepoint import dispose_savepoint
 
     savepoint = dispose_savepoint(settings, args.savepoint)
     print(f"disposed savepoint {savepoint.job_id}/{savepoint.name} ({savepoint.path})")
@@ -279,10 +279,10 @@ def cmd_dispose(args, settings: Settings) -> int:
 
 
 def cmd_restore(args, settings: Settings) -> int:
-    from .points import StatePoint
-    from .restore import restore_job
+    from .delta.points import StatePoint
+    from .ops.restore import restore_job
     from .restore_plan import check_requested_parallelism, check_restore_backend, parse_uid_map
-    from .spark import build_spark
+    from .spark.session import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
         raise ConfigError("give exactly one of --savepoint <job>/<name> and --checkpoint N")
@@ -292,12 +292,12 @@ def cmd_restore(args, settings: Settings) -> int:
     check_restore_backend(args.backend)  # before Spark starts
     if args.parallelism is not None:
         check_requested_parallelism(args.parallelism)
-    spec = JobRegistry(settings).load(args.job)
+    spec = JobCatalog(settings).load(args.job)
     if args.savepoint:
         source = StatePoint.of_savepoint(settings, args.savepoint)
     else:
         from_job = args.from_job or args.job
-        JobRegistry(settings).get(from_job)
+        JobCatalog(settings).get(from_job)
         source = StatePoint.of_checkpoint(settings, from_job, args.checkpoint)
     spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
     checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
@@ -309,14 +309,14 @@ def cmd_restore(args, settings: Settings) -> int:
 
 
 def cmd_rescale(args, settings: Settings) -> int:
-    from .restore import rescale_job
+    from .ops.restore import rescale_job
     from .restore_plan import already_at, check_requested_parallelism, rescale_request
-    from .spark import build_spark
+    from .spark.session import build_spark
 
     check_requested_parallelism(args.parallelism)
     if args.retain_savepoints is not None and args.retain_savepoints < 0:
         raise ConfigError(f"--retain-savepoints must be 0 or more, got {args.retain_savepoints}")
-    spec = JobRegistry(settings).load(args.job)
+    spec = JobCatalog(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; " + first_run_note(JobStore(settings.job_dir(args.job)).lease_dir))
@@ -332,7 +332,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
           f"{checkpoint.parallelism if not checkpoint.operators else at}; the next run continues from it")
     if args.retain_savepoints is not None:
-        from .savepoint import retain_rescale_savepoints
+        from .ops.savepoint import retain_rescale_savepoints
 
         retain_rescale_savepoints(settings, args.job, args.retain_savepoints, say=_quiet_say)
     return 0

@@ -11,7 +11,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
-from .kafka_source import KafkaSource
+from .sources.kafka import KafkaSource
 from .sources import DeltaSource, EdgeSource, FileSource
 from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized

@@ -1,7 +1,7 @@
 """Key groups: Flink's KeyGroupRangeAssignment, as pure functions.
 
 No Spark here. The key group of a record is computed in the JVM (see
-``state_store.spark.key_group_column``); everything that only needs the numbers lives here
+``state_store.spark.session.key_group_column``); everything that only needs the numbers lives here
 so it can be tested and reasoned about alone.
 """
 from __future__ import annotations

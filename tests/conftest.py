@@ -12,7 +12,7 @@ from state_store.settings import Settings
 
 @pytest.fixture(scope="session")
 def spark():
-    from state_store.spark import build_spark
+    from state_store.spark.session import build_spark
 
     session = build_spark("lakestate-tests", master="local[2]", extra_conf={
         "spark.sql.shuffle.partitions": "2",

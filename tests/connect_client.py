@@ -128,7 +128,7 @@ def _delta(session, path: str) -> dict:
 
 def job_sessions(url: str) -> dict:
     """A job's runs share its session of the hour; once the server closed it, a run gets a new one."""
-    from state_store.connect import job_session_id, remote_session
+    from state_store.spark.connect import job_session_id, remote_session
 
     first = remote_session(url, job_id="shared")
     again = remote_session(url, job_id="shared")

@@ -6,9 +6,9 @@ import subprocess
 import textwrap
 from contextlib import contextmanager
 
-from state_store.backends import create_keyed_backend, create_operator_backend
-from state_store.job_store import JobStore
-from state_store.runtime import JobRunner
+from state_store.delta.backends import create_keyed_backend, create_operator_backend
+from state_store.catalog.job_store import JobStore
+from state_store.run.runtime import JobRunner
 
 FIXED_CLOCK = lambda: 1_700_000_000_000  # noqa: E731  processing time the tests control
 
@@ -51,7 +51,7 @@ def keyed_values(keyed_rows, state_name: str) -> dict:
 
 def write_holder(lease_dir, record: dict, generation: int = 1) -> None:
     """Make `record` the lease holder of a job (as a crashed or remote run would have left it)."""
-    from state_store.lease import generation_path
+    from state_store.catalog.lease import generation_path
 
     lease_dir.mkdir(parents=True, exist_ok=True)
     generation_path(lease_dir, generation).write_text(json.dumps(record))

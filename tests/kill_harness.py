@@ -11,7 +11,7 @@ from pathlib import Path
 import pyspark
 
 from state_store.cli import main as lakestate
-from state_store.spark import PROJECT_ROOT, delta_jars
+from state_store.spark.session import PROJECT_ROOT, delta_jars
 
 # In the killed run only (its environment sets KILL_TEST_WINDOW): each commit of the sink and of the state tables
 # is followed by a pause, a window for the kill to land in before the checkpoint. A run's commits and checkpoint
@@ -21,7 +21,7 @@ import os
 import time
 
 if os.environ.get("KILL_TEST_WINDOW"):
-    import state_store.backends as _backends
+    import state_store.delta.backends as _backends
     import state_store.run.commit as _commit
 
     def _paused(commit):

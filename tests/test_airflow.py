@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, JobLocked
-from state_store.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
-from state_store.runtime import FaultInjector
+from state_store.catalog.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
+from state_store.run.runtime import FaultInjector
 from tests.airflow_server import migrate
 from tests.helpers import run
 from tests.jobs import count_job, events
@@ -100,7 +100,7 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
 
 @pytest.mark.e2e
 def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tmp_path, monkeypatch):
-    from state_store.catalog import JobRegistry
+    from state_store.catalog.jobs import JobCatalog
     from state_store.settings import Settings
 
     root = tmp_path / "root"
@@ -111,7 +111,7 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
     """)
     before = _parse(tmp_path, registry, root)["dags"]["lakestate_sessions"]
     assert before["outlets"] == ["lakestate://sessions/sink"]  # not registered yet: its code is not imported
-    JobRegistry(Settings.load(root=root)).register("demo.sessions:job")  # what its first pipeline run does
+    JobCatalog(Settings.load(root=root)).register("demo.sessions:job")  # what its first pipeline run does
     found = _parse(tmp_path, registry, root)
     assert found["dags"]["lakestate_sessions"]["outlets"] == ["lakestate://sessions/sink",
                                                               "lakestate://sessions/side/late"]
@@ -367,7 +367,7 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
     assert asset_events("lakestate://clicks/sink") == [summary]
     assert list(xcoms("lakestate_clicks", "housekeeping")) == ["return_value"]
-    from state_store.job_store import JobStore
+    from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 
     # spark-submit's driver saw the task's Airflow context (what refuses a relative LAKESTATE_ROOT there).
@@ -389,8 +389,8 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
 def _the_other_operations_as_their_dags_define_them(monkeypatch, registry: Path, root: Path) -> None:
     """Rescale, the next pipeline run, compaction twice, dispose, a dataflow's run and one operator's rescale:
     each DAG's own task, executed in-process after the real runs above."""
-    from state_store.job_store import JobStore
-    from state_store.savepoint import list_savepoints
+    from state_store.catalog.job_store import JobStore
+    from state_store.ops.savepoint import list_savepoints
     from state_store.settings import Settings
     from tests.airflow_inprocess import execute
 
@@ -695,7 +695,7 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
 
 
 def test_the_lease_sensor_waits_while_the_job_is_held_and_gives_its_worker_slot_back(tmp_path, monkeypatch):
-    from state_store.lease import holding, release_reservation
+    from state_store.catalog.lease import holding, release_reservation
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 
@@ -716,7 +716,7 @@ def test_a_second_dags_lease_sensor_waits_from_the_first_sensors_pass_until_its_
     """A savepoint DAG's and a rescale DAG's sensors of one job, poked together: the first passes and holds the
     job for its command (whose JVM starts later: the window the issue saw two drivers in); the second waits
     until that command has run and released the job. Proven by the lease records' times, not by sleeps."""
-    from state_store.lease import HANDOFF_ENV, current_holder, generations, holding
+    from state_store.catalog.lease import HANDOFF_ENV, current_holder, generations, holding
     from state_store.provider.operators import LakestateLeaseSensor, reservation
     from state_store.settings import Settings
 
@@ -754,7 +754,7 @@ def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_comman
                                                                                               monkeypatch):
     """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""
     from state_store.errors import JobLocked
-    from state_store.lease import HANDOFF_ENV, holding, release_reservation
+    from state_store.catalog.lease import HANDOFF_ENV, holding, release_reservation
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 

@@ -151,7 +151,7 @@ def test_the_page_names_a_job_record_that_cannot_be_read_and_shows_the_other_job
 def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(airflow_with_a_job, tmp_path_factory):
     # Last in this module: it adds 100 retained checkpoints to the job's catalog (copies of its latest one,
     # pinning the same table versions), which is all the page reads of them.
-    from state_store.job_store import JobStore
+    from state_store.catalog.job_store import JobStore
 
     meta = JobStore(_settings(tmp_path_factory).job_dir("clicks"))
     latest = meta.latest_checkpoint()
@@ -271,8 +271,8 @@ ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
 def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
     from dataclasses import replace
 
-    from state_store.housekeeping import housekeeping
-    from state_store.job_store import JobStore
+    from state_store.ops.housekeeping import housekeeping
+    from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 
     settings = Settings.load(root=tmp_path / "root")
@@ -284,8 +284,8 @@ def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
 def test_a_compaction_report_gives_its_start_as_an_iso_time_beside_epoch_milliseconds(tmp_path):
     from dataclasses import replace
 
-    from state_store.compaction import compact_job
-    from state_store.job_store import JobStore
+    from state_store.ops.compaction import compact_job
+    from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 
     settings = Settings.load(root=tmp_path / "root")

@@ -9,12 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
-from state_store.catalog import JobRegistry
+from state_store.catalog.jobs import JobCatalog
 from state_store.descriptors import ValueStateDescriptor, check_state_name
 from state_store.job import check_job_id
-from state_store.savepoint import check_label
+from state_store.ops.savepoint import check_label
 from state_store.side_outputs import OutputTag
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.cli import main
 from tests.helpers import run, sink_rows, write_stored_values
 from tests.jobs import EVENT, CountOnly, count_job, events
@@ -30,7 +30,7 @@ def _nothing_written(lake, spec) -> None:
 
 
 def test_unknown_job_names_the_registered_ones(lake):
-    registry = JobRegistry(lake.settings)
+    registry = JobCatalog(lake.settings)
     with pytest.raises(JobNotFound, match=r"'nope' is not registered .*registered: none.*lakestate register"):
         registry.load("nope")
 
@@ -301,7 +301,7 @@ def test_a_bad_ttl_is_refused_by_register_in_one_line_and_nothing_is_recorded(la
     monkeypatch.setenv("TTL_CASE", case)
     assert main(["register", "ttl_job_module:job", *ttl_job]) == 2
     assert _ttl_message(case) in _one_error_line(capsys)
-    assert JobRegistry(lake.settings).ids() == []
+    assert JobCatalog(lake.settings).ids() == []
 
 
 @pytest.mark.parametrize("case", ["infinite", "on operator state"])
@@ -319,7 +319,7 @@ def test_a_bad_ttl_is_refused_at_the_runs_start_in_one_line_before_anything_is_w
 
 
 def _count_job_module(tmp_path, monkeypatch, lake) -> str:
-    """An entrypoint ``bad_sink_module:job`` building ``count_job`` over ``lake``, for ``JobRegistry.register``."""
+    """An entrypoint ``bad_sink_module:job`` building ``count_job`` over ``lake``, for ``JobCatalog.register``."""
     (tmp_path / "bad_sink_module.py").write_text(
         "from pathlib import Path\nfrom tests.jobs import count_job\n\n"
         f"class _L:\n    events = Path({str(lake.events)!r})\n\n"
@@ -337,8 +337,8 @@ def test_a_sink_inside_the_jobs_or_catalog_folders_is_refused_at_register_and_at
     message = (r"sink .* is inside the warehouse's '(jobs|_lakestate)' folder, where Lakestate keeps the jobs' state "
                r"and catalog: give the sink its own folder, such as 'sinks/<job>'")
     with pytest.raises(ConfigError, match=message):
-        JobRegistry(lake.settings).register(entrypoint, overrides={"sink": sink})
-    assert JobRegistry(lake.settings).ids() == []
+        JobCatalog(lake.settings).register(entrypoint, overrides={"sink": sink})
+    assert JobCatalog(lake.settings).ids() == []
     spec = count_job(lake, sink=sink)
     with pytest.raises(ConfigError, match=message):
         run(spark, spec, lake)
@@ -348,7 +348,7 @@ def test_a_sink_inside_the_jobs_or_catalog_folders_is_refused_at_register_and_at
 def test_a_sink_made_read_only_during_a_run_reports_the_read_only_error_not_the_cleanups(spark, lake):
     from contextlib import ExitStack
 
-    from state_store.runtime import FaultInjector
+    from state_store.run.runtime import FaultInjector
     from tests.helpers import read_only
 
     lake.write_events("e0.json", events(0))
@@ -379,7 +379,7 @@ def test_a_read_only_sink_folder_is_refused_before_anything_is_written(spark, la
 
 
 def test_a_read_only_savepoint_root_is_refused_before_anything_is_written(spark, lake):
-    from state_store.savepoint import take_savepoint
+    from state_store.ops.savepoint import take_savepoint
     from tests.helpers import read_only
 
     lake.write_events("e0.json", events(0))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from state_store import FileSource, JobSpec, KeyedProcessFunction, ListStateDescriptor, Types, ValueStateDescriptor
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_checkpoint
 from tests.jobs import all_states_job, events

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.cli import main
 from tests.helpers import write_stored_values
 from tests.jobs import events
@@ -81,10 +81,10 @@ def test_register_refuses_to_repoint_a_job_id_without_replace(registered, tmp_pa
     assert main(["register", "cli_job_module:job", *registered]) == 0  # the same entrypoint again: a refresh
     assert main(["register", "cli_job_module_two:job", "--replace", *registered]) == 0
     capsys.readouterr()
-    from state_store.catalog import JobRegistry
+    from state_store.catalog.jobs import JobCatalog
     from state_store.settings import Settings
 
-    assert JobRegistry(Settings.load(root=registered[1])).get("cli-counts")["entrypoint"] == "cli_job_module_two:job"
+    assert JobCatalog(Settings.load(root=registered[1])).get("cli-counts")["entrypoint"] == "cli_job_module_two:job"
 
 
 def test_register_refuses_a_table_that_another_registered_job_writes(registered, tmp_path, capsys):
@@ -308,9 +308,9 @@ def test_a_stray_file_among_checkpoints_is_ignored_with_a_warning_by_every_comma
 def test_every_reader_of_a_damaged_table_or_savepoint_gives_the_clear_damage_error(spark, lake, registered, capsys):
     from urllib.parse import unquote
 
-    from state_store.delta_log import table_files
+    from state_store.delta.log import table_files
     from state_store.errors import RestoreError
-    from state_store.state_processor import SavepointReader
+    from state_store.ops.state_processor import SavepointReader
 
     lake.write_events("e0.json", events(0))
     assert main(["run", "--job", "cli-counts", *registered]) == 0

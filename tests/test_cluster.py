@@ -13,7 +13,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from state_store.spark import PROJECT_ROOT, delta_jars
+from state_store.spark.session import PROJECT_ROOT, delta_jars
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from tests.jobs import all_states_job, events

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from state_store import StateTtlConfig
-from state_store.job_store import JobStore
-from state_store.compaction import compact_job, nothing_to_do
-from state_store.delta_log import table_snapshot
-from state_store.points import StatePoint
-from state_store.restore import restore_job
-from state_store.savepoint import take_savepoint
+from state_store.catalog.job_store import JobStore
+from state_store.ops.compaction import compact_job, nothing_to_do
+from state_store.delta.log import table_snapshot
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import restore_job
+from state_store.ops.savepoint import take_savepoint
 
 from .conftest import Lake
 from .helpers import run, sink_rows, state_at_checkpoint, state_at_latest_checkpoint
@@ -113,7 +113,7 @@ def test_a_crash_at_each_step_of_a_compaction_leaves_every_retained_checkpoint_r
 
 def test_on_hashmap_compaction_deletes_a_snapshot_no_checkpoint_pins_and_the_job_carries_on(spark, tmp_path,
                                                                                               monkeypatch):
-    from state_store.backends import HashMapStateBackend
+    from state_store.delta.backends import HashMapStateBackend
 
     steady, lake = Lake(tmp_path / "steady"), Lake(tmp_path / "lake")
     for target in (steady, lake):

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from state_store import JobLocked
-from state_store.job_store import JobStore
-from state_store.lease import current_holder
-from state_store.runtime import FaultInjector
+from state_store.catalog.job_store import JobStore
+from state_store.catalog.lease import current_holder
+from state_store.run.runtime import FaultInjector
 from tests.helpers import run, sink_rows, write_holder
 from tests.jobs import count_job, events
 
@@ -83,7 +83,7 @@ def test_a_silent_holder_on_another_host_is_taken_over_after_the_lease_timeout(s
 
 
 def test_the_lease_heartbeats_in_the_background_so_a_long_microbatch_is_not_taken_over(tmp_path):
-    from state_store.lease import JobLease
+    from state_store.catalog.lease import JobLease
 
     path = tmp_path / "lease"
     holder = JobLease(path, "long", timeout_s=1.0).acquire()

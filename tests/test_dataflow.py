@@ -36,8 +36,8 @@ from state_store import (
     Types,
     ValueStateDescriptor,
 )
-from state_store.job_store import JobStore
-from state_store.runtime import FaultInjector, InjectedFault, run_job
+from state_store.catalog.job_store import JobStore
+from state_store.run.runtime import FaultInjector, InjectedFault, run_job
 
 
 def _quiet(_line):
@@ -129,7 +129,7 @@ def test_a_run_of_three_microbatches_equals_three_runs_of_one_and_compaction_kee
                 max_microbatches=1, progress=_quiet)
     assert _sink_rows(spark, lake, "sinks/at-once") == _sink_rows(spark, lake, "sinks/one-by-one")
     # Compaction rewrites every operator's tables (the three runs left superseded rows); the job goes on.
-    from state_store.compaction import compact_job
+    from state_store.ops.compaction import compact_job
 
     store = JobStore(lake.settings.job_dir("one-by-one"))
     before = store.latest_checkpoint()
@@ -222,10 +222,10 @@ def _totals_state(reader, uid="per-country") -> pd.DataFrame:
 
 
 def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, lake):
-    from state_store.points import StatePoint
-    from state_store.restore import restore_job
-    from state_store.savepoint import take_savepoint
-    from state_store.state_processor import SavepointReader, SavepointWriter
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.ops.state_processor import SavepointReader, SavepointWriter
 
     directory, clicks = _clicks(lake, files=2)
     chain = dataflow(directory, job_id="orig", sink="sinks/orig")
@@ -421,8 +421,8 @@ def _deduped(directory, job_id="deduped", sink="sinks/deduped", dedupe_paralleli
 
 
 def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, lake):
-    from state_store.restore import rescale_job
-    from state_store.state_processor import SavepointReader
+    from state_store.ops.restore import rescale_job
+    from state_store.ops.state_processor import SavepointReader
 
     directory, _ = _clicks(lake, files=2)
     again = directory / "clicks-00002.parquet"  # file 1's clicks again (a producer's retry), then new ones

@@ -1,5 +1,5 @@
-"""A run's commits and state reads go through delta-rs (``state_store.delta_rs``): the tables they give are the
-ones Delta's own transaction gives, for Spark, ``DESCRIBE HISTORY``, delta-rs and ``delta_log``; a table
+"""A run's commits and state reads go through delta-rs (``state_store.delta.delta_rs``): the tables they give are the
+ones Delta's own transaction gives, for Spark, ``DESCRIBE HISTORY``, delta-rs and ``delta.log``; a table
 delta-rs cannot write or read so takes Delta's own way."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from state_store import delta_rs
-from state_store.delta_log import app_transaction_version, table_snapshot
+from state_store.delta import delta_rs
+from state_store.delta.log import app_transaction_version, table_snapshot
 from state_store.records import KEYED_TABLE, WrittenFile
-from state_store.state_tables import _commit_files_on_jvm, commit_files, read_version
+from state_store.delta.state_tables import _commit_files_on_jvm, commit_files, read_version
 
 DDL = KEYED_TABLE.schema
 PARTS = KEYED_TABLE.partition_columns
@@ -123,7 +123,7 @@ def test_tables_delta_rs_cannot_write_or_read_as_parquet_take_deltas_own_way(spa
 
 
 def test_a_jobs_spark_connect_session_id_is_its_own_and_changes_every_hour():
-    from state_store.connect import _with_params, job_session_id
+    from state_store.spark.connect import _with_params, job_session_id
 
     hour = 1_795_550_400.0  # a whole UTC hour
     assert job_session_id("a", hour) == job_session_id("a", hour + 3599) != job_session_id("a", hour + 3600)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from state_store.job_store import JobStore
-from state_store.runtime import FAULT_POINTS, FaultInjector, InjectedFault
+from state_store.catalog.job_store import JobStore
+from state_store.run.runtime import FAULT_POINTS, FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import all_states_job, events

@@ -20,7 +20,7 @@ from state_store import (
     Types,
     ValueStateDescriptor,
 )
-from state_store.runtime import FaultInjector, InjectedFault
+from state_store.run.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.airflow_server import migrate
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
@@ -200,9 +200,9 @@ def test_a_rescale_gives_the_seeds_table_and_a_savepoint_restored_into_a_new_job
         spark, lake, broker):
     """4 partitions on 2 subtasks, then 3: [p1, p4], [p2], [p3] (1-based; topic "kafka-rescale" starts at
     subtask 0 at both parallelisms), and no record read twice or skipped across the rescale."""
-    from state_store.points import StatePoint
-    from state_store.restore import rescale_job, restore_job
-    from state_store.savepoint import take_savepoint
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import rescale_job, restore_job
+    from state_store.ops.savepoint import take_savepoint
 
     quiet = dict(say=lambda m: None)
     _topic(broker, "kafka-rescale")
@@ -283,7 +283,7 @@ def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only
     import subprocess
     import sys
 
-    from state_store.job_store import JobStore
+    from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
     from tests.test_airflow import ROOT as PROJECT, _airflow_env, _registry
 

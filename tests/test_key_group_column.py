@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from state_store.key_groups import compute_operator_index_for_key_group
-from state_store.spark import key_group_column, subtask_column
+from state_store.spark.session import key_group_column, subtask_column
 
 C1, C2, MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
 

@@ -31,7 +31,7 @@ CHECKS = textwrap.dedent("""
     for module in (state_store, entry):
         assert Path(module.__file__).resolve().is_relative_to(venv), module.__file__
 
-    from state_store.spark import delta_jars
+    from state_store.spark.session import delta_jars
     assert delta_jars() == [], delta_jars()  # no checkout, no LAKESTATE_JARS: Spark resolves Delta's package
     from state_store.provider.operators import ENTRYPOINT, LakestateSubmitOperator
     assert Path(ENTRYPOINT).resolve().is_relative_to(venv) and Path(ENTRYPOINT).is_file(), ENTRYPOINT

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from state_store import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.errors import ConfigError, RestoreError
-from state_store.restore import rescale_job
+from state_store.ops.restore import rescale_job
 
 from .helpers import run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
@@ -75,7 +75,7 @@ def test_operator_state_is_redistributed_as_flink_does_up_and_down(spark, lake):
         lake.write_events(f"e{batch}.json", events(batch, keys=KEYS, per_key=1))
     run(spark, spec, lake, max_microbatches=1)
     rescale_job(spark, lake.settings, spec, 3, savepoint_first=True, say=lambda m: None)
-    from state_store.savepoint import list_savepoints
+    from state_store.ops.savepoint import list_savepoints
 
     (savepoint,) = list_savepoints(lake.settings, spec.job_id)  # taken under the same hold, before the rescale
     assert (savepoint.checkpoint_id, savepoint.parallelism) == (1, 2)
@@ -138,7 +138,7 @@ def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(
     run(spark, spec, lake)
     with pytest.raises(ConfigError, match=r"parallelism 9 is above max_parallelism 8"):
         rescale_job(spark, lake.settings, spec, 9, savepoint_first=True, say=lambda m: None)
-    from state_store.savepoint import list_savepoints
+    from state_store.ops.savepoint import list_savepoints
 
     assert list_savepoints(lake.settings) == []  # refused before anything was written, the savepoint too
     with pytest.raises(RestoreError, match=r"max_parallelism is the number of key groups and is fixed"):
@@ -150,7 +150,7 @@ def test_a_rescale_or_savepoint_while_a_run_holds_the_job_waits_or_is_refused_na
     import time
 
     from state_store.errors import JobLocked
-    from state_store.savepoint import take_savepoint
+    from state_store.ops.savepoint import take_savepoint
 
     from .helpers import write_holder
 

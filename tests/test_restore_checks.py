@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from state_store import Types, ValueStateDescriptor
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from state_store.cli import main
 from state_store.errors import ConfigError
-from state_store.points import StatePoint
-from state_store.restore import rescale_job, restore_job
-from state_store.savepoint import list_savepoints
-from state_store.state_processor import SavepointWriter
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import rescale_job, restore_job
+from state_store.ops.savepoint import list_savepoints
+from state_store.ops.state_processor import SavepointWriter
 
 from .helpers import run
 from .jobs import count_job, events
@@ -38,7 +38,7 @@ def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_ha
 
 def test_a_rescale_during_a_jobs_first_run_names_the_run_that_holds_it(lake, registered, capsys):
     """Issue 37 #9: before its first checkpoint a held job is not one to "run first": it is running."""
-    from state_store.lease import JobLease
+    from state_store.catalog.lease import JobLease
 
     with JobLease(JobStore(lake.settings.job_dir("cli-counts")).lease_dir, "cli-counts", run_id="run-first") as lease:
         assert main(["rescale", "cli-counts", "--parallelism", "3", *registered]) == 2

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from state_store import Types, ValueStateDescriptor
-from state_store.job_store import JobStore
-from state_store.points import StatePoint
-from state_store.restore import rescale_job, restore_job
-from state_store.state_processor import SavepointWriter
+from state_store.catalog.job_store import JobStore
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import rescale_job, restore_job
+from state_store.ops.state_processor import SavepointWriter
 
 from .conftest import Lake
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
@@ -80,7 +80,7 @@ def test_a_restore_killed_after_its_commit_then_one_of_another_savepoint_gives_t
 
 def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_rescale_or_compaction(
         spark, tmp_path, monkeypatch):
-    from state_store.compaction import compact_job
+    from state_store.ops.compaction import compact_job
 
     steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 5, parallelism=4)
 
@@ -113,7 +113,7 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
 
 
 def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as_a_clean_job(spark, tmp_path):
-    from state_store.compaction import compact_job
+    from state_store.ops.compaction import compact_job
 
     clean, lake, specs = _twin_lakes(tmp_path, ("clean", "lake"), 4)
     for target in (clean, lake):
@@ -135,8 +135,8 @@ def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as
 
 def test_a_bootstrap_killed_after_writing_its_tables_then_retried_with_other_rows_holds_only_those(
         spark, lake, monkeypatch):
-    import state_store.savepoint as savepoint_module
-    from state_store.state_processor import SavepointReader
+    import state_store.ops.savepoint as savepoint_module
+    from state_store.ops.state_processor import SavepointReader
 
     def killed(path, data):
         raise Crash(f"killed before {path} was written")
@@ -161,7 +161,7 @@ def _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input: int):
     """Two sweep jobs (TTL with incremental cleanup only) after microbatch 0 and ``more_input`` files more: in
     ``lake`` a run of microbatches 1-3 killed once its cleanup is committed; ``clean`` ran them as that run
     did. The caller retries ``lake`` (the killed run's microbatches are replayed) and runs ``clean`` on."""
-    from state_store.runtime import FaultInjector, InjectedFault
+    from state_store.run.runtime import FaultInjector, InjectedFault
 
     from .test_ttl_tables import _clock, _sweep
 
@@ -201,7 +201,7 @@ def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_end
 
 
 def test_a_compaction_between_a_killed_ttl_cleanup_and_its_replay_brings_no_removed_entry_back(spark, tmp_path):
-    from state_store.compaction import compact_job
+    from state_store.ops.compaction import compact_job
 
     clean, lake, specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input=0)
     said = []
@@ -220,8 +220,8 @@ def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_
     # Releases before generations were lease generations wrote a restore's rows at txnVersion = checkpoint id,
     # which a job with many checkpoints has far above its lease generation: a rescale must still go through,
     # with rows newer than those.
-    from state_store.backends import create_operator_backend
-    from state_store.state_tables import append_idempotent
+    from state_store.delta.backends import create_operator_backend
+    from state_store.delta.state_tables import append_idempotent
 
     steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 2, parallelism=2)
     for target in (steady, lake):

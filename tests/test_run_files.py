@@ -6,7 +6,7 @@ import os
 import pytest
 
 from state_store.errors import InputError
-from state_store.run_files import remove_uncommitted
+from state_store.subtask.run_files import remove_uncommitted
 from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events
 
@@ -94,7 +94,7 @@ def test_a_sink_whose_columns_are_not_the_output_type_is_refused_before_anything
 
 def test_a_log_without_commits_is_no_table_yet(tmp_path):
     """What a kill -9 during a table's first commit leaves: the next run must create the table, not fail."""
-    from state_store.delta_log import app_transaction_version, table_metadata
+    from state_store.delta.log import app_transaction_version, table_metadata
 
     (tmp_path / "sink" / "_delta_log").mkdir(parents=True)
     assert table_metadata(tmp_path / "sink") is None and table_metadata(tmp_path / "none") is None

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from state_store.job_store import JobStore
+from state_store.catalog.job_store import JobStore
 from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from state_store import KeyedProcessFunction, Types, ValueStateDescriptor
-from state_store.backends import DeltaStateBackend, MemoryStateBackend
+from state_store.delta.backends import DeltaStateBackend, MemoryStateBackend
 from state_store.errors import InputError
 from tests.jobs import all_states_job, count_job, events
 
@@ -153,7 +153,8 @@ class RawKeyedTally(KeyedProcessFunction):
 def test_a_small_run_reads_only_the_key_groups_it_touches_and_loses_nothing_else(spark, lake, tmp_path, monkeypatch):
     """A run of few records reads only the touched key groups' partitions (plus all raw keyed state); it must
     give what the full read gives, raw keyed state of untouched key groups included."""
-    from state_store import FileSource, frame
+    from state_store import FileSource
+    from state_store.run import frame
     from tests.conftest import Lake
     from tests.jobs import EVENT
 

@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from state_store.catalog import JobRegistry
-from state_store.job_store import JobStore
+from state_store.catalog.jobs import JobCatalog
+from state_store.catalog.job_store import JobStore
 from state_store.cli import main as lakestate
 from state_store.errors import JobLocked
-from state_store.lease import JobLease
-from state_store.points import StatePoint
-from state_store.restore import rescale_job, restore_job
-from state_store.savepoint import list_savepoints, take_savepoint
+from state_store.catalog.lease import JobLease
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import rescale_job, restore_job
+from state_store.ops.savepoint import list_savepoints, take_savepoint
 from state_store.settings import Settings
-from state_store.spark import configure_s3
+from state_store.spark.session import configure_s3
 from state_store.storage import ObjectPath, S3Options, create_exclusive, location
 
 from .conftest import Lake
@@ -128,10 +128,10 @@ def test_the_catalog_and_the_cli_work_on_s3a(spark, s3, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(module_dir))
     root = str(lake.settings.root)
     assert lakestate(["register", "s3_job:job", "--root", root]) == 0
-    assert JobRegistry(lake.settings).ids() == ["on-s3"]
+    assert JobCatalog(lake.settings).ids() == ["on-s3"]
     lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
     lake.write_events("e0.json", events(0))
-    run(spark, JobRegistry(lake.settings).load("on-s3"), lake)
+    run(spark, JobCatalog(lake.settings).load("on-s3"), lake)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert lakestate(["jobs", "--root", root]) == 0
@@ -182,7 +182,7 @@ def test_housekeeping_removes_what_a_killed_savepoint_left_in_place_on_s3a_and_k
     import json
     import socket
 
-    from state_store.housekeeping import housekeeping
+    from state_store.ops.housekeeping import housekeeping
     from .helpers import dead_pid
 
     settings = Settings.load(root=f"s3a://{BUCKET}/abandoned")

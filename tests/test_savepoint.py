@@ -5,13 +5,13 @@ import shutil
 
 import pytest
 
-from state_store.job_store import JobStore
-from state_store.compaction import compact_job
-from state_store.delta_log import table_snapshot
+from state_store.catalog.job_store import JobStore
+from state_store.ops.compaction import compact_job
+from state_store.delta.log import table_snapshot
 from state_store.errors import ConfigError, RestoreError
-from state_store.points import StatePoint
-from state_store.restore import restore_job
-from state_store.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import restore_job
+from state_store.ops.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
@@ -80,7 +80,7 @@ def test_a_savepoint_of_a_job_without_a_checkpoint_is_refused_and_leaves_no_fold
 
 
 def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spark, lake, monkeypatch):
-    import state_store.savepoint as savepoint_module
+    import state_store.ops.savepoint as savepoint_module
 
     spec = count_job(lake)
     _feed(lake, range(1))
@@ -270,7 +270,7 @@ def test_housekeeping_removes_inprogress_savepoints_no_live_process_owns(lake):
     import socket
     import time
 
-    from state_store.housekeeping import housekeeping
+    from state_store.ops.housekeeping import housekeeping
     from .helpers import dead_pid, write_holder
 
     job = lake.settings.savepoints / "counts"
@@ -306,8 +306,8 @@ def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keep
     import json
     import shutil
 
-    import state_store.savepoint as savepoint_module
-    from state_store.housekeeping import housekeeping
+    import state_store.ops.savepoint as savepoint_module
+    from state_store.ops.housekeeping import housekeeping
     from .helpers import dead_pid
 
     spec = count_job(lake)
@@ -339,7 +339,7 @@ def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keep
 def test_rescale_savepoint_retention_keeps_the_newest_n_and_never_touches_labelled_or_manual_ones(spark, lake):
     import time
 
-    from state_store.savepoint import RESCALE_PREFIX, retain_rescale_savepoints, savepoint_of_checkpoint
+    from state_store.ops.savepoint import RESCALE_PREFIX, retain_rescale_savepoints, savepoint_of_checkpoint
 
     spec = count_job(lake)
     lake.write_events("e0.json", events(0))

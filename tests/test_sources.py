@@ -39,8 +39,8 @@ def test_a_delta_source_without_change_data_feed_is_refused_with_the_fix(spark, 
 
 
 def test_a_source_file_rewritten_between_a_crash_and_the_replay_is_refused_naming_it(spark, lake):
-    from state_store.job_store import JobStore
-    from state_store.runtime import FaultInjector, InjectedFault
+    from state_store.catalog.job_store import JobStore
+    from state_store.run.runtime import FaultInjector, InjectedFault
     from tests.jobs import events
 
     for b in range(2):
@@ -95,7 +95,7 @@ def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark,
     import pyarrow.parquet as pq
 
     from state_store import FileSource
-    from state_store.job_store import JobStore
+    from state_store.catalog.job_store import JobStore
     from tests.jobs import EVENT
 
     folder = lake.inputs / "pq"
@@ -112,7 +112,7 @@ def test_a_file_that_is_not_parquet_is_refused_before_anything_is_written(spark,
 def test_a_delta_source_recreated_between_a_crash_and_the_replay_is_refused(spark, lake):
     import shutil
 
-    from state_store.runtime import FaultInjector, InjectedFault
+    from state_store.run.runtime import FaultInjector, InjectedFault
 
     path = str(lake.inputs / "delta-recreated")
     spark.createDataFrame([], "k string, v long, op string, seq long").write.format("delta") \

@@ -10,7 +10,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 def test_pinned_versions_are_the_ones_installed():
     pins = {}
-    from state_store.spark import PROJECT_ROOT
+    from state_store.spark.session import PROJECT_ROOT
 
     for line in (PROJECT_ROOT / "requirements.txt").read_text().splitlines():
         if "==" in line and not line.startswith("#"):
@@ -47,7 +47,7 @@ def test_delta_reads_back_what_it_wrote(spark, tmp_path):
 
 
 def test_python_workers_run_without_sparks_archives_on_their_path_and_start_warm(spark):
-    """Lakestate's worker daemon (state_store/worker_daemon.py): pyspark and py4j come from the install, not
+    """Lakestate's worker daemon (state_store/spark/worker_daemon.py): pyspark and py4j come from the install, not
     from pyspark.zip, py4j-*.zip or the spark-core jar (which a task's invalidate_caches would read again),
     and a worker has the run's modules before its task imports them."""
     from tests.worker_probe import worker_path
@@ -55,11 +55,11 @@ def test_python_workers_run_without_sparks_archives_on_their_path_and_start_warm
     row = spark.range(1).mapInArrow(worker_path, "path string, modules string, seconds double").collect()[0]
     path = row["path"].split("\n")
     assert not [p for p in path if p.endswith((".zip", ".jar")) and ("pyspark" in p or "py4j" in p or "spark-" in p)]
-    assert {"state_store.task", "pyarrow.parquet", "orjson", "pandas"} <= set(row["modules"].split())
+    assert {"state_store.subtask.task", "pyarrow.parquet", "orjson", "pandas"} <= set(row["modules"].split())
 
 
 def test_the_worker_daemon_keeps_the_archives_when_pyspark_is_only_in_them(tmp_path):
-    from state_store.worker_daemon import lean_path
+    from state_store.spark.worker_daemon import lean_path
 
     archive = str(tmp_path / "python" / "lib" / "pyspark.zip")
     assert lean_path([archive, str(tmp_path)]) == [archive, str(tmp_path)]  # nothing else has pyspark
@@ -70,11 +70,11 @@ def test_the_worker_daemon_keeps_the_archives_when_pyspark_is_only_in_them(tmp_p
 
 
 def test_the_spark_connect_server_gets_the_confs_of_a_classic_session():
-    """scripts/spark-connect.sh repeats state_store/spark.py's session confs as server confs (its sessions
+    """scripts/spark-connect.sh repeats state_store/spark/session.py's session confs as server confs (its sessions
     inherit them): each one is there with the same value."""
     from pathlib import Path
 
-    from state_store.spark import session_conf
+    from state_store.spark.session import session_conf
 
     script = (Path(__file__).resolve().parent.parent / "scripts" / "spark-connect.sh").read_text()
     missing = [f"{k}={v}" for k, v in session_conf("").items()

@@ -9,10 +9,10 @@ import pytest
 from state_store import ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
 from state_store.cli import main
 from state_store.errors import ConfigError
-from state_store.points import StatePoint
-from state_store.restore import restore_job
-from state_store.savepoint import load_savepoint, take_savepoint
-from state_store.state_processor import SavepointReader, SavepointWriter
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import restore_job
+from state_store.ops.savepoint import load_savepoint, take_savepoint
+from state_store.ops.state_processor import SavepointReader, SavepointWriter
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events

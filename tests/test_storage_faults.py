@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, RestoreError
-from state_store.job_store import JobStore
-from state_store.runtime import FaultInjector, InjectedFault
+from state_store.catalog.job_store import JobStore
+from state_store.run.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import count_job, events

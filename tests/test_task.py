@@ -1,6 +1,6 @@
 """The subtasks of a run over Arrow batches, as an executor runs them (no Spark).
 
-``run_partition`` reads the exchange frame of ``state_store.exchange``: per
+``run_partition`` reads the exchange frame of ``state_store.subtask.exchange``: per
 subtask a marker row, its operator state, its raw keyed state, the keyed state
 of the keys the run touches, then its records microbatch by microbatch. These
 tests build such frames from readable rows and read back what it returns.
@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from state_store.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from state_store.exchange import (
+from state_store.subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
     PHASE_KEYED,
@@ -33,8 +33,8 @@ from state_store.exchange import (
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
 from state_store.records import MicrobatchStats, WrittenFile
-from state_store.run_files import SINK, SINK_MICROBATCH, RunOutputs, local_outputs
-from state_store.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
+from state_store.subtask.run_files import SINK, SINK_MICROBATCH, RunOutputs, local_outputs
+from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 
 # parallelism 2 over 8 key groups: subtask 0 owns key groups 0..3, subtask 1 owns 4..7
@@ -676,7 +676,7 @@ def test_a_subtasks_sink_rows_are_held_as_arrow_and_written_once_per_flush(tmp_p
     """Three microbatches' output rows under the memory bound make one row group, written at close; over it,
     one per microbatch. The rows and their order are the same either way, and a side output's rows (held as
     Python rows) are written beside them."""
-    import state_store.run_files as run_files
+    import state_store.subtask.run_files as run_files
 
     if flush_bytes is not None:
         monkeypatch.setattr(run_files, "FLUSH_BYTES", flush_bytes)

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from state_store import FileSource, KeyedBroadcastProcessFunction, OutputTag, Types, ValueStateDescriptor
-from state_store.compaction import compact_job
+from state_store.ops.compaction import compact_job
 from state_store.errors import ConfigError
-from state_store.job_store import JobStore
-from state_store.points import StatePoint
-from state_store.restore import restore_job
-from state_store.savepoint import take_savepoint
-from state_store.state_processor import SavepointReader
+from state_store.catalog.job_store import JobStore
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import restore_job
+from state_store.ops.savepoint import take_savepoint
+from state_store.ops.state_processor import SavepointReader
 from tests.conftest import Lake
 from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import COUNT_OUTPUT, RULE, count_job, events

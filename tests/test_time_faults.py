@@ -15,8 +15,8 @@ import pyspark
 import pytest
 
 from state_store.cli import main as lakestate
-from state_store.runtime import FaultInjector, InjectedFault
-from state_store.spark import PROJECT_ROOT, delta_jars
+from state_store.run.runtime import FaultInjector, InjectedFault
+from state_store.spark.session import PROJECT_ROOT, delta_jars
 from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.test_time import _session_input, side_rows

@@ -15,12 +15,12 @@ from state_store import (
     Types,
     ValueStateDescriptor,
 )
-from state_store.job_store import JobStore
-from state_store.points import StatePoint
-from state_store.restore import restore_job
-from state_store.runtime import FaultInjector, InjectedFault
-from state_store.savepoint import take_savepoint
-from state_store.state_processor import SavepointReader
+from state_store.catalog.job_store import JobStore
+from state_store.delta.points import StatePoint
+from state_store.ops.restore import restore_job
+from state_store.run.runtime import FaultInjector, InjectedFault
+from state_store.ops.savepoint import take_savepoint
+from state_store.ops.state_processor import SavepointReader
 
 from .conftest import Lake
 from .helpers import run, state_at_checkpoint

@@ -12,9 +12,9 @@ import pytest
 from bench.jobs import ACC, OUTPUT, RunningCountSum, RunningCountSumVectorized
 from state_store import ConfigError, JobSpec, ValueStateDescriptor, VectorizedKeyedFunction
 from state_store.errors import StoredValueError
-from state_store.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RECORD, PHASE_SUBTASK, RECORD, SIDE_KEYED
-from state_store.json_columns import decode_column, encode_column
-from state_store.task import RunPlan, UserFunctionError, run_partition
+from state_store.subtask.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RECORD, PHASE_SUBTASK, RECORD, SIDE_KEYED
+from state_store.subtask.json_columns import decode_column, encode_column
+from state_store.subtask.task import RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 from tests.test_task import OUT, ARROW_TYPES, _spark_order, keyed_changes, outputs, read_files, run_outputs, stats
 
@@ -351,8 +351,8 @@ def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_
     """The vectorised R runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record R and one
     vectorised again: its sink and state are those of the per-record R run throughout, and the State Processor
     reads its checkpoint's values."""
-    from state_store.restore import rescale_job
-    from state_store.state_processor import SavepointReader
+    from state_store.ops.restore import rescale_job
+    from state_store.ops.state_processor import SavepointReader
 
     from .conftest import Lake
     from .helpers import run as run_job

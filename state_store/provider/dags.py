@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Asset, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.catalog import registered_side_outputs
+from state_store.catalog.jobs import registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
-from state_store.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
+from state_store.catalog.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
                                             LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
@@ -91,7 +91,7 @@ def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
         @task(task_id="housekeeping", multiple_outputs=False, inlets=[savepoints_asset(entry.job_id)],
               doc_md="Lists the retained checkpoints (XCom) and removes what finished or killed runs left.")
         def housekeeping(job_id: str) -> dict:
-            from state_store.housekeeping import housekeeping as run_housekeeping
+            from state_store.ops.housekeeping import housekeeping as run_housekeeping
 
             return run_housekeeping(job_id)
 
@@ -124,7 +124,7 @@ def _parallelism_param(jobs: list[str]) -> Param:
     """The rescale form's parallelism: each job's current and max parallelism in its description, the first
     job's current one as default; its bounds are ``bounded``'s: a value typed out of range reaches the trigger,
     which refuses it (HTTP 400 naming it and the bound) before a run exists."""
-    from state_store.job_store import JobStore
+    from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 
     settings, known = Settings.load(), {}
@@ -273,7 +273,7 @@ Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
         def dispose(params=None) -> dict:
-            from state_store.savepoint import dispose_savepoint
+            from state_store.ops.savepoint import dispose_savepoint
             from state_store.settings import Settings
 
             gone = dispose_savepoint(Settings.load(), params["savepoint"])
@@ -299,7 +299,7 @@ The XCom is the report; {PAGE} shows the last report that did work and the histo
         @task
         def jobs_with_checkpoints() -> list[str]:
             """The registered jobs that have a checkpoint (a job that never ran has nothing to compact)."""
-            from state_store.job_store import JobStore
+            from state_store.catalog.job_store import JobStore
             from state_store.settings import Settings
 
             settings = Settings.load()

@@ -17,7 +17,7 @@ ENTRYPOINT = entrypoint_main.__file__  # spark-submit runs the installed package
 SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
 # The reservation of a job's lease that a DAG run's sensor takes and its task's command takes the job over from
-# (``state_store.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have their job).
+# (``state_store.catalog.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have their job).
 HANDOFF = "airflow-{{ dag.dag_id }}-{{ run_id }}"
 HOLD_S = 900  # how long a reservation holds for a command that never comes (its task killed with its worker)
 
@@ -28,7 +28,7 @@ def reservation(handoff: str, job: str) -> str:
 
 
 # The savepoint's label: the DAG run's ``params.label``, else ``airflow-<run id>`` with every character that may
-# not name a folder made a '-', at most 64 characters (what ``state_store.savepoint.check_label`` accepts).
+# not name a folder made a '-', at most 64 characters (what ``state_store.ops.savepoint.check_label`` accepts).
 LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
          "{{ c if c.isalnum() or c in '_.-' else '-' }}{% endfor %}")
 
@@ -62,8 +62,8 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         return reservation(self.lease_handoff, self.lease_job)
 
     def execute(self, context):
-        from state_store.job_store import JobStore
-        from state_store.lease import release_reservation, remove_if_only_the_lease
+        from state_store.catalog.job_store import JobStore
+        from state_store.catalog.lease import release_reservation, remove_if_only_the_lease
         from state_store.settings import Settings
 
         try:
@@ -85,7 +85,7 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
     def submit(self, context):
         """Submit; a failed submit raises with the command's own ``lakestate: error:`` line (logged at ERROR),
         not the provider's ``Cannot execute: spark-submit ... Error code is: N``."""
-        from state_store.lease import HANDOFF_ENV
+        from state_store.catalog.lease import HANDOFF_ENV
 
         self.env_vars = {**(self.env_vars or {}), HANDOFF_ENV: self.reservation}
         if self._hook is None:
@@ -190,7 +190,7 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         import os
 
         from state_store.cli import main
-        from state_store.lease import HANDOFF_ENV
+        from state_store.catalog.lease import HANDOFF_ENV
 
         self.said, out = _SubmitOutput(), io.StringIO()
         self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
@@ -256,7 +256,7 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
         self.job, self.savepoint_label = job, LABEL
 
     def work(self, context):
-        from state_store.savepoint import load_savepoint
+        from state_store.ops.savepoint import load_savepoint
         from state_store.settings import Settings
 
         self.submit(context)
@@ -289,9 +289,9 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
 
     def work(self, context):
         from state_store.errors import ConfigError
-        from state_store.job_store import JobStore
+        from state_store.catalog.job_store import JobStore
         from state_store.restore_plan import already_at, rescale_request
-        from state_store.savepoint import list_savepoints
+        from state_store.ops.savepoint import list_savepoints
         from state_store.settings import Settings
 
         settings = Settings.load()
@@ -333,7 +333,7 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
         self.job = job
 
     def work(self, context):
-        from state_store.job_store import JobStore
+        from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 
         self.submit(context)
@@ -354,7 +354,7 @@ class LakestateLeaseSensor(BaseSensorOperator):
     Reads and writes the lease's files only (no Spark).
 
     When the job is free, the poke that says so takes the lease for the task after it (a reservation,
-    ``state_store.lease.reserve``, named by ``lease_handoff``, templated: the DAG run and the job), whose
+    ``state_store.catalog.lease.reserve``, named by ``lease_handoff``, templated: the DAG run and the job), whose
     command takes the job over from it as its JVM starts: another DAG's sensor keeps waiting meanwhile, so
     one driver of a job runs at a time. A reservation nobody takes over holds ``hold_s`` seconds at most."""
 
@@ -369,8 +369,8 @@ class LakestateLeaseSensor(BaseSensorOperator):
 
     def poke(self, context) -> bool:
         from state_store.errors import JobLocked
-        from state_store.job_store import JobStore
-        from state_store.lease import live_holder, reserve
+        from state_store.catalog.job_store import JobStore
+        from state_store.catalog.lease import live_holder, reserve
         from state_store.settings import Settings
 
         lease_dir = JobStore(Settings.load().job_dir(self.job_id)).lease_dir
@@ -405,7 +405,7 @@ class LakestateRestoreOperator(_LakestateSparkSubmit):
         self.job = args[0]
 
     def work(self, context):
-        from state_store.job_store import JobStore
+        from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 
         self.submit(context)

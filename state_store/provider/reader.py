@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from state_store.catalog import JobRegistry
-from state_store.job_store import JobStore as JobStore
+from state_store.catalog.jobs import JobCatalog
+from state_store.catalog.job_store import JobStore as JobStore
 from state_store.records import KEYED, STATE_TABLES, AirflowRun, CheckpointMetadata
-from state_store.delta_log import partition_sizes
-from state_store.savepoint import list_savepoints
+from state_store.delta.log import partition_sizes
+from state_store.ops.savepoint import list_savepoints
 from state_store.settings import Settings
 
 
@@ -88,7 +88,7 @@ def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
     """Every registered job's overview, and the catalog's own problems: a job record that cannot be read is
     named there and skipped, so it never hides the other jobs."""
     problems: list[str] = []
-    records = JobRegistry(settings).records(warn=problems.append)
+    records = JobCatalog(settings).records(warn=problems.append)
     return [job_overview(settings, job_id, record) for job_id, record in records.items()], problems
 
 

@@ -2,8 +2,8 @@
 pinning the table versions of its microbatch, written last; then older ones expire."""
 from __future__ import annotations
 
-from ..backends import StateBackend
-from ..delta_log import table_snapshot
+from ..delta.backends import StateBackend
+from ..delta.log import table_snapshot
 from ..key_groups import key_group_ranges
 from ..records import (KEYED, OPERATOR, AirflowRun, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats,
                        StateInfo, TableVersion)

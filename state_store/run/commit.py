@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from ..backends import StateBackend
-from ..delta_log import app_transaction_version, table_metadata
+from ..delta.backends import StateBackend
+from ..delta.log import app_transaction_version, table_metadata
 from ..errors import InputError
 from ..operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records import (
@@ -24,8 +24,8 @@ from ..records import (
     WrittenFile,
 )
 from ..repartition import place_source_entries
-from ..run_files import OutputTable, RunOutputs, SinkFiles, write_rows
-from ..state_tables import append_idempotent, commit_files
+from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
+from ..delta.state_tables import append_idempotent, commit_files
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms

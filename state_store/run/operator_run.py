@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backends import StateBackend, create_keyed_backend, create_operator_backend
-from ..checkpoint import check_restorable
+from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
+from ..registered_states import check_restorable
 from ..errors import RestoreError
-from ..exchange import KIND_FILE, KIND_STAT
-from ..frame import Frame
+from ..subtask.exchange import KIND_FILE, KIND_STAT
+from .frame import Frame
 from ..records import KEYED, OPERATOR, SINK, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, WrittenFile
-from ..run_files import RunOutputs, remove_uncommitted
+from ..subtask.run_files import RunOutputs, remove_uncommitted
 from ..sources import EdgeSource
 from ..storage import rmtree
 from ..watermarks import EventClock

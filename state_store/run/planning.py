@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..backends import point_damage
+from ..delta.backends import point_damage
 from ..errors import RestoreError
-from ..exchange import MAX_RUN_MICROBATCHES
-from ..job_store import CorruptCheckpoint, JobStore
+from ..subtask.exchange import MAX_RUN_MICROBATCHES
+from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..records import KEYED, CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
 from ..watermarks import EventClock

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..backends import StateBackend
+from ..delta.backends import StateBackend
 from ..functions import uses_timers
 from ..operator_state import UNION
 from ..records import CheckpointMetadata, MicrobatchPlan, OperatorRow

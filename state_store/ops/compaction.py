@@ -37,16 +37,16 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, delta_record
-from .job_store import JobStore
-from .records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
-from .delta_log import table_files, table_snapshot
-from .errors import ConfigError
-from .lease import holding
-from .settings import Settings
-from .state_tables import latest_live, visible
-from .storage import location, remove_empty_folders, rmtree, walk_files
-from .ttl.tables import drop_expired, ttl_states
+from ..delta.backends import create_keyed_backend, delta_record
+from ..catalog.job_store import JobStore
+from ..records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
+from ..delta.log import table_files, table_snapshot
+from ..errors import ConfigError
+from ..catalog.lease import holding
+from ..settings import Settings
+from ..delta.state_tables import latest_live, visible
+from ..storage import location, remove_empty_folders, rmtree, walk_files
+from ..ttl.tables import drop_expired, ttl_states
 
 def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
                 fault=lambda step: None) -> dict:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .connect import interrupt_all, is_connect, remote_session
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
 # s3a://, where scripts/setup.sh's jars are not there (an installed package): Spark resolves it and the AWS SDK
 # bundle it names from Maven Central; the version scripts/setup.sh fetches.
@@ -33,7 +33,7 @@ def s3_jars() -> list[str]:
 def wants_s3() -> bool:
     """Whether this process reaches object storage: a configured root, warehouse or savepoint root on
     ``s3a://``, or ``LAKESTATE_S3=1`` (set it when only a later call names an ``s3a://`` path)."""
-    from .storage import is_remote
+    from ..storage import is_remote
 
     return os.environ.get("LAKESTATE_S3") == "1" or any(
         is_remote(os.environ.get(v, "")) for v in ("LAKESTATE_ROOT", "LAKESTATE_WAREHOUSE", "LAKESTATE_SAVEPOINTS"))
@@ -43,7 +43,7 @@ def configure_s3(spark, options=None) -> None:
     """Point Spark's ``s3a://`` at the store ``options`` (default: the AWS environment variables) name, as
     Lakestate's own file operations reach it (``storage.S3Options``). Takes effect for file systems opened
     afterwards, so it can be called on a running session."""
-    from .storage import S3Options
+    from ..storage import S3Options
 
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in (options or S3Options.from_env()).spark_conf().items():
@@ -60,7 +60,7 @@ def session_conf(pythonpath: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYTHONPATH": pythonpath,
         # pyspark's daemon on a path without Spark's archives, the run's modules imported before it forks.
-        "spark.python.daemon.module": "state_store.worker_daemon",
+        "spark.python.daemon.module": "state_store.spark.worker_daemon",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.adaptive.enabled": "true",
         # Smaller than snappy at about its speed; the subtasks write their files with it too (run_files).
@@ -102,7 +102,7 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
         conf["spark.jars.packages"] = DELTA_PACKAGE
     if s3 and not any("hadoop-aws" in j for j in jars):
         if not s3_jars():
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError("s3a:// needs the hadoop-aws jars: run scripts/setup.sh (it fetches them into "
                               ".cache/jars-s3), or add them to LAKESTATE_JARS")

@@ -38,15 +38,15 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from .checkpoint import continuing_spec, discover_descriptors
-from .dataflow import ChainSpec, operators_of
-from .errors import InputError
-from .job import JobSpec
-from .job_store import JobStore
-from .lease import holding
-from .records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
-from .run import commit, timing
-from .run.context import (  # noqa: F401 - the run's fault points are part of its public surface
+from ..registered_states import continuing_spec, discover_descriptors
+from ..dataflow import ChainSpec, operators_of
+from ..errors import InputError
+from ..job import JobSpec
+from ..catalog.job_store import JobStore
+from ..catalog.lease import holding
+from ..records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
+from . import commit, timing
+from .context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,
     FAULT_POINTS,
     FaultInjector,
@@ -54,11 +54,11 @@ from .run.context import (  # noqa: F401 - the run's fault points are part of it
     RunContext,
     wall_clock_ms,
 )
-from .run.operator_run import OperatorRun, chain_timers_due, check_chain_restorable
-from .run.planning import plan_run, restore_point
-from .run_files import new_token
-from .settings import Settings
-from .spark import wait_for_running_tasks
+from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable
+from .planning import plan_run, restore_point
+from ..subtask.run_files import new_token
+from ..settings import Settings
+from ..spark.session import wait_for_running_tasks
 
 
 @dataclass

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import stored_value_error
-from .types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo
+from ..errors import stored_value_error
+from ..types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo
 
 _NULL = "null"
 

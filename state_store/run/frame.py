@@ -9,10 +9,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .backends import StateBackend
-from .descriptors import qualified_name
-from .errors import InputError
-from .exchange import (
+from ..delta.backends import StateBackend
+from ..descriptors import qualified_name
+from ..errors import InputError
+from ..subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
     PHASE_KEYED,
@@ -30,17 +30,17 @@ from .exchange import (
     sort_columns,
     sort_key_parts,
 )
-from .functions import applies_to_keyed_state
-from .job import SHARE_KEY
-from .keys import key_text, mistyped_key, spark_key_type
-from .operator_state import SOURCE_STATE_PREFIX, UNION
-from .records import CheckpointMetadata, MicrobatchPlan
-from .run.context import RunContext
-from .run_files import RunOutputs
-from .sources import POSITION_COLUMNS
-from .watermarks import EventClock
-from .spark import key_group_column, subtask_column
-from .task import RAW_KEYED, RunPlan, run_partition
+from ..functions import applies_to_keyed_state
+from ..job import SHARE_KEY
+from ..keys import key_text, mistyped_key, spark_key_type
+from ..operator_state import SOURCE_STATE_PREFIX, UNION
+from ..records import CheckpointMetadata, MicrobatchPlan
+from .context import RunContext
+from ..subtask.run_files import RunOutputs
+from ..sources import POSITION_COLUMNS
+from ..watermarks import EventClock
+from ..spark.session import key_group_column, subtask_column
+from ..subtask.task import RAW_KEYED, RunPlan, run_partition
 
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 

@@ -52,20 +52,20 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .backends import create_keyed_backend, create_operator_backend
-from .job_store import JobStore
-from .checkpoint import discover_descriptors
-from .delta_log import app_transaction_version, table_snapshot
-from .descriptors import qualified_name
-from .dataflow import ChainSpec, operators_of
-from .errors import ConfigError, RestoreError
-from .job import JobSpec
-from .key_groups import key_group_ranges
-from .lease import holding
-from .operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
-from .points import StatePoint
-from .repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
-from .restore_plan import (
+from ..delta.backends import create_keyed_backend, create_operator_backend
+from ..catalog.job_store import JobStore
+from ..registered_states import discover_descriptors
+from ..delta.log import app_transaction_version, table_snapshot
+from ..descriptors import qualified_name
+from ..dataflow import ChainSpec, operators_of
+from ..errors import ConfigError, RestoreError
+from ..job import JobSpec
+from ..key_groups import key_group_ranges
+from ..catalog.lease import holding
+from ..operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
+from ..delta.points import StatePoint
+from ..repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
+from ..restore_plan import (
     JobFacts,
     already_at,
     RestorePlan,
@@ -75,9 +75,9 @@ from .restore_plan import (
     plan_restore,
 )
 from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
-from .side_outputs import side_app_id, sink_app_id
-from .settings import Settings
-from .records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
+from ..side_outputs import side_app_id, sink_app_id
+from ..settings import Settings
+from ..records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,
@@ -425,7 +425,7 @@ def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSp
 
     Example::
 
-        rescale_job(spark, settings, JobRegistry(settings).load("clicks"), 4)
+        rescale_job(spark, settings, JobCatalog(settings).load("clicks"), 4)
     """
     return restore_job(spark, settings, spec, None, parallelism=parallelism,
                        allow_non_restored_state=allow_non_restored_state, savepoint_first=savepoint_first,

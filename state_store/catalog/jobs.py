@@ -13,19 +13,19 @@ from __future__ import annotations
 import importlib
 import time
 
-from .checkpoint import discover_descriptors
-from .dataflow import ChainSpec, operators_of
-from .errors import ConfigError, JobNotFound, LakestateError
-from .job import JobSpec, check_job_id
+from ..registered_states import discover_descriptors
+from ..dataflow import ChainSpec, operators_of
+from ..errors import ConfigError, JobNotFound, LakestateError
+from ..job import JobSpec, check_job_id
 from .job_store import read_json, write_json_atomic
-from .settings import Settings
+from ..settings import Settings
 
 
 # What the CLI and the Lakestate page take from a record's spec.
 _SPEC_FIELDS = ("uid", "backend", "parallelism", "max_parallelism")
 
 
-class JobRegistry:
+class JobCatalog:
     """Jobs by id: each points at the Python factory that builds its JobSpec."""
 
     def __init__(self, settings: Settings):
@@ -153,7 +153,7 @@ def registered_side_outputs(job_id: str, settings: Settings | None = None) -> li
     is not registered yet or its record cannot be read: for a DAG file, which must parse without the job's code."""
     try:
         settings = settings or Settings.load()
-        record = JobRegistry._read(settings.catalog_dir / "jobs" / f"{check_job_id(job_id)}.json")
+        record = JobCatalog._read(settings.catalog_dir / "jobs" / f"{check_job_id(job_id)}.json")
     except (LakestateError, OSError, ValueError):
         return []
     return sorted(record["spec"].get("side_outputs") or {})

@@ -24,9 +24,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from . import storage
-from .errors import ConfigError
-from .records import CheckpointMetadata, MicrobatchPlan
+from .. import storage
+from ..errors import ConfigError
+from ..records import CheckpointMetadata, MicrobatchPlan
 
 
 def write_json_atomic(path, data: Any) -> None:

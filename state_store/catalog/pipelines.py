@@ -1,6 +1,6 @@
 """The pipeline registry: one TOML file a user edits, one Airflow pipeline DAG per entry.
 
-(The catalog's ``JobRegistry`` records what was registered; this file is what the user declares.)
+(The catalog's ``JobCatalog`` records what was registered; this file is what the user declares.)
 
     [jobs.clicks]
     entrypoint = "mypackage.jobs:clicks"   # required: a factory returning a JobSpec
@@ -26,9 +26,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
-from .job import BACKENDS, check_job_id
-from .key_groups import UPPER_BOUND_MAX_PARALLELISM
+from ..errors import ConfigError
+from ..job import BACKENDS, check_job_id
+from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)

@@ -28,11 +28,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import delta_rs
-from .connect import delete_rows_sql, is_connect
-from .delta_log import app_transaction_version
-from .errors import ConfigError
-from .records import TableSpec, WrittenFile
-from .storage import is_remote
+from ..spark.connect import delete_rows_sql, is_connect
+from .log import app_transaction_version
+from ..errors import ConfigError
+from ..records import TableSpec, WrittenFile
+from ..storage import is_remote
 
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .job_store import JobStore
-from .records import STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion, WrittenFile
-from .delta_log import (
+from ..catalog.job_store import JobStore
+from ..records import STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion, WrittenFile
+from .log import (
     CorruptLogError,
     app_transaction_version,
     first_version_past,
@@ -32,11 +32,11 @@ from .delta_log import (
     table_snapshot,
     transaction_metadata,
 )
-from .errors import RestoreError
-from .job import BACKENDS
-from .run_files import OutputTable
-from .storage import location, options_of, rmtree
-from .records import KEYED_TABLE, OPERATOR_TABLE
+from ..errors import RestoreError
+from ..job import BACKENDS
+from ..subtask.run_files import OutputTable
+from ..storage import location, options_of, rmtree
+from ..records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
     append_idempotent,
     commit_files,

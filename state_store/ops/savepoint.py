@@ -30,15 +30,15 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .job_store import JobStore, read_json, write_json_atomic
-from .records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
-from .delta_log import table_snapshot
-from .errors import ConfigError, RestoreError
-from .job import check_job_id
-from .lease import holding, owner_record, still_at_work
-from .points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers import here
-from .settings import Settings
-from .storage import ObjectPath, location, rmtree, write_atomic
+from ..catalog.job_store import JobStore, read_json, write_json_atomic
+from ..records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
+from ..delta.log import table_snapshot
+from ..errors import ConfigError, RestoreError
+from ..job import check_job_id
+from ..catalog.lease import holding, owner_record, still_at_work
+from ..delta.points import METADATA, StatePoint, list_savepoints, load_savepoint  # noqa: F401 - callers import here
+from ..settings import Settings
+from ..storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,7 +79,7 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
                             prefix: str = "savepoint") -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint, named ``label`` or ``<prefix>-<checkpoint>-<time>`` (a
     rescale's own: ``rescale-...``, which ``retain_rescale_savepoints`` thins); the caller holds the job."""
-    from .ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
+    from ..ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
     source = StatePoint(checkpoint, job_dir)
@@ -160,7 +160,7 @@ def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, ta
         snap = table_snapshot(work / path)
         written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])
     if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-        from .ttl.tables import count_entries
+        from ..ttl.tables import count_entries
 
         keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / written[KEYED].path))
         counts = count_entries(keyed, recount)

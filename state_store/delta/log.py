@@ -10,8 +10,8 @@ import json
 import os
 from pathlib import Path
 
-from .errors import LakestateError
-from .storage import ObjectPath, listdir, location, read_parquet
+from ..errors import LakestateError
+from ..storage import ObjectPath, listdir, location, read_parquet
 
 
 def _commit_versions(log) -> list[int]:

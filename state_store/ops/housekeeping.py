@@ -5,12 +5,12 @@ Reads only the catalog (no Spark), so an Airflow task runs it in-process.
 """
 from __future__ import annotations
 
-from .job_store import JobStore
-from .lease import current_holder
-from .records import utc_iso
+from ..catalog.job_store import JobStore
+from ..catalog.lease import current_holder
+from ..records import utc_iso
 from .savepoint import remove_abandoned
-from .settings import Settings
-from .storage import rmtree
+from ..settings import Settings
+from ..storage import rmtree
 
 
 def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:

@@ -54,7 +54,7 @@ def remote_session(url: str, s3: bool = False, job_id: str | None = None):
     one."""
     from pyspark.sql import SparkSession
 
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     if s3:
         raise ConfigError("s3a:// warehouses are not run over Spark Connect yet (the server's Hadoop configuration "
@@ -121,7 +121,7 @@ def answers(url: str, timeout_s: float = PROBE_S) -> str | None:
 def check_answers(url: str) -> None:
     """Refuse, within ``PROBE_S``, an address where no server accepts a connection: Spark Connect's client would
     retry it for ten minutes without a word."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     if not url.startswith("sc://"):
         raise ConfigError(f"{url!r} is not a Spark Connect address: write it as sc://HOST:PORT "
@@ -132,7 +132,7 @@ def check_answers(url: str) -> None:
 
 
 def _unavailable(url: str, why: str):
-    from .errors import ServerUnavailable
+    from ..errors import ServerUnavailable
 
     return ServerUnavailable(f"no Spark Connect server answers at {address(url)} ({why}): {STATUS} prints the "
                              f"address of the one this checkout runs, scripts/spark-connect.sh start --background "
@@ -158,7 +158,7 @@ def is_lost(error: BaseException) -> bool:
 def lost_server_said(url: str | None):
     """Within it, the client giving up on the server at ``url`` (none: a classic session, nothing to say) is
     one clear error naming the address: what the run had not committed is redone by the next run."""
-    from .errors import ServerUnavailable
+    from ..errors import ServerUnavailable
 
     try:
         yield

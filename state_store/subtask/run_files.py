@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .records import KEYED, OPERATOR, SINK, SINK_MICROBATCH, TABLE_SPECS, KeyedRow, OperatorRow, WrittenFile
-from .storage import S3Options, location, output_stream, remove_empty_folders, walk_files
+from ..records import KEYED, OPERATOR, SINK, SINK_MICROBATCH, TABLE_SPECS, KeyedRow, OperatorRow, WrittenFile
+from ..storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
 FLUSH_ROWS = 65_536  # rows held as Python objects before they are written as Parquet row groups
 # Bytes held as Arrow (a microbatch's state changes and sink rows, converted once) before they are written: a

@@ -6,7 +6,7 @@ read of a state table cost Spark jobs of their own (the snapshot's state reconst
 query", "Compute snapshot for version"): most of a small run's time. delta-rs replays the log in Rust in a few
 milliseconds, commits with the same add actions, statistics and app transaction (``txnAppId``/``txnVersion``),
 and writes the same ``operationMetrics`` Spark's writer reports, so ``DESCRIBE HISTORY``, Spark, delta-rs and
-``delta_log`` read the tables alike. Classic log checkpoints every ``CHECKPOINT_INTERVAL`` versions, as Spark
+``delta.log`` read the tables alike. Classic log checkpoints every ``CHECKPOINT_INTERVAL`` versions, as Spark
 writes them.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 import time
 import uuid
 
-from .records import WrittenFile
-from .storage import ObjectPath, create_exclusive, location, options_of
+from ..records import WrittenFile
+from ..storage import ObjectPath, create_exclusive, location, options_of
 
 CHECKPOINT_INTERVAL = 10  # Delta's (Spark's) default: delta-rs's own is 100
 

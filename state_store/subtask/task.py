@@ -16,9 +16,9 @@ import resource
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .checkpoint import registered_states
-from .descriptors import qualified_name
-from .errors import StoredValueError
+from ..registered_states import registered_states
+from ..descriptors import qualified_name
+from ..errors import StoredValueError
 from .exchange import (
     BROADCAST_RECORD,
     KIND_FILE,
@@ -31,7 +31,7 @@ from .exchange import (
     RESULT_DDL,
     SIDE_BROADCAST,
 )
-from .functions import (
+from ..functions import (
     BroadcastContext,
     Context,
     FunctionInitializationContext,
@@ -41,19 +41,19 @@ from .functions import (
     OnTimerContext,
     RuntimeContext,
 )
-from .key_groups import compute_key_group_range_for_operator_index
-from .keyed_state import KeyedStateStore
-from .keys import decode_key, key_decoder
-from .operator_state import UNION, OperatorStateStore
-from .records import STORED_KEYED_COLUMNS, KeyedRow, MicrobatchStats
+from ..key_groups import compute_key_group_range_for_operator_index
+from ..keyed_state import KeyedStateStore
+from ..keys import decode_key, key_decoder
+from ..operator_state import UNION, OperatorStateStore
+from ..records import STORED_KEYED_COLUMNS, KeyedRow, MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
-from .side_outputs import SIDE_PREFIX, OutputTag
-from .timers import SubtaskTimers, TimeDomain, TimerService
-from .ttl.handles import create_state_and_wrap_with_ttl_if_enabled
-from .types import RowTypeInfo, TypeInfo, Types
-from .vectorized import VectorizedKeyedFunction
+from ..side_outputs import SIDE_PREFIX, OutputTag
+from ..timers import SubtaskTimers, TimeDomain, TimerService
+from ..ttl.handles import create_state_and_wrap_with_ttl_if_enabled
+from ..types import RowTypeInfo, TypeInfo, Types
+from ..vectorized import VectorizedKeyedFunction
 from .vectorized_run import VectorizedRun
-from .watermarks import MIN_WATERMARK
+from ..watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
 # The subtask loop allocates a few containers per record that nearly all die young; at the default threshold (700

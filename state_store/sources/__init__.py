@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, InputError
-from .types import RowTypeInfo, _Scalar
+from ..errors import ConfigError, InputError
+from ..types import RowTypeInfo, _Scalar
 
 # Columns every source adds to its records for a run: the microbatch, and the source order
 # (file, block of the file, position), so a key's records keep the order they were written in.

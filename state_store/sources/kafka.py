@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, InputError
-from .side_outputs import OutputTag
-from .sources import PINNED, SourceDefaults, null_event_times
-from .types import RowTypeInfo, Types
+from ..errors import ConfigError, InputError
+from ..side_outputs import OutputTag
+from . import PINNED, SourceDefaults, null_event_times
+from ..types import RowTypeInfo, Types
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
                  "kafka_offset": Types.LONG(), "kafka_timestamp": Types.LONG()}

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .job_store import JobStore, read_json
-from .records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
-from .errors import ConfigError
-from .settings import Settings
-from .storage import ObjectPath
+from ..catalog.job_store import JobStore, read_json
+from ..records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
+from ..errors import ConfigError
+from ..settings import Settings
+from ..storage import ObjectPath
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
