@@ -139,16 +139,16 @@ def _run(args, settings: Settings):
     from .run.runtime import run_job
     from .spark.session import build_spark
 
-    registry = JobCatalog(settings)
+    catalog = JobCatalog(settings)
     max_microbatches = args.max_microbatches
     if args.registry is not None:  # the pipeline registry is the job's definition: record it, then run it
         entry = registry_entry(args.job, args.registry or None)
-        spec = registry.register(entry.entrypoint, overrides=entry.overrides())
+        spec = catalog.register(entry.entrypoint, overrides=entry.overrides())
         if spec.job_id != args.job:
             raise ConfigError(f"registry entry [jobs.{args.job}] builds job {spec.job_id!r} from {entry.entrypoint}; "
                               f"the entry's name and the JobSpec's job_id must be the same")
         max_microbatches = max_microbatches or entry.max_microbatches
-    spec = registry.load(args.job)
+    spec = catalog.load(args.job)
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
                         remote=args.remote, job_id=args.job)
     return run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,

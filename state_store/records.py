@@ -2,7 +2,7 @@
 
 No Spark and no I/O here, so the subtasks, the CLI and the Airflow plugin all read the same records:
 
-- the **table registry** (``SINK``, ``KEYED``, ``OPERATOR``; ``TableSpec``: each state table's columns,
+- the **state tables' specs** (``SINK``, ``KEYED``, ``OPERATOR``; ``TableSpec``: each state table's columns,
   the columns that name an entry, its partitioning) and the state table **rows** (``KeyedRow``,
   ``OperatorRow``: one row of a table file, in its column order);
 - **table versions** (``TableVersion``: what a checkpoint or savepoint pins of a Delta table);
@@ -34,7 +34,7 @@ from .watermarks import MIN_WATERMARK, EventClock
 LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
 SAVEPOINT_FORMAT = 1
 
-# -- the table registry -------------------------------------------------------------------------------------
+# -- the state tables' specs -----------------------------------------------------------------------------------
 SINK, KEYED, OPERATOR = "sink", "keyed", "operator"
 STATE_TABLES = (KEYED, OPERATOR)
 KEYED_SCOPE, OPERATOR_SCOPE = KEYED, OPERATOR  # a state's scope is the table that holds it

@@ -1,8 +1,6 @@
-"""What a job definition registers (a dry run of its hooks), and whether it may go on from a checkpoint.
-
-``discover_descriptors`` gives the ``StateInfo`` of every state the function registers up front;
-``check_restorable`` asks ``restore_plan`` whether a definition can continue from a checkpoint (the records
-themselves are in ``records``).
+"""The states a job definition registers: ``discover_descriptors`` (a dry run of its hooks on the driver) and
+``registered_states`` (what a subtask's function registered), each state's ``StateInfo`` as checkpoints record
+it (the records themselves are in ``records``; whether a definition may go on from them is ``restore_plan``'s).
 """
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ from .functions import FunctionInitializationContext, RuntimeContext
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
-from .records import KEYED, OPERATOR, CheckpointMetadata, StateInfo
-from .restore_plan import JobFacts, plan_restore
+from .records import KEYED, OPERATOR, StateInfo
 
 
 def discover_descriptors(spec) -> dict[str, StateInfo]:
@@ -35,16 +32,3 @@ def registered_states(runtime_ctx: RuntimeContext, operator_store: OperatorState
     for name, (mode, d) in operator_store.descriptors().items():
         states[name] = StateInfo.from_descriptor(d, OPERATOR, mode)
     return states
-
-
-def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, StateInfo]) -> None:
-    """Refuse, with the fix, a checkpoint this definition cannot continue from (``restore_plan``'s rules for
-    the start of a run)."""
-    plan_restore(JobFacts.of(spec), checkpoint, descriptors)
-
-
-def continuing_spec(spec, checkpoint: CheckpointMetadata):
-    """The definition a run continuing from ``checkpoint`` runs with: that checkpoint's parallelism, backend
-    and max_parallelism (a rescale or restore set them; the definition's values shape a job's first run)."""
-    return spec.with_overrides(parallelism=checkpoint.parallelism, backend=checkpoint.backend,
-                               max_parallelism=checkpoint.max_parallelism)

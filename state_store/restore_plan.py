@@ -16,7 +16,7 @@ from .errors import ConfigError, RestoreError
 from .job import BACKENDS
 from .key_groups import check_parallelism
 from .operator_state import SOURCE_STATE_PREFIX
-from .records import LAYOUT_VERSION, StateInfo
+from .records import LAYOUT_VERSION, CheckpointMetadata, StateInfo
 from .types import StateMigrationError, check_compatibility
 
 # The new definition's states, or how to find them at the planned (parallelism, max_parallelism): a dry run of
@@ -290,3 +290,16 @@ def check_descriptors(stored: Mapping[str, StateInfo], descriptors: Mapping[str,
                 f"{e} (since {where}); keep the old type, make a compatible change "
                 f"(widen a number, add a row field), or give the new state another name"
             ) from None
+
+
+def check_restorable(spec, checkpoint: CheckpointMetadata, descriptors: dict[str, StateInfo]) -> None:
+    """Refuse, with the fix, a checkpoint this definition cannot continue from (the rules above, for the start
+    of a run)."""
+    plan_restore(JobFacts.of(spec), checkpoint, descriptors)
+
+
+def continuing_spec(spec, checkpoint: CheckpointMetadata):
+    """The definition a run continuing from ``checkpoint`` runs with: that checkpoint's parallelism, backend
+    and max_parallelism (a rescale or restore set them; the definition's values shape a job's first run)."""
+    return spec.with_overrides(parallelism=checkpoint.parallelism, backend=checkpoint.backend,
+                               max_parallelism=checkpoint.max_parallelism)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
-from ..registered_states import check_restorable
+from ..restore_plan import check_restorable
 from ..errors import RestoreError
 from ..subtask.exchange import KIND_FILE, KIND_STAT
 from .frame import Frame

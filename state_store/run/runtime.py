@@ -38,7 +38,8 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from ..registered_states import continuing_spec, discover_descriptors
+from ..registered_states import discover_descriptors
+from ..restore_plan import continuing_spec
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
