@@ -54,7 +54,7 @@ def test_delta_rs_commits_give_the_table_deltas_own_transaction_gives(spark, tmp
                           None if version == 0 else version - 1, "batch_id")
     assert json.loads((mine / "_delta_log" / "_last_checkpoint").read_text())["version"] == 10
 
-    # Spark, delta-rs and delta_log read the same rows, files and app transactions from both.
+    # Spark, delta-rs and delta.log read the same rows, files and app transactions from both.
     read = lambda t: spark.read.format("delta").load(str(t))  # noqa: E731
     assert _rows(read(mine)) == _rows(read(theirs)) and len(_rows(read(mine))) == 44
     other = {t: DeltaTable(str(t)).to_pyarrow_table().select(KEYED_TABLE.columns).to_pylist() for t in (mine, theirs)}

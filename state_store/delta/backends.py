@@ -23,7 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..records import STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion, WrittenFile
+from ..records import (STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion,
+                       WrittenFile)
 from .log import (
     CorruptLogError,
     app_transaction_version,

@@ -16,10 +16,10 @@ LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
 
 
 def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
-    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars (``state_store.spark.session.delta_jars``,
-    with the S3 jars when the warehouse is on ``s3a://``); where they are not on this machine (an installed
-    package, no checkout and no ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves from Maven
-    Central (and caches in ~/.ivy2) on the first run."""
+    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars
+    (``state_store.spark.session.delta_jars``, with the S3 jars when the warehouse is on ``s3a://``); where they
+    are not on this machine (an installed package, no checkout and no ``$LAKESTATE_JARS``), their Maven
+    coordinates, which Spark resolves from Maven Central (and caches in ~/.ivy2) on the first run."""
     from state_store.spark.session import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
 
     found = delta_jars()

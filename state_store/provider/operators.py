@@ -17,7 +17,8 @@ ENTRYPOINT = entrypoint_main.__file__  # spark-submit runs the installed package
 SPARK_CONN_ID = "lakestate_spark"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
 # The reservation of a job's lease that a DAG run's sensor takes and its task's command takes the job over from
-# (``state_store.catalog.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have their job).
+# (``state_store.catalog.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have
+# their job).
 HANDOFF = "airflow-{{ dag.dag_id }}-{{ run_id }}"
 HOLD_S = 900  # how long a reservation holds for a command that never comes (its task killed with its worker)
 

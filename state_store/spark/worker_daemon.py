@@ -20,7 +20,8 @@ import sys
 _ARCHIVES = (".zip", ".jar")
 # What a run's task imports, for each worker forked from the daemon to inherit. pandas among them: pyarrow.compute
 # imports it at a task's first call with a Python scalar (about 0.2 s in each new worker here).
-_WARM = ("pyspark.worker", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.parquet", "orjson", "state_store.subtask.task")
+_WARM = ("pyspark.worker", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.parquet", "orjson",
+         "state_store.subtask.task")
 
 
 def lean_path(path: list[str]) -> list[str]:
