@@ -25,8 +25,7 @@ from .functions import (
 from .job import JobSpec
 from .settings import Settings
 from .side_outputs import OutputTag
-from .sources.kafka import KafkaSource
-from .sources import DeltaSource, FileSource
+from .sources import DeltaSource, FileSource, KafkaSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types

@@ -12,9 +12,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # executors and in tests without a JVM; the adapters talk to Spark and Delta; the operations are what a user
 # runs; the entry points parse what the user typed.
 FLOORS = {
-    "core": {"catalog", "subtask", "errors", "types", "storage", "key_groups", "descriptors", "sources", "sources.kafka", "records", "keyed_state", "keys",
+    "core": {"catalog", "subtask", "errors", "types", "storage", "key_groups", "descriptors", "sources", "sources.kafka", "sources.base", "sources.files", "sources.delta_cdf", "sources.edge", "records", "keyed_state",
              "operator_state", "functions", "repartition", "subtask.exchange", "subtask.run_files", "subtask.task", "job", "settings",
-             "catalog.job_store", "catalog.lease", "registered_states", "restore_plan", "ttl.config", "ttl.rules", "ttl.handles", "ttl",
+             "catalog.job_store", "catalog.lease", "registered_states", "restore_plan", "ttl.config", "ttl.handles", "ttl",
              "watermarks", "timers", "side_outputs", "subtask.json_columns", "vectorized", "subtask.vectorized_run", "dataflow"},
     "adapters": {"delta", "spark", "spark.session", "spark.connect", "delta.log", "delta.delta_rs", "spark.worker_daemon", "delta.state_tables", "delta.backends", "delta.points", "ttl.tables", "ttl.cleanup"},
     "operations": {"ops", "run.frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "run.operator_run", "run.runtime",

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError, InputError
 from ..side_outputs import OutputTag
-from . import PINNED, SourceDefaults, null_event_times
+from .base import PINNED, SourceDefaults, null_event_times
 from ..types import RowTypeInfo, Types
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),

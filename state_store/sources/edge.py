@@ -1,0 +1,60 @@
+"""``EdgeSource``: inside a dataflow's run, what the operator upstream emitted (its subtasks' output files)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..types import RowTypeInfo
+from .base import SINK_MICROBATCH, SourceDefaults
+
+
+@dataclass
+class EdgeSource(SourceDefaults):
+    """Inside a dataflow's run (``dataflow``), what operator ``upstream`` emitted: its subtasks' output files of
+    the run (``files``, set by the run), each row in the microbatch it was emitted for. A record's place is its
+    file (the files ordered by subtask), then its position there: operator k+1 gets operator k's output of a
+    microbatch in one deterministic order. It plans nothing and keeps no offsets (the dataflow's source does)."""
+
+    upstream: str
+    schema: RowTypeInfo
+    files: tuple[str, ...] = ()
+
+    def declared_fields(self) -> dict:
+        return self.schema.fields
+
+    def validate(self, what: str) -> None:
+        if not isinstance(self.schema, RowTypeInfo):
+            raise ConfigError(f"{what}: operator {self.upstream!r} must declare its output_type with "
+                              f"Types.ROW_NAMED([...], [...])")
+
+    def describe(self) -> dict:
+        return {"type": "operator", "uid": self.upstream}
+
+    def initial_offset(self) -> dict:
+        return {}
+
+    def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
+        return []  # the dataflow's source keeps the offsets
+
+    def record_ddl(self, spark) -> str:
+        return self.schema.spark_ddl()
+
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The upstream operator's rows of this run (every microbatch of ``ranges``), with
+        ``POSITION_COLUMNS``; None when it emitted nothing."""
+        from pyspark.sql import functions as F
+
+        if not self.files:
+            return None
+        names = [Path(f).name for f in self.files]
+        df = spark.read.schema(f"{self.schema.spark_schema_ddl()}, `{SINK_MICROBATCH}` bigint").parquet(*self.files)
+        index_map = F.create_map(*[x for i, n in enumerate(names) for x in (F.lit(n), F.lit(i))])
+        return df.select(
+            *[F.col(f"`{c}`") for c in self.schema.fields],
+            F.col(f"`{SINK_MICROBATCH}`").alias("batch_id"),
+            F.element_at(index_map, F.col("_metadata.file_name")).cast("int").alias("file_idx"),
+            F.col("_metadata.file_block_start").cast("bigint").alias("block"),
+            F.monotonically_increasing_id().alias("row"),
+        )
