@@ -11,8 +11,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
-from .sources.kafka import KafkaSource
-from .sources import DeltaSource, EdgeSource, FileSource
+from .sources import Source
 from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy
@@ -47,13 +46,13 @@ class JobSpec:
 
     job_id: str
     function: KeyedProcessFunction
-    source: FileSource | DeltaSource | KafkaSource | EdgeSource  # EdgeSource: inside a dataflow (``dataflow``)
+    source: Source  # a FileSource, DeltaSource or KafkaSource; an EdgeSource inside a dataflow (``dataflow``)
     key: str
     key_type: TypeInfo
     output_type: RowTypeInfo
     sink: str
     uid: str = "main"
-    broadcast_source: FileSource | DeltaSource | KafkaSource | None = None
+    broadcast_source: Source | None = None
     parallelism: int = 2
     max_parallelism: int | None = None
     backend: str = "delta"
@@ -105,7 +104,7 @@ class JobSpec:
         except TypeError as e:
             raise ConfigError(f"output_type: {e}") from None
         for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
-            if source is not None and not isinstance(source, (FileSource, DeltaSource, KafkaSource, EdgeSource)):
+            if source is not None and not isinstance(source, Source):
                 raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
             if source is not None:
                 source.validate(what)

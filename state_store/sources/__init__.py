@@ -1,6 +1,6 @@
 """Sources: what a microbatch reads, and offsets that say how far a job has read (Flink's ``Source``).
 
-- ``base``: ``SourceDefaults``, the position columns and the pins
+- ``base``: the ``Source`` protocol a job's source meets, ``SourceDefaults``, the position columns and the pins
   of an end offset, the event-time checks every source makes;
 - ``files`` (``FileSource``), ``delta_cdf`` (``DeltaSource``), ``kafka`` (``KafkaSource``) and ``edge``
   (``EdgeSource``, the input of a dataflow's later operator).
@@ -8,7 +8,7 @@
 This package is the wing's face: the rest of Lakestate imports its names from here. It imports the top level
 only (errors, types, side_outputs), and no Spark at load.
 """
-from .base import (PINNED, POSITION_COLUMNS, READ, SINK_MICROBATCH, SourceDefaults, checked_max_event_time,
+from .base import (PINNED, POSITION_COLUMNS, READ, SINK_MICROBATCH, Source, SourceDefaults, checked_max_event_time,
                    null_event_times, position)
 from .delta_cdf import DeltaSource
 from .edge import EdgeSource
@@ -16,5 +16,5 @@ from .files import FileSource, warn_changed
 from .kafka import KafkaSource
 
 __all__ = ["PINNED", "POSITION_COLUMNS", "READ", "SINK_MICROBATCH", "DeltaSource", "EdgeSource", "FileSource",
-           "KafkaSource", "SourceDefaults", "checked_max_event_time", "null_event_times", "position",
+           "KafkaSource", "Source", "SourceDefaults", "checked_max_event_time", "null_event_times", "position",
            "warn_changed"]

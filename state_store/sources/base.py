@@ -1,12 +1,12 @@
 """What every source shares: the position columns a run's records carry, the pins of an end offset, the defaults
-of ``SourceDefaults``, and the event-time checks.
+of ``SourceDefaults``, the ``Source`` protocol a job's source meets, and the event-time checks.
 
 An offset is JSON. A microbatch's range ``[start, end)`` is fixed in its plan
 before it is processed, so a replay reads exactly the same records.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import InputError
 
@@ -59,6 +59,30 @@ class SourceDefaults:
         """The concurrent splits whose event times combine by their least (a Kafka topic's partitions, which
         then give ``split_max_event_times``); None: the source is one split (``max_event_time``)."""
         return None
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What a job reads (``JobSpec`` checks its ``source`` and ``broadcast_source`` against it): a ``FileSource``,
+    a ``DeltaSource``, a ``KafkaSource``, or inside a dataflow an ``EdgeSource``. A source plans (its offsets,
+    pinned in a microbatch's plan), reads a run's ranges and keeps its position as split entries of operator
+    state; ``SourceDefaults`` gives the members most sources say the same way."""
+
+    def validate(self, what: str) -> None: ...
+
+    def describe(self) -> dict: ...
+
+    def initial_offset(self) -> dict: ...
+
+    def record_ddl(self, spark) -> str: ...
+
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]): ...
+
+    def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]: ...
+
+    def declared_fields(self) -> dict | None: ...
+
+    def plan_notes(self, start: dict, end: dict) -> list[str]: ...
 
 
 def checked_max_event_time(df, column: str, where, what: str) -> int | None:
