@@ -1,6 +1,7 @@
-"""The house's rules, read from the source (README "Where things live"): no import circle in ``state_store``,
-no import from a lower floor to a higher one, no Spark in the pure core, ``runtime.py`` only sequencing
-(< 300 lines), and no function over 60 lines. Run alone: ``pytest tests/test_house.py``."""
+"""The house's rules, read from the source (README "Where things live"): each folder of ``state_store`` is a wing
+that may import only the wings its row below names, no import circle between modules, no loop between wings
+except through ``ttl/``, at most 22 modules at the top level, no Spark when the pure wings load, ``run/runtime.py``
+only sequencing (< 300 lines), and no function over 60 lines. Run alone: ``pytest tests/test_house.py``."""
 from __future__ import annotations
 
 import ast
@@ -8,26 +9,40 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 
-# Floors, lowest first: a module imports only from its own floor or below. The pure core runs in the Spark
-# executors and in tests without a JVM; the adapters talk to Spark and Delta; the operations are what a user
-# runs; the entry points parse what the user typed.
-FLOORS = {
-    "core": {"catalog", "subtask", "errors", "types", "storage", "key_groups", "descriptors", "sources", "sources.kafka", "sources.base", "sources.files", "sources.delta_cdf", "sources.edge", "records", "keyed_state",
-             "operator_state", "functions", "repartition", "subtask.exchange", "subtask.run_files", "subtask.task", "job", "settings",
-             "catalog.job_store", "catalog.lease", "registered_states", "restore_plan", "ttl.config", "ttl.handles", "ttl",
-             "watermarks", "timers", "side_outputs", "subtask.json_columns", "vectorized", "subtask.vectorized_run", "dataflow"},
-    "adapters": {"delta", "spark", "spark.session", "spark.connect", "delta.log", "delta.delta_rs", "spark.worker_daemon", "delta.state_tables", "delta.backends", "delta.points", "ttl.tables", "ttl.cleanup"},
-    "operations": {"ops", "run.frame", "run", "run.context", "run.planning", "run.commit", "run.checkpointing", "run.timing", "run.operator_run", "run.runtime",
-                   "ops.savepoint", "ops.restore", "ops.compaction", "ops.state_processor", "ops.housekeeping"},
-    "entry": {"__init__", "catalog.jobs", "catalog.pipelines", "cli", "entrypoint", "entrypoint.main"},
-    "airflow": {"provider", "provider.operators", "provider.dags", "provider.reader", "provider.views", "provider.plugin",
-                "provider.hooks"},
+# A module's wing is its first folder under state_store/; a top-level module is the user API and pure model
+# ("model"), except the CLI ("door"), which every command goes through. Lowest first: the model and its two
+# faces (sources/, ttl/) run in the Spark executors and in tests without a JVM; subtask/ is the executor half
+# of a run; catalog/ a job's files and who holds it; spark/ the session; delta/ the state tables; run/ and
+# ops/ what a user runs; the door, the entry point and the Airflow provider parse what the user typed. A new
+# module in a wing needs no edit here; a new wing needs a row.
+MAY_IMPORT = {
+    "model": {"sources", "ttl"},
+    "ttl": {"model"},
+    "sources": {"model"},
+    "subtask": {"model", "ttl"},
+    "catalog": {"model"},
+    "spark": {"model"},
+    "delta": {"model", "catalog", "subtask", "spark"},
+    "run": {"model", "ttl", "sources", "subtask", "catalog", "spark", "delta"},
+    "ops": {"model", "ttl", "catalog", "spark", "delta"},
+    "door": {"model", "ttl", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
+    "entrypoint": {"door"},
+    "provider": {"model", "door", "entrypoint", "catalog", "delta", "ops", "spark"},
 }
-ORDER = list(FLOORS)
-CORE_WITHOUT_SPARK = FLOORS["core"]
+# The only wing allowed in a loop between top-level modules and wings: TTL decorates the state handles
+# (ttl/handles.py imports keyed_state) and the descriptors carry its config (descriptors imports ttl/config.py).
+LOOP_WING = "ttl"
+# Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
+# these modules of ttl/ (ttl/tables.py and ttl/cleanup.py are its Spark side).
+NO_SPARK_WINGS = {"model", "sources", "subtask", "catalog"}
+NO_SPARK_MODULES = {"ttl", "ttl.config", "ttl.handles", "ttl.rules"}
+SPARK = {"pyspark", "delta", "py4j"}
+MAX_TOP_LEVEL = 22
 
 
 def _modules() -> dict[str, Path]:
+    """Every module by dotted name under ``state_store`` (a package by its folder's name, the package itself
+    as ``__init__``)."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
@@ -36,27 +51,34 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], set[str]]:
-    """The package modules ``name`` imports, and the top-level third-party packages it imports at module
-    level (not inside a function: those are deferred on purpose)."""
-    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
-    if name == "__init__":
-        package = []
-    inside, outside = set(), set()
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], set[str], set[str]]:
+    """The package modules ``name`` imports (relative and absolute, deferred ones included), the ones of them
+    it imports when loaded (module level), and the third-party packages it imports when loaded."""
+    package = name.split(".") if path.name == "__init__.py" and name != "__init__" else name.split(".")[:-1]
+    inside, at_load, outside = set(), set(), set()
     tree = ast.parse(path.read_text())
     top_level = {id(n) for n in tree.body} | {id(n) for s in tree.body if isinstance(s, (ast.If, ast.Try))
                                               for n in ast.walk(s)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[:len(package) - node.level + 1] if node.level > 1 else package
-            target = ".".join(base + ([node.module] if node.module else []))
+        found = set()
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "state_store"):
+            if node.level:
+                target = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module.partition(".")[2]
             for alias in node.names:
                 candidate = f"{target}.{alias.name}" if target else alias.name
-                inside.add(candidate if candidate in modules else target or "__init__")
+                found.add(candidate if candidate in modules else target or "__init__")
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "state_store" for a in node.names):
+            found = {a.name.partition(".")[2] or "__init__" for a in node.names if a.name.startswith("state_store")}
         elif isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) in top_level:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             outside.update(n.split(".")[0] for n in names)
-    return {m for m in inside if m in modules and m != name}, outside
+        found = {m for m in found if m in modules and m != name}
+        inside |= found
+        if id(node) in top_level:
+            at_load |= found
+    return inside, at_load, outside
 
 
 def _graph():
@@ -64,48 +86,99 @@ def _graph():
     return modules, {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
-def _floor(name: str) -> str:
-    for floor, names in FLOORS.items():
-        if name in names:
-            return floor
-    raise AssertionError(f"state_store/{name} has no floor in tests/test_house.py FLOORS (and none in the "
-                         f"README's 'Where things live'): give it one")
+def _wing(name: str, modules: dict[str, Path]) -> str:
+    if "." in name or (modules[name].name == "__init__.py" and name != "__init__"):
+        return name.split(".")[0]
+    return "door" if name == "cli" else "model"
+
+
+def _node(name: str, modules: dict[str, Path]) -> str:
+    """A top-level module is a node of its own; a wing's modules are one node, the wing."""
+    wing = _wing(name, modules)
+    return name if wing in ("model", "door") else wing
+
+
+def _loops(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan's)."""
+    index, low, stack, on, parts = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                parts.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return parts
+
+
+def test_each_wing_imports_only_the_wings_its_row_allows():
+    modules, graph = _graph()
+    wings = {_wing(name, modules) for name in modules}
+    assert wings <= set(MAY_IMPORT), (f"state_store/ has wings {sorted(wings - set(MAY_IMPORT))} with no row in "
+                                      f"tests/test_house.py MAY_IMPORT (nor in README's 'Where things live'): give "
+                                      f"each a row")
+    wrong = sorted(f"{name} ({_wing(name, modules)}) -> {target} ({_wing(target, modules)})"
+                   for name, (inside, _, _) in graph.items() for target in inside
+                   if _wing(target, modules) != _wing(name, modules)
+                   and _wing(target, modules) not in MAY_IMPORT[_wing(name, modules)])
+    assert not wrong, f"imports a wing's row does not allow: {wrong}"
 
 
 def test_no_import_circle_in_state_store():
     _, graph = _graph()
-    edges = {name: inside for name, (inside, _) in graph.items()}
-    seen, stack, circles = set(), [], []
-
-    def visit(node, path):
-        if node in path:
-            circles.append(path[path.index(node):] + [node])
-            return
-        if node in seen:
-            return
-        path.append(node)
-        for nxt in sorted(edges[node]):
-            visit(nxt, path)
-        path.pop()
-        seen.add(node)
-
-    for name in sorted(edges):
-        visit(name, stack)
+    circles = _loops({name: inside for name, (inside, _, _) in graph.items()})
     assert not circles, f"import circles: {circles}"
 
 
-def test_every_import_goes_to_the_same_floor_or_below():
-    _, graph = _graph()
-    upward = [(name, target) for name, (inside, _) in graph.items() for target in inside
-              if ORDER.index(_floor(target)) > ORDER.index(_floor(name))]
-    assert not upward, f"imports from a lower floor to a higher one: {sorted(upward)}"
+def test_no_loop_between_top_level_modules_and_wings_but_through_ttl():
+    modules, graph = _graph()
+    edges: dict[str, set[str]] = {}
+    for name, (inside, _, _) in graph.items():
+        node = _node(name, modules)
+        edges.setdefault(node, set()).update(_node(t, modules) for t in inside if _node(t, modules) != node)
+    without = {v: {w for w in ws if w != LOOP_WING} for v, ws in edges.items() if v != LOOP_WING}
+    assert not _loops(without), f"loops between top-level modules and wings not through {LOOP_WING}/: " \
+                                f"{_loops(without)}"
 
 
-def test_the_pure_core_imports_no_spark_at_module_level():
-    _, graph = _graph()
-    spark = [name for name, (_, outside) in graph.items() if name in CORE_WITHOUT_SPARK
-             and outside & {"pyspark", "delta", "py4j"}]
-    assert not spark, f"core modules importing Spark when loaded (an executor or a JVM-less test loads them): {spark}"
+def test_the_top_level_holds_at_most_22_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at state_store/'s top level: give some a wing: {top}"
+
+
+def test_the_pure_wings_load_no_spark():
+    modules, graph = _graph()
+    pure = [n for n in modules if _wing(n, modules) in NO_SPARK_WINGS or n in NO_SPARK_MODULES]
+    spark = []
+    for name in pure:
+        # What loading it loads: its packages' __init__ and what each loaded module imports at module level.
+        todo = [name] + [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)] + ["__init__"]
+        seen = set()
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m][1])
+        spark += [f"{name} (through {m})" for m in sorted(seen) if graph[m][2] & SPARK]
+    assert not spark, f"modules loading Spark when loaded (an executor or a JVM-less test loads them): {spark}"
 
 
 def test_runtime_only_sequences_and_no_function_is_over_60_lines():
