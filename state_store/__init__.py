@@ -39,3 +39,14 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
 ]
+
+
+def __getattr__(name: str):
+    """The State Processor API (``SavepointReader``, ``SavepointWriter``) from here too, loaded when first asked
+    for (PEP 562): it imports pyspark, and an executor or a DAG parse imports this package without Spark."""
+    if name in ("SavepointReader", "SavepointWriter"):
+        from .ops import state_processor
+
+        return getattr(state_processor, name)
+    raise AttributeError(f"module 'state_store' has no attribute {name!r}")
+

@@ -10,12 +10,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 
 # A module's wing is its first folder under state_store/; a top-level module is the user API and pure model
-# ("model"), except the CLI ("door"), which every command goes through. Lowest first: the model and its two
+# ("model"), except the package's face, ``__init__`` ("face"), and the CLI ("door"), which every command goes
+# through. Lowest first: the model and its two
 # faces (sources/, ttl/) run in the Spark executors and in tests without a JVM; subtask/ is the executor half
 # of a run; catalog/ a job's files and who holds it; spark/ the session; delta/ the state tables; run/ and
 # ops/ what a user runs; the door, the entry point and the Airflow provider parse what the user typed. A new
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
+    "face": {"model", "sources", "ttl", "ops"},  # ops: the State Processor API, loaded when first asked for
     "model": {"sources", "ttl"},
     "ttl": {"model"},
     "sources": {"model"},
@@ -34,7 +36,7 @@ MAY_IMPORT = {
 LOOP_WING = "ttl"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of ttl/ (ttl/tables.py and ttl/cleanup.py are its Spark side).
-NO_SPARK_WINGS = {"model", "sources", "subtask", "catalog"}
+NO_SPARK_WINGS = {"face", "model", "sources", "subtask", "catalog"}
 NO_SPARK_MODULES = {"ttl", "ttl.config", "ttl.handles", "ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22
@@ -89,13 +91,13 @@ def _graph():
 def _wing(name: str, modules: dict[str, Path]) -> str:
     if "." in name or (modules[name].name == "__init__.py" and name != "__init__"):
         return name.split(".")[0]
-    return "door" if name == "cli" else "model"
+    return {"cli": "door", "__init__": "face"}.get(name, "model")
 
 
 def _node(name: str, modules: dict[str, Path]) -> str:
     """A top-level module is a node of its own; a wing's modules are one node, the wing."""
     wing = _wing(name, modules)
-    return name if wing in ("model", "door") else wing
+    return name if wing in ("face", "model", "door") else wing
 
 
 def _loops(edges: dict[str, set[str]]) -> list[list[str]]:

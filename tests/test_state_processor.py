@@ -3,6 +3,8 @@ DataFrames, bootstrap a savepoint from DataFrames that a job restores and carrie
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -13,11 +15,21 @@ from state_store.delta.points import StatePoint
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import load_savepoint, take_savepoint
 from state_store.ops.state_processor import SavepointReader, SavepointWriter
+from state_store.spark.session import PROJECT_ROOT
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
 
 QUIET = dict(say=lambda m: None)
+
+
+def test_the_state_processor_comes_from_the_package_without_loading_spark_with_it():
+    code = ("import sys, state_store; assert 'pyspark' not in sys.modules; "
+            "from state_store import SavepointReader, SavepointWriter; "
+            "assert SavepointReader is state_store.ops.state_processor.SavepointReader, SavepointReader; "
+            "assert SavepointWriter.__module__ == 'state_store.ops.state_processor'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_the_reader_gives_every_kind_of_state_as_typed_rows(spark, lake):
