@@ -38,7 +38,10 @@ class InProcessHook(LoggingMixin):
                 code = main(list(self.operator.application_args))
         finally:
             for key, value in saved.items():
-                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         self._process_spark_submit_log(iter(out.getvalue().splitlines()))
         if code:
             raise AirflowException(f"Cannot execute: lakestate {' '.join(self.operator.application_args)}. "

@@ -61,6 +61,7 @@ def lake(tmp_path) -> Lake:
 # A test that starts processes itself says `@pytest.mark.e2e`. Tiers run in that order, so `-m unit` is the
 # first minute of a full run and a failing pure test is seen before the slow ones start.
 TIERS = ("unit", "spark", "e2e")
+_TIER = pytest.StashKey[str]()  # each collected test's tier
 E2E_FIXTURES = {"broker", "connect_server", "s3", "standalone_cluster", "installed", "airflow_with_a_job",
                 "browser", "parsed_forms", "airflow_home"}
 
@@ -83,9 +84,6 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, tier))
         item.stash[_TIER] = tier
     items.sort(key=lambda item: order[item.stash[_TIER]])  # stable: file order holds within a tier
-
-
-_TIER = pytest.StashKey[str]()
 
 
 def pytest_runtest_teardown(item, nextitem):
