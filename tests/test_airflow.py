@@ -542,7 +542,7 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
         assert form["job"]["enum"] == ["clicks", "orders"]
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
     # No top-level minimum/maximum the form's number field would clamp a typed 0 or 100000 to: bounds the
-    # trigger checks and refuses with the value typed (tests/test_browser_forms.py types them).
+    # trigger checks and refuses with the value typed (tests/test_browser.py types them in the rescale form).
     parallelism = rescale["parallelism"]
     assert parallelism["type"] == "integer" and "minimum" not in parallelism and "maximum" not in parallelism
     assert parallelism["then"] == {"minimum": 1, "maximum": 32768}  # no job has run
@@ -633,7 +633,7 @@ def test_an_optional_number_field_left_empty_is_valid_and_gets_no_bound_the_form
         parsed_forms):
     """Airflow's number field reads an empty value as 0 against the schema's top-level ``minimum``: a
     ``minimum`` of 1 there marks an empty optional field as an error (and clamps a typed value when left).
-    The browser test (tests/test_browser_forms.py) sees the field itself."""
+    The browser test (tests/test_browser.py) sees the field itself."""
     for name, schema in _number_fields(parsed_forms).items():
         assert "minimum" not in schema and "maximum" not in schema, name
         if name != "lakestate_rescale.parallelism":
