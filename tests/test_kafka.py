@@ -24,7 +24,6 @@ from state_store.run.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.airflow_server import migrate
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
-from tests.kill_harness import kill_spark_submit_at, register_module
 from tests.ports import free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -485,25 +484,6 @@ def test_a_crash_at_each_fault_point_then_a_rerun_gives_the_sink_and_state_of_a_
     assert run(spark, spec, lake).batches, "the rerun must process or replay the crashed microbatch"
     sink, state = fault_reference
     assert sink_rows(spark, lake, spec) == sink  # nothing lost, nothing read twice
-    assert state_at_latest_checkpoint(spark, lake, spec) == state
-
-
-def test_kill_9_of_spark_submit_mid_run_then_a_rerun_gives_the_sink_and_state_of_a_clean_run(spark, lake, broker,
-                                                                                           fault_reference, tmp_path):
-    """The run of 3 microbatches killed once its sink is committed (state and checkpoint not yet); the rerun
-    replays the offsets its plans pinned."""
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "kafka_killed.py").write_text(
-        "from tests.test_kafka import kafka_job\n\n\ndef job():\n"
-        f"    return kafka_job(None, {{'bootstrap': {broker['bootstrap']!r}}}, 'faults', job_id='faults', "
-        "max_records_per_microbatch=12)\n")
-    register_module(lake, modules, "kafka_killed")
-    kill_spark_submit_at(lake, "faults", "sink_committed", modules, tmp_path / "spark-submit.log")
-    spec = kafka_job(lake, broker, "faults", job_id="faults", max_records_per_microbatch=12)
-    assert run(spark, spec, lake, lease_wait_s=20).batches  # takes over the dead run's lease (test_kill says why)
-    sink, state = fault_reference
-    assert sink_rows(spark, lake, spec) == sink
     assert state_at_latest_checkpoint(spark, lake, spec) == state
 
 
