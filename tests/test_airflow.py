@@ -118,26 +118,65 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
     assert found["heavy"] == []
 
 
-@pytest.mark.parametrize("bad,message", [
-    ('parallelism = -1', r"field 'parallelism' must be an integer above 0 and at most 32768, got -1"),
-    ('backend = "rocksdb"', r"field 'backend' must be one of delta, hashmap, got 'rocksdb'"),
-    ('schedule = "every hour"', r"field 'schedule' must be a cron expression"),
-    ('paralelism = 2', r"unknown field 'paralelism'"),
-])
-@pytest.mark.e2e
-def test_a_bad_entry_is_one_import_error_naming_its_field_and_the_others_still_load(tmp_path, bad, message):
-    registry = _registry(tmp_path, GOOD + f"""
+BAD_ENTRIES = {
+    'parallelism = -1': r"field 'parallelism' must be an integer above 0 and at most 32768, got -1",
+    'backend = "rocksdb"': r"field 'backend' must be one of delta, hashmap, got 'rocksdb'",
+    'schedule = "every hour"': r"field 'schedule' must be a cron expression",
+    'paralelism = 2': r"unknown field 'paralelism'",
+}
+OPERATION_NAMES = ("savepoint", "rescale", "compaction", "restore", "dispose")
+DUPLICATE = GOOD + """
+    [jobs.clicks]
+    entrypoint = "demo.clicks:job"
+    """
+
+
+@pytest.fixture(scope="module")
+def parsed_registries(tmp_path_factory) -> dict:
+    """Each bad registry below, its DAG folder parsed as Airflow's dag processor does (DagBag over the folder),
+    all in one fresh interpreter (Airflow's import is most of a parse; DagBag imports each file anew): per
+    case, each DAG's job drop-down (None without one), the import errors by file, and the registry's path."""
+    tmp = tmp_path_factory.mktemp("registries")
+    texts = {**{bad: GOOD + f"""
     [jobs.broken]
     entrypoint = "demo.clicks:job"
     {bad}
+    """ for bad in BAD_ENTRIES}, **{name: GOOD + f"""
+    [jobs.{name}]
+    entrypoint = "tests.jobs:count_job"
+    """ for name in OPERATION_NAMES}, "duplicate": DUPLICATE}
+    registries = {}
+    for i, (case, text) in enumerate(texts.items()):
+        (tmp / str(i)).mkdir()
+        registries[case] = str(_registry(tmp / str(i), text))
+    code = textwrap.dedent(f"""
+        import json, os
+        from airflow.models.dagbag import DagBag
+        found = {{}}
+        for case, registry in {registries!r}.items():
+            os.environ["LAKESTATE_REGISTRY"] = registry
+            bag = DagBag(dag_folder={str(ROOT / "dags")!r}, include_examples=False)
+            dags = {{d: {{k: p.schema for k, p in dag.params.items()}}.get("job", {{}}).get("enum")
+                    for d, dag in bag.dags.items()}}
+            found[case] = {{"dags": dags, "errors": bag.import_errors, "registry": registry}}
+        print(json.dumps(found))
     """)
-    found = _parse(tmp_path, registry)
-    assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
+    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp, tmp / "unset.toml"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("bad", BAD_ENTRIES)
+@pytest.mark.e2e
+def test_a_bad_entry_is_one_import_error_naming_its_field_and_the_others_still_load(parsed_registries, bad):
+    found = parsed_registries[bad]
+    assert sorted(d for d in found["dags"] if d not in OPERATION_DAGS) == ["lakestate_clicks", "lakestate_counts"]
     (error,) = found["errors"].values()
     assert "[jobs.broken]" in error
     import re
 
-    assert re.search(message, error), error
+    assert re.search(BAD_ENTRIES[bad], error), error
 
 
 def test_the_registry_refuses_a_missing_entrypoint_and_names_the_file(tmp_path):
@@ -190,35 +229,16 @@ def test_cron_expressions_airflow_accepts_are_accepted(tmp_path):
     assert errors == {} and [entries[f"j{i}"].schedule for i in range(6)] == [*schedules[:5], None]
 
 
-def _parse_dag_folder(tmp_path: Path, registry: Path) -> dict:
-    """Parse both DAG files as Airflow's dag processor does (DagBag over the folder): each DAG's job drop-down
-    (None without one), and the import errors by file."""
-    code = textwrap.dedent(f"""
-        import json
-        from airflow.models.dagbag import DagBag
-        bag = DagBag(dag_folder={str(ROOT / "dags")!r}, include_examples=False)
-        dags = {{d: {{k: p.schema for k, p in dag.params.items()}}.get("job", {{}}).get("enum")
-                for d, dag in bag.dags.items()}}
-        print(json.dumps({{"dags": dags, "errors": bag.import_errors}}))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescale": ["clicks", "counts"],
                   "lakestate_restore": ["clicks", "counts"], "lakestate_dispose": None, "lakestate_compaction": None}
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["savepoint", "rescale", "compaction", "restore", "dispose"])
-def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(tmp_path, name):
-    registry = _registry(tmp_path, GOOD + f"""
-    [jobs.{name}]
-    entrypoint = "tests.jobs:count_job"
-    """)
-    found = _parse_dag_folder(tmp_path, registry)
+@pytest.mark.parametrize("name", OPERATION_NAMES)
+def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_operation_dags_still_load(
+        parsed_registries, name):
+    found = parsed_registries[name]
+    registry = found["registry"]
     assert sorted(OPERATION_DAGS) == sorted(OPERATION_DAG_IDS)  # the registry refuses every operation's id
     assert found["dags"] == {**OPERATION_DAGS, "lakestate_clicks": None, "lakestate_counts": None}
     (error,) = found["errors"].values()
@@ -227,12 +247,10 @@ def test_an_entry_named_like_an_operation_dag_is_refused_naming_it_and_the_opera
 
 
 @pytest.mark.e2e
-def test_a_duplicate_entry_is_an_import_error_naming_file_and_line_and_the_operation_dags_still_load(tmp_path):
-    registry = _registry(tmp_path, GOOD + """
-    [jobs.clicks]
-    entrypoint = "demo.clicks:job"
-    """)
-    found = _parse_dag_folder(tmp_path, registry)
+def test_a_duplicate_entry_is_an_import_error_naming_file_and_line_and_the_operation_dags_still_load(
+        parsed_registries):
+    found = parsed_registries["duplicate"]
+    registry = found["registry"]
     # No entry of a file that does not parse can be trusted: no pipeline DAG; the operations offer the jobs
     # whose [jobs.<id>] headers can be read.
     assert found["dags"] == OPERATION_DAGS
