@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def pytest_sessionfinish(session, exitstatus):
     lines.append("")
     lines += [f"{seconds:8.2f} s  {tiers.get(nodeid, '?'):5} {nodeid}"
               for nodeid, seconds in sorted(_DURATIONS.items(), key=lambda kv: -kv[1])]
-    out = Path(session.config.rootpath) / "test-artifacts" / "durations.txt"
+    # scripts/test.sh runs the tiers in two processes side by side: each names its own file.
+    out = Path(session.config.rootpath) / "test-artifacts" / os.environ.get("LAKESTATE_DURATIONS", "durations.txt")
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

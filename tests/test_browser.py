@@ -55,6 +55,16 @@ def _wait(predicate, seconds: float, what: str, every: float = 2.0):
     raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
 
 
+def _present(browser, by: str, selector: str) -> list:
+    """The elements found now: the driver's implicit wait (15 s) would wait that long for an element that is
+    rightly absent."""
+    browser.implicitly_wait(0)
+    try:
+        return browser.find_elements(by, selector)
+    finally:
+        browser.implicitly_wait(15)
+
+
 def _shot(browser, name: str, height: int | None = None) -> None:
     """A screenshot of the whole page (the window grown to its height), then the window as it was. The UI
     scrolls its own content box, so the page's height is the view's."""
@@ -123,7 +133,7 @@ class Airflow:
 
         self.browser.get(f"{self.url}/plugin/lakestate")
         section = self.browser.find_element(By.CSS_SELECTOR, "#lakestate-view section#job-clicks")
-        assert not self.browser.find_elements(By.TAG_NAME, "iframe"), "the Lakestate page is framed again"
+        assert not _present(self.browser, By.TAG_NAME, "iframe"), "the Lakestate page is framed again"
         return section
 
     def follow(self, link, lands_on: str) -> None:
@@ -213,7 +223,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         browser.find_element(By.XPATH, "//a[normalize-space(.)='Lakestate']").click()
         _wait(lambda: "/plugin/lakestate" in browser.current_url, 30, "the Lakestate page")
         section = browser.find_element(By.CSS_SELECTOR, "#lakestate-view section#job-clicks")
-        assert not browser.find_elements(By.TAG_NAME, "iframe")
+        assert not _present(browser, By.TAG_NAME, "iframe")
         latest = store.latest_checkpoint()
         assert (latest.checkpoint_id, latest.batch_id) == (2, 1)
         _check_checkpoints(section, latest, run)
