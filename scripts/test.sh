@@ -25,24 +25,32 @@ fi
 # The whole suite: the tiers (tests/conftest.py) in two processes side by side. The e2e tier mostly waits on
 # processes of its own (Airflow's scheduler, a browser, pip, servers) while unit -> spark keeps the JVM of its
 # shared session busy: side by side they use the machine's two cores that one after the other left half idle.
-# Each process has its own SparkSession, Airflow database and LAKESTATE_ROOT; the e2e output is kept in
-# test-artifacts/e2e.log and printed once both end. Where the time went: test-artifacts/durations-*.txt.
+# The e2e files whose work is Spark in this process (a Kafka broker, an S3 server beside it) follow the spark
+# tier, so that the two sides take about as long. Each pytest has its own SparkSession, Airflow database,
+# LAKESTATE_ROOT and durations file (test-artifacts/durations-*.txt); the other side's output is kept in
+# test-artifacts/e2e.log and printed once both end.
+IN_PROCESS_E2E=(tests/test_kafka.py tests/test_s3.py)
+tier() {  # tier NAME PYTEST-ARGS...: one pytest, its durations in test-artifacts/durations-NAME.txt
+  local name=$1; shift
+  LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS="durations-$name.txt" python -m pytest -p no:cacheprovider "$@"
+}
 rm -f test-artifacts/durations*.txt
 started=$(date +%s)
-( export LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS=durations-e2e.txt
-  exec python -m pytest -p no:cacheprovider -m e2e ) > test-artifacts/e2e.log 2>&1 &
+tier e2e -m e2e "${IN_PROCESS_E2E[@]/#/--ignore=}" > test-artifacts/e2e.log 2>&1 &
 e2e=$!
 trap 'kill -INT $e2e 2>/dev/null || true' INT TERM  # pytest tears its fixtures down
 status=0
-( export LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS=durations-unit-spark.txt
-  exec python -m pytest -p no:cacheprovider -m "not e2e" ) || status=$?
-echo "[test] unit and spark tiers done after $(( $(date +%s) - started )) s (status $status); waiting for the e2e tier"
+tier unit-spark -m "not e2e" || status=$?
+tier e2e-in-process -m e2e "${IN_PROCESS_E2E[@]}" || status=$?
+echo "[test] this side done after $(( $(date +%s) - started )) s (status $status); waiting for the e2e side"
 e2e_status=0
 wait $e2e || e2e_status=$?
-echo "[test] e2e tier (test-artifacts/e2e.log), done after $(( $(date +%s) - started )) s (status $e2e_status):"
+echo "[test] the e2e side (test-artifacts/e2e.log), done after $(( $(date +%s) - started )) s (status $e2e_status):"
 cat test-artifacts/e2e.log
-for f in test-artifacts/durations-unit-spark.txt test-artifacts/durations-e2e.txt; do
-  [ -f "$f" ] && { echo "[test] durations ($f):"; head -30 "$f"; }
+for f in test-artifacts/durations-*.txt; do
+  [ -f "$f" ] || continue
+  echo "[test] durations ($f):"
+  head -25 "$f"
 done
 [ $status -eq 0 ] && status=$e2e_status
 exit $status
