@@ -38,6 +38,7 @@ from state_store import (
 )
 from state_store.catalog.job_store import JobStore
 from state_store.run.runtime import FaultInjector, InjectedFault, run_job
+from tests.conftest import Lake
 
 
 def _quiet(_line):
@@ -49,9 +50,13 @@ def _latest_totals(spark, lake, sink="sinks/sessions_per_country") -> pd.DataFra
     return latest_totals(spark.read.format("delta").load(str(lake.settings.sink(sink))).toPandas())
 
 
-def _sink_rows(spark, lake, sink="sinks/sessions_per_country") -> list[tuple]:
-    rows = spark.read.format("delta").load(str(lake.settings.sink(sink))).collect()
-    return sorted(tuple(r) for r in rows)
+def _sink_rows(spark, lake, sink="sinks/sessions_per_country", upto: int | None = None) -> list[tuple]:
+    """The sink's rows, sorted; with ``upto``, those of microbatches up to that one."""
+    return _sorted(spark.read.format("delta").load(str(lake.settings.sink(sink))).collect(), upto)
+
+
+def _sorted(rows, upto: int | None = None) -> list[tuple]:
+    return sorted(tuple(r) for r in rows if upto is None or r["_microbatch"] <= upto)
 
 
 def _clicks(lake, files: int = 3):
@@ -102,51 +107,6 @@ def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_pa
 
 
 # -- runs ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", ["delta", "hashmap"])
-def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(spark, lake, backend):
-    directory, clicks = _clicks(lake)
-    chain = dataflow(directory, backend=backend)
-    first = run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
-    rest = run_job(spark, chain, lake.settings, progress=_quiet)
-    assert len(first.batches) == 1 and len(rest.batches) == 2
-    pd.testing.assert_frame_equal(_latest_totals(spark, lake), expected(clicks), check_dtype=False)
-
-    store = JobStore(lake.settings.job_dir(chain.job_id))
-    checkpoint = store.latest_checkpoint()
-    second = checkpoint.of_operator("per-country")
-    assert (checkpoint.uid, checkpoint.parallelism, checkpoint.batch_id) == ("sessions", 2, 2)
-    assert (second.parallelism, second.batch_id, second.backend, second.source_offsets) == (3, 2, backend, {})
-    assert second.entries["per-country.totals"] == len(expected(clicks))
-    assert checkpoint.sink is not None and second.sink == checkpoint.sink
-    assert not any(store.operator_dir("per-country").joinpath("staging").glob("edge-*")), "edge files left"
-
-
-def test_a_run_of_three_microbatches_equals_three_runs_of_one_and_compaction_keeps_it_so(spark, lake):
-    directory, _ = _clicks(lake)
-    run_job(spark, dataflow(directory, job_id="at-once", sink="sinks/at-once"), lake.settings, progress=_quiet)
-    for _ in range(3):
-        run_job(spark, dataflow(directory, job_id="one-by-one", sink="sinks/one-by-one"), lake.settings,
-                max_microbatches=1, progress=_quiet)
-    assert _sink_rows(spark, lake, "sinks/at-once") == _sink_rows(spark, lake, "sinks/one-by-one")
-    # Compaction rewrites every operator's tables (the three runs left superseded rows); the job goes on.
-    from state_store.ops.compaction import compact_job
-
-    store = JobStore(lake.settings.job_dir("one-by-one"))
-    before = store.latest_checkpoint()
-    report = compact_job(spark, lake.settings, "one-by-one", say=_quiet)
-    assert report["tables"]["per-country:keyed"]["superseded_removed"] > 0 and report["files_deleted"] > 0
-    after = store.latest_checkpoint()
-    assert after.checkpoint_id == report["new_checkpoint"] and after.of_operator("per-country").entries == \
-        before.of_operator("per-country").entries
-    assert after.of_operator("per-country").table("keyed").version > before.of_operator("per-country").table(
-        "keyed").version
-    assert compact_job(spark, lake.settings, "one-by-one", say=_quiet).get("nothing_to_do")
-    write_clicks(directory, 1, events=300, users=200)
-    for job_id, sink in (("at-once", "sinks/at-once"), ("one-by-one", "sinks/one-by-one")):
-        run_job(spark, dataflow(directory, job_id=job_id, sink=sink), lake.settings, progress=_quiet)
-    assert _sink_rows(spark, lake, "sinks/at-once") == _sink_rows(spark, lake, "sinks/one-by-one")
-
-
 # Where a crash can stop a run of two operators: between the steps the operators take in turn (plan; each one's
 # pass, files staged; the first's tables written, then the second's; the first's commit markers, then the
 # second's; the checkpoint), one point each; the points left out sit next to one kept with nothing durable
@@ -155,47 +115,108 @@ def test_a_run_of_three_microbatches_equals_three_runs_of_one_and_compaction_kee
 # one-operator job's are: test_exactly_once[after_plan] and [after_checkpoint] prove those two points.
 CRASHES = [("before_sink_write", "sessions"), ("after_state_write", "sessions"), ("after_sink_write", "per-country"),
            ("after_state_write", "per-country"), ("after_commit", "sessions"), ("after_commit", "per-country")]
+COMPACTED_AFTER = 3  # the microbatch after which the crashed job is compacted: three crashes come after it
 
 
-def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_sink_and_state(spark, lake):
-    directory, clicks = _clicks(lake, files=2)
-    run_job(spark, dataflow(directory, job_id="clean", sink="sinks/clean"), lake.settings, progress=_quiet)
-    clean = _sink_rows(spark, lake, "sinks/clean")
-    for i, (point, operator) in enumerate(CRASHES):
-        job_id, sink = f"crash-{i}", f"sinks/crash-{i}"
-        chain = dataflow(directory, job_id=job_id, sink=sink)
-        run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
+class Clean:
+    """A run of the chain without faults, over clicks of microbatch 0 and one more microbatch per crash of
+    CRASHES: one microbatch, then the rest in one pass."""
+
+    def __init__(self, spark, lake, backend="delta"):
+        self.lake, self.backend = lake, backend
+        self.directory, self.clicks = _clicks(lake, files=1 + len(CRASHES))
+        self.chain = dataflow(self.directory, backend=backend)
+        self.first = run_job(spark, self.chain, lake.settings, max_microbatches=1, progress=_quiet)
+        self.rest = run_job(spark, self.chain, lake.settings, progress=_quiet)
+        self.rows = spark.read.format("delta").load(str(lake.settings.sink(self.chain.sink))).collect()
+        self.checkpoint = JobStore(lake.settings.job_dir(self.chain.job_id)).latest_checkpoint()
+
+
+@pytest.fixture(scope="module")
+def clean(spark, tmp_path_factory) -> Clean:
+    """The delta backend's clean run, shared read-only (its clicks too): what the crashed and the killed job must
+    end with."""
+    return Clean(spark, Lake(tmp_path_factory.mktemp("clean")))
+
+
+@pytest.mark.parametrize("backend", ["delta", "hashmap"])
+def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(spark, lake, clean, backend):
+    done = clean if backend == clean.backend else Clean(spark, lake, backend)  # delta: the module's clean run
+    assert len(done.first.batches) == 1 and len(done.rest.batches) == len(CRASHES)
+    pd.testing.assert_frame_equal(_latest_totals(spark, done.lake), expected(done.clicks), check_dtype=False)
+
+    store = JobStore(done.lake.settings.job_dir(done.chain.job_id))
+    checkpoint = store.latest_checkpoint()
+    second = checkpoint.of_operator("per-country")
+    assert (checkpoint.uid, checkpoint.parallelism, checkpoint.batch_id) == ("sessions", 2, len(CRASHES))
+    assert (second.parallelism, second.batch_id, second.backend, second.source_offsets) == (3, len(CRASHES),
+                                                                                            backend, {})
+    assert second.entries["per-country.totals"] == len(expected(done.clicks))
+    assert checkpoint.sink is not None and second.sink == checkpoint.sink
+    assert not any(store.operator_dir("per-country").joinpath("staging").glob("edge-*")), "edge files left"
+
+
+def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_sink_and_state(spark, lake, clean):
+    """One job run a microbatch at a time, crashed in each of microbatches 1.. at one point of CRASHES, each
+    rerun replaying that microbatch: after each, its sink so far and its state equal the clean run's. So its runs
+    of one microbatch also equal the clean run's pass of six, and compaction halfway changes nothing that follows."""
+    chain = dataflow(clean.directory, job_id="crashed", sink="sinks/crashed")
+    store = JobStore(lake.settings.job_dir("crashed"))
+    run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
+    for batch_id, (point, operator) in enumerate(CRASHES, start=1):
         with pytest.raises(InjectedFault):
-            run_job(spark, chain, lake.settings, progress=_quiet,
-                    faults=FaultInjector(point, batch_id=1, operator=operator))
-        run_job(spark, chain, lake.settings, progress=_quiet)
-        assert _sink_rows(spark, lake, sink) == clean, (point, operator)
-        state = JobStore(lake.settings.job_dir(job_id)).latest_checkpoint()
+            run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet,
+                    faults=FaultInjector(point, batch_id=batch_id, operator=operator))
+        run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
+        assert _sink_rows(spark, lake, "sinks/crashed", upto=batch_id) == _sorted(clean.rows, batch_id), point
+        # Every country has closed sessions from microbatch 0 on (200 users in 7 countries): the clean run's
+        # per-country entries are those of each microbatch.
+        state = store.latest_checkpoint()
         assert (state.batch_id, state.of_operator("per-country").entries) == (
-            1, JobStore(lake.settings.job_dir("clean")).latest_checkpoint().of_operator("per-country").entries)
+            batch_id, clean.checkpoint.of_operator("per-country").entries), (point, operator)
+        if batch_id == COMPACTED_AFTER:
+            _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lake, "crashed")
+    assert _sink_rows(spark, lake, "sinks/crashed") == _sorted(clean.rows)
+    assert (state.batch_id, state.entries) == (clean.checkpoint.batch_id, clean.checkpoint.entries)
+
+
+def _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lake, job_id):
+    """The runs of one microbatch left superseded rows in every operator's tables: compaction removes them and
+    pins the rewritten versions in a new checkpoint of the same entries; at once again, it has nothing to do."""
+    from state_store.ops.compaction import compact_job
+
+    store = JobStore(lake.settings.job_dir(job_id))
+    before = store.latest_checkpoint()
+    report = compact_job(spark, lake.settings, job_id, say=_quiet)
+    assert report["tables"]["per-country:keyed"]["superseded_removed"] > 0 and report["files_deleted"] > 0
+    after = store.latest_checkpoint()
+    assert after.checkpoint_id == report["new_checkpoint"] and after.of_operator("per-country").entries == \
+        before.of_operator("per-country").entries
+    assert after.of_operator("per-country").table("keyed").version > before.of_operator("per-country").table(
+        "keyed").version
+    assert compact_job(spark, lake.settings, job_id, say=_quiet).get("nothing_to_do")
 
 
 @pytest.mark.e2e
-def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path):
+def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path,
+                                                                                             clean):
     """The run killed once the first operator's state is committed: the second operator's tables, the commit
     markers and the checkpoint are not written yet; the rerun replays to the clean run's sink and state."""
     from tests.kill_harness import kill_spark_submit_at, register_module
 
-    directory, _ = _clicks(lake, files=2)
-    run_job(spark, dataflow(directory, job_id="clean", sink="sinks/clean"), lake.settings, progress=_quiet)
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "chain_killed.py").write_text(
         "from demo.sessions_per_country import dataflow\n\n\ndef job():\n"
-        f"    return dataflow({str(directory)!r}, job_id='killed', sink='sinks/killed')\n")
+        f"    return dataflow({str(clean.directory)!r}, job_id='killed', sink='sinks/killed')\n")
     register_module(lake, modules, "chain_killed")
     kill_spark_submit_at(lake, "killed", "state_committed", modules, tmp_path / "spark-submit.log")
-    killed = dataflow(directory, job_id="killed", sink="sinks/killed")
+    killed = dataflow(clean.directory, job_id="killed", sink="sinks/killed")
     assert run_job(spark, killed, lake.settings, progress=_quiet, lease_wait_s=20).batches
-    assert _sink_rows(spark, lake, "sinks/killed") == _sink_rows(spark, lake, "sinks/clean")
-    state, clean = (JobStore(lake.settings.job_dir(j)).latest_checkpoint() for j in ("killed", "clean"))
+    assert _sink_rows(spark, lake, "sinks/killed") == _sorted(clean.rows)
+    state = JobStore(lake.settings.job_dir("killed")).latest_checkpoint()
     assert (state.batch_id, state.entries, state.of_operator("per-country").entries) == (
-        clean.batch_id, clean.entries, clean.of_operator("per-country").entries)
+        clean.checkpoint.batch_id, clean.checkpoint.entries, clean.checkpoint.of_operator("per-country").entries)
 
 
 def test_an_operator_added_starts_empty_and_one_removed_is_refused(spark, lake):
@@ -439,11 +460,12 @@ def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, l
     pd.testing.assert_frame_equal(_latest_totals(spark, lake, "sinks/deduped"), want, check_dtype=False)
     seen = SavepointReader.for_checkpoint(spark, "deduped", settings=lake.settings).list_state("seen", uid="dedupe")
     assert {r["value"] for r in seen.collect()} == set(unique["seq"])
-    # The same microbatches in runs of one: the same sink.
-    for _ in range(4):
-        run_job(spark, _deduped(directory, "one-by-one", "sinks/one-by-one"), lake.settings, max_microbatches=1,
+    # The same microbatches cut into other runs (0 | 1, 2 | 3 against 0, 1 | 2, 3): each step from one microbatch
+    # to the next is taken inside a pass in one job and through a restore in the other; the same sink.
+    for microbatches in (1, 2, 1):
+        run_job(spark, _deduped(directory, "cut", "sinks/cut"), lake.settings, max_microbatches=microbatches,
                 progress=_quiet)
-    assert _sink_rows(spark, lake, "sinks/one-by-one") == _sink_rows(spark, lake, "sinks/deduped")
+    assert _sink_rows(spark, lake, "sinks/cut") == _sink_rows(spark, lake, "sinks/deduped")
 
 
 def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(tmp_path):
