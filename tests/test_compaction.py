@@ -94,9 +94,11 @@ def test_a_crash_at_each_step_of_a_compaction_leaves_every_retained_checkpoint_r
     spec = all_states_job(lake, num_retained=2)
     for _ in range(2):
         run(spark, spec, lake, max_microbatches=1)
-    # One job, a crash at each step in turn: each retry starts from what the crash before it left.
+    # One job, a crash at each step in turn: each retry starts from what the crash before it left, so what was
+    # read after one crash is what the next must keep (read once, not again).
+    after = _retained_states(spark, lake, spec)
     for step in ("after_rewrite", "after_checkpoint", "while_deleting"):
-        before = _retained_states(spark, lake, spec)
+        before = after
 
         def fault(at, step=step):
             if at == step:
