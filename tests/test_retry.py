@@ -157,63 +157,68 @@ def test_a_bootstrap_killed_after_writing_its_tables_then_retried_with_other_row
     assert counts("v1") == counts("clean") == [("b", 3), ("c", 1)]
 
 
-def _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input: int):
-    """Two sweep jobs (TTL with incremental cleanup only) after microbatch 0 and ``more_input`` files more: in
-    ``lake`` a run of microbatches 1-3 killed once its cleanup is committed; ``clean`` ran them as that run
-    did. The caller retries ``lake`` (the killed run's microbatches are replayed) and runs ``clean`` on."""
+def _sweeps_killed_after_their_cleanup(spark, tmp_path):
+    """Three sweep jobs (TTL with incremental cleanup only) after microbatch 0: in ``grouped`` and ``compacted``
+    a run of microbatches 1-3 killed once its cleanup is committed; ``clean`` ran them as that run did. Then two
+    files more for all three, which the caller's retries replay past; ``clean`` is run to the end."""
     from state_store.run.runtime import FaultInjector, InjectedFault
 
     from .test_ttl_tables import _clock, _sweep
 
-    clean, lake = Lake(tmp_path / "clean"), Lake(tmp_path / "lake")
-    specs = {id(t): _sweep(t, "sweep", "delta") for t in (clean, lake)}
-    clocks = {id(t): _clock() for t in (clean, lake)}
-    for target in (clean, lake):
+    lakes = tuple(Lake(tmp_path / name) for name in ("clean", "grouped", "compacted"))
+    specs = {id(t): _sweep(t, "sweep", "delta") for t in lakes}
+    clocks = {id(t): _clock() for t in lakes}
+    for target in lakes:
         run(spark, specs[id(target)], target, max_microbatches=1, clock=clocks[id(target)])
-    with pytest.raises(InjectedFault):
-        run(spark, specs[id(lake)], lake, max_microbatches=3, clock=clocks[id(lake)],
-            faults=FaultInjector("after_cleanup_write", 3))
-    for batch in range(6, 6 + more_input):
-        for target in (clean, lake):
+    for target in lakes[1:]:
+        with pytest.raises(InjectedFault):
+            run(spark, specs[id(target)], target, max_microbatches=3, clock=clocks[id(target)],
+                faults=FaultInjector("after_cleanup_write", 3))
+    for batch in (6, 7):  # more input than the killed run planned, read only by the runs after it
+        for target in lakes:
             target.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
-    run(spark, specs[id(clean)], clean, max_microbatches=3, clock=clocks[id(clean)])
-    return clean, lake, specs, clocks
+    clean = lakes[0]
+    for n in (3, None):
+        run(spark, specs[id(clean)], clean, max_microbatches=n, clock=clocks[id(clean)])
+    return lakes, specs, clocks
 
 
-def _same_at_every_microbatch(spark, clean, lake, specs, last):
+def _by_microbatch(spark, lake, spec) -> dict:
+    """Microbatch -> (state, entry counts, cleanup cursor) at each readable checkpoint of ``lake``'s sweep job."""
     from .helpers import state_at_checkpoint
 
-    ours = {c.batch_id: c for c in JobStore(lake.settings.job_dir("sweep")).readable_checkpoints()}
-    theirs = {c.batch_id: c for c in JobStore(clean.settings.job_dir("sweep")).readable_checkpoints()}
-    assert sorted(ours) == sorted(theirs) == list(range(last + 1))
-    for batch in range(last + 1):
-        assert state_at_checkpoint(spark, lake, specs[id(lake)], ours[batch]) == state_at_checkpoint(
-            spark, clean, specs[id(clean)], theirs[batch]), batch
-        assert (ours[batch].entries, ours[batch].cleanup_cursor) == (theirs[batch].entries,
-                                                                      theirs[batch].cleanup_cursor), batch
+    found = {c.batch_id: c for c in JobStore(lake.settings.job_dir(spec.job_id)).readable_checkpoints()}
+    return {batch: (state_at_checkpoint(spark, lake, spec, c), c.entries, c.cleanup_cursor)
+            for batch, c in found.items()}
 
 
-def test_a_ttl_cleanup_killed_after_its_commit_then_a_replay_with_more_input_ends_as_a_clean_job(spark, tmp_path):
-    clean, lake, specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input=2)
-    for target in (clean, lake):  # the replay goes on past the killed run's microbatches, in one run
-        run(spark, specs[id(target)], target, clock=clocks[id(target)])
-    _same_at_every_microbatch(spark, clean, lake, specs, 7)
-
-
-def test_a_compaction_between_a_killed_ttl_cleanup_and_its_replay_brings_no_removed_entry_back(spark, tmp_path):
+def test_a_ttl_cleanup_killed_after_its_commit_ends_as_a_clean_job_replayed_in_smaller_runs_or_after_a_compaction(
+        spark, tmp_path):
+    # One clean reference for two retries (they share it: it was built twice when they were two tests).
+    # grouped: the replay in smaller runs takes each path of a committed cleanup (ttl/cleanup.py): a run ending
+    # before its microbatch (1), one ending at it (2-3), then a run past it with the new input (4-7).
+    # compacted: a compaction before the replay, which replays 1-3 and runs on past them in one run.
     from state_store.ops.compaction import compact_job
 
-    clean, lake, specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path, more_input=0)
+    (clean, grouped, compacted), specs, clocks = _sweeps_killed_after_their_cleanup(spark, tmp_path)
+    reference = _by_microbatch(spark, clean, specs[id(clean)])  # read once, compared with both retries
+    assert sorted(reference) == list(range(8))
     said = []
-    report = compact_job(spark, lake.settings, "sweep", say=said.append)
-    for target in (clean, lake):
-        run(spark, specs[id(target)], target, clock=clocks[id(target)])
-    _same_at_every_microbatch(spark, clean, lake, specs, 5)
+    for n in (1, 2, None):
+        run(spark, specs[id(grouped)], grouped, max_microbatches=n, clock=clocks[id(grouped)],
+            progress=said.append)
+    assert any("an earlier attempt already cleaned up at microbatch 3" in line for line in said)  # at 1
+    assert any("committed by an earlier attempt, removed" in line for line in said)  # at 3
+    assert _by_microbatch(spark, grouped, specs[id(grouped)]) == reference
+    said = []
+    report = compact_job(spark, compacted.settings, "sweep", say=said.append)
+    run(spark, specs[id(compacted)], compacted, clock=clocks[id(compacted)])
+    assert _by_microbatch(spark, compacted, specs[id(compacted)]) == reference
     # The compaction left the tables as they were, said why, and the next one compacts.
     assert "new_checkpoint" not in report and report["files_deleted"] == 0
     assert any("a run removed expired entries after microbatch 3 but stopped before its checkpoint" in line
                for line in said), said
-    assert "new_checkpoint" in compact_job(spark, lake.settings, "sweep", **QUIET)
+    assert "new_checkpoint" in compact_job(spark, compacted.settings, "sweep", **QUIET)
 
 
 def test_a_rescale_writes_past_a_higher_generation_an_older_release_left_in_the_table(spark, tmp_path):

@@ -18,12 +18,10 @@ from state_store import (
 from state_store.catalog.job_store import JobStore
 from state_store.delta.points import StatePoint
 from state_store.ops.restore import restore_job
-from state_store.run.runtime import FaultInjector, InjectedFault
 from state_store.ops.savepoint import take_savepoint
 from state_store.ops.state_processor import SavepointReader
 
-from .conftest import Lake
-from .helpers import run, state_at_checkpoint
+from .helpers import run
 from .jobs import EVENT
 
 TTL_MS = 1500  # microbatches are 1000 ms apart: an entry not written for two microbatches has expired
@@ -157,8 +155,7 @@ def _keys_at(spark, lake, job_id, batch):
 
 
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
-def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake,
-                                                                                                tmp_path, backend):
+def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake, backend):
     spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
     meta = JobStore(lake.settings.job_dir(spec.job_id))
     runs = (1, 3, 2)  # microbatches 0, 1-3, 4-5; a run visits 2 entries per microbatch (1 per subtask)
@@ -183,21 +180,5 @@ def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_ne
     assert {r["key"] for r in current.collect()} == {"z"} and current.filter("value IS NULL").count() == 0
     first = spark.read.format("delta").option("versionAsOf", 0).load(path)
     assert {r["key"] for r in first.collect()} == {f"k{i}" for i in range(6)}
-    # A crash right after the cleanup's commit, then a replay in smaller runs, ends as the job that never
-    # crashed, checkpoint by checkpoint.
-    crashed = Lake(tmp_path / "crashed")
-    again, clock, said = _sweep(crashed, spec.job_id, backend), _clock(), []
-    run(spark, again, crashed, max_microbatches=1, clock=clock)
-    with pytest.raises(InjectedFault):
-        run(spark, again, crashed, max_microbatches=3, clock=clock, faults=FaultInjector("after_cleanup_write", 3))
-    for n in (1, 2, 2):  # microbatch 1 replayed alone, 2-3 replayed, then 4-5 as the job that never crashed
-        run(spark, again, crashed, max_microbatches=n, clock=clock, progress=said.append)
-    assert any("an earlier attempt already cleaned up at microbatch 3" in line for line in said)  # at 1
-    assert any("committed by an earlier attempt, removed" in line for line in said)  # at 3
-    ours = {c.batch_id: c for c in JobStore(crashed.settings.job_dir(spec.job_id)).readable_checkpoints()}
-    theirs = {c.batch_id: c for c in meta.readable_checkpoints()}
-    for batch in range(6):
-        assert state_at_checkpoint(spark, crashed, again, ours[batch]) == state_at_checkpoint(
-            spark, lake, spec, theirs[batch]), batch
-        assert (ours[batch].entries, ours[batch].cleanup_cursor) == (theirs[batch].entries,
-                                                                      theirs[batch].cleanup_cursor), batch
+    # A crash right after the cleanup's commit, then a replay in smaller runs ending as the job that never
+    # crashed, is test_retry.py's test_a_ttl_cleanup_killed_after_its_commit_ends_as_a_clean_job_...
