@@ -82,7 +82,7 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
         spark, tmp_path, monkeypatch):
     from state_store.ops.compaction import compact_job
 
-    steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 5, parallelism=4)
+    steady, lake, specs = _twin_lakes(tmp_path, ("steady", "lake"), 4, parallelism=4)
 
     def both(step):
         for target in (steady, lake):
@@ -115,7 +115,7 @@ def test_a_rescale_killed_after_its_operator_commit_leaks_into_no_later_run_resc
 def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as_a_clean_job(spark, tmp_path):
     from state_store.ops.compaction import compact_job
 
-    clean, lake, specs = _twin_lakes(tmp_path, ("clean", "lake"), 4)
+    clean, lake, specs = _twin_lakes(tmp_path, ("clean", "lake"), 3)
     for target in (clean, lake):
         run(spark, specs[id(target)], target, max_microbatches=2)
 
