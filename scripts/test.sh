@@ -12,13 +12,21 @@ source scripts/env.sh
 # Compiled once here; .pyc files are ignored by git and read whatever that variable says.
 python -m compileall -q -j 0 state_store dags demo jobs plugins tests >/dev/null || true
 mkdir -p test-artifacts
+rm -f test-artifacts/durations*.txt  # only this run's
+show_durations() {  # the head of each durations file the run wrote (tests/conftest.py)
+  for f in test-artifacts/durations*.txt; do
+    [ -f "$f" ] || continue
+    echo "[test] durations ($f):"
+    head -"$1" "$f"
+  done
+}
 
 # With arguments: one pytest with them (e.g. `-m unit`, a file, `-k name`).
 if [ $# -gt 0 ]; then
   export LAKESTATE_ROOT="$(mktemp -d)/root"   # tests make their own roots; never touch the demo's
   status=0
   python -m pytest -p no:cacheprovider "$@" || status=$?
-  [ -f test-artifacts/durations.txt ] && { echo "[test] durations (test-artifacts/durations.txt):"; head -40 test-artifacts/durations.txt; }
+  show_durations 40
   exit $status
 fi
 
@@ -26,16 +34,14 @@ fi
 # processes of its own (Airflow's scheduler, a browser, pip, servers) while unit -> spark keeps the JVM of its
 # shared session busy: side by side they use the machine's two cores that one after the other left half idle.
 # The Kafka file (its work is Spark in this process, beside a broker) follows the spark tier, so that the two
-# sides take about as long: on 2026-11-27 unit -> spark took 1948 s, Kafka and S3 after it 384 s (S3 141 s of
-# it), the other e2e tests 1901 s beside them; S3 now runs on the e2e side. Each pytest has its own SparkSession, Airflow database,
-# LAKESTATE_ROOT and durations file (test-artifacts/durations-*.txt); the other side's output is kept in
-# test-artifacts/e2e.log and printed once both end.
+# sides take about as long (README has the last fresh-clone figures). Each pytest has its own SparkSession,
+# Airflow database, LAKESTATE_ROOT and durations file; the other side's output is kept in test-artifacts/e2e.log
+# and printed once both end.
 IN_PROCESS_E2E=(tests/test_kafka.py)
 tier() {  # tier NAME PYTEST-ARGS...: one pytest, its durations in test-artifacts/durations-NAME.txt
   local name=$1; shift
   LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS="durations-$name.txt" python -m pytest -p no:cacheprovider "$@"
 }
-rm -f test-artifacts/durations*.txt
 started=$(date +%s)
 tier e2e -m e2e "${IN_PROCESS_E2E[@]/#/--ignore=}" > test-artifacts/e2e.log 2>&1 &
 e2e=$!
@@ -48,10 +54,6 @@ e2e_status=0
 wait $e2e || e2e_status=$?
 echo "[test] the e2e side (test-artifacts/e2e.log), done after $(( $(date +%s) - started )) s (status $e2e_status):"
 cat test-artifacts/e2e.log
-for f in test-artifacts/durations-*.txt; do
-  [ -f "$f" ] || continue
-  echo "[test] durations ($f):"
-  head -25 "$f"
-done
+show_durations 25
 [ $status -eq 0 ] && status=$e2e_status
 exit $status
