@@ -6,7 +6,8 @@ import os
 import pytest
 
 from state_store.errors import InputError
-from state_store.subtask.run_files import remove_uncommitted
+from state_store.records import OPERATOR_TABLE
+from state_store.subtask.run_files import OutputTable, remove_uncommitted, write_batches
 from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events
 
@@ -49,6 +50,26 @@ def test_remove_uncommitted_keeps_committed_files_and_other_runs_files(tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
         "a/part-other-1.parquet", "a/part-tok-1.parquet"]
     assert not (tmp_path / "b").exists()
+
+
+def test_a_tasks_batches_of_restored_rows_are_one_file_per_partition_past_what_the_table_committed(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # Operator rows of a restore: generation is the batch column; generation 3 is already in the table.
+    table = OutputTable(OPERATOR_TABLE.name, str(tmp_path), OPERATOR_TABLE.schema, OPERATOR_TABLE.partition_columns,
+                        3, "generation")
+    rows = {"state_name": ["b", "a", "b", "a"], "subtask": [1, 0, 0, 1], "mode": ["split"] * 4,
+            "value": ["1", "2", "3", "4"], "batch_id": [7, 7, 7, 7], "generation": [5, 5, 5, 3]}
+    batch = pa.RecordBatch.from_pydict(rows, schema=pa.schema([("state_name", pa.large_string()), ("subtask", pa.int32()),
+        ("mode", pa.string()), ("value", pa.string()), ("batch_id", pa.int64()), ("generation", pa.int64())]))
+    files = sorted(write_batches(table, "tok", 2, [batch.slice(0, 0), batch]), key=lambda f: f.path)
+    assert [(f.partition, f.rows, f.min_batch, f.max_batch) for f in files] == [
+        ({"state_name": "a"}, 1, 5, 5), ({"state_name": "b"}, 2, 5, 5)]
+    assert all(f.path.startswith(f"state_name={f.partition['state_name']}/part-tok-00002-") for f in files)
+    b = pq.ParquetFile(tmp_path / files[1].path).read()  # the file alone: its folder names the partition
+    assert (b.column_names, b.column("subtask").to_pylist()) == (["subtask", "mode", "value", "batch_id",
+                                                                  "generation"], [0, 1])  # ordered by entry
 
 
 def test_a_failed_runs_cleanup_deletes_only_the_files_it_wrote_to_that_table(tmp_path):

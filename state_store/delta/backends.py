@@ -39,7 +39,7 @@ from ..subtask.run_files import OutputTable
 from ..storage import location, options_of, rmtree
 from ..records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
-    append_idempotent,
+    append_state_rows,
     commit_files,
     latest_live,
     read_version,
@@ -82,6 +82,11 @@ class StateBackend:
     def app_id(self) -> str:
         """The Delta ``txnAppId`` of this table's microbatch writes."""
         return f"lakestate:{self.job_id}:{self.table.name}"
+
+    @property
+    def snapshot_app_id(self) -> str:
+        """The ``txnAppId`` of a full snapshot's one commit, at ``txnVersion`` = its checkpoint id."""
+        return f"{self.app_id}:snapshot"
 
     def empty(self) -> DataFrame:
         """No rows, the table's columns: a plan of the JVM alone (``createDataFrame([])`` of a classic session
@@ -276,8 +281,7 @@ class DeltaStateBackend(StateBackend):
     def _append(self, rows: DataFrame, path: Path, generation: int) -> None:
         # Generations are unique to an attempt: a table that already has this one (or a later one) was written by
         # another attempt, whose rows must never pass for this one's.
-        if not append_idempotent(rows, path, self.restore_app_id, generation, self.table.partition_columns,
-                                 batch_column="generation"):
+        if not append_state_rows(rows, path, self.restore_app_id, generation, self.table, batch_column="generation"):
             raise RestoreError(f"{path} already holds a restore or rescale write at generation {generation} or "
                                f"later, which this attempt cannot be; nothing was written. Take a savepoint of job "
                                f"{self.job_id!r} and restore it: that writes its state into new tables")
@@ -308,9 +312,11 @@ class HashMapStateBackend(StateBackend):
 
     def write_full(self, rows, checkpoint_id, generation=0):
         path = self._dir(checkpoint_id)
-        # A full snapshot; overwriting makes a retried checkpoint (after a crash) idempotent.
-        (rows.filter(F.col("value").isNotNull()).write.format("delta").partitionBy(*self.table.partition_columns)
-         .mode("overwrite").save(str(path)))
+        # A full snapshot in a new table. What a killed attempt at this checkpoint id left there, no published
+        # checkpoint names (a checkpoint is published after its snapshot): removed, so a retry is idempotent.
+        rmtree(path, ignore_errors=True)
+        append_state_rows(rows.filter(F.col("value").isNotNull()), path, self.snapshot_app_id, checkpoint_id,
+                          self.table)
         return TableVersion(**table_snapshot(path), incremental=False)
 
     def discard(self, checkpoint, retained):

@@ -32,7 +32,8 @@ from ..spark.connect import delete_rows_sql, is_connect
 from .log import app_transaction_version
 from ..errors import ConfigError
 from ..records import TableSpec, WrittenFile
-from ..storage import is_remote
+from ..storage import is_remote, options_of
+from ..subtask.run_files import OutputTable, new_token, write_batches
 
 
 
@@ -154,6 +155,32 @@ def append_idempotent(df: DataFrame, path: Path, app_id: str, version: int,
         writer = writer.partitionBy(*partition_by)
     writer.save(str(path))
     return True
+
+
+def append_state_rows(df: DataFrame, path, app_id: str, version: int, spec: TableSpec,
+                      batch_column: str = "batch_id") -> bool:
+    """``append_idempotent`` for a state table's rows (``spec``'s columns): the tasks write them as a run's
+    subtasks write their changes (``run_files.write_batches``) and one commit adds the files
+    (``commit_files``, through delta-rs), so a restore or a snapshot costs one Spark job over its rows, not
+    Delta's writer and the log replays around it. Returns False when ``app_id`` already has ``version``."""
+    committed = app_transaction_version(path, app_id)
+    if committed is not None and committed >= version:
+        return False
+    table = OutputTable(spec.name, str(path), spec.schema, spec.partition_columns, committed, batch_column,
+                        options_of(path))
+    token = new_token()
+
+    def write(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        for f in write_batches(table, token, TaskContext.get().partitionId(), batches):
+            yield pa.RecordBatch.from_pydict({"file": [f.to_json()]})
+
+    described = df.select(*spec.columns).mapInArrow(write, "file string").collect()
+    files = [WrittenFile.from_json(r.file) for r in described]
+    return commit_files(df.sparkSession, path, app_id, version, files, spec.schema, spec.partition_columns,
+                        committed, batch_column)
 
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"

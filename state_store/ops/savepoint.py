@@ -43,6 +43,7 @@ from ..storage import ObjectPath, location, rmtree, write_atomic
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+SAVEPOINT_APP_ID = "lakestate:savepoint"  # the txnAppId of a savepoint table's one commit (txnVersion 0)
 OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
@@ -153,10 +154,12 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
 def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, tables: dict, fields: dict,
                 recount) -> SavepointMetadata:
     """One operator's tables of a savepoint being written in ``work`` (under ``prefix``), and its metadata."""
+    from ..delta.state_tables import append_state_rows  # Spark: only where a savepoint is taken
+
     written = {}
     for table, rows in tables.items():
         spec, path = TABLE_SPECS[table], f"{prefix}{table}"
-        rows.select(*spec.columns).write.format("delta").partitionBy(*spec.partition_columns).save(str(work / path))
+        append_state_rows(rows, work / path, SAVEPOINT_APP_ID, 0, spec)  # the tasks write, delta-rs commits
         snap = table_snapshot(work / path)
         written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])
     if recount:  # states a cleanup thinned: their entries are what the savepoint holds

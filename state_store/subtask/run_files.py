@@ -251,6 +251,26 @@ def write_rows(table: OutputTable, token: str, rows: Iterable[KeyedRow | Operato
     return files.close()
 
 
+def write_batches(table: OutputTable, token: str, subtask: int, batches) -> list[WrittenFile]:
+    """Write Arrow record ``batches`` of state table rows (the table's columns, in order) as files of ``table``,
+    as a run's subtask writes its changes (one file per partition; rows of microbatches at or below
+    ``table.committed`` left out, by ``table.batch_column``): what a task writes for a restore or a snapshot."""
+    import pyarrow.compute as pc
+
+    files = TableFiles(table, token, subtask, arrow_schema(table.ddl, table.partition_columns))
+    types = [f.type for f in arrow_schema(table.ddl)]
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        marks = batch.column(table.batch_column)
+        for batch_id in pc.unique(marks).to_pylist():
+            rows = batch.filter(pc.equal(marks, batch_id))
+            files.add_columns(batch_id, [c.cast(t) for c, t in zip(rows.columns, types)])
+            if files.pending_bytes >= FLUSH_BYTES:
+                files.flush()
+    return files.close()
+
+
 def remove_uncommitted(directory, token: str, keep: set[str], storage: S3Options | None = None,
                        partition_columns: tuple[str, ...] | None = None) -> int:
     """Delete the files of run ``token`` under ``directory`` that are not in ``keep`` (relative paths), and
