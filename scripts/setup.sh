@@ -13,69 +13,70 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # Reinstalled when the pins or the package's own metadata (its entry points) change.
-if [ ! -f "$STAMP" ] || ! cat requirements.txt pyproject.toml | cmp -s - "$STAMP"; then
-  echo "[setup] installing pinned packages (requirements.txt)"
-  PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
-  PIP_CACHE_DIR="$ROOT/.cache/pip" .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
-  cat requirements.txt pyproject.toml > "$STAMP"
-fi
-# The trap: pyspark-client can overwrite files of the full pyspark. Prove both import.
-.venv/bin/python - <<'PY'
-import importlib.util, pyspark, delta, pyarrow, pandas
-from pyspark.sql import SparkSession  # fails if pyspark-client clobbered pyspark
-import importlib.metadata as md
-assert importlib.util.find_spec("airflow") and md.version("apache-airflow-providers-apache-spark")
-assert pyspark.__version__ == "4.0.1", pyspark.__version__
-PY
-if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
-  echo "[setup] fetching Delta jars from Maven Central into .cache/jars"
-  mkdir -p .cache/jars
-  if command -v mvn >/dev/null; then
-    mvn -q -B -f scripts/jars-pom.xml -Dmaven.repo.local="$ROOT/.cache/m2" \
-      dependency:copy-dependencies -DincludeScope=runtime \
-      -DexcludeArtifactIds=scala-library,antlr4-runtime -DoutputDirectory="$ROOT/.cache/jars"
-  else  # no Maven: the same two jars straight from Maven Central
-    for a in delta-spark_2.13 delta-storage; do
-      .venv/bin/python -c "import sys,urllib.request as u; u.urlretrieve(sys.argv[1], sys.argv[2])" \
-        "https://repo1.maven.org/maven2/io/delta/$a/4.0.0/$a-4.0.0.jar" ".cache/jars/$a-4.0.0.jar"
-    done
+# Reinstalled when the pins or the package's own metadata (its entry points) change. The pip that `venv` bundles
+# (23.2) takes about twice as long as this one to resolve and unpack Airflow's tree; tests/test_package.py installs
+# with the same pip.
+INSTALLER=pip==26.3
+install_packages() {
+  if [ ! -f "$STAMP" ] || ! cat requirements.txt pyproject.toml | cmp -s - "$STAMP"; then
+    echo "[setup] installing pinned packages (requirements.txt)"
+    export PIP_CACHE_DIR="$ROOT/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
+    .venv/bin/python -m pip install -q "$INSTALLER"
+    .venv/bin/pip install -q -r requirements.txt
+    PYTHONWARNINGS=ignore .venv/bin/pip install -q --no-deps -e .  # setuptools warns of editable installs
+    cat requirements.txt pyproject.toml > "$STAMP"
   fi
-fi
-# Kafka: Spark's connector beside the Delta jars, and a broker for scripts/kafka.sh (the tests', the demo's), both
-# from Maven Central through Maven (Spark's parent POM names a repository of its own: maven-settings.xml sends
-# every one to Maven Central). Without Maven the rest of the set-up stands and scripts/kafka.sh says what is missing.
-kafka_jars() {  # $1 pom, $2 folder, $3 artifacts to copy (all when empty)
-  mvn -q -B -Dstyle.color=never -s scripts/maven-settings.xml -f "scripts/$1" -Dmaven.repo.local="$ROOT/.cache/m2" \
-    dependency:copy-dependencies -DincludeScope=runtime ${3:+-DincludeArtifactIds=$3} -DoutputDirectory="$2.part"
-  rm -rf "$2.new" && mkdir -p "$2.new" && cp "$2.part"/*.jar "$2.new"/ && rm -rf "$2.part"
 }
-if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1 || [ ! -d .cache/kafka-broker ]; then
-  if command -v mvn >/dev/null; then
-    if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
-      echo "[setup] fetching Spark's Kafka connector from Maven Central into .cache/jars"
-      kafka_jars kafka-spark-pom.xml "$ROOT/.cache/kafka-spark" \
-        spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
-      mv "$ROOT/.cache/kafka-spark.new"/*.jar .cache/jars/ && rmdir "$ROOT/.cache/kafka-spark.new"
+fetch_jars() {  # Maven Central's jars, fetched while pip installs (both mostly wait on the network)
+  if ! ls .cache/jars/delta-spark_2.13-*.jar >/dev/null 2>&1; then
+    echo "[setup] fetching Delta jars from Maven Central into .cache/jars"
+    mkdir -p .cache/jars
+    if command -v mvn >/dev/null; then
+      mvn -q -B -f scripts/jars-pom.xml -Dmaven.repo.local="$ROOT/.cache/m2" \
+        dependency:copy-dependencies -DincludeScope=runtime \
+        -DexcludeArtifactIds=scala-library,antlr4-runtime -DoutputDirectory="$ROOT/.cache/jars"
+    else  # no Maven: the same two jars straight from Maven Central
+      for a in delta-spark_2.13 delta-storage; do
+        .venv/bin/python -c "import sys,urllib.request as u; u.urlretrieve(sys.argv[1], sys.argv[2])" \
+          "https://repo1.maven.org/maven2/io/delta/$a/4.0.0/$a-4.0.0.jar" ".cache/jars/$a-4.0.0.jar"
+      done
     fi
-    if [ ! -d .cache/kafka-broker ]; then
-      echo "[setup] fetching a Kafka broker from Maven Central into .cache/kafka-broker"
-      kafka_jars kafka-broker-pom.xml "$ROOT/.cache/kafka-broker"
-      mv "$ROOT/.cache/kafka-broker.new" .cache/kafka-broker  # only a complete copy gets the name
-    fi
-  else
-    echo "[setup] warning: no Maven (mvn): Spark's Kafka connector and the Kafka broker are not fetched; install" \
-      "Maven and run scripts/setup.sh again to read Kafka topics"
   fi
-fi
-# hadoop-aws and the AWS SDK bundle it needs, for warehouses and savepoint roots on s3a:// (Spark adds them to
-# its classpath only when one is configured: the bundle is 530 MiB, and a cluster's executors would copy it).
-S3_JARS=(org/apache/hadoop/hadoop-aws/3.4.1/hadoop-aws-3.4.1.jar software/amazon/awssdk/bundle/2.24.6/bundle-2.24.6.jar)
-mkdir -p .cache/jars-s3
-for j in "${S3_JARS[@]}"; do
-  f=.cache/jars-s3/$(basename "$j")
-  if [ ! -f "$f" ]; then
-    echo "[setup] fetching $(basename "$j") from Maven Central into .cache/jars-s3"
-    .venv/bin/python - "https://repo1.maven.org/maven2/$j" "$f" <<'PY'
+  # Kafka: Spark's connector beside the Delta jars, and a broker for scripts/kafka.sh (the tests', the demo's), both
+  # from Maven Central through Maven (Spark's parent POM names a repository of its own: maven-settings.xml sends
+  # every one to Maven Central). Without Maven the rest of the set-up stands and scripts/kafka.sh says what is missing.
+  kafka_jars() {  # $1 pom, $2 folder, $3 artifacts to copy (all when empty)
+    mvn -q -B -Dstyle.color=never -s scripts/maven-settings.xml -f "scripts/$1" -Dmaven.repo.local="$ROOT/.cache/m2" \
+      dependency:copy-dependencies -DincludeScope=runtime ${3:+-DincludeArtifactIds=$3} -DoutputDirectory="$2.part"
+    rm -rf "$2.new" && mkdir -p "$2.new" && cp "$2.part"/*.jar "$2.new"/ && rm -rf "$2.part"
+  }
+  if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1 || [ ! -d .cache/kafka-broker ]; then
+    if command -v mvn >/dev/null; then
+      if ! ls .cache/jars/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
+        echo "[setup] fetching Spark's Kafka connector from Maven Central into .cache/jars"
+        kafka_jars kafka-spark-pom.xml "$ROOT/.cache/kafka-spark" \
+          spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+        mv "$ROOT/.cache/kafka-spark.new"/*.jar .cache/jars/ && rmdir "$ROOT/.cache/kafka-spark.new"
+      fi
+      if [ ! -d .cache/kafka-broker ]; then
+        echo "[setup] fetching a Kafka broker from Maven Central into .cache/kafka-broker"
+        kafka_jars kafka-broker-pom.xml "$ROOT/.cache/kafka-broker"
+        mv "$ROOT/.cache/kafka-broker.new" .cache/kafka-broker  # only a complete copy gets the name
+      fi
+    else
+      echo "[setup] warning: no Maven (mvn): Spark's Kafka connector and the Kafka broker are not fetched; install" \
+        "Maven and run scripts/setup.sh again to read Kafka topics"
+    fi
+  fi
+  # hadoop-aws and the AWS SDK bundle it needs, for warehouses and savepoint roots on s3a:// (Spark adds them to
+  # its classpath only when one is configured: the bundle is 530 MiB, and a cluster's executors would copy it).
+  S3_JARS=(org/apache/hadoop/hadoop-aws/3.4.1/hadoop-aws-3.4.1.jar software/amazon/awssdk/bundle/2.24.6/bundle-2.24.6.jar)
+  mkdir -p .cache/jars-s3
+  for j in "${S3_JARS[@]}"; do
+    f=.cache/jars-s3/$(basename "$j")
+    if [ ! -f "$f" ]; then
+      echo "[setup] fetching $(basename "$j") from Maven Central into .cache/jars-s3"
+      .venv/bin/python - "https://repo1.maven.org/maven2/$j" "$f" <<'PY'
 import hashlib, os, sys, urllib.request as u
 url, target = sys.argv[1], sys.argv[2]
 tmp = target + ".part"
@@ -91,6 +92,23 @@ if got != want:
     sys.exit(f"[setup] {url}: sha1 {got} is not Maven Central's {want}; run set-up again")
 os.replace(tmp, target)  # only a complete, verified jar gets the name
 PY
-  fi
-done
+    fi
+  done
+}
+mkdir -p .cache
+fetch_jars > .cache/setup-jars.log 2>&1 &
+jars=$!
+install_packages
+jars_status=0
+wait $jars || jars_status=$?
+cat .cache/setup-jars.log
+[ $jars_status -eq 0 ] || { echo "[setup] fetching the jars failed (above); run scripts/setup.sh again"; exit 1; }
+# The trap: pyspark-client can overwrite files of the full pyspark. Prove both import.
+.venv/bin/python - <<'PY'
+import importlib.util, pyspark, delta, pyarrow, pandas
+from pyspark.sql import SparkSession  # fails if pyspark-client clobbered pyspark
+import importlib.metadata as md
+assert importlib.util.find_spec("airflow") and md.version("apache-airflow-providers-apache-spark")
+assert pyspark.__version__ == "4.0.1", pyspark.__version__
+PY
 echo "[setup] ready: $(.venv/bin/python -c 'import importlib.metadata as m;print(*(f"{p} {m.version(p)}" for p in ("pyspark","delta-spark","apache-airflow")), sep=", ")'), jars: $(ls .cache/jars | tr '\n' ' ')"

@@ -10,6 +10,7 @@ pip's cache is the project's (``.cache/pip``), so a second run installs from it;
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,8 @@ CHECKS = textwrap.dedent("""
 """)
 
 
-INSTALLER = "pip==26.3"  # the test venv's pip, as a user would upgrade it first
+# The test venv's pip, as a user would upgrade it first: the one scripts/setup.sh installs (pinned there, once).
+INSTALLER = re.search(r"^INSTALLER=(\S+)$", (REPO / "scripts" / "setup.sh").read_text(), re.M).group(1)
 
 
 def _build_wheel(tmp: Path, env: dict) -> Path:
