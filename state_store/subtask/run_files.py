@@ -258,14 +258,14 @@ def write_batches(table: OutputTable, token: str, subtask: int, batches) -> list
     import pyarrow.compute as pc
 
     files = TableFiles(table, token, subtask, arrow_schema(table.ddl, table.partition_columns))
-    types = [f.type for f in arrow_schema(table.ddl)]
+    schema = arrow_schema(table.ddl)
     for batch in batches:
         if not batch.num_rows:
             continue
+        batch = batch.cast(schema)  # Spark's Arrow types (large strings) as the files have them, once per batch
         marks = batch.column(table.batch_column)
         for batch_id in pc.unique(marks).to_pylist():
-            rows = batch.filter(pc.equal(marks, batch_id))
-            files.add_columns(batch_id, [c.cast(t) for c, t in zip(rows.columns, types)])
+            files.add_columns(batch_id, batch.filter(pc.equal(marks, batch_id)).columns)
             if files.pending_bytes >= FLUSH_BYTES:
                 files.flush()
     return files.close()
