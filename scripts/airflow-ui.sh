@@ -7,7 +7,8 @@
 # Port: --port, else $LAKESTATE_UI_PORT, else the first free one from 8080. Address: --host, else
 # $LAKESTATE_UI_HOST, else 127.0.0.1 (this machine only; 0.0.0.0 opens it to the network).
 # It prints the URL it really serves and where to log in: user "admin", the password Airflow's simple auth
-# manager wrote to $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated. Output: $AIRFLOW_HOME/standalone.log
+# manager wrote to $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (or the file
+# $AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE names). Output: $AIRFLOW_HOME/standalone.log
 # with --background. A standalone already running for $AIRFLOW_HOME is reused, not started twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
     --host) HOST=$2; shift ;;
     --host=*) HOST=${1#*=} ;;
     --background) BACKGROUND=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
     *) echo "airflow-ui.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -116,7 +117,8 @@ echo "$! $PORT $REACH $LAKESTATE_UI_RUN" > "$PIDFILE"
 STANDALONE=$!
 [ "$BACKGROUND" = 1 ] || trap 'echo; stop_ui; exit 0' INT TERM
 
-PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+# Where Airflow keeps the users' passwords: its setting when one is given, else the file it generates.
+PASSWORDS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated}"
 READY=0
 for _ in $(seq 300); do
   kill -0 "$STANDALONE" 2>/dev/null || { echo "[lakestate] airflow standalone exited: see $LOG" >&2; stop_ui; exit 1; }

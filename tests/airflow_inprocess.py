@@ -3,9 +3,10 @@
 command its spark-submit would run (``state_store/entrypoint/main.py``: ``cli.main(application_args)``) called
 in-process by a hook that stands where the Spark provider's ``SparkSubmitHook`` stands.
 
-What only a real ``airflow dags test`` proves (the scheduler, the task runner, spark-submit's command line and
-environment, XCom and Asset rows in the database) tests/test_airflow.py's flow test proves with three real runs;
-this runs the other operators' logic without a JVM start and an Airflow process each."""
+What only a real Airflow proves (the scheduler, the task runner, spark-submit's command line and environment,
+XCom and Asset rows in its database, the task's log) tests/test_browser.py proves with three real runs (the
+pipeline, a savepoint, a failing restore); this runs every operator's logic without a JVM start and an Airflow
+process each."""
 from __future__ import annotations
 
 import contextlib
@@ -63,6 +64,8 @@ def execute(task, params: dict, dag_id: str, run_id: str = "manual__in_process")
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
     events = OutletEventAccessors()  # what a task's context holds
+    if task.has_dag():  # a run's params: the DAG's defaults, then what the run was triggered with
+        params = {**task.dag.params.dump(), **params}
     task = copy.copy(task)  # rendering replaces the templates: the DAG's task keeps its own for the next run
     context = {"params": params, "dag": SimpleNamespace(dag_id=dag_id), "run_id": run_id, "task": task,
                "outlet_events": events}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -80,9 +81,9 @@ def migrate(env: dict) -> None:
 
 
 @contextlib.contextmanager
-def running_airflow(base: Path, env: dict, command: str = "api-server"):
-    """``airflow db migrate`` (``migrate``), then ``airflow <command>`` ("api-server" or "standalone") until the block ends;
-    yields the base URL once the API answers its health check."""
+def running_airflow(base: Path, env: dict):
+    """``airflow db migrate`` (``migrate``), then ``airflow api-server`` until the block ends; yields the base URL
+    once the API answers its health check. (The whole standalone, as a user starts it: ``airflow_ui``.)"""
     migrate(env)
     port, worker_logs, trigger_logs = free_ports(3)
     env = {**env, "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__HOST": "127.0.0.1",
@@ -90,9 +91,8 @@ def running_airflow(base: Path, env: dict, command: str = "api-server"):
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}
-    args = ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)] if command == "api-server" \
-        else ["airflow", command]
-    log_path = base / f"airflow-{command}.log"
+    args = ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)]
+    log_path = base / "airflow-api-server.log"
     with open(log_path, "w") as log:
         server = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                   cwd=ROOT)
@@ -117,6 +117,61 @@ def running_airflow(base: Path, env: dict, command: str = "api-server"):
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, 9)
                 server.wait(30)
+
+
+@contextlib.contextmanager
+def airflow_ui(env: dict):
+    """The standalone (API server with the UI, scheduler, DAG processor, triggerer) as a user starts it:
+    ``scripts/airflow-ui.sh --background`` on a free port, the database a copy of this process's first migrated
+    one (``migrate``); yields the URL it printed. Ended by ``scripts/airflow-ui.sh stop`` when the block ends,
+    whose output ``stopped`` holds (a block that checks what stop did calls it first: ``stop_ui``)."""
+    migrate(env)
+    port, worker_logs, trigger_logs = free_ports(3)
+    env = {**env, "LAKESTATE_UI_PORT": str(port), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
+           "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}
+    env.pop("LAKESTATE_UI_HOST", None)
+    started = subprocess.run(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=400)
+    try:
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        printed = re.search(r"Airflow UI: (http://([\d.]+):(\d+)) ", started.stdout)
+        assert printed and printed.group(2, 3) == ("127.0.0.1", str(port)), started.stdout[-2000:]
+        yield printed.group(1)
+    finally:
+        stop_ui(env)
+
+
+def stop_ui(env: dict) -> str:
+    """``scripts/airflow-ui.sh stop`` for ``env``'s AIRFLOW_HOME; its output (a second stop says nothing ran)."""
+    stopped = subprocess.run(["bash", "scripts/airflow-ui.sh", "stop"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    return stopped.stdout
+
+
+def processes_of(home: Path) -> list[str]:
+    """Every process whose environment has ``AIRFLOW_HOME=home``, as "pid command"."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"AIRFLOW_HOME={home}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{proc.name} {command}")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def listening(port: int) -> list[str]:
+    """The local addresses of the TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.append(address)
+    return found
 
 
 def demo_input(env: dict, files: int = 2) -> None:

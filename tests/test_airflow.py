@@ -1,5 +1,6 @@
-"""The pipeline DAGs through real Airflow: they parse light, a bad registry entry is one import error naming its
-field, and ``airflow dags test`` runs a job end to end on local Spark and Delta, the second run resuming."""
+"""The pipeline and operation DAGs: they parse light (Airflow's own DagBag in a fresh interpreter), a bad registry
+entry is one import error naming its field, and each DAG's own task runs a job end to end on the shared session
+(the same tasks under Airflow's scheduler, with spark-submit: tests/test_browser.py)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,6 @@ import pytest
 from state_store import ConfigError, JobLocked
 from state_store.catalog.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
 from state_store.run.runtime import FaultInjector
-from tests.airflow_server import migrate
 from tests.helpers import run
 from tests.jobs import count_job, events
 
@@ -325,12 +325,18 @@ def _in_process_dags(monkeypatch, registry: Path, root: Path) -> dict:
     return bag.dags
 
 
-@pytest.mark.e2e
-def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_next_run_resumes(spark, tmp_path,
-                                                                                                 monkeypatch):
-    """Three real ``airflow dags test`` runs (scheduler-free DAG runs with a spark-submit task each: the
-    pipeline, a savepoint from the form's params, a failing restore), then the other operations' tasks as the
-    same DAGs define them, executed in this process on the shared session (tests/airflow_inprocess.py)."""
+def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispose(spark, tmp_path, monkeypatch):
+    """Each DAG's own task as Airflow's DagBag parses it, its templates rendered from a run's params, executed in
+    this process on the shared session (tests/airflow_inprocess.py): the pipeline, a savepoint from the form's
+    params, a failing restore, then the other operations. What only a real Airflow proves (the scheduler, the
+    task runner, spark-submit's command line and environment, XCom and Asset rows in its database, the task's
+    log): tests/test_browser.py, whose Airflow runs the pipeline, a savepoint and a failing restore so."""
+    from airflow.exceptions import AirflowException
+
+    from demo import generate
+    from demo.sessions_per_country import write_clicks
+    from tests.airflow_inprocess import execute
+
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
@@ -341,80 +347,38 @@ def test_airflow_dags_test_runs_the_pipeline_takes_a_savepoint_rescales_and_the_
     entrypoint = "demo.sessions_per_country:job"
     """)
     root = tmp_path / "lakestate"
-    env = _airflow_env(tmp_path, registry, root)
-    from demo import generate
-    from demo.sessions_per_country import write_clicks
-
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
     generate.main(["--files", "3", "--events", "500", "--keys", "100"])
     write_clicks(root / "input" / "country-clicks", files=3, events=300, users=200)
-    migrate(env)
+    dags = _in_process_dags(monkeypatch, registry, root)
 
-    def dag_test(dag_id: str, conf: dict | None = None, state: str = "success") -> str:
-        out = subprocess.run(["airflow", "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])],
-                             env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
-        text = out.stdout + out.stderr
-        assert "run_duration=" in text and f", state={state}, run_type=" in text, text[-4000:]  # DagRun Finished
-        return text
-
-    def db(sql: str) -> list:
-        import sqlite3
-
-        with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
-            return con.execute(sql).fetchall()
-
-    def xcoms(dag_id: str, task_id: str) -> dict:
-        return {k: json.loads(v) for k, v in db(f"select key, value from xcom where dag_id = '{dag_id}' and "
-                                                 f"task_id = '{task_id}' order by timestamp")}
-
-    def asset_events(uri: str) -> list[dict]:
-        return [json.loads(e) for (e,) in db(f"select e.extra from asset_event e join asset a on a.id = e.asset_id "
-                                              f"where a.uri = '{uri}' order by e.id")]
-
-    env_warnings = {**env, "PYTHONWARNINGS": "default"}  # this one run shows every warning its tasks raise
-    first = subprocess.run(["airflow", "dags", "test", "lakestate_clicks"], env=env_warnings, capture_output=True,
-                           text=True, timeout=900, cwd=ROOT)
-    first = first.stdout + first.stderr
-    assert ", state=success, run_type=" in first, first[-4000:]
-    assert "planned microbatches 0..1" in first and "checkpoint 2 at microbatch 1" in first
-    # No warning raised from Lakestate's own code (a line "<...>/state_store/<file>.py:<line>: <Kind>Warning:");
-    # Spark's own, which the hook's logger (named after its class) passes on, are not Lakestate's.
-    ours = re.compile(r"state_store/[\w/]+\.py:\d+: \w*Warning")
-    assert not [line for line in first.splitlines() if ours.search(line)], first
-    # The run's summary is its XCom and its sink Asset's event extra; housekeeping pushes each key once.
-    summary = xcoms("lakestate_clicks", "run")["return_value"]
+    summary, said, events = execute(dags["lakestate_clicks"].get_task("run"), {}, "lakestate_clicks")
+    said = "\n".join(said)
+    assert "planned microbatches 0..1" in said and "checkpoint 2 at microbatch 1" in said
     assert summary["microbatches"] == [0, 1] and summary["checkpoints"] == [1, 2] and summary["records_in"] == 1000
-    assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
-    assert asset_events("lakestate://clicks/sink") == [summary]
-    assert list(xcoms("lakestate_clicks", "housekeeping")) == ["return_value"]
-    from state_store.catalog.job_store import JobStore
-    from state_store.settings import Settings
-
-    # spark-submit's driver saw the task's Airflow context (what refuses a relative LAKESTATE_ROOT there).
-    latest = JobStore(Settings.load(root=root).job_dir("clicks")).latest_checkpoint()
-    assert latest.airflow_run.dag_id == "lakestate_clicks" and latest.airflow_run.run_id
+    assert events["lakestate://clicks/sink"] == summary
     # The savepoint DAG, as the UI's trigger form runs it: the path is in the log and the XCom.
-    saved = dag_test("lakestate_savepoint", {"job": "clicks", "label": "before-rescale"})
+    saved, said, events = execute(dags["lakestate_savepoint"].get_task("savepoint"),
+                                  {"job": "clicks", "label": "before-rescale"}, "lakestate_savepoint")
     path = root / "savepoints" / "clicks" / "before-rescale"
-    assert f"savepoint path: {path}" in saved and (path / "_metadata.json").exists()
-    (event,) = asset_events("lakestate://clicks/savepoints")  # a backup DAG can be scheduled on it
-    assert event == xcoms("lakestate_savepoint", "savepoint")["return_value"] and event["path"] == str(path)
-    # A failed operation raises with the command's own error, logged at ERROR, not the provider's generic text.
-    failed = dag_test("lakestate_restore", {"job": "clicks", "checkpoint": 999}, state="failed")
-    assert "AirflowException: lakestate: error: checkpoint 999 does not exist; retained: [1, 2]" in failed, failed
-    assert "Cannot execute" not in failed.split("lakestate: error:")[-1]
-    _the_other_operations_as_their_dags_define_them(monkeypatch, registry, root)
+    assert f"savepoint path: {path}" in "\n".join(said) and (path / "_metadata.json").exists()
+    assert events["lakestate://clicks/savepoints"] == saved and saved["path"] == str(path)
+    # A failed operation raises with the command's own error, not the provider's generic text.
+    with pytest.raises(AirflowException) as failed:
+        execute(dags["lakestate_restore"].get_task("restore"), {"job": "clicks", "checkpoint": 999},
+                "lakestate_restore")
+    assert str(failed.value) == "lakestate: error: checkpoint 999 does not exist; retained: [1, 2]"
+    _the_other_operations_as_their_dags_define_them(dags, root)
 
 
-def _the_other_operations_as_their_dags_define_them(monkeypatch, registry: Path, root: Path) -> None:
+def _the_other_operations_as_their_dags_define_them(dags: dict, root: Path) -> None:
     """Rescale, the next pipeline run, compaction twice, dispose, a dataflow's run and one operator's rescale:
-    each DAG's own task, executed in-process after the real runs above."""
+    each DAG's own task, executed in-process after the runs above."""
     from state_store.catalog.job_store import JobStore
     from state_store.ops.savepoint import list_savepoints
     from state_store.settings import Settings
     from tests.airflow_inprocess import execute
 
-    dags = _in_process_dags(monkeypatch, registry, root)
     settings = Settings.load(root=root)
     meta = JobStore(settings.job_dir("clicks"))
     # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
@@ -487,7 +451,7 @@ def _parse_examples(env: dict) -> dict:
 @pytest.mark.e2e
 def test_the_example_dags_parse_with_the_upstream_task_before_the_sensor_and_the_run(tmp_path):
     """What docs/examples/lakestate_example_dags.py wires: a job after an upstream task, a job on another job's
-    sink Asset. Its tasks are the provider's own, which the flow test above runs for real."""
+    sink Asset. Its tasks are the provider's own, which tests/test_browser.py's Airflow runs for real."""
     registry = _registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"

@@ -1,14 +1,18 @@
-"""A real browser against a real Airflow: log in, trigger the pipeline DAG, wait for its success, open the
-Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
+"""A real browser against a real Airflow, started as a user starts it (``scripts/airflow-ui.sh``: on 127.0.0.1
+only, at the port it prints; ``stop`` ends every process it started): log in, trigger the pipeline DAG, wait for
+its success (its summary is its XCom and its sink Asset's event; its log has no warning of Lakestate's own), open
+the Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
 would: human units, the timezone picked in the UI, the chart's axis and subtask bands; follow its links to the
 DAG, to the run behind a checkpoint and to the savepoint DAG, trigger that from its form, find the savepoint
-and copy its path; rescale from the rescale DAG's form (which shows the job's parallelism and refuses one out of
-range with the value typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives
-it (installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
+and copy its path; a restore of a checkpoint that does not exist fails with the command's own error; rescale
+from the rescale DAG's form (which shows the job's parallelism and refuses one out of range with the value
+typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives it
+(installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +21,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.airflow_server import PASSWORD, ROOT, airflow_env, demo_input, get, running_airflow, send_json, token
+from tests.airflow_server import (
+    PASSWORD,
+    ROOT,
+    airflow_env,
+    airflow_ui,
+    demo_input,
+    get,
+    listening,
+    processes_of,
+    send_json,
+    stop_ui,
+    token,
+)
 
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -79,8 +95,8 @@ def _shot(browser, name: str, height: int | None = None) -> None:
 class Airflow:
     """The test's Airflow as the browser and the REST API see it."""
 
-    def __init__(self, browser, url: str, base: Path):
-        self.browser, self.url, self.base = browser, url, base
+    def __init__(self, browser, url: str, home: Path):
+        self.browser, self.url, self.home = browser, url, home
         self.api = token(url)
 
     def log_in(self) -> None:
@@ -121,11 +137,33 @@ class Airflow:
         runs = json.loads(body)["dag_runs"] if status == 200 else []
         return max(runs, key=lambda r: r.get("run_after") or "", default=None)
 
+    def finished(self, dag_id: str) -> dict:
+        return _wait(lambda: (r := self.latest_run(dag_id)) and r["state"] in ("success", "failed") and r, 600,
+                     f"the run of {dag_id} to finish", every=5)
+
     def wait_for_success(self, dag_id: str) -> dict:
-        run = _wait(lambda: (r := self.latest_run(dag_id)) and r["state"] in ("success", "failed") and r, 600,
-                    f"the run of {dag_id} to finish", every=5)
-        assert run["state"] == "success", (self.base / "airflow-standalone.log").read_text()[-4000:]
+        run = self.finished(dag_id)
+        assert run["state"] == "success", (self.home / "standalone.log").read_text()[-4000:]
         return run
+
+    def xcom(self, dag_id: str, run: dict, task_id: str, key: str = "return_value"):
+        status, body = get(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/"
+                           f"{task_id}/xcomEntries/{key}", self.api)
+        assert status == 200, body
+        value = json.loads(body)["value"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def asset_events(self, uri: str) -> list[dict]:
+        """The extras of ``uri``'s Asset events, oldest first."""
+        status, body = get(f"{self.url}/api/v2/assets/events?limit=100", self.api)
+        assert status == 200, body
+        return [e["extra"] for e in sorted(json.loads(body)["asset_events"], key=lambda e: e["id"]) if e["uri"] == uri]
+
+    def task_log(self, dag_id: str, run: dict, task_id: str) -> list[dict]:
+        """The task's log (its first try) as Airflow's task runner wrote it: one JSON record per line."""
+        (path,) = (self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run['dag_run_id']}" /
+                   f"task_id={task_id}").glob("attempt=1.log")
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def lakestate_view(self):
         """The Lakestate page in the UI (the React view), its job section once it is rendered."""
@@ -202,11 +240,15 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
 
     registry = tmp_path / "lakestate.toml"
     registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\ncheckpoint_interval = 1\n')
-    env = airflow_env(tmp_path, tmp_path / "lakestate", registry)
+    env = {**airflow_env(tmp_path, tmp_path / "lakestate", registry),
+           "PYTHONWARNINGS": "default"}  # the tasks' logs show every warning they raise
     demo_input(env)
+    home = Path(env["AIRFLOW_HOME"])
     store = JobStore(Settings.load(root=tmp_path / "lakestate").job_dir("clicks"))
-    with running_airflow(tmp_path, env, command="standalone") as url:
-        airflow = Airflow(browser, url, tmp_path)
+    with airflow_ui(env) as url:
+        port = int(url.rsplit(":", 1)[1])
+        _check_it_listens_on_this_machine_only(port, home)
+        airflow = Airflow(browser, url, home)
         for dag_id in ("lakestate_clicks", "lakestate_savepoint", "lakestate_rescale", "lakestate_compaction"):
             _wait(lambda: get(f"{url}/api/v2/dags/{dag_id}", airflow.api)[0] == 200, 180, f"{dag_id} parsed")
         # Paused: the page must then not say that it runs daily.
@@ -217,6 +259,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         browser.get(f"{url}/dags/lakestate_clicks")
         airflow.trigger_from_dag_page("1-trigger-form.png")
         run = airflow.wait_for_success("lakestate_clicks")
+        _check_the_runs_summary_and_log(airflow, run)
 
         # From the UI's navigation to the page: rendered in the UI, not in a frame.
         browser.get(f"{url}/dags/lakestate_clicks/runs")
@@ -241,22 +284,75 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         airflow.follow(section.find_element(By.LINK_TEXT, "savepoint"), "/dags/lakestate_savepoint")
         airflow.trigger_from_dag_page("2-savepoint-trigger-form.png", lambda: _check_an_empty_optional_field(airflow))
         savepoint_run = airflow.wait_for_success("lakestate_savepoint")
+        # A restore of a checkpoint that does not exist, triggered as a DAG run: it fails (while the browser
+        # reads the savepoint's row) with the command's own error.
+        status, body = send_json(f"{url}/api/v2/dags/lakestate_restore/dagRuns", airflow.api, {
+            "logical_date": None, "conf": {"job": "clicks", "checkpoint": 999}}, method="POST")
+        assert status == 200, body
         _check_savepoint(airflow, savepoint_run)
+        _check_a_failed_restore_says_the_commands_error(airflow)
         _check_rescale(airflow, store)
         _check_dark_mode_and_the_standalone_page(airflow)
+        said = stop_ui(env)
+    assert "airflow scheduler" in said and "stopped" in said, said
+    assert processes_of(home) == [] and listening(port) == [], (processes_of(home), listening(port))
+
+
+def _check_it_listens_on_this_machine_only(port: int, home: Path) -> None:
+    assert listening(port) == ["0100007F"], listening(port)  # 127.0.0.1 only, not 0.0.0.0 nor ::
+    with socket.socket() as s:  # the same port at this machine's other address is not served
+        other = socket.gethostbyname(socket.gethostname())
+        if other != "127.0.0.1":
+            assert s.connect_ex((other, port)) != 0
+    assert processes_of(home), "the standalone's processes carry its AIRFLOW_HOME"
+
+
+# A warning raised from Lakestate's own code, as Python prints it: "<...>/state_store/<file>.py:<line>: <Kind>Warning".
+# Spark's own, which the hook's logger passes on, are not Lakestate's.
+OUR_WARNING = re.compile(r"state_store/[\w/]+\.py:\d+: \w*Warning")
+
+
+def _check_the_runs_summary_and_log(airflow: Airflow, run: dict) -> None:
+    """The run's summary is its XCom and its sink Asset's event extra (a downstream DAG scheduled on the Asset
+    reads it); housekeeping pushes one key; the log says what was planned and checkpointed, and has no warning
+    raised by Lakestate's code."""
+    summary = airflow.xcom("lakestate_clicks", run, "run")
+    assert summary["microbatches"] == [0, 1] and summary["checkpoints"] == [1, 2] and summary["records_in"] == 600
+    assert summary["records_out"] > 0 and summary["records_per_s"] > 0 and summary["job"] == "clicks"
+    assert airflow.asset_events("lakestate://clicks/sink") == [summary]
+    status, body = get(f"{airflow.url}/api/v2/dags/lakestate_clicks/dagRuns/{quote(run['dag_run_id'])}/"
+                       f"taskInstances/housekeeping/xcomEntries", airflow.api)
+    assert [e["key"] for e in json.loads(body)["xcom_entries"]] == ["return_value"], body
+    said = "\n".join(str(r.get("event", "")) for r in airflow.task_log("lakestate_clicks", run, "run"))
+    assert "planned microbatches 0..1" in said and "checkpoint 2 at microbatch 1" in said, said[-3000:]
+    assert not [line for line in said.splitlines() if OUR_WARNING.search(line)], said
+
+
+def _check_a_failed_restore_says_the_commands_error(airflow: Airflow) -> None:
+    """A failed operation raises with the command's own error, logged at ERROR, not the provider's generic
+    text."""
+    run = airflow.finished("lakestate_restore")
+    assert run["state"] == "failed" and run["conf"]["checkpoint"] == 999, run
+    records = airflow.task_log("lakestate_restore", run, "restore")
+    errors = [d for r in records for d in r.get("error_detail") or []]
+    assert [(d["exc_type"], d["exc_value"]) for d in errors][:1] == [
+        ("AirflowException", "lakestate: error: checkpoint 999 does not exist; retained: [1, 2]")], records[-5:]
+    said = [r for r in records if "lakestate: error:" in str(r.get("event", ""))]
+    assert any(r["level"] == "error" for r in said), said
+    assert "Cannot execute" not in json.dumps(errors), errors
 
 
 def _check_savepoint(airflow: Airflow, run: dict) -> None:
-    """The savepoint's row: its path shortened to its job's folder and its own, copied whole by its button; its
-    run linked."""
+    """The savepoint's XCom, Asset event and log line; its row: its path shortened to its job's folder and its
+    own, copied whole by its button; its run linked."""
     from selenium.webdriver.common.by import By
 
-    status, body = get(f"{airflow.url}/api/v2/dags/lakestate_savepoint/dagRuns/{quote(run['dag_run_id'])}/"
-                       f"taskInstances/savepoint/xcomEntries/return_value", airflow.api)
-    assert status == 200, body
-    xcom = json.loads(body)["value"]
-    xcom = json.loads(xcom) if isinstance(xcom, str) else xcom
+    xcom = airflow.xcom("lakestate_savepoint", run, "savepoint")
     assert xcom["checkpoint"] == 2 and xcom["path"].endswith(f"/savepoints/clicks/{xcom['name']}")
+    # A backup DAG can be scheduled on the savepoints' Asset; the log says where it is.
+    assert airflow.asset_events("lakestate://clicks/savepoints") == [xcom]
+    said = [str(r.get("event", "")) for r in airflow.task_log("lakestate_savepoint", run, "savepoint")]
+    assert any(f"savepoint path: {xcom['path']}" in line for line in said), said[-20:]
     browser = airflow.browser
     browser.execute_cdp_cmd("Browser.grantPermissions", {
         "origin": airflow.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
