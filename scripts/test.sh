@@ -31,24 +31,21 @@ if [ $# -gt 0 ]; then
 fi
 
 # The whole suite: the tiers (tests/conftest.py) in two processes side by side. The e2e tier mostly waits on
-# processes of its own (Airflow's scheduler, a browser, pip, servers) while unit -> spark keeps the JVM of its
-# shared session busy: side by side they use the machine's two cores that one after the other left half idle.
-# The Kafka file (its work is Spark in this process, beside a broker) follows the spark tier, so that the two
-# sides take about as long (README has the last fresh-clone figures). Each pytest has its own SparkSession,
-# Airflow database, LAKESTATE_ROOT and durations file; the other side's output is kept in test-artifacts/e2e.log
+# processes of its own (Airflow's scheduler, a browser, pip, servers, a broker) while unit -> spark keeps the JVM
+# of its shared session busy: side by side they use the machine's two cores that one after the other left half
+# idle, and take about as long (README has the last fresh-clone figures). Each pytest has its own SparkSession,
+# Airflow database, LAKESTATE_ROOT and durations file; the e2e side's output is kept in test-artifacts/e2e.log
 # and printed once both end.
-IN_PROCESS_E2E=(tests/test_kafka.py)
 tier() {  # tier NAME PYTEST-ARGS...: one pytest, its durations in test-artifacts/durations-NAME.txt
   local name=$1; shift
   LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS="durations-$name.txt" python -m pytest -p no:cacheprovider "$@"
 }
 started=$(date +%s)
-tier e2e -m e2e "${IN_PROCESS_E2E[@]/#/--ignore=}" > test-artifacts/e2e.log 2>&1 &
+tier e2e -m e2e > test-artifacts/e2e.log 2>&1 &
 e2e=$!
 trap 'kill -INT $e2e 2>/dev/null || true' INT TERM  # pytest tears its fixtures down
 status=0
 tier unit-spark -m "not e2e" || status=$?
-tier e2e-in-process -m e2e "${IN_PROCESS_E2E[@]}" || status=$?
 echo "[test] this side done after $(( $(date +%s) - started )) s (status $status); waiting for the e2e side"
 e2e_status=0
 wait $e2e || e2e_status=$?
