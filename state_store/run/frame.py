@@ -143,19 +143,20 @@ class Frame:
         known = [p.records for p in self.plans]
         if checkpoint is None or len(touched) == 1 or None in known or sum(known) > SMALL_RUN_RECORDS:
             return (lambda df: df.join(touched_keys, ["key_group", "key"], "left_semi")), None
-        if self.due_timers is None:  # at most SMALL_RUN_RECORDS keys: brought here in one job, without a shuffle
-            pairs = touched[0]
-            for t in touched[1:-1]:
-                pairs = pairs.unionByName(t)
-            keys = sorted({(r[0], r[1]) for r in pairs.collect()})
+        pairs = touched[0]
+        for t in touched[1:-1]:
+            pairs = pairs.unionByName(t)
+        # At most SMALL_RUN_RECORDS keys have records; due timers may add any number. When the keys are few they
+        # are brought here in one job (the timers read once) and the pass joins them as a local table; else the
+        # pass reads the due timers again, and only their key groups are brought here.
+        found = pairs.collect() if self.due_timers is None else pairs.distinct().limit(SMALL_RUN_RECORDS + 1).collect()
+        if len(found) <= SMALL_RUN_RECORDS or self.due_timers is None:
+            keys = sorted({(r[0], r[1]) for r in found})
             groups = sorted({g for g, _ in keys})
             touched_keys = self.ctx.spark.createDataFrame(keys + [(g, "") for g in range(self.ctx.maxp)],
                                                           "key_group int, key string")
         else:
-            groups = touched[0]
-            for t in touched[1:-1]:
-                groups = groups.unionByName(t)
-            groups = sorted(r[0] for r in groups.select("key_group").distinct().collect())
+            groups = sorted(r[0] for r in pairs.select("key_group").distinct().collect())
         small = F.broadcast(touched_keys)
         partitions = [[("state_name", "=", raw_name)]] + ([[("key_group", "in", groups)]] if groups else [])
         return (lambda df: (df.filter(F.col("key_group").isin(groups) | (F.col("state_name") == raw_name))
