@@ -90,7 +90,7 @@ def chain(session, lake, backend: str) -> dict:
     from tests.helpers import run
 
     directory = lake.inputs / "clicks"
-    write_clicks(directory, 3, events=300, users=200)
+    write_clicks(directory, 3, events=300, users=50)
     spec = dataflow(directory, job_id=f"chain-{backend}", sink=f"sinks/chain-{backend}", backend=backend)
     runs = [[b.batch_id for b in run(session, spec, lake, max_microbatches=n).sink_batches] for n in (2, 1)]
     latest = latest_totals(session.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas())

@@ -349,7 +349,7 @@ def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispo
     root = tmp_path / "lakestate"
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
     generate.main(["--files", "3", "--events", "500", "--keys", "100"])
-    write_clicks(root / "input" / "country-clicks", files=3, events=300, users=200)
+    write_clicks(root / "input" / "country-clicks", files=3, events=300, users=50)
     dags = _in_process_dags(monkeypatch, registry, root)
 
     summary, said, events = execute(dags["lakestate_clicks"].get_task("run"), {}, "lakestate_clicks")

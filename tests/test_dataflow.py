@@ -41,6 +41,12 @@ from state_store.run.runtime import FaultInjector, InjectedFault, run_job
 from tests.conftest import Lake
 
 
+# Users of the clicks the tests write: each keeps its key group's state and timers in files of its own, so a
+# run's files (and its time) grow with them; 50 users in 7 countries still close sessions in every country
+# and microbatch.
+USERS = 50
+
+
 def _quiet(_line):
     pass
 
@@ -61,7 +67,7 @@ def _sorted(rows, upto: int | None = None) -> list[tuple]:
 
 def _clicks(lake, files: int = 3):
     directory = lake.inputs / "clicks"
-    write_clicks(directory, files, events=300, users=200)
+    write_clicks(directory, files, events=300, users=USERS)
     return directory, read_clicks(directory)
 
 
@@ -169,7 +175,7 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
                     faults=FaultInjector(point, batch_id=batch_id, operator=operator))
         run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
         assert _sink_rows(spark, lake, "sinks/crashed", upto=batch_id) == _sorted(clean.rows, batch_id), point
-        # Every country has closed sessions from microbatch 0 on (200 users in 7 countries): the clean run's
+        # Every country has closed sessions from microbatch 0 on (USERS users in 7 countries): the clean run's
         # per-country entries are those of each microbatch.
         state = store.latest_checkpoint()
         assert (state.batch_id, state.of_operator("per-country").entries) == (
@@ -279,7 +285,7 @@ def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, l
     copy = dataflow(directory, job_id="copy", sink="sinks/copy")
     checkpoint = restored("copy", copy, parallelism={"per-country": 4})
     assert (checkpoint.parallelism, checkpoint.of_operator("per-country").parallelism) == (2, 4)
-    write_clicks(directory, 1, events=300, users=200)
+    write_clicks(directory, 1, events=300, users=USERS)
     run_job(spark, chain, lake.settings, progress=_quiet)
     run_job(spark, copy, lake.settings, progress=_quiet)
     assert _latest_totals(spark, lake, "sinks/copy").equals(_latest_totals(spark, lake, "sinks/orig"))
@@ -448,7 +454,7 @@ def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, l
     directory, _ = _clicks(lake, files=2)
     again = directory / "clicks-00002.parquet"  # file 1's clicks again (a producer's retry), then new ones
     again.write_bytes((directory / "clicks-00001.parquet").read_bytes())
-    write_clicks(directory, 1, events=300, users=200, first_minute=3)
+    write_clicks(directory, 1, events=300, users=USERS, first_minute=3)
     chain = _deduped(directory)
     assert chain.uids == ["dedupe", "filter-2", "sessions", "map-4", "per-country"]
     run_job(spark, chain, lake.settings, max_microbatches=2, progress=_quiet)
