@@ -139,7 +139,7 @@ class Airflow:
 
     def finished(self, dag_id: str) -> dict:
         return _wait(lambda: (r := self.latest_run(dag_id)) and r["state"] in ("success", "failed") and r, 600,
-                     f"the run of {dag_id} to finish", every=5)
+                     f"the run of {dag_id} to finish", every=1)
 
     def wait_for_success(self, dag_id: str) -> dict:
         run = self.finished(dag_id)
