@@ -123,8 +123,8 @@ def running_airflow(base: Path, env: dict):
 def airflow_ui(env: dict):
     """The standalone (API server with the UI, scheduler, DAG processor, triggerer) as a user starts it:
     ``scripts/airflow-ui.sh --background`` on a free port, the database a copy of this process's first migrated
-    one (``migrate``); yields the URL it printed. Ended by ``scripts/airflow-ui.sh stop`` when the block ends,
-    whose output ``stopped`` holds (a block that checks what stop did calls it first: ``stop_ui``)."""
+    one (``migrate``); yields the URL it printed. Ended by ``scripts/airflow-ui.sh stop`` when the block ends;
+    a block that checks what stop did calls ``stop_ui`` itself first (the second stop finds nothing to stop)."""
     migrate(env)
     port, worker_logs, trigger_logs = free_ports(3)
     env = {**env, "LAKESTATE_UI_PORT": str(port), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
