@@ -146,11 +146,12 @@ class Frame:
         pairs = touched[0]
         for t in touched[1:-1]:
             pairs = pairs.unionByName(t)
-        # At most SMALL_RUN_RECORDS keys have records; due timers may add any number. When the keys are few they
-        # are brought here in one job (the timers read once) and the pass joins them as a local table; else the
-        # pass reads the due timers again, and only their key groups are brought here.
-        found = pairs.collect() if self.due_timers is None else pairs.distinct().limit(SMALL_RUN_RECORDS + 1).collect()
-        if len(found) <= SMALL_RUN_RECORDS or self.due_timers is None:
+        # At most SMALL_RUN_RECORDS keys have records (brought here as they are, without a shuffle); due timers
+        # may add any number. When the keys are few they are brought here in one job (the timers read once) and
+        # the pass joins them as a local table; else the pass reads the due timers again, and only their key
+        # groups are brought here.
+        found = (pairs if self.due_timers is None else pairs.distinct().limit(SMALL_RUN_RECORDS + 1)).collect()
+        if len(found) <= SMALL_RUN_RECORDS:
             keys = sorted({(r[0], r[1]) for r in found})
             groups = sorted({g for g, _ in keys})
             touched_keys = self.ctx.spark.createDataFrame(keys + [(g, "") for g in range(self.ctx.maxp)],
