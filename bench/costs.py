@@ -9,7 +9,7 @@
   their ratio.
 - tiny: a 10-event run on 100,000 keys of state, timed inside the run (first
   plan to last commit) five times in a warm session, and as a whole
-  ``spark-submit`` beside two plain-Spark ``spark-submit``s.
+  ``spark-submit`` beside two plain-Spark ``spark-submit``s, each with and without the JVM's class archive.
 - memory: runs of 10 and of 50 microbatches (10,000 events each); prints the
   driver JVM's peak heap (and what a GC after the run leaves) and the Python
   workers' peak RSS for each run; then 50 microbatches as five runs of 10,
@@ -96,6 +96,11 @@ def tiny(spark, base: Path) -> None:
     env = {**os.environ, "LAKESTATE_ROOT": str(root), "LAKESTATE_BENCH_INPUT": str(input_dir)}
     os.environ.update(env)
     lakestate(["register", "bench.jobs:job", "--root", str(root)])
+    # Each submit twice, in turn: with the JVM's class archive (scripts/class-archive.sh, which scripts/env.sh
+    # gives SPARK_SUBMIT_OPTS) and without it.
+    without = {**env, "SPARK_SUBMIT_OPTS": " ".join(
+        o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith(("-XX:SharedArchiveFile", "-Xlog:cds")))}
+    archived = "-XX:SharedArchiveFile" in env.get("SPARK_SUBMIT_OPTS", "")
     walls = {}
     for name, script, args in (("plain Spark, count range(10)", Path(__file__).parent / "plain_submit.py",
                                 ("count", str(base))),
@@ -103,15 +108,22 @@ def tiny(spark, base: Path) -> None:
                                 ("delta", str(base))),
                                ("Lakestate, a 10-event run", PROJECT_ROOT / "jobs" / "run_microbatches.py",
                                 ("--job", "bench"))):
-        if name.startswith("Lakestate"):
-            write_workload(input_dir, 1, 10, 100_000)
-        walls[name], out = spark_submit(script, *args, env=env)
-        line = [x for x in out.stdout.splitlines() if "records/s" in x or x.startswith("plain:")]
-        print(f"tiny: spark-submit, {name}: {walls[name]:.1f}s (exit {out.returncode}); "
-              f"{line[-1] if line else out.stderr[-500:]}", flush=True)
-    mine = walls["Lakestate, a 10-event run"]
-    print("tiny: spark-submit ratios: " + ", ".join(f"{mine / w:.2f}x {n}" for n, w in walls.items()
-                                                    if not n.startswith("Lakestate")), flush=True)
+        for archive, submit_env in ((True, env), (False, without)) if archived else ((False, env),):
+            if name.startswith("Lakestate"):
+                write_workload(input_dir, 1, 10, 100_000)
+            walls[name, archive], out = spark_submit(script, *args, env=submit_env)
+            line = [x for x in out.stdout.splitlines() if "records/s" in x or x.startswith("plain:")]
+            print(f"tiny: spark-submit, {name}, {'with' if archive else 'without'} the class archive: "
+                  f"{walls[name, archive]:.1f}s (exit {out.returncode}); "
+                  f"{line[-1] if line else out.stderr[-500:]}", flush=True)
+    for archive in (True, False) if archived else (False,):
+        mine = walls["Lakestate, a 10-event run", archive]
+        print(f"tiny: spark-submit ratios, {'with' if archive else 'without'} the class archive: " + ", ".join(
+            f"{mine / w:.2f}x {n}" for (n, a), w in walls.items() if a == archive and not n.startswith("Lakestate")),
+            flush=True)
+    if archived:
+        print("tiny: with / without the class archive: " + ", ".join(
+            f"{walls[n, True] / walls[n, False]:.2f} {n}" for n, a in walls if a), flush=True)
 
 
 def memory(spark, base: Path) -> None:
