@@ -11,6 +11,10 @@ source scripts/env.sh
 # environment sets PYTHONDONTWRITEBYTECODE (this machine's does), each would compile the project's modules again.
 # Compiled once here; .pyc files are ignored by git and read whatever that variable says.
 python -m compileall -q -j 0 state_store dags demo jobs plugins tests >/dev/null || true
+# The suite's Spark JVMs but the shared SparkSession of each pytest (tests/conftest.py keeps C2 for it) are short:
+# spark-submits and Spark Connect servers of one test. C1 alone compiles what they run for about half the CPU C2 adds
+# (bench/README.md, "Cold JVMs"), which the other side's pytest, on the same two cores, gets instead.
+export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:+$SPARK_SUBMIT_OPTS }-XX:TieredStopAtLevel=1"
 mkdir -p test-artifacts
 rm -f test-artifacts/durations*.txt  # only this run's
 show_durations() {  # the head of each durations file the run wrote (tests/conftest.py)
