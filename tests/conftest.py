@@ -15,33 +15,23 @@ from state_store.settings import Settings
 def spark():
     from state_store.spark.session import build_spark
 
-    # scripts/test.sh gives the e2e side's short JVMs (spark-submits, servers) C1 alone; this one JVM serves the
+    # scripts/test.sh gives the suite's short JVMs (spark-submits, servers) C1 alone; this one JVM serves the
     # whole session, where C2's code pays for its compiling (bench/README.md, "Cold JVMs").
-    opts = os.environ.get("SPARK_SUBMIT_OPTS")
-    if opts is not None:
-        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(o for o in opts.split() if o != SHORT_JVM)
-    try:
-        session = _session(build_spark)
-    finally:
-        if opts is not None:
-            os.environ["SPARK_SUBMIT_OPTS"] = opts
+    with pytest.MonkeyPatch.context() as env:
+        if "SPARK_SUBMIT_OPTS" in os.environ:
+            env.setenv("SPARK_SUBMIT_OPTS", " ".join(o for o in os.environ["SPARK_SUBMIT_OPTS"].split()
+                                                     if o != "-XX:TieredStopAtLevel=1"))
+        session = build_spark("lakestate-tests", master="local[2]", extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.enabled": "false",
+            "spark.sql.adaptive.coalescePartitions.enabled": "true",
+            # One JVM serves the whole session's ~500 tests (Delta logs cached, 200,000-deep values decoded): the
+            # default 1 GiB heap ran out near the end of a full run.
+            "spark.driver.memory": "4g",
+        }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
     yield session
     session.stop()
-
-
-SHORT_JVM = "-XX:TieredStopAtLevel=1"
-
-
-def _session(build_spark):
-    return build_spark("lakestate-tests", master="local[2]", extra_conf={
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.ui.enabled": "false",
-        "spark.sql.adaptive.coalescePartitions.enabled": "true",
-        # One JVM serves the whole session's ~500 tests (Delta logs cached, 200,000-deep values decoded): the
-        # default 1 GiB heap ran out near the end of a full run.
-        "spark.driver.memory": "4g",
-    }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
 
 
 class Lake:
