@@ -29,6 +29,12 @@ def spark():
             # One JVM serves the whole session's ~500 tests (Delta logs cached, 200,000-deep values decoded): the
             # default 1 GiB heap ran out near the end of a full run.
             "spark.driver.memory": "4g",
+            # Spark's interpreted expressions and operators, not code generated and compiled per query: the tests'
+            # data is tiny, and compiling each of their thousands of query shapes (Janino, then the JVM's C2 on
+            # the new classes) cost more than it saved: a fifth of the spark tier's wall and CPU (issue 38's
+            # note). Users' runs, and the e2e tier's spark-submits and servers, generate code as Spark does.
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
     yield session
     session.stop()
