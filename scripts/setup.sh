@@ -12,17 +12,19 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-# Reinstalled when the pins or the package's own metadata (its entry points) change.
 # Reinstalled when the pins or the package's own metadata (its entry points) change. The pip that `venv` bundles
 # (23.2) takes about twice as long as this one to resolve and unpack Airflow's tree; tests/test_package.py installs
-# with the same pip.
+# with the same pip, as a user installing the wheel into an Airflow would. The repository's own tree goes in with
+# uv: the same 182 packages at the same versions as pip resolves (compared on 2026-11-28), in 63 s instead of
+# 165 s from an empty cache, bytecode compiled as pip does (this machine sets PYTHONDONTWRITEBYTECODE).
 INSTALLER=pip==26.3
+FAST_INSTALLER=uv==0.13.9
 install_packages() {
   if [ ! -f "$STAMP" ] || ! cat requirements.txt pyproject.toml | cmp -s - "$STAMP"; then
     echo "[setup] installing pinned packages (requirements.txt)"
-    export PIP_CACHE_DIR="$ROOT/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
-    .venv/bin/python -m pip install -q "$INSTALLER"
-    .venv/bin/pip install -q -r requirements.txt
+    export PIP_CACHE_DIR="$ROOT/.cache/pip" UV_CACHE_DIR="$ROOT/.cache/uv" PIP_DISABLE_PIP_VERSION_CHECK=1
+    .venv/bin/python -m pip install -q "$INSTALLER" "$FAST_INSTALLER"
+    .venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -r requirements.txt
     PYTHONWARNINGS=ignore .venv/bin/pip install -q --no-deps -e .  # setuptools warns of editable installs
     cat requirements.txt pyproject.toml > "$STAMP"
   fi
