@@ -14,6 +14,7 @@ python -m compileall -q -j 0 state_store dags demo jobs plugins tests >/dev/null
 # The suite's Spark JVMs but the shared SparkSession of each pytest (tests/conftest.py keeps C2 for it) are short:
 # spark-submits and Spark Connect servers of one test. C1 alone compiles what they run for about half the CPU C2 adds
 # (bench/README.md, "Cold JVMs"), which the other side's pytest, on the same two cores, gets instead.
+export LAKESTATE_SESSION_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-}"  # the shared sessions' (tests/conftest.py)
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:+$SPARK_SUBMIT_OPTS }-XX:TieredStopAtLevel=1"
 mkdir -p test-artifacts
 rm -f test-artifacts/durations*.txt  # only this run's

@@ -15,12 +15,12 @@ from state_store.settings import Settings
 def spark():
     from state_store.spark.session import build_spark
 
-    # scripts/test.sh gives the suite's short JVMs (spark-submits, servers) C1 alone; this one JVM serves the
-    # whole session, where C2's code pays for its compiling (bench/README.md, "Cold JVMs").
+    # scripts/test.sh gives the suite's short JVMs (spark-submits, servers) C1 alone, and keeps the options without
+    # it for this one JVM: it serves the whole session, where C2's code pays for its compiling (bench/README.md,
+    # "Cold JVMs").
     with pytest.MonkeyPatch.context() as env:
-        if "SPARK_SUBMIT_OPTS" in os.environ:
-            env.setenv("SPARK_SUBMIT_OPTS", " ".join(o for o in os.environ["SPARK_SUBMIT_OPTS"].split()
-                                                     if o != "-XX:TieredStopAtLevel=1"))
+        if "LAKESTATE_SESSION_SUBMIT_OPTS" in os.environ:
+            env.setenv("SPARK_SUBMIT_OPTS", os.environ["LAKESTATE_SESSION_SUBMIT_OPTS"])
         session = build_spark("lakestate-tests", master="local[2]", extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
