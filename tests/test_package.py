@@ -5,7 +5,9 @@ with the repository on no path: the checks run in a folder outside it with no PY
 module of a folder of its own registered, run by the installed ``lakestate`` and its sink read (one wheel and one
 virtualenv serve both tests).
 
-pip's cache is the project's (``.cache/pip``), so a second run installs from it; the first fetches from PyPI.
+pip's cache is the project's (``.cache/pip``), so a second run installs from it; the first fetches from PyPI, but for
+the wheels of PyPI's source-only packages (pyspark's 430 MB among them) that the set-up's uv built from the same
+sources: pip finds them in uv's cache, when it is there, instead of downloading and building each again.
 """
 from __future__ import annotations
 
@@ -96,6 +98,8 @@ def installed(tmp_path_factory):
            if k not in ("PYTHONPATH", "LAKESTATE_JARS", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
            and not k.startswith(("AIRFLOW", "LAKESTATE"))}
     env.update(PIP_CACHE_DIR=str(REPO / ".cache" / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    built = sorted({str(w.parent) for w in (REPO / ".cache" / "uv").glob("sdists-v*/pypi/*/*/*/*.whl")})
+    env["PIP_FIND_LINKS"] = " ".join([env.get("PIP_FIND_LINKS", ""), *built]).strip()
     wheel = _build_wheel(tmp, env)
     venv = tmp / "venv"
     base = Path(getattr(sys, "_base_executable", sys.executable))
