@@ -40,17 +40,18 @@ fi
 # of its shared session busy: side by side they use the machine's two cores that one after the other left half
 # idle, and take about as long (README has the last fresh-clone figures). Each pytest has its own SparkSession,
 # Airflow database, LAKESTATE_ROOT and durations file; the e2e side's output is kept in test-artifacts/e2e.log
-# and printed once both end.
+# and printed once both end. The e2e tests marked `beside_spark` (pyproject.toml) run on the first side, after
+# its spark tier: their processes are spark-submits, as busy as that side's, and with them the sides end together.
 tier() {  # tier NAME PYTEST-ARGS...: one pytest, its durations in test-artifacts/durations-NAME.txt
   local name=$1; shift
   LAKESTATE_ROOT="$(mktemp -d)/root" LAKESTATE_DURATIONS="durations-$name.txt" python -m pytest -p no:cacheprovider "$@"
 }
 started=$(date +%s)
-tier e2e -m e2e > test-artifacts/e2e.log 2>&1 &
+tier e2e -m "e2e and not beside_spark" > test-artifacts/e2e.log 2>&1 &
 e2e=$!
 trap 'kill -INT $e2e 2>/dev/null || true' INT TERM  # pytest tears its fixtures down
 status=0
-tier unit-spark -m "not e2e" || status=$?
+tier unit-spark -m "not e2e or beside_spark" || status=$?
 echo "[test] this side done after $(( $(date +%s) - started )) s (status $status); waiting for the e2e side"
 e2e_status=0
 wait $e2e || e2e_status=$?

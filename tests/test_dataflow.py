@@ -204,6 +204,7 @@ def _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lak
 
 
 @pytest.mark.e2e
+@pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side
 def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path,
                                                                                              clean):
     """The run killed once the first operator's state is committed: the second operator's tables, the commit
