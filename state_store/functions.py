@@ -173,6 +173,7 @@ class OnTimerContext(Context):
 
     time_domain_: TimeDomain = TimeDomain.EVENT_TIME
     timer_timestamp: int = 0
+    timer_namespace: str = ""  # the timer's namespace ('' but for a window operator's timers)
 
     def timestamp(self) -> int:
         """The timestamp of the timer firing."""

@@ -502,8 +502,37 @@ def _elements(values: Iterable[Any] | None, verb: str) -> list:
     return values
 
 
-class ListState(_KeyedState):
+class _MergingState(_KeyedState):
+    """A state whose values of several namespaces fold into one (list, reducing, aggregating), as merging
+    windows need (Flink's ``InternalMergingState``)."""
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def merge_namespaces(self, target: str, sources: Iterable[str]) -> None:
+        """Flink's ``mergeNamespaces``: the values of the ``sources`` namespaces folded in order into ``target``'s
+        (after its own), each source cleared; the handle stays scoped to its own namespace."""
+        own, merged = self._namespace, None
+        try:
+            for source in sources:
+                self._namespace = source
+                value = self._get()
+                if value is not None:
+                    merged = value if merged is None else self._merge(merged, value)
+                    self._put(None)
+            if merged is not None:
+                self._namespace = target
+                current = self._get()
+                self._put(merged if current is None else self._merge(current, merged))
+        finally:
+            self._namespace = own
+
+
+class ListState(_MergingState):
     """A list of elements per key and namespace."""
+
+    def _merge(self, a: list, b: list) -> list:
+        return a + b
 
     def get(self) -> list:
         """The elements (a copy), ``[]`` when empty."""
@@ -578,8 +607,11 @@ class MapState(_KeyedState):
         self._store.map_clear(self._name, self._namespace, self._descriptor)
 
 
-class ReducingState(_KeyedState):
+class ReducingState(_MergingState):
     """A value folded from added values with a reduce function."""
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        return self._descriptor.reduce_function(self._copy_value(a), self._copy_value(b))
 
     def get(self) -> Any:
         """The reduced value, or None when nothing was added."""
@@ -593,8 +625,11 @@ class ReducingState(_KeyedState):
         self._put(value if current is None else self._descriptor.reduce_function(self._copy_value(current), value))
 
 
-class AggregatingState(_KeyedState):
+class AggregatingState(_MergingState):
     """An accumulator built from added values with an AggregateFunction."""
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        return self._descriptor.agg_function.merge(self._copy_value(a), self._copy_value(b))
 
     def get(self) -> Any:
         """The aggregate function's result, or None when nothing was added."""

@@ -158,6 +158,15 @@ class TimerService:
             raise RuntimeError("timers belong to a key: register or delete them in process() or on_timer()")
         return key, self._store.current_key_group, ""
 
+    def register_timer(self, domain: TimeDomain, timestamp: int, namespace: str) -> None:
+        """A timer of the current key in ``namespace`` (a window's: the window operator's triggers)."""
+        key, key_group, _ = self._scope()
+        self._timers.register(domain, key, key_group, namespace, timestamp)
+
+    def delete_timer(self, domain: TimeDomain, timestamp: int, namespace: str) -> None:
+        key, key_group, _ = self._scope()
+        self._timers.delete(domain, key, key_group, namespace, timestamp)
+
     def register_event_time_timer(self, timestamp: int) -> None:
         """Call ``on_timer`` for the current key once the watermark reaches ``timestamp``."""
         self._timers.register(TimeDomain.EVENT_TIME, *self._scope(), timestamp)

@@ -35,7 +35,8 @@ MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no watermark yet (Flink's)
 WATERMARK_STATE = "__source__.watermark"  # the union list operator state holding each subtask's EventClock
 
 
-def _millis(span, what: str) -> int:
+def millis(span, what: str) -> int:
+    """``span`` (a ``timedelta``, or milliseconds as an int) in milliseconds; a ConfigError naming ``what``."""
     if isinstance(span, timedelta):
         return int(span / timedelta(milliseconds=1))
     if isinstance(span, int) and not isinstance(span, bool):
@@ -56,7 +57,7 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness) -> "WatermarkStrategy":
-        bound = _millis(max_out_of_orderness, "for_bounded_out_of_orderness's bound")
+        bound = millis(max_out_of_orderness, "for_bounded_out_of_orderness's bound")
         if bound < 0:
             raise ConfigError(f"for_bounded_out_of_orderness's bound must not be negative, got {bound} ms")
         return WatermarkStrategy(bound)
@@ -76,7 +77,7 @@ class WatermarkStrategy:
         """Flink's ``withIdleness``: a split (a Kafka partition) without records for ``idle_timeout`` of
         processing time is left out of the least over the splits, so the others can move the watermark. It
         never raises the watermark by itself: a source whose every split is idle holds it where it is."""
-        idle = _millis(idle_timeout, "with_idleness's timeout")
+        idle = millis(idle_timeout, "with_idleness's timeout")
         if idle <= 0:
             raise ConfigError(f"with_idleness's timeout must be positive, got {idle} ms")
         return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, self.idle_advance)
@@ -85,7 +86,7 @@ class WatermarkStrategy:
         """Lakestate's own rule, not Flink's (README "Lakestate's own rules"): ``with_idleness``, and once the
         whole source has had no records for ``idle_timeout`` of processing time, event time advances with
         processing time, so event-time timers fire and windows close on a source that went quiet."""
-        idle = _millis(idle_timeout, "with_idle_advance's timeout")
+        idle = millis(idle_timeout, "with_idle_advance's timeout")
         if idle <= 0:
             raise ConfigError(f"with_idle_advance's timeout must be positive, got {idle} ms")
         return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, True)

@@ -255,9 +255,9 @@ class SubtaskRunner:
                     fired = True
 
     def _on_timer(self, domain: TimeDomain, timer: tuple) -> None:
-        timestamp, key_group, key, _ = timer
+        timestamp, key_group, key, namespace = timer
         ctx, store = self.timer_ctx, self.store
-        ctx.time_domain_, ctx.timer_timestamp = domain, timestamp
+        ctx.time_domain_, ctx.timer_timestamp, ctx.timer_namespace = domain, timestamp, namespace
         store.set_current_key(key, key_group)
         ctx.current_key = key if self._decode_key is None else self._decode_key(key)
         self.operator_store.read_only_broadcast = True
