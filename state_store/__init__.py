@@ -31,6 +31,26 @@ from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
+from .windows import (
+    ContinuousEventTimeTrigger,
+    CountEvictor,
+    CountTrigger,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    GlobalWindows,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    ProcessWindowFunction,
+    PurgingTrigger,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeEvictor,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+)
 
 __all__ = [
     "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
@@ -38,6 +58,11 @@ __all__ = [
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
+    # windows (README "Windows")
+    "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
+    "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",
+    "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow",
+    "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
 ]
 
 

@@ -25,6 +25,7 @@ from .keys import check_key_type
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
+from .windows.stream import WindowedStream
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
 JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
@@ -239,6 +240,36 @@ class Dataflow:
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
+
+    def window(self, assigner, *, timestamp_column: str | None = None) -> WindowedStream:
+        """Window the keyed stream (README "Windows"): ``assigner`` puts each record in windows
+        (``TumblingEventTimeWindows.of(size)``, ``SlidingEventTimeWindows.of(size, slide)``,
+        ``EventTimeSessionWindows.with_gap(gap)``, their processing-time twins, ``GlobalWindows.create()``); end it
+        with ``.reduce``, ``.aggregate`` or ``.process``. A record's event time is its ``timestamp_column``: by
+        default the column of the job's watermark strategy.
+
+        Example: ``.key_by("user").window(TumblingEventTimeWindows.of(timedelta(minutes=1)))``
+        """
+        if self._key is None:
+            raise ConfigError("window(...) needs a keyed stream: call .key_by(column) before it")
+        fields = self._fields()
+        if fields is None:
+            raise ConfigError("window(...): the source does not declare its columns, and a window keeps its "
+                              "records in state: declare the source's schema")
+        strategy = self._settings["watermark_strategy"]
+        if getattr(assigner, "is_event_time", False):
+            if strategy is None:
+                raise ConfigError("an event-time window needs a watermark to fire: give the dataflow a "
+                                  "watermark_strategy (WatermarkStrategy.for_bounded_out_of_orderness(...)"
+                                  ".with_timestamp_column(...)), or use a processing-time assigner")
+            timestamp_column = timestamp_column or strategy.timestamp_column
+            if timestamp_column not in fields:
+                raise ConfigError(f"window(...): the stream has no column {timestamp_column!r} for event time "
+                                  f"(columns: {list(fields)}); emit it upstream or give window(..., "
+                                  f"timestamp_column=...)")
+        elif timestamp_column is not None and timestamp_column not in fields:
+            raise ConfigError(f"window(...): the stream has no column {timestamp_column!r} (columns: {list(fields)})")
+        return WindowedStream(self, assigner, fields, timestamp_column)
 
     def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
                      ) -> "Dataflow":

@@ -33,7 +33,8 @@ from state_store.subtask.exchange import (
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
 from state_store.records import MicrobatchStats, WrittenFile
-from state_store.subtask.run_files import SINK, SINK_MICROBATCH, RunOutputs, local_outputs
+from state_store.side_outputs import SIDE_PREFIX
+from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
 from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
 
@@ -90,10 +91,10 @@ def _spark_order(row):
     return (row["subtask"], packed) + rest
 
 
-def frame(*rows, rows_per_batch=None, with_broadcast=False):
+def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_TYPE):
     """Exchange batches of ``rows``: typed as EXCHANGE_COLUMNS + record (+ brecord), sorted as the runtime sorts
     them, records given file 0, block 0 and their place in ``rows`` as source position."""
-    schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, RECORD_TYPE)]
+    schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, record_type)]
                        + ([(BROADCAST_RECORD, RULE_TYPE)] if with_broadcast else []))
     full = []
     for position, row in enumerate(rows):
@@ -121,9 +122,10 @@ def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
         info = WrittenFile.from_json(row["payload"])
         table = outputs.tables[info.table]
         for r in pq.read_table(Path(table.directory) / info.path).to_pylist():
-            if info.table == SINK:
+            if info.table == SINK or info.table.startswith(SIDE_PREFIX):
                 batch_id = r.pop(SINK_MICROBATCH)
-                read.append({"kind": "out", "batch_id": batch_id, "subtask": row["subtask"], OUT: r})
+                kind = "out" if info.table == SINK else info.table
+                read.append({"kind": kind, "batch_id": batch_id, "subtask": row["subtask"], OUT: r})
             else:
                 partition = {k: int(v) if k == "key_group" else v for k, v in info.partition.items()}
                 read.append({"kind": "k" if info.table == "keyed" else "o", "subtask": row["subtask"],
@@ -134,15 +136,21 @@ def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
 
 
 def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=False, rows_per_batch=None,
-        key_type=None):
+        key_type=None, record_type=RECORD_TYPE, side_outputs=(), start_watermark=None):
     """Run ``function`` over the frame of ``rows``; the rows it wrote and returned, as dicts (``out`` is the
-    typed sink row)."""
+    typed sink row, or a side output's row: kind ``side:<tag name>``)."""
     with tempfile.TemporaryDirectory() as directory:
         outputs = run_outputs(Path(directory))
+        for tag in side_outputs:
+            outputs.tables[tag.table] = OutputTable(tag.table, str(Path(directory) / tag.name), "", (), None,
+                                                    SINK_MICROBATCH)
         plan = RunPlan("op", function, key_type or Types.STRING(), output_type or function.OUT, PARALLELISM,
-                       MAX_PARALLELISM, restored, list(microbatches), outputs)
+                       MAX_PARALLELISM, restored, list(microbatches), outputs,
+                       side_outputs={t.name: t.type_info for t in side_outputs},
+                       **({} if start_watermark is None else {"start_watermark": start_watermark}))
         with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
-        batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast)))
+        batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast,
+                                                 record_type=record_type)))
         return read_files(outputs, [r for batch in batches for r in batch.to_pylist()])
 
 
