@@ -8,7 +8,8 @@
 # rescale DAG (2 <-> 3), writes 2 more files and runs the pipeline again, which continues at the new
 # parallelism from the rescaled checkpoint. After each clicks run, the sessions pipeline (demo.sessions: event
 # time, timers, a side output) runs over the same files and the demo prints the sessions each microbatch closed.
-# Once, a job of two operators (demo.sessions_per_country) runs over clicks of its own and prints its result.
+# Once, a job of two operators (demo.sessions_per_country) runs over clicks of its own and prints its result, and a
+# windowed job (demo.clicks_per_minute) counts those clicks per country and minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -61,9 +62,26 @@ for r in rows.sort_values("_microbatch").groupby("country").tail(1).sort_values(
 PY
 }
 
+# A window (demo.clicks_per_minute): per country, clicks per minute of event time over the same clicks.
+per_minute() {
+  dag_run lakestate_clicks-per-minute
+  python - <<'PY'
+from deltalake import DeltaTable
+
+from state_store.settings import Settings
+
+rows = DeltaTable(str(Settings.load().sink("sinks/clicks_per_minute"))).to_pandas()
+last = rows.sort_values("_microbatch").groupby(["country", "minute"]).tail(1)
+for minute, per in last.groupby("minute"):
+    print(f"[demo] clicks-per-minute, minute {minute}: " + ", ".join(
+        f"{r.country} {r.clicks} clicks by {r.users} users" for r in per.sort_values("country").itertuples()))
+PY
+}
+
 dag_run lakestate_clicks
 sessions
 if ls "$LAKESTATE_ROOT"/input/country-clicks/*.parquet >/dev/null 2>&1; then per_country 1; else per_country "$FILES"; fi
+per_minute
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.
 NOW=$(python -c "from state_store.catalog.job_store import JobStore; from state_store.settings import Settings; \
