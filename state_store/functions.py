@@ -132,11 +132,17 @@ class Context(MicrobatchTime):
     timer service, side outputs, broadcast state (read-only)."""
 
     def __init__(self, store: KeyedStateStore, operator_store: OperatorStateStore, batch_id: int, timestamp: int,
-                 timer_service: TimerService | None = None, output=None):
+                 timer_service: TimerService | None = None, output=None, stats=None):
         self._store, self._operator_store = store, operator_store
         self.batch_id, self._timestamp = batch_id, timestamp
-        self._timer_service, self._output = timer_service, output
+        self._timer_service, self._output, self._stats = timer_service, output, stats
         self.current_key: Any = None
+
+    def count_late_dropped(self) -> None:
+        """Count an element dropped as too late for every window it belongs to (what a window operator calls;
+        Flink's ``numLateRecordsDropped``): the run's microbatch line says how many."""
+        if self._stats is not None:
+            self._stats.late_dropped += 1
 
     def current_watermark(self) -> int:
         """The event-time watermark: the previous microbatch's while records are processed (README "Time")."""

@@ -304,6 +304,7 @@ class MicrobatchStats:
     records_out: int = 0
     side_out: int = 0  # rows to side outputs
     side_rows: dict[str, int] = field(default_factory=dict)  # of those, per side output (its tag's name)
+    late_dropped: int = 0  # elements a window operator dropped as too late (Flink's numLateRecordsDropped)
     timers_in: int = 0  # stored timers the run gave the subtasks (counted on a run's first microbatch)
     timers_fired: int = 0
     state_upserts: int = 0
@@ -346,6 +347,7 @@ class MicrobatchStats:
         self.side_out += other.side_out
         for tag, rows in other.side_rows.items():
             self.side_rows[tag] = self.side_rows.get(tag, 0) + rows
+        self.late_dropped += other.late_dropped
         self.timers_in += other.timers_in
         self.timers_fired += other.timers_fired
         self.state_upserts += other.state_upserts

@@ -368,7 +368,7 @@ def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
     assert outputs(result) == [{"key": "a", "count": 2}, {"key": "b", "count": 1}]
     assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "2"), (1, "op.count", 2, "b", "", None, "1")]
     assert {r["subtask"] for r in result} == {0}
-    assert stats(result) == [(1, 0, {"records_in": 3, "broadcast_in": 0, "keys": 2, "records_out": 2, "side_out": 0, "side_rows": {}, "timers_in": 0, "timers_fired": 0, "state_upserts": 2,
+    assert stats(result) == [(1, 0, {"records_in": 3, "broadcast_in": 0, "keys": 2, "records_out": 2, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 2,
                                      "state_deletes": 0, "entries_delta": {"op.count": 2}})]
 
 
@@ -429,13 +429,13 @@ def test_map_state_entries_are_read_and_written_as_one_row_per_user_key():
 def test_stats_are_counted_per_microbatch_and_per_subtask_even_when_counts_are_equal():
     result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"), record(0, 2, "a", "3"),
                  marker(1), record(1, 1, "x", "1"), record(1, 1, "x", "2"), microbatches=[(1, 0), (2, 0)])
-    mb1 = {"records_in": 2, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0,
+    mb1 = {"records_in": 2, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0,
            "entries_delta": {"op.count": 1}}
     assert stats(result) == [
         (1, 0, mb1),
-        (2, 0, {"records_in": 1, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0, "entries_delta": {}}),
+        (2, 0, {"records_in": 1, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0, "entries_delta": {}}),
         (1, 1, mb1),
-        (2, 1, {"records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0, "side_out": 0, "side_rows": {}, "timers_in": 0, "timers_fired": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}),
+        (2, 1, {"records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}),
     ]
 
 

@@ -185,6 +185,7 @@ def mark_committed(ctx: RunContext, plans: list[MicrobatchPlan], stats: list[Mic
         if s.timers_fired or s.timers_in:
             timing += f", {s.timers_fired} timers fired ({s.timers_in} stored timers loaded)"
         side = f", {s.side_out} to side outputs" if s.side_out else ""
+        side += f", {s.late_dropped} late records dropped" if s.late_dropped else ""
         ctx.say_of_operator(f"microbatch {s.batch_id}: {s.records_in} records in ({s.broadcast_in} broadcast), "
                             f"{s.keys} keys, {s.records_out} out{side}, {s.state_upserts} state entries written, "
                             f"{s.state_deletes} deleted" + timing)

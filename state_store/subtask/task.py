@@ -232,7 +232,8 @@ class SubtaskRunner:
             self._open = True
         self.store.set_time(timestamp)
         self.timer_service.processing_time, self.timer_service.watermark = timestamp, self.watermark
-        self.ctx = Context(self.store, self.operator_store, batch_id, timestamp, self.timer_service, self._output)
+        self.ctx = Context(self.store, self.operator_store, batch_id, timestamp, self.timer_service, self._output,
+                           self.stats)
         self.timer_ctx = OnTimerContext(self.store, self.operator_store, batch_id, timestamp, self.timer_service,
                                         self._output)
         self.b_ctx = BroadcastContext(self.operator_store, batch_id, timestamp, self._output, self._apply,

@@ -97,7 +97,6 @@ class WindowOperator(KeyedProcessFunction):
         self._state = self.handle(self.contents)
         self._merging_state = self.handle(ListStateDescriptor(MERGING_SET, PAIR)) if self.assigner.merging else None
         self._trigger_ctx = _TriggerContext(self)
-        self.late = 0  # elements dropped (or sent to the late side output) in this run
         if self.window_function is not None:
             self.window_function.open(ctx)
 
@@ -117,9 +116,10 @@ class WindowOperator(KeyedProcessFunction):
             else:
                 handled = [self._element(window, window, element, timestamp) for window in windows]
             if not any(handled) and self._element_late(timestamp):
-                self.late += 1
                 if self.late_tag is not None:
                     ctx.output(self.late_tag, element)
+                else:
+                    ctx.count_late_dropped()
         if merging is not None:
             merging.persist()
         return self._out
