@@ -24,6 +24,7 @@ from state_store import (
     GlobalWindows,
     OutputTag,
     ProcessWindowFunction,
+    ProcessingTimeSessionWindows,
     PurgingTrigger,
     SlidingEventTimeWindows,
     TimeEvictor,
@@ -373,6 +374,19 @@ def test_processing_time_windows_fire_when_a_microbatchs_processing_time_passes_
     assert harness.feed((-1, [("k", 1, 0)], 500), (-1, [("k", 2, 0)], 1500)) == []
     assert sums(harness.feed((-1, [("k", 4, 0)], 2500))) == [(3, "k", 3)]  # [0, 2000) fired at 2500 > 1999
     assert sums(harness.feed((-1, [], 4000))) == [(4, "k", 4)]
+
+
+def test_dynamic_gap_and_processing_time_sessions_merge_as_event_time_ones_do(tmp_path):
+    dynamic = Harness(windowed(tmp_path, EventTimeSessionWindows.with_dynamic_gap(lambda e: e["v"] * 1000),
+                               build=lambda s: s.process(Session(), uid="op", output_type=SESSION)))
+    # a@0 with a 1 s gap and a@2000 with 3 s: apart; a@900 with 2 s ([900, 2900)) bridges them
+    out = dynamic.feed((-1, [("a", 1, 0), ("a", 3, 2000)]), (10_000, [("a", 2, 900)]))
+    assert [(b, tuple(r.values())) for b, r in out] == [(2, ("a", 6, 0, 5000))]
+    processing = Harness(windowed(tmp_path, ProcessingTimeSessionWindows.with_gap(1000),
+                                  build=lambda s: s.process(Session(), uid="op", output_type=SESSION)))
+    out = processing.feed((-1, [("a", 1, 0)], 1000), (-1, [("a", 2, 0)], 1500), (-1, [], 2499), (-1, [], 2500),
+                          (-1, [("a", 4, 0)], 2600), (-1, [], 4000))
+    assert [(b, tuple(r.values())) for b, r in out] == [(3, ("a", 3, 1000, 2500)), (6, ("a", 4, 2600, 3600))]
 
 
 class PerWindowCount(ProcessWindowFunction):
