@@ -1,0 +1,225 @@
+"""Windows (issue 39): a one-minute tumbling count and sum per key, in Lakestate two ways and in Spark, side by
+side on the same files, in one run.
+
+    source scripts/env.sh
+    python bench/windows.py                   # R's shape at 1/5: 5 files x 20,000 events
+    python bench/windows.py --workload R      # R's own sizes
+    python bench/windows.py --peers none      # Lakestate only
+
+The data is ``bench/sessions.py``'s: workload R's files with ``ts`` as event time (epoch 2026-01-01, a file
+spanning 100,000 ms), bound 0.
+
+1. ``lakestate window aggregate``: ``.key_by("key").window(TumblingEventTimeWindows.of(1 min)).aggregate(CountSum)``,
+   a Python call per record (issue 39's (a)).
+2. ``lakestate timers by hand``: the same in a ``KeyedProcessFunction``: a MapState of window start -> [count, sum]
+   and an event-time timer at each window's end, as a user wrote windows before there were any ((c)).
+3. ``spark groupBy(window)``: ``withWatermark`` of 0 ms on ``timestamp_millis(ts)``, ``groupBy(window(event_time,
+   "1 minute"), key)`` count and sum, append mode to Delta, ``availableNow``, one file per trigger (Spark's native
+   JVM aggregation; the vectorised path's target (b) is measured against it).
+
+Each runs on its own copy of the files in one SparkSession, every engine warmed up first on 2 small files, timed
+as ``bench/throughput.py`` times them. Outputs (key, window start, count, sum) of every window that ended at or
+below the lower of the final watermarks are compared as multisets.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.jobs import EVENT  # noqa: E402
+from bench.peers import _stream, outputs_equal  # noqa: E402
+from bench.sessions import EPOCH_MS, _epoch_ms, write_sessions_workload  # noqa: E402
+from bench.workload import WORKLOADS  # noqa: E402
+from state_store import (  # noqa: E402
+    AggregateFunction,
+    Dataflow,
+    FileSource,
+    JobSpec,
+    KeyedProcessFunction,
+    MapStateDescriptor,
+    ProcessWindowFunction,
+    TumblingEventTimeWindows,
+    Types,
+    WatermarkStrategy,
+)
+
+MINUTE = 60_000
+WINDOW = Types.ROW_NAMED(["key", "start", "count", "sum"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
+ACC = Types.ROW_NAMED(["count", "sum"], [Types.LONG(), Types.LONG()])
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column("ts")
+
+
+class CountSum(AggregateFunction):
+    def create_accumulator(self):
+        return {"count": 0, "sum": 0}
+
+    def add(self, value, acc):
+        return {"count": acc["count"] + 1, "sum": acc["sum"] + value["amount"]}
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return {"count": a["count"] + b["count"], "sum": a["sum"] + b["sum"]}
+
+
+class WithStart(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        (acc,) = elements
+        yield {"key": key, "start": context.window().start, **acc}
+
+
+class ByHand(KeyedProcessFunction):
+    """Tumbling windows written with timers: per key a map of window start -> [count, sum], a timer at its end."""
+
+    def open(self, ctx):
+        self.windows = ctx.get_map_state(MapStateDescriptor("windows", Types.LONG(), Types.LIST(Types.LONG())))
+
+    def process(self, key, records, ctx):
+        timers = ctx.timer_service()
+        for r in records:
+            start = r["ts"] - r["ts"] % MINUTE
+            acc = self.windows.get(start)
+            if acc is None:
+                acc = [0, 0]
+                timers.register_event_time_timer(start + MINUTE - 1)
+            acc[0] += 1
+            acc[1] += r["amount"]
+            self.windows.put(start, acc)
+
+    def on_timer(self, timestamp, ctx):
+        start = timestamp + 1 - MINUTE
+        count, total = self.windows.get(start)
+        self.windows.remove(start)
+        yield {"key": ctx.get_current_key(), "start": start, "count": count, "sum": total}
+
+
+def window_job(input_dir: str, job_id: str):
+    return (Dataflow.from_source(FileSource(input_dir, "parquet", EVENT, max_files_per_batch=1), job_id=job_id,
+                                 watermark_strategy=STRATEGY)
+            .key_by("key").window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
+            .aggregate(CountSum(), WithStart(), accumulator_type=ACC, uid="windows", output_type=WINDOW)
+            .sink_to(f"sinks/{job_id}"))
+
+
+def by_hand_job(input_dir: str, job_id: str) -> JobSpec:
+    return JobSpec(job_id=job_id, function=ByHand(), source=FileSource(input_dir, "parquet", EVENT,
+                                                                       max_files_per_batch=1),
+                   key="key", key_type=Types.STRING(), output_type=WINDOW, sink=f"sinks/{job_id}", uid="windows",
+                   parallelism=2, order_by=["ts"], watermark_strategy=STRATEGY)
+
+
+def run_lakestate(spark, spec, root: Path, engine: str, quiet: bool = False) -> dict:
+    from state_store.catalog.job_store import JobStore
+    from state_store.run.runtime import run_job
+    from state_store.settings import Settings
+
+    settings = Settings.load(root=root)
+    result = run_job(spark, spec, settings,
+                     progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
+    last = JobStore(settings.job_dir(spec.job_id)).read_plan(result.batches[-1].batch_id)
+    return {"engine": engine, "events": result.records_in, "seconds": result.seconds,
+            "events_per_s": round(result.records_in / result.seconds), "watermark": last.watermark,
+            "windows_out": sum(b.records_out for b in result.batches), "phases": result.phases,
+            "sink": str(settings.in_warehouse(spec.sink, "sink"))}
+
+
+def run_spark_windows(spark, input_dir: Path, work_dir: Path) -> dict:
+    from pyspark.sql import functions as F
+
+    events = (_stream(spark, input_dir).withColumn("event_time", F.timestamp_millis("ts"))
+              .withWatermark("event_time", "0 milliseconds"))
+    out = (events.groupBy(F.window("event_time", "1 minute"), "key")
+           .agg(F.count("*").alias("count"), F.sum("amount").alias("sum"))
+           .select("key", F.unix_millis(F.col("window.start")).alias("start"), "count", "sum"))
+    sink, checkpoint = work_dir / "sink", work_dir / "checkpoint"
+    query = (out.writeStream.format("delta").outputMode("append").option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start(str(sink)))
+    started = time.time()
+    query.awaitTermination()
+    seconds = time.time() - started
+    progress = query.recentProgress
+    n = sum(p["numInputRows"] for p in progress)
+    watermarks = [p.get("eventTime", {}).get("watermark") for p in progress]
+    return {"engine": "spark groupBy(window)", "events": n, "seconds": round(seconds, 1),
+            "events_per_s": round(n / seconds), "watermark": _epoch_ms(watermarks[-1]), "sink": str(sink)}
+
+
+def closed_windows(spark, sink: str, cutoff: int):
+    from pyspark.sql import functions as F
+
+    return (spark.read.format("delta").load(sink).select("key", "start", "count", "sum")
+            .filter(F.col("start") + F.lit(MINUTE - 1) <= F.lit(cutoff)))
+
+
+def run_all(spark, base: Path, peers: bool, quiet: bool = False) -> list[dict]:
+    for name in ("window", "hand") + (("spark",) if peers else ()):
+        shutil.copytree(base / "input", base / name / "input")
+    rows = []
+    for name, engine, make in (("window", "lakestate window aggregate", window_job),
+                               ("hand", "lakestate timers by hand", by_hand_job)):
+        if not quiet:
+            print(engine, flush=True)
+        rows.append(run_lakestate(spark, make(str(base / name / "input"), f"bench-{name}"), base / name / "root",
+                                  engine, quiet))
+    if peers:
+        if not quiet:
+            print("spark groupBy(window)", flush=True)
+        rows.append(run_spark_windows(spark, base / "spark" / "input", base / "spark"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), help="R's or L's own sizes (default: R at 1/5)")
+    parser.add_argument("--files", type=int)
+    parser.add_argument("--events", type=int)
+    parser.add_argument("--keys", type=int)
+    parser.add_argument("--peers", default="spark", help="spark, or none")
+    args = parser.parse_args()
+    files, events, keys = WORKLOADS[args.workload] if args.workload else (5, 20_000, 20_000)
+    files, events, keys = args.files or files, args.events or events, args.keys or keys
+    peers = args.peers != "none"
+    from state_store.spark.session import build_spark
+
+    base = Path(tempfile.mkdtemp(prefix="lakestate-windows-"))
+    try:
+        write_sessions_workload(base / "input", files, events, keys, 100_000, EPOCH_MS)
+        spark = build_spark("lakestate-windows", extra_conf={"spark.driver.memory": "6g"})
+        print(f"data: {files} files x {events} events over {keys} keys, each file 100,000 ms of event time; "
+              f"one-minute tumbling windows; spark {spark.version}, {os.cpu_count()} cores", flush=True)
+        warm = base / "warmup"
+        write_sessions_workload(warm / "input", 2, 2_000, 2_000, 100_000, EPOCH_MS)
+        started = time.time()
+        run_all(spark, warm, peers, quiet=True)
+        print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
+        window, hand, *spark_row = run_all(spark, base, peers)
+        print()
+        for e in [window, hand] + spark_row:
+            print(f"{e['engine']:30s} {e['events']:>9d} events {e['seconds']:>7.1f}s {e['events_per_s']:>8d} ev/s",
+                  flush=True)
+        cutoff = min(e["watermark"] for e in [window, hand]) if not spark_row else min(
+            window["watermark"], hand["watermark"], spark_row[0]["watermark"] - 1)
+        ours, hands = closed_windows(spark, window["sink"], cutoff), closed_windows(spark, hand["sink"], cutoff)
+        print(f"window aggregate / timers by hand: {window['events_per_s'] / hand['events_per_s']:.2f}x "
+              f"(target >= 0.8x); outputs equal: {outputs_equal(spark, ours, hands)} ({ours.count()} windows)")
+        if spark_row:
+            theirs = closed_windows(spark, spark_row[0]["sink"], cutoff)
+            print(f"window aggregate / spark groupBy(window): "
+                  f"{window['events_per_s'] / spark_row[0]['events_per_s']:.2f}x; outputs equal: "
+                  f"{outputs_equal(spark, ours, theirs)} ({theirs.count()} windows ended by {cutoff})")
+        print(f"lakestate window phases: {window['phases']}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
