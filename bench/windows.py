@@ -1,25 +1,32 @@
-"""Windows (issue 39): a one-minute tumbling count and sum per key, in Lakestate two ways and in Spark, side by
-side on the same files, in one run.
+"""Windows (issue 39), side by side on the same files in one run: Lakestate's window operator against the same
+job written by hand with timers and against Spark's own.
 
     source scripts/env.sh
-    python bench/windows.py                   # R's shape at 1/5: 5 files x 20,000 events
-    python bench/windows.py --workload R      # R's own sizes
-    python bench/windows.py --peers none      # Lakestate only
+    python bench/windows.py                        # tumbling, R's shape at 1/5: 5 files x 20,000 events
+    python bench/windows.py --workload R           # R's own sizes
+    python bench/windows.py --kind sliding         # 10-minute windows every minute
+    python bench/windows.py --kind session         # sessions with a 30 s gap
+    python bench/windows.py --peers none           # Lakestate only
 
 The data is ``bench/sessions.py``'s: workload R's files with ``ts`` as event time (epoch 2026-01-01, a file
 spanning 100,000 ms), bound 0.
 
-1. ``lakestate window aggregate``: ``.key_by("key").window(TumblingEventTimeWindows.of(1 min)).aggregate(CountSum)``,
-   a Python call per record (issue 39's (a)).
-2. ``lakestate timers by hand``: the same in a ``KeyedProcessFunction``: a MapState of window start -> [count, sum]
-   and an event-time timer at each window's end, as a user wrote windows before there were any ((c)).
-3. ``spark groupBy(window)``: ``withWatermark`` of 0 ms on ``timestamp_millis(ts)``, ``groupBy(window(event_time,
-   "1 minute"), key)`` count and sum, append mode to Delta, ``availableNow``, one file per trigger (Spark's native
-   JVM aggregation; the vectorised path's target (b) is measured against it).
+- ``tumbling``: a one-minute count and sum per key. (a) ``lakestate window aggregate``:
+  ``.window(TumblingEventTimeWindows.of(1 min)).aggregate(CountSum)``, a Python call per record; (c) ``lakestate
+  timers by hand``: a ``KeyedProcessFunction`` with a MapState of window start -> [count, sum] and a timer at each
+  window's end, as windows were written before there were any; ``spark groupBy(window)``: ``withWatermark`` of
+  0 ms on ``timestamp_millis(ts)``, ``groupBy(window(event_time, "1 minute"), key)``, append mode to Delta,
+  ``availableNow``, one file per trigger (Spark's native JVM aggregation).
+- ``sliding``: the same count and sum over 10-minute windows every minute (each record in ten windows):
+  Lakestate's ``SlidingEventTimeWindows.of(10 min, 1 min)`` against Spark's ``window(event_time, "10 minutes",
+  "1 minute")``.
+- ``session``: sessions with a 30 s gap, one row (key, start, end, events) each: Lakestate's
+  ``EventTimeSessionWindows.with_gap(30 s)`` aggregate against ``bench/sessions.py``'s hand-written ``Sessions``
+  and its ``transformWithStateInPandas``.
 
 Each runs on its own copy of the files in one SparkSession, every engine warmed up first on 2 small files, timed
-as ``bench/throughput.py`` times them. Outputs (key, window start, count, sum) of every window that ended at or
-below the lower of the final watermarks are compared as multisets.
+as ``bench/throughput.py`` times them. Outputs of every window that ended at or below the lower of the final
+watermarks are compared as multisets.
 """
 from __future__ import annotations
 
@@ -36,16 +43,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import EVENT  # noqa: E402
 from bench.peers import _stream, outputs_equal  # noqa: E402
-from bench.sessions import EPOCH_MS, _epoch_ms, write_sessions_workload  # noqa: E402
+from bench.sessions import (  # noqa: E402
+    EPOCH_MS,
+    GAP_MS,
+    SESSION,
+    _epoch_ms,
+    run_lakestate_sessions,
+    run_transform_with_state_sessions,
+    write_sessions_workload,
+)
 from bench.workload import WORKLOADS  # noqa: E402
 from state_store import (  # noqa: E402
     AggregateFunction,
     Dataflow,
+    EventTimeSessionWindows,
     FileSource,
     JobSpec,
     KeyedProcessFunction,
     MapStateDescriptor,
     ProcessWindowFunction,
+    SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     Types,
     WatermarkStrategy,
@@ -77,6 +94,28 @@ class WithStart(ProcessWindowFunction):
         yield {"key": key, "start": context.window().start, **acc}
 
 
+class Count(AggregateFunction):
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, acc):
+        return acc + 1
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return a + b
+
+
+class SessionRow(ProcessWindowFunction):
+    """``bench/sessions.py``'s row: the session's first event, last event + gap, events."""
+
+    def process(self, key, context, elements):
+        w = context.window()
+        yield {"key": key, "start": w.start, "end": w.end, "events": elements[0]}
+
+
 class ByHand(KeyedProcessFunction):
     """Tumbling windows written with timers: per key a map of window start -> [count, sum], a timer at its end."""
 
@@ -102,10 +141,18 @@ class ByHand(KeyedProcessFunction):
         yield {"key": ctx.get_current_key(), "start": start, "count": count, "sum": total}
 
 
-def window_job(input_dir: str, job_id: str):
-    return (Dataflow.from_source(FileSource(input_dir, "parquet", EVENT, max_files_per_batch=1), job_id=job_id,
-                                 watermark_strategy=STRATEGY)
-            .key_by("key").window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
+ASSIGNERS = {"tumbling": lambda: TumblingEventTimeWindows.of(timedelta(minutes=1)),
+             "sliding": lambda: SlidingEventTimeWindows.of(timedelta(minutes=10), timedelta(minutes=1))}
+
+
+def window_job(input_dir: str, job_id: str, kind: str):
+    stream = (Dataflow.from_source(FileSource(input_dir, "parquet", EVENT, max_files_per_batch=1), job_id=job_id,
+                                   watermark_strategy=STRATEGY).key_by("key"))
+    if kind == "session":
+        return (stream.window(EventTimeSessionWindows.with_gap(GAP_MS))
+                .aggregate(Count(), SessionRow(), accumulator_type=Types.LONG(), uid="windows", output_type=SESSION)
+                .sink_to(f"sinks/{job_id}"))
+    return (stream.window(ASSIGNERS[kind]())
             .aggregate(CountSum(), WithStart(), accumulator_type=ACC, uid="windows", output_type=WINDOW)
             .sink_to(f"sinks/{job_id}"))
 
@@ -132,12 +179,14 @@ def run_lakestate(spark, spec, root: Path, engine: str, quiet: bool = False) -> 
             "sink": str(settings.in_warehouse(spec.sink, "sink"))}
 
 
-def run_spark_windows(spark, input_dir: Path, work_dir: Path) -> dict:
+def run_spark_windows(spark, input_dir: Path, work_dir: Path, kind: str) -> dict:
     from pyspark.sql import functions as F
 
     events = (_stream(spark, input_dir).withColumn("event_time", F.timestamp_millis("ts"))
               .withWatermark("event_time", "0 milliseconds"))
-    out = (events.groupBy(F.window("event_time", "1 minute"), "key")
+    window = (F.window("event_time", "1 minute") if kind == "tumbling"
+              else F.window("event_time", "10 minutes", "1 minute"))
+    out = (events.groupBy(window, "key")
            .agg(F.count("*").alias("count"), F.sum("amount").alias("sum"))
            .select("key", F.unix_millis(F.col("window.start")).alias("start"), "count", "sum"))
     sink, checkpoint = work_dir / "sink", work_dir / "checkpoint"
@@ -149,31 +198,46 @@ def run_spark_windows(spark, input_dir: Path, work_dir: Path) -> dict:
     progress = query.recentProgress
     n = sum(p["numInputRows"] for p in progress)
     watermarks = [p.get("eventTime", {}).get("watermark") for p in progress]
-    return {"engine": "spark groupBy(window)", "events": n, "seconds": round(seconds, 1),
+    return {"engine": f"spark groupBy(window) {kind}", "events": n, "seconds": round(seconds, 1),
             "events_per_s": round(n / seconds), "watermark": _epoch_ms(watermarks[-1]), "sink": str(sink)}
 
 
-def closed_windows(spark, sink: str, cutoff: int):
+def closed_windows(spark, sink: str, cutoff: int, kind: str):
+    """The rows of windows that ended at or before ``cutoff``."""
     from pyspark.sql import functions as F
 
-    return (spark.read.format("delta").load(sink).select("key", "start", "count", "sum")
-            .filter(F.col("start") + F.lit(MINUTE - 1) <= F.lit(cutoff)))
+    rows = spark.read.format("delta").load(sink)
+    if kind == "session":
+        return rows.select("key", "start", "end", "events").filter(F.col("end") <= F.lit(cutoff))  # both fired them
+    size = MINUTE if kind == "tumbling" else 10 * MINUTE
+    return rows.select("key", "start", "count", "sum").filter(F.col("start") + F.lit(size - 1) <= F.lit(cutoff))
 
 
-def run_all(spark, base: Path, peers: bool, quiet: bool = False) -> list[dict]:
-    for name in ("window", "hand") + (("spark",) if peers else ()):
+def run_all(spark, base: Path, kind: str, peers: bool, quiet: bool = False) -> list[dict]:
+    """Every engine of ``kind`` on its own copy of ``base / input``: Lakestate's window first."""
+    names = ["window"] + (["hand"] if kind != "sliding" else []) + (["peer"] if peers else [])
+    for name in names:
         shutil.copytree(base / "input", base / name / "input")
-    rows = []
-    for name, engine, make in (("window", "lakestate window aggregate", window_job),
-                               ("hand", "lakestate timers by hand", by_hand_job)):
-        if not quiet:
-            print(engine, flush=True)
-        rows.append(run_lakestate(spark, make(str(base / name / "input"), f"bench-{name}"), base / name / "root",
-                                  engine, quiet))
+    say = (lambda *a, **k: None) if quiet else print
+    say(f"lakestate window aggregate ({kind})", flush=True)
+    rows = [run_lakestate(spark, window_job(str(base / "window" / "input"), "bench-window", kind),
+                          base / "window" / "root", f"lakestate window {kind}", quiet)]
+    if "hand" in names:
+        say("lakestate timers by hand", flush=True)
+        if kind == "session":
+            hand = run_lakestate_sessions(spark, base / "hand" / "input", base / "hand" / "root", 0, quiet)
+            rows.append({**hand, "engine": "lakestate sessions by hand"})
+        else:
+            rows.append(run_lakestate(spark, by_hand_job(str(base / "hand" / "input"), "bench-hand"),
+                                      base / "hand" / "root", "lakestate timers by hand", quiet))
     if peers:
-        if not quiet:
-            print("spark groupBy(window)", flush=True)
-        rows.append(run_spark_windows(spark, base / "spark" / "input", base / "spark"))
+        if kind == "session":
+            say("spark transformWithStateInPandas", flush=True)
+            rows.append(run_transform_with_state_sessions(spark, base / "peer" / "input", base / "peer", 0))
+        else:
+            say("spark groupBy(window)", flush=True)
+            rows.append(run_spark_windows(spark, base / "peer" / "input", base / "peer", kind))
+        rows[-1]["peer"] = True
     return rows
 
 
@@ -183,11 +247,13 @@ def main() -> None:
     parser.add_argument("--files", type=int)
     parser.add_argument("--events", type=int)
     parser.add_argument("--keys", type=int)
+    parser.add_argument("--kind", choices=("tumbling", "sliding", "session"), default="tumbling")
     parser.add_argument("--peers", default="spark", help="spark, or none")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload] if args.workload else (5, 20_000, 20_000)
     files, events, keys = args.files or files, args.events or events, args.keys or keys
-    peers = args.peers != "none"
+    peers, kind = args.peers != "none", args.kind
+    os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peer's pandas deprecation noise
     from state_store.spark.session import build_spark
 
     base = Path(tempfile.mkdtemp(prefix="lakestate-windows-"))
@@ -195,27 +261,27 @@ def main() -> None:
         write_sessions_workload(base / "input", files, events, keys, 100_000, EPOCH_MS)
         spark = build_spark("lakestate-windows", extra_conf={"spark.driver.memory": "6g"})
         print(f"data: {files} files x {events} events over {keys} keys, each file 100,000 ms of event time; "
-              f"one-minute tumbling windows; spark {spark.version}, {os.cpu_count()} cores", flush=True)
+              f"{kind} windows; spark {spark.version}, {os.cpu_count()} cores", flush=True)
         warm = base / "warmup"
         write_sessions_workload(warm / "input", 2, 2_000, 2_000, 100_000, EPOCH_MS)
         started = time.time()
-        run_all(spark, warm, peers, quiet=True)
+        run_all(spark, warm, kind, peers, quiet=True)
         print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
-        window, hand, *spark_row = run_all(spark, base, peers)
+        rows = run_all(spark, base, kind, peers)
         print()
-        for e in [window, hand] + spark_row:
-            print(f"{e['engine']:30s} {e['events']:>9d} events {e['seconds']:>7.1f}s {e['events_per_s']:>8d} ev/s",
+        for e in rows:
+            print(f"{e['engine']:36s} {e['events']:>9d} events {e['seconds']:>7.1f}s {e['events_per_s']:>8d} ev/s",
                   flush=True)
-        cutoff = min(e["watermark"] for e in [window, hand]) if not spark_row else min(
-            window["watermark"], hand["watermark"], spark_row[0]["watermark"] - 1)
-        ours, hands = closed_windows(spark, window["sink"], cutoff), closed_windows(spark, hand["sink"], cutoff)
-        print(f"window aggregate / timers by hand: {window['events_per_s'] / hand['events_per_s']:.2f}x "
-              f"(target >= 0.8x); outputs equal: {outputs_equal(spark, ours, hands)} ({ours.count()} windows)")
-        if spark_row:
-            theirs = closed_windows(spark, spark_row[0]["sink"], cutoff)
-            print(f"window aggregate / spark groupBy(window): "
-                  f"{window['events_per_s'] / spark_row[0]['events_per_s']:.2f}x; outputs equal: "
-                  f"{outputs_equal(spark, ours, theirs)} ({theirs.count()} windows ended by {cutoff})")
+        cutoff = min(e["watermark"] - (1 if e.get("peer") else 0) for e in rows)
+        window = rows[0]
+        ours = closed_windows(spark, window["sink"], cutoff, kind)
+        for other in rows[1:]:
+            target = {"lakestate timers by hand": " (target >= 0.8x)", "lakestate sessions by hand": "",
+                      "spark transformWithStateInPandas": " (target >= 20x)"}.get(other["engine"], "")
+            theirs = closed_windows(spark, other["sink"], cutoff, kind)
+            print(f"{window['engine']} / {other['engine']}: {window['events_per_s'] / other['events_per_s']:.2f}x"
+                  f"{target}; outputs equal: {outputs_equal(spark, ours, theirs)} ({theirs.count()} windows "
+                  f"ended by {cutoff})")
         print(f"lakestate window phases: {window['phases']}")
     finally:
         shutil.rmtree(base, ignore_errors=True)

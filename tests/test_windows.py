@@ -503,10 +503,12 @@ def _clicks(lake) -> None:
 
 def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_restore_at_another_parallelism(spark, lake):
     """Two microbatches; a savepoint (its open windows read by the State Processor); restored at parallelism 3 on
-    the other backend; the third microbatch: the sink and the late side output are those of the elements' windows,
-    each fired once. (One run of N == N runs of one: the unit test above.)"""
+    the other backend; the third microbatch, crashed once after its sink write and run again: the sink and the late
+    side output are those of the elements' windows, each fired once. (One run of N == N runs of one: the unit
+    test above.)"""
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
+    from state_store.run.runtime import FaultInjector, InjectedFault
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
     from tests.helpers import run as run_job
@@ -521,6 +523,8 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     assert open_windows == [("b", "20000:30000", 1)]  # a's windows and b's first were cleaned up at W = 25 s - 1
     restore_job(spark, lake.settings, spec, StatePoint(savepoint), parallelism={"per-10s": 3, "sessions": 3},
                 backend="hashmap", say=lambda line: None)
+    with pytest.raises(InjectedFault):  # the sink written, the state not: the rerun replays the microbatch
+        run_job(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=2))
     run_job(spark, spec, lake)
     sessions = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
     # a: [0, 10 s) fired at W = 12 s (2 clicks) and again for the late click at 8 s (3), [10 s, 20 s) (1);
