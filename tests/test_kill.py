@@ -44,7 +44,6 @@ def _register(lake: Lake, module_dir: Path) -> None:
 # plans written = test_exactly_once[after_plan], state committed = [after_state_write], first checkpoint =
 # [after_checkpoint]; what a dead process adds to them (the lease taken over, leftovers replayed over) is here.
 @pytest.mark.e2e
-@pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side
 @pytest.mark.parametrize("moment", [m for m in MOMENTS if m == "sink_committed"])
 def test_kill_9_of_spark_submit_then_a_rerun_equals_a_run_that_was_never_killed(spark, tmp_path, reference, moment):
     lake = Lake(tmp_path)
