@@ -7,6 +7,7 @@ A window is stored as the namespace of its keyed state and timers: ``"<start>:<e
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ class TimeWindow:
         """The smallest window spanning both."""
         return TimeWindow(min(self.start, other.start), max(self.end, other.end))
 
-    @property
+    @functools.cached_property
     def namespace(self) -> str:
         return f"{self.start}:{self.end}"
 

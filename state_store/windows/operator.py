@@ -47,20 +47,17 @@ class _TriggerContext(TriggerContext):
     def get_current_watermark(self) -> int:
         return self._op.watermark()
 
-    def _timer(self, verb: str, domain: TimeDomain, time: int) -> None:
-        getattr(self._op.ctx.timer_service(), verb)(domain, time, self.window.namespace)
-
     def register_event_time_timer(self, time: int) -> None:
-        self._timer("register_timer", TimeDomain.EVENT_TIME, time)
+        self._op.ctx.timer_service().register_timer(TimeDomain.EVENT_TIME, time, self.window.namespace)
 
     def register_processing_time_timer(self, time: int) -> None:
-        self._timer("register_timer", TimeDomain.PROCESSING_TIME, time)
+        self._op.ctx.timer_service().register_timer(TimeDomain.PROCESSING_TIME, time, self.window.namespace)
 
     def delete_event_time_timer(self, time: int) -> None:
-        self._timer("delete_timer", TimeDomain.EVENT_TIME, time)
+        self._op.ctx.timer_service().delete_timer(TimeDomain.EVENT_TIME, time, self.window.namespace)
 
     def delete_processing_time_timer(self, time: int) -> None:
-        self._timer("delete_timer", TimeDomain.PROCESSING_TIME, time)
+        self._op.ctx.timer_service().delete_timer(TimeDomain.PROCESSING_TIME, time, self.window.namespace)
 
     def get_partitioned_state(self, descriptor: StateDescriptor):
         handle = self._op.handle(descriptor)
@@ -271,9 +268,9 @@ class WindowOperator(KeyedProcessFunction):
         cleanup = self._cleanup_time(window)
         if cleanup == MAX_TIMESTAMP:
             return  # no timer for the end of time
-        self._trigger_ctx.window = window
-        clock = "event" if self.assigner.is_event_time else "processing"
-        getattr(self._trigger_ctx, f"{verb}_{clock}_time_timer")(cleanup)
+        domain = TimeDomain.EVENT_TIME if self.assigner.is_event_time else TimeDomain.PROCESSING_TIME
+        service = self.ctx.timer_service()
+        (service.register_timer if verb == "register" else service.delete_timer)(domain, cleanup, window.namespace)
 
     def _window_late(self, window) -> bool:
         return self.assigner.is_event_time and self._cleanup_time(window) <= self.watermark()
