@@ -32,6 +32,7 @@ from .types import StateMigrationError, Types
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 from .windows import (
+    ColumnAggregate,
     ContinuousEventTimeTrigger,
     CountEvictor,
     CountTrigger,
@@ -59,7 +60,7 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # windows (README "Windows")
-    "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
+    "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
     "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",
     "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow",
     "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",

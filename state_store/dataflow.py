@@ -203,6 +203,11 @@ class Dataflow:
                             "num_retained": num_retained, "watermark_strategy": watermark_strategy,
                             "broadcast_source": broadcast_source})
 
+    @property
+    def key_column(self) -> tuple[str, TypeInfo] | None:
+        """The keyed stream's key column and its type (None before ``key_by``)."""
+        return self._key
+
     def _fields(self) -> dict | None:
         """The columns of the stream here: the source's, or the last operator's output."""
         return self._steps[-1].output_type.fields if self._steps else self._source.declared_fields()

@@ -164,6 +164,11 @@ class KeyedStateStore:
         return [(e[1], text, self._expiry.get(e)) for e, text in self._stored.items()
                 if e[0] == state_name and e[2] == namespace]
 
+    def stored_namespaced(self, state_name: str) -> list[tuple[str, int, str, str]]:
+        """``(key, key group, namespace, text)`` of each stored single-value entry of ``state_name`` in any
+        namespace (what a window run on the vectorised path takes over from the entries loaded row by row)."""
+        return [(e[1], self._key_groups[e[1]], e[2], text) for e, text in self._stored.items() if e[0] == state_name]
+
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
 

@@ -78,6 +78,12 @@ class SubtaskTimers:
         heapq.heappush(self._heaps[domain], timer)
         self.loaded += 1
 
+    def clear(self) -> None:
+        """Forget every timer (a window run on the vectorised path keeps its windows' timers itself)."""
+        for timers in (self._live, self._stored, self._heaps, self._changed):
+            for domain in TimeDomain:
+                timers[domain].clear()
+
     def register(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
         if type(timestamp) is not int or not _LONG_MIN <= timestamp <= _LONG_MAX:
             timestamp = _check_timestamp(timestamp)  # raises, or accepts an int subclass

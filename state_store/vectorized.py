@@ -77,6 +77,26 @@ class VectorizedKeyedFunction(KeyedProcessFunction):
         In ``new_state`` a null removes a value; keys and columns left out keep theirs."""
 
 
+class VectorizedWindowAggregate(VectorizedKeyedFunction):
+    """A tumbling or sliding event-time window of a ``ColumnAggregate`` on the vectorised path, built by
+    ``WindowedStream.aggregate`` (not written by users): ``subtask/window_run.py`` runs it over Arrow tables with
+    no Python call per record or window. ``contents`` is the AggregatingStateDescriptor the per-record window
+    operator keeps its windows in (each window in its namespace ``"start:end"``, an event-time timer at its end - 1
+    beside it), so either path restores the other's savepoints; ``aggregates`` the ColumnAggregate's (name, op,
+    column) triples; ``columns`` the output row's columns."""
+
+    def __init__(self, *, size: int, slide: int, offset: int, timestamp_column: str, contents, aggregates: list,
+                 key_name: str, columns: list[str]):
+        self.size, self.slide, self.offset, self.timestamp_column = size, slide, offset, timestamp_column
+        self.contents, self.aggregates, self.key_name, self.columns = contents, aggregates, key_name, columns
+
+    def open(self, ctx) -> None:
+        ctx.get_keyed_state(self.contents)  # declared, so the checkpoint records its type as the operator's
+
+    def process_batch(self, records, state, ctx: BatchContext):
+        raise TypeError("a window on the vectorised path is run by subtask/window_run.py, never process_batch")
+
+
 def check_job(spec) -> None:
     """What a vectorised function cannot do yet, refused where the job is defined (``JobSpec.validate``)."""
     function = spec.function

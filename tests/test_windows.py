@@ -38,7 +38,7 @@ from state_store import (
 from state_store.subtask.exchange import PHASE_KEYED, PHASE_RECORD, RECORD, SIDE_KEYED
 from state_store.windows.assigners import window_start_with_offset
 from state_store.windows.merging import MergingWindowSet
-from tests.test_task import OUT, run, stats
+from tests.test_task import OUT, marker, run, stats
 
 CLICK = Types.ROW_NAMED(["k", "v", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
 CLICK_ARROW = pa.struct([("k", pa.string()), ("v", pa.int64()), ("ts", pa.int64())])
@@ -81,7 +81,7 @@ class Harness:
         stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
                    "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
                   for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
-        result = run(self.spec.function, *stored, *rows, output_type=self.spec.output_type, microbatches=plan,
+        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type, microbatches=plan,
                      restored=bool(self.state), record_type=CLICK_ARROW, side_outputs=self.spec.side_outputs,
                      start_watermark=self.watermark)
         self.watermark = plan[-1][2]

@@ -51,8 +51,9 @@ from ..side_outputs import SIDE_PREFIX, OutputTag
 from ..timers import SubtaskTimers, TimeDomain, TimerService
 from ..ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from ..types import RowTypeInfo, TypeInfo, Types
-from ..vectorized import VectorizedKeyedFunction
+from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
 from .vectorized_run import VectorizedRun
+from .window_run import WindowRun
 from ..watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
@@ -180,7 +181,9 @@ class SubtaskRunner:
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
         # A VectorizedKeyedFunction's records are held as Arrow and processed in one call per microbatch.
-        self.vectorized = VectorizedRun(self) if isinstance(plan.function, VectorizedKeyedFunction) else None
+        # (a window on the vectorised path: ``WindowRun``).
+        self.vectorized = ((WindowRun if isinstance(plan.function, VectorizedWindowAggregate) else VectorizedRun)(self)
+                           if isinstance(plan.function, VectorizedKeyedFunction) else None)
 
     # -- restore -----------------------------------------------------------------------------------------
     def load_operator(self, state_name: str, mode: str, value: str, origin: int) -> None:
@@ -606,8 +609,9 @@ def _run_vectorized(plan: RunPlan, batch, runner: SubtaskRunner | None, finished
         part = batch.slice(start, end - start)
         if not flags[start]:
             if runner is not None and _uniform(part, runner.subtask) == PHASE_KEYED:
-                if runner._timer_names.isdisjoint(pc.unique(part.column("state_name")).to_pylist()):
-                    runner.vectorized.load(part)  # ValueState entries, kept as Arrow
+                if runner.vectorized.loads_timers or runner._timer_names.isdisjoint(
+                        pc.unique(part.column("state_name")).to_pylist()):
+                    runner.vectorized.load(part)  # ValueState entries (or a window run's), kept as Arrow
                 else:  # timers a per-record run registered: the runner's
                     runner.load_keyed_columns(*(column_values(part.column(n)) for n in STORED_KEYED_COLUMNS))
             else:

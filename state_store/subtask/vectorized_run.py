@@ -25,6 +25,8 @@ from ..vectorized import BatchContext, as_table, conform, value_states
 class VectorizedRun:
     """The records of the microbatch being processed, and the call at its end, for one ``SubtaskRunner``."""
 
+    loads_timers = False  # stored parts with timers (a per-record run's) go to the runner's timers
+
     def __init__(self, runner):
         self.runner = runner
         self._slices: list = []

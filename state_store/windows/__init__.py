@@ -12,6 +12,7 @@ from .assigners import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
+from .columns import ColumnAggregate
 from .functions import CountEvictor, Evictor, ProcessWindowContext, ProcessWindowFunction, TimeEvictor
 from .stream import WindowedStream
 from .triggers import (
@@ -26,6 +27,7 @@ from .triggers import (
 )
 
 __all__ = [
+    "ColumnAggregate",
     "EventTimeSessionWindows", "GlobalWindow", "GlobalWindows", "ProcessingTimeSessionWindows",
     "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeWindow", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "WindowAssigner", "CountEvictor", "Evictor", "ProcessWindowContext",

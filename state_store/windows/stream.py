@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..descriptors import AggregateFunction
+from ..descriptors import AggregateFunction, AggregatingStateDescriptor
 from ..errors import ConfigError
 from ..side_outputs import OutputTag
 from ..types import RowTypeInfo, Types
+from ..vectorized import VectorizedWindowAggregate
 from ..watermarks import millis
-from .assigners import WindowAssigner
+from .assigners import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner
+from .columns import ColumnAggregate, WindowRow
 from .functions import Evictor, ProcessWindowFunction
-from .operator import WindowOperator
-from .triggers import Trigger
+from .operator import CONTENTS, WindowOperator
+from .triggers import EventTimeTrigger, Trigger
 
 
 class WindowedStream:
@@ -91,12 +93,71 @@ class WindowedStream:
         return self._operator("reduce", function, window_function, uid, output_type, None, options)
 
     def aggregate(self, function: AggregateFunction, window_function: ProcessWindowFunction | None = None, *,
-                  accumulator_type, uid: str, output_type: RowTypeInfo, **options: Any):
+                  uid: str, accumulator_type=None, output_type: RowTypeInfo | None = None,
+                  vectorized: bool | None = None, **options: Any):
         """Keep the window as an ``AggregateFunction``'s accumulator (``accumulator_type``) as elements arrive; a
-        firing emits its result row, or runs ``window_function`` on it."""
+        firing emits its result row, or runs ``window_function`` on it. A ``ColumnAggregate`` needs neither type
+        and emits the key, ``window_start``, ``window_end`` and its aggregates (``output_type`` may pick some);
+        in a tumbling or sliding event-time window with the default trigger, no evictor, lateness or late tag it
+        runs on the vectorised path (``vectorized``: None, where it can; True, or an error saying why not; False,
+        never)."""
         if not isinstance(function, AggregateFunction):
             raise ConfigError(f"aggregate(...) takes a state_store.AggregateFunction, got {function!r}")
+        if isinstance(function, ColumnAggregate):
+            return self._columns(function, window_function, uid, output_type, vectorized, options)
+        if vectorized:
+            raise ConfigError("aggregate(..., vectorized=True) takes a ColumnAggregate (count, sum, min, max, avg, "
+                              "last of columns); another AggregateFunction runs a Python call per record")
+        if accumulator_type is None or output_type is None:
+            raise ConfigError(f"aggregate({type(function).__name__}(), uid={uid!r}) needs accumulator_type= (the "
+                              f"type of its accumulator) and output_type= (the rows it emits)")
         return self._operator("aggregate", function, window_function, uid, output_type, accumulator_type, options)
+
+    def _columns(self, function: ColumnAggregate, window_function, uid, output_type, vectorized, options):
+        """A ColumnAggregate's operator: on the vectorised path where it can run there (``vectorized``)."""
+        key_name, key_type = self._keyed.key_column
+        function.bind(self._fields, key_name, key_type)
+        if window_function is not None:
+            if output_type is None:
+                raise ConfigError(f"aggregate(..., {type(window_function).__name__}(), uid={uid!r}) needs "
+                                  f"output_type= (the rows the window function emits)")
+        else:
+            full = function.output_type()
+            output_type = output_type or full
+            wrong = [n for n, t in output_type.fields.items() if str(full.fields.get(n)) != str(t)]
+            if wrong:
+                raise ConfigError(f"aggregate(ColumnAggregate(...), uid={uid!r}): output_type's columns {wrong} "
+                                  f"are not among the window's {full}; pick columns of it, or leave output_type out")
+        why_not = "it has a window function" if window_function is not None else self._not_vectorized()
+        if vectorized and why_not:
+            raise ConfigError(f"aggregate(..., uid={uid!r}, vectorized=True): this window cannot run on the "
+                              f"vectorised path: {why_not}; leave vectorized out to run it per record")
+        contents = AggregatingStateDescriptor(CONTENTS, function, function.accumulator_type())
+        if why_not or vectorized is False:
+            window_function = window_function or WindowRow(key_name, list(output_type.fields))
+            return self._operator("aggregate", function, window_function, uid, output_type,
+                                  contents.type_info, options)
+        assigner = self._assigner
+        slide = getattr(assigner, "slide", assigner.size)
+        operator = VectorizedWindowAggregate(
+            size=assigner.size, slide=slide, offset=assigner.offset % slide, timestamp_column=self._column,
+            contents=contents, aggregates=list(function.aggregates), key_name=key_name,
+            columns=list(output_type.fields))
+        return self._keyed.process(operator, uid=uid, output_type=output_type, **options)
+
+    def _not_vectorized(self) -> str | None:
+        """Why this window cannot run on the vectorised path, or None."""
+        if type(self._assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows):
+            return f"{type(self._assigner).__name__} is not a tumbling or sliding event-time assigner"
+        if type(self._trigger) is not EventTimeTrigger:
+            return f"its trigger is {type(self._trigger).__name__}, not the default EventTimeTrigger"
+        if self._evictor is not None:
+            return "it has an evictor"
+        if self._lateness:
+            return "it has an allowed lateness"
+        if self._late_tag is not None:
+            return "it sends late data to a side output"
+        return None
 
     def process(self, window_function: ProcessWindowFunction, *, uid: str, output_type: RowTypeInfo,
                 **options: Any):

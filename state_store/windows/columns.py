@@ -1,0 +1,147 @@
+"""``ColumnAggregate``: a window's aggregate over a record's columns (count, sum, min, max, avg, last), the one a
+tumbling or sliding event-time window runs on the vectorised path (README "Windows").
+
+    .window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
+    .aggregate(ColumnAggregate(clicks="count(*)", revenue="sum(amount)", top="max(amount)"), uid="per-minute")
+
+Each firing emits one row: the key (under the key column's name), ``window_start``, ``window_end`` and each
+aggregate under its name. ``count(*)`` counts records and ``count(c)`` those where ``c`` is not null; ``sum``,
+``min``, ``max`` and ``avg`` skip nulls (null when every value was null, as SQL's); ``last(c)`` is the value of
+the window's last record, null included. The accumulator (a row of one field per aggregate; ``avg``'s a row of
+``count`` and ``sum``) is stored as any AggregatingState's, so the per-record and the vectorised path read each
+other's windows through a savepoint. No Spark here.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..descriptors import AggregateFunction
+from ..errors import ConfigError
+from ..types import RowTypeInfo, Types
+from .functions import ProcessWindowFunction
+
+OPS = ("count", "sum", "min", "max", "avg", "last")
+START, END = "window_start", "window_end"
+_SPEC = re.compile(r"\s*(\w+)\s*\(\s*(\*|[A-Za-z_][\w]*)\s*\)\s*")
+_NUMERIC = ("LONG", "INT", "DOUBLE", "FLOAT")
+
+
+class ColumnAggregate(AggregateFunction):
+    """Aggregates of columns, each ``name="op(column)"`` with op one of count, sum, min, max, avg, last (see the
+    module docstring). Give it to ``WindowedStream.aggregate``; it needs no ``accumulator_type`` nor
+    ``output_type``: both follow from the stream's columns."""
+
+    def __init__(self, **aggregates: str):
+        if not aggregates:
+            raise ConfigError('ColumnAggregate needs at least one aggregate, e.g. ColumnAggregate(n="count(*)")')
+        self.aggregates: list[tuple[str, str, str | None]] = []  # (name, op, column or None for count(*))
+        for name, spec in aggregates.items():
+            match = _SPEC.fullmatch(spec) if isinstance(spec, str) else None
+            if match is None or match.group(1).lower() not in OPS:
+                raise ConfigError(f"ColumnAggregate({name}={spec!r}): write an aggregate as 'op(column)' with op one "
+                                  f"of {', '.join(OPS)} (or 'count(*)')")
+            op, column = match.group(1).lower(), match.group(2)
+            if column == "*" and op != "count":
+                raise ConfigError(f"ColumnAggregate({name}={spec!r}): only count takes '*'; name a column")
+            self.aggregates.append((name, op, None if column == "*" else column))
+        self._types: dict[str, Any] | None = None
+
+    # -- types, from the stream's columns ----------------------------------------------------------------------
+    def bind(self, fields: dict, key_name: str, key_type) -> "ColumnAggregate":
+        """Check the columns against the stream's (``fields``: name -> type) and fix the accumulator's and the
+        output row's types; returns self."""
+        names = {key_name, START, END}
+        for name, op, column in self.aggregates:
+            if name in names:
+                raise ConfigError(f"ColumnAggregate: the output already has a column {name!r} (the key is "
+                                  f"{key_name!r}, then {START!r} and {END!r}); name the aggregate otherwise")
+            names.add(name)
+            if column is not None and column not in fields:
+                raise ConfigError(f"ColumnAggregate({name}='{op}({column})'): the stream has no column {column!r} "
+                                  f"(columns: {list(fields)})")
+            if op in ("sum", "avg") and fields[column].name not in _NUMERIC:
+                raise ConfigError(f"ColumnAggregate({name}='{op}({column})'): {column!r} is {fields[column].name}, not "
+                                  f"a number; {op} takes a LONG, INT, DOUBLE or FLOAT column")
+        self._fields, self._key = dict(fields), (key_name, key_type)
+        return self
+
+    def value_type(self, op: str, column: str | None):
+        """The type of an aggregate's result (and, but for avg, of its accumulator field)."""
+        if op == "count":
+            return Types.LONG()
+        if op == "avg":
+            return Types.DOUBLE()
+        source = self._fields[column]
+        if op == "sum":
+            return Types.LONG() if source.name in ("LONG", "INT") else Types.DOUBLE()
+        return source
+
+    def accumulator_type(self) -> RowTypeInfo:
+        avg = Types.ROW_NAMED(["count", "sum"], [Types.LONG(), Types.DOUBLE()])
+        return Types.ROW_NAMED([n for n, _, _ in self.aggregates],
+                               [avg if op == "avg" else self.value_type(op, c) for n, op, c in self.aggregates])
+
+    def output_type(self) -> RowTypeInfo:
+        key_name, key_type = self._key
+        return Types.ROW_NAMED([key_name, START, END] + [n for n, _, _ in self.aggregates],
+                               [key_type, Types.LONG(), Types.LONG()]
+                               + [self.value_type(op, c) for _, op, c in self.aggregates])
+
+    # -- the per-record path -----------------------------------------------------------------------------------
+    def create_accumulator(self) -> dict:
+        return {n: ({"count": 0, "sum": 0.0} if op == "avg" else 0 if op == "count" else None)
+                for n, op, _ in self.aggregates}
+
+    def add(self, value: dict, acc: dict) -> dict:
+        acc = dict(acc)
+        for name, op, column in self.aggregates:
+            v = value.get(column) if column is not None else None
+            if op == "last":
+                acc[name] = v
+            elif op == "count":
+                acc[name] += column is None or v is not None
+            elif v is None:
+                continue
+            elif op == "avg":
+                acc[name] = {"count": acc[name]["count"] + 1, "sum": acc[name]["sum"] + v}
+            else:
+                old = acc[name]
+                acc[name] = v if old is None else old + v if op == "sum" else min(old, v) if op == "min" else max(old, v)
+        return acc
+
+    def get_result(self, acc: dict) -> dict:
+        out = {}
+        for name, op, _ in self.aggregates:
+            value = acc[name]
+            if op == "avg":
+                value = value["sum"] / value["count"] if value["count"] else None
+            out[name] = value
+        return out
+
+    def merge(self, a: dict, b: dict) -> dict:
+        out = {}
+        for name, op, _ in self.aggregates:
+            x, y = a[name], b[name]
+            if op == "avg":
+                out[name] = {"count": x["count"] + y["count"], "sum": x["sum"] + y["sum"]}
+            elif op == "last":
+                out[name] = y
+            elif x is None or y is None:
+                out[name] = y if x is None else x
+            else:
+                out[name] = x + y if op in ("sum", "count") else min(x, y) if op == "min" else max(x, y)
+        return out
+
+
+class WindowRow(ProcessWindowFunction):
+    """A ColumnAggregate's row on the per-record path: the key, the window's bounds and the results, as the
+    output type's columns."""
+
+    def __init__(self, key_name: str, columns: list[str]):
+        self.key_name, self.columns = key_name, columns
+
+    def process(self, key, context, elements):
+        w = context.window()
+        row = {self.key_name: key, START: w.start, END: w.end, **elements[0]}
+        yield {c: row[c] for c in self.columns}
