@@ -137,3 +137,43 @@ def test_output_type_picks_columns_of_the_window_row(tmp_path):
     with pytest.raises(ConfigError, match="output_type's columns \\['n'\\] are not among"):
         windowed(tmp_path, TumblingEventTimeWindows.of(1000), build=lambda s: s.aggregate(
             ColumnAggregate(n="count(*)"), uid="op", output_type=Types.ROW_NAMED(["n"], [Types.DOUBLE()])))
+
+
+@pytest.mark.spark
+def test_a_vectorised_windows_savepoint_restores_rescaled_onto_the_per_record_path_firing_each_window_once(spark,
+                                                                                                          lake):
+    """Two microbatches on the vectorised path at parallelism 2; a savepoint (its open window read by the State
+    Processor); restored at parallelism 3 on the other backend as the same job run per record; the third
+    microbatch: every window fired once, late clicks dropped on both paths."""
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.ops.state_processor import SavepointReader
+    from tests.helpers import run as run_job
+    from tests.test_windows import STRATEGY, TIMED, _clicks, S
+    from state_store import Dataflow, FileSource
+
+    def job(vectorized):
+        return (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1),
+                                     job_id="columns", watermark_strategy=STRATEGY)
+                .key_by("k").window(TumblingEventTimeWindows.of(10 * S))
+                .aggregate(ColumnAggregate(clicks="count(*)", last="last(seq)", first="min(ts)"), uid="per-10s",
+                           vectorized=vectorized)
+                .sink_to("sinks/columns"))
+
+    _clicks(lake)
+    vectorized = job(True)
+    assert isinstance(vectorized.function, VectorizedWindowAggregate)
+    run_job(spark, vectorized, lake, max_microbatches=2)
+    savepoint = take_savepoint(spark, lake.settings, "columns", say=lambda line: None)
+    reader = SavepointReader(spark, StatePoint(savepoint))
+    assert [(r["key"], r["namespace"]) for r in reader.keyed_state("window-contents", uid="per-10s").collect()] == [
+        ("b", "20000:30000")]
+    per_record = job(False)
+    restore_job(spark, lake.settings, per_record, StatePoint(savepoint), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    run_job(spark, per_record, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(per_record.sink, "sink")))
+    assert sorted(tuple(r)[:-1] for r in rows.collect()) == [
+        ("a", 0, 10 * S, 2, 0, 0), ("a", 10 * S, 20 * S, 1, 0, 12 * S), ("b", 0, 10 * S, 1, 0, 4 * S),
+        ("b", 20 * S, 30 * S, 1, 0, 25 * S)]
