@@ -27,7 +27,9 @@ spanning 100,000 ms), bound 0.
   and its ``transformWithStateInPandas``.
 
 Each runs on its own copy of the files in one SparkSession, every engine warmed up first on 2 small files, timed
-as ``bench/throughput.py`` times them. Outputs of every window that ended at or below the lower of the final
+as ``bench/throughput.py`` times them, in ``--rounds`` rounds (default 2), each engine's best round reported: the
+engine that runs first in a round pays for the JVM's warming at full size (at R's sizes, 3-5 s of one engine's
+10), so a single round favours whichever runs later. Outputs of every window that ended at or below the lower of the final
 watermarks are compared as multisets.
 """
 from __future__ import annotations
@@ -223,6 +225,22 @@ def closed_windows(spark, sink: str, cutoff: int, kind: str):
     return rows.select("key", "start", "count", "sum").filter(F.col("start") + F.lit(size - 1) <= F.lit(cutoff))
 
 
+def best_of_rounds(spark, base: Path, kind: str, peers: bool, rounds: int) -> list[dict]:
+    """``run_all`` ``rounds`` times on fresh copies of ``base / input``; each engine's fastest round (its sink is
+    the last round's: every round writes the same)."""
+    best: dict[str, dict] = {}
+    for r in range(rounds):
+        print(f"round {r + 1} of {rounds}", flush=True)
+        (base / f"round-{r}").mkdir()
+        shutil.copytree(base / "input", base / f"round-{r}" / "input")
+        for row in run_all(spark, base / f"round-{r}", kind, peers):
+            print(f"    {row['engine']}: {row['seconds']:.1f}s", flush=True)
+            kept = best.get(row["engine"])
+            faster = kept is None or row["seconds"] < kept["seconds"]
+            best[row["engine"]] = row if faster else {**kept, "sink": row["sink"]}
+    return list(best.values())
+
+
 def run_all(spark, base: Path, kind: str, peers: bool, quiet: bool = False) -> list[dict]:
     """Every engine of ``kind`` on its own copy of ``base / input``: Lakestate's window first."""
     names = ["window"] + (["vectorized"] if kind != "session" else []) + (["hand"] if kind != "sliding" else []) + (["peer"] if peers else [])
@@ -264,6 +282,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int)
     parser.add_argument("--kind", choices=("tumbling", "sliding", "session"), default="tumbling")
     parser.add_argument("--peers", default="spark", help="spark, or none")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every engine; each one's best is reported")
     args = parser.parse_args()
     files, events, keys = WORKLOADS[args.workload] if args.workload else (5, 20_000, 20_000)
     files, events, keys = args.files or files, args.events or events, args.keys or keys
@@ -282,7 +301,7 @@ def main() -> None:
         started = time.time()
         run_all(spark, warm, kind, peers, quiet=True)
         print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
-        rows = run_all(spark, base, kind, peers)
+        rows = best_of_rounds(spark, base, kind, peers, args.rounds)
         print()
         for e in rows:
             print(f"{e['engine']:36s} {e['events']:>9d} events {e['seconds']:>7.1f}s {e['events_per_s']:>8d} ev/s",
@@ -300,7 +319,9 @@ def main() -> None:
             equal = outputs_equal(spark, closed_windows(spark, engine["sink"], cutoff, kind), theirs)
             print(f"{engine['engine']} / {other['engine']}: {engine['events_per_s'] / other['events_per_s']:.2f}x"
                   f"{target}; outputs equal: {equal} ({theirs.count()} windows ended by {cutoff})")
-        print(f"lakestate window phases: {window['phases']}")
+        for e in rows:
+            if "phases" in e:
+                print(f"{e['engine']} phases: {e['phases']}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

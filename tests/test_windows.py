@@ -533,6 +533,15 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     late = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.side_output_sink(LATE_CLICK),
                                                                            "sink")))
     assert [(r["k"], r["ts"], r["_microbatch"]) for r in late.collect()] == [("a", 1 * S, 2)]
+    # The Lakestate page: each window operator's open windows (c's [100 s, 110 s); its result is not out yet)
+    from state_store.provider.reader import job_overview
+    from state_store.provider.views import job_section
+
+    job = job_overview(lake.settings, spec.job_id, {"spec": {"parallelism": 2, "max_parallelism": 128,
+                                                             "backend": "delta"}, "entrypoint": "tests"})
+    assert [(o["uid"], o["parallelism"], o["open_windows"]) for o in job.operators] == [("per-10s", 3, 1),
+                                                                                        ("sessions", 3, 0)]
+    assert "<th class='num'>open windows</th>" in job_section(job)
 
 
 def test_the_demos_clicks_per_minute_job_counts_each_closed_minute_as_pandas_does(spark, lake):

@@ -30,8 +30,9 @@ class JobOverview:
     problems: list[str] = field(default_factory=list)
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
-    # A dataflow's operators at the latest checkpoint, first first: uid, parallelism, max parallelism, live entries,
-    # bytes and files of the table versions it pins
+    # A dataflow's operators (or a window job's one) at the latest checkpoint, first first: uid, parallelism, max
+    # parallelism, live entries, open windows (None: not a window operator), bytes and files of the table versions
+    # it pins
     operators: list[dict] = field(default_factory=list)
 
     @property
@@ -84,6 +85,10 @@ class JobOverview:
         return checkpoint.airflow_run
 
 
+# The state a window operator keeps each open window's contents in, one entry per key and window (windows/operator.py).
+WINDOW_CONTENTS = "window-contents"
+
+
 def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
     """Every registered job's overview, and the catalog's own problems: a job record that cannot be read is
     named there and skipped, so it never hides the other jobs."""
@@ -112,12 +117,14 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     parts = [latest, *(latest.operators or {}).values()]
     for part in parts:  # state names are qualified by their operator's uid: one table of states for all
         _state_sizes(overview, part, part is latest)
-    if len(parts) > 1:
+    windows = [c.entries.get(f"{c.uid}.{WINDOW_CONTENTS}", 0) if f"{c.uid}.{WINDOW_CONTENTS}" in c.descriptors
+               else None for c in parts]
+    if len(parts) > 1 or windows[0] is not None:
         overview.operators = [{"uid": c.uid, "parallelism": c.parallelism, "max_parallelism": c.max_parallelism,
-                               "entries": sum(c.entries.values()),
+                               "entries": sum(c.entries.values()), "open_windows": open_windows,
                                "bytes": sum(t.size_bytes for t in c.state.values() if t is not None),
                                "files": sum(t.num_files for t in c.state.values() if t is not None)}
-                              for c in parts]
+                              for c, open_windows in zip(parts, windows)]
     return overview
 
 

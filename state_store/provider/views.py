@@ -277,14 +277,16 @@ def _compactions(job: JobOverview, tz, dags: dict) -> str:
 
 
 def _operators(job: JobOverview) -> str:
-    """A dataflow's operators at the latest checkpoint (a job of one operator shows none)."""
+    """A dataflow's operators at the latest checkpoint, with each window operator's open windows (a job of one
+    operator shows none, unless it is a window operator)."""
     if not job.operators:
         return ""
-    rows = [[o["uid"], o["parallelism"], o["max_parallelism"], count(o["entries"]), human_bytes(o["bytes"]),
+    rows = [[o["uid"], o["parallelism"], o["max_parallelism"], count(o["entries"]),
+             count(o["open_windows"]), human_bytes(o["bytes"]),
              count(o["files"])] for o in job.operators]
     return (f"<h3>Operators at the latest checkpoint ({job.latest.checkpoint_id}), in the order records flow</h3>"
-            + _table(["operator uid", "parallelism", "max parallelism", "live entries", "bytes of its table versions",
-                      "files"], rows, {1, 2, 3, 4, 5}, "operators"))
+            + _table(["operator uid", "parallelism", "max parallelism", "live entries", "open windows",
+                      "bytes of its table versions", "files"], rows, {1, 2, 3, 4, 5, 6}, "operators"))
 
 
 def _state(job: JobOverview) -> str:
