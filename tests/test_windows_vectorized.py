@@ -139,41 +139,56 @@ def test_output_type_picks_columns_of_the_window_row(tmp_path):
             ColumnAggregate(n="count(*)"), uid="op", output_type=Types.ROW_NAMED(["n"], [Types.DOUBLE()])))
 
 
-@pytest.mark.spark
-def test_a_vectorised_windows_savepoint_restores_rescaled_onto_the_per_record_path_firing_each_window_once(spark,
-                                                                                                          lake):
-    """Two microbatches on the vectorised path at parallelism 2; a savepoint (its open window read by the State
-    Processor); restored at parallelism 3 on the other backend as the same job run per record; the third
-    microbatch: every window fired once, late clicks dropped on both paths."""
+def columns_job(events: str, vectorized: bool):
+    """Clicks per key per 10 s as a ColumnAggregate (tests/test_windows.py's clicks), on either path."""
+    from state_store import Dataflow, FileSource
+    from tests.test_windows import STRATEGY, TIMED, S
+
+    return (Dataflow.from_source(FileSource(events, "json", TIMED, max_files_per_batch=1), job_id="columns",
+                                 watermark_strategy=STRATEGY)
+            .key_by("k").window(TumblingEventTimeWindows.of(10 * S))
+            .aggregate(ColumnAggregate(clicks="count(*)", last="last(seq)", first="min(ts)"), uid="per-10s",
+                       vectorized=vectorized)
+            .sink_to("sinks/columns"))
+
+
+@pytest.mark.e2e
+@pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side
+def test_a_killed_vectorised_window_replays_and_its_savepoint_restores_rescaled_onto_the_per_record_path(
+        spark, lake, tmp_path):
+    """``kill -9`` of the vectorised job's spark-submit once its state is committed (its checkpoint not
+    written); the rerun replays to every window fired once. A savepoint (its open window read by the State
+    Processor) restored at parallelism 3 on the other backend as the same job run per record; a fourth file
+    fires the window the savepoint held: once, with the clicks of both sides of the restore."""
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
     from tests.helpers import run as run_job
-    from tests.test_windows import STRATEGY, TIMED, _clicks, S
-    from state_store import Dataflow, FileSource
+    from tests.kill_harness import kill_spark_submit_at, register_module
+    from tests.test_windows import S, _clicks
 
-    def job(vectorized):
-        return (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1),
-                                     job_id="columns", watermark_strategy=STRATEGY)
-                .key_by("k").window(TumblingEventTimeWindows.of(10 * S))
-                .aggregate(ColumnAggregate(clicks="count(*)", last="last(seq)", first="min(ts)"), uid="per-10s",
-                           vectorized=vectorized)
-                .sink_to("sinks/columns"))
-
-    _clicks(lake)
-    vectorized = job(True)
+    _clicks(lake)  # a: 0, 3 s, 12 s, then 8 s (late), 1 s (late); b: 4 s, 25 s; c: 100 s
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "columns_job.py").write_text(
+        "from tests.test_windows_vectorized import columns_job\n\n\ndef job():\n"
+        f"    return columns_job({str(lake.events)!r}, True)\n")
+    register_module(lake, modules, "columns_job")
+    kill_spark_submit_at(lake, "columns", "state_committed", modules, tmp_path / "spark-submit.log")
+    vectorized = columns_job(str(lake.events), True)
     assert isinstance(vectorized.function, VectorizedWindowAggregate)
-    run_job(spark, vectorized, lake, max_microbatches=2)
+    run_job(spark, vectorized, lake, lease_wait_s=20)
     savepoint = take_savepoint(spark, lake.settings, "columns", say=lambda line: None)
     reader = SavepointReader(spark, StatePoint(savepoint))
     assert [(r["key"], r["namespace"]) for r in reader.keyed_state("window-contents", uid="per-10s").collect()] == [
-        ("b", "20000:30000")]
-    per_record = job(False)
+        ("c", "100000:110000")]
+    per_record = columns_job(str(lake.events), False)
     restore_job(spark, lake.settings, per_record, StatePoint(savepoint), parallelism=3, backend="hashmap",
                 say=lambda line: None)
+    lake.write_events("003.json", [{"k": "c", "ts": 105 * S, "seq": 1}, {"k": "d", "ts": 200 * S, "seq": 0}])
     run_job(spark, per_record, lake)
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(per_record.sink, "sink")))
     assert sorted(tuple(r)[:-1] for r in rows.collect()) == [
         ("a", 0, 10 * S, 2, 0, 0), ("a", 10 * S, 20 * S, 1, 0, 12 * S), ("b", 0, 10 * S, 1, 0, 4 * S),
-        ("b", 20 * S, 30 * S, 1, 0, 25 * S)]
+        ("b", 20 * S, 30 * S, 1, 0, 25 * S), ("c", 100 * S, 110 * S, 2, 1, 100 * S)]
