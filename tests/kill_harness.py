@@ -80,3 +80,14 @@ def kill_spark_submit_at(lake, job_id: str, moment: str, module_dir: Path, log_p
             time.sleep(0.02)
         os.killpg(process.pid, signal.SIGKILL)
         assert process.wait(60) == -signal.SIGKILL, "the run had already finished: the kill proved nothing"
+
+
+def kill_job_of(lake, tmp_path: Path, job_id: str, job_module: str, moment: str = "state_committed") -> None:
+    """Register ``job_module`` (a module's text defining ``job()``) in ``lake`` from a folder under ``tmp_path``
+    and ``kill -9`` its run's spark-submit at ``moment`` (``kill_spark_submit_at``)."""
+    modules = tmp_path / "modules"
+    modules.mkdir(exist_ok=True)
+    name = job_id.replace("-", "_") + "_killed"
+    (modules / f"{name}.py").write_text(job_module)
+    register_module(lake, modules, name)
+    kill_spark_submit_at(lake, job_id, moment, modules, tmp_path / "spark-submit.log")

@@ -209,15 +209,10 @@ def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals
                                                                                              clean):
     """The run killed once the first operator's state is committed: the second operator's tables, the commit
     markers and the checkpoint are not written yet; the rerun replays to the clean run's sink and state."""
-    from tests.kill_harness import kill_spark_submit_at, register_module
+    from tests.kill_harness import kill_job_of
 
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "chain_killed.py").write_text(
-        "from demo.sessions_per_country import dataflow\n\n\ndef job():\n"
-        f"    return dataflow({str(clean.directory)!r}, job_id='killed', sink='sinks/killed')\n")
-    register_module(lake, modules, "chain_killed")
-    kill_spark_submit_at(lake, "killed", "state_committed", modules, tmp_path / "spark-submit.log")
+    kill_job_of(lake, tmp_path, "killed", "from demo.sessions_per_country import dataflow\n\n\ndef job():\n"
+                f"    return dataflow({str(clean.directory)!r}, job_id='killed', sink='sinks/killed')\n")
     killed = dataflow(clean.directory, job_id="killed", sink="sinks/killed")
     assert run_job(spark, killed, lake.settings, progress=_quiet, lease_wait_s=20).batches
     assert _sink_rows(spark, lake, "sinks/killed") == _sorted(clean.rows)

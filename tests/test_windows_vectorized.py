@@ -165,17 +165,12 @@ def test_a_killed_vectorised_window_replays_and_its_savepoint_restores_rescaled_
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
     from tests.helpers import run as run_job
-    from tests.kill_harness import kill_spark_submit_at, register_module
+    from tests.kill_harness import kill_job_of
     from tests.test_windows import S, _clicks
 
     _clicks(lake)  # a: 0, 3 s, 12 s, then 8 s (late), 1 s (late); b: 4 s, 25 s; c: 100 s
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "columns_job.py").write_text(
-        "from tests.test_windows_vectorized import columns_job\n\n\ndef job():\n"
-        f"    return columns_job({str(lake.events)!r}, True)\n")
-    register_module(lake, modules, "columns_job")
-    kill_spark_submit_at(lake, "columns", "state_committed", modules, tmp_path / "spark-submit.log")
+    kill_job_of(lake, tmp_path, "columns", "from tests.test_windows_vectorized import columns_job\n\n\ndef job():\n"
+                f"    return columns_job({str(lake.events)!r}, True)\n")
     vectorized = columns_job(str(lake.events), True)
     assert isinstance(vectorized.function, VectorizedWindowAggregate)
     run_job(spark, vectorized, lake, lease_wait_s=20)
