@@ -25,6 +25,7 @@ from .keys import check_key_type
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
+from .joins import ConnectedStreams, IntervalJoin
 from .windows.stream import WindowedStream
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
@@ -275,6 +276,69 @@ class Dataflow:
         elif timestamp_column is not None and timestamp_column not in fields:
             raise ConfigError(f"window(...): the stream has no column {timestamp_column!r} (columns: {list(fields)})")
         return WindowedStream(self, assigner, fields, timestamp_column)
+
+    # -- two inputs (README "Two inputs and joins") ---------------------------------------------------------------
+    def connect(self, other: "Dataflow") -> ConnectedStreams:
+        """Connect this stream and ``other`` (another source of the same job, from ``Dataflow.from_source`` with
+        its own watermark strategy) for a two-input operator: ``.key_by(key1, key2).process(
+        KeyedCoProcessFunction)``. The operator's watermark is the least of the two inputs'.
+
+        Example: ``orders.connect(payments).key_by("order_id", "order_id").process(Match(), uid="match", ...)``
+        """
+        self._check_second_input(other, "connect", keyed=False)
+        return ConnectedStreams(self, other)
+
+    def interval_join(self, other: "Dataflow") -> IntervalJoin:
+        """Join this keyed stream with ``other`` (keyed by a column of the same type): each record with the other
+        side's records of its key within ``.between(lower, upper)`` of its event time, as Flink's interval join.
+
+        Example: ``impressions.key_by("ad").interval_join(clicks.key_by("ad")).between(0, timedelta(minutes=10))``
+        """
+        self._check_second_input(other, "interval_join", keyed=True)
+        strategies = (self._settings["watermark_strategy"], other._settings["watermark_strategy"])
+        if None in strategies:
+            raise ConfigError("an interval join works in event time: give both streams a watermark_strategy "
+                              "(Dataflow.from_source(..., watermark_strategy=...))")
+        return IntervalJoin(self, other, self._row_type(), other._row_type(), strategies[0].timestamp_column,
+                            strategies[1].timestamp_column)
+
+    def _check_second_input(self, other: "Dataflow", verb: str, keyed: bool) -> None:
+        if not isinstance(other, Dataflow):
+            raise ConfigError(f"{verb}(...) takes a Dataflow (Dataflow.from_source(...)), got {type(other).__name__}")
+        for which, stream in (("this stream", self), ("the other stream", other)):
+            if stream._steps:
+                raise ConfigError(f"{verb}(...): {which} has operators before it; a two-input operator reads two "
+                                  f"sources and is the job's first operator")
+            if keyed and stream._key is None:
+                raise ConfigError(f"{verb}(...) joins keyed streams: key {which} with .key_by(column) first")
+            if not keyed and stream._key is not None:
+                raise ConfigError(f"{verb}(...) takes unkeyed streams; key them after: a.connect(b).key_by(k1, k2)")
+        if other._settings["job_id"] != self._settings["job_id"]:
+            raise ConfigError(f"{verb}(...): the streams belong to jobs {self._settings['job_id']!r} and "
+                              f"{other._settings['job_id']!r}; two inputs of one job: give both the same job_id")
+        if self._settings["broadcast_source"] is not None or other._settings["broadcast_source"] is not None:
+            raise ConfigError(f"{verb}(...): a two-input operator takes no broadcast_source")
+
+    def _row_type(self) -> RowTypeInfo:
+        fields = self._fields()
+        if fields is None:
+            raise ConfigError("a two-input operator keeps its records in state: declare the source's schema")
+        return Types.ROW_NAMED(list(fields), list(fields.values()))
+
+    def two_input_process(self, other: "Dataflow", function, *, uid: str, output_type: RowTypeInfo,
+                          parallelism: int = 2, max_parallelism: int | None = None,
+                          side_outputs: list | None = None) -> "Dataflow":
+        """The two-input operator ``function`` (a ``KeyedCoProcessFunction``) over this keyed stream and keyed
+        ``other`` (what ``ConnectedStreams.process`` and ``IntervalJoin.process`` end in)."""
+        (key, key_type), (key2, key_type2) = self._key, other._key
+        if key_type.name != key_type2.name:
+            raise ConfigError(f"the two inputs are keyed by {key!r} ({key_type.name}) and {key2!r} "
+                              f"({key_type2.name}): key them by columns of one type")
+        options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
+                   "side_outputs": list(side_outputs or []), "second_source": other._source, "second_key": key2,
+                   "second_watermark_strategy": other._settings["watermark_strategy"]}
+        step = _Step(function, uid, key, key_type, output_type, options)
+        return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
                      ) -> "Dataflow":

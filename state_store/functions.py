@@ -318,6 +318,44 @@ class KeyedBroadcastProcessFunction(KeyedProcessFunction):
         microbatch; broadcast state is writable here. Return (or yield) output rows, or None."""
 
 
+class KeyedCoProcessFunction(KeyedProcessFunction):
+    """Flink's ``KeyedCoProcessFunction``: two keyed inputs (``a.connect(b).key_by(key_a, key_b)``) sharing one
+    keyed state and one set of timers per key. ``process_element1`` handles a record of the first input,
+    ``process_element2`` one of the second; each returns (or yields) output rows, or None. Within a microbatch a
+    key's records of the first input come before those of the second, each input's in its source order.
+
+        class Match(KeyedCoProcessFunction):
+            def open(self, ctx):
+                self.order = ctx.get_state(ValueStateDescriptor("order", ORDER))
+
+            def process_element1(self, order, ctx):
+                self.order.update(order)
+
+            def process_element2(self, payment, ctx):
+                order = self.order.value()
+                if order is not None:
+                    yield {"order_id": payment["order_id"], "amount": order["amount"], "paid": payment["paid"]}
+    """
+
+    def process_element1(self, value: dict, ctx: Context) -> Iterable[dict] | None:
+        """One record of the first input: return (or yield) output rows, or None."""
+        raise NotImplementedError(f"{type(self).__name__} has no process_element1")
+
+    def process_element2(self, value: dict, ctx: Context) -> Iterable[dict] | None:
+        """One record of the second input: return (or yield) output rows, or None."""
+        raise NotImplementedError(f"{type(self).__name__} has no process_element2")
+
+    def process(self, key: Any, records: list, ctx: Context) -> list[dict]:
+        """The run's call: ``records`` are ``(input, record)`` pairs (input 1 or 2), each handed to its method."""
+        out: list[dict] = []
+        first, second = self.process_element1, self.process_element2
+        for side, record in records:
+            rows = (first if side == 1 else second)(record, ctx)
+            if rows is not None:
+                out.extend(rows)
+        return out
+
+
 class RecordFunction(abc.ABC):
     """A function of a non-keyed stream (``dataflow``): ``MapFunction``, ``FlatMapFunction``, ``FilterFunction``.
 

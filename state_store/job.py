@@ -7,7 +7,7 @@ from typing import Any
 
 from .descriptors import check_state_name
 from .errors import ConfigError
-from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from .functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
@@ -61,6 +61,11 @@ class JobSpec:
     order_by: list[str] = field(default_factory=list)
     watermark_strategy: WatermarkStrategy | None = None
     side_outputs: list[OutputTag] = field(default_factory=list)
+    # A two-input operator's second input (``KeyedCoProcessFunction``; ``Dataflow.connect``): its source, key
+    # column and watermark strategy.
+    second_source: Source | None = None
+    second_key: str | None = None
+    second_watermark_strategy: WatermarkStrategy | None = None
 
     @property
     def effective_max_parallelism(self) -> int:
@@ -86,6 +91,7 @@ class JobSpec:
         check_vectorized(self)
         if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
             raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
+        self._validate_second_input()
         for name in ("parallelism", "checkpoint_interval", "num_retained"):
             _positive(name, getattr(self, name))
         if self.max_parallelism is not None:
@@ -103,7 +109,8 @@ class JobSpec:
             self.output_type.spark_schema_ddl()
         except TypeError as e:
             raise ConfigError(f"output_type: {e}") from None
-        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
+        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source),
+                             ("second_source", self.second_source)):
             if source is not None and not isinstance(source, Source):
                 raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
             if source is not None:
@@ -123,6 +130,44 @@ class JobSpec:
         self._validate_time()
         self._validate_dead_letters()
         return self
+
+    def _validate_second_input(self) -> None:
+        """A KeyedCoProcessFunction has a second input (source, key of the job's key type, and a watermark strategy
+        if the first has one, of the same bound and idleness: the operator's watermark is the least of both), and
+        only it has one."""
+        two = isinstance(self.function, KeyedCoProcessFunction)
+        if two != (self.second_source is not None):
+            raise ConfigError(f"{type(self.function).__name__} is a KeyedCoProcessFunction: connect a second input "
+                              f"(a.connect(b).key_by(key_a, key_b))" if two else
+                              "a job with a second_source needs a KeyedCoProcessFunction (process_element1/2)")
+        if not two:
+            return
+        if self.broadcast_source is not None:
+            raise ConfigError("a KeyedCoProcessFunction takes no broadcast_source")
+        declared = self.second_source.declared_fields()
+        if declared is not None:
+            if self.second_key not in declared:
+                raise ConfigError(f"the second input's key column {self.second_key!r} is not in its source schema "
+                                  f"{list(declared)}")
+            if declared[self.second_key].name != self.key_type.name:
+                raise ConfigError(f"the second input's key column {self.second_key!r} is "
+                                  f"{declared[self.second_key].name} but the first input's key is "
+                                  f"{self.key_type.name}: both inputs' keys must be of one type")
+        first, second = self.watermark_strategy, self.second_watermark_strategy
+        if (first is None) != (second is None):
+            raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
+                              "watermark_strategy, or neither")
+        if first is not None and (first.bound_ms, first.idleness_ms, first.idle_advance) != (
+                second.bound_ms, second.idleness_ms, second.idle_advance):
+            raise ConfigError(f"the two inputs' watermark strategies differ in bound or idleness ({first.describe()} "
+                              f"vs {second.describe()}): give them the same bound and idleness (their timestamp "
+                              f"columns may differ)")
+        if second is not None and second.timestamp_column is None:
+            raise ConfigError("the second input's watermark_strategy has no timestamp column: add "
+                              ".with_timestamp_column('<column of epoch milliseconds>')")
+        if second is not None and declared is not None and second.timestamp_column not in declared:
+            raise ConfigError(f"the second input's watermark timestamp column {second.timestamp_column!r} is not in "
+                              f"its source schema {list(declared)}")
 
     def _validate_dead_letters(self) -> None:
         """A source's dead-letter side output (``KafkaSource(on_malformed=...)``) is one of the job's side
@@ -173,6 +218,8 @@ class JobSpec:
             "function": f"{type(self.function).__module__}.{type(self.function).__qualname__}",
             "source": self.source.describe(),
             "broadcast_source": self.broadcast_source.describe() if self.broadcast_source else None,
+            **({"second_source": self.second_source.describe(), "second_key": self.second_key}
+               if self.second_source is not None else {}),
             "key": self.key,
             "key_type": self.key_type.to_schema(),
             "output_type": self.output_type.to_schema(),

@@ -17,9 +17,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # ops/ what a user runs; the door, the entry point and the Airflow provider parse what the user typed. A new
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
-    "face": {"model", "sources", "ttl", "ops", "windows"},  # ops: the State Processor API, loaded when asked for
-    "model": {"sources", "ttl", "windows"},  # windows: dataflow.py's window(...) (no window module imports it)
+    "face": {"model", "sources", "ttl", "ops", "windows", "joins"},  # ops: the State Processor API, loaded when asked for
+    # windows, joins: dataflow.py's window(...), connect(...) and interval_join(...) (none of theirs imports it)
+    "model": {"sources", "ttl", "windows", "joins"},
     "windows": {"model"},
+    "joins": {"model"},
     "ttl": {"model"},
     "sources": {"model"},
     "subtask": {"model", "ttl"},
@@ -37,7 +39,7 @@ MAY_IMPORT = {
 LOOP_WING = "ttl"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of ttl/ (ttl/tables.py and ttl/cleanup.py are its Spark side).
-NO_SPARK_WINGS = {"face", "model", "sources", "subtask", "catalog", "windows"}
+NO_SPARK_WINGS = {"face", "model", "sources", "subtask", "catalog", "windows", "joins"}
 NO_SPARK_MODULES = {"ttl", "ttl.config", "ttl.handles", "ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22

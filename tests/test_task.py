@@ -24,6 +24,7 @@ from state_store.subtask.exchange import (
     PHASE_RECORD,
     PHASE_SUBTASK,
     RECORD,
+    RECORD2,
     RESULT_COLUMNS,
     SIDE_BROADCAST,
     SIDE_KEYED,
@@ -91,11 +92,13 @@ def _spark_order(row):
     return (row["subtask"], packed) + rest
 
 
-def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_TYPE):
-    """Exchange batches of ``rows``: typed as EXCHANGE_COLUMNS + record (+ brecord), sorted as the runtime sorts
-    them, records given file 0, block 0 and their place in ``rows`` as source position."""
+def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_TYPE, record2_type=None):
+    """Exchange batches of ``rows``: typed as EXCHANGE_COLUMNS + record (+ brecord, + record2 of a two-input
+    operator), sorted as the runtime sorts them, records given file 0, block 0 and their place in ``rows`` as
+    source position."""
     schema = pa.schema([(n, ARROW_TYPES[t]) for n, t in EXCHANGE_COLUMNS] + [(RECORD, record_type)]
-                       + ([(BROADCAST_RECORD, RULE_TYPE)] if with_broadcast else []))
+                       + ([(BROADCAST_RECORD, RULE_TYPE)] if with_broadcast else [])
+                       + ([(RECORD2, record2_type)] if record2_type is not None else []))
     full = []
     for position, row in enumerate(rows):
         row = dict.fromkeys(schema.names) | row
@@ -136,7 +139,7 @@ def read_files(outputs: RunOutputs, result_rows) -> list[dict]:
 
 
 def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=False, rows_per_batch=None,
-        key_type=None, record_type=RECORD_TYPE, side_outputs=(), start_watermark=None):
+        key_type=None, record_type=RECORD_TYPE, side_outputs=(), start_watermark=None, record2_type=None):
     """Run ``function`` over the frame of ``rows``; the rows it wrote and returned, as dicts (``out`` is the
     typed sink row, or a side output's row: kind ``side:<tag name>``)."""
     with tempfile.TemporaryDirectory() as directory:
@@ -150,7 +153,7 @@ def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=
                        **({} if start_watermark is None else {"start_watermark": start_watermark}))
         with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
         batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast,
-                                                 record_type=record_type)))
+                                                 record_type=record_type, record2_type=record2_type)))
         return read_files(outputs, [r for batch in batches for r in batch.to_pylist()])
 
 

@@ -109,10 +109,13 @@ class RunContext:
         return self.settings.sink(self.spec.side_output_sink(tag))
 
     def sources(self) -> dict:
-        """The job's sources by name: "main", and "broadcast" when it has one."""
+        """The job's sources by name: "main", "broadcast" when it has one, "second" for a two-input operator's
+        second input."""
         sources = {"main": self.spec.source}
         if self.spec.broadcast_source is not None:
             sources["broadcast"] = self.spec.broadcast_source
+        if self.spec.second_source is not None:
+            sources["second"] = self.spec.second_source
         return sources
 
     def fault(self, point: str, batch_ids) -> None:

@@ -21,6 +21,7 @@ from ..subtask.exchange import (
     PHASE_RECORD,
     PHASE_SUBTASK,
     RECORD,
+    RECORD2,
     RESULT_DDL,
     SIDE_BROADCAST,
     SIDE_KEYED,
@@ -57,6 +58,7 @@ class Frame:
             rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
         self.record_ddl = spec.source.record_ddl(spark)
         self.brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
+        self.record2_ddl = spec.second_source.record_ddl(spark) if spec.second_source is not None else None
 
     def _frame(self, df: DataFrame, **columns) -> DataFrame:
         """``df`` as exchange rows: the named columns, typed nulls for the rest."""
@@ -64,12 +66,13 @@ class Frame:
         # a run's frame has some 25 columns in each of its five or more parts.
         cols, present = [], set(df.columns)  # ``df.columns`` asks the JVM for the schema each time: once
         types = EXCHANGE_COLUMNS + [(RECORD, self.record_ddl)] + (
-            [(BROADCAST_RECORD, self.brecord_ddl)] if self.brecord_ddl is not None else [])
+            [(BROADCAST_RECORD, self.brecord_ddl)] if self.brecord_ddl is not None else []) + (
+            [(RECORD2, self.record2_ddl)] if self.record2_ddl is not None else [])
         for name, ddl in types:
             value = columns.get(name)
             if value is not None:
                 cols.append(value.cast(ddl).alias(name))
-            elif name in present and name not in (RECORD, BROADCAST_RECORD):
+            elif name in present and name not in (RECORD, BROADCAST_RECORD, RECORD2):
                 cols.append(F.expr(f"CAST(`{name}` AS {ddl}) AS `{name}`"))
             else:
                 null = self._nulls.get(name)
@@ -82,26 +85,40 @@ class Frame:
         return self.ctx.spark.range(self.ctx.p).select(F.col("id").cast("int").alias("subtask"))
 
     def _main_records(self) -> DataFrame | None:
-        ctx, spec = self.ctx, self.ctx.spec
-        main = spec.source.read_run(ctx.spark, [p.range_of("main") for p in self.plans])
-        if main is None:
+        """The keyed records of the job's source (a two-input operator's first input)."""
+        spec = self.ctx.spec
+        if spec.key == SHARE_KEY:
+            main = spec.source.read_run(self.ctx.spark, [p.range_of("main") for p in self.plans])
+            return None if main is None else self._shared_records(main)
+        return self._keyed_records("main", spec.source, spec.key, RECORD, 1 if spec.second_source else None)
+
+    def _second_records(self) -> DataFrame | None:
+        """A two-input operator's second input's keyed records (``record2``, ``input`` 2)."""
+        spec = self.ctx.spec
+        if spec.second_source is None:
             return None
-        key = spec.key
-        if key == SHARE_KEY:
-            return self._shared_records(main)
-        if key not in main.columns:
-            raise InputError(f"the source has no key column {key!r} (columns: {main.columns}); fix the job's key")
-        actual = mistyped_key(main, key, spec.key_type)
+        return self._keyed_records("second", spec.second_source, spec.second_key, RECORD2, 2)
+
+    def _keyed_records(self, name: str, source, key: str, column: str, input_: int | None) -> DataFrame | None:
+        ctx, spec = self.ctx, self.ctx.spec
+        records = source.read_run(ctx.spark, [p.range_of(name) for p in self.plans])
+        if records is None:
+            return None
+        what = "the source" if name == "main" else "the second input's source"
+        if key not in records.columns:
+            raise InputError(f"{what} has no key column {key!r} (columns: {records.columns}); fix the job's key")
+        actual = mistyped_key(records, key, spec.key_type)
         if actual is not None:
             raise InputError(
-                f"key column {key!r} is {actual} in the source but the job declares key_type "
+                f"key column {key!r} is {actual} in {what} but the job declares key_type "
                 f"{spec.key_type.name} ({spark_key_type(spec.key_type)}); cast it in the source or change key_type"
             )
-        data = [c for c in main.columns if c not in POSITION_COLUMNS]
+        data = [c for c in records.columns if c not in POSITION_COLUMNS]
         kg = key_group_column(F.col(f"`{key}`"), ctx.maxp)
         return self._frame(
-            main, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
-            key=key_text(F.col(f"`{key}`")), key_group=kg, record=F.struct(*[F.col(f"`{c}`") for c in data]))
+            records, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
+            key=key_text(F.col(f"`{key}`")), key_group=kg, input=None if input_ is None else F.lit(input_),
+            **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
     def _shared_records(self, main: DataFrame) -> DataFrame:
         """A non-keyed operator's records (``dataflow``): each to the subtask its content hashes to, whatever runs
@@ -199,7 +216,8 @@ class Frame:
         """The run's one Spark pass: the subtasks' result rows (a row per file written, a stat row per subtask
         and microbatch), lazily."""
         ctx, spec = self.ctx, self.ctx.spec
-        records = [r for r in (self._main_records(), self._broadcast_records()) if r is not None]
+        records = [r for r in (self._main_records(), self._second_records(), self._broadcast_records())
+                   if r is not None]
         frame = self._state(records, checkpoint, keyed_backend, operator_backend)
         for part in records:
             frame = frame.unionByName(part)

@@ -58,12 +58,14 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
                 ctx.say(f"microbatch {batch_id}: {line}")
         any_new |= end is not None
         ranges[name] = {"start": start, "end": end if end is not None else start}
-        if name == "main" and end is not None:
-            records = source.count_records(start, end)
+        if name in ("main", "second") and end is not None:
+            records += source.count_records(start, end)
     now = int(ctx.clock())
     strategy = ctx.spec.watermark_strategy
     event_time = None
-    if strategy is not None:
+    if strategy is not None and ctx.spec.second_source is not None:
+        event_time = _two_input_clock(ctx, ranges, clock, now)
+    elif strategy is not None:
         main, source, column = ranges["main"], ctx.spec.source, strategy.timestamp_column
         has_input = main["end"] != main["start"]
         splits = source.event_time_splits(main["end"])
@@ -79,6 +81,29 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
         ctx.say(f"no new input, timers due at processing time {now}: a timer-only microbatch {batch_id}")
     return MicrobatchPlan(batch_id, ranges, now, ctx.run_id, records if any_new else 0,
                           event_time.to_dict() if event_time is not None else None)
+
+
+def _two_input_clock(ctx: RunContext, ranges: dict, clock: EventClock, now: int) -> EventClock:
+    """A two-input operator's clock: each input's splits (a Kafka topic's partitions, or the input as one) are
+    splits of one clock, named ``<input>`` or ``<input>/<split>``, so the watermark is the least over both inputs
+    (Flink's ``processWatermark1/2``), an input with no record yet holding it at none, and an idle split left
+    out as ``with_idleness`` says."""
+    splits, latest = [], {}
+    for name, source, strategy in (("main", ctx.spec.source, ctx.spec.watermark_strategy),
+                                   ("second", ctx.spec.second_source, ctx.spec.second_watermark_strategy)):
+        rng, column = ranges[name], strategy.timestamp_column
+        has_input = rng["end"] != rng["start"]
+        own = source.event_time_splits(rng["end"])
+        if own is None:
+            splits.append(name)
+            if has_input:
+                latest[name] = source.max_event_time(ctx.spark, rng["start"], rng["end"], column)
+        else:
+            splits += [f"{name}/{s}" for s in own]
+            if has_input:
+                found = source.split_max_event_times(ctx.spark, rng["start"], rng["end"], column)
+                latest.update({f"{name}/{s}": v for s, v in found.items()})
+    return ctx.spec.watermark_strategy.advance_splits(clock, splits, latest, now)
 
 
 def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,

@@ -6,7 +6,10 @@ reads, in this order, its marker, its operator state, its raw keyed state,
 the keyed state of the keys the run touches, then the records of every
 microbatch of the run: microbatch by microbatch, broadcast records before
 keyed ones, keys in order of key group then stored text, a key's records in
-``order_by`` order, then source order (file, then position in the file).
+``order_by`` order, then source order (file, then position in the file). A
+two-input operator's records (``KeyedCoProcessFunction``) carry their input in
+``input`` (1 or 2; null for everything else), the second input's in column
+``record2``: a key's records of input 1 come before those of input 2.
 
 The subtasks write the sink rows and state changes to files themselves
 (``run_files``); what they send back is small: one ``stat`` row per subtask
@@ -29,9 +32,9 @@ EXCHANGE_COLUMNS = [
     ("subtask", "int"), ("phase", "int"), ("batch_id", "bigint"), ("side", "int"), ("key", "string"),
     ("key_group", "int"), ("file_idx", "int"), ("block", "bigint"), ("row", "bigint"),
     ("state_name", "string"), ("origin", "int"), ("namespace", "string"), ("user_key", "string"),
-    ("value", "string"), ("expiry", "bigint"), ("mode", "string"),
+    ("value", "string"), ("expiry", "bigint"), ("mode", "string"), ("input", "int"),
 ]
-RECORD, BROADCAST_RECORD = "record", "brecord"
+RECORD, BROADCAST_RECORD, RECORD2 = "record", "brecord", "record2"
 
 
 SORT_KEY = "sort_key"
@@ -49,7 +52,7 @@ def sort_key_parts() -> dict[str, tuple[int, int]]:
 def sort_columns(order_by: list[str]) -> list[str]:
     """The order a subtask reads its frame in, after ``SORT_KEY`` (see the module docstring). A Spark
     partition holds one subtask, so the subtask is not a sort column."""
-    return ([SORT_KEY, "key"] + [f"{RECORD}.`{c}`" for c in order_by]
+    return ([SORT_KEY, "key", "input"] + [f"{RECORD}.`{c}`" for c in order_by]
             + ["file_idx", "block", "row", "state_name", "origin", "namespace", "user_key"])
 
 

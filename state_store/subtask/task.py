@@ -28,6 +28,7 @@ from .exchange import (
     PHASE_RAW_KEYED,
     PHASE_RECORD,
     RECORD,
+    RECORD2,
     RESULT_DDL,
     SIDE_BROADCAST,
 )
@@ -513,7 +514,7 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
     results = ResultRows()
     runner: SubtaskRunner | None = None
     finished: set[int] = set()
-    convert = bconvert = None
+    convert = bconvert = two_inputs = None
     vectorized = isinstance(plan.function, VectorizedKeyedFunction)
     for batch in batches:
         if batch.num_rows == 0:
@@ -528,13 +529,18 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
             convert = _user_value_converter(schema.field(RECORD).type)
             if schema.get_field_index(BROADCAST_RECORD) >= 0:
                 bconvert = _user_value_converter(schema.field(BROADCAST_RECORD).type) or (lambda x: x)
+            if schema.get_field_index(RECORD2) >= 0:  # a two-input operator: records are (input, record) pairs
+                two_inputs = _two_input_records(convert, _user_value_converter(schema.field(RECORD2).type))
         phase = _uniform(batch, runner.subtask) if runner is not None else None  # the runner's subtask's only
         if phase == PHASE_KEYED:  # a run's stored state: no records to decode
             runner.load_keyed_columns(*(column_values(batch.column(n)) for n in STORED_KEYED_COLUMNS))
             continue
-        records = _struct_rows(batch.column(RECORD))
-        if convert is not None:
-            records = [convert(r) for r in records]
+        if two_inputs is not None:
+            records = two_inputs(batch)
+        else:
+            records = _struct_rows(batch.column(RECORD))
+            if convert is not None:
+                records = [convert(r) for r in records]
         if phase == PHASE_RECORD:
             runner.records(*(column_values(batch.column(n)) for n in ("batch_id", "key", "key_group")), records)
         else:
@@ -545,6 +551,19 @@ def _run_subtasks(plan: RunPlan, batches: Iterator) -> Iterator:
     if runner is not None:
         runner.finish()
     yield from results.take()
+
+
+def _two_input_records(convert, convert2):
+    """What makes a two-input operator's batch its records: ``(input, record)`` for each record row (the record
+    of input 1 from ``record``, of input 2 from ``record2``), None for the other rows."""
+    def records(batch) -> list:
+        inputs = column_values(batch.column("input"))
+        if not any(inputs):
+            return [None] * batch.num_rows
+        firsts, seconds = _struct_rows(batch.column(RECORD)), _struct_rows(batch.column(RECORD2))
+        return [None if i is None else (1, convert(a) if convert else a) if i == 1 else
+                (2, convert2(b) if convert2 else b) for i, a, b in zip(inputs, firsts, seconds)]
+    return records
 
 
 def _run_rows(plan: RunPlan, batch, records: list, bconvert, runner: SubtaskRunner | None, finished: set[int],

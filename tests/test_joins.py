@@ -1,0 +1,257 @@
+"""Two inputs: the interval join after Flink's ``IntervalJoinOperatorTest`` (the same bounds, elements, watermarks
+and expected pairs and buffers) and a ``KeyedCoProcessFunction`` after ``KeyedCoProcessOperatorTest``, run by a
+subtask as a run runs it (``run_partition``, no Spark).
+
+Flink's harness feeds elements and each input's watermark one by one; here a microbatch's elements of both inputs
+meet the operator's watermark before it, W(m-1) (the least of the inputs'), and its timers fire at W(m) after them.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from state_store import (
+    ConfigError,
+    Dataflow,
+    FileSource,
+    KeyedCoProcessFunction,
+    OutputTag,
+    ProcessJoinFunction,
+    Types,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+from state_store.subtask.exchange import PHASE_KEYED, PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
+from state_store.timers import TimeDomain
+from state_store.watermarks import MIN_WATERMARK
+from tests.test_task import OUT, marker, run, stats
+
+LEFT = Types.ROW_NAMED(["k", "ts", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
+RIGHT = Types.ROW_NAMED(["key", "at", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
+PAIR = Types.ROW_NAMED(["left", "right", "ts"], [Types.LONG(), Types.LONG(), Types.LONG()])
+BY_TS, BY_AT = (WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column(c) for c in ("ts", "at"))
+
+
+class Pairs(ProcessJoinFunction):
+    """Flink's ``PassthroughFunction``: the pair's two times, and the pair's time (the larger)."""
+
+    def process_element(self, left, right, ctx):
+        assert (ctx.left_timestamp(), ctx.right_timestamp()) == (left["ts"], right["at"])
+        yield {"left": left["ts"], "right": right["at"], "ts": ctx.timestamp()}
+
+
+def streams(tmp_path, job_id="j"):
+    for name in ("left", "right"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    return (Dataflow.from_source(FileSource(str(tmp_path / "left"), "json", LEFT), job_id=job_id,
+                                 watermark_strategy=BY_TS),
+            Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id=job_id,
+                                 watermark_strategy=BY_AT))
+
+
+def interval(tmp_path, lower, upper, lower_inclusive=True, upper_inclusive=True, late=None):
+    left, right = streams(tmp_path)
+    joined = left.key_by("k").interval_join(right.key_by("key")).between(lower, upper)
+    if not lower_inclusive:
+        joined = joined.lower_bound_exclusive()
+    if not upper_inclusive:
+        joined = joined.upper_bound_exclusive()
+    if late is not None:
+        joined = joined.side_output_left_late_data(late[0]).side_output_right_late_data(late[1])
+    return joined.process(Pairs(), uid="op", output_type=PAIR).sink_to("sinks/j")
+
+
+class Harness:
+    """Microbatches through a subtask, as runs: ``feed(*microbatches)`` runs ``(watermark, [(input, time), ...])``
+    (elements of key "k"; input 1 left, 2 right); the next ``feed`` restores from what the last one wrote."""
+
+    def __init__(self, spec):
+        self.spec, self.batch, self.state, self.watermark, self.late_dropped = spec, 0, {}, None, 0
+        self.sides: list = []
+
+    def feed(self, *microbatches) -> list[tuple]:
+        rows, plan = [], []
+        for watermark, elements in microbatches:
+            self.batch += 1
+            plan.append((self.batch, self.batch * 1_000, watermark))
+            for side, ts in elements:
+                record = {"k": "k", "ts": ts, "who": "lhs"} if side == 1 else {"key": "k", "at": ts, "who": "rhs"}
+                rows.append({"subtask": 0, "phase": PHASE_RECORD, "batch_id": self.batch, "side": SIDE_KEYED,
+                             "key": "k", "key_group": 1, "input": side, (RECORD if side == 1 else RECORD2): record})
+        stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
+                   "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
+                  for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
+        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type,
+                     microbatches=plan, restored=bool(self.state), record_type=LEFT.arrow_type(),
+                     record2_type=RIGHT.arrow_type(), side_outputs=self.spec.side_outputs,
+                     start_watermark=self.watermark)
+        self.watermark = plan[-1][2]
+        for r in result:
+            if r["kind"] == "k":
+                slot = (r["state_name"], r["key"], r["namespace"], r["user_key"])
+                if r["value"] is None:
+                    self.state.pop(slot, None)
+                else:
+                    self.state[slot] = (r["value"], r.get("expiry"))
+        self.late_dropped += sum(counters["late_dropped"] for _, _, counters in stats(result))
+        self.sides += [(r["kind"].partition(":")[2], r[OUT]["ts"] if "ts" in r[OUT] else r[OUT]["at"])
+                       for r in result if r["kind"].startswith("side:")]
+        return [(r[OUT]["left"], r[OUT]["right"]) for r in result if r["kind"] == "out"]
+
+    def buffer(self, side: str) -> set[int]:
+        """The times of the buffered records of one side ("left" / "right")."""
+        return {int(user_key) for (name, _, _, user_key) in self.state if name == f"op.{side}-buffer"}
+
+
+def elements_then_watermarks(lhs_faster: bool):
+    """Flink's ``processElementsAndWatermarks(1, 4)``: one input's elements 1..4, each followed by its
+    watermark, then the other's. The operator's watermark is the least of the two: none until the second input's
+    first watermark, then that input's."""
+    first, second = (1, 2) if lhs_faster else (2, 1)
+    return [(MIN_WATERMARK, [(first, t) for t in range(1, 5)])] + [(t, [(second, t)]) for t in range(1, 5)]
+
+
+@pytest.mark.parametrize("lhs_faster", [True, False], ids=["lhs-faster", "rhs-faster"])
+@pytest.mark.parametrize("lower, lower_inclusive, upper, upper_inclusive, pairs", [
+    (1, True, 3, False, {(1, 2), (1, 3), (2, 3), (2, 4), (3, 4)}),  # testImplementationMirrorsCorrectly
+    (-3, False, -1, True, {(2, 1), (3, 1), (3, 2), (4, 2), (4, 3)}),  # ... and mirrored
+    (-2, True, -1, True, {(2, 1), (3, 1), (3, 2), (4, 2), (4, 3)}),
+    (-1, True, 1, True, {(1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3), (3, 4), (4, 3), (4, 4)}),
+    (1, True, 2, True, {(1, 2), (1, 3), (2, 3), (2, 4), (3, 4)}),
+    (-3, False, -1, False, {(3, 1), (4, 2)}),
+    (-1, False, 1, False, {(1, 1), (2, 2), (3, 3), (4, 4)}),
+    (1, False, 3, False, {(1, 3), (2, 4)}),
+])
+def test_interval_join_pairs_are_flinks_for_every_kind_of_bound(tmp_path, lhs_faster, lower, lower_inclusive, upper,
+                                                                upper_inclusive, pairs):
+    harness = Harness(interval(tmp_path, lower, upper, lower_inclusive, upper_inclusive))
+    out = harness.feed(*elements_then_watermarks(lhs_faster))
+    assert len(out) == len(pairs) and set(out) == pairs and harness.late_dropped == 0
+    once = Harness(interval(tmp_path, lower, upper, lower_inclusive, upper_inclusive))
+    assert [p for m in elements_then_watermarks(lhs_faster) for p in once.feed(m)] == out  # N runs == 1 run
+
+
+@pytest.mark.parametrize("lower, lower_inclusive, upper, upper_inclusive, kept", [
+    (-1, True, 0, True, [({2, 3, 4, 5}, {1, 2, 3, 4, 5}), ({5}, {4, 5})]),  # testStateCleanupNegative...
+    (-2, False, 1, False, [({2, 3, 4, 5}, {1, 2, 3, 4, 5}), ({5}, {4, 5})]),
+    (0, True, 1, True, [({1, 2, 3, 4, 5}, {2, 3, 4, 5}), ({4, 5}, {5})]),  # testStateCleanupPositive...
+    (-1, False, 2, False, [({1, 2, 3, 4, 5}, {2, 3, 4, 5}), ({4, 5}, {5})]),
+])
+def test_each_buffer_is_cleaned_by_its_timers_as_flinks(tmp_path, lower, lower_inclusive, upper, upper_inclusive,
+                                                        kept):
+    harness = Harness(interval(tmp_path, lower, upper, lower_inclusive, upper_inclusive))
+    harness.feed((1, [(1, t) for t in range(1, 6)] + [(2, t) for t in range(1, 6)]))
+    assert (harness.buffer("left"), harness.buffer("right")) == kept[0]
+    harness.feed((4, []))
+    assert (harness.buffer("left"), harness.buffer("right")) == kept[1]
+    harness.feed((6, []))
+    assert harness.buffer("left") == harness.buffer("right") == set()
+    assert not harness.state, "a timer or a buffer left behind"
+
+
+def test_late_records_are_dropped_and_counted_or_sent_to_their_sides_late_output(tmp_path):
+    """testDiscardsLateData and testLateData: behind the watermark, a record joins nothing."""
+    harness = Harness(interval(tmp_path, -1, 1))
+    first = harness.feed((3, [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3), (2, 3)]))
+    later = harness.feed((5, [(1, 1), (1, 4), (2, 4), (1, 5), (2, 5)]))
+    assert set(first + later) == {(1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3), (3, 4), (4, 3), (4, 4),
+                                  (4, 5), (5, 4), (5, 5)} and len(first + later) == 13
+    assert harness.late_dropped == 1
+    tags = (OutputTag("left_late", LEFT), OutputTag("right_late", RIGHT))
+    harness = Harness(interval(tmp_path, -1, 1, late=tags))
+    out = harness.feed((3, [(1, 3), (2, 3)])) + harness.feed((5, [(1, 4), (2, 4), (1, 1), (2, 2), (1, 5), (2, 5)]))
+    assert set(out) == {(3, 3), (3, 4), (4, 3), (4, 4), (4, 5), (5, 4), (5, 5)}
+    assert sorted(harness.sides) == [("left_late", 1), ("right_late", 2)] and harness.late_dropped == 0
+
+
+def test_a_restored_join_matches_records_across_the_restore(tmp_path):
+    """testRestoreFromSnapshot: a run of three microbatches, then a run restored from its state."""
+    harness = Harness(interval(tmp_path, -1, 1))
+    out = harness.feed((1, [(1, 1), (2, 1)]), (2, [(1, 2), (2, 2)]), (3, [(1, 3), (2, 3)]))
+    assert set(out) == {(1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3)}
+    assert set(harness.feed((4, [(1, 4), (2, 4)]))) == {(3, 4), (4, 3), (4, 4)}
+
+
+def test_a_record_without_event_time_and_wrong_bounds_are_refused(tmp_path):
+    harness = Harness(interval(tmp_path, 0, 0))
+    with pytest.raises(Exception, match="has no event time"):
+        harness.feed((MIN_WATERMARK, [(1, None)]))
+    with pytest.raises(ConfigError, match="lower <= upper"):
+        interval(tmp_path, 2, 1)
+    with pytest.raises(ConfigError, match="lower <= upper"):
+        interval(tmp_path, 1, 1, lower_inclusive=False)
+    left, right = streams(tmp_path)
+    with pytest.raises(ConfigError, match="needs its bounds first"):
+        left.key_by("k").interval_join(right.key_by("key")).process(Pairs(), uid="op", output_type=PAIR)
+    with pytest.raises(ConfigError, match="give both the same job_id"):
+        left.key_by("k").interval_join(streams(tmp_path, job_id="other")[1].key_by("key"))
+    with pytest.raises(ConfigError, match="joins keyed streams"):
+        left.key_by("k").interval_join(right)
+    with pytest.raises(ConfigError, match="late data tag 'late' holds"):
+        left.key_by("k").interval_join(right.key_by("key")).between(0, 1).side_output_left_late_data(
+            OutputTag("late", RIGHT))
+
+
+# -- KeyedCoProcessFunction -----------------------------------------------------------------------------------
+OUT_ROW = Types.ROW_NAMED(["k", "what"], [Types.STRING(), Types.STRING()])
+
+
+class Latest(KeyedCoProcessFunction):
+    """After Flink's ``KeyedCoProcessOperatorTest``: both inputs write one keyed state; each input's records say
+    what they saw of the other's; a timer of either input fires later for both."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.STRING()))
+
+    def process_element1(self, value, ctx):
+        yield {"k": ctx.get_current_key(), "what": f"1:{value['who']}@{value['ts']} saw {self.seen.value()}"}
+        self.seen.update(f"1:{value['ts']}")
+        ctx.timer_service().register_event_time_timer(value["ts"] + 10)
+
+    def process_element2(self, value, ctx):
+        yield {"k": ctx.get_current_key(), "what": f"2:{value['who']}@{value['at']} saw {self.seen.value()}"}
+        self.seen.update(f"2:{value['at']}")
+        ctx.timer_service().register_event_time_timer(value["at"] + 10)
+
+    def on_timer(self, timestamp, ctx):
+        assert ctx.time_domain() == TimeDomain.EVENT_TIME
+        yield {"k": ctx.get_current_key(), "what": f"timer {timestamp} saw {self.seen.value()}"}
+
+
+def co_process(tmp_path):
+    left, right = streams(tmp_path)
+    return left.connect(right).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("sinks/j")
+
+
+def test_a_keyed_co_process_function_shares_state_and_timers_between_its_inputs(tmp_path):
+    spec = co_process(tmp_path)
+    assert spec.second_key == "key" and spec.second_source is not None
+    result = run(spec.function, marker(0),
+                 *[{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "k",
+                    "key_group": 1, "input": side, (RECORD if side == 1 else RECORD2): record}
+                   for side, record in [(2, {"key": "k", "at": 5, "who": "rhs"}), (1, {"k": "k", "ts": 7, "who": "lhs"}),
+                                        (2, {"key": "k", "at": 9, "who": "rhs"})]],
+                 output_type=OUT_ROW, microbatches=[(1, 1_000, 15), (2, 2_000, 20)], record_type=LEFT.arrow_type(),
+                 record2_type=RIGHT.arrow_type())
+    # a key's records of the first input come first in its microbatch; the timers (15 of rhs@5, 17 of lhs@7, 19 of
+    # rhs@9) fire after the microbatch's records, 15 at its W = 15, the others at the next one's W = 20
+    assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == [
+        "1:lhs@7 saw None", "2:rhs@5 saw 1:7", "2:rhs@9 saw 2:5", "timer 15 saw 2:9", "timer 17 saw 2:9",
+        "timer 19 saw 2:9"]
+
+
+def test_connected_streams_are_checked_where_the_job_is_defined(tmp_path):
+    left, right = streams(tmp_path)
+    with pytest.raises(ConfigError, match="needs their keys"):
+        left.connect(right).process(Latest(), uid="op", output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="take a state_store.KeyedCoProcessFunction"):
+        left.connect(right).key_by("k", "key").process(Pairs(), uid="op", output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="takes unkeyed streams"):
+        left.key_by("k").connect(right)
+    mistyped = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", Types.ROW_NAMED(
+        ["key", "at"], [Types.LONG(), Types.LONG()])), job_id="j", watermark_strategy=BY_AT)
+    with pytest.raises(ConfigError, match="key them by columns of one type"):
+        left.connect(mistyped).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW)
+    no_time = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
+    with pytest.raises(ConfigError, match="give both inputs a watermark_strategy, or neither"):
+        left.connect(no_time).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("s/j")
