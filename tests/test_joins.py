@@ -7,7 +7,6 @@ meet the operator's watermark before it, W(m-1) (the least of the inputs'), and 
 """
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from state_store import (
@@ -21,10 +20,11 @@ from state_store import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from state_store.subtask.exchange import PHASE_KEYED, PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
+from state_store.subtask.exchange import PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
 from state_store.timers import TimeDomain
 from state_store.watermarks import MIN_WATERMARK
 from tests.test_task import OUT, marker, run, stats
+from tests.test_windows import Harness as WindowHarness
 
 LEFT = Types.ROW_NAMED(["k", "ts", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
 RIGHT = Types.ROW_NAMED(["key", "at", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
@@ -61,13 +61,13 @@ def interval(tmp_path, lower, upper, lower_inclusive=True, upper_inclusive=True,
     return joined.process(Pairs(), uid="op", output_type=PAIR).sink_to("sinks/j")
 
 
-class Harness:
+class Harness(WindowHarness):
     """Microbatches through a subtask, as runs: ``feed(*microbatches)`` runs ``(watermark, [(input, time), ...])``
     (elements of key "k"; input 1 left, 2 right); the next ``feed`` restores from what the last one wrote."""
 
     def __init__(self, spec):
-        self.spec, self.batch, self.state, self.watermark, self.late_dropped = spec, 0, {}, None, 0
-        self.sides: list = []
+        super().__init__(spec)
+        self.late_dropped = 0
 
     def feed(self, *microbatches) -> list[tuple]:
         rows, plan = [], []
@@ -78,21 +78,7 @@ class Harness:
                 record = {"k": "k", "ts": ts, "who": "lhs"} if side == 1 else {"key": "k", "at": ts, "who": "rhs"}
                 rows.append({"subtask": 0, "phase": PHASE_RECORD, "batch_id": self.batch, "side": SIDE_KEYED,
                              "key": "k", "key_group": 1, "input": side, (RECORD if side == 1 else RECORD2): record})
-        stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
-                   "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
-                  for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
-        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type,
-                     microbatches=plan, restored=bool(self.state), record_type=LEFT.arrow_type(),
-                     record2_type=RIGHT.arrow_type(), side_outputs=self.spec.side_outputs,
-                     start_watermark=self.watermark)
-        self.watermark = plan[-1][2]
-        for r in result:
-            if r["kind"] == "k":
-                slot = (r["state_name"], r["key"], r["namespace"], r["user_key"])
-                if r["value"] is None:
-                    self.state.pop(slot, None)
-                else:
-                    self.state[slot] = (r["value"], r.get("expiry"))
+        result = self.run(rows, plan, record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())
         self.late_dropped += sum(counters["late_dropped"] for _, _, counters in stats(result))
         self.sides += [(r["kind"].partition(":")[2], r[OUT]["ts"] if "ts" in r[OUT] else r[OUT]["at"])
                        for r in result if r["kind"].startswith("side:")]
@@ -255,3 +241,67 @@ def test_connected_streams_are_checked_where_the_job_is_defined(tmp_path):
     no_time = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
     with pytest.raises(ConfigError, match="give both inputs a watermark_strategy, or neither"):
         left.connect(no_time).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("s/j")
+
+
+# -- a run -------------------------------------------------------------------------------------------------------
+class Impression(ProcessJoinFunction):
+    def process_element(self, left, right, ctx):
+        yield {"ad": left["k"], "shown": left["ts"], "clicked": right["at"]}
+
+
+CLICK_THROUGH = Types.ROW_NAMED(["ad", "shown", "clicked"], [Types.STRING(), Types.LONG(), Types.LONG()])
+
+
+def click_through(lake):
+    """Impressions (left: k, ts) joined with the clicks (right: key, at) 0..10 s after them, per ad."""
+    left = Dataflow.from_source(FileSource(str(lake.events), "json", LEFT, max_files_per_batch=1), job_id="ctr",
+                                watermark_strategy=BY_TS)
+    right = Dataflow.from_source(FileSource(str(lake.rules), "json", RIGHT, max_files_per_batch=1), job_id="ctr",
+                                 watermark_strategy=BY_AT)
+    return (left.key_by("k").interval_join(right.key_by("key")).between(0, 10_000)
+            .process(Impression(), uid="ctr", output_type=CLICK_THROUGH).sink_to("sinks/ctr"))
+
+
+@pytest.mark.spark
+def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_watermark_and_replays_a_crash(spark, lake):
+    """Two file sources, a file of each a microbatch: the operator's watermark is the least of theirs, late records
+    of either are dropped and counted, each source's offsets are pinned; a crash after the sink write of the second
+    microbatch replays it; a savepoint restored at parallelism 3 joins a click with an impression of before it."""
+    from state_store.catalog.job_store import JobStore
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.run.runtime import FaultInjector, InjectedFault
+    from tests.helpers import run as run_job
+
+    def impressions(name, *rows):
+        lake.write_events(name, [{"k": k, "ts": ts, "who": "i"} for k, ts in rows])
+
+    def clicks(name, *rows):
+        lake.write_rules(name, [{"key": k, "at": at, "who": "c"} for k, at in rows])
+
+    impressions("000.json", ("a", 1000), ("b", 2000), ("a", 30_000))
+    clicks("000.json", ("a", 5000), ("b", 1500))  # W = min(30 s, 5 s) - 1
+    impressions("001.json", ("b", 6000), ("a", 3000))  # a@3 s is late
+    clicks("001.json", ("a", 35_000), ("b", 12_000), ("a", 4000))  # a@4 s is late; b@12 s is 10 s after b@2 s
+    spec = click_through(lake)
+    first = run_job(spark, spec, lake, max_microbatches=1)
+    assert first.batches[0].records_in == 5
+    with pytest.raises(InjectedFault):
+        run_job(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=1))
+    second = run_job(spark, spec, lake)
+    assert second.batches[0].late_dropped == 2
+    store = JobStore(lake.settings.job_dir("ctr"))
+    checkpoint = store.latest_checkpoint()
+    assert store.read_plan(0).watermark == 4999 and store.read_plan(1).watermark == 29_999
+    assert sorted(checkpoint.source_offsets) == ["main", "second"]
+
+    savepoint = take_savepoint(spark, lake.settings, "ctr", say=lambda line: None)
+    restore_job(spark, lake.settings, spec, StatePoint(savepoint), parallelism=3, say=lambda line: None)
+    impressions("002.json", ("c", 40_000))
+    clicks("002.json", ("a", 40_000), ("c", 41_000))  # a@30 s is still buffered: its cleanup is at 40 s
+    run_job(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+    assert sorted((r["ad"], r["shown"], r["clicked"], r["_microbatch"]) for r in rows.collect()) == [
+        ("a", 1000, 5000, 0), ("a", 30_000, 35_000, 1), ("a", 30_000, 40_000, 2), ("b", 2000, 12_000, 1),
+        ("b", 6000, 12_000, 1), ("c", 40_000, 41_000, 2)]

@@ -78,12 +78,21 @@ class Harness:
             plan.append((self.batch, now[0] if now else self.batch * 1_000, watermark))
             rows += [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": self.batch, "side": SIDE_KEYED, "key": k,
                       "key_group": 1, RECORD: {"k": k, "v": v, "ts": ts}} for k, v, ts in elements]
+        result = self.run(rows, plan, record_type=CLICK_ARROW)
+        self.sides += [(r["kind"].partition(":")[2], r["batch_id"], r[OUT]) for r in result
+                       if r["kind"].startswith("side:")]
+        self.late_dropped = sum(counters["late_dropped"] for _, _, counters in stats(result))
+        return [(r["batch_id"], r[OUT]) for r in result if r["kind"] == "out"]
+
+    def run(self, rows: list[dict], plan: list[tuple], **types) -> list[dict]:
+        """One run of the spec's operator over ``rows`` (``plan``'s microbatches) after the state the last one
+        left; the state it writes is kept for the next."""
         stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
                    "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
                   for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
         result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type, microbatches=plan,
-                     restored=bool(self.state), record_type=CLICK_ARROW, side_outputs=self.spec.side_outputs,
-                     start_watermark=self.watermark)
+                     restored=bool(self.state), side_outputs=self.spec.side_outputs, start_watermark=self.watermark,
+                     **types)
         self.watermark = plan[-1][2]
         for r in result:
             if r["kind"] == "k":
@@ -92,10 +101,7 @@ class Harness:
                     self.state.pop(slot, None)
                 else:
                     self.state[slot] = (r["value"], r.get("expiry"))
-        self.sides += [(r["kind"].partition(":")[2], r["batch_id"], r[OUT]) for r in result
-                       if r["kind"].startswith("side:")]
-        self.late_dropped = sum(counters["late_dropped"] for _, _, counters in stats(result))
-        return [(r["batch_id"], r[OUT]) for r in result if r["kind"] == "out"]
+        return result
 
     def open_windows(self) -> set[str]:
         """The namespaces of the window contents in state."""

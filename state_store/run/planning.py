@@ -59,7 +59,8 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
         any_new |= end is not None
         ranges[name] = {"start": start, "end": end if end is not None else start}
         if name in ("main", "second") and end is not None:
-            records += source.count_records(start, end)
+            counted = source.count_records(start, end)  # None: not known without reading the range
+            records = None if counted is None or records is None else records + counted
     now = int(ctx.clock())
     strategy = ctx.spec.watermark_strategy
     event_time = None
