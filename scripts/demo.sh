@@ -9,7 +9,8 @@
 # parallelism from the rescaled checkpoint. After each clicks run, the sessions pipeline (demo.sessions: event
 # time, timers, a side output) runs over the same files and the demo prints the sessions each microbatch closed.
 # Once, a job of two operators (demo.sessions_per_country) runs over clicks of its own and prints its result, and a
-# windowed job (demo.clicks_per_minute) counts those clicks per country and minute.
+# windowed job (demo.clicks_per_minute) counts those clicks per country and minute; a join of two streams
+# (demo.click_through) pairs impressions and clicks per ad.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -78,10 +79,33 @@ for minute, per in last.groupby("minute"):
 PY
 }
 
+# A join of two streams (demo.click_through): per ad, each impression with its user's clicks in the 10 minutes
+# after it; impressions and clicks are two sources of one job, each with its own offsets.
+click_through() {
+  if ls "$LAKESTATE_ROOT"/input/impressions/*.parquet >/dev/null 2>&1; then n=1; else n="$FILES"; fi
+  python -m demo.click_through --files "$n"
+  dag_run lakestate_click-through
+  python - <<'PY'
+from deltalake import DeltaTable
+
+from state_store.catalog.job_store import JobStore
+from state_store.settings import Settings
+
+settings = Settings.load()
+latest = JobStore(settings.job_dir("click-through")).latest_checkpoint()
+print(f"[demo] click-through: checkpoint {latest.checkpoint_id} pins both sources' offsets: "
+      + ", ".join(f"{name} at {offset}" for name, offset in sorted(latest.source_offsets.items())))
+rows = DeltaTable(str(settings.sink("sinks/click_through"))).to_pandas()
+per_ad = rows.groupby("ad").size().sort_values(ascending=False).head(5)
+print("[demo] click-throughs per ad (top 5): " + ", ".join(f"{ad} {n}" for ad, n in per_ad.items()))
+PY
+}
+
 dag_run lakestate_clicks
 sessions
 if ls "$LAKESTATE_ROOT"/input/country-clicks/*.parquet >/dev/null 2>&1; then per_country 1; else per_country "$FILES"; fi
 per_minute
+click_through
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.
 NOW=$(python -c "from state_store.catalog.job_store import JobStore; from state_store.settings import Settings; \

@@ -244,6 +244,10 @@ class Dataflow:
             raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
+        if self._settings.get("union") is not None and not self._steps:  # the union's second stream
+            second, strategy = self._settings["union"]
+            options.update(second_source=second, second_key=self._key[0], second_watermark_strategy=strategy,
+                           union_inputs=True)
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
@@ -288,6 +292,25 @@ class Dataflow:
         self._check_second_input(other, "connect", keyed=False)
         return ConnectedStreams(self, other)
 
+    def union(self, other: "Dataflow") -> "Dataflow":
+        """This stream and ``other`` (another source of the same job, of the same columns, with its own offsets
+        and watermark strategy) as one stream, to be keyed: ``a.union(b).key_by(k).process(...)`` (or
+        ``.window(...)``). A key's records of this stream come before those of ``other`` in a microbatch.
+
+        Example: ``web.union(app).key_by("user").process(Sessionize(), uid="sessions", output_type=SESSION)``
+        """
+        self._check_second_input(other, "union", keyed=False)
+        mine, theirs = self._fields(), other._fields()
+        if mine is None or theirs is None or [(n, t.name) for n, t in mine.items()] != [
+                (n, t.name) for n, t in theirs.items()]:
+            raise ConfigError(f"union(...) takes streams of the same declared columns, got {mine and list(mine)} and "
+                              f"{theirs and list(theirs)}; map one onto the other's columns in its source")
+        if (self._settings["watermark_strategy"] is None) != (other._settings["watermark_strategy"] is None):
+            raise ConfigError("union(...): a union's watermark is the least of its streams': give both a "
+                              "watermark_strategy, or neither")
+        union = (other._source, other._settings["watermark_strategy"])
+        return Dataflow(self._source, {**self._settings, "union": union}, self._steps, self._key)
+
     def interval_join(self, other: "Dataflow") -> IntervalJoin:
         """Join this keyed stream with ``other`` (keyed by a column of the same type): each record with the other
         side's records of its key within ``.between(lower, upper)`` of its event time, as Flink's interval join.
@@ -306,9 +329,9 @@ class Dataflow:
         if not isinstance(other, Dataflow):
             raise ConfigError(f"{verb}(...) takes a Dataflow (Dataflow.from_source(...)), got {type(other).__name__}")
         for which, stream in (("this stream", self), ("the other stream", other)):
-            if stream._steps:
-                raise ConfigError(f"{verb}(...): {which} has operators before it; a two-input operator reads two "
-                                  f"sources and is the job's first operator")
+            if stream._steps or stream._settings.get("union") is not None:
+                raise ConfigError(f"{verb}(...): {which} has operators or a union before it; a two-input operator "
+                                  f"reads two sources and is the job's first operator")
             if keyed and stream._key is None:
                 raise ConfigError(f"{verb}(...) joins keyed streams: key {which} with .key_by(column) first")
             if not keyed and stream._key is not None:
@@ -347,6 +370,9 @@ class Dataflow:
                               f"{kind} the stream before keying it, or after the process")
         if not isinstance(function, expected):
             raise ConfigError(f"{kind}(...) takes a state_store.{expected.__name__}, got {type(function).__name__}")
+        if self._settings.get("union") is not None and not self._steps:
+            raise ConfigError(f"{kind}(...) after union(...): a union is read by a keyed operator; key it first "
+                              f"(.key_by(column).process(...)), then {kind}")
         uid = uid or f"{kind}-{len(self._steps) + 1}"
         if output_type is None:  # a filter's rows are the stream's
             fields = self._fields()
@@ -399,6 +425,7 @@ class Dataflow:
             raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
         settings = dict(self._settings)
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
+        settings.pop("union", None)  # in the first operator's options (``process``)
         operators, source = [], self._source
         for i, step in enumerate(self._steps):
             first = i == 0

@@ -66,6 +66,7 @@ class JobSpec:
     second_source: Source | None = None
     second_key: str | None = None
     second_watermark_strategy: WatermarkStrategy | None = None
+    union_inputs: bool = False  # the second input is a union's (``Dataflow.union``): its records go to ``process``
 
     @property
     def effective_max_parallelism(self) -> int:
@@ -136,11 +137,15 @@ class JobSpec:
         if the first has one, of the same bound and idleness: the operator's watermark is the least of both), and
         only it has one."""
         two = isinstance(self.function, KeyedCoProcessFunction)
-        if two != (self.second_source is not None):
+        if self.union_inputs:
+            if self.second_source is None or two:
+                raise ConfigError("a union of two streams needs its second source and a function of one input; "
+                                  "a KeyedCoProcessFunction takes connected streams: a.connect(b).key_by(k1, k2)")
+        elif two != (self.second_source is not None):
             raise ConfigError(f"{type(self.function).__name__} is a KeyedCoProcessFunction: connect a second input "
                               f"(a.connect(b).key_by(key_a, key_b))" if two else
                               "a job with a second_source needs a KeyedCoProcessFunction (process_element1/2)")
-        if not two:
+        if self.second_source is None:
             return
         if self.broadcast_source is not None:
             raise ConfigError("a KeyedCoProcessFunction takes no broadcast_source")
@@ -218,8 +223,8 @@ class JobSpec:
             "function": f"{type(self.function).__module__}.{type(self.function).__qualname__}",
             "source": self.source.describe(),
             "broadcast_source": self.broadcast_source.describe() if self.broadcast_source else None,
-            **({"second_source": self.second_source.describe(), "second_key": self.second_key}
-               if self.second_source is not None else {}),
+            **({"second_source": self.second_source.describe(), "second_key": self.second_key,
+                "union_inputs": self.union_inputs} if self.second_source is not None else {}),
             "key": self.key,
             "key_type": self.key_type.to_schema(),
             "output_type": self.output_type.to_schema(),

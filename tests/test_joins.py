@@ -13,7 +13,9 @@ from state_store import (
     ConfigError,
     Dataflow,
     FileSource,
+    FilterFunction,
     KeyedCoProcessFunction,
+    KeyedProcessFunction,
     OutputTag,
     ProcessJoinFunction,
     Types,
@@ -305,3 +307,86 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     assert sorted((r["ad"], r["shown"], r["clicked"], r["_microbatch"]) for r in rows.collect()) == [
         ("a", 1000, 5000, 0), ("a", 30_000, 35_000, 1), ("a", 30_000, 40_000, 2), ("b", 2000, 12_000, 1),
         ("b", 6000, 12_000, 1), ("c", 40_000, 41_000, 2)]
+
+
+# -- union -----------------------------------------------------------------------------------------------------
+class Seen(KeyedProcessFunction):
+    def process(self, key, records, ctx):
+        yield {"k": key, "what": ",".join(f"{r['who']}@{r['ts']}" for r in records)}
+
+
+def test_a_union_hands_one_keyed_function_the_records_of_both_streams_the_first_streams_first(tmp_path):
+    left, _ = streams(tmp_path)
+    (tmp_path / "more").mkdir()
+    more = Dataflow.from_source(FileSource(str(tmp_path / "more"), "json", LEFT), job_id="j", watermark_strategy=BY_TS)
+    spec = left.union(more).key_by("k").process(Seen(), uid="op", output_type=OUT_ROW).sink_to("sinks/j")
+    assert (spec.union_inputs, spec.second_key, spec.second_watermark_strategy) == (True, "k", BY_TS)
+    rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "k", "key_group": 1,
+             "input": side, RECORD: {"k": "k", "ts": ts, "who": who}}
+            for side, ts, who in [(2, 1, "more"), (1, 2, "left"), (2, 3, "more"), (1, 0, "left")]]
+    result = run(spec.function, marker(0), *rows, output_type=OUT_ROW, record_type=LEFT.arrow_type())
+    assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == ["left@2,left@0,more@1,more@3"]
+    with pytest.raises(ConfigError, match="a union is read by a keyed operator"):
+        left.union(more).filter(NotLate())
+    with pytest.raises(ConfigError, match="takes streams of the same declared columns"):
+        left.union(streams(tmp_path)[1])
+    with pytest.raises(ConfigError, match="give both a watermark_strategy, or neither"):
+        left.union(Dataflow.from_source(FileSource(str(tmp_path / "more"), "json", LEFT), job_id="j"))
+    with pytest.raises(ConfigError, match="has operators or a union before it"):
+        left.union(more).connect(streams(tmp_path)[1])
+
+
+class NotLate(FilterFunction):
+    def filter(self, record):
+        return True
+
+
+class Count(KeyedProcessFunction):
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process(self, key, records, ctx):
+        count = (self.count.value() or 0) + len(records)
+        self.count.update(count)
+        yield {"k": key, "what": f"{count} by {max(r['ts'] for r in records)}"}
+
+
+@pytest.mark.spark
+def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, lake):
+    from state_store.catalog.job_store import JobStore
+    from tests.helpers import run as run_job
+
+    def stream(folder):
+        return Dataflow.from_source(FileSource(str(folder), "json", LEFT, max_files_per_batch=1), job_id="both",
+                                    watermark_strategy=BY_TS)
+
+    lake.write_events("000.json", [{"k": "a", "ts": 1, "who": "web"}, {"k": "b", "ts": 2, "who": "web"}])
+    lake.write_rules("000.json", [{"k": "a", "ts": 3, "who": "app"}])
+    lake.write_rules("001.json", [{"k": "b", "ts": 9, "who": "app"}])  # the first source has no second file
+    spec = stream(lake.events).union(stream(lake.rules)).key_by("k").process(
+        Count(), uid="count", output_type=OUT_ROW).sink_to("sinks/both")
+    run_job(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+    assert sorted((r["k"], r["what"], r["_microbatch"]) for r in rows.collect()) == [
+        ("a", "2 by 3", 0), ("b", "1 by 2", 0), ("b", "2 by 9", 1)]
+    store = JobStore(lake.settings.job_dir("both"))
+    # W(0) = least of 2 and 3, less 1; W(1): the first source has no new record, so its 2 still holds it
+    assert [store.read_plan(b).watermark for b in (0, 1)] == [1, 1]
+    assert sorted(store.latest_checkpoint().source_offsets) == ["main", "second"]
+
+
+@pytest.mark.spark
+def test_the_demos_click_through_join_gives_what_pandas_gives(spark, lake):
+    from demo.click_through import dataflow, expected, write
+    from state_store.catalog.job_store import JobStore
+    from tests.helpers import run as run_job
+
+    impressions, clicks = lake.inputs / "impressions", lake.inputs / "ad-clicks"
+    write(impressions, clicks, files=3, impressions=300, users=20, ads=4)
+    spec = dataflow(impressions, clicks)
+    run_job(spark, spec, lake)
+    store = JobStore(lake.settings.job_dir(spec.job_id))
+    watermarks = [store.read_plan(m).watermark for m in range(3)]
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).drop("_microbatch")
+    found = sorted(tuple(r) for r in rows.collect())
+    assert found == expected(impressions, clicks, watermarks) and len(found) > 20

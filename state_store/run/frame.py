@@ -58,7 +58,9 @@ class Frame:
             rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
         self.record_ddl = spec.source.record_ddl(spark)
         self.brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
-        self.record2_ddl = spec.second_source.record_ddl(spark) if spec.second_source is not None else None
+        # A union's second stream has the first's columns: its records go to ``record`` as the first's do.
+        self.record2_ddl = (spec.second_source.record_ddl(spark) if spec.second_source is not None
+                            and not spec.union_inputs else None)
 
     def _frame(self, df: DataFrame, **columns) -> DataFrame:
         """``df`` as exchange rows: the named columns, typed nulls for the rest."""
@@ -93,11 +95,13 @@ class Frame:
         return self._keyed_records("main", spec.source, spec.key, RECORD, 1 if spec.second_source else None)
 
     def _second_records(self) -> DataFrame | None:
-        """A two-input operator's second input's keyed records (``record2``, ``input`` 2)."""
+        """A two-input operator's second input's keyed records (``record2``, or a union's ``record``; ``input``
+        2)."""
         spec = self.ctx.spec
         if spec.second_source is None:
             return None
-        return self._keyed_records("second", spec.second_source, spec.second_key, RECORD2, 2)
+        return self._keyed_records("second", spec.second_source, spec.second_key,
+                                   RECORD if spec.union_inputs else RECORD2, 2)
 
     def _keyed_records(self, name: str, source, key: str, column: str, input_: int | None) -> DataFrame | None:
         ctx, spec = self.ctx, self.ctx.spec
