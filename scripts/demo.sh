@@ -93,8 +93,9 @@ from state_store.settings import Settings
 
 settings = Settings.load()
 latest = JobStore(settings.job_dir("click-through")).latest_checkpoint()
-print(f"[demo] click-through: checkpoint {latest.checkpoint_id} pins both sources' offsets: "
-      + ", ".join(f"{name} at {offset}" for name, offset in sorted(latest.source_offsets.items())))
+read = {name: len(offset.get("files", [])) for name, offset in latest.source_offsets.items()}
+print(f"[demo] click-through: checkpoint {latest.checkpoint_id} at microbatch {latest.batch_id} pins both sources' "
+      f"offsets: {read['main']} files of impressions, {read['second']} of clicks read")
 rows = DeltaTable(str(settings.sink("sinks/click_through"))).to_pandas()
 per_ad = rows.groupby("ad").size().sort_values(ascending=False).head(5)
 print("[demo] click-throughs per ad (top 5): " + ", ".join(f"{ad} {n}" for ad, n in per_ad.items()))
