@@ -41,7 +41,7 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from bench.peers import outputs_equal  # noqa: E402
+from bench.peers import ROCKSDB, _run, outputs_equal  # noqa: E402
 from state_store import Dataflow, FileSource, ProcessJoinFunction, Types, WatermarkStrategy  # noqa: E402
 
 FILE_SPAN_MS, WITHIN_MS, DELAY_MS = 100_000, 10 * 60_000, 12 * 60_000
@@ -96,22 +96,13 @@ def run_lakestate(spark, base: Path, quiet: bool) -> dict:
 def _streams(spark, base: Path):
     from pyspark.sql import functions as F
 
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # as bench/peers.py's peers
+
     def read(name, column):
         return (spark.readStream.schema("ad string, ts bigint").option("maxFilesPerTrigger", 1)
                 .parquet(str(base / name)).withColumn(column, F.timestamp_millis("ts")))
 
     return read("impressions", "shown_at"), read("clicks", "clicked_at")
-
-
-def _run_query(engine: str, out, base: Path) -> dict:
-    sink, checkpoint = base / "sink", base / "checkpoint"
-    query = (out.writeStream.format("delta").outputMode("append").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start(str(sink)))
-    started = time.time()
-    query.awaitTermination()
-    seconds = time.time() - started
-    events = sum(p["numInputRows"] for p in query.recentProgress)
-    return {"engine": engine, "events": events, "seconds": round(seconds, 1), "sink": str(sink)}
 
 
 def run_spark_join(spark, base: Path) -> dict:
@@ -123,7 +114,7 @@ def run_spark_join(spark, base: Path) -> dict:
     joined = impressions.join(clicks, F.expr(
         "i.ad = c.ad AND c.clicked_at >= i.shown_at AND c.clicked_at <= i.shown_at + INTERVAL 10 MINUTES"))
     out = joined.select(F.col("i.ad").alias("ad"), F.col("i.ts").alias("shown"), F.col("c.ts").alias("clicked"))
-    return _run_query("spark stream-stream join", out, base)
+    return _run("spark stream-stream join", out, base)
 
 
 STATE_SCHEMA = "shown array<bigint>, clicked array<bigint>"
@@ -159,7 +150,7 @@ def run_apply_in_pandas(spark, base: Path) -> dict:
                          .withWatermark("at", "0 milliseconds")))
     out = both.groupBy("ad").applyInPandasWithState(
         _join_group, "ad string, shown bigint, clicked bigint", STATE_SCHEMA, "Append", GroupStateTimeout.NoTimeout)
-    return _run_query("spark applyInPandasWithState", out, base)
+    return _run("spark applyInPandasWithState", out, base)
 
 
 PEERS = {"spark": run_spark_join, "pandas": run_apply_in_pandas}

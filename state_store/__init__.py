@@ -30,7 +30,7 @@ from .sources import DeltaSource, FileSource, KafkaSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
-from .joins import ProcessJoinContext, ProcessJoinFunction
+from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 from .windows import (
@@ -63,7 +63,7 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # two inputs (README "Two inputs and joins")
-    "ProcessJoinContext", "ProcessJoinFunction",
+    "CoGroupFunction", "JoinFunction", "ProcessJoinContext", "ProcessJoinFunction",
     # windows (README "Windows")
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
     "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",

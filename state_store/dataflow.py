@@ -25,7 +25,7 @@ from .keys import check_key_type
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
-from .joins import ConnectedStreams, IntervalJoin
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .windows.stream import WindowedStream
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
@@ -324,6 +324,25 @@ class Dataflow:
                               "(Dataflow.from_source(..., watermark_strategy=...))")
         return IntervalJoin(self, other, self._row_type(), other._row_type(), strategies[0].timestamp_column,
                             strategies[1].timestamp_column)
+
+    def join(self, other: "Dataflow") -> JoinedStreams:
+        """Join this stream with ``other`` per key and window, as Flink's window join: ``.where(key_a).equal_to(
+        key_b).window(assigner).apply(JoinFunction)`` joins every pair of a key's records of one window when it
+        fires.
+
+        Example: ``orders.join(payments).where("id").equal_to("order_id").window(TumblingEventTimeWindows.of(m))``
+        """
+        return self._windowed_pair(other, "join")
+
+    def co_group(self, other: "Dataflow") -> JoinedStreams:
+        """As ``join``, with a ``CoGroupFunction`` given all of a key's records of a window from each side."""
+        return self._windowed_pair(other, "co_group")
+
+    def _windowed_pair(self, other: "Dataflow", verb: str) -> JoinedStreams:
+        self._check_second_input(other, verb, keyed=False)
+        strategies = (self._settings["watermark_strategy"], other._settings["watermark_strategy"])
+        columns = tuple(None if s is None else s.timestamp_column for s in strategies)
+        return JoinedStreams(self, other, (self._row_type(), other._row_type()), columns, verb == "co_group")
 
     def _check_second_input(self, other: "Dataflow", verb: str, keyed: bool) -> None:
         if not isinstance(other, Dataflow):

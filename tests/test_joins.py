@@ -10,10 +10,12 @@ from __future__ import annotations
 import pytest
 
 from state_store import (
+    CoGroupFunction,
     ConfigError,
     Dataflow,
     FileSource,
     FilterFunction,
+    JoinFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
@@ -390,3 +392,73 @@ def test_the_demos_click_through_join_gives_what_pandas_gives(spark, lake):
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).drop("_microbatch")
     found = sorted(tuple(r) for r in rows.collect())
     assert found == expected(impressions, clicks, watermarks) and len(found) > 20
+
+
+# -- window join and co-group ------------------------------------------------------------------------------------
+class Matched(JoinFunction):
+    def join(self, left, right):
+        return {"k": left["k"], "what": f"{left['ts']}-{right['at']}"}
+
+
+class Grouped(CoGroupFunction):
+    def co_group(self, lefts, rights):
+        key = (lefts or [{"k": None}])[0]["k"] or rights[0]["key"]
+        yield {"k": key, "what": f"F:{','.join(str(r['ts']) for r in lefts)} S:{','.join(str(r['at']) for r in rights)}"}
+
+
+def window_joined(tmp_path, verb, function):
+    from state_store import TumblingEventTimeWindows
+
+    left, right = streams(tmp_path)
+    return (getattr(left, verb)(right).where("k").equal_to("key").window(TumblingEventTimeWindows.of(3))
+            .apply(function, uid="op", output_type=OUT_ROW).sink_to("sinks/j"))
+
+
+# Flink's CoGroupJoinITCase: ("a", 0..2), ("b", 3..5), ("a", 6..8) against ("a", 0), ("a", 1), ("b", 3), ("c", 6..8)
+FIRST = [("a", t) for t in (0, 1, 2)] + [("b", t) for t in (3, 4, 5)] + [("a", t) for t in (6, 7, 8)]
+SECOND = [("a", 0), ("a", 1), ("b", 3)] + [("c", t) for t in (6, 7, 8)]
+
+
+def run_pairs(spec, microbatches):
+    """``microbatches``: (watermark, first's (key, time) records, second's), through one run."""
+    rows, plan = [], []
+    for m, (watermark, first, second) in enumerate(microbatches, start=1):
+        plan.append((m, m * 1_000, watermark))
+        rows += [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": m, "side": SIDE_KEYED, "key": k, "key_group": 1,
+                  "input": 1, RECORD: {"k": k, "ts": t, "who": "first"}} for k, t in first]
+        rows += [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": m, "side": SIDE_KEYED, "key": k, "key_group": 1,
+                  "input": 2, RECORD2: {"key": k, "at": t, "who": "second"}} for k, t in second]
+    result = run(spec.function, marker(0), *rows, output_type=OUT_ROW, microbatches=plan,
+                 record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())
+    return [(r[OUT]["k"], r[OUT]["what"]) for r in result if r["kind"] == "out"]
+
+
+def test_a_window_join_pairs_each_keys_records_of_one_window_as_flinks(tmp_path):
+    spec = window_joined(tmp_path, "join", Matched())
+    once = run_pairs(spec, [(100, FIRST, SECOND)])
+    assert sorted(once) == [("a", "0-0"), ("a", "0-1"), ("a", "1-0"), ("a", "1-1"), ("a", "2-0"), ("a", "2-1"),
+                            ("b", "3-3"), ("b", "4-3"), ("b", "5-3")]
+    # the same records in two microbatches, the first window firing at the first one's watermark
+    assert sorted(run_pairs(spec, [(2, FIRST[:3], SECOND[:2]), (100, FIRST[3:], SECOND[2:])])) == sorted(once)
+
+
+def test_a_co_group_gives_every_keys_window_with_the_records_of_each_side(tmp_path):
+    out = run_pairs(window_joined(tmp_path, "co_group", Grouped()), [(100, FIRST, SECOND)])
+    assert sorted(out) == [("a", "F:0,1,2 S:0,1"), ("a", "F:6,7,8 S:"), ("b", "F:3,4,5 S:3"), ("c", "F: S:6,7,8")]
+
+
+def test_a_window_join_is_checked_where_it_is_defined(tmp_path):
+    from state_store import TumblingEventTimeWindows
+
+    left, right = streams(tmp_path)
+    with pytest.raises(ConfigError, match="needs both keys"):
+        left.join(right).where("k").window(TumblingEventTimeWindows.of(3)).apply(Matched(), uid="op",
+                                                                                  output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="needs its windows first"):
+        left.join(right).where("k").equal_to("key").apply(Matched(), uid="op", output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="apply takes a state_store.CoGroupFunction"):
+        left.co_group(right).where("k").equal_to("key").window(TumblingEventTimeWindows.of(3)).apply(
+            Matched(), uid="op", output_type=OUT_ROW)
+    untimed = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
+    with pytest.raises(ConfigError, match="needs both streams' event time"):
+        left.join(untimed).where("k").equal_to("key").window(TumblingEventTimeWindows.of(3))
