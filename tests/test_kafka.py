@@ -274,6 +274,54 @@ def test_the_watermark_is_the_least_over_the_partitions_and_idle_ones_are_left_o
     assert clock_after(13_000).watermark == 40_000 - 1
 
 
+def test_a_topic_joined_with_a_folder_keeps_each_ones_offsets_and_the_least_watermark_over_file_and_partitions(
+        spark, lake, broker):
+    """Two sources of one job (issue 40): impressions from files, clicks from a topic of four partitions (Kafka's
+    record timestamps as event time), interval-joined: each source's offsets are pinned, and the watermark is the
+    least over the file and every partition, a partition with no record yet holding it at none."""
+    from confluent_kafka import Producer
+
+    from state_store import Dataflow, FileSource, ProcessJoinFunction, WatermarkStrategy
+    from state_store.catalog.job_store import JobStore
+    from state_store.watermarks import MIN_WATERMARK
+
+    class Pair(ProcessJoinFunction):
+        def process_element(self, impression, click, ctx):
+            yield {"user": impression["user"], "shown": impression["ts"], "clicked": ctx.right_timestamp()}
+
+    _topic(broker, "ad-clicks", config={"retention.ms": "-1"})  # timestamps of 1970: kept (see above)
+
+    def produce(clicks: list[tuple[int, str, int]]) -> None:  # (partition, user, timestamp)
+        producer = Producer({"bootstrap.servers": broker["bootstrap"]})
+        for partition, user, ms in clicks:
+            producer.produce("ad-clicks", key=user, value=json.dumps({"user": user, "amount": 1}),
+                             partition=partition, timestamp=ms)
+        assert producer.flush(30) == 0
+
+    bound = WatermarkStrategy.for_bounded_out_of_orderness(0)
+    impressions = Dataflow.from_source(
+        FileSource(str(lake.events), "json", Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()])),
+        job_id="ctr", watermark_strategy=bound.with_timestamp_column("ts"))
+    clicks = Dataflow.from_source(KafkaSource(broker["bootstrap"], topics=["ad-clicks"], schema=CLICK), job_id="ctr",
+                                  watermark_strategy=bound.with_timestamp_column("kafka_timestamp"))
+    spec = (impressions.key_by("user").interval_join(clicks.key_by("user")).between(0, 10_000)
+            .process(Pair(), uid="ctr", output_type=Types.ROW_NAMED(["user", "shown", "clicked"], [
+                Types.STRING(), Types.LONG(), Types.LONG()])).sink_to("sinks/ctr"))
+    lake.write_events("000.json", [{"user": "u1", "ts": 1000}, {"user": "u2", "ts": 2000}])
+    produce([(0, "u1", 5000), (1, "u2", 15_000), (2, "u1", 8000)])  # u2's click is 13 s after: no pair
+    run(spark, spec, lake)
+    produce([(3, "u2", 3000)])
+    run(spark, spec, lake)
+    store = JobStore(lake.settings.job_dir("ctr"))
+    # partition 3 had no record in the first microbatch: no watermark; then the least of 2 s (the file), 5, 15,
+    # 8 and 3 s (the partitions)
+    assert [store.read_plan(b).watermark for b in (0, 1)] == [MIN_WATERMARK, 1999]
+    assert sorted(store.latest_checkpoint().source_offsets) == ["main", "second"]
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+    assert sorted((r["user"], r["shown"], r["clicked"], r["_microbatch"]) for r in rows.collect()) == [
+        ("u1", 1000, 5000, 0), ("u1", 1000, 8000, 0), ("u2", 2000, 3000, 1)]
+
+
 def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only_what_was_produced_since(
         spark, tmp_path, broker, monkeypatch):
     """scripts/demo-kafka.sh's job (demo/kafka_clicks.py) through ``airflow dags test``: the DAG's task
