@@ -203,6 +203,34 @@ def test_the_page_says_whether_a_checkpoint_came_from_a_rescale_a_restore_or_a_c
     assert [(s, e) for s, e, _ in job.subtask_bytes()] == [(0, 63), (64, 127)]
 
 
+def test_the_page_draws_a_jobs_graph_from_its_definition(tmp_path):
+    """Sources into operators (a two-input operator's inputs numbered, a broadcast marked), each operator into the
+    next, the last into the sink, each into its side outputs."""
+    from demo.sessions_per_country import dataflow
+    from state_store import Dataflow, FileSource, KafkaSource, KeyedCoProcessFunction, Types, WatermarkStrategy
+    from state_store.provider.reader import job_edges
+
+    for folder in ("clicks", "a"):
+        (tmp_path / folder).mkdir()
+    chain = dataflow(tmp_path / "clicks")
+    assert job_edges(chain.describe()) == [
+        (f"files {(tmp_path / 'clicks').resolve()} (parquet)", "sessions"),
+        ("sessions", "side output late_clicks (sinks/sessions_per_country_late_clicks)"),
+        ("operator sessions", "per-country"), ("per-country", "sink sinks/sessions_per_country")]
+
+    class Both(KeyedCoProcessFunction):
+        pass
+
+    row = Types.ROW_NAMED(["k", "ts"], [Types.STRING(), Types.LONG()])
+    by_ts = WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column("ts")
+    files = Dataflow.from_source(FileSource(str(tmp_path / "a"), "json", row), job_id="two", watermark_strategy=by_ts)
+    topic = Dataflow.from_source(KafkaSource("localhost:9092", topics=["b"], schema=row), job_id="two",
+                                 watermark_strategy=by_ts)
+    two = files.connect(topic).key_by("k", "k").process(Both(), uid="both", output_type=row).sink_to("sinks/two")
+    assert job_edges(two.describe()) == [(f"files {(tmp_path / 'a').resolve()} (json)", "both (input 1)"),
+                                         ("Kafka b", "both (input 2)"), ("both", "sink sinks/two")]
+
+
 def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_stay_readable():
     from state_store.records import AirflowRun, CheckpointMetadata
 

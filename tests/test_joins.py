@@ -309,6 +309,14 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     assert sorted((r["ad"], r["shown"], r["clicked"], r["_microbatch"]) for r in rows.collect()) == [
         ("a", 1000, 5000, 0), ("a", 30_000, 35_000, 1), ("a", 30_000, 40_000, 2), ("b", 2000, 12_000, 1),
         ("b", 6000, 12_000, 1), ("c", 40_000, 41_000, 2)]
+    # The Lakestate page draws the job's graph: both sources into the operator, the operator into the sink
+    from state_store.provider.reader import job_overview
+    from state_store.provider.views import job_section
+
+    job = job_overview(lake.settings, "ctr", {"spec": spec.describe(), "entrypoint": "tests"})
+    assert job.edges == [(f"files {lake.events.resolve()} (json)", "ctr (input 1)"), (f"files {lake.rules.resolve()} (json)",
+                                                                          "ctr (input 2)"), ("ctr", "sink sinks/ctr")]
+    assert "Graph: where records flow" in job_section(job) and job.latest.parallelism == 3
 
 
 # -- union -----------------------------------------------------------------------------------------------------
@@ -365,8 +373,8 @@ def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, la
     lake.write_events("000.json", [{"k": "a", "ts": 1, "who": "web"}, {"k": "b", "ts": 2, "who": "web"}])
     lake.write_rules("000.json", [{"k": "a", "ts": 3, "who": "app"}])
     lake.write_rules("001.json", [{"k": "b", "ts": 9, "who": "app"}])  # the first source has no second file
-    spec = stream(lake.events).union(stream(lake.rules)).key_by("k").process(
-        Count(), uid="count", output_type=OUT_ROW).sink_to("sinks/both")
+    spec = (stream(lake.events).union(stream(lake.rules)).key_by("k").process(Count(), uid="count", output_type=OUT_ROW)
+            .filter(NotLate(), uid="after").sink_to("sinks/both"))  # a chain follows a two-input operator
     run_job(spark, spec, lake)
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
     assert sorted((r["k"], r["what"], r["_microbatch"]) for r in rows.collect()) == [
@@ -374,7 +382,8 @@ def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, la
     store = JobStore(lake.settings.job_dir("both"))
     # W(0) = least of 2 and 3, less 1; W(1): the first source has no new record, so its 2 still holds it
     assert [store.read_plan(b).watermark for b in (0, 1)] == [1, 1]
-    assert sorted(store.latest_checkpoint().source_offsets) == ["main", "second"]
+    checkpoint = store.latest_checkpoint()
+    assert sorted(checkpoint.source_offsets) == ["main", "second"] and checkpoint.of_operator("after").batch_id == 1
 
 
 @pytest.mark.spark

@@ -28,6 +28,7 @@ class JobOverview:
     compaction: dict | None = None  # the report of the last compaction that did work
     compactions: list[dict] = field(default_factory=list)  # every compaction's report, newest first
     problems: list[str] = field(default_factory=list)
+    edges: list[tuple[str, str]] = field(default_factory=list)  # the job's graph: (from, to), in the order records flow
     state_bytes: dict[str, list[int]] = field(default_factory=dict)  # state name -> [bytes, files]
     key_group_bytes: list[int] = field(default_factory=list)  # index: key group
     # A dataflow's operators (or a window job's one) at the latest checkpoint, first first: uid, parallelism, max
@@ -100,6 +101,7 @@ def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
 def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
+    overview.edges = job_edges(spec)
     meta = JobStore(settings.job_dir(job_id), warn=overview.problems.append)
     overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
@@ -126,6 +128,40 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
                                "files": sum(t.num_files for t in c.state.values() if t is not None)}
                               for c, open_windows in zip(parts, windows)]
     return overview
+
+
+def job_edges(spec: dict) -> list[tuple[str, str]]:
+    """The edges of a job's graph from its catalog record's definition (``JobSpec.describe``, a dataflow's
+    ``operators``): each source into its operator (a two-input operator's inputs numbered), each operator into
+    the next, the last into the sink, and each operator into its side outputs."""
+    operators = spec.get("operators") or [spec]
+    edges = []
+    for i, op in enumerate(operators):
+        two = op.get("second_source") is not None
+        for name, source in (("main", op.get("source")), ("second", op.get("second_source")),
+                             ("broadcast", op.get("broadcast_source"))):
+            if source is None:
+                continue
+            into = op["uid"] + (f" (input {1 if name == 'main' else 2})" if two else
+                                " (broadcast)" if name == "broadcast" else "")
+            edges.append((_source_text(source), into))
+        if i == len(operators) - 1:
+            edges.append((op["uid"], f"sink {op['sink']}"))
+        edges += [(op["uid"], f"side output {tag} ({table})") for tag, table in (op.get("side_outputs") or {}).items()]
+    return edges
+
+
+def _source_text(source: dict) -> str:
+    kind = source.get("type")
+    if kind == "operator":
+        return f"operator {source['uid']}"
+    if kind == "files":
+        return f"files {source['path']} ({source['format']})"
+    if kind == "kafka":
+        return "Kafka " + (", ".join(source.get("topics") or []) or f"topics /{source.get('topic_pattern')}/")
+    if kind == "delta":
+        return f"Delta table {source['path']}"
+    return str(kind)
 
 
 def _state_sizes(overview: JobOverview, checkpoint: CheckpointMetadata, key_groups: bool) -> None:

@@ -276,6 +276,14 @@ def _compactions(job: JobOverview, tz, dags: dict) -> str:
     return out
 
 
+def _graph(job: JobOverview) -> str:
+    """Where the job's records flow: its sources, operators, sink and side outputs, an edge a row."""
+    if not job.edges:
+        return ""
+    return "<h3>Graph: where records flow</h3>" + _table(["from", "into"], [list(e) for e in job.edges], set(),
+                                                           "graph")
+
+
 def _operators(job: JobOverview) -> str:
     """A dataflow's operators at the latest checkpoint, with each window operator's open windows (a job of one
     operator shows none, unless it is a window operator)."""
@@ -307,7 +315,7 @@ def _of_first(job: JobOverview) -> str:
 
 def job_section(job: JobOverview, tz=timezone.utc, dags: dict | None = None) -> str:
     dags = dags or {}
-    parts = [f"<section id='job-{html.escape(job.job_id)}'>", _header(job, dags)]
+    parts = [f"<section id='job-{html.escape(job.job_id)}'>", _header(job, dags), _graph(job)]
     parts += [f"<p class='problem'>{html.escape(p)}</p>" for p in job.problems]
     parts += [_checkpoints(job, tz), _savepoints(job, tz), _compactions(job, tz, dags)]
     if job.latest is not None:
@@ -372,5 +380,6 @@ def jobs_json() -> JSONResponse:
                           "state_bytes": j.state_bytes, "key_group_bytes": j.key_group_bytes,
                           "subtasks": [{"key_groups": [start, end], "keyed_bytes": size}
                                        for start, end, size in j.subtask_bytes()],
-                          "compaction": j.compaction, "compactions": j.compactions, "operators": j.operators}
+                          "compaction": j.compaction, "compactions": j.compactions, "operators": j.operators,
+                          "graph": [{"from": a, "into": b} for a, b in j.edges]}
                          for j in job_overviews(Settings.load())[0]])
