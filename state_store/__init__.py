@@ -15,6 +15,8 @@ from .descriptors import (
 )
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
+    CoFlatMapFunction,
+    CoMapFunction,
     FilterFunction,
     FlatMapFunction,
     KeyedBroadcastProcessFunction,
@@ -63,7 +65,8 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # two inputs (README "Two inputs and joins")
-    "CoGroupFunction", "JoinFunction", "ProcessJoinContext", "ProcessJoinFunction",
+    "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
+    "ProcessJoinFunction",
     # windows (README "Windows")
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
     "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",

@@ -19,7 +19,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
-from .functions import FilterFunction, FlatMapFunction, KeyedProcessFunction, MapFunction, RecordFunction
+from .functions import (
+    CoFlatMapFunction,
+    CoMapFunction,
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    RecordFunction,
+)
 from .job import SHARE_KEY, JobSpec, check_job_id
 from .keys import check_key_type
 from .sources import EdgeSource
@@ -146,6 +154,7 @@ class RecordOperator(KeyedProcessFunction):
 
     def __init__(self, function: RecordFunction):
         self.function = function
+        self.two_inputs = isinstance(function, (CoMapFunction, CoFlatMapFunction))  # records: (input, record)
 
     def initialize_state(self, ctx) -> None:
         self.function.initialize_state(ctx)
@@ -155,6 +164,10 @@ class RecordOperator(KeyedProcessFunction):
 
     def process(self, key, records, ctx):
         f = self.function
+        if isinstance(f, CoMapFunction):
+            return [f.map1(r) if side == 1 else f.map2(r) for side, r in records]
+        if isinstance(f, CoFlatMapFunction):
+            return [row for side, r in records for row in ((f.flat_map1 if side == 1 else f.flat_map2)(r) or ())]
         if isinstance(f, MapFunction):
             return [f.map(r) for r in records]
         if isinstance(f, FilterFunction):
@@ -366,6 +379,18 @@ class Dataflow:
         if fields is None:
             raise ConfigError("a two-input operator keeps its records in state: declare the source's schema")
         return Types.ROW_NAMED(list(fields), list(fields.values()))
+
+    def two_input_map(self, other: "Dataflow", function, *, uid: str | None, output_type: RowTypeInfo,
+                      parallelism: int = 2, max_parallelism: int | None = None) -> "Dataflow":
+        """The non-keyed two-input operator ``function`` (a ``CoMapFunction`` or ``CoFlatMapFunction``) over this
+        stream and ``other``: each record to the subtask its content hashes to (what ``ConnectedStreams.map`` and
+        ``flat_map`` end in)."""
+        uid = uid or f"co-map-{len(self._steps) + 1}"
+        options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [], "side_outputs": [],
+                   "second_source": other._source, "second_key": SHARE_KEY,
+                   "second_watermark_strategy": other._settings["watermark_strategy"]}
+        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
+        return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def two_input_process(self, other: "Dataflow", function, *, uid: str, output_type: RowTypeInfo,
                           parallelism: int = 2, max_parallelism: int | None = None,

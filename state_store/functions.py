@@ -345,6 +345,8 @@ class KeyedCoProcessFunction(KeyedProcessFunction):
         """One record of the second input: return (or yield) output rows, or None."""
         raise NotImplementedError(f"{type(self).__name__} has no process_element2")
 
+    two_inputs = True  # its records are ``(input, record)`` pairs (``JobSpec`` checks it has a second input)
+
     def process(self, key: Any, records: list, ctx: Context) -> list[dict]:
         """The run's call: ``records`` are ``(input, record)`` pairs (input 1 or 2), each handed to its method."""
         out: list[dict] = []
@@ -400,6 +402,33 @@ class FilterFunction(RecordFunction):
     @abc.abstractmethod
     def filter(self, record: dict) -> bool:
         """Whether ``record`` goes on."""
+
+
+class CoMapFunction(RecordFunction):
+    """Flink's ``CoMapFunction``, on connected streams that are not keyed (``a.connect(b).map(...)``): one output
+    row per record of either input, ``map1`` for the first's, ``map2`` for the second's; operator state as any
+    ``RecordFunction``'s."""
+
+    @abc.abstractmethod
+    def map1(self, record: dict) -> dict:
+        """The output row of a record of the first input."""
+
+    @abc.abstractmethod
+    def map2(self, record: dict) -> dict:
+        """The output row of a record of the second input."""
+
+
+class CoFlatMapFunction(RecordFunction):
+    """Flink's ``CoFlatMapFunction``: any number of rows per record of either input (``flat_map1`` /
+    ``flat_map2`` return or yield them, or None)."""
+
+    @abc.abstractmethod
+    def flat_map1(self, record: dict) -> Iterable[dict] | None:
+        """The output rows of a record of the first input."""
+
+    @abc.abstractmethod
+    def flat_map2(self, record: dict) -> Iterable[dict] | None:
+        """The output rows of a record of the second input."""
 
 
 def uses_timers(function: KeyedProcessFunction) -> bool:

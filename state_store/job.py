@@ -7,7 +7,7 @@ from typing import Any
 
 from .descriptors import check_state_name
 from .errors import ConfigError
-from .functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
+from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
@@ -136,7 +136,7 @@ class JobSpec:
         """A KeyedCoProcessFunction has a second input (source, key of the job's key type, and a watermark strategy
         if the first has one, of the same bound and idleness: the operator's watermark is the least of both), and
         only it has one."""
-        two = isinstance(self.function, KeyedCoProcessFunction)
+        two = getattr(self.function, "two_inputs", False)  # a KeyedCoProcessFunction, or a CoMap/CoFlatMap's operator
         if self.union_inputs:
             if self.second_source is None or two:
                 raise ConfigError("a union of two streams needs its second source and a function of one input; "
@@ -150,7 +150,7 @@ class JobSpec:
         if self.broadcast_source is not None:
             raise ConfigError("a KeyedCoProcessFunction takes no broadcast_source")
         declared = self.second_source.declared_fields()
-        if declared is not None:
+        if declared is not None and self.second_key != SHARE_KEY:
             if self.second_key not in declared:
                 raise ConfigError(f"the second input's key column {self.second_key!r} is not in its source schema "
                                   f"{list(declared)}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from state_store import (
+    CoFlatMapFunction,
     CoGroupFunction,
+    CoMapFunction,
     ConfigError,
     Dataflow,
     FileSource,
@@ -18,6 +20,7 @@ from state_store import (
     JoinFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
+    ListStateDescriptor,
     OutputTag,
     ProcessJoinFunction,
     Types,
@@ -234,7 +237,7 @@ def test_connected_streams_are_checked_where_the_job_is_defined(tmp_path):
     left, right = streams(tmp_path)
     with pytest.raises(ConfigError, match="needs their keys"):
         left.connect(right).process(Latest(), uid="op", output_type=OUT_ROW)
-    with pytest.raises(ConfigError, match="take a state_store.KeyedCoProcessFunction"):
+    with pytest.raises(ConfigError, match="takes a state_store.KeyedCoProcessFunction"):
         left.connect(right).key_by("k", "key").process(Pairs(), uid="op", output_type=OUT_ROW)
     with pytest.raises(ConfigError, match="takes unkeyed streams"):
         left.key_by("k").connect(right)
@@ -471,3 +474,73 @@ def test_a_window_join_is_checked_where_it_is_defined(tmp_path):
     untimed = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
     with pytest.raises(ConfigError, match="needs both streams' event time"):
         left.join(untimed).where("k").equal_to("key").window(TumblingEventTimeWindows.of(3))
+
+
+# -- non-keyed connected streams ------------------------------------------------------------------------------------
+class Tagged(CoMapFunction):
+    """Flink's CoStreamMapTest: each input's records mapped by its own method; a count per input in operator state
+    (list state, as a CheckpointedFunction's)."""
+
+    def initialize_state(self, ctx):
+        self.seen = ctx.get_operator_state_store().get_list_state(ListStateDescriptor("seen", Types.LONG()))
+
+    def map1(self, record):
+        self._count(0)
+        return {"k": record["k"], "what": f"first {record['ts']}"}
+
+    def map2(self, record):
+        self._count(1)
+        return {"k": record["key"], "what": f"second {record['at']}"}
+
+    def _count(self, side):
+        counts = list(self.seen.get()) or [0, 0]
+        counts[side] += 1
+        self.seen.update(counts)
+
+
+class Both(CoFlatMapFunction):
+    def flat_map1(self, record):
+        yield {"k": record["k"], "what": "1"}
+        yield {"k": record["k"], "what": "1 again"}
+
+    def flat_map2(self, record):
+        return None
+
+
+def test_co_map_and_co_flat_map_take_each_inputs_records_with_operator_state(tmp_path):
+    left, right = streams(tmp_path)
+    spec = left.connect(right).map(Tagged(), output_type=OUT_ROW, uid="tagged").sink_to("sinks/j")
+    assert (spec.second_key, spec.function.two_inputs) == ("__share__", True)
+    rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "0", "key_group": 0,
+             "input": side, (RECORD if side == 1 else RECORD2): record}
+            for side, record in [(2, {"key": "b", "at": 5, "who": "r"}), (1, {"k": "a", "ts": 7, "who": "l"})]]
+    result = run(spec.function, marker(0), *rows, output_type=OUT_ROW, key_type=Types.INT(),
+                 record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())
+    assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == ["first 7", "second 5"]
+    assert [(r["state_name"], r["value"]) for r in result if r["kind"] == "o"] == [("op.seen", "[1,1]")]  # the harness runs every function as uid "op"
+    flat = left.connect(right).flat_map(Both(), output_type=OUT_ROW).sink_to("sinks/j")
+    result = run(flat.function, marker(0), *rows, output_type=OUT_ROW, key_type=Types.INT(),
+                 record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())
+    assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == ["1", "1 again"]
+    with pytest.raises(ConfigError, match="takes a state_store.CoFlatMapFunction"):
+        left.connect(right).flat_map(Tagged(), output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="a keyed two-input operator is a KeyedCoProcessFunction"):
+        left.connect(right).key_by("k", "key").map(Tagged(), output_type=OUT_ROW)
+
+
+@pytest.mark.spark
+def test_a_co_map_reads_two_sources_without_keys_and_keeps_its_operator_state(spark, lake):
+    from state_store.catalog.job_store import JobStore
+    from tests.helpers import run as run_job
+
+    lake.write_events("000.json", [{"k": "a", "ts": 1, "who": "web"}, {"k": "c", "ts": 3, "who": "web"}])
+    lake.write_rules("000.json", [{"key": "b", "at": 2, "who": "app"}])
+    left = Dataflow.from_source(FileSource(str(lake.events), "json", LEFT), job_id="co")
+    right = Dataflow.from_source(FileSource(str(lake.rules), "json", RIGHT), job_id="co")
+    spec = left.connect(right).map(Tagged(), output_type=OUT_ROW, uid="tagged").sink_to("sinks/co")
+    run_job(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+    assert sorted((r["k"], r["what"]) for r in rows.collect()) == [("a", "first 1"), ("b", "second 2"),
+                                                                  ("c", "first 3")]
+    checkpoint = JobStore(lake.settings.job_dir("co")).latest_checkpoint()
+    assert sorted(checkpoint.source_offsets) == ["main", "second"] and checkpoint.entries["tagged.seen"] > 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from ..functions import KeyedCoProcessFunction
+from ..functions import CoFlatMapFunction, CoMapFunction, KeyedCoProcessFunction
 from ..types import RowTypeInfo
 
 
@@ -30,14 +30,35 @@ class ConnectedStreams:
         the same key meet the same keyed state and timers."""
         return ConnectedStreams(self._first.key_by(key1), self._second.key_by(key2), keyed=True)
 
+    def map(self, function: CoMapFunction, *, output_type: RowTypeInfo, uid: str | None = None, **options: Any):
+        """One row per record of either stream (a ``CoMapFunction``: ``map1`` / ``map2``), as a non-keyed
+        operator: stateless, or with operator state (then give it a ``uid``). ``options``: parallelism,
+        max_parallelism."""
+        return self._co(CoMapFunction, "map", function, uid, output_type, options)
+
+    def flat_map(self, function: CoFlatMapFunction, *, output_type: RowTypeInfo, uid: str | None = None,
+                 **options: Any):
+        """Any number of rows per record of either stream (a ``CoFlatMapFunction``), as ``map``."""
+        return self._co(CoFlatMapFunction, "flat_map", function, uid, output_type, options)
+
+    def _co(self, expected: type, verb: str, function, uid, output_type, options):
+        self._check(False, expected, verb, function, uid)
+        return self._first.two_input_map(self._second, function, uid=uid, output_type=output_type, **options)
+
     def process(self, function: KeyedCoProcessFunction, *, uid: str, output_type: RowTypeInfo, **options: Any):
         """Apply ``function`` (``process_element1`` / ``process_element2`` / ``on_timer``) as operator ``uid``; the
         stream after it is what it emits (``output_type``). ``options``: parallelism, max_parallelism,
         side_outputs, as ``Dataflow.process``."""
-        if not self._keyed:
+        self._check(True, KeyedCoProcessFunction, "process", function, uid)
+        return self._first.two_input_process(self._second, function, uid=uid, output_type=output_type, **options)
+
+    def _check(self, keyed: bool, expected: type, verb: str, function, uid) -> None:
+        if keyed and not self._keyed:
             raise ConfigError(f"process(uid={uid!r}) on connected streams needs their keys: "
                               f"a.connect(b).key_by(key_a, key_b).process(...)")
-        if not isinstance(function, KeyedCoProcessFunction):
-            raise ConfigError(f"connected streams take a state_store.KeyedCoProcessFunction (process_element1, "
-                              f"process_element2), got {type(function).__name__}")
-        return self._first.two_input_process(self._second, function, uid=uid, output_type=output_type, **options)
+        if self._keyed and not keyed:
+            raise ConfigError(f"{verb}(...) on keyed connected streams: a keyed two-input operator is a "
+                              f"KeyedCoProcessFunction (.process(...)); {verb} before key_by")
+        if not isinstance(function, expected):
+            raise ConfigError(f"connected streams' {verb}(...) takes a state_store.{expected.__name__}, got "
+                              f"{type(function).__name__}")

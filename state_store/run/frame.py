@@ -89,10 +89,11 @@ class Frame:
     def _main_records(self) -> DataFrame | None:
         """The keyed records of the job's source (a two-input operator's first input)."""
         spec = self.ctx.spec
+        input_ = 1 if spec.second_source else None
         if spec.key == SHARE_KEY:
             main = spec.source.read_run(self.ctx.spark, [p.range_of("main") for p in self.plans])
-            return None if main is None else self._shared_records(main)
-        return self._keyed_records("main", spec.source, spec.key, RECORD, 1 if spec.second_source else None)
+            return None if main is None else self._shared_records(main, RECORD, input_)
+        return self._keyed_records("main", spec.source, spec.key, RECORD, input_)
 
     def _second_records(self) -> DataFrame | None:
         """A two-input operator's second input's keyed records (``record2``, or a union's ``record``; ``input``
@@ -100,8 +101,11 @@ class Frame:
         spec = self.ctx.spec
         if spec.second_source is None:
             return None
-        return self._keyed_records("second", spec.second_source, spec.second_key,
-                                   RECORD if spec.union_inputs else RECORD2, 2)
+        column = RECORD if spec.union_inputs else RECORD2
+        if spec.second_key == SHARE_KEY:  # a CoMapFunction's or CoFlatMapFunction's second input
+            second = spec.second_source.read_run(self.ctx.spark, [p.range_of("second") for p in self.plans])
+            return None if second is None else self._shared_records(second, column, 2)
+        return self._keyed_records("second", spec.second_source, spec.second_key, column, 2)
 
     def _keyed_records(self, name: str, source, key: str, column: str, input_: int | None) -> DataFrame | None:
         ctx, spec = self.ctx, self.ctx.spec
@@ -124,17 +128,18 @@ class Frame:
             key=key_text(F.col(f"`{key}`")), key_group=kg, input=None if input_ is None else F.lit(input_),
             **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
-    def _shared_records(self, main: DataFrame) -> DataFrame:
+    def _shared_records(self, records: DataFrame, column: str = RECORD, input_: int | None = None) -> DataFrame:
         """A non-keyed operator's records (``dataflow``): each to the subtask its content hashes to, whatever runs
         the microbatches are grouped in (the same record always to the same subtask); the subtask's number is its
-        key, in the first of its key groups (one ``process`` call a subtask and microbatch)."""
+        key, in the first of its key groups (one ``process`` call a subtask and microbatch). ``column`` and
+        ``input_``: where a two-input operator's records go."""
         p, maxp = self.ctx.p, self.ctx.maxp
-        data = [c for c in main.columns if c not in POSITION_COLUMNS]
+        data = [c for c in records.columns if c not in POSITION_COLUMNS]
         share = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in data]), F.lit(p)).cast("int")
         return self._frame(
-            main, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=key_text(share),
+            records, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=key_text(share),
             key_group=F.floor((share * F.lit(maxp) + F.lit(p - 1)) / F.lit(p)).cast("int"),
-            record=F.struct(*[F.col(f"`{c}`") for c in data]))
+            input=None if input_ is None else F.lit(input_), **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
     def _broadcast_records(self) -> DataFrame | None:
         source = self.ctx.spec.broadcast_source
