@@ -229,6 +229,7 @@ def test_the_page_draws_a_jobs_graph_from_its_definition(tmp_path):
     two = files.connect(topic).key_by("k", "k").process(Both(), uid="both", output_type=row).sink_to("sinks/two")
     assert job_edges(two.describe()) == [(f"files {(tmp_path / 'a').resolve()} (json)", "both (input 1)"),
                                          ("Kafka b", "both (input 2)"), ("both", "sink sinks/two")]
+    assert job_edges({"parallelism": 2, "backend": "delta"}) == []  # a record without its operators: no graph
 
 
 def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_stay_readable():

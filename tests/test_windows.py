@@ -543,8 +543,7 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     from state_store.provider.reader import job_overview
     from state_store.provider.views import job_section
 
-    job = job_overview(lake.settings, spec.job_id, {"spec": {"parallelism": 2, "max_parallelism": 128,
-                                                             "backend": "delta"}, "entrypoint": "tests"})
+    job = job_overview(lake.settings, spec.job_id, {"spec": spec.describe(), "entrypoint": "tests"})
     assert [(o["uid"], o["parallelism"], o["open_windows"]) for o in job.operators] == [("per-10s", 3, 1),
                                                                                         ("sessions", 3, 0)]
     assert "<th class='num'>open windows</th>" in job_section(job)

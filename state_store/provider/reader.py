@@ -136,6 +136,8 @@ def job_edges(spec: dict) -> list[tuple[str, str]]:
     the next, the last into the sink, and each operator into its side outputs."""
     operators = spec.get("operators") or [spec]
     edges = []
+    if not all("uid" in op for op in operators):  # a record without its operators' uids: no graph to draw
+        return edges
     for i, op in enumerate(operators):
         two = op.get("second_source") is not None
         for name, source in (("main", op.get("source")), ("second", op.get("second_source")),
@@ -145,7 +147,7 @@ def job_edges(spec: dict) -> list[tuple[str, str]]:
             into = op["uid"] + (f" (input {1 if name == 'main' else 2})" if two else
                                 " (broadcast)" if name == "broadcast" else "")
             edges.append((_source_text(source), into))
-        if i == len(operators) - 1:
+        if i == len(operators) - 1 and op.get("sink"):
             edges.append((op["uid"], f"sink {op['sink']}"))
         edges += [(op["uid"], f"side output {tag} ({table})") for tag, table in (op.get("side_outputs") or {}).items()]
     return edges
