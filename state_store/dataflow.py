@@ -186,6 +186,11 @@ def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
     return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
 
 
+def _second_input(source, key: str, strategy: WatermarkStrategy | None) -> dict:
+    """A two-input operator's (or a union's) step options for its second input: JobSpec's ``second_*``."""
+    return {"second_source": source, "second_key": key, "second_watermark_strategy": strategy}
+
+
 @dataclass(frozen=True)
 class _Step:
     function: Any
@@ -259,8 +264,7 @@ class Dataflow:
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         if self._settings.get("union") is not None and not self._steps:  # the union's second stream
             second, strategy = self._settings["union"]
-            options.update(second_source=second, second_key=self._key[0], second_watermark_strategy=strategy,
-                           union_inputs=True)
+            options.update(_second_input(second, self._key[0], strategy), union_inputs=True)
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
@@ -314,8 +318,7 @@ class Dataflow:
         """
         self._check_second_input(other, "union", keyed=False)
         mine, theirs = self._fields(), other._fields()
-        if mine is None or theirs is None or [(n, t.name) for n, t in mine.items()] != [
-                (n, t.name) for n, t in theirs.items()]:
+        if mine is None or theirs is None or list(mine.items()) != list(theirs.items()):
             raise ConfigError(f"union(...) takes streams of the same declared columns, got {mine and list(mine)} and "
                               f"{theirs and list(theirs)}; map one onto the other's columns in its source")
         if (self._settings["watermark_strategy"] is None) != (other._settings["watermark_strategy"] is None):
@@ -387,8 +390,7 @@ class Dataflow:
         ``flat_map`` end in)."""
         uid = uid or f"co-map-{len(self._steps) + 1}"
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [], "side_outputs": [],
-                   "second_source": other._source, "second_key": SHARE_KEY,
-                   "second_watermark_strategy": other._settings["watermark_strategy"]}
+                   **_second_input(other._source, SHARE_KEY, other._settings["watermark_strategy"])}
         step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
@@ -402,8 +404,8 @@ class Dataflow:
             raise ConfigError(f"the two inputs are keyed by {key!r} ({key_type.name}) and {key2!r} "
                               f"({key_type2.name}): key them by columns of one type")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
-                   "side_outputs": list(side_outputs or []), "second_source": other._source, "second_key": key2,
-                   "second_watermark_strategy": other._settings["watermark_strategy"]}
+                   "side_outputs": list(side_outputs or []),
+                   **_second_input(other._source, key2, other._settings["watermark_strategy"])}
         step = _Step(function, uid, key, key_type, output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 

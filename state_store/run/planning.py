@@ -67,15 +67,9 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     if strategy is not None and ctx.spec.second_source is not None:
         event_time = _two_input_clock(ctx, ranges, clock, now)
     elif strategy is not None:
-        main, source, column = ranges["main"], ctx.spec.source, strategy.timestamp_column
-        has_input = main["end"] != main["start"]
-        splits = source.event_time_splits(main["end"])
-        if splits is None:
-            latest = source.max_event_time(ctx.spark, main["start"], main["end"], column) if has_input else None
-            event_time = strategy.advance(clock, latest, now, has_input)
-        else:
-            latest = source.split_max_event_times(ctx.spark, main["start"], main["end"], column) if has_input else {}
-            event_time = strategy.advance_splits(clock, splits, latest, now)
+        splits, latest, has_input = _event_times(ctx, ctx.spec.source, ranges["main"], strategy.timestamp_column)
+        event_time = (strategy.advance(clock, latest, now, has_input) if splits is None
+                      else strategy.advance_splits(clock, splits, latest, now))
     if not any_new:
         if timers_due is None or not timers_due(now, (event_time or clock).watermark):
             return None
@@ -92,19 +86,28 @@ def _two_input_clock(ctx: RunContext, ranges: dict, clock: EventClock, now: int)
     splits, latest = [], {}
     for name, source, strategy in (("main", ctx.spec.source, ctx.spec.watermark_strategy),
                                    ("second", ctx.spec.second_source, ctx.spec.second_watermark_strategy)):
-        rng, column = ranges[name], strategy.timestamp_column
-        has_input = rng["end"] != rng["start"]
-        own = source.event_time_splits(rng["end"])
+        own, found, has_input = _event_times(ctx, source, ranges[name], strategy.timestamp_column)
         if own is None:
             splits.append(name)
             if has_input:
-                latest[name] = source.max_event_time(ctx.spark, rng["start"], rng["end"], column)
+                latest[name] = found
         else:
             splits += [f"{name}/{s}" for s in own]
-            if has_input:
-                found = source.split_max_event_times(ctx.spark, rng["start"], rng["end"], column)
-                latest.update({f"{name}/{s}": v for s, v in found.items()})
+            latest.update({f"{name}/{s}": v for s, v in found.items()})
     return ctx.spec.watermark_strategy.advance_splits(clock, splits, latest, now)
+
+
+def _event_times(ctx: RunContext, source, rng: dict, column: str):
+    """``(splits, latest, has_input)`` of a source's range: its concurrent splits (None: it is one) and the largest
+    event time of its records (one value, None without input) or of each split's (a dict, empty without input)."""
+    start, end = rng["start"], rng["end"]
+    has_input = end != start
+    splits = source.event_time_splits(end)
+    if splits is None:
+        latest = source.max_event_time(ctx.spark, start, end, column) if has_input else None
+    else:
+        latest = source.split_max_event_times(ctx.spark, start, end, column) if has_input else {}
+    return splits, latest, has_input
 
 
 def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,

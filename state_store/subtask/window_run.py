@@ -253,10 +253,9 @@ class WindowRun:
         stats = runner.stats
         stats.state_upserts += upserts.num_rows + created.num_rows
         stats.state_deletes += 2 * removed.num_rows
-        for name in (self.qname, self.timer_name):
-            delta = created.num_rows - removed.num_rows
-            if created.num_rows or removed.num_rows:
-                stats.entries_delta[name] = stats.entries_delta.get(name, 0) + delta
+        if created.num_rows or removed.num_rows:  # each window has one entry of each
+            for name in (self.qname, self.timer_name):
+                stats.entries_delta[name] = stats.entries_delta.get(name, 0) + created.num_rows - removed.num_rows
 
     def _texts(self, windows):
         """The stored text of each window's accumulator, as the per-record path writes it."""

@@ -124,7 +124,7 @@ class WindowedStream:
         else:
             full = function.output_type()
             output_type = output_type or full
-            wrong = [n for n, t in output_type.fields.items() if str(full.fields.get(n)) != str(t)]
+            wrong = [n for n, t in output_type.fields.items() if full.fields.get(n) != t]
             if wrong:
                 raise ConfigError(f"aggregate(ColumnAggregate(...), uid={uid!r}): output_type's columns {wrong} "
                                   f"are not among the window's {full}; pick columns of it, or leave output_type out")
