@@ -86,6 +86,51 @@ def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "s
             .sink_to(sink))
 
 
+LONGEST = Types.ROW_NAMED(["country", "longest"], [Types.STRING(), Types.LONG()])
+
+
+class LongestSession(KeyedProcessFunction):
+    """Per country: the most clicks of one session so far; a row when a microbatch raised it."""
+
+    def open(self, ctx):
+        self.longest = ctx.get_state(ValueStateDescriptor("longest", Types.LONG()))
+
+    def process(self, country, sessions, ctx):
+        before = self.longest.value() or 0
+        most = max([before, *(s["clicks"] for s in sessions)])
+        if most > before:
+            self.longest.update(most)
+            yield {"country": country, "longest": most}
+
+
+def graph(clicks_dir, *, job_id: str = "sessions-graph", sink: str = "sinks/sessions_graph",
+          parallelism: tuple[int, int, int] = (2, 3, 2), backend: str = "delta", longest_uid: str = "longest"):
+    """The sessions fanned out to two branches (``Dataflow.graph``): ``dataflow``'s per-country totals (into
+    ``sink``, the job's own) and per country the longest session (into ``<sink>-longest``)."""
+    sessions = (Dataflow.from_source(FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=1),
+                                     job_id=job_id, backend=backend,
+                                     watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
+                                         timedelta(milliseconds=BOUND_MS)).with_timestamp_column("ts"))
+                .key_by("user_id")
+                .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism[0],
+                         order_by=["ts", "seq"], side_outputs=[LATE])
+                .key_by("country"))
+    return Dataflow.graph(
+        sessions.process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
+        .sink_to(sink),
+        sessions.process(LongestSession(), uid=longest_uid, output_type=LONGEST, parallelism=parallelism[2])
+        .sink_to(f"{sink}-longest"))
+
+
+def expected_longest(clicks):
+    """``LongestSession``'s latest rows in pandas: per country, the most clicks of a closed session."""
+    import pandas as pd
+
+    closed = _closed_sessions(clicks)
+    out = closed.groupby("country").agg(longest=("clicks", "max")).reset_index()
+    return pd.DataFrame(out).sort_values("country").reset_index(drop=True)
+
+
 def job():
     """The demo's registry entry (``lakestate.toml``): the clicks the demo writes, as ``demo.sessions`` reads."""
     from demo.clicks import root
@@ -138,11 +183,9 @@ def latest_totals(rows):
     return last[["country", "sessions", "clicks"]].sort_values("country").reset_index(drop=True)
 
 
-def expected(clicks):
-    """The same logic in pandas over all of ``clicks`` (a DataFrame of CLICK rows read in microbatches of event
-    time in order, none late): per country, the sessions closed once every click is read, and their clicks."""
-    import pandas as pd
-
+def _closed_sessions(clicks):
+    """The sessions of ``clicks`` (CLICK rows, read in microbatches of event time in order, none late) closed
+    once every click is read: a user's next session started, or the watermark passed the last click + the gap."""
     watermark = int(clicks["ts"].max()) - BOUND_MS - 1
     df = clicks.sort_values(["user_id", "ts", "seq"])
     new = df.groupby("user_id")["ts"].diff().fillna(GAP_MS + 1) > GAP_MS
@@ -150,7 +193,15 @@ def expected(clicks):
     sessions = df.groupby(["user_id", "session"]).agg(country=("country", "first"), last=("ts", "max"),
                                                       clicks=("ts", "size")).reset_index()
     later = sessions.groupby("user_id")["session"].transform("max") > sessions["session"]
-    closed = sessions[later | (sessions["last"] + GAP_MS <= watermark)]
+    return sessions[later | (sessions["last"] + GAP_MS <= watermark)]
+
+
+def expected(clicks):
+    """The same logic in pandas over all of ``clicks`` (a DataFrame of CLICK rows read in microbatches of event
+    time in order, none late): per country, the sessions closed once every click is read, and their clicks."""
+    import pandas as pd
+
+    closed = _closed_sessions(clicks)
     out = closed.groupby("country").agg(sessions=("clicks", "size"), clicks=("clicks", "sum")).reset_index()
     return pd.DataFrame(out).sort_values("country").reset_index(drop=True)
 

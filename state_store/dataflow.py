@@ -15,7 +15,7 @@ microbatch through every operator in turn, and one checkpoint pins all their sta
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import ConfigError
@@ -47,9 +47,12 @@ def _of_head(name: str) -> property:
 
 @dataclass
 class ChainSpec:
-    """A job of several keyed operators in a chain (``operators``, in order; see the module docstring)."""
+    """A job of several operators (``operators``, each after those it reads; see the module docstring): a chain,
+    or a graph (``Dataflow.graph``) whose operators may feed several others and whose branches end in sinks of
+    their own (``sinks``, by the uid of the operator that writes each; None: the last operator writes ``sink``)."""
 
     operators: list[JobSpec]
+    sinks: dict[str, str] | None = None
 
     @property
     def head(self) -> JobSpec:
@@ -86,6 +89,22 @@ class ChainSpec:
     def uids(self) -> list[str]:
         return [op.uid for op in self.operators]
 
+    def sink_of(self, uid: str) -> str | None:
+        """The sink operator ``uid`` writes (a path inside the warehouse), None when it feeds only operators."""
+        if self.sinks is None:
+            return self.sink if uid == self.operators[-1].uid else None
+        return self.sinks.get(uid)
+
+    @property
+    def all_sinks(self) -> list[str]:
+        """Every sink of the job, the job's own (``sink``, where the side outputs are) first."""
+        return [self.sink] if self.sinks is None else list(dict.fromkeys([self.sink, *self.sinks.values()]))
+
+    def inputs_of(self, uid: str) -> list[str]:
+        """The operators whose output operator ``uid`` reads (none for the first)."""
+        op = self.operator(uid)
+        return [s.upstream for s in (op.source, op.second_source) if isinstance(s, EdgeSource)]
+
     def with_overrides(self, **changes: Any) -> "ChainSpec":
         """A copy with job-wide ``changes`` (backend, checkpoint_interval, num_retained) applied to every operator.
         An operator's parallelism is its own: set it in the dataflow, or ``lakestate rescale``."""
@@ -93,7 +112,7 @@ class ChainSpec:
         if own:
             raise ConfigError(f"job {self.job_id!r} has {len(self.operators)} operators, each with its own {own}: set "
                               f"them on each operator's process(...) in the dataflow, not for the whole job")
-        return ChainSpec([replace(op, **changes) for op in self.operators])
+        return ChainSpec([replace(op, **changes) for op in self.operators], self.sinks)
 
     def validate(self) -> "ChainSpec":
         """Raise ConfigError naming the first problem and its fix; return self when usable."""
@@ -111,16 +130,20 @@ class ChainSpec:
                 if getattr(op, name) != getattr(first, name):
                     raise ConfigError(f"operator {op.uid!r} has {name} {getattr(op, name)!r} but the job's is "
                                       f"{getattr(first, name)!r}: it is the whole job's, set on the dataflow")
-        for before, op in zip(self.operators, self.operators[1:]):
-            if not isinstance(op.source, EdgeSource) or op.source.upstream != before.uid:
-                raise ConfigError(f"operator {op.uid!r} must read what {before.uid!r} emits (build the chain with "
-                                  f"Dataflow)")
-            if op.source.schema != before.output_type:
-                raise ConfigError(f"operator {op.uid!r} reads {op.source.schema} but {before.uid!r} emits "
-                                  f"{before.output_type}")
-            if op.broadcast_source is not None or op.watermark_strategy is not None:
+        emits = {first.uid: first.output_type}
+        for op in self.operators[1:]:
+            upstream = op.source.upstream if isinstance(op.source, EdgeSource) else None
+            if upstream not in emits:
+                raise ConfigError(f"operator {op.uid!r} must read what an operator before it emits (build the job "
+                                  f"with Dataflow)")
+            if op.source.schema != emits[upstream]:
+                raise ConfigError(f"operator {op.uid!r} reads {op.source.schema} but {upstream!r} emits "
+                                  f"{emits[upstream]}")
+            if op.broadcast_source is not None or op.watermark_strategy is not None or op.second_source is not None:
                 raise ConfigError(f"operator {op.uid!r}: only the first operator of a dataflow takes a broadcast "
-                                  f"source or a watermark strategy (the watermark flows down the chain)")
+                                  f"source, a second input or a watermark strategy (the watermark flows down)")
+            emits[op.uid] = op.output_type
+        self._validate_sinks()
         tags = [t.name for op in self.operators for t in op.side_outputs]
         twice = sorted({t for t in tags if tags.count(t) > 1})
         if twice:
@@ -128,11 +151,36 @@ class ChainSpec:
                               f"beside the sink, so give each its own name")
         return self
 
+    def _validate_sinks(self) -> None:
+        if self.sinks is None:
+            return
+        fed = {u for op in self.operators for u in self.inputs_of(op.uid)}
+        for op in self.operators:
+            if op.uid not in self.sinks and op.uid not in fed:
+                raise ConfigError(f"operator {op.uid!r} feeds no operator and writes no sink: end its branch with "
+                                  f".sink_to(...) and give the branch to Dataflow.graph")
+            if op.uid in self.sinks and op.uid in fed:
+                raise ConfigError(f"operator {op.uid!r} feeds other operators and writes sink "
+                                  f"{self.sinks[op.uid]!r}: a sink ends a branch (Dataflow.graph adds the "
+                                  f"operator that writes it)")
+        paths = list(self.sinks.values())
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise ConfigError(f"sink {twice[0]!r} ends two branches; give each branch its own sink")
+        if self.sink not in paths:
+            raise ConfigError(f"the job's sink {self.sink!r} is no branch's; build the graph with Dataflow.graph")
+
     def describe(self) -> dict:
-        """What the catalog records of this definition: the first operator's, and every operator's."""
+        """What the catalog records of this definition: the first operator's, and every operator's (each with the
+        sink it writes, in a graph)."""
         described = [op.describe() for op in self.operators]
         side_outputs = {name: sink for d in described for name, sink in d["side_outputs"].items()}
-        return {**described[0], "side_outputs": side_outputs, "operators": described}
+        head = {**described[0], "side_outputs": side_outputs, "operators": described}
+        if self.sinks is not None:
+            for d in described:
+                d["sink"] = self.sinks.get(d["uid"])
+            head.update(sink=self.sink, sinks=dict(self.sinks))
+        return head
 
 
 class _WithoutKeyedState:
@@ -181,6 +229,66 @@ class RecordOperator(KeyedProcessFunction):
         self.function.close()
 
 
+class _ToSink(MapFunction):
+    """The operator ``Dataflow.graph`` adds where a stream is both written to a sink and read further: it
+    forwards each record to the sink, so a replay (which leaves out what a sink already committed) still feeds
+    the operators after it every record."""
+
+    def map(self, record):
+        return record
+
+
+def _same_operator(a: JobSpec, b: JobSpec) -> bool:
+    """Whether two branches' operators of one uid are one operator (the same step of a shared stream): all of
+    their definitions but the sink each branch ends in."""
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "sink")
+
+
+def _graph(ends: tuple) -> ChainSpec:
+    """``Dataflow.graph``: the branches' operators merged by uid, each after those it reads."""
+    if not ends:
+        raise ConfigError("Dataflow.graph(...) takes the branches of a job, each ended by sink_to(...)")
+    branches = []
+    for end in ends:
+        if not isinstance(end, (JobSpec, ChainSpec)):
+            raise ConfigError(f"Dataflow.graph(...) takes what sink_to(...) returns, got {type(end).__name__}")
+        branches.append((operators_of(end), end.sink))
+    job_ids = sorted({ops[0].job_id for ops, _ in branches})
+    if len(job_ids) > 1:
+        raise ConfigError(f"Dataflow.graph(...): the branches belong to jobs {job_ids}; one job's branches start "
+                          f"from one Dataflow.from_source(...)")
+    main_sink, merged, sinks = branches[0][1], {}, {}
+    for ops, sink in branches:
+        if ops[0].uid != branches[0][0][0].uid:
+            raise ConfigError(f"Dataflow.graph(...): a branch starts at operator {ops[0].uid!r}, another at "
+                              f"{branches[0][0][0].uid!r}; every branch starts from the job's first operator")
+        for op in ops:
+            known = merged.get(op.uid)
+            if known is not None and not _same_operator(known, op):
+                raise ConfigError(f"operator uid {op.uid!r} is given to two different operators; give each "
+                                  f"operator its own uid")
+            merged.setdefault(op.uid, op)
+        last = ops[-1]
+        if sink in sinks.values():
+            raise ConfigError(f"sink {sink!r} ends two branches; give each branch its own sink")
+        if last.uid in sinks:
+            raise ConfigError(f"two branches end at operator {last.uid!r} (sinks {sinks[last.uid]!r} and {sink!r}); "
+                              f"a stream is written to one sink")
+        if any(last.uid in (o.uid for o in other[:-1]) for other, _ in branches):
+            # the stream is also read further on: an operator that forwards it writes the sink
+            uid = f"{last.uid}-to-sink"
+            last = merged[uid] = replace(
+                last, function=RecordOperator(_ToSink()), uid=uid, key=SHARE_KEY, key_type=Types.INT(),
+                source=EdgeSource(last.uid, last.output_type), side_outputs=[], order_by=[], max_parallelism=None,
+                watermark_strategy=None, broadcast_source=None, second_source=None, second_key=None,
+                second_watermark_strategy=None, union_inputs=False)
+        sinks[last.uid] = sink
+    operators = [replace(op, sink=main_sink) for op in merged.values()]
+    if len(branches) == 1 and len(operators) == 1:
+        return operators[0].validate()
+    return ChainSpec(operators, sinks).validate()
+
+
 def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
     """A job's operators in order (a one-operator job's is itself)."""
     return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
@@ -221,6 +329,21 @@ class Dataflow:
         return cls(source, {"job_id": job_id, "backend": backend, "checkpoint_interval": checkpoint_interval,
                             "num_retained": num_retained, "watermark_strategy": watermark_strategy,
                             "broadcast_source": broadcast_source})
+
+    @staticmethod
+    def graph(*branches: JobSpec | ChainSpec) -> JobSpec | ChainSpec:
+        """One job of several branches (each a stream of this job ended by ``sink_to``), as Flink runs every sink
+        of an environment: a stream read by several operators (fan-out) is computed once, and each branch writes
+        its own sink. The first branch's sink is the job's own (its side outputs are tables beside it).
+
+        Example::
+
+            sessions = Dataflow.from_source(src, job_id="web").key_by("user").process(Sessionize(), uid="s", ...)
+            job = Dataflow.graph(sessions.key_by("country").process(Count(), uid="per-country", ...)
+                                         .sink_to("sinks/per_country"),
+                                 sessions.filter(Long(), uid="long").sink_to("sinks/long_sessions"))
+        """
+        return _graph(branches)
 
     @property
     def key_column(self) -> tuple[str, TypeInfo] | None:

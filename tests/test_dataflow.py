@@ -15,6 +15,8 @@ from demo.sessions_per_country import (
     CountrySessions,
     dataflow,
     expected,
+    expected_longest,
+    graph,
     latest_totals,
     read_clicks,
     write_clicks,
@@ -119,22 +121,26 @@ def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_pa
 # between them, or inside one operator's writes, which run at once (every point of a one-operator job:
 # tests/test_exactly_once.py). The plan and the checkpoint are one file each for the whole chain, written as a
 # one-operator job's are: test_exactly_once[after_plan] and [after_checkpoint] prove those two points.
+# The job is ``graph``: sessions fanned out to per-country totals (the job's sink) and the longest session per
+# country (a sink of its own), so a crash can fall between two sinks' commits.
 CRASHES = [("before_sink_write", "sessions"), ("after_state_write", "sessions"), ("after_sink_write", "per-country"),
-           ("after_state_write", "per-country"), ("after_commit", "sessions"), ("after_commit", "per-country")]
+           ("after_state_write", "per-country"), ("after_sink_write", "longest"), ("after_commit", "per-country")]
 COMPACTED_AFTER = 3  # the microbatch after which the crashed job is compacted: three crashes come after it
 
 
 class Clean:
-    """A run of the chain without faults, over clicks of microbatch 0 and one more microbatch per crash of
+    """A run of the graph without faults, over clicks of microbatch 0 and one more microbatch per crash of
     CRASHES: one microbatch, then the rest in one pass."""
 
     def __init__(self, spark, lake, backend="delta"):
         self.lake, self.backend = lake, backend
         self.directory, self.clicks = _clicks(lake, files=1 + len(CRASHES))
-        self.chain = dataflow(self.directory, backend=backend)
+        self.chain = graph(self.directory, job_id="sessions-per-country", sink="sinks/sessions_per_country",
+                           backend=backend)
         self.first = run_job(spark, self.chain, lake.settings, max_microbatches=1, progress=_quiet)
         self.rest = run_job(spark, self.chain, lake.settings, progress=_quiet)
         self.rows = spark.read.format("delta").load(str(lake.settings.sink(self.chain.sink))).collect()
+        self.longest = _sink_rows(spark, lake, "sinks/sessions_per_country-longest")
         self.checkpoint = JobStore(lake.settings.job_dir(self.chain.job_id)).latest_checkpoint()
 
 
@@ -150,6 +156,14 @@ def test_two_operators_give_what_pandas_computes_and_one_checkpoint_pins_both(sp
     done = clean if backend == clean.backend else Clean(spark, lake, backend)  # delta: the module's clean run
     assert len(done.first.batches) == 1 and len(done.rest.batches) == len(CRASHES)
     pd.testing.assert_frame_equal(_latest_totals(spark, done.lake), expected(done.clicks), check_dtype=False)
+    longest = pd.DataFrame(done.longest, columns=["country", "longest", "_microbatch"])
+    pd.testing.assert_frame_equal(longest.sort_values("_microbatch").groupby("country").tail(1)[
+        ["country", "longest"]].sort_values("country").reset_index(drop=True), expected_longest(done.clicks),
+        check_dtype=False)
+    sink = done.lake.settings.sink  # a graph's run says the rows of each sink
+    assert done.rest.summary("x")["sinks"] == {str(sink("sinks/sessions_per_country")): done.rest.records_out,
+                                               str(sink("sinks/sessions_per_country-longest")): len(
+                                                   [r for r in done.longest if r[2] > 0])}
 
     store = JobStore(done.lake.settings.job_dir(done.chain.job_id))
     checkpoint = store.latest_checkpoint()
@@ -166,7 +180,7 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
     """One job run a microbatch at a time, crashed in each of microbatches 1.. at one point of CRASHES, each
     rerun replaying that microbatch: after each, its sink so far and its state equal the clean run's. So its runs
     of one microbatch also equal the clean run's pass of six, and compaction halfway changes nothing that follows."""
-    chain = dataflow(clean.directory, job_id="crashed", sink="sinks/crashed")
+    chain = graph(clean.directory, job_id="crashed", sink="sinks/crashed")
     store = JobStore(lake.settings.job_dir("crashed"))
     run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
     for batch_id, (point, operator) in enumerate(CRASHES, start=1):
@@ -175,6 +189,8 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
                     faults=FaultInjector(point, batch_id=batch_id, operator=operator))
         run_job(spark, chain, lake.settings, max_microbatches=1, progress=_quiet)
         assert _sink_rows(spark, lake, "sinks/crashed", upto=batch_id) == _sorted(clean.rows, batch_id), point
+        assert _sink_rows(spark, lake, "sinks/crashed-longest", upto=batch_id) == [
+            r for r in clean.longest if r[2] <= batch_id], point
         # Every country has closed sessions from microbatch 0 on (USERS users in 7 countries): the clean run's
         # per-country entries are those of each microbatch.
         state = store.latest_checkpoint()
@@ -183,6 +199,7 @@ def test_a_crash_at_each_fault_point_of_either_operator_replays_to_a_clean_runs_
         if batch_id == COMPACTED_AFTER:
             _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lake, "crashed")
     assert _sink_rows(spark, lake, "sinks/crashed") == _sorted(clean.rows)
+    assert _sink_rows(spark, lake, "sinks/crashed-longest") == clean.longest
     assert (state.batch_id, state.entries) == (clean.checkpoint.batch_id, clean.checkpoint.entries)
 
 
@@ -207,15 +224,16 @@ def _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lak
 @pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side
 def test_kill_9_of_spark_submit_between_the_operators_writes_then_a_rerun_equals_a_clean_run(spark, lake, tmp_path,
                                                                                              clean):
-    """The run killed once the first operator's state is committed: the second operator's tables, the commit
-    markers and the checkpoint are not written yet; the rerun replays to the clean run's sink and state."""
+    """The graph's run killed once the first operator's state is committed: the two branches' tables, the commit
+    markers and the checkpoint are not written yet; the rerun replays to the clean run's sinks and state."""
     from tests.kill_harness import kill_job_of
 
-    kill_job_of(lake, tmp_path, "killed", "from demo.sessions_per_country import dataflow\n\n\ndef job():\n"
-                f"    return dataflow({str(clean.directory)!r}, job_id='killed', sink='sinks/killed')\n")
-    killed = dataflow(clean.directory, job_id="killed", sink="sinks/killed")
+    kill_job_of(lake, tmp_path, "killed", "from demo.sessions_per_country import graph\n\n\ndef job():\n"
+                f"    return graph({str(clean.directory)!r}, job_id='killed', sink='sinks/killed')\n")
+    killed = graph(clean.directory, job_id="killed", sink="sinks/killed")
     assert run_job(spark, killed, lake.settings, progress=_quiet, lease_wait_s=20).batches
     assert _sink_rows(spark, lake, "sinks/killed") == _sorted(clean.rows)
+    assert _sink_rows(spark, lake, "sinks/killed-longest") == clean.longest
     state = JobStore(lake.settings.job_dir("killed")).latest_checkpoint()
     assert (state.batch_id, state.entries, state.of_operator("per-country").entries) == (
         clean.checkpoint.batch_id, clean.checkpoint.entries, clean.checkpoint.of_operator("per-country").entries)

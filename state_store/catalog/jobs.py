@@ -64,8 +64,9 @@ class JobCatalog:
         return spec
 
     def _tables(self, described: dict) -> set[str]:
-        """The tables a job writes (its sink and every side output's), from its ``describe()``, as resolved paths."""
-        paths = [described["sink"], *(described.get("side_outputs") or {}).values()]
+        """The tables a job writes (its sinks and every side output's), from its ``describe()``, as resolved paths."""
+        paths = [described["sink"], *(described.get("sinks") or {}).values(),
+                 *(described.get("side_outputs") or {}).values()]
         return {str(self.settings.sink(p)) for p in paths}
 
     def _check_tables_are_its_own(self, spec: JobSpec | ChainSpec) -> None:

@@ -216,7 +216,8 @@ def committed_outputs(settings: Settings, spec: JobSpec | ChainSpec) -> dict[str
     """The last microbatch each output table of the job (its sink, every side output) has committed, by table
     path; tables never written are left out. A run commits these before its commit marker, so they can be ahead
     of every record of the job's own folder."""
-    tables = {settings.sink(spec.sink): sink_app_id(spec.job_id)}
+    sinks = spec.all_sinks if isinstance(spec, ChainSpec) else [spec.sink]
+    tables = {settings.sink(sink): sink_app_id(spec.job_id) for sink in sinks}
     tables.update({settings.sink(spec.side_output_sink(tag)): side_app_id(spec.job_id, tag.name)
                    for tag in spec.side_outputs})
     done = {str(path): app_transaction_version(path, app_id) for path, app_id in tables.items()}

@@ -133,7 +133,7 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
 def job_edges(spec: dict) -> list[tuple[str, str]]:
     """The edges of a job's graph from its catalog record's definition (``JobSpec.describe``, a dataflow's
     ``operators``): each source into its operator (a two-input operator's inputs numbered), each operator into
-    the next, the last into the sink, and each operator into its side outputs."""
+    the next (a graph's into each that reads it), each branch's end into its sink, and each operator into its side outputs."""
     operators = spec.get("operators") or [spec]
     edges = []
     if not all("uid" in op for op in operators):  # a record without its operators' uids: no graph to draw
@@ -147,8 +147,10 @@ def job_edges(spec: dict) -> list[tuple[str, str]]:
             into = op["uid"] + (f" (input {1 if name == 'main' else 2})" if two else
                                 " (broadcast)" if name == "broadcast" else "")
             edges.append((_source_text(source), into))
-        if i == len(operators) - 1 and op.get("sink"):
-            edges.append((op["uid"], f"sink {op['sink']}"))
+        sink = (spec["sinks"].get(op["uid"]) if spec.get("sinks") else
+                op.get("sink") if i == len(operators) - 1 else None)  # a graph's each branch; a chain's last
+        if sink:
+            edges.append((op["uid"], f"sink {sink}"))
         edges += [(op["uid"], f"side output {tag} ({table})") for tag, table in (op.get("side_outputs") or {}).items()]
     return edges
 

@@ -92,11 +92,12 @@ class Checkpointer:
         return self._metadata(cid, plan, state, self._entries, checkpoint, self._cursor)
 
     def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
-             sweeps: dict[int, CleanupNote], downstream: list[tuple] = ()) -> list[int]:
+             sweeps: dict[int, CleanupNote], downstream: list[tuple] = (), sink_uid: str | None = None) -> list[int]:
         """Write the run's due checkpoints (``sweeps``: what TTL's incremental cleanup removed after which
         microbatch, and its cursor), then expire old ones; return the ids taken. In a dataflow this is the first
         operator's checkpointer, and ``downstream`` has each later operator's ``(checkpointer, checkpoint,
-        stats, sweeps)``: each checkpoint holds every operator's record of the same microbatch."""
+        stats, sweeps)``: each checkpoint holds every operator's record of the same microbatch, and the version of the
+        job's sink that ``sink_uid`` writes."""
         ctx = self.ctx
         due = _due(ctx, ctx.store.next_checkpoint_id(), plans)
         self._start(checkpoint)
@@ -114,7 +115,7 @@ class Checkpointer:
             row = self._record(cid, plan, checkpoint)
             if downstream:
                 row.operators = {c.ctx.spec.uid: c._record(cid, plan, old) for c, old, _, _ in downstream}
-                row.sink = row.operators[downstream[-1][0].ctx.spec.uid].sink  # the last operator writes the sink
+                row.sink = row.operators[sink_uid].sink if sink_uid in row.operators else row.sink
             ctx.store.publish(row)  # last: the checkpoint exists only once this row does
             ctx.fault("after_checkpoint", [plan.batch_id])
             taken.append(cid)

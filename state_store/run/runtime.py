@@ -43,6 +43,7 @@ from ..restore_plan import continuing_spec
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
+from ..sources import EdgeSource
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
 from ..records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
@@ -71,7 +72,8 @@ class RunResult:
     seconds: float = 0.0  # from the first plan to the last commit
     phases: dict[str, float] = field(default_factory=dict)
 
-    sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the last operator's (a dataflow's)
+    sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the operator's that writes the job's sink
+    sink_rows: dict[str, int] = field(default_factory=dict)  # a graph's: rows the run wrote to each sink, by table
     side_rows: dict[str, int] = field(default_factory=dict)  # rows the run wrote to each side output, by tag
 
     @property
@@ -89,6 +91,7 @@ class RunResult:
         records, seconds = self.records_in, self.seconds
         return {"job": job_id, "run_id": self.run_id, "microbatches": [b.batch_id for b in self.batches],
                 "records_in": records, "records_out": self.records_out, "side_outputs": dict(self.side_rows),
+                **({"sinks": dict(self.sink_rows)} if len(self.sink_rows) > 1 else {}),
                 "checkpoints": list(self.checkpoints), "seconds": round(seconds, 2),
                 "records_per_s": round(records / seconds, 2) if seconds else None}
 
@@ -140,7 +143,9 @@ class JobRunner:
         for name, value in (("max_microbatches", max_microbatches), ("max_records", max_records)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.settings.check_writable(self.sink_path)
+        sinks = self._sinks()
+        for path in sinks.values():
+            self.settings.check_writable(path)
         specs = operators_of(self.spec)
         descriptors = [discover_descriptors(op) for op in specs]
         checkpoint = self.store.latest_checkpoint()
@@ -154,13 +159,22 @@ class JobRunner:
                 specs = [self._continuing(op, checkpoint.of_operator(op.uid)) for op in specs]
             operators = []
             for i, op in enumerate(specs):
-                last, store = i == len(specs) - 1, self.store if i == 0 else JobStore(self.store.operator_dir(op.uid))
+                store = self.store if i == 0 else JobStore(self.store.operator_dir(op.uid))
+                sink = sinks.get(op.uid)
                 ctx = RunContext(self.spark, op, self.settings, store, lease,
-                                 self.sink_path if last else store.staging_dir / f"edge-{lease.run_id}", self.clock,
-                                 self.faults, self.progress, edge=not last, in_chain=len(specs) > 1)
+                                 sink or store.staging_dir / f"edge-{lease.run_id}", self.clock,
+                                 self.faults, self.progress, edge=sink is None, in_chain=len(specs) > 1)
                 operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
                                              descriptors[i]))
             return _Run(operators, checkpoint).run(max_microbatches, max_records)
+
+    def _sinks(self) -> dict:
+        """The table each operator that writes a sink writes, by uid (a chain's last operator; each branch's end
+        in a graph)."""
+        if isinstance(self.spec, ChainSpec):
+            return {op.uid: self.settings.sink(self.spec.sink_of(op.uid)) for op in self.spec.operators
+                    if self.spec.sink_of(op.uid) is not None}
+        return {self.spec.uid: self.sink_path}
 
     def _continuing(self, spec: JobSpec, checkpoint: CheckpointMetadata | None) -> JobSpec:
         """A job runs at the parallelism and with the backend of the checkpoint it continues from (a rescale or
@@ -184,6 +198,9 @@ class _Run:
 
     def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None):
         self.operators, self.head, self.checkpoint = operators, operators[0], checkpoint
+        # the operator that writes the job's own sink (a chain's last; in a graph, the first branch's end)
+        self.sinking = next(op for op in operators if op.ctx.sink_path == operators[0].ctx.settings.sink(
+            operators[0].ctx.spec.sink))
         self.ctx = self.head.ctx
         self.result = RunResult(self.ctx.run_id, checkpoint.checkpoint_id if checkpoint else None)
 
@@ -221,10 +238,12 @@ class _Run:
         """The Spark pass of each operator in turn, each fed what the one before emitted (its phase "process",
         a dataflow's "process <uid>" each); every user or input error surfaces here, before anything is committed
         (the new plans are dropped)."""
-        ctx, upstream = self.ctx, None
+        ctx, emitted = self.ctx, {}
         try:
             for op in self.operators:
-                upstream = op.process(plans, self.clock, upstream)
+                source = op.ctx.spec.source
+                upstream = emitted[source.upstream] if isinstance(source, EdgeSource) else None
+                emitted[op.ctx.spec.uid] = op.process(plans, self.clock, upstream)
                 phase(f"process {op.ctx.spec.uid}" if len(self.operators) > 1 else "process")
         except Exception as e:
             wait_for_running_tasks(ctx.spark)
@@ -248,7 +267,9 @@ class _Run:
             commit.mark_committed(op.ctx, plans, op.stats, record=op is self.head)
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
-        result.batches, result.sink_batches = self.head.stats, self.operators[-1].stats
+        result.batches, result.sink_batches = self.head.stats, self.sinking.stats
+        result.sink_rows = {str(op.ctx.sink_path): sum(b.records_out for b in op.stats)
+                            for op in self.operators if not op.ctx.edge}
         result.side_rows = {}
         for op in self.operators:  # a dataflow's side outputs may be any operator's
             for stats in op.stats:
@@ -258,7 +279,7 @@ class _Run:
         downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
                                                                           sweeps[1:])]
         result.checkpoints = checkpointers[0].take(self.head.checkpoint, plans, self.head.stats, sweeps[0],
-                                                   downstream)
+                                                   downstream, self.sinking.ctx.spec.uid)
         phase("checkpoint")
 
 
