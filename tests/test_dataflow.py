@@ -109,6 +109,47 @@ def test_a_dataflow_built_wrong_is_refused_naming_the_fix(tmp_path, build, messa
         build(start)
 
 
+def _branches(tmp_path):
+    """The sessions of the clicks in ``tmp_path``, keyed by country: a stream to fan out."""
+    return (Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="fan")
+            .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION))
+
+
+def test_a_graph_computes_a_shared_stream_once_and_ends_each_branch_in_its_own_sink(tmp_path):
+    from state_store.provider.reader import job_edges
+
+    sessions = _branches(tmp_path)
+    job = Dataflow.graph(sessions.key_by("country").process(CountSessions(), uid="per-country", output_type=COUNTS)
+                         .sink_to("sinks/per-country"), sessions.sink_to("sinks/sessions"))
+    # The sessions are also read further: an operator that forwards them writes their sink.
+    assert job.uids == ["sessions", "per-country", "sessions-to-sink"]
+    assert job.sinks == {"per-country": "sinks/per-country", "sessions-to-sink": "sinks/sessions"}
+    assert (job.sink, job.sink_of("sessions"), job.inputs_of("sessions-to-sink")) == (
+        "sinks/per-country", None, ["sessions"])
+    edges = job_edges(job.describe())
+    assert ("operator sessions", "per-country") in edges and ("operator sessions", "sessions-to-sink") in edges
+    assert ("sessions-to-sink", "sink sinks/sessions") in edges and not [e for e in edges if e[0] == "sessions"
+                                                                        and e[1].startswith("sink")]
+    # One branch given alone is the plain job it always was.
+    assert Dataflow.graph(sessions.sink_to("sinks/s")) == sessions.sink_to("sinks/s")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda s, o: Dataflow.graph(), "takes the branches of a job"),
+    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.sink_to("sinks/a")), "ends two branches"),
+    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.sink_to("sinks/b")), "two branches end at operator"),
+    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), o.sink_to("sinks/b")), "belong to jobs"),
+    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.key_by("country").process(
+        CountSessions(), uid="sessions", output_type=COUNTS).sink_to("sinks/b")), "given twice|two different"),
+    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), "sinks/b"), "takes what sink_to"),
+])
+def test_a_graph_built_wrong_is_refused_naming_the_fix(tmp_path, build, message):
+    other = (Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="other")
+             .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION))
+    with pytest.raises(ConfigError, match=message):
+        build(_branches(tmp_path), other)
+
+
 def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_path):
     with pytest.raises(ConfigError, match="each with its own"):
         dataflow(tmp_path).with_overrides(parallelism=4)
@@ -295,14 +336,8 @@ def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, l
         restore_job(spark, lake.settings, spec, point, say=_quiet, **changes)
         return JobStore(lake.settings.job_dir(job_id)).latest_checkpoint()
 
-    # Into a new job of the same two operators, the second rescaled: it continues as the original does.
+    # (Into a new job with an operator rescaled, going on as the original does: the graph's test below.)
     copy = dataflow(directory, job_id="copy", sink="sinks/copy")
-    checkpoint = restored("copy", copy, parallelism={"per-country": 4})
-    assert (checkpoint.parallelism, checkpoint.of_operator("per-country").parallelism) == (2, 4)
-    write_clicks(directory, 1, events=300, users=USERS)
-    run_job(spark, chain, lake.settings, progress=_quiet)
-    run_job(spark, copy, lake.settings, progress=_quiet)
-    assert _latest_totals(spark, lake, "sinks/copy").equals(_latest_totals(spark, lake, "sinks/orig"))
     # An operator removed: refused, then allowed (its state dropped).
     alone = copy.operators[0].with_overrides(job_id="alone", sink="sinks/alone")
     with pytest.raises(RestoreError, match=r"operators \['per-country'\] that no operator of job 'alone' takes"):
@@ -317,6 +352,42 @@ def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, l
     pd.testing.assert_frame_equal(_totals_state(moved, "counts"), expected(clicks), check_dtype=False)
     fresh = ChainSpec([op.with_overrides(job_id="fresh", sink="sinks/fresh") for op in renamed.operators])
     assert restored("fresh", fresh, allow_non_restored_state=True).of_operator("counts") is None
+
+
+def test_a_graphs_savepoint_restores_with_a_branch_rescaled_and_another_renamed_through_a_uid_map(spark, lake):
+    """The graph's savepoint restored into a new job whose per-country branch runs at parallelism 2 (was 3)
+    and whose 'longest' operator is now 'longest-session': both continue as the original job does."""
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.ops.state_processor import SavepointReader
+
+    directory, clicks = _clicks(lake, files=2)
+    fan = graph(directory, job_id="fan", sink="sinks/fan")
+    run_job(spark, fan, lake.settings, progress=_quiet)
+    saved = take_savepoint(spark, lake.settings, "fan", label="sp", say=_quiet)
+    assert sorted(saved.operators) == ["longest", "per-country"]
+    moved = graph(directory, job_id="moved", sink="sinks/moved", longest_uid="longest-session")
+    with pytest.raises(RestoreError, match=r"operators \['longest'\] that no operator of job 'moved' takes"):
+        restore_job(spark, lake.settings, moved, StatePoint.of_savepoint(lake.settings, "fan/sp"), say=_quiet)
+    restore_job(spark, lake.settings, moved, StatePoint.of_savepoint(lake.settings, "fan/sp"), say=_quiet,
+                parallelism={"per-country": 2}, uid_map={"longest": "longest-session"})
+    checkpoint = JobStore(lake.settings.job_dir("moved")).latest_checkpoint()
+    assert [checkpoint.of_operator(u).parallelism for u in ("sessions", "per-country", "longest-session")] == [
+        2, 2, 2]
+    assert set(checkpoint.of_operator("longest-session").entries) == {"longest-session.longest"}
+    write_clicks(directory, 1, events=300, users=USERS)
+    for job in (fan, moved):
+        run_job(spark, job, lake.settings, progress=_quiet)
+    assert _latest_totals(spark, lake, "sinks/moved").equals(_latest_totals(spark, lake, "sinks/fan"))
+    after_restore = [_sink_rows(spark, lake, f"sinks/{job}-longest") for job in ("fan", "moved")]
+    assert [r for r in after_restore[0] if r[2] == 2] == after_restore[1] != []
+    states = [SavepointReader.for_checkpoint(spark, job, settings=lake.settings).keyed_state("longest", uid=uid)
+              for job, uid in (("fan", "longest"), ("moved", "longest-session"))]
+    assert sorted(map(tuple, states[0].collect())) == sorted(map(tuple, states[1].collect()))
+    clicks = read_clicks(directory)
+    assert dict(zip(*[states[1].toPandas()[c] for c in ("key", "value")])) == dict(
+        zip(*[expected_longest(clicks)[c] for c in ("country", "longest")]))
 
 
 def test_lakestate_rescale_operator_rescales_only_that_operator_and_the_job_goes_on(spark, lake, monkeypatch,
