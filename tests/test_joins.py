@@ -459,6 +459,44 @@ def test_a_co_group_gives_every_keys_window_with_the_records_of_each_side(tmp_pa
     assert sorted(out) == [("a", "F:0,1,2 S:0,1"), ("a", "F:6,7,8 S:"), ("b", "F:3,4,5 S:3"), ("c", "F: S:6,7,8")]
 
 
+class OnlyA(FilterFunction):
+    def filter(self, record):
+        return record["k"] == "a"
+
+
+@pytest.mark.spark
+def test_a_window_join_in_spark_fans_out_to_two_sinks(spark, lake):
+    """CoGroupJoinITCase's records in two microbatches of two sources, window-joined by Spark, then a graph: the
+    pairs written to one sink and read further by a filter into another (through the operator that forwards
+    them to their sink)."""
+    from tests.helpers import run as run_job
+    from state_store import TumblingEventTimeWindows
+
+    for m, (first, second) in enumerate([(FIRST[:3], SECOND[:2]), (FIRST[3:], SECOND[2:])]):
+        lake.write_events(f"{m:03d}.json", [{"k": k, "ts": t, "who": "first"} for k, t in first])
+        lake.write_rules(f"{m:03d}.json", [{"key": k, "at": t, "who": "second"} for k, t in second])
+    left, right = (Dataflow.from_source(FileSource(str(folder), "json", schema, max_files_per_batch=1),
+                                        job_id="wj", watermark_strategy=strategy)
+                   for folder, schema, strategy in ((lake.events, LEFT, BY_TS), (lake.rules, RIGHT, BY_AT)))
+    pairs = (left.join(right).where("k").equal_to("key").window(TumblingEventTimeWindows.of(3))
+             .apply(Matched(), uid="pairs", output_type=OUT_ROW))
+    spec = Dataflow.graph(pairs.sink_to("sinks/pairs"), pairs.filter(OnlyA(), uid="only-a").sink_to("sinks/a"))
+    assert spec.uids == ["pairs", "pairs-to-sink", "only-a"]
+    run_job(spark, spec, lake)
+
+    def rows(sink):
+        table = spark.read.format("delta").load(str(lake.settings.in_warehouse(sink, "sink")))
+        return sorted((r["k"], r["what"], r["_microbatch"]) for r in table.collect())
+
+    # W(0) = 0 (the least of 2 and 1, less 1) fires nothing; W(1) = 7 fires [0, 3) and [3, 6); [6, 9) stays open
+    pairs_found = rows("sinks/pairs")
+    assert {m for _, _, m in pairs_found} == {1}
+    assert [(k, w) for k, w, _ in pairs_found] == [("a", "0-0"), ("a", "0-1"), ("a", "1-0"), ("a", "1-1"),
+                                                  ("a", "2-0"), ("a", "2-1"), ("b", "3-3"), ("b", "4-3"),
+                                                  ("b", "5-3")]
+    assert rows("sinks/a") == [r for r in pairs_found if r[0] == "a"]
+
+
 def test_a_window_join_is_checked_where_it_is_defined(tmp_path):
     from state_store import TumblingEventTimeWindows
 
