@@ -136,12 +136,17 @@ class ChainSpec:
             if upstream not in emits:
                 raise ConfigError(f"operator {op.uid!r} must read what an operator before it emits (build the job "
                                   f"with Dataflow)")
-            if op.source.schema != emits[upstream]:
-                raise ConfigError(f"operator {op.uid!r} reads {op.source.schema} but {upstream!r} emits "
-                                  f"{emits[upstream]}")
-            if op.broadcast_source is not None or op.watermark_strategy is not None or op.second_source is not None:
+            second = op.second_source
+            if second is not None and (not isinstance(second, EdgeSource) or second.upstream not in emits):
+                raise ConfigError(f"operator {op.uid!r}: a second source is read by the job's first operator; a "
+                                  f"later two-input operator reads what operators before it emit")
+            for edge in (op.source, second):
+                if edge is not None and edge.schema != emits[edge.upstream]:
+                    raise ConfigError(f"operator {op.uid!r} reads {edge.schema} but {edge.upstream!r} emits "
+                                      f"{emits[edge.upstream]}")
+            if op.broadcast_source is not None or op.watermark_strategy is not None:
                 raise ConfigError(f"operator {op.uid!r}: only the first operator of a dataflow takes a broadcast "
-                                  f"source, a second input or a watermark strategy (the watermark flows down)")
+                                  f"source or a watermark strategy (the watermark flows down)")
             emits[op.uid] = op.output_type
         self._validate_sinks()
         tags = [t.name for op in self.operators for t in op.side_outputs]
@@ -294,9 +299,15 @@ def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
     return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
 
 
-def _second_input(source, key: str, strategy: WatermarkStrategy | None) -> dict:
-    """A two-input operator's (or a union's) step options for its second input: JobSpec's ``second_*``."""
-    return {"second_source": source, "second_key": key, "second_watermark_strategy": strategy}
+def _second_input(other: "Dataflow", key: str) -> dict:
+    """A two-input operator's (or a union's) step options for its second input, the stream ``other``: JobSpec's
+    ``second_*``: another source of the job, or (later in a dataflow) what another branch's last operator emits."""
+    if other._steps:
+        last = other._steps[-1]
+        return {"second_source": EdgeSource(last.uid, last.output_type), "second_key": key,
+                "second_watermark_strategy": None}
+    return {"second_source": other._source, "second_key": key,
+            "second_watermark_strategy": other._settings["watermark_strategy"]}
 
 
 @dataclass(frozen=True)
@@ -307,6 +318,7 @@ class _Step:
     key_type: TypeInfo
     output_type: RowTypeInfo
     options: dict
+    joined: tuple = ()  # a two-input operator's second input's steps (a branch of the same stream), if any
 
 
 class Dataflow:
@@ -385,10 +397,12 @@ class Dataflow:
             raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
-        if self._settings.get("union") is not None and not self._steps:  # the union's second stream
-            second, strategy = self._settings["union"]
-            options.update(_second_input(second, self._key[0], strategy), union_inputs=True)
-        step = _Step(function, uid, self._key[0], self._key[1], output_type, options)
+        joined = ()
+        if self._pending_union() is not None:  # the union's second stream
+            other = self._pending_union()
+            options.update(_second_input(other, self._key[0]), union_inputs=True)
+            joined = other._steps
+        step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def window(self, assigner, *, timestamp_column: str | None = None) -> WindowedStream:
@@ -447,8 +461,12 @@ class Dataflow:
         if (self._settings["watermark_strategy"] is None) != (other._settings["watermark_strategy"] is None):
             raise ConfigError("union(...): a union's watermark is the least of its streams': give both a "
                               "watermark_strategy, or neither")
-        union = (other._source, other._settings["watermark_strategy"])
-        return Dataflow(self._source, {**self._settings, "union": union}, self._steps, self._key)
+        return Dataflow(self._source, {**self._settings, "union": (other, len(self._steps))}, self._steps, self._key)
+
+    def _pending_union(self) -> "Dataflow | None":
+        """The stream ``union`` joined to this one, until the keyed operator that reads both is added."""
+        union = self._settings.get("union")
+        return union[0] if union is not None and union[1] == len(self._steps) else None
 
     def interval_join(self, other: "Dataflow") -> IntervalJoin:
         """Join this keyed stream with ``other`` (keyed by a column of the same type): each record with the other
@@ -487,17 +505,23 @@ class Dataflow:
         if not isinstance(other, Dataflow):
             raise ConfigError(f"{verb}(...) takes a Dataflow (Dataflow.from_source(...)), got {type(other).__name__}")
         for which, stream in (("this stream", self), ("the other stream", other)):
-            if stream._steps or stream._settings.get("union") is not None:
-                raise ConfigError(f"{verb}(...): {which} has operators or a union before it; a two-input operator "
-                                  f"reads two sources and is the job's first operator")
+            if stream._pending_union() is not None:
+                raise ConfigError(f"{verb}(...): {which} is a union not yet read by an operator; key it and "
+                                  f"process it first")
             if keyed and stream._key is None:
                 raise ConfigError(f"{verb}(...) joins keyed streams: key {which} with .key_by(column) first")
             if not keyed and stream._key is not None:
                 raise ConfigError(f"{verb}(...) takes unkeyed streams; key them after: a.connect(b).key_by(k1, k2)")
+        if (self._steps or other._steps) and not (self._steps and other._steps and
+                                                  self._steps[0] is other._steps[0]):
+            raise ConfigError(f"{verb}(...) after operators joins two branches of one stream (each from the same "
+                              f"first operator); a second source is read by the job's first operator: {verb} "
+                              f"the two sources before any operator")
         if other._settings["job_id"] != self._settings["job_id"]:
             raise ConfigError(f"{verb}(...): the streams belong to jobs {self._settings['job_id']!r} and "
                               f"{other._settings['job_id']!r}; two inputs of one job: give both the same job_id")
-        if self._settings["broadcast_source"] is not None or other._settings["broadcast_source"] is not None:
+        if not self._steps and (self._settings["broadcast_source"] is not None
+                                or other._settings["broadcast_source"] is not None):
             raise ConfigError(f"{verb}(...): a two-input operator takes no broadcast_source")
 
     def _row_type(self) -> RowTypeInfo:
@@ -513,8 +537,8 @@ class Dataflow:
         ``flat_map`` end in)."""
         uid = uid or f"co-map-{len(self._steps) + 1}"
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [], "side_outputs": [],
-                   **_second_input(other._source, SHARE_KEY, other._settings["watermark_strategy"])}
-        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
+                   **_second_input(other, SHARE_KEY)}
+        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options, other._steps)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def two_input_process(self, other: "Dataflow", function, *, uid: str, output_type: RowTypeInfo,
@@ -527,9 +551,8 @@ class Dataflow:
             raise ConfigError(f"the two inputs are keyed by {key!r} ({key_type.name}) and {key2!r} "
                               f"({key_type2.name}): key them by columns of one type")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
-                   "side_outputs": list(side_outputs or []),
-                   **_second_input(other._source, key2, other._settings["watermark_strategy"])}
-        step = _Step(function, uid, key, key_type, output_type, options)
+                   "side_outputs": list(side_outputs or []), **_second_input(other, key2)}
+        step = _Step(function, uid, key, key_type, output_type, options, other._steps)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
@@ -539,7 +562,7 @@ class Dataflow:
                               f"{kind} the stream before keying it, or after the process")
         if not isinstance(function, expected):
             raise ConfigError(f"{kind}(...) takes a state_store.{expected.__name__}, got {type(function).__name__}")
-        if self._settings.get("union") is not None and not self._steps:
+        if self._pending_union() is not None:
             raise ConfigError(f"{kind}(...) after union(...): a union is read by a keyed operator; key it first "
                               f"(.key_by(column).process(...)), then {kind}")
         uid = uid or f"{kind}-{len(self._steps) + 1}"
@@ -594,16 +617,34 @@ class Dataflow:
             raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
         settings = dict(self._settings)
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
-        settings.pop("union", None)  # in the first operator's options (``process``)
-        operators, source = [], self._source
-        for i, step in enumerate(self._steps):
-            first = i == 0
-            operators.append(JobSpec(
-                function=step.function, source=source, key=step.key, key_type=step.key_type,
-                output_type=step.output_type, sink=sink, uid=step.uid, **settings, **step.options,
-                watermark_strategy=watermarks if first else None, broadcast_source=broadcast if first else None))
-            source = EdgeSource(step.uid, step.output_type)
-        if len(operators) == 1:
-            return operators[0].validate()
-        return ChainSpec(operators).validate()
+        settings.pop("union", None)  # in the operator's options (``process``)
+        operators: dict[str, JobSpec] = {}
+        steps: dict[str, _Step] = {}
+        chain = True  # each operator reads the one before it
+
+        def add(branch: tuple) -> None:
+            nonlocal chain
+            for i, step in enumerate(branch):
+                if step.joined:
+                    add(step.joined)  # the second input's branch first: an operator comes after what it reads
+                known = steps.get(step.uid)
+                if known is step:
+                    continue
+                if known is not None:
+                    raise ConfigError(f"operator uid {step.uid!r} is given twice; give each operator its own uid")
+                before = branch[i - 1] if i else None
+                chain = chain and (before is None or list(steps)[-1] == before.uid) and not step.joined
+                source = self._source if before is None else EdgeSource(before.uid, before.output_type)
+                steps[step.uid] = step
+                operators[step.uid] = JobSpec(
+                    function=step.function, source=source, key=step.key, key_type=step.key_type,
+                    output_type=step.output_type, sink=sink, uid=step.uid, **settings, **step.options,
+                    watermark_strategy=watermarks if before is None else None,
+                    broadcast_source=broadcast if before is None else None)
+
+        add(self._steps)
+        ops = list(operators.values())
+        if len(ops) == 1:
+            return ops[0].validate()
+        return ChainSpec(ops, None if chain else {ops[-1].uid: sink}).validate()
 

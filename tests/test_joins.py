@@ -345,8 +345,11 @@ def test_a_union_hands_one_keyed_function_the_records_of_both_streams_the_first_
         left.union(streams(tmp_path)[1])
     with pytest.raises(ConfigError, match="give both a watermark_strategy, or neither"):
         left.union(Dataflow.from_source(FileSource(str(tmp_path / "more"), "json", LEFT), job_id="j"))
-    with pytest.raises(ConfigError, match="has operators or a union before it"):
+    with pytest.raises(ConfigError, match="is a union not yet read by an operator"):
         left.union(more).connect(streams(tmp_path)[1])
+    processed = left.key_by("k").process(Seen(), uid="seen", output_type=OUT_ROW)
+    with pytest.raises(ConfigError, match="a second source is read by the job's first operator"):
+        processed.union(more)
 
 
 class NotLate(FilterFunction):
@@ -387,6 +390,59 @@ def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, la
     assert [store.read_plan(b).watermark for b in (0, 1)] == [1, 1]
     checkpoint = store.latest_checkpoint()
     assert sorted(checkpoint.source_offsets) == ["main", "second"] and checkpoint.of_operator("after").batch_id == 1
+
+
+class BothSides(KeyedCoProcessFunction):
+    """Each input's records, with what the key's state saw last (one state for both inputs)."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.STRING()))
+
+    def process_element1(self, value, ctx):
+        yield {"k": ctx.get_current_key(), "what": f"all {value['what']} after {self.seen.value()}"}
+        self.seen.update("all")
+
+    def process_element2(self, value, ctx):
+        yield {"k": ctx.get_current_key(), "what": f"a {value['what']} after {self.seen.value()}"}
+        self.seen.update("a")
+
+
+def diamond(folder):
+    """A stream's counts, and its counts of key "a" alone (a filter), joined again by a keyed co-process."""
+    counted = (Dataflow.from_source(FileSource(str(folder), "json", LEFT, max_files_per_batch=1), job_id="diamond")
+               .key_by("k").process(Count(), uid="count", output_type=OUT_ROW))
+    only_a = counted.filter(OnlyA(), uid="only-a")
+    return counted.connect(only_a).key_by("k", "k").process(BothSides(), uid="both", output_type=OUT_ROW)
+
+
+def test_a_two_input_operator_after_others_joins_two_branches_of_one_stream(tmp_path):
+    (tmp_path / "in").mkdir()
+    spec = diamond(tmp_path / "in").sink_to("sinks/d")
+    assert spec.uids == ["count", "only-a", "both"] and spec.sinks == {"both": "sinks/d"}
+    assert (spec.operator("both").source.upstream, spec.operator("both").second_source.upstream) == ("count",
+                                                                                                    "only-a")
+    assert spec.inputs_of("both") == ["count", "only-a"]
+    # a union of two branches, keyed and processed
+    counted = (Dataflow.from_source(FileSource(str(tmp_path / "in"), "json", LEFT), job_id="u")
+               .key_by("k").process(Count(), uid="count", output_type=OUT_ROW))
+    union = (counted.filter(OnlyA(), uid="a").union(counted.filter(NotLate(), uid="all")).key_by("k")
+             .process(Seen(), uid="seen", output_type=OUT_ROW).sink_to("sinks/u"))
+    assert union.uids == ["count", "a", "all", "seen"] and union.operator("seen").union_inputs
+    assert union.operator("seen").second_source.upstream == "all"
+
+
+@pytest.mark.spark
+def test_a_two_input_operator_after_others_runs_in_spark_with_one_keyed_state(spark, lake):
+    from tests.helpers import run as run_job
+
+    lake.write_events("000.json", [{"k": "a", "ts": 1, "who": "x"}, {"k": "b", "ts": 2, "who": "x"}])
+    lake.write_events("001.json", [{"k": "a", "ts": 5, "who": "x"}])
+    spec = diamond(lake.events).sink_to("sinks/diamond")
+    run_job(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+    assert sorted((r["_microbatch"], r["k"], r["what"]) for r in rows.collect()) == [
+        (0, "a", "a 1 by 1 after all"), (0, "a", "all 1 by 1 after None"), (0, "b", "all 1 by 2 after None"),
+        (1, "a", "a 2 by 5 after all"), (1, "a", "all 2 by 5 after a")]
 
 
 @pytest.mark.spark

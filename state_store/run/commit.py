@@ -111,12 +111,14 @@ def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: Run
 def source_offset_rows(ctx: RunContext, plans: list[MicrobatchPlan]) -> list[OperatorRow]:
     """The source offsets after each microbatch as operator ListState (one entry per source split), placed on
     the subtasks as a rescale places them (``repartition.place_source_entries``)."""
+    if not ctx.keeps_offsets:
+        return []  # a dataflow's later operator: the first keeps the offsets
     rows = []
     for p in plans:
         entries = [e for name, source in ctx.sources().items()
                    for e in source.split_entries(name, p.end_offsets[name])]
         if not entries:
-            continue  # a dataflow's later operator: the first keeps the offsets
+            continue
         for subtask, part in enumerate(place_source_entries(entries, ctx.p)):
             rows.append(OperatorRow(SOURCE_OFFSETS_STATE, subtask, SPLIT_DISTRIBUTE,
                                     json.dumps(part, sort_keys=True), p.batch_id))

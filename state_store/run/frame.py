@@ -83,6 +83,11 @@ class Frame:
                 cols.append(null)
         return df.select(*cols)
 
+    def _ranges(self, name: str) -> list[tuple]:
+        """Source ``name``'s range in each planned microbatch; a later operator's inputs, which the plans do not
+        name (it reads what the operators before it emitted), get none."""
+        return [p.range_of(name) if name in p.sources else (p.batch_id, None, None) for p in self.plans]
+
     def _subtasks(self) -> DataFrame:
         return self.ctx.spark.range(self.ctx.p).select(F.col("id").cast("int").alias("subtask"))
 
@@ -91,7 +96,7 @@ class Frame:
         spec = self.ctx.spec
         input_ = 1 if spec.second_source else None
         if spec.key == SHARE_KEY:
-            main = spec.source.read_run(self.ctx.spark, [p.range_of("main") for p in self.plans])
+            main = spec.source.read_run(self.ctx.spark, self._ranges("main"))
             return None if main is None else self._shared_records(main, RECORD, input_)
         return self._keyed_records("main", spec.source, spec.key, RECORD, input_)
 
@@ -103,13 +108,13 @@ class Frame:
             return None
         column = RECORD if spec.union_inputs else RECORD2
         if spec.second_key == SHARE_KEY:  # a CoMapFunction's or CoFlatMapFunction's second input
-            second = spec.second_source.read_run(self.ctx.spark, [p.range_of("second") for p in self.plans])
+            second = spec.second_source.read_run(self.ctx.spark, self._ranges("second"))
             return None if second is None else self._shared_records(second, column, 2)
         return self._keyed_records("second", spec.second_source, spec.second_key, column, 2)
 
     def _keyed_records(self, name: str, source, key: str, column: str, input_: int | None) -> DataFrame | None:
         ctx, spec = self.ctx, self.ctx.spec
-        records = source.read_run(ctx.spark, [p.range_of(name) for p in self.plans])
+        records = source.read_run(ctx.spark, self._ranges(name))
         if records is None:
             return None
         what = "the source" if name == "main" else "the second input's source"

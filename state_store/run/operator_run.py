@@ -91,14 +91,14 @@ class OperatorRun:
         self.outputs.tables[SINK] = commit.sink_output(ctx, token)
         self.outputs.tables.update(commit.side_outputs(ctx, token))
 
-    def process(self, plans: list[MicrobatchPlan], clock: EventClock, upstream: list[str] | None) -> list[str]:
-        """This operator's Spark pass over ``plans`` (fed ``upstream``, the files the operator before emitted,
-        when there is one); returns the files it emitted, in order (by subtask)."""
-        ctx = self.ctx
-        if upstream is not None:
-            source = ctx.spec.source
-            ctx = self.ctx = replace(ctx, spec=ctx.spec.with_overrides(
-                source=EdgeSource(source.upstream, source.schema, tuple(upstream))))
+    def process(self, plans: list[MicrobatchPlan], clock: EventClock, emitted: dict[str, list[str]]) -> list[str]:
+        """This operator's Spark pass over ``plans``, fed (in a dataflow) what the operators it reads emitted in
+        this run (``emitted``: each one's files by uid); returns the files it emitted, in order (by subtask)."""
+        spec = self.ctx.spec
+        edges = {name: replace(source, files=tuple(emitted[source.upstream]))
+                 for name, source in (("source", spec.source), ("second_source", spec.second_source))
+                 if isinstance(source, EdgeSource)}
+        ctx = self.ctx = replace(self.ctx, spec=spec.with_overrides(**edges)) if edges else self.ctx
         self.outputs.tables.update({n: b.output(self.outputs.token) for n, b in self.backends.items()})
         due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
         rows = Frame(ctx, plans, clock, due).process(self.checkpoint, self.keyed, self.operator,

@@ -43,7 +43,6 @@ from ..restore_plan import continuing_spec
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
-from ..sources import EdgeSource
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
 from ..records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
@@ -241,9 +240,7 @@ class _Run:
         ctx, emitted = self.ctx, {}
         try:
             for op in self.operators:
-                source = op.ctx.spec.source
-                upstream = emitted[source.upstream] if isinstance(source, EdgeSource) else None
-                emitted[op.ctx.spec.uid] = op.process(plans, self.clock, upstream)
+                emitted[op.ctx.spec.uid] = op.process(plans, self.clock, emitted)
                 phase(f"process {op.ctx.spec.uid}" if len(self.operators) > 1 else "process")
         except Exception as e:
             wait_for_running_tasks(ctx.spark)
