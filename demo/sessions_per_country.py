@@ -71,17 +71,22 @@ class CountSessions(KeyedProcessFunction):
         yield {"country": country, **t}
 
 
-def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "sinks/sessions_per_country",
-             parallelism: tuple[int, int] = (2, 3), backend: str = "delta", max_files_per_batch: int | None = 1):
-    """The two-operator job over the clicks in ``clicks_dir`` (a ``ChainSpec``)."""
+def _sessions(clicks_dir, job_id: str, parallelism: int, backend: str, max_files_per_batch: int | None):
+    """The clicks in ``clicks_dir`` made sessions per user (the first operator), keyed by country."""
     return (Dataflow.from_source(FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=max_files_per_batch),
                                  job_id=job_id, backend=backend,
                                  watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
                                      timedelta(milliseconds=BOUND_MS)).with_timestamp_column("ts"))
             .key_by("user_id")
-            .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism[0],
+            .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism,
                      order_by=["ts", "seq"], side_outputs=[LATE])
-            .key_by("country")
+            .key_by("country"))
+
+
+def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "sinks/sessions_per_country",
+             parallelism: tuple[int, int] = (2, 3), backend: str = "delta", max_files_per_batch: int | None = 1):
+    """The two-operator job over the clicks in ``clicks_dir`` (a ``ChainSpec``)."""
+    return (_sessions(clicks_dir, job_id, parallelism[0], backend, max_files_per_batch)
             .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
             .sink_to(sink))
 
@@ -107,14 +112,7 @@ def graph(clicks_dir, *, job_id: str = "sessions-graph", sink: str = "sinks/sess
           parallelism: tuple[int, int, int] = (2, 3, 2), backend: str = "delta", longest_uid: str = "longest"):
     """The sessions fanned out to two branches (``Dataflow.graph``): ``dataflow``'s per-country totals (into
     ``sink``, the job's own) and per country the longest session (into ``<sink>-longest``)."""
-    sessions = (Dataflow.from_source(FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=1),
-                                     job_id=job_id, backend=backend,
-                                     watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
-                                         timedelta(milliseconds=BOUND_MS)).with_timestamp_column("ts"))
-                .key_by("user_id")
-                .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism[0],
-                         order_by=["ts", "seq"], side_outputs=[LATE])
-                .key_by("country"))
+    sessions = _sessions(clicks_dir, job_id, parallelism[0], backend, 1)
     return Dataflow.graph(
         sessions.process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
         .sink_to(sink),

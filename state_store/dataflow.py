@@ -8,7 +8,8 @@
            .sink_to("sinks/sessions_per_country"))
 
 ``sink_to`` gives a ``JobSpec`` for one operator (the one-operator job, as it always was) and a ``ChainSpec`` for
-several. In a ``ChainSpec`` every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max
+several. ``Dataflow.graph(branch, ...)`` makes one job of several branches of one stream, each ending in its own
+sink (fan-out); a two-input operator later in a dataflow joins two branches of one stream. In a ``ChainSpec`` every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max
 parallelism, output type and side outputs, its own state tables; the first reads the job's source, each next one
 what the one before emitted (``sources.EdgeSource``), the last writes the sink. One run takes every pending
 microbatch through every operator in turn, and one checkpoint pins all their state at the same microbatch.
