@@ -81,6 +81,8 @@ class ChainSpec:
         return self.operators[0].side_output_sink(tag)
 
     def operator(self, uid: str) -> JobSpec:
+        """The operator (its ``JobSpec``) whose uid is ``uid``; ConfigError, naming the job's uids, when there is
+        none."""
         for op in self.operators:
             if op.uid == uid:
                 return op
@@ -88,6 +90,7 @@ class ChainSpec:
 
     @property
     def uids(self) -> list[str]:
+        """The operators' uids, in the order of ``operators``."""
         return [op.uid for op in self.operators]
 
     def sink_of(self, uid: str) -> str | None:

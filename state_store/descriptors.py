@@ -29,15 +29,21 @@ class AggregateFunction:
     """Flink's AggregateFunction: an accumulator built from added values."""
 
     def create_accumulator(self) -> Any:
+        """A new, empty accumulator: the start of an aggregation (called before the first ``add``)."""
         raise NotImplementedError
 
     def add(self, value: Any, accumulator: Any) -> Any:
+        """Add ``value`` to ``accumulator`` and return the resulting accumulator (the one given, changed, or a
+        new one)."""
         raise NotImplementedError
 
     def get_result(self, accumulator: Any) -> Any:
+        """The result of the aggregation, computed from ``accumulator``."""
         raise NotImplementedError
 
     def merge(self, a: Any, b: Any) -> Any:
+        """Merge two accumulators into one and return it (the one given, changed, or a new one), as when merging
+        windows fold their states."""
         raise NotImplementedError
 
 
@@ -77,6 +83,13 @@ class StateDescriptor:
 
 
 class ValueStateDescriptor(StateDescriptor):
+    """Declares a ``ValueState``: one value of type ``value_type`` per key and namespace; ``value()`` returns
+    ``default_value`` (a copy) while it is empty. Raises ValueError for an invalid name, TypeError for a type not
+    made with ``Types``.
+
+    Example: ``ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))``
+    """
+
     kind = "value"
 
     def __init__(self, name: str, value_type: TypeInfo, default_value: Any = None):
@@ -85,6 +98,12 @@ class ValueStateDescriptor(StateDescriptor):
 
 
 class ListStateDescriptor(StateDescriptor):
+    """Declares a ``ListState``: a list of elements of type ``element_type`` per key and namespace (stored as one
+    ``Types.LIST(element_type)`` value); also the descriptor of an operator's list and union list states.
+
+    Example: ``ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))``
+    """
+
     kind = "list"
 
     def __init__(self, name: str, element_type: TypeInfo):
@@ -99,6 +118,12 @@ class ListStateDescriptor(StateDescriptor):
 
 
 class MapStateDescriptor(StateDescriptor):
+    """Declares a ``MapState``: a map from ``key_type`` to ``value_type`` per key and namespace, each entry stored
+    on its own; also the descriptor of a broadcast state. Raises TypeError for a type not made with ``Types``.
+
+    Example: ``ctx.get_map_state(MapStateDescriptor("tags", Types.STRING(), Types.LONG()))``
+    """
+
     kind = "map"
 
     def __init__(self, name: str, key_type: TypeInfo, value_type: TypeInfo):
@@ -109,6 +134,12 @@ class MapStateDescriptor(StateDescriptor):
 
 
 class ReducingStateDescriptor(StateDescriptor):
+    """Declares a ``ReducingState``: one value of type ``type_info`` per key and namespace, each added value folded
+    into it with ``reduce_function(current, added)``. Raises TypeError when ``reduce_function`` is not callable.
+
+    Example: ``ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, Types.LONG()))``
+    """
+
     kind = "reducing"
 
     def __init__(self, name: str, reduce_function: Callable[[Any, Any], Any], type_info: TypeInfo):
@@ -119,6 +150,13 @@ class ReducingStateDescriptor(StateDescriptor):
 
 
 class AggregatingStateDescriptor(StateDescriptor):
+    """Declares an ``AggregatingState``: an accumulator of type ``accumulator_type`` per key and namespace, built
+    from added values with ``agg_function`` (an ``AggregateFunction``; TypeError otherwise); ``get()`` returns its
+    ``get_result``.
+
+    Example: ``ctx.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.LIST(Types.LONG())))``
+    """
+
     kind = "aggregating"
 
     def __init__(self, name: str, agg_function: AggregateFunction, accumulator_type: TypeInfo):

@@ -10,6 +10,8 @@ class ConfigError(LakestateError, ValueError):
 
 
 class JobNotFound(LakestateError, KeyError):
+    """No job of that id is registered in the warehouse's catalog; its message names the registered ones."""
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 

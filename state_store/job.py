@@ -70,6 +70,8 @@ class JobSpec:
 
     @property
     def effective_max_parallelism(self) -> int:
+        """``max_parallelism``, or when unset Flink's default for ``parallelism``
+        (``compute_default_max_parallelism``): the number of key groups."""
         return self.max_parallelism or compute_default_max_parallelism(self.parallelism)
 
     def side_output_sink(self, tag: OutputTag | str) -> str:

@@ -57,6 +57,9 @@ def _refuse_relative_under_airflow(**given) -> None:
 
 @dataclass(frozen=True)
 class Settings:
+    """Where Lakestate keeps things (see the module docstring): the configured ``root``, the ``warehouse`` inside
+    it and the ``savepoints`` root, each a local folder or an ``s3a://`` one. Made by ``Settings.load``."""
+
     root: Path | ObjectPath
     warehouse: Path | ObjectPath
     savepoints: Path | ObjectPath
@@ -64,6 +67,14 @@ class Settings:
     @classmethod
     def load(cls, warehouse: str | os.PathLike | None = None, root: str | os.PathLike | None = None,
              savepoints: str | os.PathLike | None = None) -> "Settings":
+        """The settings from the arguments, else ``LAKESTATE_ROOT``, ``LAKESTATE_WAREHOUSE`` and
+        ``LAKESTATE_SAVEPOINTS``, else the defaults (``./lakestate-data``, ``<root>/warehouse``,
+        ``<root>/savepoints``); local folders made absolute. Raises ConfigError when the warehouse is outside the
+        root, the warehouse and the savepoint root contain one another, one of them is a file, or (under Airflow)
+        the root is not given or one given is relative.
+
+        Example: ``Settings.load(root="/data/lakestate")``
+        """
         _refuse_relative_under_airflow(root=root or os.environ.get("LAKESTATE_ROOT"),
                                        warehouse=warehouse or os.environ.get("LAKESTATE_WAREHOUSE"),
                                        savepoints=savepoints or os.environ.get("LAKESTATE_SAVEPOINTS"))
@@ -150,10 +161,12 @@ class Settings:
                                                         "you can write to", shown=self.savepoints)
 
     def job_dir(self, job_id: str) -> Path | ObjectPath:
+        """Job ``job_id``'s folder, ``<warehouse>/jobs/<job_id>``: its metadata, lease and state tables."""
         return self.warehouse / "jobs" / job_id
 
     @property
     def catalog_dir(self) -> Path | ObjectPath:
+        """The catalog's folder, ``<warehouse>/_lakestate`` (the registered jobs are under its ``jobs``)."""
         return self.warehouse / "_lakestate"
 
 

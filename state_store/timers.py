@@ -170,6 +170,8 @@ class TimerService:
         self._timers.register(domain, key, key_group, namespace, timestamp)
 
     def delete_timer(self, domain: TimeDomain, timestamp: int, namespace: str) -> None:
+        """Delete the current key's ``domain`` timer at ``timestamp`` in ``namespace``, if there is one (the
+        counterpart of ``register_timer``)."""
         key, key_group, _ = self._scope()
         self._timers.delete(domain, key, key_group, namespace, timestamp)
 

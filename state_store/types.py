@@ -424,42 +424,66 @@ class Types:
 
     @staticmethod
     def STRING() -> TypeInfo:
+        """A text value (a Python ``str``); a Spark ``string`` column."""
         return _Scalar("STRING", "string", lambda v: isinstance(v, str))
 
     @staticmethod
     def LONG() -> TypeInfo:
+        """A signed 64-bit integer (a Python ``int``, not a ``bool``); a Spark ``bigint`` column."""
         return _Scalar("LONG", "bigint", _is_long)
 
     @staticmethod
     def INT() -> TypeInfo:
+        """A signed 32-bit integer (a Python ``int``, not a ``bool``); a Spark ``int`` column."""
         return _Scalar("INT", "int", _is_int32)
 
     @staticmethod
     def DOUBLE() -> TypeInfo:
+        """A 64-bit floating-point number (an ``int`` or ``float``, read back as ``float``); a Spark ``double``
+        column."""
         return _Scalar("DOUBLE", "double", _is_number)
 
     @staticmethod
     def FLOAT() -> TypeInfo:
+        """A 32-bit floating-point number (an ``int`` or ``float``, read back as ``float``); a Spark ``float``
+        column."""
         return _Scalar("FLOAT", "float", _is_number)
 
     @staticmethod
     def BOOLEAN() -> TypeInfo:
+        """A ``bool``; a Spark ``boolean`` column."""
         return _Scalar("BOOLEAN", "boolean", lambda v: isinstance(v, bool))
 
     @staticmethod
     def BYTES() -> TypeInfo:
+        """A byte string (``bytes`` or ``bytearray``, stored as base64 text); a Spark ``binary`` column."""
         return _Bytes()
 
     @staticmethod
     def LIST(element: TypeInfo) -> TypeInfo:
+        """A list (or tuple) of ``element`` values; a Spark ``array`` column.
+
+        Example: ``Types.LIST(Types.LONG())``
+        """
         return ListTypeInfo(element)
 
     @staticmethod
     def MAP(key: TypeInfo, value: TypeInfo) -> TypeInfo:
+        """A ``dict`` from ``key`` values (a scalar type; TypeError otherwise) to ``value`` values; as an output
+        column (a Spark ``map``) its keys must be STRING.
+
+        Example: ``Types.MAP(Types.STRING(), Types.LONG())``
+        """
         return MapTypeInfo(key, value)
 
     @staticmethod
     def ROW_NAMED(names: list[str], types: list[TypeInfo]) -> RowTypeInfo:
+        """A row of named, nullable fields, ``names[i]`` of type ``types[i]``; its values are dicts (a missing
+        field is None). Declares a source's records, an operator's output and row-valued state. Raises ValueError
+        when the lists differ in length or a name repeats.
+
+        Example: ``Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()])``
+        """
         return RowTypeInfo(list(names), list(types))
 
 

@@ -57,6 +57,12 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness) -> "WatermarkStrategy":
+        """Records at most ``max_out_of_orderness`` (a ``timedelta``, or milliseconds as an int) late: the
+        watermark trails the largest event time seen by that bound and 1 ms. Raises ConfigError for a negative
+        bound or another type.
+
+        Example: ``WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_column("ts")``
+        """
         bound = millis(max_out_of_orderness, "for_bounded_out_of_orderness's bound")
         if bound < 0:
             raise ConfigError(f"for_bounded_out_of_orderness's bound must not be negative, got {bound} ms")
@@ -92,6 +98,8 @@ class WatermarkStrategy:
         return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, True)
 
     def describe(self) -> dict:
+        """What the catalog records of this strategy: its bound, timestamp column, idle timeout and whether it
+        advances when idle."""
         return {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
                 "idleness_ms": self.idleness_ms, "idle_advance": self.idle_advance}
 

@@ -602,18 +602,20 @@ def test_union_list_state_is_given_whole_to_every_subtask_and_split_list_state_o
     assert journal == [(0, [1, 2, 3], [10]), (1, [1, 2, 3], [11])]
 
 
-def readme_example(marker: str) -> dict:
-    """The names a README.md Python example defines: the fenced block that contains ``marker``, run as is."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (block,) = [b.split("\n", 1)[1] for b in text.split("```")[1::2] if b.startswith("python") and marker in b]
+def docs_example(marker: str) -> dict:
+    """The names a Python example of the docs (``docs/**/*.md``) defines: the fenced block that contains
+    ``marker``, run as is."""
+    found = [(page, b.split("\n", 1)[1]) for page in sorted((Path(__file__).resolve().parents[1] / "docs").rglob("*.md"))
+             for b in page.read_text().split("```")[1::2] if b.startswith("python") and marker in b]
+    ((page, block),) = found
     names: dict = {}
-    exec(compile(block, "README.md", "exec"), names)  # noqa: S102 - the project's own docs, run as a test
+    exec(compile(block, str(page.name), "exec"), names)  # noqa: S102 - the project's own docs, run as a test
     return names
 
 
-def test_the_readmes_buffering_sink_rebuilds_its_buffer_once_per_run_and_snapshots_it_every_microbatch():
+def test_the_docs_buffering_sink_rebuilds_its_buffer_once_per_run_and_snapshots_it_every_microbatch():
     record_type = Types.ROW_NAMED(["v"], [Types.STRING()])
-    sink = readme_example("class BufferingSink")["BufferingSink"](3, record_type)
+    sink = docs_example("class BufferingSink")["BufferingSink"](3, record_type)
     restored = ListStateDescriptor("buffered-elements", record_type).stored_type.dumps([{"v": "r"}])
     result = run(sink, marker(0), operator_row(0, "op.buffered-elements", SPLIT_DISTRIBUTE, restored),
                  record(0, 1, "a", "x"), record(0, 2, "a", "y"), record(0, 3, "b", "z"), record(0, 4, "b", "w"),

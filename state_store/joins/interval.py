@@ -61,12 +61,20 @@ class ProcessJoinFunction:
     joined pair; ``open(ctx)`` and ``close()`` run once a run, as a keyed function's."""
 
     def open(self, ctx) -> None:
+        """Register keyed state from descriptors (``ctx`` is a keyed function's ``RuntimeContext``); runs once per
+        subtask and run, before any pair. Does nothing unless overridden."""
         pass
 
     def process_element(self, left: dict, right: dict, ctx: ProcessJoinContext) -> Iterable[dict] | None:
+        """Called for each joined pair of one key: a ``left`` and a ``right`` record, the right's event time
+        within ``[lower, upper]`` of the left's, once the second of the two arrives (a new record meets the other
+        side's buffered ones oldest first). Returns (or yields) the output rows, or None; ``ctx`` gives both
+        event times and side outputs."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Release what ``open`` acquired; runs once per subtask at the end of a run. Does nothing unless
+        overridden."""
         pass
 
 

@@ -29,6 +29,9 @@ class JoinFunction:
     several rows as a list or generator)."""
 
     def join(self, left: dict, right: dict) -> dict | Iterable[dict] | None:
+        """Called, when a window fires, for each pair of its records of one key: ``left`` from the first stream,
+        ``right`` from the second. Returns the pair's output row (a dict), several rows (a list or generator), or
+        None for none."""
         raise NotImplementedError
 
 
@@ -37,6 +40,8 @@ class CoGroupFunction:
     records of each side in it (either list may be empty)."""
 
     def co_group(self, lefts: list[dict], rights: list[dict]) -> Iterable[dict] | None:
+        """Called once per key when its window fires, with the window's records of the first stream (``lefts``)
+        and of the second (``rights``), either possibly empty. Returns (or yields) the output rows, or None."""
         raise NotImplementedError
 
 

@@ -48,10 +48,14 @@ COMPACTION_SCHEDULE = CronTriggerTimetable("0 3 * * *", timezone="UTC", run_imme
 
 
 def sink_asset(job_id: str) -> Asset:
+    """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
+    ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
     return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
 
 
 def side_output_asset(job_id: str, tag: str) -> Asset:
+    """The Asset of side output ``tag`` of job ``job_id`` (``lakestate://<job>/side/<tag>``): an event each time
+    its pipeline DAG's ``run`` task succeeds, its ``extra`` the rows the run wrote to that side output."""
     return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
 
 
@@ -72,6 +76,8 @@ See {PAGE}."""
 
 
 def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
+    """The pipeline DAG of registry entry ``entry`` (the registry file ``registry``): ``wait_for_lease``, ``run``
+    and ``housekeeping`` on the entry's schedule, one run at a time (see the module docstring)."""
     cap = f"at most {entry.max_microbatches} (the registry's)" if entry.max_microbatches else "all pending"
     with DAG(entry.dag_id, schedule=entry.schedule, start_date=START, catchup=False,
              max_active_runs=1, tags=["lakestate"], default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},

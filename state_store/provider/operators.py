@@ -77,6 +77,9 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
                 remove_if_only_the_lease(job_dir, JobStore(job_dir).lease_dir)
 
     def work(self, context):
+        """What the task does, called by ``execute`` (which then releases the lease reservation if the command
+        did not take it over): here ``submit``; a subclass also reads what the command wrote and returns it
+        (XCom)."""
         return self.submit(context)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
@@ -170,6 +173,8 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         return self.job_id
 
     def work(self, context):
+        """Run the job once (on the Spark Connect server of a ``spark_connect`` connection, else by ``submit``),
+        put the run's summary in the outlet Assets' events (``outlet_extras``) and return it (XCom)."""
         from state_store.provider.hooks import spark_connect_url
 
         url = spark_connect_url(self._conn_id)
@@ -257,6 +262,8 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
         self.job, self.savepoint_label = job, LABEL
 
     def work(self, context):
+        """Submit ``lakestate savepoint``, then emit the savepoint's event on the job's savepoints Asset and
+        return (XCom) what it says: path, job, name, checkpoint, microbatch, entries and bytes."""
         from state_store.ops.savepoint import load_savepoint
         from state_store.settings import Settings
 
@@ -289,6 +296,9 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         self.job, self.parallelism, self.operator = job, parallelism, operator
 
     def work(self, context):
+        """Check the request as the CLI does (AirflowException, nothing submitted, when it is not usable); submit
+        ``lakestate rescale`` unless the job is at that parallelism already, with an event for each savepoint it
+        took; return (XCom) the latest checkpoint's id, microbatch and parallelism, and ``changed``."""
         from state_store.errors import ConfigError
         from state_store.catalog.job_store import JobStore
         from state_store.restore_plan import already_at, rescale_request
@@ -334,6 +344,8 @@ class LakestateCompactOperator(_LakestateSparkSubmit):
         self.job = job
 
     def work(self, context):
+        """Submit ``lakestate compact``; log and return (XCom) the compaction's report (the newest of the job's
+        compaction history)."""
         from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 
@@ -406,6 +418,8 @@ class LakestateRestoreOperator(_LakestateSparkSubmit):
         self.job = args[0]
 
     def work(self, context):
+        """Submit ``lakestate restore``; return (XCom) the checkpoint the restore wrote: its id, microbatch,
+        parallelism and backend (the job's latest checkpoint after it)."""
         from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 

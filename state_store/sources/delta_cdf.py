@@ -15,24 +15,33 @@ class DeltaSource(SourceDefaults):
     """An append-only Delta table read through its change data feed, a range of versions per microbatch.
 
     The table needs ``delta.enableChangeDataFeed = true``.
+
+    Example: ``DeltaSource("lake/orders", max_versions_per_batch=10)``
     """
 
     path: str
     max_versions_per_batch: int | None = None
 
     def validate(self, what: str) -> None:
+        """Raise ConfigError, naming the source as ``what``, when ``max_versions_per_batch`` is not a positive
+        integer (the table itself is checked when a microbatch is planned)."""
         if self.max_versions_per_batch is not None and (
             not isinstance(self.max_versions_per_batch, int) or self.max_versions_per_batch <= 0
         ):
             raise ConfigError(f"{what}: max_versions_per_batch must be a positive integer")
 
     def describe(self) -> dict:
+        """What the catalog records of this source: its type (``"delta"``) and resolved path."""
         return {"type": "delta", "path": str(Path(self.path).resolve())}
 
     def initial_offset(self) -> dict:
+        """The offset of nothing read: version -1 (the first microbatch reads from version 0)."""
         return {"version": -1}
 
     def next_offset(self, spark, start: dict) -> dict | None:
+        """The end offset of the microbatch after ``start``: the table's latest version (at most
+        ``max_versions_per_batch`` past ``start``'s), its commit file pinned; None when there is no new version.
+        Raises InputError when the path is not a Delta table or the table has no change data feed."""
         from delta.tables import DeltaTable
 
         if not DeltaTable.isDeltaTable(spark, self.path):
@@ -62,6 +71,7 @@ class DeltaSource(SourceDefaults):
         return [st.st_size, st.st_mtime_ns]
 
     def count_records(self, start: dict, end: dict) -> int | None:
+        """None: a range's record count is not known without reading it."""
         return None
 
     def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
@@ -79,6 +89,7 @@ class DeltaSource(SourceDefaults):
         return checked_max_event_time(df, column, F.col("_commit_version"), f"{self.path} at commit version")
 
     def record_ddl(self, spark) -> str:
+        """The record's columns as a Spark DDL type (``struct<...>``): the table's current schema."""
         return spark.read.format("delta").load(self.path).schema.simpleString()
 
     def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):

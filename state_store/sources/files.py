@@ -21,6 +21,8 @@ class FileSource(SourceDefaults):
 
     ``schema`` declares the columns (required for JSON; for Parquet it is checked).
     ``max_files_per_batch`` bounds a microbatch (default: all new files).
+
+    Example: ``FileSource("data/clicks", "json", Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()]))``
     """
 
     path: str
@@ -32,6 +34,9 @@ class FileSource(SourceDefaults):
         return self.schema.fields
 
     def validate(self, what: str) -> None:
+        """Raise ConfigError, naming the source as ``what``, when ``format`` is not json or parquet, ``schema`` is
+        not a ``Types.ROW_NAMED``, ``max_files_per_batch`` is not a positive integer or the directory is
+        missing."""
         if self.format not in _FORMATS:
             raise ConfigError(f"{what}: format {self.format!r} is not supported; use one of {_FORMATS}")
         if not isinstance(self.schema, RowTypeInfo):
@@ -44,6 +49,7 @@ class FileSource(SourceDefaults):
             raise ConfigError(f"{what}: source directory {self.path} does not exist; create it or fix the path")
 
     def describe(self) -> dict:
+        """What the catalog records of this source: its type (``"files"``), resolved folder and format."""
         return {"type": "files", "path": self.folder, "format": self.format}
 
     @property
@@ -52,6 +58,7 @@ class FileSource(SourceDefaults):
         return str(Path(self.path).resolve())
 
     def initial_offset(self) -> dict:
+        """The offset of nothing read: this folder, no file."""
         return {"dir": self.folder, "files": []}
 
     def _own(self, offset: dict) -> dict:
@@ -115,6 +122,11 @@ class FileSource(SourceDefaults):
                                  f"change the declared type")
 
     def next_offset(self, spark, start: dict) -> dict | None:
+        """The end offset of the microbatch after ``start``: the files read so far plus the new ones ready, in
+        name order (``.json``/``.jsonl`` or ``.parquet`` files not named ``.*`` or ``_*`` and not empty; at most
+        ``max_files_per_batch``), each pinned (size and mtime). None when no new file is ready. Raises
+        InputError for a new entry that cannot be read: a folder, a file without read permission, a Parquet file
+        that is incomplete or lacks the declared columns and types."""
         start = self._own(start)
         seen = set(start["files"])
         pins: dict[str, list[int]] = {}
@@ -172,6 +184,7 @@ class FileSource(SourceDefaults):
             return None
 
     def record_ddl(self, spark) -> str:
+        """The record's columns as a Spark DDL type (``struct<...>``): the declared ``schema``'s."""
         return self.schema.spark_ddl()
 
     def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:

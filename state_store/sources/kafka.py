@@ -58,6 +58,8 @@ class KafkaSource(SourceDefaults):
     ``on_malformed``: what a json value that does not parse as ``schema`` does: ``"fail"`` the run (naming the
     record), or go to the dead-letter side output ``KafkaSource.dead_letters(name)`` (declared in the job's
     ``side_outputs`` too).
+
+    Example: ``KafkaSource("localhost:9092", topics=["clicks"], schema=CLICK, starting_offsets="latest")``
     """
 
     bootstrap_servers: str
@@ -79,10 +81,14 @@ class KafkaSource(SourceDefaults):
 
     @property
     def dead_letter_tag(self) -> OutputTag | None:
+        """The dead-letter side output ``on_malformed`` names, or None when a poison record fails the run."""
         return self.on_malformed if isinstance(self.on_malformed, OutputTag) else None
 
     # -- declaration --------------------------------------------------------------------------------------
     def validate(self, what: str) -> None:
+        """Raise ConfigError, naming the source as ``what`` and the fix, for the first option that is not usable
+        (servers, topics or pattern, value format and schema, the numeric options, ``on_malformed``,
+        ``starting_offsets``), or when confluent-kafka is not installed."""
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
             raise ConfigError(f"{what}: bootstrap_servers must be 'host:port[,host:port...]'")
         if (self.topics is None) == (self.topic_pattern is None):
@@ -180,13 +186,18 @@ class KafkaSource(SourceDefaults):
         return self.record_type().fields
 
     def record_ddl(self, spark) -> str:
+        """The record's columns as a Spark DDL type (``struct<...>``): ``record_type()``'s."""
         return self.record_type().spark_ddl()
 
     def describe(self) -> dict:
+        """What the catalog records of this source: its type (``"kafka"``), servers, topics or pattern, and value
+        format."""
         return {"type": "kafka", "bootstrap_servers": self.bootstrap_servers, "topics": self.topics,
                 "topic_pattern": self.topic_pattern, "value_format": self.value_format}
 
     def initial_offset(self) -> dict:
+        """The offset of nothing read: no partition yet, marked as the job's first plan (the one
+        ``starting_offsets`` applies to)."""
         return {"offsets": {}, _INIT: True}
 
     # -- planning (the driver, through the broker's admin API) ----------------------------------------------
@@ -234,6 +245,11 @@ class KafkaSource(SourceDefaults):
                              f"{partitions} ({e.args[0]}); check the broker and retry") from None
 
     def next_offset(self, spark, start: dict) -> dict | None:
+        """The end offset of the microbatch after ``start``, from the broker's admin API: each partition's next
+        offset to read (``max_records_per_microbatch`` in all at most), pinning where the partitions it begins
+        start. None when there is nothing new (a first plan from ``"latest"`` or given offsets is kept even when
+        empty). Raises InputError when the broker does not answer, a topic is missing, a partition read before is
+        gone or ends before its offset, or (``fail_on_data_loss``) offsets to read are no longer on the broker."""
         admin = self._admin()
         partitions = self._partitions(admin)
         known = {(t, int(p)): o for t, offsets in start["offsets"].items() for p, o in offsets.items()}
@@ -318,6 +334,7 @@ class KafkaSource(SourceDefaults):
         return out
 
     def count_records(self, start: dict, end: dict) -> int | None:
+        """The number of records in ``[start, end)``: the sum of its partitions' offset ranges."""
         return sum(e - b for b, e in self._ranges(start, end).values())
 
     # -- reading (the run's one pass) ------------------------------------------------------------------------

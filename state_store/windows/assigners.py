@@ -39,6 +39,7 @@ class TimeWindow:
 
     @functools.cached_property
     def namespace(self) -> str:
+        """The namespace of the window's keyed state and timers: ``"<start>:<end>"``."""
         return f"{self.start}:{self.end}"
 
     def __str__(self) -> str:
@@ -94,9 +95,14 @@ class WindowAssigner:
     merging = False  # a merging assigner (sessions) also has ``merge_windows``
 
     def assign_windows(self, element: dict, timestamp: int | None, processing_time: int) -> list:
+        """The windows ``element`` belongs to, by its event time ``timestamp`` (None without one) or, for a
+        processing-time assigner, the microbatch's ``processing_time`` (epoch milliseconds). An event-time
+        assigner raises ValueError for an element without an event time. Must be overridden."""
         raise NotImplementedError
 
     def default_trigger(self):
+        """The trigger of the windows unless ``WindowedStream.trigger`` gives one: an ``EventTimeTrigger`` for an
+        event-time assigner, a ``ProcessingTimeTrigger`` for a processing-time one."""
         return EventTimeTrigger.create() if self.is_event_time else ProcessingTimeTrigger.create()
 
 
@@ -122,6 +128,11 @@ class TumblingEventTimeWindows(WindowAssigner):
 
     @classmethod
     def of(cls, size, offset=0) -> "TumblingEventTimeWindows":
+        """Windows of ``size``, one after the other, starting at the multiples of ``size`` shifted by ``offset``
+        (each a ``timedelta`` or milliseconds). Raises ConfigError unless size > 0 and abs(offset) < size.
+
+        Example: ``.window(TumblingEventTimeWindows.of(timedelta(minutes=1)))``
+        """
         size, offset = millis(size, f"{cls.__name__}'s size"), millis(offset, f"{cls.__name__}'s offset")
         _check_offset(size, offset, cls.__name__)
         return cls(size, offset)
@@ -153,6 +164,11 @@ class SlidingEventTimeWindows(WindowAssigner):
 
     @classmethod
     def of(cls, size, slide, offset=0) -> "SlidingEventTimeWindows":
+        """Windows of ``size`` starting every ``slide``, at the multiples of ``slide`` shifted by ``offset`` (each
+        a ``timedelta`` or milliseconds). Raises ConfigError unless size > 0, slide > 0 and abs(offset) < slide.
+
+        Example: ``.window(SlidingEventTimeWindows.of(timedelta(minutes=10), timedelta(minutes=1)))``
+        """
         size, slide = millis(size, f"{cls.__name__}'s size"), millis(slide, f"{cls.__name__}'s slide")
         offset = millis(offset, f"{cls.__name__}'s offset")
         if size <= 0:
@@ -175,6 +191,9 @@ class SlidingEventTimeWindows(WindowAssigner):
 
 
 class SlidingProcessingTimeWindows(SlidingEventTimeWindows):
+    """Sliding windows by processing time (``SlidingProcessingTimeWindows.of(size, slide, offset)``): a
+    microbatch's elements fall in the windows of its processing time."""
+
     is_event_time = False
 
     def _timestamp(self, timestamp, processing_time) -> int:
@@ -192,6 +211,11 @@ class EventTimeSessionWindows(WindowAssigner):
 
     @classmethod
     def with_gap(cls, gap) -> "EventTimeSessionWindows":
+        """Sessions of a fixed ``gap`` (a ``timedelta`` or milliseconds; ConfigError unless above 0): a session
+        ends once ``gap`` passes without an element of its key.
+
+        Example: ``.window(EventTimeSessionWindows.with_gap(timedelta(minutes=30)))``
+        """
         gap = millis(gap, f"{cls.__name__}'s gap")
         if gap <= 0:
             raise ConfigError(f"{cls.__name__} parameters must satisfy 0 < gap: got {gap} ms")
@@ -219,10 +243,15 @@ class EventTimeSessionWindows(WindowAssigner):
 
     @staticmethod
     def merge_windows(windows: list[TimeWindow]) -> list[tuple[TimeWindow, list[TimeWindow]]]:
+        """Flink's ``mergeWindows``: each run of ``windows`` that overlap or touch merged into the window spanning
+        them; only the merges of two or more windows, as ``(merge result, the merged windows)``."""
         return merge_windows(windows)
 
 
 class ProcessingTimeSessionWindows(EventTimeSessionWindows):
+    """Sessions by processing time (``ProcessingTimeSessionWindows.with_gap(gap)``, or ``with_dynamic_gap``): a
+    microbatch's elements open the window [processing time, + gap), and windows that meet merge."""
+
     is_event_time = False
 
     def _timestamp(self, timestamp, processing_time) -> int:
@@ -237,10 +266,15 @@ class GlobalWindows(WindowAssigner):
 
     @classmethod
     def create(cls) -> "GlobalWindows":
+        """The ``GlobalWindows`` assigner; give its windows a trigger.
+
+        Example: ``.window(GlobalWindows.create()).trigger(CountTrigger.of(100))``
+        """
         return cls()
 
     def assign_windows(self, element, timestamp, processing_time) -> list[GlobalWindow]:
         return [GlobalWindow()]
 
     def default_trigger(self):
+        """A trigger that never fires: give the window one with ``WindowedStream.trigger``."""
         return NeverTrigger()

@@ -78,11 +78,15 @@ class ColumnAggregate(AggregateFunction):
         return source
 
     def accumulator_type(self) -> RowTypeInfo:
+        """The accumulator's type, once ``bind`` has run: a row of one field per aggregate, of its result's type
+        (``avg``'s: a row of ``count`` and ``sum``)."""
         avg = Types.ROW_NAMED(["count", "sum"], [Types.LONG(), Types.DOUBLE()])
         return Types.ROW_NAMED([n for n, _, _ in self.aggregates],
                                [avg if op == "avg" else self.value_type(op, c) for n, op, c in self.aggregates])
 
     def output_type(self) -> RowTypeInfo:
+        """The row a firing emits, once ``bind`` has run: the key (under the key column's name), ``window_start``,
+        ``window_end`` and each aggregate under its name."""
         key_name, key_type = self._key
         return Types.ROW_NAMED([key_name, START, END] + [n for n, _, _ in self.aggregates],
                                [key_type, Types.LONG(), Types.LONG()]

@@ -21,15 +21,24 @@ class ProcessWindowFunction:
     a run, as a keyed function's."""
 
     def open(self, ctx) -> None:
+        """Register keyed state (``ctx`` is a keyed function's ``RuntimeContext``); runs once per subtask and run,
+        before any window fires. Does nothing unless overridden."""
         pass
 
     def process(self, key: Any, context: "ProcessWindowContext", elements: list) -> Iterable[dict] | None:
+        """Called when a window of ``key`` fires, with its elements (after an evictor's removals) or, after an
+        incremental ``reduce`` / ``aggregate``, a list of its one result; ``context`` gives the window, the
+        clocks, state and side outputs. Returns (or yields) the output rows, or None. Must be overridden."""
         raise NotImplementedError
 
     def clear(self, context: "ProcessWindowContext") -> None:
+        """Called when the window ``context.window()`` is cleaned up (its cleanup time has passed): clear what it
+        kept in ``context.window_state()``. Does nothing unless overridden."""
         pass
 
     def close(self) -> None:
+        """Release what ``open`` acquired; runs once per subtask at the end of a run. Does nothing unless
+        overridden."""
         pass
 
 
@@ -114,6 +123,11 @@ class CountEvictor(Evictor):
 
     @classmethod
     def of(cls, max_count: int, do_evict_after: bool = False) -> "CountEvictor":
+        """An evictor keeping a firing window's last ``max_count`` elements (an int >= 0; ConfigError otherwise),
+        before the window's function runs, or after it with ``do_evict_after``.
+
+        Example: ``.window(GlobalWindows.create()).trigger(CountTrigger.of(10)).evictor(CountEvictor.of(100))``
+        """
         if not isinstance(max_count, int) or isinstance(max_count, bool) or max_count < 0:
             raise ConfigError(f"CountEvictor.of takes a count of 0 or more, got {max_count!r}")
         return cls(max_count, do_evict_after)
@@ -132,6 +146,12 @@ class TimeEvictor(Evictor):
 
     @classmethod
     def of(cls, window_size, do_evict_after: bool = False) -> "TimeEvictor":
+        """An evictor keeping a firing window's elements within ``window_size`` (a ``timedelta`` or milliseconds)
+        of its latest element's timestamp, before the window's function runs, or after it with
+        ``do_evict_after``.
+
+        Example: ``.evictor(TimeEvictor.of(timedelta(seconds=10)))``
+        """
         return cls(millis(window_size, "TimeEvictor's window size"), do_evict_after)
 
     def _evict(self, elements: list) -> None:

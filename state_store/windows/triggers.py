@@ -33,9 +33,11 @@ class TriggerResult(enum.Enum):
     PURGE = (False, True)
 
     def is_fire(self) -> bool:
+        """Whether the window's function runs on its contents now (``FIRE``, ``FIRE_AND_PURGE``)."""
         return self.value[0]
 
     def is_purge(self) -> bool:
+        """Whether the window's contents are dropped now (``PURGE``, ``FIRE_AND_PURGE``)."""
         return self.value[1]
 
 
@@ -76,22 +78,38 @@ class Trigger:
     registered when the window is cleaned up."""
 
     def on_element(self, element: dict, timestamp: int | None, window, ctx: TriggerContext) -> TriggerResult:
+        """Called for every element added to ``window``, once it is in the window's contents (``timestamp``: its
+        event time, None without a timestamp column). Returns the ``TriggerResult`` for the window. Must be
+        overridden."""
         raise NotImplementedError
 
     def on_processing_time(self, time: int, window, ctx: TriggerContext) -> TriggerResult:
+        """Called when a processing-time timer of ``window`` fires at ``time`` (one registered through ``ctx``,
+        or the window's cleanup timer). Returns the ``TriggerResult`` for the window: ``CONTINUE`` unless
+        overridden."""
         return TriggerResult.CONTINUE
 
     def on_event_time(self, time: int, window, ctx: TriggerContext) -> TriggerResult:
+        """Called when the watermark passes an event-time timer of ``window`` at ``time`` (one registered through
+        ``ctx``, or the window's cleanup timer). Returns the ``TriggerResult`` for the window: ``CONTINUE``
+        unless overridden."""
         return TriggerResult.CONTINUE
 
     def can_merge(self) -> bool:
+        """Whether this trigger supports merging windows (sessions), implementing ``on_merge``; a merging
+        assigner refuses a trigger that does not. False unless overridden."""
         return False
 
     def on_merge(self, window, ctx: TriggerContext) -> None:
+        """Called when windows merge into ``window``, before each merged one is ``clear``-ed: fold their trigger
+        state into it (``ctx.merge_partitioned_state``) and register its timers. Raises ConfigError unless
+        overridden."""
         raise ConfigError(f"{type(self).__name__} does not support merging windows (sessions): give it can_merge() "
                           f"and on_merge(), or use a trigger that does")
 
     def clear(self, window, ctx: TriggerContext) -> None:
+        """Called when ``window`` is cleaned up (at its cleanup time, or merged into another): delete the timers
+        and state the trigger keeps for it. Does nothing unless overridden."""
         pass
 
 
@@ -101,6 +119,10 @@ class EventTimeTrigger(Trigger):
 
     @classmethod
     def create(cls) -> "EventTimeTrigger":
+        """An ``EventTimeTrigger``.
+
+        Example: ``.window(TumblingEventTimeWindows.of(timedelta(minutes=1))).trigger(EventTimeTrigger.create())``
+        """
         return cls()
 
     def on_element(self, element, timestamp, window, ctx):
@@ -130,6 +152,10 @@ class ProcessingTimeTrigger(Trigger):
 
     @classmethod
     def create(cls) -> "ProcessingTimeTrigger":
+        """A ``ProcessingTimeTrigger``.
+
+        Example: ``.window(ProcessingTimeSessionWindows.with_gap(gap)).trigger(ProcessingTimeTrigger.create())``
+        """
         return cls()
 
     def on_element(self, element, timestamp, window, ctx):
@@ -177,6 +203,10 @@ class CountTrigger(Trigger):
 
     @classmethod
     def of(cls, max_count: int) -> "CountTrigger":
+        """A trigger that fires every ``max_count`` elements (a positive int; ConfigError otherwise).
+
+        Example: ``.window(GlobalWindows.create()).trigger(CountTrigger.of(100))``
+        """
         if not isinstance(max_count, int) or isinstance(max_count, bool) or max_count <= 0:
             raise ConfigError(f"CountTrigger.of takes a count of at least 1, got {max_count!r}")
         return cls(max_count)
@@ -207,6 +237,10 @@ class PurgingTrigger(Trigger):
 
     @classmethod
     def of(cls, nested: Trigger) -> "PurgingTrigger":
+        """``nested`` (a ``Trigger``; ConfigError otherwise) with every FIRE turned into FIRE_AND_PURGE.
+
+        Example: ``.window(GlobalWindows.create()).trigger(PurgingTrigger.of(CountTrigger.of(100)))``
+        """
         if not isinstance(nested, Trigger):
             raise ConfigError(f"PurgingTrigger.of takes a Trigger, got {nested!r}")
         return cls(nested)
@@ -250,6 +284,11 @@ class ContinuousEventTimeTrigger(Trigger):
 
     @classmethod
     def of(cls, interval) -> "ContinuousEventTimeTrigger":
+        """A trigger that fires every ``interval`` (a ``timedelta``, or milliseconds as an int, above 0;
+        ConfigError otherwise) of event time, and at the window's end.
+
+        Example: ``.trigger(ContinuousEventTimeTrigger.of(timedelta(minutes=1)))`` (on hourly event-time windows)
+        """
         interval = millis(interval, "ContinuousEventTimeTrigger's interval")
         if interval <= 0:
             raise ConfigError(f"ContinuousEventTimeTrigger.of takes an interval above 0, got {interval} ms")
