@@ -3,6 +3,7 @@ unresolved reference fails it), no page points outside the repository or shows a
 ``state_store`` exports and every public method of those names says what it does."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
@@ -96,7 +97,7 @@ class Shell:
                 subprocess.run(["bash", "-c", command], cwd=self.cwd, env=self.env, check=True)
 
 
-def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys):
+def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys, request):
     """docs/get-started/first-job.md, literally: its input, its ``first_job.py``, its commands; ada's count is 2
     after the first run and 3 after the second, which read only the new file."""
     import json
@@ -106,6 +107,13 @@ def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys
     (tmp_path / "first_job.py").write_text(program)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # The page's `export PYTHONPATH=$PWD` lets a new Spark's Python workers import first_job; the test session's
+    # workers started before it, so the module travels with the function instead (by value, as cloudpickle can).
+    from pyspark import cloudpickle
+
+    module = importlib.import_module("first_job")
+    cloudpickle.register_pickle_by_value(module)
+    request.addfinalizer(lambda: (cloudpickle.unregister_pickle_by_value(module), sys.modules.pop("first_job")))
     shell = Shell(tmp_path)
     setup, first, second = page_blocks("get-started/first-job.md", "bash")
     shell.run(setup, capsys, monkeypatch)

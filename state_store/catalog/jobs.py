@@ -149,15 +149,26 @@ class JobCatalog:
         return spec
 
 
-def registered_side_outputs(job_id: str, settings: Settings | None = None) -> list[str]:
-    """The side output names job ``job_id`` was last registered with (a pipeline run registers it), or [] when it
-    is not registered yet or its record cannot be read: for a DAG file, which must parse without the job's code."""
+def _registered_spec(job_id: str, settings: Settings | None) -> dict:
+    """The definition job ``job_id`` was last registered with (a pipeline run registers it), or {} when it is not
+    registered yet or its record cannot be read: for a DAG file, which must parse without the job's code."""
     try:
         settings = settings or Settings.load()
-        record = JobCatalog._read(settings.catalog_dir / "jobs" / f"{check_job_id(job_id)}.json")
+        return JobCatalog._read(settings.catalog_dir / "jobs" / f"{check_job_id(job_id)}.json")["spec"]
     except (LakestateError, OSError, ValueError):
-        return []
-    return sorted(record["spec"].get("side_outputs") or {})
+        return {}
+
+
+def registered_side_outputs(job_id: str, settings: Settings | None = None) -> list[str]:
+    """The side output names job ``job_id`` was last registered with ([] when unknown: ``_registered_spec``)."""
+    return sorted(_registered_spec(job_id, settings).get("side_outputs") or {})
+
+
+def registered_branch_sinks(job_id: str, settings: Settings | None = None) -> list[str]:
+    """In a graph (``Dataflow.graph``), the uids of the operators that write a sink other than the job's own, as
+    job ``job_id`` was last registered ([] for any other job, or when unknown: ``_registered_spec``)."""
+    spec = _registered_spec(job_id, settings)
+    return [uid for uid, sink in (spec.get("sinks") or {}).items() if sink != spec.get("sink")]
 
 
 def build_spec(entrypoint: str) -> JobSpec | ChainSpec:

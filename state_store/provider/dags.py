@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Asset, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.catalog.jobs import registered_side_outputs
+from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
@@ -51,6 +51,13 @@ def sink_asset(job_id: str) -> Asset:
     """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
     ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
     return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
+
+
+def branch_sink_asset(job_id: str, uid: str) -> Asset:
+    """In a graph, the Asset of the sink operator ``uid`` writes (``lakestate://<job>/sink/<uid>``; the job's own
+    sink is ``sink_asset``): an event each time the pipeline DAG's ``run`` task succeeds, its ``extra`` the rows
+    the run wrote to that sink."""
+    return Asset(name=f"lakestate-{job_id}-sink-{uid}", uri=f"lakestate://{job_id}/sink/{uid}")
 
 
 def side_output_asset(job_id: str, tag: str) -> Asset:
@@ -90,6 +97,8 @@ def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
                                       wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
+                                          branch_sink_asset(entry.job_id, uid)
+                                          for uid in registered_branch_sinks(entry.job_id)] + [
                                           side_output_asset(entry.job_id, tag)
                                           for tag in registered_side_outputs(entry.job_id)],
                                       doc_md="lakestate run: the job's pending microbatches; XCom: the summary.")

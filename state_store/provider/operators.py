@@ -216,14 +216,21 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
 
 def outlet_extras(summary: dict, outlets: list) -> list[tuple]:
     """``(asset, extra)`` of each outlet Asset of a run: the sink's extra is the run's summary; a side output's
-    (``lakestate://<job>/side/<tag>``) says the rows the run wrote to that side output, not the sink's."""
+    (``lakestate://<job>/side/<tag>``) says the rows the run wrote to that side output, not the sink's; a graph's
+    other sink's (``lakestate://<job>/sink/<uid>``) the rows the run wrote to it."""
     extras = []
     for asset in outlets:
         _, side, tag = asset.uri.partition("/side/")
+        _, branch, uid = asset.uri.partition("/sink/")
+        common = {"job": summary.get("job"), "run_id": summary.get("run_id"),
+                  "microbatches": summary.get("microbatches")}
         if side:
-            extras.append((asset, {"job": summary.get("job"), "run_id": summary.get("run_id"), "side_output": tag,
-                                   "microbatches": summary.get("microbatches"),
+            extras.append((asset, {**common, "side_output": tag,
                                    "records_out": (summary.get("side_outputs") or {}).get(tag, 0)}))
+        elif branch:
+            written = (summary.get("sinks") or {}).get(uid) or {}
+            extras.append((asset, {**common, "operator": uid, "table": written.get("table"),
+                                   "records_out": written.get("records_out", 0)}))
         else:
             extras.append((asset, summary))
     return extras

@@ -72,7 +72,7 @@ class RunResult:
     phases: dict[str, float] = field(default_factory=dict)
 
     sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the operator's that writes the job's sink
-    sink_rows: dict[str, int] = field(default_factory=dict)  # a graph's: rows the run wrote to each sink, by table
+    sink_rows: dict[str, dict] = field(default_factory=dict)  # a graph's: each sink's table and rows, by uid
     side_rows: dict[str, int] = field(default_factory=dict)  # rows the run wrote to each side output, by tag
 
     @property
@@ -265,7 +265,8 @@ class _Run:
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
         result.batches, result.sink_batches = self.head.stats, self.sinking.stats
-        result.sink_rows = {str(op.ctx.sink_path): sum(b.records_out for b in op.stats)
+        result.sink_rows = {op.ctx.spec.uid: {"table": str(op.ctx.sink_path),
+                                              "records_out": sum(b.records_out for b in op.stats)}
                             for op in self.operators if not op.ctx.edge}
         result.side_rows = {}
         for op in self.operators:  # a dataflow's side outputs may be any operator's
