@@ -17,6 +17,7 @@ from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateEr
 from .functions import (
     CoFlatMapFunction,
     CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     KeyedBroadcastProcessFunction,
@@ -65,7 +66,7 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # two inputs (README "Two inputs and joins")
-    "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
+    "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
     # windows (README "Windows")
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",

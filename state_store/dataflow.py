@@ -23,6 +23,8 @@ from .errors import ConfigError
 from .functions import (
     CoFlatMapFunction,
     CoMapFunction,
+    CoProcessContext,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     KeyedProcessFunction,
@@ -211,7 +213,8 @@ class RecordOperator(KeyedProcessFunction):
 
     def __init__(self, function: RecordFunction):
         self.function = function
-        self.two_inputs = isinstance(function, (CoMapFunction, CoFlatMapFunction))  # records: (input, record)
+        # records: (input, record)
+        self.two_inputs = isinstance(function, (CoMapFunction, CoFlatMapFunction, CoProcessFunction))
 
     def initialize_state(self, ctx) -> None:
         self.function.initialize_state(ctx)
@@ -223,6 +226,10 @@ class RecordOperator(KeyedProcessFunction):
         f = self.function
         if isinstance(f, CoMapFunction):
             return [f.map1(r) if side == 1 else f.map2(r) for side, r in records]
+        if isinstance(f, CoProcessFunction):
+            co = CoProcessContext(ctx)
+            return [row for side, r in records
+                    for row in ((f.process_element1 if side == 1 else f.process_element2)(r, co) or ())]
         if isinstance(f, CoFlatMapFunction):
             return [row for side, r in records for row in ((f.flat_map1 if side == 1 else f.flat_map2)(r) or ())]
         if isinstance(f, MapFunction):
@@ -535,13 +542,14 @@ class Dataflow:
         return Types.ROW_NAMED(list(fields), list(fields.values()))
 
     def two_input_map(self, other: "Dataflow", function, *, uid: str | None, output_type: RowTypeInfo,
-                      parallelism: int = 2, max_parallelism: int | None = None) -> "Dataflow":
-        """The non-keyed two-input operator ``function`` (a ``CoMapFunction`` or ``CoFlatMapFunction``) over this
-        stream and ``other``: each record to the subtask its content hashes to (what ``ConnectedStreams.map`` and
-        ``flat_map`` end in)."""
+                      parallelism: int = 2, max_parallelism: int | None = None,
+                      side_outputs: list | None = None) -> "Dataflow":
+        """The non-keyed two-input operator ``function`` (a ``CoMapFunction``, ``CoFlatMapFunction`` or
+        ``CoProcessFunction``) over this stream and ``other``: each record to the subtask its content hashes to
+        (what ``ConnectedStreams.map``, ``flat_map`` and an unkeyed ``process`` end in)."""
         uid = uid or f"co-map-{len(self._steps) + 1}"
-        options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [], "side_outputs": [],
-                   **_second_input(other, SHARE_KEY)}
+        options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
+                   "side_outputs": list(side_outputs or []), **_second_input(other, SHARE_KEY)}
         step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options, other._steps)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 

@@ -36,6 +36,7 @@ from .descriptors import (
     ValueStateDescriptor,
     qualified_name,
 )
+from .errors import ConfigError
 from .key_groups import KeyGroupRange
 from .keyed_state import (
     AggregatingState,
@@ -429,6 +430,53 @@ class CoFlatMapFunction(RecordFunction):
     @abc.abstractmethod
     def flat_map2(self, record: dict) -> Iterable[dict] | None:
         """The output rows of a record of the second input."""
+
+
+class CoProcessFunction(RecordFunction):
+    """Flink's ``CoProcessFunction``, on connected streams that are not keyed (``a.connect(b).process(...)``):
+    ``process_element1`` for a record of the first input, ``process_element2`` for one of the second, each
+    returning or yielding output rows (or None), with side outputs through ``ctx.output(tag, row)``; operator state
+    as any ``RecordFunction``'s. No timers (Flink allows them only on keyed streams): key the streams for those.
+
+    Example::
+
+        class Tag(CoProcessFunction):
+            def process_element1(self, order, ctx):
+                yield {"id": order["id"], "from": "orders"}
+
+            def process_element2(self, payment, ctx):
+                if payment["amount"] < 0:
+                    ctx.output(REFUNDS, payment)
+    """
+
+    @abc.abstractmethod
+    def process_element1(self, value: dict, ctx: "CoProcessContext") -> Iterable[dict] | None:
+        """The output rows of a record of the first input."""
+
+    @abc.abstractmethod
+    def process_element2(self, value: dict, ctx: "CoProcessContext") -> Iterable[dict] | None:
+        """The output rows of a record of the second input."""
+
+
+class CoProcessContext(MicrobatchTime):
+    """What a ``CoProcessFunction`` is told: the microbatch's processing time and watermark, its subtask, and side
+    outputs; timers are refused."""
+
+    def __init__(self, ctx: Context):
+        self._ctx, self._timestamp = ctx, ctx.timestamp()
+
+    def current_watermark(self) -> int:
+        """The operator's watermark as the microbatch started (the least of the two inputs')."""
+        return self._ctx.current_watermark()
+
+    def output(self, tag: OutputTag, row: dict) -> None:
+        """Emit ``row`` to the side output ``tag`` (declared in ``process(..., side_outputs=[...])``)."""
+        self._ctx.output(tag, row)
+
+    def timer_service(self):
+        """Refused: a non-keyed operator has no timers."""
+        raise ConfigError("a CoProcessFunction on streams that are not keyed has no timers (as in Flink): key "
+                          "both streams, a.connect(b).key_by(k1, k2).process(KeyedCoProcessFunction)")
 
 
 def uses_timers(function: KeyedProcessFunction) -> bool:

@@ -13,6 +13,7 @@ from state_store import (
     CoFlatMapFunction,
     CoGroupFunction,
     CoMapFunction,
+    CoProcessFunction,
     ConfigError,
     Dataflow,
     FileSource,
@@ -622,19 +623,83 @@ def test_co_map_and_co_flat_map_take_each_inputs_records_with_operator_state(tmp
         left.connect(right).key_by("k", "key").map(Tagged(), output_type=OUT_ROW)
 
 
+NEGATIVE = OutputTag("negative", RIGHT)
+
+
+class WatermarkAndTime(CoProcessFunction):
+    """After Flink's ``CoProcessOperatorTest``: each record with the operator's watermark and processing time; the
+    second input's records at a negative time go to a side output instead."""
+
+    def process_element1(self, value, ctx):
+        yield {"k": value["k"], "what": f"1:{value['ts']} WM:{ctx.current_watermark()} TS:{ctx.timestamp()}"}
+
+    def process_element2(self, value, ctx):
+        if value["at"] < 0:
+            ctx.output(NEGATIVE, value)
+            return None
+        return [{"k": value["key"], "what": f"2:{value['at']} WM:{ctx.current_watermark()} TS:{ctx.timestamp()}"}]
+
+
+class TaggedOrNegative(CoProcessFunction):
+    """``Tagged`` as a ``CoProcessFunction``, the second input's records at a negative time to a side output."""
+
+    initialize_state, _count = Tagged.initialize_state, Tagged._count
+
+    def process_element1(self, value, ctx):
+        return [Tagged.map1(self, value)]
+
+    def process_element2(self, value, ctx):
+        if value["at"] < 0:
+            ctx.output(NEGATIVE, value)
+            return None
+        return [Tagged.map2(self, value)]
+
+
+class WantsATimer(CoProcessFunction):
+    def process_element1(self, value, ctx):
+        ctx.timer_service()
+
+    def process_element2(self, value, ctx):
+        return None
+
+
+def test_a_co_process_function_without_keys_sees_the_watermark_time_and_side_outputs_but_no_timers(tmp_path):
+    left, right = streams(tmp_path)
+    spec = (left.connect(right).process(WatermarkAndTime(), uid="co", output_type=OUT_ROW, side_outputs=[NEGATIVE])
+            .sink_to("sinks/j"))
+    assert (spec.second_key, spec.function.two_inputs, spec.side_outputs) == ("__share__", True, [NEGATIVE])
+    rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "0", "key_group": 0,
+             "input": side, (RECORD if side == 1 else RECORD2): record}
+            for side, record in [(2, {"key": "b", "at": 5, "who": "r"}), (1, {"k": "a", "ts": 7, "who": "l"}),
+                                 (2, {"key": "c", "at": -1, "who": "r"})]]
+    kinds = dict(output_type=OUT_ROW, key_type=Types.INT(), record_type=LEFT.arrow_type(),
+                 record2_type=RIGHT.arrow_type(), microbatches=[(1, 1_000, 4)], start_watermark=3)
+    result = run(spec.function, marker(0), *rows, side_outputs=[NEGATIVE], **kinds)
+    assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == ["1:7 WM:3 TS:1000", "2:5 WM:3 TS:1000"]
+    assert [r[OUT]["key"] for r in result if r["kind"] == NEGATIVE.table] == ["c"]
+    timer = left.connect(right).process(WantsATimer(), uid="t", output_type=OUT_ROW).sink_to("sinks/j")
+    with pytest.raises(Exception, match="has no timers"):
+        run(timer.function, marker(0), *rows, **kinds)
+
+
 @pytest.mark.spark
-def test_a_co_map_reads_two_sources_without_keys_and_keeps_its_operator_state(spark, lake):
+def test_a_co_process_function_reads_two_sources_without_keys_with_operator_state_and_a_side_output(spark, lake):
+    """A ``CoProcessFunction`` doing ``Tagged``'s map (operator state) with a side output, run by Spark (the
+    co-map and co-flat-map take the same path: their unit test above)."""
     from state_store.catalog.job_store import JobStore
     from tests.helpers import run as run_job
 
     lake.write_events("000.json", [{"k": "a", "ts": 1, "who": "web"}, {"k": "c", "ts": 3, "who": "web"}])
-    lake.write_rules("000.json", [{"key": "b", "at": 2, "who": "app"}])
+    lake.write_rules("000.json", [{"key": "b", "at": 2, "who": "app"}, {"key": "z", "at": -4, "who": "app"}])
     left = Dataflow.from_source(FileSource(str(lake.events), "json", LEFT), job_id="co")
     right = Dataflow.from_source(FileSource(str(lake.rules), "json", RIGHT), job_id="co")
-    spec = left.connect(right).map(Tagged(), output_type=OUT_ROW, uid="tagged").sink_to("sinks/co")
+    spec = (left.connect(right).process(TaggedOrNegative(), output_type=OUT_ROW, uid="tagged",
+                                        side_outputs=[NEGATIVE]).sink_to("sinks/co"))
     run_job(spark, spec, lake)
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
     assert sorted((r["k"], r["what"]) for r in rows.collect()) == [("a", "first 1"), ("b", "second 2"),
                                                                   ("c", "first 3")]
+    negative = spark.read.format("delta").load(str(lake.settings.sink(spec.side_output_sink(NEGATIVE))))
+    assert [(r["key"], r["at"]) for r in negative.collect()] == [("z", -4)]
     checkpoint = JobStore(lake.settings.job_dir("co")).latest_checkpoint()
     assert sorted(checkpoint.source_offsets) == ["main", "second"] and checkpoint.entries["tagged.seen"] > 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from ..functions import CoFlatMapFunction, CoMapFunction, KeyedCoProcessFunction
+from ..functions import CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction
 from ..types import RowTypeInfo
 
 
@@ -45,10 +45,14 @@ class ConnectedStreams:
         self._check(False, expected, verb, function, uid)
         return self._first.two_input_map(self._second, function, uid=uid, output_type=output_type, **options)
 
-    def process(self, function: KeyedCoProcessFunction, *, uid: str, output_type: RowTypeInfo, **options: Any):
+    def process(self, function: KeyedCoProcessFunction | CoProcessFunction, *, uid: str, output_type: RowTypeInfo,
+                **options: Any):
         """Apply ``function`` (``process_element1`` / ``process_element2`` / ``on_timer``) as operator ``uid``; the
-        stream after it is what it emits (``output_type``). ``options``: parallelism, max_parallelism,
-        side_outputs, as ``Dataflow.process``."""
+        stream after it is what it emits (``output_type``). Keyed connected streams take a
+        ``KeyedCoProcessFunction``, unkeyed ones a ``CoProcessFunction`` (no timers, operator state). ``options``:
+        parallelism, max_parallelism, side_outputs, as ``Dataflow.process``."""
+        if not self._keyed and isinstance(function, CoProcessFunction):
+            return self._first.two_input_map(self._second, function, uid=uid, output_type=output_type, **options)
         self._check(True, KeyedCoProcessFunction, "process", function, uid)
         return self._first.two_input_process(self._second, function, uid=uid, output_type=output_type, **options)
 
