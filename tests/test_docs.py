@@ -3,7 +3,6 @@ unresolved reference fails it), no page points outside the repository or shows a
 ``state_store`` exports and every public method of those names says what it does."""
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import re
@@ -97,6 +96,104 @@ class Shell:
                 subprocess.run(["bash", "-c", command], cwd=self.cwd, env=self.env, check=True)
 
 
+def page_module(page: str, name: str, request):
+    """The page's Python program ``<name>.py`` (its block's first line says so), as module ``name`` (importable
+    here, and shipped to Spark's workers by value: the test session's workers cannot see a folder added to the
+    path after they started)."""
+    import types
+
+    from pyspark import cloudpickle
+
+    (program,) = [b for b in page_blocks(page, "python") if b.startswith(f"# {name}.py")]
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(program, page, "exec"), module.__dict__)  # noqa: S102 - the project's own docs, run as a test
+    cloudpickle.register_pickle_by_value(module)
+    request.addfinalizer(lambda: (cloudpickle.unregister_pickle_by_value(module), sys.modules.pop(name)))
+    return module
+
+
+def page_input(lake, monkeypatch, folder: str, files: list[list[dict]]) -> None:
+    """What a page's program reads: ``LAKESTATE_ROOT`` set to ``lake``'s root, and ``files`` (each a list of
+    rows) as JSON-lines files in its ``input/<folder>``, in order."""
+    import json
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+    directory = lake.inputs / folder
+    directory.mkdir()
+    for n, rows in enumerate(files):
+        (directory / f"{n:03d}.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_the_keyed_functions_page_keeps_every_kind_of_keyed_state_as_its_program_says(spark, lake, monkeypatch,
+                                                                                     request):
+    """docs/writing/keyed-functions.md's program over two files of clicks: each user's last row holds what its
+    five states say of all its clicks (pandas computes the same)."""
+    import pandas as pd
+
+    from tests.helpers import run
+
+    clicks = [{"user_id": u, "page": p, "amount": a} for u, p, a in [
+        (1, "home", 1.0), (2, "cart", 4.0), (1, "cart", 2.0), (1, "home", 3.5), (2, "home", 0.5), (1, "about", 1.5)]]
+    page_input(lake, monkeypatch, "user-clicks", [clicks[:3], clicks[3:]])
+    spec = page_module("writing/keyed-functions.md", "user_activity", request).job()
+    assert [b.batch_id for b in run(spark, spec, lake).batches] == [0, 1]
+    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
+    last = rows.sort_values("_microbatch").groupby("user_id").tail(1).set_index("user_id")
+    df = pd.DataFrame(clicks)
+    for user, mine in df.groupby("user_id"):
+        got = last.loc[user]
+        assert (got["clicks"], got["spend"], got["mean_amount"]) == (len(mine), mine["amount"].sum(),
+                                                                     mine["amount"].mean())
+        assert list(got["last_pages"]) == list(mine["page"])[-3:]
+        assert dict(got["per_page"]) == mine["page"].value_counts().to_dict()
+
+
+def test_the_time_pages_count_with_timeout_fires_once_a_minute_passes_and_sends_late_records_aside(spark, lake,
+                                                                                                 monkeypatch, request):
+    """docs/writing/time.md's program over three files: W(1) = 100,000 - 5,000 - 1 fires a's and b's timers, a
+    record at 50,000 in the third file is behind it (late), and W(2) fires c's."""
+    from tests.helpers import run
+
+    page_input(lake, monkeypatch, "timeouts", [[{"k": k, "ts": t} for k, t in events] for events in [
+        [("a", 1_000), ("b", 2_000)], [("a", 30_000), ("c", 100_000)], [("a", 50_000), ("d", 200_000)]]])
+    spec = page_module("writing/time.md", "timeouts", request).job()
+    run(spark, spec, lake)
+    sink = spark.read.format("delta").load(str(lake.settings.sink(spec.sink)))
+    assert sorted((r["k"], r["count"], r["_microbatch"]) for r in sink.collect()) == [("a", 2, 1), ("b", 1, 1),
+                                                                                     ("c", 1, 2)]
+    late = spark.read.format("delta").load(str(lake.settings.sink(spec.side_output_sink("late"))))
+    assert [(r["k"], r["ts"]) for r in late.collect()] == [("a", 50_000)]
+
+
+def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, lake, monkeypatch, request):
+    """docs/writing/dataflows.md's program: ``job()`` is the chain, ``graph_job()`` the chain and a filter of the
+    user totals, run over two files of purchases: each sink holds what pandas computes."""
+    import pandas as pd
+
+    from state_store import ChainSpec
+    from tests.helpers import run
+
+    purchases = [{"user_id": u, "country": c, "amount": a} for u, c, a in [
+        (1, "DE", 60.0), (2, "DE", 10.0), (3, "FR", 5.0), (1, "DE", 50.0), (3, "FR", 120.0), (4, "FR", 1.0)]]
+    page_input(lake, monkeypatch, "purchases", [purchases[:3], purchases[3:]])
+    module = page_module("writing/dataflows.md", "spend", request)
+    assert isinstance(module.job(), ChainSpec) and module.job().uids == ["user-totals", "country-totals"]
+    spec = module.graph_job()
+    run(spark, spec, lake)
+
+    def latest(sink, key):
+        rows = spark.read.format("delta").load(str(lake.settings.sink(sink))).toPandas()
+        return rows.sort_values("_microbatch").groupby(key).tail(1).drop(columns="_microbatch").sort_values(
+            key).reset_index(drop=True)
+
+    totals = pd.DataFrame(purchases).groupby(["user_id", "country"], as_index=False)["amount"].sum()
+    countries = totals.groupby("country", as_index=False).agg(users=("user_id", "size"), total=("amount", "sum"))
+    pd.testing.assert_frame_equal(latest("sinks/country_spend_graph", "country"), countries, check_dtype=False)
+    big = latest("sinks/big_spenders", "user_id")
+    assert sorted(zip(big["user_id"], big["total"])) == [(1, 110.0), (3, 125.0)]
+
+
 def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys, request):
     """docs/get-started/first-job.md, literally: its input, its ``first_job.py``, its commands; ada's count is 2
     after the first run and 3 after the second, which read only the new file."""
@@ -104,16 +201,9 @@ def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys
 
     (program,) = page_blocks("get-started/first-job.md", "python")
     assert program.startswith("# first_job.py")
-    (tmp_path / "first_job.py").write_text(program)
+    (tmp_path / "first_job.py").write_text(program)  # as the page says; its `export PYTHONPATH=$PWD` finds it
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    # The page's `export PYTHONPATH=$PWD` lets a new Spark's Python workers import first_job; the test session's
-    # workers started before it, so the module travels with the function instead (by value, as cloudpickle can).
-    from pyspark import cloudpickle
-
-    module = importlib.import_module("first_job")
-    cloudpickle.register_pickle_by_value(module)
-    request.addfinalizer(lambda: (cloudpickle.unregister_pickle_by_value(module), sys.modules.pop("first_job")))
+    page_module("get-started/first-job.md", "first_job", request)
     shell = Shell(tmp_path)
     setup, first, second = page_blocks("get-started/first-job.md", "bash")
     shell.run(setup, capsys, monkeypatch)
