@@ -66,8 +66,9 @@ def page_blocks(page: str, language: str) -> list[str]:
 
 class Shell:
     """A page's shell lines run as a user would type them, in one folder: ``export`` sets the environment of what
-    follows, ``lakestate ...`` runs the CLI in this process (on the test session's Spark), anything else runs in
-    bash; each ``lakestate`` line's output is kept."""
+    follows, ``lakestate ...`` runs the CLI in this process (on the test session's Spark), ``python <page
+    program>.py`` that program's ``main()`` (``page_module``), anything else runs in bash; the output of each
+    line run in this process is kept."""
 
     def __init__(self, cwd: Path):
         self.cwd, self.env, self.said = cwd, {**os.environ, "PWD": str(cwd)}, []
@@ -86,6 +87,9 @@ class Shell:
                 self.env[name] = subprocess.run(["bash", "-c", f'printf %s "{value}"'], env=self.env,
                                                 capture_output=True, text=True, check=True).stdout
                 monkeypatch.setenv(name, self.env[name])
+            elif command.startswith("python ") and command.endswith(".py"):  # a page's program, run in-process
+                sys.modules[Path(command.split()[1]).stem].main()
+                self.said.append(capsys.readouterr().out)
             elif command.startswith("lakestate "):
                 args = shlex.split(subprocess.run(["bash", "-c", f'printf "%s\\n" {command[len("lakestate "):]}'],
                                                   env=self.env, capture_output=True, text=True,
@@ -194,9 +198,10 @@ def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, l
     assert sorted(zip(big["user_id"], big["total"])) == [(1, 110.0), (3, 125.0)]
 
 
-def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys, request):
+def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path, monkeypatch, capsys, request):
     """docs/get-started/first-job.md, literally: its input, its ``first_job.py``, its commands; ada's count is 2
-    after the first run and 3 after the second, which read only the new file."""
+    after the first run and 3 after the second, which read only the new file. Then the State Processor page's
+    program reads that job's state from a savepoint and from its latest checkpoint."""
     import json
 
     (program,) = page_blocks("get-started/first-job.md", "python")
@@ -213,3 +218,11 @@ def test_the_first_job_page_runs_as_written(spark, tmp_path, monkeypatch, capsys
     assert json.loads(shell.said[-1].strip().splitlines()[-1])["value"] == 3
     run = [line for line in shell.said[-2].splitlines() if line.startswith("[lakestate] summary:")]
     assert json.loads(run[0].split(":", 1)[1])["records_in"] == 1
+    # docs/operating/state-processor.md, on the job as the page leaves it: a savepoint, then its program
+    page_module("operating/state-processor.md", "inspect_first_job", request)
+    (commands,) = page_blocks("operating/state-processor.md", "bash")
+    shell.run(commands, capsys, monkeypatch)
+    said = shell.said[-1]
+    assert "savepoint: {'ada': 3, 'bob': 1}" in said and "'main.count'" in said
+    assert "latest checkpoint: {'ada': 3, 'bob': 1} ada: [{'value': 3}]" in said
+

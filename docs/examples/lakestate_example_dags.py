@@ -1,4 +1,4 @@
-"""Airflow: Lakestate's operators in DAGs of one's own (README, "Lakestate's operators in your own DAGs").
+"""Airflow: Lakestate's operators in DAGs of one's own (docs: operating/operators-in-your-dags.md).
 
 - ``example_lakestate_after_upstream``: an upstream task lands a file of clicks, then the registry's job
   ``clicks`` runs: ``LakestateLeaseSensor`` waits while another run, savepoint, rescale or compaction holds the
@@ -9,8 +9,8 @@
 
 This file is outside ``dags/``: Airflow does not load it unless it is copied into the DAGs folder. Copy it, name
 your own jobs (entries of the pipeline registry, ``$LAKESTATE_REGISTRY``) and your own upstream task. The workers
-need the environment the README lists (``LAKESTATE_REGISTRY``, an absolute ``LAKESTATE_ROOT``, the jobs' modules
-on ``PYTHONPATH``, ``spark-submit`` on ``PATH``).
+need the environment the docs list (get-started/install.md): ``LAKESTATE_REGISTRY``, an absolute
+``LAKESTATE_ROOT``, the jobs' modules on ``PYTHONPATH``, ``spark-submit`` on ``PATH``.
 """
 from __future__ import annotations
 
