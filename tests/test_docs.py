@@ -198,6 +198,24 @@ def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, l
     assert sorted(zip(big["user_id"], big["total"])) == [(1, 110.0), (3, 125.0)]
 
 
+def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_the_purchases(spark, lake,
+                                                                                          monkeypatch, request):
+    """docs/writing/operator-state.md's program: the first microbatch's limits flag user 1 (110 > 100); the second
+    lowers DE's limit to 20, which flags user 3's first purchase of 30, and user 2 passes FR's 50."""
+    from tests.helpers import run
+
+    purchases = [[{"user_id": 1, "country": "DE", "amount": 60.0}, {"user_id": 2, "country": "FR", "amount": 40.0},
+                  {"user_id": 1, "country": "DE", "amount": 50.0}],
+                 [{"user_id": 2, "country": "FR", "amount": 20.0}, {"user_id": 3, "country": "DE", "amount": 30.0}]]
+    page_input(lake, monkeypatch, "purchases", purchases)
+    page_input(lake, monkeypatch, "limits", [[{"country": "DE", "limit": 100.0}, {"country": "FR", "limit": 50.0}],
+                                             [{"country": "DE", "limit": 20.0}]])
+    spec = page_module("writing/operator-state.md", "spend_limits", request).job()
+    run(spark, spec, lake)
+    alerts = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).collect()
+    assert sorted(tuple(r) for r in alerts) == [(1, 110.0, 100.0, 0), (2, 60.0, 50.0, 1), (3, 30.0, 20.0, 1)]
+
+
 def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path, monkeypatch, capsys, request):
     """docs/get-started/first-job.md, literally: its input, its ``first_job.py``, its commands; ada's count is 2
     after the first run and 3 after the second, which read only the new file. Then the State Processor page's
