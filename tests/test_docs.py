@@ -216,6 +216,43 @@ def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_th
     assert sorted(tuple(r) for r in alerts) == [(1, 110.0, 100.0, 0), (2, 60.0, 50.0, 1), (3, 30.0, 20.0, 1)]
 
 
+def test_the_windows_pages_minutes_fire_when_the_watermark_passes_them_and_a_too_late_click_goes_aside(
+        spark, lake, monkeypatch, request):
+    """docs/writing/windows.md's program: W(1) = 130 s - 5 s - 1 ms fires DE's and FR's first minute and DE's
+    second; DE's click at 40 s in the third file is past its window's end + 30 s of lateness (late); W(2) fires
+    FR's third minute."""
+    from tests.helpers import run
+
+    page_input(lake, monkeypatch, "country-clicks", [[{"country": c, "ts": s * 1000} for c, s in events] for events in
+                                                     [[("DE", 10), ("DE", 20), ("FR", 30)], [("DE", 65), ("FR", 130)],
+                                                      [("DE", 40), ("FR", 200)]]])
+    spec = page_module("writing/windows.md", "clicks_per_minute", request).job()
+    run(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).collect()
+    assert sorted((r["country"], r["start"], r["clicks"], r["_microbatch"]) for r in rows) == [
+        ("DE", 0, 2, 1), ("DE", 60_000, 1, 1), ("FR", 0, 1, 1), ("FR", 120_000, 1, 2)]
+    late = spark.read.format("delta").load(str(lake.settings.sink(spec.side_output_sink("late")))).collect()
+    assert [(r["country"], r["ts"]) for r in late] == [("DE", 40_000)]
+
+
+def test_the_joins_pages_click_through_pairs_clicks_with_the_impressions_ten_minutes_before_them(spark, lake,
+                                                                                                  monkeypatch, request):
+    """docs/writing/joins.md's program: impressions and clicks in two microbatches each; a click pairs with its
+    ad's impressions 0..10 minutes before it, across microbatches (the bounds inclusive)."""
+    from tests.helpers import run
+
+    minute = 60_000
+    page_input(lake, monkeypatch, "impressions", [[{"ad": "a", "ts": 0}, {"ad": "b", "ts": minute}],
+                                                  [{"ad": "a", "ts": 5 * minute}]])
+    page_input(lake, monkeypatch, "ad-clicks", [[{"ad": "a", "ts": 2 * minute}],
+                                                [{"ad": "a", "ts": 10 * minute}, {"ad": "b", "ts": 12 * minute}]])
+    spec = page_module("writing/joins.md", "click_through", request).job()
+    run(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).collect()
+    assert sorted((r["ad"], r["shown"] // minute, r["clicked"] // minute) for r in rows) == [
+        ("a", 0, 2), ("a", 0, 10), ("a", 5, 10)]  # b's click came 11 minutes after its impression
+
+
 def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path, monkeypatch, capsys, request):
     """docs/get-started/first-job.md, literally: its input, its ``first_job.py``, its commands; ada's count is 2
     after the first run and 3 after the second, which read only the new file. Then the State Processor page's
