@@ -9,9 +9,10 @@
 
 ``sink_to`` gives a ``JobSpec`` for one operator (the one-operator job, as it always was) and a ``ChainSpec`` for
 several. ``Dataflow.graph(branch, ...)`` makes one job of several branches of one stream, each ending in its own
-sink (fan-out); a two-input operator later in a dataflow joins two branches of one stream. In a ``ChainSpec`` every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max
-parallelism, output type and side outputs, its own state tables; the first reads the job's source, each next one
-what the one before emitted (``sources.EdgeSource``), the last writes the sink. One run takes every pending
+sink (fan-out); a two-input operator later in a dataflow joins two branches of one stream. In a ``ChainSpec``
+every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max parallelism, output type and
+side outputs, its own state tables; the first reads the job's source, each next one what the operators before it
+emitted (``sources.EdgeSource``), each branch's end writes its sink. One run takes every pending
 microbatch through every operator in turn, and one checkpoint pins all their state at the same microbatch.
 """
 from __future__ import annotations
@@ -408,11 +409,10 @@ class Dataflow:
             raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
-        joined = ()
-        if self._pending_union() is not None:  # the union's second stream
-            other = self._pending_union()
-            options.update(_second_input(other, self._key[0]), union_inputs=True)
-            joined = other._steps
+        joined, union = (), self._pending_union()
+        if union is not None:  # the union's second stream
+            options.update(_second_input(union, self._key[0]), union_inputs=True)
+            joined = union._steps
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 

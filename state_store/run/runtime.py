@@ -171,8 +171,8 @@ class JobRunner:
         """The table each operator that writes a sink writes, by uid (a chain's last operator; each branch's end
         in a graph)."""
         if isinstance(self.spec, ChainSpec):
-            return {op.uid: self.settings.sink(self.spec.sink_of(op.uid)) for op in self.spec.operators
-                    if self.spec.sink_of(op.uid) is not None}
+            return {uid: self.settings.sink(sink) for uid in self.spec.uids
+                    if (sink := self.spec.sink_of(uid)) is not None}
         return {self.spec.uid: self.sink_path}
 
     def _continuing(self, spec: JobSpec, checkpoint: CheckpointMetadata | None) -> JobSpec:
@@ -198,8 +198,8 @@ class _Run:
     def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None):
         self.operators, self.head, self.checkpoint = operators, operators[0], checkpoint
         # the operator that writes the job's own sink (a chain's last; in a graph, the first branch's end)
-        self.sinking = next(op for op in operators if op.ctx.sink_path == operators[0].ctx.settings.sink(
-            operators[0].ctx.spec.sink))
+        own = self.head.ctx.settings.sink(self.head.ctx.spec.sink)
+        self.sinking = next(op for op in operators if not op.ctx.edge and op.ctx.sink_path == own)
         self.ctx = self.head.ctx
         self.result = RunResult(self.ctx.run_id, checkpoint.checkpoint_id if checkpoint else None)
 
