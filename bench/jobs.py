@@ -19,6 +19,7 @@ from state_store import (
     VectorizedKeyedFunction,
 )
 
+# --8<-- [start:functions] (docs/writing/vectorised.md shows from here to the end marker)
 EVENT = Types.ROW_NAMED(["key", "amount", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
 ACC = Types.ROW_NAMED(["count", "sum"], [Types.LONG(), Types.LONG()])
 OUTPUT = Types.ROW_NAMED(["key", "count", "sum"], [Types.STRING(), Types.LONG(), Types.LONG()])
@@ -50,6 +51,7 @@ class RunningCountSumVectorized(VectorizedKeyedFunction):
         new_acc = pa.StructArray.from_arrays([count.combine_chunks(), total.combine_chunks()], ["count", "sum"])
         return (pa.table({"key": state.column("key"), "count": count, "sum": total}),
                 pa.table({"key": state.column("key"), "acc": new_acc}))
+# --8<-- [end:functions]
 
 
 def count_sum_job(input_dir: str, job_id: str = "bench", backend: str = "delta", parallelism: int = 2,

@@ -110,10 +110,10 @@ def cmd_checkpoints(args, settings: Settings) -> int:
     rows = []
     for c in checkpoints:
         versions = " ".join(f"{t}@v{i.version}" for t, i in c.state.items() if i is not None and i.version is not None)
-        rows.append([c.checkpoint_id, c.batch_id, c.backend, versions or "-", c.total_entries, c.size_bytes,
-                     c.num_files, _when(c.completed_ms)])
-    print(_table(rows, ["checkpoint", "microbatch", "backend", "table versions", "entries", "bytes", "files",
-                        "completed (UTC)"]))
+        rows.append([c.checkpoint_id, c.batch_id, c.parallelism, c.backend, versions or "-", c.total_entries,
+                     c.size_bytes, c.num_files, _when(c.completed_ms)])
+    print(_table(rows, ["checkpoint", "microbatch", "parallelism", "backend", "table versions", "entries", "bytes",
+                        "files", "completed (UTC)"]))
     return 0
 
 

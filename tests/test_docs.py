@@ -153,16 +153,18 @@ def test_the_keyed_functions_page_keeps_every_kind_of_keyed_state_as_its_program
         assert dict(got["per_page"]) == mine["page"].value_counts().to_dict()
 
 
-def test_the_time_pages_count_with_timeout_fires_once_a_minute_passes_and_sends_late_records_aside(spark, lake,
-                                                                                                 monkeypatch, request):
-    """docs/writing/time.md's program over three files: W(1) = 100,000 - 5,000 - 1 fires a's and b's timers, a
-    record at 50,000 in the third file is behind it (late), and W(2) fires c's."""
-    from tests.helpers import run
-
-    page_input(lake, monkeypatch, "timeouts", [[{"k": k, "ts": t} for k, t in events] for events in [
-        [("a", 1_000), ("b", 2_000)], [("a", 30_000), ("c", 100_000)], [("a", 50_000), ("d", 200_000)]]])
+def test_the_time_pages_count_with_timeout_fires_once_a_minute_passes_and_sends_late_records_aside(
+        spark, lake, monkeypatch, capsys, request):
+    """docs/writing/time.md's program and its shell lines as written (three files, register, run, both tables read
+    by deltalake): W(1) = 100,000 - 5,000 - 1 fires a's and b's timers, a record at 50,000 in the third file is
+    behind it (late), and W(2) fires c's."""
+    monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+    monkeypatch.chdir(lake.root)
     spec = page_module("writing/time.md", "timeouts", request).job()
-    run(spark, spec, lake)
+    shell = Shell(lake.root)
+    (block,) = page_blocks("writing/time.md", "bash")
+    shell.run(block, capsys, monkeypatch)
+    assert "timers fired" in shell.said[-1]
     sink = spark.read.format("delta").load(str(lake.settings.sink(spec.sink)))
     assert sorted((r["k"], r["count"], r["_microbatch"]) for r in sink.collect()) == [("a", 2, 1), ("b", 1, 1),
                                                                                      ("c", 1, 2)]
@@ -269,6 +271,7 @@ def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path,
     shell.run(setup, capsys, monkeypatch)
     shell.run(first, capsys, monkeypatch)
     assert json.loads(shell.said[-1].strip().splitlines()[-1])["value"] == 2
+    assert shell.said[-2].splitlines()[0].split()[:3] == ["checkpoint", "microbatch", "parallelism"]  # as it says
     shell.run(second, capsys, monkeypatch)
     assert json.loads(shell.said[-1].strip().splitlines()[-1])["value"] == 3
     run = [line for line in shell.said[-2].splitlines() if line.startswith("[lakestate] summary:")]
