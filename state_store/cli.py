@@ -118,12 +118,7 @@ def cmd_checkpoints(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
-    from .spark.connect import check_answers, lost_server_said
-
-    if args.remote:  # an address where no server listens: said in seconds, before the job is registered
-        check_answers(args.remote)
-    with lost_server_said(args.remote):
-        result = _run(args, settings)
+    result = _run(args, settings)
     records, seconds = result.records_in, result.seconds
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
@@ -177,7 +172,6 @@ def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
     from .keys import typed_key
-    from .spark.session import build_spark
     from .ops.state_processor import SavepointReader
 
     record = JobCatalog(settings).get(args.job)
@@ -186,7 +180,7 @@ def cmd_state(args, settings: Settings) -> int:
     text = _key_text(args)
     if args.savepoint is None and JobStore(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
-    spark = build_spark(f"lakestate-state-{args.job}", s3=settings.on_object_storage or None)
+    spark = _operation_spark(args, settings, "state")
     reader = (SavepointReader.for_savepoint(spark, args.savepoint, settings) if args.savepoint is not None
               else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
@@ -222,13 +216,21 @@ def _quiet_say(line: str) -> None:
     print(line, flush=True)
 
 
+def _operation_spark(args, settings: Settings, command: str):
+    """The session of an operation on ``args.job``: a Spark of this process, or with ``--remote`` a Spark Connect
+    session on that server (the session of the job's runs), as ``lakestate run`` has."""
+    from .spark.session import build_spark
+
+    return build_spark(f"lakestate-{command}-{args.job}", master=args.spark_master,
+                       s3=settings.on_object_storage or None, remote=args.remote, job_id=args.job)
+
+
 def cmd_savepoint(args, settings: Settings) -> int:
     from .ops.savepoint import check_label, take_savepoint
-    from .spark.session import build_spark
 
     check_label(args.label)
     JobCatalog(settings).get(args.job)
-    spark = build_spark(f"lakestate-savepoint-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
+    spark = _operation_spark(args, settings, "savepoint")
     savepoint = take_savepoint(spark, settings, args.job, args.checkpoint, args.label, args.wait_for_lease,
                                say=_quiet_say)
     print(f"[lakestate] savepoint path: {savepoint.path}")
@@ -237,12 +239,10 @@ def cmd_savepoint(args, settings: Settings) -> int:
 
 def cmd_compact(args, settings: Settings) -> int:
     from .ops.compaction import compact_job
-    from .spark.session import build_spark
 
     JobCatalog(settings).get(args.job)
     def spark():  # only when there is work: a compaction with nothing to do starts no Spark
-        return build_spark(f"lakestate-compact-{args.job}", master=args.spark_master,
-                           s3=settings.on_object_storage or None)
+        return _operation_spark(args, settings, "compact")
 
     report = compact_job(spark, settings, args.job, wait_s=args.wait_for_lease, say=_quiet_say)
     if args.json:
@@ -282,7 +282,6 @@ def cmd_restore(args, settings: Settings) -> int:
     from .delta.points import StatePoint
     from .ops.restore import restore_job
     from .restore_plan import check_requested_parallelism, check_restore_backend, parse_uid_map
-    from .spark.session import build_spark
 
     if (args.savepoint is None) == (args.checkpoint is None):
         raise ConfigError("give exactly one of --savepoint <job>/<name> and --checkpoint N")
@@ -299,7 +298,7 @@ def cmd_restore(args, settings: Settings) -> int:
         from_job = args.from_job or args.job
         JobCatalog(settings).get(from_job)
         source = StatePoint.of_checkpoint(settings, from_job, args.checkpoint)
-    spark = build_spark(f"lakestate-restore-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
+    spark = _operation_spark(args, settings, "restore")
     checkpoint = restore_job(spark, settings, spec, source, parallelism=args.parallelism, backend=args.backend,
                              uid_map=uid_map, allow_non_restored_state=args.allow_non_restored_state,
                              wait_s=args.wait_for_lease, say=_quiet_say)
@@ -311,7 +310,6 @@ def cmd_restore(args, settings: Settings) -> int:
 def cmd_rescale(args, settings: Settings) -> int:
     from .ops.restore import rescale_job
     from .restore_plan import already_at, check_requested_parallelism, rescale_request
-    from .spark.session import build_spark
 
     check_requested_parallelism(args.parallelism)
     if args.retain_savepoints is not None and args.retain_savepoints < 0:
@@ -323,7 +321,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     if not rescale_request(args.job, latest, args.parallelism, args.operator).changed:  # nothing to write, no Spark
         print(already_at(args.job, latest, args.operator))
         return 0
-    spark = build_spark(f"lakestate-rescale-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None)
+    spark = _operation_spark(args, settings, "rescale")
     parallelism = {args.operator: args.parallelism} if args.operator else args.parallelism
     checkpoint = rescale_job(spark, settings, spec, parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,
@@ -350,11 +348,18 @@ def build_parser() -> argparse.ArgumentParser:
     lease.add_argument("--wait-for-lease", type=float, default=0.0,
                        help="seconds to wait for a run of the job in progress to finish (default 0: fail at once)")
     lease.add_argument("--spark-master", default=None)
+    _add_remote(lease)
     _add_job_commands(sub, common)
     _add_run_commands(sub, common)
     _add_savepoint_commands(sub, common, lease)
     _add_rewrite_commands(sub, common, lease)
     return parser
+
+
+def _add_remote(parser) -> None:
+    parser.add_argument("--remote", default=os.environ.get("LAKESTATE_SPARK_REMOTE") or None,
+                        help="work on the Spark Connect server at sc://HOST:PORT (scripts/spark-connect.sh) instead "
+                             "of a Spark of this process (default: $LAKESTATE_SPARK_REMOTE)")
 
 
 def _add_job_commands(sub, common) -> None:
@@ -379,9 +384,7 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
     p.add_argument("--spark-master", default=None)
-    p.add_argument("--remote", default=os.environ.get("LAKESTATE_SPARK_REMOTE") or None,
-                   help="run on the Spark Connect server at sc://HOST:PORT (scripts/spark-connect.sh) instead of a "
-                        "Spark of this process (default: $LAKESTATE_SPARK_REMOTE)")
+    _add_remote(p)
     p.add_argument("--registry", nargs="?", const="", default=None,
                    help="take the job's definition from the pipeline registry (default file: $LAKESTATE_REGISTRY "
                         "or ./lakestate.toml), as the Airflow DAGs do")
@@ -401,6 +404,8 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--namespace", default="")
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint id (default: latest)")
     p.add_argument("--savepoint", default=None, help="read a savepoint (<job>/<name>) instead of a checkpoint")
+    p.add_argument("--spark-master", default=None)
+    _add_remote(p)
     p.set_defaults(func=cmd_state)
 
 
@@ -469,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "lease_timeout", None) is not None:
             check_lease_timeout(args.lease_timeout)
         settings = Settings.load(args.warehouse, args.root, args.savepoints)
-        return args.func(args, settings)
+        return _on_server(args, settings)
     except LakestateError as e:
         print(f"lakestate: error: {e}{_trace_note(e, settings)}", file=sys.stderr)
         return 2
@@ -478,6 +483,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lakestate: error: unexpected {type(e).__name__}: {first}{_trace_note(e, settings, always=True)}; "
               f"please report it with that log", file=sys.stderr)
         return 1
+
+
+def _on_server(args, settings: Settings) -> int:
+    """The command; with ``--remote``, an address where no server listens is said in seconds, before anything
+    is read or written, and a server lost during the command is one error naming it."""
+    from .spark.connect import check_answers, lost_server_said
+
+    remote = getattr(args, "remote", None)
+    if remote:
+        check_answers(remote)
+    with lost_server_said(remote, "the run" if args.command == "run" else "the operation"):
+        return args.func(args, settings)
 
 
 def _trace_note(error: BaseException, settings: Settings | None, always: bool = False) -> str:

@@ -134,25 +134,58 @@ def test_a_dataflow_of_two_operators_runs_over_spark_connect_as_pandas_computes_
     assert out["latest"] == out["expected"] and len(out["expected"]) == 7, out
 
 
-def test_lakestate_run_with_remote_runs_the_pipeline_job_on_the_server(connect_server, tmp_path):
+def test_lakestate_run_and_every_operation_with_remote_work_on_the_server(connect_server, tmp_path):
     """`lakestate run --remote sc://...` (what a DAG's warm run does) of the demo job, 10 events a run: the second
-    run restores the first's checkpoint, all in a process without a JVM."""
+    run restores the first's checkpoint. Then each operation with `--remote`, as the operation DAGs run them on a
+    spark_connect connection: a savepoint, a rescale 2 -> 3 with a savepoint first, a compaction and a restore of
+    the savepoint (back at parallelism 2), a run after them and a key's state. All in processes without a JVM;
+    each command's time is printed."""
     env = {**os.environ, "LAKESTATE_ROOT": str(tmp_path / "root"), "PYTHONPATH": str(ROOT)}
-    run = [sys.executable, "-m", "state_store.cli", "run", "--job", "clicks", "--registry", str(ROOT / "lakestate.toml"),
-           "--remote", connect_server[0], "--max-microbatches", "1"]
-    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "2", "--events", "10", "--keys", "5"],
+    cli = [sys.executable, "-m", "state_store.cli"]
+    run = [*cli, "run", "--job", "clicks", "--registry", str(ROOT / "lakestate.toml"), "--max-microbatches", "1"]
+    subprocess.run([sys.executable, "-m", "demo.generate", "--files", "3", "--events", "10", "--keys", "5"],
                    env=env, cwd=ROOT, check=True, capture_output=True)
-    for n in range(2):
-        done = subprocess.run(run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    took = {}
+
+    def remote(name, command) -> str:
+        started = time.time()
+        done = subprocess.run([*command, "--remote", connect_server[0]], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        took[name] = round(time.time() - started, 1)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert "1 microbatches, 10 records" in done.stdout, done.stdout
-        assert ("restored checkpoint 1" if n else "no checkpoint") in done.stdout, done.stdout
         assert "py4j" not in done.stderr.lower()
+        return done.stdout
+
+    for n in range(2):
+        said = remote(f"run {n + 1}", run)
+        assert "1 microbatches, 10 records" in said, said
+        assert ("restored checkpoint 1" if n else "no checkpoint") in said, said
+    assert "savepoint path:" in remote("savepoint", [*cli, "savepoint", "clicks", "--label", "before"])
+    said = remote("rescale 2 -> 3, savepoint first", [*cli, "rescale", "clicks", "--parallelism", "3",
+                                                     "--savepoint-first"])
+    assert "at parallelism 3" in said and "savepoint" in said, said
+    said = remote("compaction", [*cli, "compact", "clicks", "--json"])
+    report = json.loads(said[said.index("\n{") + 1:] if not said.startswith("{") else said)
+    assert report["checkpoint"] and not report.get("nothing_to_do"), report
+    said = remote("restore", [*cli, "restore", "clicks", "--savepoint", "clicks/before"])
+    assert "parallelism 2" in said, said
+    said = remote("run 3", run)
+    assert "1 microbatches, 10 records" in said and "restored checkpoint" in said, said
+    from state_store.catalog.job_store import JobStore
+    from state_store.settings import Settings
+
+    latest = JobStore(Settings.load(None, str(tmp_path / "root"), None).job_dir("clicks")).latest_checkpoint()
+    assert (latest.parallelism, latest.batch_id) == (2, 2)
+    said = remote("state", [*cli, "state", "--job", "clicks", "--state", "events", "--key", "0"])
+    assert json.loads(said.strip().splitlines()[-1])["value"] == 6  # two events of user 0 in each of 3 files
+    print("\n[spark-connect] commands over the server, wall time each (a Python process, no JVM): "
+          + ", ".join(f"{k} {v} s" for k, v in took.items()))
 
 
-def test_airflow_pipeline_run_task_runs_on_the_spark_connect_connection(connect_server, tmp_path):
+def test_airflow_pipeline_run_and_rescale_tasks_run_on_the_spark_connect_connection(connect_server, tmp_path):
     """`airflow dags test` of a pipeline DAG with `lakestate_spark` of type spark_connect: the run task runs on
-    the server (no spark-submit), its XCom is the run's summary; the task's time is printed."""
+    the server (no spark-submit), its XCom is the run's summary; then the rescale DAG's task on it too. The
+    tasks' times are printed."""
     import sqlite3
 
     from tests.test_airflow import _airflow_env, _registry
@@ -183,8 +216,22 @@ def test_airflow_pipeline_run_task_runs_on_the_spark_connect_connection(connect_
                                  "task_id = 'run'").fetchone()
     summary = json.loads(value)
     assert summary["microbatches"] == [0] and summary["records_in"] == 10 and summary["checkpoints"] == [1]
-    print(f"\n[spark-connect] the pipeline's run task over Spark Connect: {seconds:.2f} s task time "
-          f"(run {summary['seconds']} s)")
+    # An operation DAG on the same connection: the rescale form's run (a savepoint first, by default)
+    done = subprocess.run(["airflow", "dags", "test", "lakestate_rescale", "-c",
+                           json.dumps({"job": "clicks", "parallelism": 3})], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    text = done.stdout + done.stderr
+    assert ", state=success, run_type=" in text, text[-4000:]
+    assert re.search(f"running on the Spark Connect server sc://{host}:{port}/?: lakestate rescale clicks", text), text
+    assert "spark-submit" not in text and "rescaling checkpoint 1 from parallelism 2 to 3" in text, text[-4000:]
+    with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
+        (value,) = con.execute("select value from xcom where dag_id = 'lakestate_rescale' and task_id = 'rescale' "
+                               "and key = 'return_value'").fetchone()
+        (rescaled,) = con.execute("select duration from task_instance where dag_id = 'lakestate_rescale' and "
+                                  "task_id = 'rescale'").fetchone()
+    assert json.loads(value) == {"job": "clicks", "checkpoint": 2, "microbatch": 0, "parallelism": 3, "changed": True}
+    print(f"\n[spark-connect] over Spark Connect: the pipeline's run task {seconds:.2f} s task time "
+          f"(run {summary['seconds']} s); the rescale task with a savepoint first {rescaled:.2f} s")
 
 
 def test_a_failed_run_over_spark_connect_says_why_and_leaves_no_file(connect_server, tmp_path):

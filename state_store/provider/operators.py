@@ -1,7 +1,7 @@
 """Airflow operators over Lakestate's ``spark-submit`` entrypoints (thin: the Spark provider's hook submits).
 
-The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``. A pipeline's
-run goes to a Spark Connect server instead when that connection is of type ``spark_connect``.
+The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``. A run or an
+operation goes to a Spark Connect server instead when that connection is of type ``spark_connect``.
 """
 from __future__ import annotations
 
@@ -88,8 +88,15 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
 
     def submit(self, context):
         """Submit; a failed submit raises with the command's own ``lakestate: error:`` line (logged at ERROR),
-        not the provider's ``Cannot execute: spark-submit ... Error code is: N``."""
+        not the provider's ``Cannot execute: spark-submit ... Error code is: N``. With a connection of type
+        ``spark_connect``, the command runs in this task's process on that Spark Connect server instead
+        (``_run_on``): no ``spark-submit``, no JVM start."""
         from state_store.catalog.lease import HANDOFF_ENV
+        from state_store.provider.hooks import spark_connect_url
+
+        url = spark_connect_url(self._conn_id)
+        if url:
+            return self._run_on(url)
 
         self.env_vars = {**(self.env_vars or {}), HANDOFF_ENV: self.reservation}
         if self._hook is None:
@@ -107,6 +114,31 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
             raise AirflowException(reason) from None  # the command line is in the log above
         finally:
             self._hook._process_spark_submit_log = process
+
+    def _run_on(self, url: str) -> None:
+        """The command in this task's process on the Spark Connect server ``url`` (warm: no spark-submit, no JVM
+        start): ``lakestate <command> ... --remote <url>``, its output in the task log, read as a submit's is."""
+        import contextlib
+        import io
+        import os
+
+        from state_store.cli import main
+        from state_store.catalog.lease import HANDOFF_ENV
+
+        self.said, out = _SubmitOutput(), io.StringIO()
+        self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
+        os.environ[HANDOFF_ENV] = self.reservation  # this task's process runs the command: its environment
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code = main([*self.application_args, "--remote", url])
+        finally:
+            os.environ.pop(HANDOFF_ENV, None)
+        for line in self.said.read(out.getvalue().splitlines()):
+            self.log.info("%s", line)
+        if code:
+            reason = "\n".join(self.said.errors) or f"lakestate {self.application_args[0]} exited with {code}"
+            self.log.error("%s", reason)
+            raise AirflowException(reason)
 
     def _get_hook(self):
         """The ``lakestate_spark`` connection's hook (``hooks.LakestateSparkHook``: the Delta jars, or Delta's
@@ -156,8 +188,7 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
     Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
     taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
-    event its own row count (``outlet_extras``). With a connection of type ``spark_connect``, the run
-    runs in this task on that Spark Connect server instead of a ``spark-submit`` (``_run_on``).
+    event its own row count (``outlet_extras``).
     """
 
     MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
@@ -173,45 +204,12 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         return self.job_id
 
     def work(self, context):
-        """Run the job once (on the Spark Connect server of a ``spark_connect`` connection, else by ``submit``),
-        put the run's summary in the outlet Assets' events (``outlet_extras``) and return it (XCom)."""
-        from state_store.provider.hooks import spark_connect_url
-
-        url = spark_connect_url(self._conn_id)
-        if url:
-            self._run_on(url)
-        else:
-            self.submit(context)
+        """Run the job once (``submit``), put the run's summary in the outlet Assets' events (``outlet_extras``) and return it (XCom)."""
+        self.submit(context)
         summary = self.said.summary or {}
         for asset, extra in outlet_extras(summary, self.outlets):
             context["outlet_events"][asset].extra.update(extra)
         return summary
-
-
-    def _run_on(self, url: str) -> None:
-        """The run in this task's process on the Spark Connect server ``url`` (a warm run: no spark-submit, no
-        JVM start): ``lakestate run ... --remote <url>``, its output in the task log, read as a submit's is."""
-        import contextlib
-        import io
-        import os
-
-        from state_store.cli import main
-        from state_store.catalog.lease import HANDOFF_ENV
-
-        self.said, out = _SubmitOutput(), io.StringIO()
-        self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
-        os.environ[HANDOFF_ENV] = self.reservation  # this task's process runs the command: its environment
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                code = main([*self.application_args, "--remote", url])
-        finally:
-            os.environ.pop(HANDOFF_ENV, None)
-        for line in self.said.read(out.getvalue().splitlines()):
-            self.log.info("%s", line)
-        if code:
-            reason = "\n".join(self.said.errors) or f"lakestate run exited with {code}"
-            self.log.error("%s", reason)
-            raise AirflowException(reason)
 
 
 def outlet_extras(summary: dict, outlets: list) -> list[tuple]:

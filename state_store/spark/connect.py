@@ -154,10 +154,18 @@ def is_lost(error: BaseException) -> bool:
     return False
 
 
+AGAIN = {"the run": "run again: the run resumes from the last commit, and what this one had not committed is "
+                      "done once",
+         "the operation": "run the command again: an operation cut short published no checkpoint or savepoint, "
+                          "and a later one removes what it left"}
+
+
 @contextmanager
-def lost_server_said(url: str | None):
+def lost_server_said(url: str | None, what: str = "the run"):
     """Within it, the client giving up on the server at ``url`` (none: a classic session, nothing to say) is
-    one clear error naming the address: what the run had not committed is redone by the next run."""
+    one clear error naming the address and ``what`` it cut short: what a run had not committed is redone by the
+    next run; an operation publishes its checkpoint or savepoint last, so one cut short left nothing a run
+    reads."""
     from ..errors import ServerUnavailable
 
     try:
@@ -167,10 +175,9 @@ def lost_server_said(url: str | None):
             raise
         _GIVEN_UP.add(address(url))
         raise ServerUnavailable(
-            f"the Spark Connect server at {address(url)} stopped answering during the run (no answer in about "
+            f"the Spark Connect server at {address(url)} stopped answering during {what} (no answer in about "
             f"{LOST_AFTER_S} s of retries): see {STATUS}, restart it with scripts/spark-connect.sh start "
-            f"--background, then run again: the run resumes from the last commit, and what this one had not "
-            f"committed is done once") from e
+            f"--background, then {AGAIN.get(what, AGAIN['the run'])}") from e
 
 
 def interrupt_all(spark) -> None:
