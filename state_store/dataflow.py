@@ -335,7 +335,16 @@ class _Step:
 
 class Dataflow:
     """A stream being built: ``Dataflow.from_source(source, job_id=...)``, then ``key_by`` / ``process`` pairs and
-    non-keyed ``map`` / ``flat_map`` / ``filter`` operators, then ``sink_to``. Each call returns a new builder; nothing is checked until ``sink_to``, which checks all."""
+    non-keyed ``map`` / ``flat_map`` / ``filter`` operators, then ``sink_to``. Each call returns a new builder;
+    nothing is checked until ``sink_to``, which checks all.
+
+    Example::
+
+        spec = (Dataflow.from_source(FileSource("input/purchases", "json", PURCHASE), job_id="spend")
+                .key_by("user_id").process(UserTotal(), uid="user-totals", output_type=USER_TOTAL, parallelism=2)
+                .key_by("country").process(CountryTotal(), uid="country-totals", output_type=COUNTRY_TOTAL)
+                .sink_to("sinks/country_spend"))   # a ChainSpec of the two operators, validated
+    """
 
     def __init__(self, source, settings: dict, steps: tuple[_Step, ...] = (), key: tuple | None = None):
         self._source, self._settings, self._steps, self._key = source, settings, steps, key

@@ -54,7 +54,16 @@ from .watermarks import MIN_WATERMARK
 
 
 class RuntimeContext:
-    """Given to ``open``: registers keyed state and tells where this subtask stands."""
+    """Given to ``open``: registers keyed state and tells where this subtask stands.
+
+    Example::
+
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
+            self.recent = ctx.get_list_state(ListStateDescriptor("recent", Types.STRING()))
+            self.per_page = ctx.get_map_state(MapStateDescriptor("per_page", Types.STRING(), Types.LONG()))
+            self.subtask = ctx.get_index_of_this_subtask()   # in [0, ctx.get_number_of_parallel_subtasks())
+    """
 
     def __init__(self, uid: str, store: KeyedStateStore, subtask: int, parallelism: int, max_parallelism: int):
         self._uid, self._store = uid, store
@@ -130,7 +139,17 @@ class MicrobatchTime:
 
 class Context(MicrobatchTime):
     """Given to ``process`` with each key: the key, the microbatch (``batch_id``) and its processing time, the
-    timer service, side outputs, broadcast state (read-only)."""
+    timer service, side outputs, broadcast state (read-only).
+
+    Example::
+
+        def process(self, key, records, ctx):
+            for r in records:
+                if r["ts"] <= ctx.current_watermark():   # late: to the side output LATE (an OutputTag)
+                    ctx.output(LATE, {"k": key, "ts": r["ts"]})
+                else:
+                    ctx.timer_service().register_event_time_timer(r["ts"] + 60_000)
+    """
 
     def __init__(self, store: KeyedStateStore, operator_store: OperatorStateStore, batch_id: int, timestamp: int,
                  timer_service: TimerService | None = None, output=None, stats=None):
@@ -176,7 +195,15 @@ class Context(MicrobatchTime):
 
 class OnTimerContext(Context):
     """Given to ``on_timer``: as ``Context``, and the timer's timestamp and time domain; keyed state is the
-    timer's key's."""
+    timer's key's.
+
+    Example::
+
+        def on_timer(self, timestamp, ctx):   # timestamp == ctx.timestamp(), the timer's
+            if ctx.time_domain() == TimeDomain.EVENT_TIME:
+                yield {"k": ctx.get_current_key(), "count": self.count.value()}
+                ctx.timer_service().register_event_time_timer(timestamp + 60_000)   # again in a minute
+    """
 
     time_domain_: TimeDomain = TimeDomain.EVENT_TIME
     timer_timestamp: int = 0
@@ -193,7 +220,15 @@ class OnTimerContext(Context):
 
 class BroadcastContext(MicrobatchTime):
     """Given to ``process_broadcast_element``: broadcast state is writable here, side outputs are open, and
-    ``apply_to_keyed_state`` reaches every key of a keyed state on this subtask."""
+    ``apply_to_keyed_state`` reaches every key of a keyed state on this subtask.
+
+    Example::
+
+        def process_broadcast_element(self, limit, ctx):
+            ctx.get_broadcast_state(LIMITS).put(limit["country"], limit["limit"])
+            ctx.apply_to_keyed_state(TOTAL, lambda user_id, total: total.clear())   # every user's total restarts
+            ctx.output(LIMIT_CHANGES, limit)
+    """
 
     def __init__(self, operator_store: OperatorStateStore, batch_id: int, timestamp: int, output=None,
                  apply=None, watermark: int | None = None):
@@ -224,7 +259,15 @@ class BroadcastContext(MicrobatchTime):
 
 
 class FunctionInitializationContext:
-    """Given to ``initialize_state``: operator state and the raw state written last time."""
+    """Given to ``initialize_state``: operator state and the raw state written last time.
+
+    Example::
+
+        def initialize_state(self, ctx):   # before every microbatch
+            store = ctx.get_operator_state_store()
+            self.checkpointed = store.get_list_state(ListStateDescriptor("buffered", RECORD))
+            self.emitted = int(ctx.raw_operator_state() or b"0")   # the last snapshot_state's bytes; None at first
+    """
 
     def __init__(self, operator_store: OperatorStateStore, raw_keyed: dict[int, bytes], key_group_range: KeyGroupRange,
                  restored: bool, subtask: int):
@@ -252,7 +295,14 @@ class FunctionInitializationContext:
 
 class FunctionSnapshotContext:
     """Given to ``snapshot_state`` at the end of every microbatch: raw state written here replaces all
-    raw state this subtask wrote before (what is not written again is gone)."""
+    raw state this subtask wrote before (what is not written again is gone).
+
+    Example::
+
+        def snapshot_state(self, ctx):   # after every microbatch
+            self.checkpointed.update(self.buffered)
+            ctx.write_raw_operator_state(str(self.emitted).encode())   # ctx.raw_operator_state() next time
+    """
 
     def __init__(self, operator_store: OperatorStateStore, key_group_range: KeyGroupRange, batch_id: int):
         self._operator_store, self.key_group_range, self.batch_id = operator_store, key_group_range, batch_id
@@ -278,6 +328,16 @@ class KeyedProcessFunction(abc.ABC):
 
     A subclass without ``process`` cannot be instantiated, so the mistake shows
     where the job is defined, not inside an executor.
+
+    Example::
+
+        class CountClicks(KeyedProcessFunction):
+            def open(self, ctx):
+                self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))
+
+            def process(self, user, clicks, ctx):
+                self.count.update(self.count.value() + len(clicks))
+                yield {"user": user, "clicks": self.count.value()}
     """
 
     def initialize_state(self, ctx: FunctionInitializationContext) -> None:
@@ -460,7 +520,14 @@ class CoProcessFunction(RecordFunction):
 
 class CoProcessContext(MicrobatchTime):
     """What a ``CoProcessFunction`` is told: the microbatch's processing time and watermark, its subtask, and side
-    outputs; timers are refused."""
+    outputs; timers are refused.
+
+    Example::
+
+        def process_element2(self, payment, ctx):
+            if payment["ts"] <= ctx.current_watermark():
+                ctx.output(LATE_PAYMENTS, payment)
+    """
 
     def __init__(self, ctx: Context):
         self._ctx, self._timestamp = ctx, ctx.timestamp()

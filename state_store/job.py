@@ -42,6 +42,14 @@ class JobSpec:
     ``key`` is the column records are keyed by, of ``key_type`` (STRING, LONG
     or INT). ``output_type`` declares the rows ``process`` yields; they are
     appended to the Delta table ``sink`` (a path inside the warehouse).
+
+    Example::
+
+        spec = JobSpec(job_id="first-job", function=CountClicks(), key="user", key_type=Types.STRING(),
+                       source=FileSource("input/first-clicks", "json", CLICK), output_type=COUNT,
+                       sink="sinks/first_job", parallelism=2)
+        spec.validate()                               # ConfigError naming the first problem; else the spec
+        wider = spec.with_overrides(parallelism=4)    # a copy, validated when run
     """
 
     job_id: str

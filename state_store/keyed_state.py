@@ -479,7 +479,14 @@ class _KeyedState:
 
 class ValueState(_KeyedState):
     """One value per key and namespace. Its verbs reach the store without ``_get``'s and ``_put``'s frames
-    (once or twice per key of most jobs); the TTL wrapper's go through its own (``ttl.handles``)."""
+    (once or twice per key of most jobs); the TTL wrapper's go through its own (``ttl.handles``).
+
+    Example::
+
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))   # in open
+        self.count.update(self.count.value() + len(records))                        # in process: 0 when empty
+        self.count.clear()                                                          # value() is 0 again
+    """
 
     def value(self) -> Any:
         """The current value, or the descriptor's default value when empty."""
@@ -534,7 +541,15 @@ class _MergingState(_KeyedState):
 
 
 class ListState(_MergingState):
-    """A list of elements per key and namespace."""
+    """A list of elements per key and namespace.
+
+    Example::
+
+        self.recent = ctx.get_list_state(ListStateDescriptor("recent", Types.STRING()))   # in open
+        self.recent.add(click["page"])
+        self.recent.add_all(["home", "cart"])
+        self.recent.update(self.recent.get()[-3:])   # get() is a copy, [] when empty: keep the last three
+    """
 
     def _merge(self, a: list, b: list) -> list:
         return a + b
@@ -564,7 +579,16 @@ class ListState(_MergingState):
 
 
 class MapState(_KeyedState):
-    """A map per key and namespace; each map entry is stored (and written) on its own."""
+    """A map per key and namespace; each map entry is stored (and written) on its own.
+
+    Example::
+
+        self.per_page = ctx.get_map_state(MapStateDescriptor("per_page", Types.STRING(), Types.LONG()))  # in open
+        self.per_page.put(page, (self.per_page.get(page) or 0) + 1)   # get(k) is None when k is not mapped
+        if self.per_page.contains("checkout"):
+            self.per_page.remove("checkout")
+        yield {"user": key, "pages": len(self.per_page.keys()), "per_page": dict(self.per_page.items())}
+    """
 
     def _read(self, keys=None) -> dict:
         """What a read of the entries ``keys`` (default: all) returns."""
@@ -613,7 +637,14 @@ class MapState(_KeyedState):
 
 
 class ReducingState(_MergingState):
-    """A value folded from added values with a reduce function."""
+    """A value folded from added values with a reduce function.
+
+    Example::
+
+        self.spend = ctx.get_reducing_state(ReducingStateDescriptor("spend", lambda a, b: a + b, Types.DOUBLE()))
+        self.spend.add(click["amount"])   # folded in with the descriptor's reduce function
+        total = self.spend.get()          # None before the first add
+    """
 
     def _merge(self, a: Any, b: Any) -> Any:
         return self._descriptor.reduce_function(self._copy_value(a), self._copy_value(b))
@@ -631,7 +662,15 @@ class ReducingState(_MergingState):
 
 
 class AggregatingState(_MergingState):
-    """An accumulator built from added values with an AggregateFunction."""
+    """An accumulator built from added values with an AggregateFunction.
+
+    Example::
+
+        # Mean: an AggregateFunction whose accumulator is [sum, count] (a LIST of DOUBLE)
+        self.mean = ctx.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.LIST(Types.DOUBLE())))
+        self.mean.add(click["amount"])   # Mean.add(value, accumulator)
+        mean = self.mean.get()           # Mean.get_result(accumulator); None before the first add
+    """
 
     def _merge(self, a: Any, b: Any) -> Any:
         return self._descriptor.agg_function.merge(self._copy_value(a), self._copy_value(b))

@@ -33,6 +33,14 @@ class OperatorStateStore:
     ``union`` holds, for each union list state, the stored lists of every
     subtask in subtask order: a union list state is given whole to every
     subtask on every restore, at the same parallelism too (Flink's UNION).
+
+    Example::
+
+        def initialize_state(self, ctx):   # before every microbatch: register the operator states
+            store = ctx.get_operator_state_store()
+            self.buffer = store.get_list_state(ListStateDescriptor("buffer", RECORD))          # split on rescale
+            self.seen = store.get_union_list_state(ListStateDescriptor("seen", Types.STRING()))  # all to every subtask
+            self.rules = store.get_broadcast_state(MapStateDescriptor("rules", Types.STRING(), Types.DOUBLE()))
     """
 
     def __init__(self, uid: str, own: dict[str, tuple[str, str]] | None = None,
@@ -136,6 +144,18 @@ class OperatorStateStore:
 
 
 class OperatorListState:
+    """An operator list state of one subtask, split-distribute (``get_list_state``) or union
+    (``get_union_list_state``), with the verbs of the keyed ``ListState``: ``get``, ``add``, ``add_all``,
+    ``update``, ``clear``.
+
+    Example::
+
+        self.checkpointed = ctx.get_operator_state_store().get_list_state(ListStateDescriptor("buffered", RECORD))
+        self.buffered = self.checkpointed.get()   # in open: the restored elements (a copy), [] on a fresh start
+        self.checkpointed.update(self.buffered)   # in snapshot_state: what a restore gives back
+        self.checkpointed.add(record)             # or one element at a time; clear() empties it
+    """
+
     def __init__(self, store: OperatorStateStore, qname: str, descriptor: ListStateDescriptor):
         self._store, self._qname, self._descriptor = store, qname, descriptor
 
@@ -172,7 +192,15 @@ class OperatorListState:
 
 
 class BroadcastState:
-    """A map shared by all subtasks; writable only in process_broadcast_element."""
+    """A map shared by all subtasks; writable only in process_broadcast_element.
+
+    Example::
+
+        LIMITS = MapStateDescriptor("limits", Types.STRING(), Types.DOUBLE())
+        ctx.get_broadcast_state(LIMITS).put(limit["country"], limit["limit"])   # in process_broadcast_element
+        limit = ctx.get_broadcast_state(LIMITS).get(purchase["country"])        # in process: read-only, None if absent
+        countries = ctx.get_broadcast_state(LIMITS).keys()                      # items(), contains(k) ... too
+    """
 
     def __init__(self, store: OperatorStateStore, qname: str, descriptor: MapStateDescriptor):
         self._store, self._qname, self._descriptor = store, qname, descriptor

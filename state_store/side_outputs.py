@@ -19,7 +19,14 @@ SIDE_PREFIX = "side:"  # a side output's table name among a run's outputs: "side
 
 
 class OutputTag:
-    """A named side output and the type of its rows (``Types.ROW_NAMED``)."""
+    """A named side output and the type of its rows (``Types.ROW_NAMED``).
+
+    Example::
+
+        LATE = OutputTag("late", Types.ROW_NAMED(["k", "ts"], [Types.STRING(), Types.LONG()]))
+        spec = JobSpec(..., side_outputs=[LATE])          # declared on the job: the table <sink>_late
+        ctx.output(LATE, {"k": key, "ts": r["ts"]})       # in process, on_timer or process_broadcast_element
+    """
 
     def __init__(self, name: str, type_info: RowTypeInfo):
         if not isinstance(name, str) or not _NAME.fullmatch(name):

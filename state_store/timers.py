@@ -143,7 +143,15 @@ class SubtaskTimers:
 
 class TimerService:
     """Flink's ``TimerService``, given by ``ctx.timer_service()`` in ``process`` and ``on_timer``: timers are
-    registered for the key being processed, in epoch milliseconds."""
+    registered for the key being processed, in epoch milliseconds.
+
+    Example::
+
+        timers = ctx.timer_service()
+        timers.register_event_time_timer(r["ts"] + 60_000)   # on_timer once the watermark reaches it
+        timers.register_processing_time_timer(timers.current_processing_time() + 60_000)
+        timers.delete_event_time_timer(previous_ts)          # if there is one; timers.current_watermark() too
+    """
 
     def __init__(self, timers: SubtaskTimers, store):
         self._timers, self._store = timers, store

@@ -48,7 +48,15 @@ def millis(span, what: str) -> int:
 class WatermarkStrategy:
     """Flink's ``WatermarkStrategy``: ``for_bounded_out_of_orderness(timedelta)`` or
     ``for_monotonous_timestamps()``, then ``with_timestamp_column(name)`` (the records' event time, epoch ms in
-    a LONG or INT column) and optionally ``with_idleness(timedelta)``."""
+    a LONG or INT column) and optionally ``with_idleness(timedelta)``.
+
+    Example::
+
+        strategy = (WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=5))
+                    .with_timestamp_column("ts")
+                    .with_idleness(timedelta(minutes=1)))   # a Kafka partition quiet for a minute holds nothing back
+        spec = JobSpec(..., order_by=["ts"], watermark_strategy=strategy)
+    """
 
     bound_ms: int = 0
     timestamp_column: str | None = None

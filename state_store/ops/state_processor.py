@@ -129,7 +129,16 @@ def _per_operator(method):
 
 class SavepointReader:
     """The state of one checkpoint or savepoint, as DataFrames; a dataflow's later operators' through
-    ``operator(uid)``, or any method's ``uid=``."""
+    ``operator(uid)``, or any method's ``uid=``.
+
+    Example::
+
+        reader = SavepointReader.for_savepoint(spark, "first-job/before-v2")   # or .for_checkpoint(spark, "first-job")
+        reader.keyed_state("count").filter("key = 'ada'")   # DataFrame: key_group, key, namespace, value (typed)
+        reader.keyed_entries("count", "ada")                # one key's entries, decoded: [{"value": 3}]
+        reader.states()                                     # qualified name ("main.count") -> kind, type, entries
+        SavepointReader.for_checkpoint(spark, "spend").keyed_state("per-user", uid="country-totals")  # later operator
+    """
 
     def __init__(self, spark: SparkSession, source: StatePoint):
         self.spark, self.source, self.meta = spark, _intact(spark, source), source.meta
@@ -299,7 +308,17 @@ class SavepointReader:
 
 
 class SavepointWriter:
-    """Builds a new savepoint: from nothing (``bootstrap``) or from an existing one (``from_savepoint``)."""
+    """Builds a new savepoint: from nothing (``bootstrap``) or from an existing one (``from_savepoint``).
+
+    Example::
+
+        (SavepointWriter.bootstrap(spark, "clicks", uid="user-activity", key_type=Types.LONG(), max_parallelism=128)
+            .with_keyed_state(ValueStateDescriptor("events", Types.LONG()), df, key="user_id", value="n")
+            .with_operator_state(ListStateDescriptor("seen", Types.STRING()), ["a", "b"])
+            .write("bootstrapped"))   # then: lakestate restore clicks --savepoint clicks/bootstrapped
+        (SavepointWriter.from_savepoint(spark, "clicks/v1")
+            .remove_operator("old").rename_uid("main", "clicks").write("v2"))
+    """
 
     def __init__(self, spark: SparkSession, settings: Settings, job_id: str, fields: dict,
                  keyed: DataFrame, operator: DataFrame):

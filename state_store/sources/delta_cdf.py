@@ -16,7 +16,11 @@ class DeltaSource(SourceDefaults):
 
     The table needs ``delta.enableChangeDataFeed = true``.
 
-    Example: ``DeltaSource("lake/orders", max_versions_per_batch=10)``
+    Example::
+
+        source = DeltaSource("lake/orders", max_versions_per_batch=10)   # at most 10 versions a microbatch
+        spec = JobSpec(job_id="orders", function=PerCustomer(), source=source, key="customer_id",
+                       key_type=Types.LONG(), ...)   # the table's columns are known only when it is read
     """
 
     path: str

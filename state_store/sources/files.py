@@ -22,7 +22,11 @@ class FileSource(SourceDefaults):
     ``schema`` declares the columns (required for JSON; for Parquet it is checked).
     ``max_files_per_batch`` bounds a microbatch (default: all new files).
 
-    Example: ``FileSource("data/clicks", "json", Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()]))``
+    Example::
+
+        CLICK = Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()])
+        source = FileSource("data/clicks", "json", CLICK, max_files_per_batch=1)   # a file a microbatch
+        spec = JobSpec(job_id="clicks", function=CountClicks(), source=source, key="user", ...)
     """
 
     path: str

@@ -59,7 +59,13 @@ class KafkaSource(SourceDefaults):
     record), or go to the dead-letter side output ``KafkaSource.dead_letters(name)`` (declared in the job's
     ``side_outputs`` too).
 
-    Example: ``KafkaSource("localhost:9092", topics=["clicks"], schema=CLICK, starting_offsets="latest")``
+    Example::
+
+        CLICK = Types.ROW_NAMED(["user", "amount"], [Types.STRING(), Types.LONG()])
+        source = KafkaSource("127.0.0.1:9092", topics=["clicks"], schema=CLICK, starting_offsets="earliest",
+                             max_records_per_microbatch=100_000)
+        DEAD = KafkaSource.dead_letters("bad_clicks")   # poison records to a side output, not a failed run
+        source = KafkaSource("127.0.0.1:9092", topics=["clicks"], schema=CLICK, on_malformed=DEAD)
     """
 
     bootstrap_servers: str

@@ -65,7 +65,16 @@ class StateTtlConfig:
     time, the microbatch's timestamp.
 
     An entry is expired when ``last_access + ttl <= now`` (a sum past the largest timestamp never expires).
-    List elements and map entries expire one by one."""
+    List elements and map entries expire one by one.
+
+    Example::
+
+        ttl = (StateTtlConfig.new_builder(timedelta(hours=1))
+               .set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)   # default OnCreateAndWrite
+               .cleanup_full_snapshot()
+               .build())
+        last_seen = ctx.get_state(ValueStateDescriptor("last_seen", Types.LONG()).enable_time_to_live(ttl))
+    """
 
     class UpdateType:
         OnCreateAndWrite = "OnCreateAndWrite"  # the default: reads do not prolong an entry's life
