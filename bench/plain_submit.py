@@ -3,6 +3,10 @@ submitted the same way (same jars, same confs):
 
     spark-submit ... bench/plain_submit.py count DIR   # counts range(10)
     spark-submit ... bench/plain_submit.py delta DIR   # appends 10 rows twice to a Delta table in DIR, reads it
+    spark-submit ... bench/plain_submit.py copy TABLE OUT   # reads a Delta table, writes it to OUT partitioned alike
+
+``copy`` is bench/operations.py's baseline for a savepoint submitted the same way: the same files read and
+written again, with none of a savepoint's newest-entry selection or metadata.
 """
 from __future__ import annotations
 
@@ -17,7 +21,11 @@ def main() -> None:
 
     mode, folder = sys.argv[1], sys.argv[2]
     spark = build_spark("plain-spark")
-    if mode == "count":
+    if mode == "copy":
+        table = spark.read.format("delta").load(folder)
+        table.write.format("delta").partitionBy("state_name", "key_group").save(sys.argv[3])
+        print(f"plain: copied {folder} to {sys.argv[3]}")
+    elif mode == "count":
         print(f"plain: counted {spark.range(10).count()} rows")
     else:
         for _ in range(2):

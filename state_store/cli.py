@@ -270,6 +270,22 @@ def cmd_savepoints(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_jars(args, settings: Settings) -> int:
+    from .spark.jars import fetch_jars, jars_dir
+    from .spark.session import delta_jars
+
+    paths = fetch_jars(args.repository) if args.repository else fetch_jars()
+    used = delta_jars()
+    print(f"[lakestate] Delta's jars are in {jars_dir()}: " + ", ".join(Path(p).name for p in paths))
+    if used != paths:
+        print(f"[lakestate] note: sessions and spark-submit use {', '.join(used)} first (LAKESTATE_JARS, or the "
+              f"checkout's .cache/jars)")
+    else:
+        print("[lakestate] sessions and spark-submit (Airflow's tasks too) now get them as jars: no Ivy "
+              "resolution at start")
+    return 0
+
+
 def cmd_dispose(args, settings: Settings) -> int:
     from .ops.savepoint import dispose_savepoint
 
@@ -370,6 +386,11 @@ def _add_job_commands(sub, common) -> None:
     p.set_defaults(func=cmd_register)
     p = sub.add_parser("jobs", parents=[common], help="list registered jobs and their latest checkpoint")
     p.set_defaults(func=cmd_jobs)
+    p = sub.add_parser("jars", parents=[common],
+                       help="fetch Delta's jars into this machine's cache once, so no start resolves them")
+    p.add_argument("--repository", default=None,
+                   help="a Maven repository's URL (default: Maven Central, https://repo1.maven.org/maven2)")
+    p.set_defaults(func=cmd_jars)
     p = sub.add_parser("checkpoints", parents=[common], help="list a job's retained checkpoints")
     p.add_argument("--job", required=True)
     p.add_argument("--json", action="store_true", help="print the full checkpoint rows")

@@ -642,12 +642,15 @@ class SavepointMetadata(_Record):
     airflow_run: AirflowRun | None = None  # the Airflow run that took it (omitted when None: older files)
     # A dataflow's: each later operator's part, by uid, its tables under ``operators/<uid>/`` (omitted when None)
     operators: dict[str, "SavepointMetadata"] | None = None
+    seconds: float | None = None  # how long writing it took (omitted when None: older files, an operator's part)
     path: str = ""  # where it was found (not stored)
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k != "path"}
         data["tables"] = {name: t.to_dict() for name, t in self.tables.items()}
         data["descriptors"] = states_to_dict(self.descriptors)
+        if self.seconds is None:
+            del data["seconds"]
         if self.airflow_run is None:
             del data["airflow_run"]
         else:

@@ -363,6 +363,13 @@ def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispo
     path = root / "savepoints" / "clicks" / "before-rescale"
     assert f"savepoint path: {path}" in "\n".join(said) and (path / "_metadata.json").exists()
     assert events["lakestate://clicks/savepoints"] == saved and saved["path"] == str(path)
+    # The rescale form's "Savepoint first" says what a savepoint of the job took, from its metadata.
+    from state_store.ops.savepoint import load_savepoint
+    from state_store.provider.dags import _savepoint_first_param
+    from state_store.settings import Settings
+
+    took = load_savepoint(Settings.load(root=root), "clicks/before-rescale").seconds
+    assert 0 < took < 120 and f"(clicks: the last took {took:g} s for " in _savepoint_first_param(["clicks"]).description
     # A failed operation raises with the command's own error, not the provider's generic text.
     with pytest.raises(AirflowException) as failed:
         execute(dags["lakestate_restore"].get_task("restore"), {"job": "clicks", "checkpoint": 999},
@@ -532,6 +539,8 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     assert parallelism["then"] == {"minimum": 1, "maximum": 32768}  # no job has run
     assert parallelism["description"] == "1 to the job's max parallelism (clicks: not run yet; orders: not run yet)"
     assert rescale["savepoint_first"]["type"] == "boolean" and rescale["retain_savepoints"]["then"]["minimum"] == 0
+    assert rescale["savepoint_first"]["description"].endswith(
+        "(clicks: no timed savepoint yet; orders: no timed savepoint yet)")  # a taken one's: the in-process test
     assert rescale["operator"]["type"] == ["null", "string"]  # a dataflow's one operator to rescale
     assert restore["savepoint"]["type"] == ["null", "string"] and restore["backend"]["enum"] == [None, "delta",
                                                                                                  "hashmap"]

@@ -380,3 +380,38 @@ def test_state_takes_a_key_over_128_kib_from_a_file_or_standard_input(spark, lak
     assert main([*state, "--key-file", str(tmp_path / "nope.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lakestate: error: cannot read the key from ") and "nope.txt" in err, err
+
+
+def maven_layout(folder: Path, jars: dict[str, bytes]) -> str:
+    """A Maven repository of ``jars`` (file name -> bytes; Delta's, under io/delta/) as Maven Central serves
+    them, each with its .sha1; its file:// URL."""
+    import hashlib
+
+    for name, data in jars.items():
+        artifact, version = name[:-len(".jar")].rsplit("-", 1)
+        path = folder / "io" / "delta" / artifact / version / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        (path.parent / (name + ".sha1")).write_text(hashlib.sha1(data).hexdigest() + "  " + name + "\n")
+    return folder.as_uri()
+
+
+def test_jars_fetches_deltas_jars_once_checked_against_their_sha1_and_sessions_get_them(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """`lakestate jars`: a jar that does not match its published SHA-1 is refused and leaves nothing; a good
+    fetch puts both jars in LAKESTATE_JARS_DIR, where `fetched_jars` (delta_jars' last source) finds them; a
+    second fetch keeps them. The hook's use of them, in an installed wheel: tests/test_package.py."""
+    from state_store.spark.jars import fetched_jars
+
+    monkeypatch.setenv("LAKESTATE_JARS_DIR", str(tmp_path / "cache"))
+    names = ["delta-spark_2.13-4.0.0.jar", "delta-storage-4.0.0.jar"]
+    url = maven_layout(tmp_path / "maven", {n: n.encode() * 100 for n in names})
+    (tmp_path / "maven" / "io/delta/delta-storage/4.0.0" / names[1]).write_bytes(b"damaged")
+    assert main(["jars", "--repository", url, "--root", str(tmp_path / "root")]) == 2
+    assert "does not match its published SHA-1" in capsys.readouterr().err and fetched_jars() == []
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [names[0]]  # complete jars only, no part
+    maven_layout(tmp_path / "maven", {names[1]: names[1].encode() * 100})
+    for said in ("fetched delta-storage", "Delta's jars are in"):
+        assert main(["jars", "--repository", url, "--root", str(tmp_path / "root")]) == 0
+        assert said in capsys.readouterr().out
+    assert [Path(j).name for j in fetched_jars()] == names

@@ -4,13 +4,14 @@ a job carries on after it as if it had never been compacted."""
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 import pytest
 
 from state_store import StateTtlConfig
 from state_store.catalog.job_store import JobStore
 from state_store.ops.compaction import compact_job, nothing_to_do
-from state_store.delta.log import table_snapshot
+from state_store.delta.log import table_files, table_snapshot
 from state_store.delta.points import StatePoint
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import take_savepoint
@@ -60,7 +61,6 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     # Superseded and removed entries are gone from the table's live version; its file count went down.
     assert report["superseded_removed"] > 0 and report["expired_removed"] == 0
     assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
-    assert report["files_deleted"] > 0 and report["bytes_reclaimed"] > 0
     assert JobStore(job_dir).last_compaction() == json.loads(json.dumps(report))
     # Right after it there is nothing to do, seen without Spark: no table version, no checkpoint, no file
     # deleted; the history has both reports and the useful one stays the last.
@@ -86,6 +86,15 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     assert sink_rows(spark, lake, spec) == sink_rows(spark, steady, all_states_job(steady))
     assert state_at_latest_checkpoint(spark, lake, spec) == state_at_latest_checkpoint(
         spark, steady, all_states_job(steady))
+    # Once no retained checkpoint pins the versions from before the compaction (the run's checkpoints replaced
+    # them), the next compaction deletes their data files, every one, and keeps what the retained ones read.
+    keyed = job_dir / "state" / "keyed"
+    old = {unquote(f) for f in table_files(keyed, keyed_before["version"])}
+    retained = _retained_states(spark, lake, spec)
+    second = compact_job(spark, lake.settings, spec.job_id, **QUIET)
+    left = {f.relative_to(keyed).as_posix() for f in keyed.rglob("*.parquet")}
+    assert old and not old & left and second["files_deleted"] >= len(old) and second["bytes_reclaimed"] > 0
+    assert {c: s for c, s in _retained_states(spark, lake, spec).items() if c in retained} == retained
 
 
 def test_a_crash_at_each_step_of_a_compaction_leaves_every_retained_checkpoint_restorable(spark, tmp_path):

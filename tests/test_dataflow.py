@@ -260,7 +260,7 @@ def _compaction_rewrites_every_operators_tables_and_keeps_the_entries(spark, lak
     store = JobStore(lake.settings.job_dir(job_id))
     before = store.latest_checkpoint()
     report = compact_job(spark, lake.settings, job_id, say=_quiet)
-    assert report["tables"]["per-country:keyed"]["superseded_removed"] > 0 and report["files_deleted"] > 0
+    assert report["tables"]["per-country:keyed"]["superseded_removed"] > 0  # deletion: test_compaction's first
     after = store.latest_checkpoint()
     assert after.checkpoint_id == report["new_checkpoint"] and after.of_operator("per-country").entries == \
         before.of_operator("per-country").entries

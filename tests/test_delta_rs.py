@@ -130,3 +130,35 @@ def test_a_jobs_spark_connect_session_id_is_its_own_and_changes_every_hour():
     assert job_session_id("a", hour) != job_session_id("b", hour)
     assert _with_params("sc://h:1", "session_id=x") == "sc://h:1/;session_id=x"
     assert _with_params("sc://h:1/;token=t", "session_id=x") == "sc://h:1/;token=t;session_id=x"
+
+
+def test_live_entries_in_arrow_follow_the_same_rules_as_spark():
+    """``live_arrow.latest_live`` (a small savepoint's rows, read by the driver): per entry the newest row by
+    (batch_id, generation) up to the checkpoint's microbatch, removed entries dropped, rows of generations the
+    checkpoint does not pin unseen; map entries are entries of their own. The same rows through Spark:
+    test_savepoint's first test, whose savepoint is taken both ways."""
+    import pyarrow as pa
+
+    from state_store.delta.live_arrow import latest_live
+    from state_store.records import KEYED_TABLE
+    from state_store.subtask.run_files import arrow_schema
+
+    def row(name, key, value, batch, generation=0, user_key=None, key_group=0):
+        return {"state_name": name, "key_group": key_group, "key": key, "namespace": "", "user_key": user_key,
+                "value": value, "batch_id": batch, "generation": generation}
+
+    rows = [row("s", "a", "1", 0), row("s", "a", "2", 1),                       # updated: the newest
+            row("s", "b", "x", 0), row("s", "b", None, 1),                      # removed
+            row("s", "c", "c0", 0, key_group=1), row("s", "c", "c7", 0, 7, key_group=1),   # a restore's write
+            row("m", "a", "v1", 0, user_key='"k1"'), row("m", "a", "v2", 1, user_key='"k2"'),
+            row("s", "d", "later", 3)]                                          # after the checkpoint
+    schema = arrow_schema(KEYED_TABLE.schema)
+    table = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in rows], schema=schema)
+
+    def live(generations):
+        got = latest_live(table, KEYED_TABLE, 2, generations).to_pylist()
+        return sorted((r["state_name"], r["key"], r["user_key"] or "", r["value"]) for r in got)
+
+    assert live([7]) == live(None) == [("m", "a", '"k1"', "v1"), ("m", "a", '"k2"', "v2"), ("s", "a", "", "2"),
+                                       ("s", "c", "", "c7")]
+    assert ("s", "c", "", "c0") in live([])  # generation 7 not pinned: the microbatch's row is live

@@ -35,13 +35,21 @@ CHECKS = textwrap.dedent("""
         assert Path(module.__file__).resolve().is_relative_to(venv), module.__file__
 
     from state_store.spark.session import delta_jars
-    assert delta_jars() == [], delta_jars()  # no checkout, no LAKESTATE_JARS: Spark resolves Delta's package
+    assert delta_jars() == [], delta_jars()  # no checkout, no LAKESTATE_JARS, no `lakestate jars`: Ivy resolves
     from state_store.provider.operators import ENTRYPOINT, LakestateSubmitOperator
     assert Path(ENTRYPOINT).resolve().is_relative_to(venv) and Path(ENTRYPOINT).is_file(), ENTRYPOINT
     task = LakestateSubmitOperator(task_id="run", job_id="clicks", registry="registry.toml")
     command = task._get_hook()._build_spark_submit_command(ENTRYPOINT)
     assert command[:3] == ["spark-submit", "--master", "local[*]"] and "--packages" in command, command
     assert "io.delta:delta-spark_2.13" in command[command.index("--packages") + 1], command
+    # `lakestate jars` once (from sys.argv[2], a Maven repository as Maven Central serves it): then every
+    # submit gets the jars, and nothing is resolved at start
+    lakestate = str(Path(sys.executable).parent / "lakestate")
+    subprocess.run([lakestate, "jars", "--repository", sys.argv[2]], check=True, capture_output=True)
+    names = sorted(Path(j).name for j in delta_jars())
+    assert names == ["delta-spark_2.13-4.0.0.jar", "delta-storage-4.0.0.jar"], names
+    command = task._get_hook()._build_spark_submit_command(ENTRYPOINT)
+    assert "--packages" not in command and command[command.index("--jars") + 1] == ",".join(delta_jars()), command
 
     from airflow.providers_manager import ProvidersManager
     manager = ProvidersManager()
@@ -75,6 +83,13 @@ CHECKS = textwrap.dedent("""
 
 # The test venv's pip, as a user would upgrade it first: the one scripts/setup.sh installs (pinned there, once).
 INSTALLER = re.search(r"^INSTALLER=(\S+)$", (REPO / "scripts" / "setup.sh").read_text(), re.M).group(1)
+
+
+def _checkout_jars_as_maven(folder: Path) -> str:
+    """The checkout's Delta jars (scripts/setup.sh's) as a Maven repository: its file:// URL."""
+    from tests.test_cli import maven_layout
+
+    return maven_layout(folder, {j.name: j.read_bytes() for j in (REPO / ".cache" / "jars").glob("delta-*.jar")})
 
 
 def _build_wheel(tmp: Path, env: dict) -> Path:
@@ -115,14 +130,16 @@ def installed(tmp_path_factory):
 def test_the_wheel_installed_with_airflow_gives_the_plugin_operators_and_cli_without_the_repository(
         installed, tmp_path):
     venv, env = installed
+    maven = _checkout_jars_as_maven(tmp_path / "maven")
+    env = {**env, "LAKESTATE_JARS_DIR": str(tmp_path / "jars")}  # this machine's jar cache, empty
     work = tmp_path / "elsewhere"
     (work / "plugins").mkdir(parents=True)
     (work / "registry.toml").write_text('[jobs.clicks]\nentrypoint = "mypipeline:job"\n')
     env = {**env, "AIRFLOW_HOME": str(work / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__PLUGINS_FOLDER": str(work / "plugins"), "LAKESTATE_REGISTRY": str(work / "registry.toml"),
            "LAKESTATE_ROOT": str(work / "root")}
-    checks = subprocess.run([str(venv / "bin" / "python"), "-c", CHECKS, str(REPO.resolve())], cwd=work, env=env,
-                            capture_output=True, text=True)
+    checks = subprocess.run([str(venv / "bin" / "python"), "-c", CHECKS, str(REPO.resolve()), maven], cwd=work,
+                            env=env, capture_output=True, text=True)
     assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-6000:]
     assert "installed checks passed" in checks.stdout
 
@@ -161,12 +178,14 @@ def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and
     (work / "input" / "p0.json").write_text("".join(f'{{"k": "{k}", "v": {v}}}\n' for k, v in
                                                     [("a", 1), ("b", 2), ("a", 3)]))
     # The job's module on PYTHONPATH as the README asks (its folder, never the checkout); Spark's Python workers
-    # are the virtualenv's; the Delta jars given (a jar is not a Python dependency, and Maven stays out of it).
+    # are the virtualenv's; the Delta jars fetched once by `lakestate jars` as the install page says (from a
+    # Maven layout of the checkout's jars: the test does not reach Maven Central), so the run resolves nothing.
     env = {**env, "PYTHONPATH": str(work), "LAKESTATE_ROOT": str(work / "root"),
            "PYSPARK_PYTHON": str(venv / "bin" / "python"), "PYSPARK_DRIVER_PYTHON": str(venv / "bin" / "python"),
-           "LAKESTATE_JARS": ",".join(str(j) for j in sorted((REPO / ".cache" / "jars").glob("*.jar")))}
+           "LAKESTATE_JARS_DIR": str(tmp_path / "jars")}
     lakestate = str(venv / "bin" / "lakestate")
-    for command in (["register", "tinyjob:job"], ["run", "--job", "tiny"]):
+    for command in (["jars", "--repository", _checkout_jars_as_maven(tmp_path / "maven")], ["register", "tinyjob:job"],
+                    ["run", "--job", "tiny"]):
         done = subprocess.run([lakestate, *command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"lakestate {command}:\n{done.stdout[-3000:]}{done.stderr[-6000:]}"
     sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],

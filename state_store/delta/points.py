@@ -105,6 +105,19 @@ class StatePoint:
             df = create(self.meta.backend, spark, self.job_dir, self.meta.job_id, self.meta).read(self.meta)
         return df.select(*spec.columns)
 
+    def rows_in_process(self, table: str):
+        """``rows`` read and selected by this process with Arrow, no Spark job (``live_arrow.read_live``), for a
+        checkpoint whose table is small and local; None where ``rows`` must read it."""
+        from .live_arrow import read_live
+
+        if self.is_savepoint or self.meta.backend not in ("delta", "hashmap"):
+            return None
+        recorded = self.meta.table(table)
+        if not recorded.path or recorded.version is None:
+            return None
+        return read_live(recorded.path, recorded.version, TABLE_SPECS[table], self.meta.batch_id,
+                         recorded.generations)
+
 
 def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> SavepointMetadata:
     """The savepoint at ``ref``: a path inside the savepoint root, or '<job>/<name>' under it; with

@@ -157,18 +157,27 @@ def append_idempotent(df: DataFrame, path: Path, app_id: str, version: int,
     return True
 
 
-def append_state_rows(df: DataFrame, path, app_id: str, version: int, spec: TableSpec,
-                      batch_column: str = "batch_id") -> bool:
+def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batch_column: str = "batch_id",
+                      spark=None) -> bool:
     """``append_idempotent`` for a state table's rows (``spec``'s columns): the tasks write them as a run's
     subtasks write their changes (``run_files.write_batches``) and one commit adds the files
     (``commit_files``, through delta-rs), so a restore or a snapshot costs one Spark job over its rows, not
-    Delta's writer and the log replays around it. Returns False when ``app_id`` already has ``version``."""
+    Delta's writer and the log replays around it. Rows given as a ``pyarrow.Table`` (``live_arrow``: a small
+    savepoint's) are written by this process the same way, with no Spark job (``spark``: the session whose
+    type names the columns of a table the commit creates). Returns False when ``app_id`` already has
+    ``version``."""
     committed = app_transaction_version(path, app_id)
     if committed is not None and committed >= version:
         return False
     table = OutputTable(spec.name, str(path), spec.schema, spec.partition_columns, committed, batch_column,
                         options_of(path))
     token = new_token()
+    import pyarrow as pa
+
+    if isinstance(df, pa.Table):  # Arrow rows, in this process
+        files = write_batches(table, token, 0, df.select(spec.columns).to_batches())
+        return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, committed,
+                            batch_column)
 
     def write(batches):
         import pyarrow as pa

@@ -180,13 +180,22 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     recorded = checkpoint.table(spec.name)
     path, version, b = recorded.path, recorded.version, checkpoint.batch_id
     before = table_snapshot(path, version)
+    filtered = ttl_states(checkpoint.descriptors, "compaction") if spec is KEYED_TABLE else {}
+    if not (filtered and checkpoint.processing_time is not None):  # no TTL filter: in this process where small
+        done = _compact_in_process(recorded, b, spec)
+        if done is not None:
+            scanned, count = done
+            after = table_snapshot(path)
+            return (delta_record(path, recorded.generations, after["version"]),
+                    {"rows_scanned": scanned, "expired_removed": 0, "superseded_removed": scanned - count,
+                     "rows_after": count, "files_before": before["num_files"], "files_after": after["num_files"],
+                     "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
     # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
     live = latest_live(visible(rows, recorded.generations), spec, b)
     expired_removed = 0
     if spec is KEYED_TABLE:
-        filtered = ttl_states(checkpoint.descriptors, "compaction")
         if filtered and checkpoint.processing_time is not None:
             kept = drop_expired(live, filtered, checkpoint.processing_time)
             mine = F.col("state_name").isin(sorted(filtered))
@@ -207,11 +216,44 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
              "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
 
 
+def _compact_in_process(recorded: TableVersion, batch_id: int, spec) -> tuple[int, int] | None:
+    """``_compact_table``'s rewrite read, selected and written by this process (Arrow and delta-rs, no Spark job)
+    for a small local table: its live rows as of ``batch_id`` replace every row up to it, in one delta-rs
+    overwrite with that predicate (Spark's ``replaceWhere``). Returns (rows scanned, rows after); None where
+    Spark must do it (``live_arrow.read_rows``)."""
+    import pyarrow.compute as pc
+    from deltalake import write_deltalake
+    from deltalake.transaction import PostCommitHookProperties
+
+    from ..delta.delta_rs import storage_options, table_uri
+    from ..delta.live_arrow import latest_live, read_rows
+
+    rows = read_rows(recorded.path, recorded.version, spec)
+    if rows is None:
+        return None
+    scanned = pc.sum(pc.less_equal(rows["batch_id"], batch_id)).as_py() or 0
+    live = latest_live(rows, spec, batch_id, recorded.generations)
+    write_deltalake(table_uri(recorded.path), live, mode="overwrite", predicate=f"batch_id <= {batch_id}",
+                    partition_by=list(spec.partition_columns), storage_options=storage_options(recorded.path),
+                    post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
+    return scanned, live.num_rows
+
+
 def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion) -> dict[str, int]:
     """Entries per state: counted in the compacted keyed table, as the checkpoint has them for the rest."""
-    df = spark.read.format("delta").option("versionAsOf", keyed.version).load(keyed.path)
-    counts = {r["state_name"]: r["count"] for r in df.filter(F.col("batch_id") <= checkpoint.batch_id)
-              .groupBy("state_name").count().collect()}
+    from ..delta.live_arrow import read_rows
+
+    rows = read_rows(keyed.path, keyed.version, KEYED_TABLE)
+    if rows is not None:  # a small local table: counted by this process
+        import pyarrow.compute as pc
+
+        mine = rows.filter(pc.less_equal(rows["batch_id"], checkpoint.batch_id))
+        grouped = mine.group_by("state_name").aggregate([("state_name", "count")]).to_pydict()
+        counts = dict(zip(grouped["state_name"], grouped["state_name_count"]))
+    else:
+        df = spark.read.format("delta").option("versionAsOf", keyed.version).load(keyed.path)
+        counts = {r["state_name"]: r["count"] for r in df.filter(F.col("batch_id") <= checkpoint.batch_id)
+                  .groupBy("state_name").count().collect()}
     keyed_names = set(counts) | {n for n, d in checkpoint.descriptors.items() if d.scope == KEYED_TABLE.name}
     entries = {n: c for n, c in checkpoint.entries.items() if n not in keyed_names}
     entries.update(counts)

@@ -94,14 +94,16 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
     parts = {}
     for uid in source.uids:  # each operator's live entries (a job of one operator: its own)
         part = source.operator(uid)
-        tables = {t: part.rows(spark, t) for t in (KEYED, OPERATOR)}
-        # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
         meta = part.meta
+        # Full snapshot cleanup: expired entries of states that ask for it stay out, as of the checkpoint's time.
         cleaned = ttl_states(meta.descriptors, "full_snapshot") if meta.processing_time is not None else {}
+        # A small table on a local disk is read and written by this process (Arrow, no Spark job); else Spark.
+        tables = {t: None if cleaned and t == KEYED else part.rows_in_process(t) for t in (KEYED, OPERATOR)}
+        tables = {t: part.rows(spark, t) if rows is None else rows for t, rows in tables.items()}
         if cleaned:
             tables[KEYED] = drop_expired(tables[KEYED], cleaned, meta.processing_time)
         parts[uid] = (tables, point_fields(meta), cleaned)
-    return write_savepoint(settings, job_id, name, parts, label, say)
+    return write_savepoint(settings, job_id, name, parts, label, say, spark)
 
 
 def point_fields(point) -> dict:
@@ -110,9 +112,10 @@ def point_fields(point) -> dict:
 
 
 def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, label: str | None,
-                    say=print) -> SavepointMetadata:
+                    say=print, spark=None) -> SavepointMetadata:
     """Write savepoint ``<job_id>/<name>`` from ``parts``: per operator uid, first operator first, ``(tables,
-    fields, recount)``: its tables ("keyed", "operator": DataFrames of live entries), its metadata ``fields``,
+    fields, recount)``: its tables ("keyed", "operator": DataFrames of live entries, or ``pyarrow.Table``s this
+    process writes, with ``spark`` the session that names a new table's columns), its metadata ``fields``,
     and the states whose entries are counted again (a cleanup thinned them). A dataflow's later operators' tables
     go under ``operators/<uid>/``. ``_metadata.json`` is written last: locally into a hidden folder then renamed
     into place; on object storage (no rename) in place, where nothing lists as a savepoint until its metadata is
@@ -133,11 +136,12 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
     try:
         # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
         write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).lease_dir)))
-        metas = [_write_part(work, f"operators/{uid}/" if i else "", job_id, name, label, *part)
+        metas = [_write_part(work, f"operators/{uid}/" if i else "", job_id, name, label, *part, spark=spark)
                  for i, (uid, part) in enumerate(parts.items())]
         savepoint = metas[0]
         if len(metas) > 1:
             savepoint.operators = {m.uid: m for m in metas[1:]}
+        savepoint.seconds = round(time.time() - started, 1)  # what the rescale form says "savepoint first" adds
         write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
         if not in_place:
             work.rename(final)
@@ -147,19 +151,19 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
     (final / OWNER).unlink(missing_ok=True)
     savepoint.path = str(final)
     say(f"[lakestate] job {job_id}: savepoint {final} complete: {savepoint.total_entries} entries, "
-        f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {time.time() - started:.1f}s")
+        f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {savepoint.seconds:.1f}s")
     return savepoint
 
 
 def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, tables: dict, fields: dict,
-                recount) -> SavepointMetadata:
+                recount, spark=None) -> SavepointMetadata:
     """One operator's tables of a savepoint being written in ``work`` (under ``prefix``), and its metadata."""
     from ..delta.state_tables import append_state_rows  # Spark: only where a savepoint is taken
 
     written = {}
     for table, rows in tables.items():
         spec, path = TABLE_SPECS[table], f"{prefix}{table}"
-        append_state_rows(rows, work / path, SAVEPOINT_APP_ID, 0, spec)  # the tasks write, delta-rs commits
+        append_state_rows(rows, work / path, SAVEPOINT_APP_ID, 0, spec, spark=spark)  # tasks write, delta-rs commits
         snap = table_snapshot(work / path)
         written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])
     if recount:  # states a cleanup thinned: their entries are what the savepoint holds

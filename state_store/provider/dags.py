@@ -155,6 +155,23 @@ def _parallelism_param(jobs: list[str]) -> Param:
                  description=f"1 to the job's max parallelism ({said})")
 
 
+def _savepoint_first_param(jobs: list[str]) -> Param:
+    """The rescale form's "Savepoint first": what it adds to the rescale, as each job's last savepoint took."""
+    from state_store.ops.savepoint import list_savepoints
+    from state_store.provider.reader import human_bytes
+    from state_store.settings import Settings
+
+    settings, said = Settings.load(), []
+    for job in jobs:  # the savepoints' _metadata.json files: no Spark
+        timed = [s for s in list_savepoints(settings, job) if s.seconds is not None]
+        last = max(timed, key=lambda s: s.created_ms, default=None)
+        said.append(f"{job}: the last took {last.seconds:g} s for {human_bytes(last.size_bytes)}" if last
+                    else f"{job}: no timed savepoint yet")
+    return Param(True, type="boolean", title="Savepoint first",
+                 description="Take a savepoint of the latest checkpoint before rescaling; it adds about a "
+                             f"savepoint's time ({'; '.join(said)})")
+
+
 def operation_dags() -> dict[str, DAG]:
     """The savepoint, rescale, restore, dispose and compaction DAGs, by DAG id (none while the registry names no
     job)."""
@@ -221,8 +238,7 @@ def _rescale_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_rescale", description="Rescale a Lakestate job", params={
         "job": _job_param(jobs),
         "parallelism": _parallelism_param(jobs),
-        "savepoint_first": Param(True, type="boolean", title="Savepoint first",
-                                 description="Take a savepoint of the latest checkpoint before rescaling"),
+        "savepoint_first": _savepoint_first_param(jobs),
         "retain_savepoints": Param(None, type=["null", "integer"], **bounded(0), title="Rescale savepoints kept",
                                    description="Keep only the newest N savepoints rescales took (empty: all)"),
         "operator": Param(None, type=["null", "string"], title="Operator (a dataflow's)",

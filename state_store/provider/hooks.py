@@ -18,8 +18,9 @@ LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
 def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
     """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars
     (``state_store.spark.session.delta_jars``, with the S3 jars when the warehouse is on ``s3a://``); where they
-    are not on this machine (an installed package, no checkout and no ``$LAKESTATE_JARS``), their Maven
-    coordinates, which Spark resolves from Maven Central (and caches in ~/.ivy2) on the first run."""
+    are not on this machine (an installed package where ``lakestate jars`` has not run, no checkout and no
+    ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves through Ivy at every submit (from Maven
+    Central the first time; ~/.ivy2 caches them)."""
     from state_store.spark.session import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
 
     found = delta_jars()
@@ -51,6 +52,9 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
                  packages: str | None = None, **kwargs: Any) -> None:
         jars, packages = delta_submit_args(jars, packages)
         super().__init__(*args, conn_id=conn_id, jars=jars, packages=packages, **kwargs)
+        if packages and "delta-spark" in packages:
+            self.log.info("no Delta jars on this machine: spark-submit resolves %s through Ivy at every start; "
+                          "`lakestate jars` fetches them once", packages)
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:

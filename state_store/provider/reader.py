@@ -13,6 +13,18 @@ from state_store.ops.savepoint import list_savepoints
 from state_store.settings import Settings
 
 
+def human_bytes(size: int | None) -> str:
+    """``4562404`` -> ``"4.4 MiB"``."""
+    if size is None:
+        return "-"
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 COMPACTIONS_SHOWN = 20
 
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
-from state_store.provider.reader import JobOverview, job_overviews
+from state_store.provider.reader import JobOverview, human_bytes, job_overviews
 from state_store.records import AirflowRun
 from state_store.settings import Settings
 
@@ -67,18 +67,6 @@ _STYLE = (
 
 class Html(str):
     """Markup that ``_table`` puts in a cell as it is (everything else is escaped)."""
-
-
-def human_bytes(size: int | None) -> str:
-    """``4562404`` -> ``"4.4 MiB"``."""
-    if size is None:
-        return "-"
-    value, unit = float(size), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def count(n) -> str:

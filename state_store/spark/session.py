@@ -17,12 +17,15 @@ S3_PACKAGE = "org.apache.hadoop:hadoop-aws:3.4.1"
 
 
 def delta_jars() -> list[str]:
-    """Jars fetched by scripts/setup.sh into the checkout's .cache/jars (or named by LAKESTATE_JARS,
-    comma-separated); none for an installed package without LAKESTATE_JARS (Spark then resolves
-    ``DELTA_PACKAGE``)."""
+    """The Delta jars a session and a ``spark-submit`` are given: those LAKESTATE_JARS names (comma-separated),
+    else scripts/setup.sh's in a checkout's .cache/jars, else those ``lakestate jars`` fetched into this machine's
+    cache (``jars.fetched_jars``); none (Spark then resolves ``DELTA_PACKAGE`` through Ivy at every start) for an
+    installed package on a machine where ``lakestate jars`` has not run."""
+    from .jars import fetched_jars
+
     if os.environ.get("LAKESTATE_JARS"):
         return [j for j in os.environ["LAKESTATE_JARS"].split(",") if j]
-    return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar")))
+    return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar"))) or fetched_jars()
 
 
 def s3_jars() -> list[str]:
