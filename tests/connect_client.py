@@ -117,6 +117,25 @@ def failing(session, lake) -> dict:
     return {"error": error, "parquet": sorted(str(p) for p in lake.settings.warehouse.rglob("*.parquet"))}
 
 
+def state_processor(session, lake) -> dict:
+    """The State Processor over Connect: a savepoint bootstrapped from a DataFrame (SavepointWriter), its keyed
+    state read back (SavepointReader), and a changed copy (a uid renamed) read again."""
+    from state_store import SavepointReader, SavepointWriter, Types, ValueStateDescriptor
+
+    counts = session.createDataFrame([("a", 100), ("b", 200)], "user string, n bigint")
+    written = SavepointWriter.bootstrap(session, "counts", uid="count", key_type=Types.STRING(), max_parallelism=8,
+                                        parallelism=2, settings=lake.settings) \
+        .with_keyed_state(ValueStateDescriptor("count", Types.LONG()), counts, key="user", value="n") \
+        .write("bootstrapped", say=lambda m: None)
+    SavepointWriter.from_savepoint(session, "counts/bootstrapped", lake.settings).rename_uid("count", "counter") \
+        .write("renamed", say=lambda m: None)
+    read = {}
+    for name, uid in (("bootstrapped", "count"), ("renamed", "counter")):
+        reader = SavepointReader.for_savepoint(session, f"counts/{name}", lake.settings)
+        read[name] = [reader.uid, sorted([r["key"], r["value"]] for r in reader.keyed_state("count").collect())]
+    return {"entries": written.entries, "read": read}
+
+
 def _delta(session, path: str) -> dict:
     session.range(3).selectExpr("id", "id * 10 AS v").write.format("delta").save(path)
     session.range(3, 4).selectExpr("id", "id * 10 AS v").write.format("delta").mode("append").save(path)
@@ -157,6 +176,7 @@ def main(argv: list[str]) -> None:
 
             lake = Lake(Path(args[0]))
             out = (failing(session, lake) if what == "failing" else
+                   state_processor(session, lake) if what == "state-processor" else
                    sweep(session, lake, args[1]) if what == "sweep" else
                    chain(session, lake, args[1]) if what == "chain" else two_runs(session, lake, args[1]))
     finally:

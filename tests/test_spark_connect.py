@@ -234,6 +234,15 @@ def test_airflow_pipeline_run_and_rescale_tasks_run_on_the_spark_connect_connect
           f"(run {summary['seconds']} s); the rescale task with a savepoint first {rescaled:.2f} s")
 
 
+def test_the_state_processor_bootstraps_changes_and_reads_savepoints_over_spark_connect(connect_server, tmp_path):
+    """SavepointWriter and SavepointReader on a Connect session (issue 42: the State Processor's reads and
+    writes over Connect too): a savepoint bootstrapped from a DataFrame, a copy with its uid renamed, both read."""
+    out = _client(connect_server[0], "state-processor", tmp_path / "lake")
+    assert out["entries"] == {"count.count": 2}
+    assert out["read"] == {"bootstrapped": ["count", [["a", 100], ["b", 200]]],
+                           "renamed": ["counter", [["a", 100], ["b", 200]]]}
+
+
 def test_a_failed_run_over_spark_connect_says_why_and_leaves_no_file(connect_server, tmp_path):
     out = _client(connect_server[0], "failing", tmp_path / "lake")
     assert out["error"] and re.search(r"microbatch 0 of job 'failing' failed before anything was written: "
