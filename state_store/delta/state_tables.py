@@ -166,21 +166,20 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     savepoint's) are written by this process the same way, with no Spark job (``spark``: the session whose
     type names the columns of a table the commit creates). Returns False when ``app_id`` already has
     ``version``."""
+    import pyarrow as pa
+
     committed = app_transaction_version(path, app_id)
     if committed is not None and committed >= version:
         return False
     table = OutputTable(spec.name, str(path), spec.schema, spec.partition_columns, committed, batch_column,
                         options_of(path))
     token = new_token()
-    import pyarrow as pa
-
-    if isinstance(df, pa.Table):  # Arrow rows, in this process
+    if isinstance(df, pa.Table):  # rows in this process
         files = write_batches(table, token, 0, df.select(spec.columns).to_batches())
         return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, committed,
                             batch_column)
 
     def write(batches):
-        import pyarrow as pa
         from pyspark import TaskContext
 
         for f in write_batches(table, token, TaskContext.get().partitionId(), batches):

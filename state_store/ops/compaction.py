@@ -162,12 +162,13 @@ def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     microbatch pinning the compacted versions; return its id."""
     checkpoint_id, compacted = meta.next_checkpoint_id(), {}
     for uid, (part, _) in _operators(meta, latest).items():  # a dataflow: each operator's tables ("uid:keyed" ...)
-        state = dict(part.state)
+        state, counted = dict(part.state), {}
         for spec in (KEYED_TABLE, OPERATOR_TABLE):
             name = spec.name if uid == latest.uid else f"{uid}:{spec.name}"
-            state[spec.name], report["tables"][name] = _compact_table(spark, part, spec)
+            state[spec.name], report["tables"][name], counted[spec.name] = _compact_table(spark, part, spec)
         compacted[uid] = replace(part, checkpoint_id=checkpoint_id, state=state,
-                                 entries=_entries_after(spark, part, state[KEYED_TABLE.name]))
+                                 entries=_entries_after(spark, part, state[KEYED_TABLE.name],
+                                                        counted[KEYED_TABLE.name]))
     fault("after_rewrite")
     compacted = replace(compacted.pop(latest.uid), completed_ms=int(time.time() * 1000),
                         airflow_run=AirflowRun.of_environment(), operators=compacted or None)
@@ -181,26 +182,29 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     path, version, b = recorded.path, recorded.version, checkpoint.batch_id
     before = table_snapshot(path, version)
     filtered = ttl_states(checkpoint.descriptors, "compaction") if spec is KEYED_TABLE else {}
-    if not (filtered and checkpoint.processing_time is not None):  # no TTL filter: in this process where small
+    if checkpoint.processing_time is None:
+        filtered = {}  # no time to judge expiry by: nothing is filtered
+    if not filtered:  # in this process where the table is small and local
         done = _compact_in_process(recorded, b, spec)
         if done is not None:
-            scanned, count = done
+            scanned, live = done
             after = table_snapshot(path)
             return (delta_record(path, recorded.generations, after["version"]),
-                    {"rows_scanned": scanned, "expired_removed": 0, "superseded_removed": scanned - count,
-                     "rows_after": count, "files_before": before["num_files"], "files_after": after["num_files"],
-                     "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
+                    {"rows_scanned": scanned, "expired_removed": 0, "superseded_removed": scanned - live.num_rows,
+                     "rows_after": live.num_rows, "files_before": before["num_files"],
+                     "files_after": after["num_files"], "bytes_before": before["size_bytes"],
+                     "bytes_after": after["size_bytes"]},
+                    _per_state(live))
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
     # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
     live = latest_live(visible(rows, recorded.generations), spec, b)
     expired_removed = 0
-    if spec is KEYED_TABLE:
-        if filtered and checkpoint.processing_time is not None:
-            kept = drop_expired(live, filtered, checkpoint.processing_time)
-            mine = F.col("state_name").isin(sorted(filtered))
-            expired_removed = live.filter(mine).count() - kept.filter(mine).count()
-            live = kept
+    if filtered:
+        kept = drop_expired(live, filtered, checkpoint.processing_time)
+        mine = F.col("state_name").isin(sorted(filtered))
+        expired_removed = live.filter(mine).count() - kept.filter(mine).count()
+        live = kept
     live = live.select(*spec.columns).cache()
     try:
         count = live.count()
@@ -213,14 +217,15 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
             {"rows_scanned": scanned, "expired_removed": expired_removed,
              "superseded_removed": scanned - count - expired_removed, "rows_after": count,
              "files_before": before["num_files"], "files_after": after["num_files"],
-             "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]})
+             "bytes_before": before["size_bytes"], "bytes_after": after["size_bytes"]},
+            None)
 
 
-def _compact_in_process(recorded: TableVersion, batch_id: int, spec) -> tuple[int, int] | None:
+def _compact_in_process(recorded: TableVersion, batch_id: int, spec):
     """``_compact_table``'s rewrite read, selected and written by this process (Arrow and delta-rs, no Spark job)
     for a small local table: its live rows as of ``batch_id`` replace every row up to it, in one delta-rs
-    overwrite with that predicate (Spark's ``replaceWhere``). Returns (rows scanned, rows after); None where
-    Spark must do it (``live_arrow.read_rows``)."""
+    overwrite with that predicate (Spark's ``replaceWhere``). Returns (rows scanned, the live rows written: a
+    ``pyarrow.Table``); None where Spark must do it (``live_arrow.read_rows``)."""
     import pyarrow.compute as pc
     from deltalake import write_deltalake
     from deltalake.transaction import PostCommitHookProperties
@@ -236,21 +241,21 @@ def _compact_in_process(recorded: TableVersion, batch_id: int, spec) -> tuple[in
     write_deltalake(table_uri(recorded.path), live, mode="overwrite", predicate=f"batch_id <= {batch_id}",
                     partition_by=list(spec.partition_columns), storage_options=storage_options(recorded.path),
                     post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
-    return scanned, live.num_rows
+    return scanned, live
 
 
-def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion) -> dict[str, int]:
-    """Entries per state: counted in the compacted keyed table, as the checkpoint has them for the rest."""
-    from ..delta.live_arrow import read_rows
+def _per_state(rows) -> dict[str, int]:
+    """Rows per state name of a ``pyarrow.Table`` of state rows."""
+    grouped = rows.group_by("state_name").aggregate([("state_name", "count")]).to_pydict()
+    return dict(zip(grouped["state_name"], grouped["state_name_count"]))
 
-    rows = read_rows(keyed.path, keyed.version, KEYED_TABLE)
-    if rows is not None:  # a small local table: counted by this process
-        import pyarrow.compute as pc
 
-        mine = rows.filter(pc.less_equal(rows["batch_id"], checkpoint.batch_id))
-        grouped = mine.group_by("state_name").aggregate([("state_name", "count")]).to_pydict()
-        counts = dict(zip(grouped["state_name"], grouped["state_name_count"]))
-    else:
+def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion,
+                   counted: dict[str, int] | None = None) -> dict[str, int]:
+    """Entries per state: counted in the compacted keyed table (``counted``: by the in-process rewrite, which
+    holds its rows), as the checkpoint has them for the rest."""
+    counts = counted
+    if counts is None:
         df = spark.read.format("delta").option("versionAsOf", keyed.version).load(keyed.path)
         counts = {r["state_name"]: r["count"] for r in df.filter(F.col("batch_id") <= checkpoint.batch_id)
                   .groupBy("state_name").count().collect()}

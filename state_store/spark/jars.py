@@ -17,7 +17,8 @@ from pathlib import Path
 from ..errors import ConfigError
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
-DELTA_VERSION = "4.0.0"  # delta-spark in requirements.txt, and DELTA_PACKAGE
+DELTA_VERSION = "4.0.0"  # delta-spark in requirements.txt
+DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"  # what Ivy resolves where no jar is found
 # What DELTA_PACKAGE brings beyond what Spark ships (its antlr4 runtime is Spark's own): scripts/jars-pom.xml.
 DELTA_ARTIFACTS = (("io.delta", "delta-spark_2.13", DELTA_VERSION), ("io.delta", "delta-storage", DELTA_VERSION))
 

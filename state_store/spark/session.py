@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from .connect import interrupt_all, is_connect, remote_session
+from .jars import DELTA_PACKAGE, fetched_jars  # noqa: F401 - DELTA_PACKAGE: callers import it from here
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"  # matches delta-spark in requirements.txt
 # s3a://, where scripts/setup.sh's jars are not there (an installed package): Spark resolves it and the AWS SDK
 # bundle it names from Maven Central; the version scripts/setup.sh fetches.
 S3_PACKAGE = "org.apache.hadoop:hadoop-aws:3.4.1"
@@ -21,8 +21,6 @@ def delta_jars() -> list[str]:
     else scripts/setup.sh's in a checkout's .cache/jars, else those ``lakestate jars`` fetched into this machine's
     cache (``jars.fetched_jars``); none (Spark then resolves ``DELTA_PACKAGE`` through Ivy at every start) for an
     installed package on a machine where ``lakestate jars`` has not run."""
-    from .jars import fetched_jars
-
     if os.environ.get("LAKESTATE_JARS"):
         return [j for j in os.environ["LAKESTATE_JARS"].split(",") if j]
     return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars" / "*.jar"))) or fetched_jars()
