@@ -6,6 +6,7 @@ of the keys the run touches, then its records microbatch by microbatch. These
 tests build such frames from readable rows and read back what it returns.
 """
 import json
+import random
 from dataclasses import asdict
 import tempfile
 from pathlib import Path
@@ -38,6 +39,7 @@ from state_store.side_outputs import SIDE_PREFIX
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
 from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
+from state_store.vectorized import VectorizedKeyedFunction
 
 # parallelism 2 over 8 key groups: subtask 0 owns key groups 0..3, subtask 1 owns 4..7
 PARALLELISM, MAX_PARALLELISM = 2, 8
@@ -83,16 +85,25 @@ def broadcast(subtask, batch_id, rule, limit):
             BROADCAST_RECORD: {"rule": rule, "limit": limit}}
 
 
-def _spark_order(row):
+def _spark_order(row, vectorized=False):
     # The runtime gives each subtask a partition of its own and sorts it by sort_columns (after packing
     # SORT_KEY from sort_key_parts), ascending, nulls last. Several subtasks here follow one another.
     packed = sum((row["batch_id" if name == "batch_index" else name] or 0) << shift
                  for name, (shift, _) in sort_key_parts().items())
-    rest = tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in sort_columns([])[1:])
+    rest = tuple((row[c] is None, row[c] if row[c] is not None else 0) for c in sort_columns([], vectorized)[1:])
     return (row["subtask"], packed) + rest
 
 
-def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_TYPE, record2_type=None):
+def in_frame_order(rows: list[dict], vectorized: bool) -> list[dict]:
+    """``rows`` in an order the runtime's sort may give them: a vectorised function's frame is sorted by
+    ``SORT_KEY`` alone, so rows that tie on it come in any order (shuffled here, with a fixed seed)."""
+    rows = list(rows)
+    random.Random(7).shuffle(rows)
+    return sorted(rows, key=lambda r: _spark_order(r, vectorized))
+
+
+def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_TYPE, record2_type=None,
+          vectorized=False):
     """Exchange batches of ``rows``: typed as EXCHANGE_COLUMNS + record (+ brecord, + record2 of a two-input
     operator), sorted as the runtime sorts them, records given file 0, block 0 and their place in ``rows`` as
     source position."""
@@ -105,7 +116,7 @@ def frame(*rows, rows_per_batch=None, with_broadcast=False, record_type=RECORD_T
         if row["phase"] == PHASE_RECORD:
             row.update(file_idx=0, block=0, row=position)
         full.append(row)
-    full.sort(key=_spark_order)
+    full = in_frame_order(full, vectorized)
     size = rows_per_batch or max(len(full), 1)
     return [pa.RecordBatch.from_pylist(full[i:i + size], schema=schema) for i in range(0, len(full), size)]
 
@@ -153,7 +164,8 @@ def run(function, *rows, output_type=None, microbatches=((1, 1_000),), restored=
                        **({} if start_watermark is None else {"start_watermark": start_watermark}))
         with_broadcast = any(r.get("side") == SIDE_BROADCAST for r in rows)
         batches = run_partition(plan, iter(frame(*rows, rows_per_batch=rows_per_batch, with_broadcast=with_broadcast,
-                                                 record_type=record_type, record2_type=record2_type)))
+                                                 record_type=record_type, record2_type=record2_type,
+                                                 vectorized=isinstance(function, VectorizedKeyedFunction))))
         return read_files(outputs, [r for batch in batches for r in batch.to_pylist()])
 
 

@@ -42,6 +42,7 @@ from ..sources import POSITION_COLUMNS
 from ..watermarks import EventClock
 from ..spark.session import key_group_column, subtask_column
 from ..subtask.task import RAW_KEYED, RunPlan, run_partition
+from ..vectorized import VectorizedKeyedFunction
 
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 
@@ -220,10 +221,12 @@ class Frame:
         for name, (shift, _) in sort_key_parts().items():
             value = F.col("batch_id") - F.lit(first) if name == "batch_index" else F.col(name)
             sort_key = sort_key + F.shiftleft(F.coalesce(value.cast("bigint"), F.lit(0).cast("bigint")), shift)
+        vectorized = isinstance(self.ctx.spec.function, VectorizedKeyedFunction)
+        order = sort_columns(list(self.ctx.spec.order_by), vectorized)
         return (frame.repartition(self.ctx.p, F.element_at(keys, F.col("subtask") + 1))
                 .withColumn(SORT_KEY, sort_key)
-                .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in sort_columns(list(self.ctx.spec.order_by))])
-                .drop(SORT_KEY, *SORT_ONLY_COLUMNS))
+                .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in order])
+                .drop(SORT_KEY, *(() if vectorized else SORT_ONLY_COLUMNS)))
 
     def process(self, checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
                 operator_backend: StateBackend, outputs: RunOutputs) -> DataFrame:
@@ -238,7 +241,7 @@ class Frame:
         run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, ctx.p, ctx.maxp,
                            checkpoint is not None, [(p.batch_id, p.timestamp, p.watermark) for p in self.plans],
                            outputs, self.start.watermark, {t.name: t.type_info for t in spec.side_outputs},
-                           self.all_keyed_state)
+                           self.all_keyed_state, tuple(spec.order_by))
 
         def subtasks(batches):
             return run_partition(run_plan, batches)

@@ -11,6 +11,11 @@ two-input operator's records (``KeyedCoProcessFunction``) carry their input in
 ``input`` (1 or 2; null for everything else), the second input's in column
 ``record2``: a key's records of input 1 come before those of input 2.
 
+A vectorised function's frame (``VectorizedKeyedFunction``) is sorted by ``SORT_KEY`` alone, one long, which
+Spark sorts by radix: a subtask gets its phases and microbatches in order, and orders each microbatch's
+records itself (``record_order``), as it holds them all for its one call anyway. Its rows keep their source
+position (``SORT_ONLY_COLUMNS``) for that, and its stored entries come in no order.
+
 The subtasks write the sink rows and state changes to files themselves
 (``run_files``); what they send back is small: one ``stat`` row per subtask
 and microbatch, and one ``file`` row per file written (its description as
@@ -49,11 +54,33 @@ def sort_key_parts() -> dict[str, tuple[int, int]]:
     return {"phase": (40, 3), "batch_index": (16, 24), "side": (15, 1), "key_group": (0, 15)}
 
 
-def sort_columns(order_by: list[str]) -> list[str]:
+def sort_columns(order_by: list[str], vectorized: bool = False) -> list[str]:
     """The order a subtask reads its frame in, after ``SORT_KEY`` (see the module docstring). A Spark
     partition holds one subtask, so the subtask is not a sort column."""
+    if vectorized:
+        return [SORT_KEY]
     return ([SORT_KEY, "key", "input"] + [f"{RECORD}.`{c}`" for c in order_by]
             + ["file_idx", "block", "row", "state_name", "origin", "namespace", "user_key"])
+
+
+def record_order(batch, order_by: list[str], key=None):
+    """The indices that put a vectorised subtask's records of one microbatch (exchange rows with ``input``,
+    ``record`` and ``SORT_ONLY_COLUMNS``) in the order ``sort_columns`` gives the per-record path within a key:
+    input, ``order_by``, file, block, row; by ``key`` (an array beside them) first when given. Nulls last,
+    as Spark's sort puts them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = {} if key is None else {"k": key}
+    if batch.column("input").null_count < batch.num_rows:  # a union of two inputs
+        columns["i"] = batch.column("input")
+    record = batch.column(RECORD)
+    for n, name in enumerate(order_by):
+        columns[f"o{n}"] = pc.struct_field(record, name)
+    for name in SORT_ONLY_COLUMNS:
+        columns[name] = batch.column(name)
+    table = pa.table(columns)
+    return pc.sort_indices(table, sort_keys=[(n, "ascending") for n in table.column_names], null_placement="at_end")
 
 
 RESULT_COLUMNS = [("kind", "string"), ("batch_id", "bigint"), ("subtask", "int"), ("payload", "string")]

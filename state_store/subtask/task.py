@@ -85,6 +85,7 @@ class RunPlan:
     start_watermark: int = MIN_WATERMARK  # the watermark before the run's first microbatch
     side_outputs: dict[str, RowTypeInfo] = field(default_factory=dict)  # tag name -> row type
     all_keyed_state: bool = False  # every keyed entry of the subtasks loaded (for apply_to_keyed_state)
+    order_by: tuple = ()  # the job's ``order_by``: a vectorised subtask orders its records by it (``record_order``)
 
 
 class ResultRows:
@@ -170,7 +171,7 @@ class SubtaskRunner:
         self.watermark = plan.start_watermark  # W(m-1) while microbatch m's records are processed
         self.raw_keyed: dict[int, bytes] = {}
         self._own: dict[str, tuple[str, str]] = {}
-        self._union: dict[str, list[str]] = {}
+        self._union: dict[str, list[tuple[int, str]]] = {}  # state -> (origin, value): in origin order when used
         self._raw_keyed_name = qualified_name(plan.uid, RAW_KEYED)
         self.function: KeyedProcessFunction | None = None
         self._index = -1  # position in plan.microbatches of the microbatch being processed
@@ -189,7 +190,7 @@ class SubtaskRunner:
     # -- restore -----------------------------------------------------------------------------------------
     def load_operator(self, state_name: str, mode: str, value: str, origin: int) -> None:
         if mode == UNION:
-            self._union.setdefault(state_name, []).append(value)
+            self._union.setdefault(state_name, []).append((origin, value))
         if origin == self.subtask:
             self._own[state_name] = (mode, value)
 
@@ -220,7 +221,8 @@ class SubtaskRunner:
         plan = self.plan
         if self.function is None:
             self.function = copy.deepcopy(plan.function)
-            self.operator_store = OperatorStateStore(plan.uid, self._own, self._union)
+            union = {q: [v for _, v in sorted(parts, key=lambda p: p[0])] for q, parts in self._union.items()}
+            self.operator_store = OperatorStateStore(plan.uid, self._own, union)
         self._index += 1
         batch_id, timestamp, watermark = (*plan.microbatches[self._index], MIN_WATERMARK)[:3]
         if self._index:

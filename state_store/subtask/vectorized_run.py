@@ -1,8 +1,8 @@
 """A subtask's side of a VectorizedKeyedFunction: one ``process_batch`` call per microbatch.
 
 ``task.SubtaskRunner`` hands this its keyed records as Arrow slices of the
-exchange batches (``add``) and calls ``run`` at the end of each microbatch,
-before its flush. ``run`` sorts the records by key, reads the touched keys'
+exchange batches (``add``, in no order) and calls ``run`` at the end of each
+microbatch, before its flush. ``run`` sorts the records by key, reads the touched keys'
 stored values column-wise, calls the function, writes the output table to the
 sink file and the changed values (encoded column-wise, in the per-record
 path's stored format) to the keyed table, makes them the stored values, and
@@ -15,6 +15,7 @@ microbatch's changes replace rows of; no Python object per entry.
 from __future__ import annotations
 
 from ..errors import ConfigError, StoredValueError
+from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 from ..keys import arrow_keys
 from ..records import keyed_columns
@@ -74,7 +75,7 @@ class VectorizedRun:
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
-        self._slices.append(batch.select(["key", "key_group", "record"]))
+        self._slices.append(batch.select(["key", "key_group", "record", "input", *SORT_ONLY_COLUMNS]))
 
     def run(self) -> None:
         """The microbatch's ``process_batch`` call (none without records) and its writes."""
@@ -104,7 +105,8 @@ class VectorizedRun:
 
     def _sorted(self, table):
         """(a table of the distinct keys: ``text``, ``key`` (typed), ``key_group``, in key order; the records
-        table sorted by key, stably); where each key's records start is kept for the context."""
+        table sorted by key, a key's records as the per-record path reads them: ``exchange.record_order``);
+        where each key's records start is kept for the context."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -113,7 +115,7 @@ class VectorizedRun:
         if table.column("key").null_count:
             raise ConfigError("a record has a null key; filter or fill null keys in the source")
         typed = arrow_keys(key_type, table.column("key"))
-        order = pc.sort_indices(typed)  # stable: a key's records keep their order
+        order = record_order(table, self.runner.plan.order_by, typed)
         table, typed = table.take(order), typed.take(order).combine_chunks()
         records = pa.Table.from_struct_array(table.column("record").combine_chunks())
         n = len(typed)
@@ -190,9 +192,14 @@ class VectorizedRun:
     def _positions(keys, new_keys):
         """Where each key of the new state is among the microbatch's keys (an error for a key not there, or
         given twice)."""
+        import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        at = pc.index_in(new_keys, value_set=keys.column("key").combine_chunks())
+        known = keys.column("key").combine_chunks()
+        if new_keys.equals(known):  # the state table's own key column (most functions return it): no lookup
+            return pa.array(np.arange(len(known), dtype=np.int32))
+        at = pc.index_in(new_keys, value_set=known)
         if at.null_count:
             stray = new_keys.filter(pc.is_null(at))[0].as_py()
             raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..keys import arrow_keys
 from ..records import KeyedRow, keyed_columns
 from ..timers import TimeDomain, timer_state_names
+from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 
 _GROUP = ["key", "key_group", "start"]
@@ -45,7 +46,7 @@ class WindowRun:
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
-        self._slices.append(batch.select(["key", "key_group", "record"]))
+        self._slices.append(batch.select(["key", "key_group", "record", "input", *SORT_ONLY_COLUMNS]))
 
     # -- the accumulator as flat columns -----------------------------------------------------------------------
     def _flat(self) -> list[tuple[str, str, str, object]]:
@@ -125,6 +126,7 @@ class WindowRun:
         fn, runner = self.fn, self.runner
         if table.column("key").null_count:
             raise ConfigError("a record has a null key; filter or fill null keys in the source")
+        table = table.take(record_order(table, runner.plan.order_by))  # a key's records in the per-record path's order
         records = pa.Table.from_struct_array(table.column("record").combine_chunks())
         column = records.column(fn.timestamp_column)
         if column.null_count:
