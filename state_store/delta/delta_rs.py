@@ -16,6 +16,7 @@ import time
 import uuid
 
 from ..records import WrittenFile
+from ..spark.session import ddl_schema
 from ..storage import ObjectPath, create_exclusive, location, options_of
 
 CHECKPOINT_INTERVAL = 10  # Delta's (Spark's) default: delta-rs's own is 100
@@ -105,7 +106,7 @@ def _create(spark, path, files: list[WrittenFile], ddl: str, partition_by: tuple
                    "isolationLevel": "Serializable", "isBlindAppend": True, "operationMetrics": metrics,
                    "engineInfo": "Lakestate (delta-rs)", "txnId": str(uuid.uuid4())}
     metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                "schemaString": spark.createDataFrame([], ddl).schema.json(), "partitionColumns": list(partition_by),
+                "schemaString": ddl_schema(spark, ddl).json(), "partitionColumns": list(partition_by),
                 "configuration": {}, "createdTime": now}
     actions = [{"commitInfo": commit_info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
                {"metaData": metadata}, *(f.to_add_action(batch_column) for f in files),

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from . import delta_rs
 from ..spark.connect import delete_rows_sql, is_connect
+from ..spark.session import ddl_schema
 from .log import app_transaction_version
 from ..errors import ConfigError
 from ..records import TableSpec, WrittenFile
@@ -108,7 +109,7 @@ def _commit_files_on_jvm(spark, path: Path, app_id: str, version: int, files: li
     if txn.readVersion() < 0:  # a new table: its metadata (and so its protocol) come with the first files
         txn.updateMetadataForNewTable(action.fromJson(json.dumps({"metaData": {
             "id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-            "schemaString": spark.createDataFrame([], ddl).schema.json(), "partitionColumns": list(partition_by),
+            "schemaString": ddl_schema(spark, ddl).json(), "partitionColumns": list(partition_by),
             "configuration": {}, "createdTime": int(time.time() * 1000)}})))
     current = txn.txnVersion(app_id)  # -1: never; reading it also makes a concurrent commit of it a conflict
     if current >= version:

@@ -26,6 +26,7 @@ from ..records import (
 from ..repartition import place_source_entries
 from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from ..delta.state_tables import append_idempotent, commit_files
+from ..spark.session import ddl_schema
 from ..storage import options_of
 from ..ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms
@@ -66,7 +67,7 @@ def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str,
     if meta is None:  # created by the run's commit
         return OutputTable(name, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
     actual = _shape(json.loads(meta["schemaString"]))
-    expected = _shape(ctx.spark.createDataFrame([], ddl).schema.jsonValue())
+    expected = _shape(ddl_schema(ctx.spark, ddl).jsonValue())
     if actual != expected or meta.get("partitionColumns"):
         names = [f["name"] for f in actual["fields"]]
         raise InputError(

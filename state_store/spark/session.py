@@ -119,6 +119,18 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
     return spark
 
 
+_DDL_SCHEMAS: dict = {}  # DDL -> its StructType (``ddl_schema``)
+
+
+def ddl_schema(spark, ddl: str):
+    """The StructType of a DDL string, as Spark parses it; kept per DDL (parsing it takes some hundred JVM calls,
+    and the same few DDLs come back at every table a run creates or checks)."""
+    schema = _DDL_SCHEMAS.get(ddl)
+    if schema is None:
+        schema = _DDL_SCHEMAS[ddl] = spark.createDataFrame([], ddl).schema
+    return schema
+
+
 def key_group_column(key_column, max_parallelism: int):
     """pmod(hash(key), max_parallelism): Spark SQL's Murmur3 hash, stable across runs and machines."""
     from pyspark.sql import functions as F
