@@ -152,6 +152,7 @@ CONF=(
   --conf spark.sql.adaptive.enabled=true
   --conf spark.sql.parquet.compression.codec=zstd
   --conf spark.python.sql.dataFrameDebugging.enabled=false
+  --conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647
   --conf "spark.executorEnv.PYTHONPATH=$PYTHONPATH_WORKERS"
   --conf spark.python.daemon.module=state_store.spark.worker_daemon
   --conf "spark.pyspark.python=$PYSPARK_PYTHON"
