@@ -197,8 +197,12 @@ class Frame:
 
     def _state(self, records: list[DataFrame], checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
                operator_backend: StateBackend) -> DataFrame:
-        """The subtask markers, then the operator and keyed state each subtask restores."""
+        """The subtask markers, then the operator and keyed state each subtask restores (none before a first
+        checkpoint: the markers alone, no plan of empty reads)."""
         ctx = self.ctx
+        markers = self._frame(self._subtasks(), phase=F.lit(PHASE_SUBTASK))
+        if checkpoint is None:
+            return markers
         raw_name = qualified_name(ctx.spec.uid, RAW_KEYED)
         keyed = keyed_backend.read(checkpoint, *self._keyed_restrict(records, checkpoint, raw_name))
         keyed = self._frame(keyed, subtask=subtask_column(F.col("key_group"), ctx.p, ctx.maxp),
@@ -210,7 +214,6 @@ class Frame:
                  .crossJoin(self._subtasks()))
         operator = self._frame(own, phase=F.lit(PHASE_OPERATOR), origin=F.col("subtask")).unionByName(
             self._frame(union, phase=F.lit(PHASE_OPERATOR), origin=F.col("origin")))
-        markers = self._frame(self._subtasks(), phase=F.lit(PHASE_SUBTASK))
         return markers.unionByName(operator).unionByName(keyed)
 
     def _sorted(self, frame: DataFrame) -> DataFrame:
