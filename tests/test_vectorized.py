@@ -142,6 +142,20 @@ def test_a_keys_records_come_in_source_order_though_the_frame_gives_them_in_any_
     same_on_both_paths(FirstAndLast(), FirstAndLastVectorized(), rows, microbatches=2)
 
 
+def test_record_order_is_the_per_record_paths_within_a_key_input_then_order_by_then_source_position():
+    from state_store.subtask.exchange import record_order
+
+    rows = pa.table({"input": pa.array([2, 1, 1, None], pa.int32()),
+                     RECORD: pa.chunked_array([pa.array([{"key": "a", "amount": 1, "ts": 0}] * 2, EVENT_TYPE),
+                                               pa.array([{"key": "a", "amount": 5, "ts": 0},
+                                                         {"key": "a", "amount": 1, "ts": 0}], EVENT_TYPE)]),
+                     "file_idx": pa.array([0, 1, 0, 0], pa.int32()), "block": pa.array([0, 0, 0, 0], pa.int64()),
+                     "row": pa.array([3, 0, 2, 1], pa.int64())})
+    assert record_order(rows, ["amount"]).to_pylist() == [1, 2, 0, 3]  # input 1 (amount 1, then 5), 2, none
+    assert record_order(rows, []).to_pylist() == [2, 1, 0, 3]  # input 1 by file, then 2, then none
+    assert record_order(rows, [], key=pa.array(["b", "b", "a", "a"])).to_pylist() == [2, 3, 1, 0]
+
+
 def test_a_null_value_removes_the_state_as_clear_does():
     result = same_on_both_paths(CountSumOrClear(), CountSumOrClearVectorized(), RESTORED + EVENTS)
     assert sorted((c[0], c[3]) for c in keyed_changes(result) if c[6] is None) == [(0, "a"), (0, "b"), (2, "c")]
