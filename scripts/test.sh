@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The browser test needs Debian's Chromium; if it cannot be installed, that test fails (it is not skipped).
 bash scripts/browser.sh || echo "[setup] chromium could not be installed: the browser test will fail"
+# Airflow on PostgreSQL (tests/test_postgres.py) needs Debian's postgresql; if it cannot be installed, that test fails.
+bash scripts/postgres.sh install || echo "[setup] postgresql could not be installed: the PostgreSQL test will fail"
 source scripts/env.sh
 # The suite starts some hundreds of Python processes (Airflow, spark-submit, Spark's workers); where the
 # environment sets PYTHONDONTWRITEBYTECODE (this machine's does), each would compile the project's modules again.

@@ -124,8 +124,10 @@ def airflow_ui(env: dict):
     """The standalone (API server with the UI, scheduler, DAG processor, triggerer) as a user starts it:
     ``scripts/airflow-ui.sh --background`` on a free port, the database a copy of this process's first migrated
     one (``migrate``); yields the URL it printed. Ended by ``scripts/airflow-ui.sh stop`` when the block ends;
-    a block that checks what stop did calls ``stop_ui`` itself first (the second stop finds nothing to stop)."""
-    migrate(env)
+    a block that checks what stop did calls ``stop_ui`` itself first (the second stop finds nothing to stop).
+    With a database of its own (``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``), the script's own migration makes it."""
+    if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in env:
+        migrate(env)
     port, worker_logs, trigger_logs = free_ports(3)
     env = {**env, "LAKESTATE_UI_PORT": str(port), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}

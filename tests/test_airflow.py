@@ -672,7 +672,18 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     airflow = compose["services"]["airflow"]
     env = airflow["environment"]
-    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:airflow@postgres/")
+    # One place for the database's settings: scripts/airflow-db.env, which scripts/postgres.sh reads too.
+    db = dict(line.split("=", 1) for line in (ROOT / "scripts" / "airflow-db.env").read_text().splitlines()
+              if line and not line.startswith("#"))
+    assert compose["services"]["postgres"]["env_file"] == airflow["env_file"] == "../scripts/airflow-db.env"
+    assert "environment" not in compose["services"]["postgres"]
+    user, password, name = db["POSTGRES_USER"], db["POSTGRES_PASSWORD"], db["POSTGRES_DB"]
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"postgresql+psycopg2://{user}:{password}@postgres/{name}"
+    assert db["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor" and int(db["AIRFLOW__CORE__PARALLELISM"]) > 1
+    assert not {k for k in env if k in db}, "set in scripts/airflow-db.env, not again in compose.yaml"
+    url = subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "url"], capture_output=True, text=True,
+                         env={**os.environ, "LAKESTATE_POSTGRES_PORT": "5433"}, check=True).stdout.strip()
+    assert url == f"postgresql+psycopg2://{user}:{password}@127.0.0.1:5433/{name}"
     assert json.loads(env["AIRFLOW_CONN_LAKESTATE_SPARK"]) == {"conn_type": "spark", "host": "spark://spark-master",
                                                                "port": 7077}
     assert airflow["depends_on"]["postgres"]["condition"] == "service_healthy"

@@ -1,0 +1,125 @@
+"""Airflow on PostgreSQL, as a production Airflow runs: scripts/postgres.sh's server (Debian's PostgreSQL on
+127.0.0.1, a folder of its own), Airflow's metadata database in it (the standalone's own migration makes it) and
+the LocalExecutor with scripts/airflow-db.env's task slots. Two jobs' pipeline DAGs triggered together run side
+by side; PostgreSQL stopped and started between two DAG runs loses nothing, and the next run succeeds."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from tests.airflow_server import ROOT, airflow_env, airflow_ui, demo_input, get, send_json, token
+from tests.ports import free_ports
+
+pytestmark = pytest.mark.e2e
+SCRIPT = ROOT / "scripts" / "postgres.sh"
+DAGS = ("lakestate_clicks", "lakestate_sessions")
+
+
+def _script(command: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=180)
+
+
+def _settings() -> dict:
+    return dict(line.split("=", 1) for line in (ROOT / "scripts" / "airflow-db.env").read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A server of this module's own (a free port, a fresh folder that the system user ``postgres`` can reach
+    when the tests run as root), stopped at its end: start and stop are idempotent and say so."""
+    directory = Path(tempfile.mkdtemp(prefix="lakestate-postgres-", dir="/tmp"))
+    directory.chmod(0o755)
+    env = {**os.environ, "LAKESTATE_POSTGRES_DIR": str(directory / "pg"),
+           "LAKESTATE_POSTGRES_PORT": str(free_ports(1)[0])}
+    started = _script("start", env)
+    assert started.returncode == 0 and "started on 127.0.0.1" in started.stdout, started.stdout + started.stderr
+    again = _script("start", env)
+    assert again.returncode == 0 and "already running" in again.stdout, again.stdout + again.stderr
+    try:
+        yield {"env": env, "url": _script("url", env).stdout.strip()}
+    finally:
+        stopped = _script("stop", env)
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+        assert _script("status", env).returncode == 1
+        assert _script("stop", env).stdout.strip() == "[postgres] not running"
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _query(postgres, sql: str) -> list[list[str]]:
+    """Rows of ``sql`` in Airflow's database, as Airflow's own user reads them over TCP."""
+    db, port = _settings(), postgres["env"]["LAKESTATE_POSTGRES_PORT"]
+    done = subprocess.run(["psql", "-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", db["POSTGRES_USER"],
+                           "-d", db["POSTGRES_DB"], "-F", "|", "-c", sql], capture_output=True, text=True,
+                          env={**os.environ, "PGPASSWORD": db["POSTGRES_PASSWORD"]}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line.split("|") for line in done.stdout.splitlines()]
+
+
+def _trigger(url: str, api: str, dag_id: str) -> str:
+    deadline = time.time() + 180  # the DAG processor's first parse of the DAG file
+    while get(f"{url}/api/v2/dags/{dag_id}", api)[0] != 200:
+        assert time.time() < deadline, f"{dag_id} was not parsed in 180 s"
+        time.sleep(1)
+    status, body = send_json(f"{url}/api/v2/dags/{dag_id}/dagRuns", api, {"logical_date": None}, method="POST")
+    assert status == 200, body
+    return json.loads(body)["dag_run_id"]
+
+
+def _finished(url: str, api: str, dag_id: str, run_id: str, home: Path) -> dict:
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        status, body = get(f"{url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id)}", api)
+        run = json.loads(body) if status == 200 else {}
+        if run.get("state") in ("success", "failed"):
+            assert run["state"] == "success", (home / "standalone.log").read_text()[-4000:]
+            return run
+        time.sleep(1)
+    raise AssertionError(f"{dag_id} {run_id} did not finish in 600 s")
+
+
+def _span(url: str, api: str, dag_id: str, run_id: str) -> tuple[datetime, datetime]:
+    status, body = get(f"{url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id)}/taskInstances/run", api)
+    assert status == 200, body
+    task = json.loads(body)
+    return datetime.fromisoformat(task["start_date"]), datetime.fromisoformat(task["end_date"])
+
+
+def test_airflow_on_postgres_runs_two_pipelines_side_by_side_and_survives_a_postgres_restart(postgres, tmp_path):
+    registry = tmp_path / "lakestate.toml"
+    registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\n\n'
+                        '[jobs.sessions]\nentrypoint = "demo.sessions:job"\n')
+    settings = {k: v for k, v in _settings().items() if k.startswith("AIRFLOW__")}
+    env = {**airflow_env(tmp_path, tmp_path / "lakestate", registry), **settings,
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres["url"]}
+    demo_input(env)
+    home = Path(env["AIRFLOW_HOME"])
+    with airflow_ui(env) as url:
+        api = token(url)
+        runs = {dag_id: _trigger(url, api, dag_id) for dag_id in DAGS}
+        for dag_id, run_id in runs.items():
+            _finished(url, api, dag_id, run_id, home)
+        # The LocalExecutor ran both jobs' run tasks at once (parallelism 4): their spans overlap.
+        (a_start, a_end), (b_start, b_end) = (_span(url, api, d, r) for d, r in runs.items())
+        assert max(a_start, b_start) < min(a_end, b_end), ((a_start, a_end), (b_start, b_end))
+        # Airflow's metadata is PostgreSQL's: the runs are rows of its dag_run table.
+        stored = _query(postgres, "SELECT dag_id, run_id, state FROM dag_run ORDER BY dag_id")
+        assert stored == [[d, runs[d], "success"] for d in DAGS], stored
+
+        # PostgreSQL stopped and started under the running Airflow, between two DAG runs: nothing lost.
+        assert _script("stop", postgres["env"]).returncode == 0
+        restarted = _script("start", postgres["env"])
+        assert restarted.returncode == 0 and "started" in restarted.stdout, restarted.stdout + restarted.stderr
+        again = _trigger(url, api, "lakestate_clicks")
+        _finished(url, api, "lakestate_clicks", again, home)
+        stored = _query(postgres, "SELECT run_id, state FROM dag_run WHERE dag_id = 'lakestate_clicks' ORDER BY id")
+        assert stored == [[runs["lakestate_clicks"], "success"], [again, "success"]], stored
