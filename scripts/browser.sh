@@ -6,9 +6,5 @@ if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
   exit 0
 fi
 echo "[setup] installing Debian's chromium and chromium-driver for the browser test"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -n"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q >/dev/null
-$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null
+bash "$(dirname "$0")/debian-packages.sh" chromium chromium-driver
 /usr/bin/chromium --version

@@ -113,11 +113,7 @@ case "${1:-}" in
       exit 0
     fi
     echo "[setup] installing Debian's postgresql for Airflow's metadata database (the PostgreSQL tests)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -n"; fi
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -q >/dev/null
-    $SUDO apt-get install -y -q --no-install-recommends postgresql >/dev/null
+    bash scripts/debian-packages.sh postgresql
     BIN=$(pg_bin) && "$BIN/postgres" --version
     ;;
   url)
