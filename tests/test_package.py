@@ -165,8 +165,10 @@ TINY_JOB = textwrap.dedent("""
                        output_type=Types.ROW_NAMED(["k", "n"], [Types.STRING(), Types.LONG()]), parallelism=1)
 """)
 
-READ_SINK = ("import sys; from deltalake import DeltaTable; rows = DeltaTable(sys.argv[1]).to_pandas(); "
-             "print(sorted(map(tuple, rows[['k', 'n']].values.tolist())))")
+# Ends with os._exit once the rows are printed: at a normal exit, a thread pool of the native libraries was once
+# torn down while running ("terminate called without an active exception", SIGABRT) after the read had succeeded.
+READ_SINK = ("import os, sys; from deltalake import DeltaTable; rows = DeltaTable(sys.argv[1]).to_pandas(); "
+             "print(sorted(map(tuple, rows[['k', 'n']].values.tolist())), flush=True); os._exit(0)")
 
 
 def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and_its_sink_holds_the_counts(
