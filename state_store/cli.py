@@ -118,24 +118,28 @@ def cmd_checkpoints(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
-    result = _run(args, settings)
+    from .ops.budgets import check_budgets
+
+    result, entry = _run(args, settings)
     records, seconds = result.records_in, result.seconds
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
           f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
     # One line a machine reads (the Airflow operator's XCom and Asset event extra).
     print("[lakestate] summary: " + json.dumps(result.summary(args.job), sort_keys=True), flush=True)
+    check_budgets(entry, result.late_dropped, settings)
     return 0
 
 
 def _run(args, settings: Settings):
     """``lakestate run``'s run: the job (registered from the pipeline registry first with ``--registry``) on a
-    session of its own or on the Spark Connect server ``--remote``."""
+    session of its own or on the Spark Connect server ``--remote``; its result, and the registry entry (None
+    without ``--registry``)."""
     from .run.runtime import run_job
     from .spark.session import build_spark
 
     catalog = JobCatalog(settings)
-    max_microbatches = args.max_microbatches
+    max_microbatches, entry = args.max_microbatches, None
     if args.registry is not None:  # the pipeline registry is the job's definition: record it, then run it
         entry = registry_entry(args.job, args.registry or None)
         spec = catalog.register(entry.entrypoint, overrides=entry.overrides())
@@ -147,7 +151,7 @@ def _run(args, settings: Settings):
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
                         remote=args.remote, job_id=args.job)
     return run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
-                   lease_wait_s=args.wait_for_lease)
+                   lease_wait_s=args.wait_for_lease), entry
 
 
 def _key_text(args) -> str:

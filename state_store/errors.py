@@ -45,3 +45,8 @@ def stored_value_error(what: str, type_name: str, error: Exception, stored: str 
         f"{what} holds a stored value that is not its declared {type_name}: {error}{quoted}. The state table was "
         f"changed outside this job, or the state was declared again with another type: restore an earlier "
         f"checkpoint (lakestate checkpoints --job <job>), or give the state another name")
+
+
+class OverBudget(LakestateError):
+    """A run went over a budget its pipeline registry entry sets (``on_over_budget = "fail"``): its checkpoint
+    is kept, and the message names the state or operator and the figure."""

@@ -138,3 +138,19 @@ def heartbeat_job(lake, job_id="heartbeats", **overrides) -> JobSpec:
 
 def timed(k: str, ts: int, seq: int = 0) -> dict:
     return {"k": k, "ts": ts, "seq": seq}
+
+
+def late_window_job():
+    """A registry entry (tests/test_budgets.py): per country, clicks per minute of the clicks under
+    ``$LAKESTATE_ROOT/input/country-clicks`` (demo.sessions_per_country's, one file a microbatch), with no side
+    output for late data: a click behind a closed window is dropped, and counted."""
+    from demo.clicks import root
+    from demo.clicks_per_minute import ACC, PER_MINUTE, CountClicks, PerMinute
+    from demo.sessions_per_country import BOUND_MS, CLICK
+    from state_store import Dataflow, TumblingEventTimeWindows
+
+    clicks = FileSource(str(root() / "input" / "country-clicks"), "parquet", CLICK, max_files_per_batch=1)
+    return (Dataflow.from_source(clicks, job_id="late-window", watermark_strategy=event_time(BOUND_MS))
+            .key_by("country").window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
+            .aggregate(CountClicks(), PerMinute(), accumulator_type=ACC, uid="per-minute", output_type=PER_MINUTE)
+            .sink_to("sinks/late_window"))

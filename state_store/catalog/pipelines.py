@@ -10,6 +10,9 @@
     backend = "delta"
     checkpoint_interval = 1
     num_retained = 3
+    max_state_bytes = 500_000_000          # budgets, checked after each run: its checkpoint's state bytes
+    max_late_records = 1000                # and the records it dropped as late (windows, joins)
+    on_over_budget = "fail"                # or "warn"; the run's checkpoint is kept either way
 
 Parsing imports nothing but the standard library (and croniter, Airflow's own cron parser, to check a
 schedule), so DAG files stay light. Each entry is checked on its own: a bad entry gets an error naming its
@@ -31,7 +34,8 @@ from ..job import BACKENDS, check_job_id
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
-FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES)
+BUDGETS = ("max_state_bytes", "max_late_records")
+FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget")
 # A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
 PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
@@ -50,6 +54,9 @@ class PipelineEntry:
     backend: str | None = None
     checkpoint_interval: int | None = None
     num_retained: int | None = None
+    max_state_bytes: int | None = None
+    max_late_records: int | None = None
+    on_over_budget: str = "fail"
 
     def overrides(self) -> dict:
         """What this entry sets of the JobSpec (fields left out keep the factory's values)."""
@@ -133,10 +140,15 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
     schedule = _schedule(where, table.get("schedule", "none"))
     values = {}
     for name, limit in (("max_microbatches", None), ("parallelism", UPPER_BOUND_MAX_PARALLELISM),
-                        ("checkpoint_interval", None), ("num_retained", None)):
+                        ("checkpoint_interval", None), ("num_retained", None), *((b, None) for b in BUDGETS)):
         if name in table:
             values[name] = _positive(where, name, table[name], limit)
-    return PipelineEntry(job_id, entrypoint, schedule, backend=_backend(where, table.get("backend")), **values)
+    on_over = table.get("on_over_budget", "fail")
+    if on_over not in ("fail", "warn"):
+        raise ConfigError(f"{where}: field 'on_over_budget' must be 'fail' (the run's task fails, naming the "
+                          f"figure) or 'warn' (it says so and succeeds), got {on_over!r}")
+    return PipelineEntry(job_id, entrypoint, schedule, backend=_backend(where, table.get("backend")),
+                         on_over_budget=on_over, **values)
 
 
 def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:

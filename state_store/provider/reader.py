@@ -6,23 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from state_store.catalog.jobs import JobCatalog
+from state_store.catalog.pipelines import load_registry
 from state_store.catalog.job_store import JobStore as JobStore
 from state_store.records import KEYED, STATE_TABLES, AirflowRun, CheckpointMetadata
 from state_store.delta.log import partition_sizes
+from state_store.ops.budgets import human_bytes  # noqa: F401 - the page's, from here
 from state_store.ops.savepoint import list_savepoints
+from state_store.errors import ConfigError
 from state_store.settings import Settings
-
-
-def human_bytes(size: int | None) -> str:
-    """``4562404`` -> ``"4.4 MiB"``."""
-    if size is None:
-        return "-"
-    value, unit = float(size), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 COMPACTIONS_SHOWN = 20
@@ -47,6 +38,8 @@ class JobOverview:
     # parallelism, live entries, open windows (None: not a window operator), bytes and files of the table versions
     # it pins
     operators: list[dict] = field(default_factory=list)
+    # The budgets of its pipeline registry entry (``catalog.pipelines``; none set: None), checked after each run
+    budget: dict | None = None
 
     @property
     def latest(self):
@@ -107,7 +100,17 @@ def job_overviews(settings: Settings) -> tuple[list[JobOverview], list[str]]:
     named there and skipped, so it never hides the other jobs."""
     problems: list[str] = []
     records = JobCatalog(settings).records(warn=problems.append)
-    return [job_overview(settings, job_id, record) for job_id, record in records.items()], problems
+    overviews = [job_overview(settings, job_id, record) for job_id, record in records.items()]
+    try:
+        entries = load_registry()[0]
+    except ConfigError:  # no registry, or one that does not parse: the pipeline DAG file shows why
+        entries = {}
+    for overview in overviews:
+        entry = entries.get(overview.job_id)
+        if entry is not None and (entry.max_state_bytes or entry.max_late_records):
+            overview.budget = {"max_state_bytes": entry.max_state_bytes, "max_late_records": entry.max_late_records,
+                               "on_over_budget": entry.on_over_budget}
+    return overviews, problems
 
 
 def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:

@@ -291,10 +291,25 @@ def _state(job: JobOverview) -> str:
     names = sorted(set(entries) | set(job.state_bytes))
     rows = [[n, count(entries.get(n, 0)), human_bytes(job.state_bytes.get(n, [0, 0])[0]),
              count(job.state_bytes.get(n, [0, 0])[1])] for n in names]
-    return (_operators(job) + f"<h3>State at the latest checkpoint ({latest.checkpoint_id})</h3>"
+    return (_operators(job) + f"<h3>State at the latest checkpoint ({latest.checkpoint_id})</h3>" + _budget(job)
             + _table(["state", "live entries", "bytes in its table version", "files"], rows, {1, 2, 3}, "states")
             + f"<h3>Keyed state bytes per key group and subtask{_of_first(job)}</h3>" + key_group_chart(job)
             + subtask_table(job))
+
+
+def _budget(job: JobOverview) -> str:
+    """The budgets of the job's registry entry beside the latest checkpoint's state size (none set: nothing)."""
+    if not job.budget:
+        return ""
+    said = []
+    limit, size = job.budget["max_state_bytes"], job.latest.size_bytes
+    if limit:
+        over = " <strong>over budget</strong>" if size > limit else ""
+        said.append(f"State {human_bytes(size)} of its budget of {human_bytes(limit)} (max_state_bytes){over}.")
+    if job.budget["max_late_records"]:
+        said.append(f"Late records a run may drop: at most {job.budget['max_late_records']} (max_late_records).")
+    action = "fails" if job.budget["on_over_budget"] == "fail" else "warns"
+    return f'<p class="lakestate-budget">{" ".join(said)} A run over budget {action}.</p>'
 
 
 def _of_first(job: JobOverview) -> str:
@@ -369,5 +384,6 @@ def jobs_json() -> JSONResponse:
                           "subtasks": [{"key_groups": [start, end], "keyed_bytes": size}
                                        for start, end, size in j.subtask_bytes()],
                           "compaction": j.compaction, "compactions": j.compactions, "operators": j.operators,
+                          "budget": j.budget,
                           "graph": [{"from": a, "into": b} for a, b in j.edges]}
                          for j in job_overviews(Settings.load())[0]])

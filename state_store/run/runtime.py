@@ -74,6 +74,7 @@ class RunResult:
     sink_batches: list[MicrobatchStats] = field(default_factory=list)  # the operator's that writes the job's sink
     sink_rows: dict[str, dict] = field(default_factory=dict)  # a graph's: each sink's table and rows, by uid
     side_rows: dict[str, int] = field(default_factory=dict)  # rows the run wrote to each side output, by tag
+    late_dropped: dict[str, int] = field(default_factory=dict)  # records dropped as late, by operator uid
 
     @property
     def records_in(self) -> int:
@@ -269,10 +270,12 @@ class _Run:
                                               "records_out": sum(b.records_out for b in op.stats)}
                             for op in self.operators if not op.ctx.edge}
         result.side_rows = {}
-        for op in self.operators:  # a dataflow's side outputs may be any operator's
+        for op in self.operators:  # a dataflow's side outputs (and late records) may be any operator's
             for stats in op.stats:
                 for tag, rows in stats.side_rows.items():
                     result.side_rows[tag] = result.side_rows.get(tag, 0) + rows
+            if late := sum(s.late_dropped for s in op.stats):
+                result.late_dropped[op.ctx.spec.uid] = late
         checkpointers = [op.checkpointer() for op in self.operators]
         downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
                                                                           sweeps[1:])]
