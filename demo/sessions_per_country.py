@@ -21,6 +21,7 @@ from demo.sessions import GAP_MS, UserSessions
 from state_store import (
     Dataflow,
     FileSource,
+    KafkaSource,
     KeyedProcessFunction,
     OutputTag,
     Types,
@@ -71,14 +72,18 @@ class CountSessions(KeyedProcessFunction):
         yield {"country": country, **t}
 
 
-def _sessions(clicks_dir, job_id: str, parallelism: int, backend: str, max_files_per_batch: int | None):
-    """The clicks in ``clicks_dir`` made sessions per user (the first operator), keyed by country."""
-    return (Dataflow.from_source(FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=max_files_per_batch),
-                                 job_id=job_id, backend=backend,
+def _files(clicks_dir, max_files_per_batch: int | None = 1) -> FileSource:
+    return FileSource(str(clicks_dir), "parquet", CLICK, max_files_per_batch=max_files_per_batch)
+
+
+def _sessions(source, job_id: str, parallelism: int, backend: str, sessions: CountrySessions | None = None):
+    """The clicks of ``source`` made sessions per user (the first operator: ``sessions``, default a
+    ``CountrySessions``), keyed by country."""
+    return (Dataflow.from_source(source, job_id=job_id, backend=backend,
                                  watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(
                                      timedelta(milliseconds=BOUND_MS)).with_timestamp_column("ts"))
             .key_by("user_id")
-            .process(CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism,
+            .process(sessions or CountrySessions(), uid="sessions", output_type=SESSION, parallelism=parallelism,
                      order_by=["ts", "seq"], side_outputs=[LATE])
             .key_by("country"))
 
@@ -86,7 +91,7 @@ def _sessions(clicks_dir, job_id: str, parallelism: int, backend: str, max_files
 def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "sinks/sessions_per_country",
              parallelism: tuple[int, int] = (2, 3), backend: str = "delta", max_files_per_batch: int | None = 1):
     """The two-operator job over the clicks in ``clicks_dir`` (a ``ChainSpec``)."""
-    return (_sessions(clicks_dir, job_id, parallelism[0], backend, max_files_per_batch)
+    return (_sessions(_files(clicks_dir, max_files_per_batch), job_id, parallelism[0], backend)
             .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
             .sink_to(sink))
 
@@ -112,7 +117,7 @@ def graph(clicks_dir, *, job_id: str = "sessions-graph", sink: str = "sinks/sess
           parallelism: tuple[int, int, int] = (2, 3, 2), backend: str = "delta", longest_uid: str = "longest"):
     """The sessions fanned out to two branches (``Dataflow.graph``): ``dataflow``'s per-country totals (into
     ``sink``, the job's own) and per country the longest session (into ``<sink>-longest``)."""
-    sessions = _sessions(clicks_dir, job_id, parallelism[0], backend, 1)
+    sessions = _sessions(_files(clicks_dir), job_id, parallelism[0], backend)
     return Dataflow.graph(
         sessions.process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
         .sink_to(sink),
@@ -129,6 +134,26 @@ def expected_longest(clicks):
     return pd.DataFrame(out).sort_values("country").reset_index(drop=True)
 
 
+def on_kafka(bootstrap: str, topic: str, *, job_id: str = "sessions-kafka", sink: str = "sinks/sessions_kafka",
+             parallelism: tuple[int, int] = (2, 3), max_records_per_microbatch: int = 1_000,
+             sessions: CountrySessions | None = None):
+    """``dataflow``'s two operators over the clicks of Kafka topic ``topic`` (JSON values, ``produce_clicks``),
+    at most ``max_records_per_microbatch`` a microbatch; the first is ``sessions`` (default a ``CountrySessions``)."""
+    source = KafkaSource(bootstrap, topics=[topic], schema=CLICK, max_records_per_microbatch=max_records_per_microbatch)
+    return (_sessions(source, job_id, parallelism[0], "delta", sessions)
+            .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
+            .sink_to(sink))
+
+
+def kafka_job():
+    """A registry entry of ``on_kafka``: topic ``$LAKESTATE_KAFKA_TOPIC`` (default ``country-clicks``) of the
+    broker at ``$LAKESTATE_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``, what ``scripts/kafka.sh start`` serves)."""
+    import os
+
+    return on_kafka(os.environ.get("LAKESTATE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+                    os.environ.get("LAKESTATE_KAFKA_TOPIC", "country-clicks"))
+
+
 def job():
     """The demo's registry entry (``lakestate.toml``): the clicks the demo writes, as ``demo.sessions`` reads."""
     from demo.clicks import root
@@ -142,27 +167,56 @@ def write_clicks(directory: Path, files: int, events: int, users: int, countries
                  first_minute: int | None = None) -> list[Path]:
     """``files`` Parquet files of clicks, numbered after those already there; file n holds minute n of event
     time (a user's country is fixed: ``user_id % countries``)."""
-    import random
-
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
     first = len(list(directory.glob("clicks-*.parquet"))) if first_minute is None else first_minute
     written = []
     for n in range(first, first + files):
-        rng = random.Random(seed + n)
-        user = [rng.randrange(users) for _ in range(events)]
-        table = pa.table({
-            "user_id": pa.array(user, pa.int64()),
-            "country": pa.array([f"c{u % countries}" for u in user], pa.string()),
-            "ts": pa.array([n * 60_000 + rng.randrange(60_000) for _ in user], pa.int64()),
-            "seq": pa.array(range(n * events, (n + 1) * events), pa.int64()),
-        })
         path = directory / f"clicks-{n:05d}.parquet"
-        pq.write_table(table, path)
+        pq.write_table(minute_of_clicks(n, events, users, countries, seed), path)
         written.append(path)
     return written
+
+
+def minute_of_clicks(n: int, events: int, users: int, countries: int = 7, seed: int = 11):
+    """``write_clicks``' file ``n`` as a pyarrow Table: ``events`` clicks in minute ``n`` of event time."""
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(seed + n)
+    user = [rng.randrange(users) for _ in range(events)]
+    return pa.table({
+        "user_id": pa.array(user, pa.int64()),
+        "country": pa.array([f"c{u % countries}" for u in user], pa.string()),
+        "ts": pa.array([n * 60_000 + rng.randrange(60_000) for _ in user], pa.int64()),
+        "seq": pa.array(range(n * events, (n + 1) * events), pa.int64()),
+    })
+
+
+def produce_clicks(bootstrap: str, topic: str, clicks, partitions: int = 4) -> None:
+    """Clicks (rows of CLICK: a pyarrow Table or a list of dicts) as JSON messages keyed by user, in order, to
+    Kafka topic ``topic`` at ``bootstrap``; the topic is created with ``partitions`` when it is missing."""
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=30).topics:
+        for future in admin.create_topics([NewTopic(topic, partitions)]).values():
+            future.result()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for click in clicks if isinstance(clicks, list) else clicks.to_pylist():
+        while True:
+            try:
+                producer.produce(topic, key=str(click["user_id"]), value=json.dumps(click))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(60):
+        raise RuntimeError(f"the broker at {bootstrap} did not take every click")
 
 
 def read_clicks(directory):

@@ -30,6 +30,13 @@ def airflow_env(base: Path, lakestate_root: Path, registry: Path) -> dict:
             "PYTHONWARNINGS": "ignore"}
 
 
+def airflow_db_settings() -> dict:
+    """scripts/airflow-db.env: Airflow's database (user, password, name) and executor settings, the one place
+    scripts/postgres.sh and docker/compose.yaml read them from."""
+    return dict(line.split("=", 1) for line in (ROOT / "scripts" / "airflow-db.env").read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
 def get(url: str, token: str | None = None, method: str = "GET") -> tuple[int, str]:
     """Status and body of a request without a body (GET, or ``method``), as ``token``'s user or anonymously."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {},

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from state_store.settings import Settings
+from tests.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
 
 
 @pytest.fixture(scope="session")

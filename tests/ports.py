@@ -17,16 +17,19 @@ def free_ports(n: int = 1) -> list[int]:
             s.close()
 
 
-def free_port_pair() -> int:
-    """A free port whose next one is free too (a Kafka broker's and its controller's, scripts/kafka.sh)."""
+def free_port_run(n: int) -> int:
+    """A free port whose ``n - 1`` next ones are free too: a server of several ports counted from one
+    (scripts/kafka.sh's broker and controller, scripts/spark-cluster.sh's master, its UI and the workers' UIs)."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        try:
+            for next_port in range(port + 1, port + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", next_port))
+        except OSError:
+            continue
         return port
-    raise RuntimeError("no two free ports in a row on 127.0.0.1")
+    raise RuntimeError(f"no {n} free ports in a row on 127.0.0.1")
+

@@ -17,6 +17,7 @@ import pytest
 from state_store import ConfigError, JobLocked
 from state_store.catalog.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
 from state_store.run.runtime import FaultInjector
+from tests.airflow_server import airflow_db_settings
 from tests.helpers import run
 from tests.jobs import count_job, events
 
@@ -666,6 +667,25 @@ def test_the_dag_docs_render_as_markdown_paragraphs_and_lists_without_a_machine_
                 assert f"<strong>{param['title']}</strong>" in rendered, (dag_id, param["title"])
 
 
+def test_jars_at_the_same_paths_on_every_worker_go_on_the_class_paths_instead_of_to_each_executor(monkeypatch):
+    """By default spark-submit ships the jars (each application's executors copy them: the S3 bundle is 560 MB);
+    with LAKESTATE_JARS_ON_WORKERS=1 they go on the driver's and executors' class path and are copied nowhere
+    (that a cluster's runs then leave no copies: tests/test_cluster.py). A value it does not know is refused."""
+    from state_store.provider.hooks import LakestateSparkHook
+
+    monkeypatch.setenv("LAKESTATE_JARS", "/opt/jars/a.jar,/opt/jars/b.jar")
+    shipped = LakestateSparkHook(conf={"spark.log.level": "WARN"})
+    assert (shipped._jars, shipped._conf) == ("/opt/jars/a.jar,/opt/jars/b.jar", {"spark.log.level": "WARN"})
+    monkeypatch.setenv("LAKESTATE_JARS_ON_WORKERS", "1")
+    placed = LakestateSparkHook(conf={"spark.log.level": "WARN"})
+    path = f"/opt/jars/a.jar{os.pathsep}/opt/jars/b.jar"
+    assert placed._jars is None and placed._conf == {"spark.log.level": "WARN", "spark.driver.extraClassPath": path,
+                                                     "spark.executor.extraClassPath": path}
+    monkeypatch.setenv("LAKESTATE_JARS_ON_WORKERS", "yes")
+    with pytest.raises(ConfigError, match=r"LAKESTATE_JARS_ON_WORKERS must be 1 .* or 0 .*, got 'yes'"):
+        LakestateSparkHook()
+
+
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
     import yaml
 
@@ -673,8 +693,7 @@ def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master
     airflow = compose["services"]["airflow"]
     env = airflow["environment"]
     # One place for the database's settings: scripts/airflow-db.env, which scripts/postgres.sh reads too.
-    db = dict(line.split("=", 1) for line in (ROOT / "scripts" / "airflow-db.env").read_text().splitlines()
-              if line and not line.startswith("#"))
+    db = airflow_db_settings()
     assert compose["services"]["postgres"]["env_file"] == airflow["env_file"] == "../scripts/airflow-db.env"
     assert "environment" not in compose["services"]["postgres"]
     user, password, name = db["POSTGRES_USER"], db["POSTGRES_PASSWORD"], db["POSTGRES_DB"]

@@ -1,90 +1,139 @@
-"""A run on a Spark standalone cluster (a master and a worker started here, on loopback) gives the
-same sink and state as the same job on local[*] (DESIGN §6)."""
+"""Lakestate's production stack, started here by the project's own scripts: a Spark standalone cluster of two
+workers (scripts/spark-cluster.sh), a Kafka broker (scripts/kafka.sh), the warehouse on ``s3a://`` (moto's
+server) and Airflow's DAGs run by Airflow (``airflow dags test``: its task runner, the Spark provider's
+``spark-submit`` to the cluster's master). A dataflow with timers and a side output, reading Kafka, runs through
+its pipeline DAG, is rescaled through the rescale DAG and runs again while an executor is killed and a worker is
+lost: its sink, side output and state equal those of the same job run locally with no fault (DESIGN §6)."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
-import pyspark
 import pytest
 
-from state_store.spark.session import PROJECT_ROOT, delta_jars
+from demo.sessions_per_country import minute_of_clicks, on_kafka, produce_clicks
+from state_store.catalog.job_store import JobStore
+from state_store.ops.restore import rescale_job
+from state_store.ops.state_processor import SavepointReader
+from state_store.settings import Settings
+from tests.airflow_server import airflow_env, migrate
 from tests.conftest import Lake
-from tests.helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
-from tests.jobs import all_states_job, events
-from tests.ports import free_ports
+from tests.helpers import run
+from tests.servers import ROOT, S3_BUCKET, script
+
+pytestmark = pytest.mark.e2e
+JOB, TOPIC = "sessions-kafka", "country-clicks"
+SINKS = ("sinks/sessions_kafka", "sinks/sessions_kafka_late_clicks")
 
 
-
-def _wait_for_worker(ui_port: int, deadline_s: float = 90) -> None:
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
-                if json.load(r).get("aliveworkers", 0) >= 1:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise TimeoutError("the standalone worker did not register with the master")
-
-
-@pytest.fixture
-def standalone_cluster(tmp_path):
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, ui_port, worker_ui = free_ports(3)
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
-           "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    logs = open(tmp_path / "cluster.log", "w")
-    master = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(ui_port)], env=env, stdout=logs, stderr=logs)
-    worker = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                               "--host", "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(worker_ui),
-                               "--work-dir", str(tmp_path / "work")], env=env, stdout=logs, stderr=logs)
-    try:
-        _wait_for_worker(ui_port)
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for p in (worker, master):
-            p.terminate()
-        for p in (worker, master):
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        logs.close()
+def _dags_test(env: dict, dag_id: str, conf: dict | None = None, wait: bool = True,
+               run: subprocess.Popen | None = None):
+    """A run of ``dag_id`` by Airflow's ``dags test``: its output once it says the run succeeded; with ``wait``
+    False, the process at its start (pass it back as ``run`` to wait for it)."""
+    run = run or subprocess.Popen(["airflow", "dags", "test", *(["-c", json.dumps(conf)] if conf else []), dag_id],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    if not wait:
+        return run
+    said = run.communicate(timeout=900)[0]
+    assert ", state=success, run_type=" in said, said[-6000:]
+    return said
 
 
-def test_a_run_on_a_standalone_cluster_equals_a_local_run(spark, tmp_path, standalone_cluster):
-    on_cluster, local = Lake(tmp_path / "cluster"), Lake(tmp_path / "local")
-    for lake in (on_cluster, local):
-        lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
-        for b in range(2):
-            lake.write_events(f"e{b}.json", events(b))
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    write_job_module(modules, "cluster_job", on_cluster, "on-cluster")
-    env = {**os.environ, "PYTHONPATH": f"{modules}{os.pathsep}{PROJECT_ROOT}",
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    root = ["--root", str(on_cluster.root)]
-    subprocess.run([sys.executable, "-m", "state_store.cli", "register", "cluster_job:job", *root],
-                   env=env, check=True, capture_output=True)
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    done = subprocess.run(
-        [str(submit), "--master", standalone_cluster, "--jars", ",".join(delta_jars()),
-         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=1g",
-         str(PROJECT_ROOT / "jobs" / "run_microbatches.py"), "--job", "on-cluster", *root],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 microbatches" in done.stdout
+def _clicks(minutes: range, late: int = 0) -> list[dict]:
+    """The clicks of ``minutes`` (demo.sessions_per_country's), and ``late`` more clicks at the start of event
+    time: behind any watermark once minute 1 is read, so they go to the side output."""
+    clicks = [c for n in minutes for c in minute_of_clicks(n, events=150, users=40).to_pylist()]
+    return clicks + [{"user_id": u, "country": f"c{u % 7}", "ts": 1_000 + u, "seq": 10_000_000 + u} for u in range(late)]
 
-    reference = all_states_job(local, job_id="on-cluster")
-    run(spark, reference, local)
-    spec = all_states_job(on_cluster, job_id="on-cluster")
-    assert sink_rows(spark, on_cluster, spec) == sink_rows(spark, local, reference)
-    assert state_at_latest_checkpoint(spark, on_cluster, spec) == state_at_latest_checkpoint(spark, local, reference)
+
+def _outcome(spark, settings: Settings) -> dict:
+    """What the job left: its sink's and side output's rows, each operator's keyed state and timers, and the
+    latest checkpoint's microbatch and parallelism per operator."""
+    rows = {sink: sorted(json.dumps(r.asDict(), sort_keys=True) for r in spark.read.format("delta").load(
+        str(settings.sink(sink))).collect()) for sink in SINKS}
+    reader = SavepointReader.for_checkpoint(spark, JOB, settings=settings)
+    state = {f"{uid}.{name}": sorted(map(tuple, reader.keyed_state(name, uid=uid).collect()))
+             for uid, name in (("sessions", "session"), ("per-country", "totals"))}
+    timers = sorted(map(tuple, reader.timers(uid="sessions").collect()))
+    latest = JobStore(settings.job_dir(JOB)).latest_checkpoint()
+    shape = (latest.batch_id, {uid: latest.of_operator(uid).parallelism for uid in ("sessions", "per-country")})
+    return {"rows": rows, "state": state, "timers": timers, "shape": shape}
+
+
+def _held(folder: Path, count: int, run: subprocess.Popen) -> list[int]:
+    """The Python workers of ``count`` tasks held by ``tests.cluster_jobs.HeldOnce`` (at most 5 minutes)."""
+    deadline = time.time() + 300
+    while len(held := sorted(int(f.name.split("-")[1]) for f in folder.glob("held-*"))) < count:
+        assert run.poll() is None, run.communicate()[0][-6000:]
+        assert time.time() < deadline, f"{count} tasks were not held in 5 minutes"
+        time.sleep(0.2)
+    return held
+
+
+def _ancestor(pid: int, marker: str) -> int:
+    """The nearest ancestor of process ``pid`` whose command line holds ``marker``."""
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            return pid
+    raise AssertionError(f"no process of {marker} above it")
+
+
+def test_a_kafka_dataflow_on_two_workers_and_s3_through_the_dags_equals_the_same_job_run_locally_despite_faults(
+        spark, tmp_path, standalone_cluster, broker, s3):
+    """Three DAG runs on the cluster (the pipeline, the rescale, the pipeline again), the last one hit mid-task
+    in both of its executors at once: one executor killed (kill -9; its worker starts another), and the other
+    worker lost with its executor (both kill -9). Spark retries their tasks; the job ends exactly as its twin,
+    run locally with no fault, does."""
+    registry = tmp_path / "lakestate.toml"
+    registry.write_text(f'[jobs.{JOB}]\nentrypoint = "tests.cluster_jobs:job"\n')
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    master_host, master_port = standalone_cluster["url"].rsplit(":", 1)
+    on_s3 = Settings.load(root=f"s3a://{S3_BUCKET}/cluster")
+    env = {**airflow_env(tmp_path, on_s3.root, registry), "LAKESTATE_KAFKA_BOOTSTRAP": broker["bootstrap"],
+           "LAKESTATE_KAFKA_TOPIC": TOPIC, "LAKESTATE_TEST_HOLD": str(hold), "LAKESTATE_JARS_ON_WORKERS": "1",
+           "AIRFLOW_CONN_LAKESTATE_SPARK": json.dumps({"conn_type": "spark", "host": master_host,
+                                                       "port": int(master_port)})}
+    migrate(env)
+    local = Lake(tmp_path / "local")
+    twin = on_kafka(broker["bootstrap"], TOPIC)
+
+    produce_clicks(broker["bootstrap"], TOPIC, _clicks(range(3)))
+    said = _dags_test(env, f"lakestate_{JOB}")
+    assert f"spark-submit --master {standalone_cluster['url']}" in said
+    run(spark, twin, local)
+    said = _dags_test(env, "lakestate_rescale", {"job": JOB, "parallelism": 3, "operator": "sessions"})
+    assert "from parallelism 2 to 3" in said
+    rescale_job(spark, local.settings, twin, {"sessions": 3}, say=lambda m: None)
+    produce_clicks(broker["bootstrap"], TOPIC, _clicks(range(3, 5), late=5))
+
+    (hold / "armed").write_text("")
+    faulted = _dags_test(env, f"lakestate_{JOB}", wait=False)
+    first, second = (_ancestor(pid, "CoarseGrainedExecutorBackend") for pid in _held(hold, 2, faulted))
+    lost_worker = _ancestor(second, "deploy.worker.Worker")
+    os.kill(first, signal.SIGKILL)
+    os.kill(second, signal.SIGKILL)
+    os.kill(lost_worker, signal.SIGKILL)
+    (hold / "released").write_text("")
+    said = _dags_test(env, f"lakestate_{JOB}", run=faulted)
+    assert "records in" in said
+    run(spark, twin, local)
+    restarted = script("spark-cluster", "start", standalone_cluster["env"])  # the lost worker back
+    assert "started" in restarted.stdout and script("spark-cluster", "status", standalone_cluster["env"]).returncode == 0
+
+    # Each of the three applications had an executor on each worker; the last one a third, started by the worker
+    # whose executor was killed. No executor copied the jars (the S3 bundle alone is 560 MB): they are on the
+    # class path (LAKESTATE_JARS_ON_WORKERS).
+    apps = {w: sorted(Path(standalone_cluster["dir"], w).glob("app-*")) for w in ("worker-1", "worker-2")}
+    assert [len(a) for a in apps.values()] == [3, 3], apps
+    assert sum(len(list(a[-1].iterdir())) for a in apps.values()) == 3, apps
+    assert not list(Path(standalone_cluster["dir"]).rglob("*.jar"))
+    got, expected = _outcome(spark, on_s3), _outcome(spark, local.settings)
+    assert got == expected
+    assert got["shape"][1] == {"sessions": 3, "per-country": 3}
+    assert len(got["rows"][SINKS[1]]) == 5 and got["timers"] and all(got["state"].values())

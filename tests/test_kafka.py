@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -24,31 +23,10 @@ from state_store.run.runtime import FaultInjector, InjectedFault
 from tests.conftest import Lake
 from tests.airflow_server import migrate
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
-from tests.ports import free_port_pair
+from tests.ports import free_port_run
+from tests.servers import ROOT, script
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kafka.sh"
-
-
-def _script(command: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    """A broker of this module's own (a free port, a fresh folder), stopped at its end: stop must leave no
-    process and say so idempotently."""
-    port = free_port_pair()
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")), "LAKESTATE_KAFKA_PORT": str(port)}
-    started = _script("start", env)
-    assert started.returncode == 0, started.stdout + started.stderr
-    pid = (Path(env["LAKESTATE_KAFKA_DIR"]) / "broker.pid").read_text().strip()
-    yield {"bootstrap": f"127.0.0.1:{port}", "env": env, "pid": pid}
-    stopped = _script("stop", env)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0, "the broker outlived stop"
-    assert _script("status", env).returncode == 1
-    assert _script("stop", env).returncode == 0  # idempotent
 
 
 def _topic(broker, name: str, partitions: int = 4, config: dict | None = None) -> None:
@@ -71,9 +49,9 @@ def _produce(broker, topic: str, messages: list[tuple[int, str, dict | bytes]]) 
 
 
 def test_a_broker_from_maven_jars_serves_spark_exactly_the_pinned_offset_ranges(spark, broker):
-    again = _script("start", broker["env"])
+    again = script("kafka", "start", broker["env"])
     assert again.returncode == 0 and f"already running (pid {broker['pid']})" in again.stdout
-    assert _script("status", broker["env"]).returncode == 0
+    assert script("kafka", "status", broker["env"]).returncode == 0
     _topic(broker, "pinned")
     _produce(broker, "pinned", [(i % 4, f"user-{i}", {"n": i}) for i in range(40)])
     # [start, end) per partition, as a plan pins them: 10 records each, these ranges 2+0+10+5 of them.
@@ -374,7 +352,7 @@ def test_the_broker_script_says_what_is_missing_without_its_jars(tmp_path):
     fake = tmp_path / "checkout"
     (fake / "scripts").mkdir(parents=True)
     (fake / "scripts" / "kafka.sh").write_text(SCRIPT.read_text())
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path / "kafka"), "LAKESTATE_KAFKA_PORT": str(free_port_pair())}
+    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path / "kafka"), "LAKESTATE_KAFKA_PORT": str(free_port_run(2))}
     result = subprocess.run(["bash", str(fake / "scripts" / "kafka.sh"), "start"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2
@@ -499,7 +477,7 @@ def test_a_kafka_source_that_cannot_reach_its_broker_says_so(spark, lake):
     from state_store import InputError
 
     spec = JobSpec(job_id="nobroker", function=Totals(), key="user", key_type=Types.STRING(), output_type=TOTALS,
-                   source=KafkaSource(f"127.0.0.1:{free_port_pair()}", topics=["t"], schema=CLICK,
+                   source=KafkaSource(f"127.0.0.1:{free_port_run(2)}", topics=["t"], schema=CLICK,
                                       request_timeout_s=2),
                    sink="sinks/nobroker")
     with pytest.raises(InputError, match=r"cannot reach Kafka at 127\.0\.0\.1:\d+ .*scripts/kafka\.sh start"):

@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.airflow_server import ROOT, airflow_env, airflow_ui, demo_input, get, send_json, token
+from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get, send_json,
+                                  token)
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -26,11 +27,6 @@ DAGS = ("lakestate_clicks", "lakestate_sessions")
 
 def _script(command: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=180)
-
-
-def _settings() -> dict:
-    return dict(line.split("=", 1) for line in (ROOT / "scripts" / "airflow-db.env").read_text().splitlines()
-                if line and not line.startswith("#"))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +53,7 @@ def postgres():
 
 def _query(postgres, sql: str) -> list[list[str]]:
     """Rows of ``sql`` in Airflow's database, as Airflow's own user reads them over TCP."""
-    db, port = _settings(), postgres["env"]["LAKESTATE_POSTGRES_PORT"]
+    db, port = airflow_db_settings(), postgres["env"]["LAKESTATE_POSTGRES_PORT"]
     done = subprocess.run(["psql", "-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", db["POSTGRES_USER"],
                            "-d", db["POSTGRES_DB"], "-F", "|", "-c", sql], capture_output=True, text=True,
                           env={**os.environ, "PGPASSWORD": db["POSTGRES_PASSWORD"]}, timeout=60)
@@ -98,7 +94,7 @@ def test_airflow_on_postgres_runs_two_pipelines_side_by_side_and_survives_a_post
     registry = tmp_path / "lakestate.toml"
     registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\n\n'
                         '[jobs.sessions]\nentrypoint = "demo.sessions:job"\n')
-    settings = {k: v for k, v in _settings().items() if k.startswith("AIRFLOW__")}
+    settings = {k: v for k, v in airflow_db_settings().items() if k.startswith("AIRFLOW__")}
     env = {**airflow_env(tmp_path, tmp_path / "lakestate", registry), **settings,
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres["url"]}
     demo_input(env)

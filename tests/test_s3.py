@@ -8,7 +8,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,55 +20,15 @@ from state_store.delta.points import StatePoint
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.savepoint import list_savepoints, take_savepoint
 from state_store.settings import Settings
-from state_store.spark.session import configure_s3
-from state_store.storage import ObjectPath, S3Options, create_exclusive, location
+from state_store.storage import ObjectPath, create_exclusive, location
 
 from .conftest import Lake
 from .helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from .jobs import all_states_job, events
-from .ports import free_ports
+from .servers import S3_BUCKET
 
-BUCKET = "lakestate-it"
+BUCKET = S3_BUCKET
 QUIET = dict(say=lambda m: None)
-
-
-@pytest.fixture(scope="module")
-def s3(spark, tmp_path_factory):
-    """An S3 server on 127.0.0.1 with one bucket; the AWS variables point at it while the module runs."""
-    import boto3
-
-    [port] = free_ports()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    options = S3Options(endpoint=f"http://127.0.0.1:{port}", access_key="lakestate", secret_key="lakestate-secret",
-                        region="us-east-1")
-    env = {"AWS_ENDPOINT_URL": options.endpoint, "AWS_ACCESS_KEY_ID": options.access_key,
-           "AWS_SECRET_ACCESS_KEY": options.secret_key, "AWS_REGION": options.region}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
-                              aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
-        deadline = time.time() + 60
-        while True:
-            try:
-                client.create_bucket(Bucket=BUCKET)
-                break
-            except Exception:
-                assert server.poll() is None, f"the S3 server exited: see {log.name}"
-                assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
-                time.sleep(0.2)
-        configure_s3(spark, options)
-        yield options
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.terminate()
-        server.wait(30)
 
 
 def _object_lake(tmp_path, name: str) -> Lake:

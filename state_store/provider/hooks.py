@@ -50,7 +50,12 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
 
     def __init__(self, *args: Any, conn_id: str = default_conn_name, jars: str | None = None,
                  packages: str | None = None, **kwargs: Any) -> None:
+        from state_store.spark.session import jars_conf
+
         jars, packages = delta_submit_args(jars, packages)
+        placed = jars_conf(jars.split(",") if jars else [])
+        if "spark.jars" not in placed:  # on the workers already: on the class paths, not --jars
+            kwargs["conf"], jars = {**(kwargs.get("conf") or {}), **placed}, None
         super().__init__(*args, conn_id=conn_id, jars=jars, packages=packages, **kwargs)
         if packages and "delta-spark" in packages:
             self.log.info("no Delta jars on this machine: spark-submit resolves %s through Ivy at every start; "

@@ -31,6 +31,25 @@ def s3_jars() -> list[str]:
     return sorted(glob.glob(str(PROJECT_ROOT / ".cache" / "jars-s3" / "*.jar")))
 
 
+def jars_conf(jars: list[str]) -> dict[str, str]:
+    """How a session or a ``spark-submit`` is given ``jars``: shipped (``spark.jars``: each application's executors
+    copy them into their work folders, the S3 SDK bundle's 560 MB too), or, with ``LAKESTATE_JARS_ON_WORKERS=1``,
+    put on the driver's and the executors' class path and copied nowhere: for a cluster whose machines all have
+    them at the same paths (docker/'s image, scripts/spark-cluster.sh's workers on this machine)."""
+    on_workers = os.environ.get("LAKESTATE_JARS_ON_WORKERS", "")
+    if on_workers not in ("", "0", "1"):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"LAKESTATE_JARS_ON_WORKERS must be 1 (the jars are at the same paths on every machine of "
+                          f"the cluster) or 0 (ship them to each executor), got {on_workers!r}")
+    if not jars:
+        return {}
+    if on_workers == "1":
+        path = os.pathsep.join(jars)
+        return {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+    return {"spark.jars": ",".join(jars)}
+
+
 def wants_s3() -> bool:
     """Whether this process reaches object storage: a configured root, warehouse or savepoint root on
     ``s3a://``, or ``LAKESTATE_S3=1`` (set it when only a later call names an ``s3a://`` path)."""
@@ -113,8 +132,7 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
             raise ConfigError("s3a:// needs the hadoop-aws jars: run scripts/setup.sh (it fetches them into "
                               ".cache/jars-s3), or add them to LAKESTATE_JARS")
         jars += s3_jars()
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
+    conf.update(jars_conf(jars))
     for k, v in {**conf, **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
