@@ -390,6 +390,10 @@ def _the_other_operations_as_their_dags_define_them(dags: dict, root: Path) -> N
     settings = Settings.load(root=root)
     meta = JobStore(settings.job_dir("clicks"))
     # The rescale DAG (a savepoint first, by default), then the pipeline continues at the new parallelism.
+    # Its entry does not ask for an approval (require_approval): the rescale DAG's approve task goes on at once.
+    approved, _, _ = execute(dags["lakestate_rescale"].get_task("approve"), {"job": "clicks", "parallelism": 3},
+                             "lakestate_rescale")
+    assert approved == {"chosen_options": ["Approve"], "asked": False}
     rescale = dags["lakestate_rescale"].get_task("rescale")
     returned, said, events = execute(rescale, {"job": "clicks", "parallelism": 3, "retain_savepoints": 1},
                                      "lakestate_rescale")
@@ -418,6 +422,16 @@ def _the_other_operations_as_their_dags_define_them(dags: dict, root: Path) -> N
     assert "job clicks: nothing to do: checkpoint 5 (microbatch 2) is what the compaction of" in "\n".join(said)
     assert again["nothing_to_do"] and meta.checkpoint_ids()[-1] == 5 and meta.last_compaction() == report
     assert [r.get("nothing_to_do", False) for r in meta.compaction_history()] == [True, False]
+    # What an approval of a restore or a dispose would show (provider/approval.py), from the job's metadata.
+    from state_store.provider.approval import describe_change
+
+    restore = describe_change("restore", {"job": "clicks", "checkpoint": 3, "parallelism": 2}, settings).splitlines()
+    assert restore[0] == "Restores job **clicks** from checkpoint 3: it becomes the job's next checkpoint."
+    assert restore[1].startswith("- Now: checkpoint 5 (microbatch 2): state ") and restore[1].endswith("parallelism 3")
+    assert restore[2].startswith("- From: checkpoint 3 (microbatch 1): state ") and restore[3] == "- Parallelism 3 -> 2"
+    dispose = describe_change("dispose", {"savepoint": "clicks/before-rescale"}, settings).splitlines()
+    assert dispose[0] == (f"Deletes savepoint **clicks/before-rescale** ({root / 'savepoints' / 'clicks' / 'before-rescale'}"
+                          f"), for good:") and dispose[1].startswith("- of checkpoint 2 (microbatch 1): state ")
     # Dispose, from its DAG: files only.
     gone = dags["lakestate_dispose"].get_task("dispose").python_callable(params={"savepoint": "clicks/before-rescale"})
     path = root / "savepoints" / "clicks" / "before-rescale"
@@ -553,10 +567,12 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     # Unpausing the daily compaction schedules its next 03:00, not a run of the interval already past.
     assert found["catchup"] is False and 0 < found["first_run_in_s"] <= 24 * 3600
     assert found["map_index_template"] == "{{ task.job }}"
-    # An operation waits for its job without a worker slot, then submits.
+    # An operation waits for its job without a worker slot, then submits; a rescale, a restore and a dispose
+    # first ask for an approval when the job's entry says so (approve: tests/test_postgres.py).
     assert found["tasks"] == {"lakestate_savepoint": ["savepoint", "wait_for_lease"],
-                              "lakestate_rescale": ["rescale", "wait_for_lease"],
-                              "lakestate_restore": ["restore", "wait_for_lease"], "lakestate_dispose": ["dispose"],
+                              "lakestate_rescale": ["approve", "rescale", "wait_for_lease"],
+                              "lakestate_restore": ["approve", "restore", "wait_for_lease"],
+                              "lakestate_dispose": ["approve", "dispose"],
                               "lakestate_compaction": ["jobs_with_checkpoints", "per_job.compact",
                                                        "per_job.wait_for_lease"]}
     # The compaction waits for each job the same way, in a task group mapped over the jobs.

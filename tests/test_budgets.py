@@ -3,6 +3,8 @@ a run over one fails naming the state or operator and the figure, or warns; its 
 the Lakestate page shows the budget beside the state's size."""
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,9 +23,11 @@ ENTRY = '[jobs.late-window]\nentrypoint = "tests.time_jobs:late_window_job"\n'
     ("max_late_records", "10", "field 'max_late_records' must be an integer above 0, got '10'"),
     ("on_over_budget", "page", "field 'on_over_budget' must be 'fail' (the run's task fails, naming the figure) "
                                "or 'warn' (it says so and succeeds), got 'page'"),
+    ("require_approval", ["rescale", "delete"], "field 'require_approval' must be a list of operations among "
+                                                "rescale, restore, dispose, got ['rescale', 'delete']"),
 ])
-def test_a_bad_budget_is_refused_naming_its_field(tmp_path, field, value, message):
-    with pytest.raises(ConfigError, match="late-window\\]: " + message.replace("(", "\\(").replace(")", "\\)")):
+def test_a_bad_budget_or_approval_field_is_refused_naming_it(tmp_path, field, value, message):
+    with pytest.raises(ConfigError, match="late-window\\]: " + re.escape(message)):
         parse_entry("late-window", {"entrypoint": "tests.time_jobs:late_window_job", field: value},
                     tmp_path / "lakestate.toml")
 

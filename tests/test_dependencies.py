@@ -19,6 +19,7 @@ DISTRIBUTIONS = {
     "pyspark": "pyspark", "delta": "delta-spark", "deltalake": "deltalake", "pyarrow": "pyarrow",
     "pandas": "pandas", "numpy": "numpy", "orjson": "orjson", "croniter": "croniter", "yaml": "pyyaml",
     "airflow": "apache-airflow", "airflow.providers.apache.spark": "apache-airflow-providers-apache-spark",
+    "airflow.providers.standard": "apache-airflow-providers-standard",
     "fastapi": "fastapi", "sqlalchemy": "sqlalchemy",
     "boto3": "boto3", "botocore": "botocore", "confluent_kafka": "confluent-kafka", "grpc": "grpcio",
 }

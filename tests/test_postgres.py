@@ -61,12 +61,13 @@ def _query(postgres, sql: str) -> list[list[str]]:
     return [line.split("|") for line in done.stdout.splitlines()]
 
 
-def _trigger(url: str, api: str, dag_id: str) -> str:
+def _trigger(url: str, api: str, dag_id: str, conf: dict | None = None) -> str:
     deadline = time.time() + 180  # the DAG processor's first parse of the DAG file
     while get(f"{url}/api/v2/dags/{dag_id}", api)[0] != 200:
         assert time.time() < deadline, f"{dag_id} was not parsed in 180 s"
         time.sleep(1)
-    status, body = send_json(f"{url}/api/v2/dags/{dag_id}/dagRuns", api, {"logical_date": None}, method="POST")
+    status, body = send_json(f"{url}/api/v2/dags/{dag_id}/dagRuns", api, {"logical_date": None, "conf": conf or {}},
+                             method="POST")
     assert status == 200, body
     return json.loads(body)["dag_run_id"]
 
@@ -92,7 +93,7 @@ def _span(url: str, api: str, dag_id: str, run_id: str) -> tuple[datetime, datet
 
 def test_airflow_on_postgres_runs_two_pipelines_side_by_side_and_survives_a_postgres_restart(postgres, tmp_path):
     registry = tmp_path / "lakestate.toml"
-    registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\n\n'
+    registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\nrequire_approval = ["rescale"]\n\n'
                         '[jobs.sessions]\nentrypoint = "demo.sessions:job"\n')
     settings = {k: v for k, v in airflow_db_settings().items() if k.startswith("AIRFLOW__")}
     env = {**airflow_env(tmp_path, tmp_path / "lakestate", registry), **settings,
@@ -119,3 +120,42 @@ def test_airflow_on_postgres_runs_two_pipelines_side_by_side_and_survives_a_post
         _finished(url, api, "lakestate_clicks", again, home)
         stored = _query(postgres, "SELECT run_id, state FROM dag_run WHERE dag_id = 'lakestate_clicks' ORDER BY id")
         assert stored == [[runs["lakestate_clicks"], "success"], [again, "success"]], stored
+        _a_rescale_asks_first_and_a_rejection_writes_nothing(url, api, home, tmp_path / "lakestate")
+
+
+def _hitl(url: str, api: str, run_id: str) -> tuple[int, dict]:
+    status, body = get(f"{url}/api/v2/dags/lakestate_rescale/dagRuns/{quote(run_id)}/taskInstances/approve/-1/"
+                       f"hitlDetails", api)
+    return status, json.loads(body) if status == 200 else {}
+
+
+def _a_rescale_asks_first_and_a_rejection_writes_nothing(url: str, api: str, home: Path, root: Path) -> None:
+    """The clicks job's entry requires an approval of a rescale (require_approval): the rescale DAG's run waits
+    in its ``approve`` task, whose request (read and answered through the REST API) says what will change; a
+    rejection skips the rescale and writes nothing, an approval lets it run."""
+    from state_store.catalog.job_store import JobStore
+    from state_store.settings import Settings
+
+    store = JobStore(Settings.load(root=root).job_dir("clicks"))
+    before = store.latest_checkpoint()
+    for answer in ("Reject", "Approve"):
+        run_id = _trigger(url, api, "lakestate_rescale", {"job": "clicks", "parallelism": 3})
+        deadline = time.time() + 180
+        while (asked := _hitl(url, api, run_id))[0] != 200 or asked[1].get("response_received"):
+            assert time.time() < deadline, f"no approval was asked in 180 s: {asked}"
+            time.sleep(1)
+        request = asked[1]
+        assert request["subject"] == "Approve the rescale of job clicks?"
+        assert request["options"] == ["Approve", "Reject"]
+        assert request["body"].startswith("Rescales job **clicks**: parallelism **2 -> 3**.\n- Now: checkpoint "
+                                          f"{before.checkpoint_id} (microbatch {before.batch_id}): state ")
+        status, body = send_json(f"{url}/api/v2/dags/lakestate_rescale/dagRuns/{quote(run_id)}/taskInstances/"
+                                 f"approve/-1/hitlDetails", api, {"chosen_options": [answer]})
+        assert status == 200, body
+        _finished(url, api, "lakestate_rescale", run_id, home)
+        status, body = get(f"{url}/api/v2/dags/lakestate_rescale/dagRuns/{quote(run_id)}/taskInstances/rescale", api)
+        assert json.loads(body)["state"] == ("skipped" if answer == "Reject" else "success"), body
+        latest = store.latest_checkpoint()
+        if answer == "Reject":  # nothing written: the same latest checkpoint, no savepoint
+            assert latest == before and not (root / "savepoints" / "clicks").exists()
+    assert (latest.parallelism, latest.batch_id) == (3, before.batch_id)

@@ -13,6 +13,7 @@
     max_state_bytes = 500_000_000          # budgets, checked after each run: its checkpoint's state bytes
     max_late_records = 1000                # and the records it dropped as late (windows, joins)
     on_over_budget = "fail"                # or "warn"; the run's checkpoint is kept either way
+    require_approval = ["rescale", "restore", "dispose"]  # operations that wait for a person's approval first
 
 Parsing imports nothing but the standard library (and croniter, Airflow's own cron parser, to check a
 schedule), so DAG files stay light. Each entry is checked on its own: a bad entry gets an error naming its
@@ -35,7 +36,9 @@ from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 BUDGETS = ("max_state_bytes", "max_late_records")
-FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget")
+FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget", "require_approval")
+# What an entry's require_approval may name: the operation DAGs that change or delete a job's state.
+APPROVABLE = ("rescale", "restore", "dispose")
 # A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
 PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
@@ -57,6 +60,7 @@ class PipelineEntry:
     max_state_bytes: int | None = None
     max_late_records: int | None = None
     on_over_budget: str = "fail"
+    require_approval: tuple[str, ...] = ()
 
     def overrides(self) -> dict:
         """What this entry sets of the JobSpec (fields left out keep the factory's values)."""
@@ -147,8 +151,12 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
     if on_over not in ("fail", "warn"):
         raise ConfigError(f"{where}: field 'on_over_budget' must be 'fail' (the run's task fails, naming the "
                           f"figure) or 'warn' (it says so and succeeds), got {on_over!r}")
+    approval = table.get("require_approval", [])
+    if not isinstance(approval, list) or not set(approval) <= set(APPROVABLE):
+        raise ConfigError(f"{where}: field 'require_approval' must be a list of operations among "
+                          f"{', '.join(APPROVABLE)}, got {approval!r}")
     return PipelineEntry(job_id, entrypoint, schedule, backend=_backend(where, table.get("backend")),
-                         on_over_budget=on_over, **values)
+                         on_over_budget=on_over, require_approval=tuple(approval), **values)
 
 
 def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:

@@ -19,7 +19,9 @@ Operations, triggered from the Airflow UI's trigger form with typed params (each
 params' limits): ``lakestate_savepoint``, ``lakestate_rescale``, ``lakestate_restore``, ``lakestate_dispose``
 and the daily ``lakestate_compaction``. Savepoints are Assets (``lakestate://<job>/savepoints``), so a backup
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
-valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load.
+valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
+dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
+operation in ``require_approval`` (``provider/approval.py``).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
+from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
                                             LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
@@ -258,7 +261,7 @@ meanwhile.
   rescales every operator.
 
 See {PAGE}.""", **COMMON) as dag:
-        _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
+        LakestateApprovalOperator(task_id="approve", operation="rescale") >> _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
 
@@ -288,7 +291,7 @@ restore never rewinds a job past what its sink holds.
 
 See {PAGE}.""",
              **COMMON) as dag:
-        _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
+        LakestateApprovalOperator(task_id="approve", operation="restore") >> _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
     return dag
 
 
@@ -311,7 +314,7 @@ Its XCom names what was deleted.""", **COMMON) as dag:
             print(f"[lakestate] disposed savepoint {gone.job_id}/{gone.name} ({gone.path})")
             return {"job": gone.job_id, "name": gone.name, "path": gone.path}
 
-        dispose()
+        LakestateApprovalOperator(task_id="approve", operation="dispose") >> dispose()
     return dag
 
 

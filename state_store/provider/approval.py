@@ -1,0 +1,95 @@
+"""Operations that ask first: the rescale, restore and dispose DAGs begin with an approval (Airflow's
+human-in-the-loop ``ApprovalOperator``) when the job's pipeline registry entry lists the operation in
+``require_approval``. The request shows what the operation will change, read from the job's checkpoint and
+savepoint metadata (no Spark): the parallelism from and to, the checkpoint or savepoint and its size, and the
+state a restore drops. "Reject" skips every task after it: nothing is written. A job whose entry does not ask
+is approved at once, and the task says so."""
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+from state_store.catalog.job_store import JobStore
+from state_store.catalog.pipelines import load_registry
+from state_store.delta.points import load_savepoint
+from state_store.errors import ConfigError
+from state_store.ops.budgets import human_bytes
+from state_store.settings import Settings
+
+
+def _point(point, kind: str) -> str:
+    return (f"{kind} {getattr(point, 'checkpoint_id', '')} (microbatch {point.batch_id}): state "
+            f"{human_bytes(point.size_bytes)} in {point.num_files} files, {point.total_entries} entries, "
+            f"parallelism {point.parallelism}")
+
+
+def _states(point) -> dict[str, int]:
+    """Live entries per state of a checkpoint or savepoint, every operator's (names qualified by uid)."""
+    return {n: c for part in [point, *(point.operators or {}).values()] for n, c in part.entries.items()}
+
+
+def job_of(operation: str, params: dict) -> str:
+    """The job an operation DAG's run is about: its ``job`` param (a dispose: the savepoint's job part)."""
+    return params["savepoint"].split("/", 1)[0] if operation == "dispose" else params["job"]
+
+
+def describe_change(operation: str, params: dict, settings: Settings) -> str:
+    """What the operation asked by ``params`` will change, as lines of Markdown, from the job's metadata now."""
+    job = job_of(operation, params)
+    latest = JobStore(settings.job_dir(job)).latest_checkpoint()
+    now = f"- Now: {_point(latest, 'checkpoint')}" if latest else "- Now: the job has no checkpoint"
+    if operation == "dispose":
+        savepoint = load_savepoint(settings, params["savepoint"], own_tables=False)
+        return "\n".join([f"Deletes savepoint **{params['savepoint']}** ({savepoint.path}), for good:",
+                          f"- {_point(savepoint, 'of checkpoint')}", now])
+    if operation == "rescale":
+        operator = params.get("operator")
+        before = (latest.of_operator(operator).parallelism if latest and operator else
+                  latest.parallelism if latest else None)
+        what = f"operator {operator} of job **{job}**" if operator else f"job **{job}**"
+        return "\n".join([f"Rescales {what}: parallelism **{before} -> {params['parallelism']}**.", now,
+                          "- A savepoint of it is taken first." if params.get("savepoint_first", True) else
+                          "- No savepoint is taken first."])
+    if params.get("savepoint"):
+        point, source = load_savepoint(settings, params["savepoint"]), f"savepoint {params['savepoint']}"
+        lines = [f"- From: {_point(point, 'savepoint of checkpoint')}"]
+    else:
+        point = JobStore(settings.job_dir(job)).checkpoint(int(params["checkpoint"]))
+        source, lines = f"checkpoint {params['checkpoint']}", [f"- From: {_point(point, 'checkpoint')}"]
+    after = [] if not params.get("parallelism") else [f"- Parallelism {point.parallelism} -> {params['parallelism']}"]
+    dropped = sorted(set(_states(latest)) - set(_states(point))) if latest else []
+    drops = [f"- State dropped (at the latest checkpoint, not in the {source}): {', '.join(dropped)}"] if dropped \
+        else []
+    if params.get("allow_non_restored_state"):
+        drops.append("- State the job no longer registers is dropped (allow non-restored state).")
+    return "\n".join([f"Restores job **{job}** from {source}: it becomes the job's next checkpoint.", now, *lines,
+                      *after, *drops])
+
+
+class LakestateApprovalOperator(ApprovalOperator):
+    """Waits for "Approve" or "Reject" of ``operation`` (rescale, restore or dispose) when the job's registry
+    entry lists it in ``require_approval``, with ``describe_change`` as the request's body; "Reject" skips
+    every later task. Otherwise it approves at once, and says why."""
+
+    def __init__(self, *, operation: str, **kwargs: Any) -> None:
+        super().__init__(subject=f"Approve this {operation}?", ignore_downstream_trigger_rules=True,
+                         doc_md=f"Asks a person to approve the {operation} first when the job's registry entry says "
+                                f"so (require_approval); otherwise goes on at once.", **kwargs)
+        self.operation = operation
+
+    def execute(self, context):
+        params = context["params"]
+        job = job_of(self.operation, params)
+        try:
+            entry = load_registry()[0].get(job)
+        except ConfigError:
+            entry = None
+        if entry is None or self.operation not in entry.require_approval:
+            self.log.info("job %s: its registry entry does not ask for an approval of a %s (require_approval): "
+                          "going on", job, self.operation)
+            return {"chosen_options": [self.APPROVE], "asked": False}
+        self.subject = f"Approve the {self.operation} of job {job}?"
+        self.body = describe_change(self.operation, params, Settings.load())
+        self.log.info("job %s: waiting for an approval of this %s:\n%s", job, self.operation, self.body)
+        return super().execute(context)
