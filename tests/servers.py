@@ -75,6 +75,7 @@ def s3(spark, tmp_path_factory):
         configure_s3(spark, options)
         yield options
     finally:
+        _forget_s3_filesystem(spark)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -82,6 +83,14 @@ def s3(spark, tmp_path_factory):
                 os.environ[k] = v
         server.terminate()
         server.wait(30)
+
+
+def _forget_s3_filesystem(spark) -> None:
+    """Hadoop keeps one S3A file system per bucket, with the endpoint it was opened with: closed (so out of the
+    cache) when a module's server stops, the next module's server is reached by a new one, not the dead one."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI(f"s3a://{S3_BUCKET}/"),
+                                            spark.sparkContext._jsc.hadoopConfiguration()).close()
 
 
 @pytest.fixture(scope="module")

@@ -702,6 +702,47 @@ def test_jars_at_the_same_paths_on_every_worker_go_on_the_class_paths_instead_of
         LakestateSparkHook()
 
 
+def test_a_runs_lineage_names_each_source_sink_and_side_output_as_openlineage_names_them(tmp_path):
+    """Inputs: a folder (file + its path), a Kafka topic (kafka://<first server> + the topic), a Delta table
+    (its path); outputs: the sink and each side output where the warehouse puts them (s3a:// is s3://<bucket> +
+    the key); the run facet gives the parallelism of the latest checkpoint and the run's figures. The events
+    Airflow's OpenLineage listener sends of a real run: tests/test_cluster.py."""
+    from types import SimpleNamespace
+
+    from demo.sessions_per_country import dataflow, on_kafka
+    from state_store import DeltaSource, Dataflow, Types
+    from state_store.provider.lineage import run_lineage
+    from state_store.settings import Settings
+    from tests.jobs import CountOnly
+
+    def on_s3(table: str) -> str:  # Settings.sink of a warehouse at s3a://bucket/lake/warehouse
+        return f"s3a://bucket/lake/warehouse/{table}"
+
+    summary = {"checkpoints": [4], "microbatches": [3], "records_in": 10, "records_out": 2,
+               "side_outputs": {"late_clicks": 1}}
+    for folder in ("clicks", "orders"):
+        (tmp_path / folder).mkdir()
+    files = run_lineage({"spec": dataflow(tmp_path / "clicks").describe()}, summary, on_s3)
+    assert [(d.namespace, d.name) for d in files.inputs] == [("file", str((tmp_path / "clicks").resolve()))]
+    assert [(d.namespace, d.name) for d in files.outputs] == [
+        ("s3://bucket", "lake/warehouse/sinks/sessions_per_country"),
+        ("s3://bucket", "lake/warehouse/sinks/sessions_per_country_late_clicks")]
+    facet = files.run_facets["lakestate"]
+    assert (facet.job, facet.parallelism, facet.checkpoints, facet.side_outputs) == (
+        "sessions-per-country", {"sessions": 2, "per-country": 3}, [4], {"late_clicks": 1})
+    latest = SimpleNamespace(parallelism=4, of_operator=lambda uid: SimpleNamespace(parallelism=5) if uid == "per-country"
+                             else None)
+    kafka = run_lineage({"spec": on_kafka("b1:9092,b2:9092", "clicks").describe()}, {}, Settings.load(
+        root=tmp_path).sink, latest)
+    assert [(d.namespace, d.name) for d in kafka.inputs] == [("kafka://b1:9092", "clicks")]
+    assert kafka.outputs[0].namespace == "file" and kafka.run_facets["lakestate"].parallelism == {
+        "sessions": 4, "per-country": 5}
+    delta = (Dataflow.from_source(DeltaSource(str(tmp_path / "orders")), job_id="d").key_by("k", Types.STRING())
+             .process(CountOnly(), uid="count", output_type=Types.ROW_NAMED(["k"], [Types.STRING()])).sink_to("sinks/d"))
+    assert [(d.namespace, d.name) for d in run_lineage({"spec": delta.describe()}, {}, on_s3).inputs] == [
+        ("file", str((tmp_path / "orders").resolve()))]
+
+
 def test_the_docker_deployment_runs_airflow_on_postgres_against_the_spark_master():
     import yaml
 

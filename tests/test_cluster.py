@@ -64,6 +64,20 @@ def _outcome(spark, settings: Settings) -> dict:
     return {"rows": rows, "state": state, "timers": timers, "shape": shape}
 
 
+def _the_run_reported_its_lineage(events: Path, bootstrap: str, settings: Settings) -> None:
+    """Airflow's OpenLineage listener (its file transport) got the run task's inputs (the topic), outputs (the
+    sink and the side output, in the bucket) and the lakestate run facet."""
+    [done] = [e for e in map(json.loads, events.read_text().splitlines())
+              if e["eventType"] == "COMPLETE" and e["job"]["name"] == f"lakestate_{JOB}.run"]
+    assert [(d["namespace"], d["name"]) for d in done["inputs"]] == [(f"kafka://{bootstrap}", TOPIC)]
+    bucket = f"s3a://{S3_BUCKET}/"
+    assert [(d["namespace"], d["name"]) for d in done["outputs"]] == [
+        (f"s3://{S3_BUCKET}", str(settings.sink(sink)).removeprefix(bucket)) for sink in SINKS]
+    facet = done["run"]["facets"]["lakestate"]
+    assert (facet["job"], facet["parallelism"], facet["checkpoints"], facet["microbatches"]) == (
+        JOB, {"sessions": 2, "per-country": 3}, [1], [0])
+
+
 def _held(folder: Path, count: int, run: subprocess.Popen) -> list[int]:
     """The Python workers of ``count`` tasks held by ``tests.cluster_jobs.HeldOnce`` (at most 5 minutes)."""
     deadline = time.time() + 300
@@ -97,6 +111,8 @@ def test_a_kafka_dataflow_on_two_workers_and_s3_through_the_dags_equals_the_same
     on_s3 = Settings.load(root=f"s3a://{S3_BUCKET}/cluster")
     env = {**airflow_env(tmp_path, on_s3.root, registry), "LAKESTATE_KAFKA_BOOTSTRAP": broker["bootstrap"],
            "LAKESTATE_KAFKA_TOPIC": TOPIC, "LAKESTATE_TEST_HOLD": str(hold), "LAKESTATE_JARS_ON_WORKERS": "1",
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(tmp_path / "lineage"),
+                                                          "append": True}),
            "AIRFLOW_CONN_LAKESTATE_SPARK": json.dumps({"conn_type": "spark", "host": master_host,
                                                        "port": int(master_port)})}
     migrate(env)
@@ -106,6 +122,7 @@ def test_a_kafka_dataflow_on_two_workers_and_s3_through_the_dags_equals_the_same
     produce_clicks(broker["bootstrap"], TOPIC, _clicks(range(3)))
     said = _dags_test(env, f"lakestate_{JOB}")
     assert f"spark-submit --master {standalone_cluster['url']}" in said
+    _the_run_reported_its_lineage(tmp_path / "lineage", broker["bootstrap"], on_s3)
     run(spark, twin, local)
     said = _dags_test(env, "lakestate_rescale", {"job": JOB, "parallelism": 3, "operator": "sessions"})
     assert "from parallelism 2 to 3" in said

@@ -20,11 +20,14 @@ DISTRIBUTIONS = {
     "pandas": "pandas", "numpy": "numpy", "orjson": "orjson", "croniter": "croniter", "yaml": "pyyaml",
     "airflow": "apache-airflow", "airflow.providers.apache.spark": "apache-airflow-providers-apache-spark",
     "airflow.providers.standard": "apache-airflow-providers-standard",
+    "airflow.providers.openlineage": "apache-airflow-providers-openlineage", "openlineage": "openlineage-python",
+    "attr": "attrs",
     "fastapi": "fastapi", "sqlalchemy": "sqlalchemy",
     "boto3": "boto3", "botocore": "botocore", "confluent_kafka": "confluent-kafka", "grpc": "grpcio",
 }
 # Imports an extra may bring instead of the core dependencies: the modules only that extra's users import.
-EXTRA_OF_IMPORT = {"boto3": "s3", "botocore": "s3", "confluent_kafka": "kafka", "grpc": "connect"}
+EXTRA_OF_IMPORT = {"boto3": "s3", "botocore": "s3", "confluent_kafka": "kafka", "grpc": "connect",
+                   "airflow.providers.openlineage": "lineage", "openlineage": "lineage", "attr": "lineage"}
 EXTRA_OF_MODULE = {"provider": "airflow"}  # state_store/provider/ runs inside Airflow only
 
 
@@ -59,7 +62,9 @@ def test_every_third_party_import_of_state_store_is_a_declared_dependency_of_the
         for name in sorted(_imports(path)):
             dist = _distribution(name)
             allowed = set(core)
-            for extra in (EXTRA_OF_MODULE.get(module.parts[0]), EXTRA_OF_IMPORT.get(name.split(".")[0])):
+            of_import = [p for p in EXTRA_OF_IMPORT if name == p or name.startswith(p + ".")]
+            for extra in (EXTRA_OF_MODULE.get(module.parts[0]),
+                          EXTRA_OF_IMPORT[max(of_import, key=len)] if of_import else None):
                 allowed |= extras.get(extra, set())
             if dist is None or dist not in allowed:
                 undeclared.append(f"state_store/{module}: import {name} ({dist or 'no distribution mapped'})")

@@ -211,6 +211,18 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
             context["outlet_events"][asset].extra.update(extra)
         return summary
 
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The run's inputs, outputs and ``lakestate`` run facet, for Airflow's OpenLineage provider (which
+        calls this once the task succeeded; ``provider/lineage.py``)."""
+        from state_store.catalog.job_store import JobStore
+        from state_store.catalog.jobs import JobCatalog
+        from state_store.provider.lineage import run_lineage
+        from state_store.settings import Settings
+
+        settings = Settings.load()
+        latest = JobStore(settings.job_dir(self.job_id)).latest_checkpoint()
+        return run_lineage(JobCatalog(settings).get(self.job_id), self.said.summary or {}, settings.sink, latest)
+
 
 def outlet_extras(summary: dict, outlets: list) -> list[tuple]:
     """``(asset, extra)`` of each outlet Asset of a run: the sink's extra is the run's summary; a side output's
