@@ -1,23 +1,26 @@
 """Airflow on PostgreSQL, as a production Airflow runs: scripts/postgres.sh's server (Debian's PostgreSQL on
 127.0.0.1, a folder of its own), Airflow's metadata database in it (the standalone's own migration makes it) and
 the LocalExecutor with scripts/airflow-db.env's task slots. Two jobs' pipeline DAGs triggered together run side
-by side; PostgreSQL stopped and started between two DAG runs loses nothing, and the next run succeeds."""
+by side; PostgreSQL stopped and started between two DAG runs loses nothing, and the next run succeeds. A rescale
+that the job's entry makes ask first waits for an approval given through the REST API. The scheduler killed
+while a run task runs, and started again, loses nothing either."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get, send_json,
-                                  token)
+from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get,
+                                  processes_of, send_json, token)
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -121,6 +124,42 @@ def test_airflow_on_postgres_runs_two_pipelines_side_by_side_and_survives_a_post
         stored = _query(postgres, "SELECT run_id, state FROM dag_run WHERE dag_id = 'lakestate_clicks' ORDER BY id")
         assert stored == [[runs["lakestate_clicks"], "success"], [again, "success"]], stored
         _a_rescale_asks_first_and_a_rejection_writes_nothing(url, api, home, tmp_path / "lakestate")
+        _the_scheduler_killed_mid_run_and_restarted_loses_nothing(url, api, env, home, tmp_path / "lakestate")
+
+
+def _the_scheduler_killed_mid_run_and_restarted_loses_nothing(url: str, api: str, env: dict, home: Path,
+                                                              root: Path) -> None:
+    """While a run task of the clicks pipeline runs, the scheduler is killed (kill -9) and a new one started
+    with its environment. The task runs on (Airflow 3's tasks report to the API server, not to the scheduler)
+    and ends once, and the DAG run succeeds under the new scheduler. The sink holds each input event once: per
+    user, the last count equals the user's events, and no microbatch has a user twice."""
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    demo_input(env, files=4)
+    run_id = _trigger(url, api, "lakestate_clicks")
+    deadline = time.time() + 300
+    while json.loads(get(f"{url}/api/v2/dags/lakestate_clicks/dagRuns/{quote(run_id)}/taskInstances/run",
+                         api)[1]).get("state") != "running":
+        assert time.time() < deadline, "the run task did not start in 5 minutes"
+        time.sleep(0.5)
+    time.sleep(5)  # its spark-submit under way
+    [scheduler] = [int(p.split()[0]) for p in processes_of(home) if " scheduler" in p and "airflow" in p]
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{scheduler}/environ").read_bytes().decode().split("\0")
+                   if "=" in v)
+    os.kill(scheduler, signal.SIGKILL)
+    killed = datetime.now(timezone.utc)
+    with open(home / "scheduler-2.log", "w") as log:  # carries the standalone's mark: airflow-ui.sh stop ends it
+        subprocess.Popen(["airflow", "scheduler"], env=environ, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    _finished(url, api, "lakestate_clicks", run_id, home)
+    # The task ran on through the restart, once: its state was PostgreSQL's, not the dead scheduler's.
+    task = json.loads(get(f"{url}/api/v2/dags/lakestate_clicks/dagRuns/{quote(run_id)}/taskInstances/run", api)[1])
+    assert task["try_number"] == 1 and datetime.fromisoformat(task["end_date"]) > killed, task
+    events = pq.read_table(root / "input" / "clicks").to_pandas().groupby("user_id").size()
+    sink = DeltaTable(str(root / "warehouse" / "sinks" / "clicks")).to_pandas()
+    assert not sink.duplicated(["user_id", "batch_id"]).any()
+    assert sink.groupby("user_id")["events"].max().sort_index().tolist() == events.sort_index().tolist()
 
 
 def _hitl(url: str, api: str, run_id: str) -> tuple[int, dict]:
