@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -162,3 +163,25 @@ def test_live_entries_in_arrow_follow_the_same_rules_as_spark():
     assert live([7]) == live(None) == [("m", "a", '"k1"', "v1"), ("m", "a", '"k2"', "v2"), ("s", "a", "", "2"),
                                        ("s", "c", "", "c7")]
     assert ("s", "c", "", "c0") in live([])  # generation 7 not pinned: the microbatch's row is live
+
+
+def test_a_local_table_versions_partition_sizes_are_read_once_and_a_table_made_again_is_read_anew(tmp_path,
+                                                                                                monkeypatch):
+    """The page asks for the same checkpoint's table versions on every load: ``partition_sizes`` reads a local
+    version's log once per process. What a caller adds to its cells never reaches the next caller, and a table
+    deleted and written again at the same path (its version 0 another commit) is read again."""
+    from deltalake import write_deltalake
+
+    from state_store.delta import log
+
+    table, reads = tmp_path / "t", []
+    read = log._partition_sizes
+    monkeypatch.setattr(log, "_partition_sizes", lambda *a: reads.append(a) or read(*a))
+    write_deltalake(str(table), pa.table({"p": ["a", "b"], "x": [1, 2]}), partition_by=["p"])
+    first = log.partition_sizes(table, 0)
+    assert sorted(first) == [("a",), ("b",)] and [files for _, files in first.values()] == [1, 1]
+    first[("a",)][0] += 1000
+    assert log.partition_sizes(table, 0) == read(table, 0) and len(reads) == 1
+    shutil.rmtree(table)
+    write_deltalake(str(table), pa.table({"p": ["a", "b", "c"], "x": [1, 2, 3]}), partition_by=["p"])
+    assert sorted(log.partition_sizes(table, 0)) == [("a",), ("b",), ("c",)] and len(reads) == 2

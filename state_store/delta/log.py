@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from ..errors import LakestateError
@@ -92,9 +94,40 @@ def table_files(path: str | os.PathLike, version: int | None = None) -> dict[str
     return {p: int(add["size"]) for p, add in live_adds(path, version).items()}
 
 
+_SIZES: OrderedDict[tuple, dict[tuple, list[int]]] = OrderedDict()  # partition_sizes of local table versions
+_SIZES_KEPT = 512
+_SIZES_LOCK = threading.Lock()
+
+
 def partition_sizes(path: str | os.PathLike, version: int | None = None) -> dict[tuple, list[int]]:
     """Bytes and files per partition of the table at ``version`` (default: latest): a tuple of its partition
-    values (in the table's partition column order) -> [bytes, files]. Reads only the log."""
+    values (in the table's partition column order) -> [bytes, files]. Reads only the log.
+
+    A version of a local table is read once per process (the Lakestate page asks for the same checkpoint's
+    tables on every load): a commit file never changes once written, so its path, size and mtime name the
+    version's content, even after a table was deleted and made again at the same path."""
+    root = location(path)
+    if version is None or isinstance(root, ObjectPath):
+        return _partition_sizes(path, version)
+    try:
+        stat = (root / "_delta_log" / f"{version:020d}.json").stat()
+    except OSError:
+        return _partition_sizes(path, version)
+    key = (str(root), version, stat.st_size, stat.st_mtime_ns)
+    with _SIZES_LOCK:  # the page's requests run in threads
+        sizes = _SIZES.get(key)
+        if sizes is not None:
+            _SIZES.move_to_end(key)
+    if sizes is None:
+        sizes = _partition_sizes(path, version)
+        with _SIZES_LOCK:
+            _SIZES[key] = sizes
+            if len(_SIZES) > _SIZES_KEPT:
+                _SIZES.popitem(last=False)
+    return {values: list(cell) for values, cell in sizes.items()}  # a caller may add to its cells
+
+
+def _partition_sizes(path: str | os.PathLike, version: int | None) -> dict[tuple, list[int]]:
     meta = table_metadata(path)
     columns = list(meta.get("partitionColumns") or []) if meta else []
     out: dict[tuple, list[int]] = {}
