@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, JobLocked
-from state_store.catalog.pipelines import OPERATION_DAG_IDS, load_registry, registry_entry
+from state_store.catalog.pipelines import (CRON_PRESETS, OPERATION_DAG_IDS, compaction_schedule, load_registry,
+                                           registry_entry)
 from state_store.run.runtime import FaultInjector
 from tests.airflow_server import airflow_db_settings
 from tests.helpers import run
@@ -230,6 +231,104 @@ def test_cron_expressions_airflow_accepts_are_accepted(tmp_path):
     """ for i, s in enumerate(schedules)))
     entries, errors = load_registry(registry)
     assert errors == {} and [entries[f"j{i}"].schedule for i in range(6)] == [*schedules[:5], None]
+
+
+# The [compaction] table's schedule, as the registry gives it (None: the table left out), and the cron the
+# compaction's timetable gets (None: only triggered).
+COMPACTION_SCHEDULES = {None: "0 3 * * *", "*/5 * * * *": "*/5 * * * *", "none": None, "@hourly": "0 * * * *",
+                        "@weekly": "0 0 * * 0", "0 6 1,15 * *": "0 6 1,15 * *"}
+
+
+def test_the_registrys_compaction_table_sets_the_compaction_schedule_as_a_cron_or_none(tmp_path):
+    from airflow.utils.dates import cron_presets
+
+    assert CRON_PRESETS == cron_presets  # a preset becomes the cron Airflow itself reads it as
+    for given, cron in COMPACTION_SCHEDULES.items():
+        registry = _registry(tmp_path, GOOD + ("" if given is None else f"""
+    [compaction]
+    schedule = "{given}"
+    """))
+        assert compaction_schedule(registry) == cron, given
+        assert sorted(load_registry(registry)[0]) == ["clicks", "counts"]  # the entries load beside the table
+    # A file that is not valid TOML, or none: the default schedule (the pipeline DAG file shows that error).
+    assert compaction_schedule(_registry(tmp_path, DUPLICATE + '[compaction]\nschedule = "none"\n')) == "0 3 * * *"
+    assert compaction_schedule(tmp_path / "missing.toml") == "0 3 * * *"
+
+
+BAD_COMPACTIONS = {
+    '[compaction]\nschedule = "every night"': r"field 'schedule' must be a cron expression in UTC \('0 3 \* \* \*', "
+                                              r"the default: daily at 03:00\), a preset \(@hourly, @daily, @weekly, "
+                                              r"@monthly, @quarterly, @yearly\) or 'none' \(only triggered\), got "
+                                              r"'every night' \(",
+    '[compaction]\nschedule = "61 * * * *"': r"field 'schedule' must be a cron .* got '61 \* \* \* \*' \(",
+    '[compaction]\nschedule = "@once"': r"field 'schedule' must be .* got '@once' \(not a preset that repeats\)",
+    '[compaction]\nschedule = 3': r"field 'schedule' must be .* got 3 \(not a string\)",
+    '[compaction]\nshedule = "0 4 * * *"': r"unknown field 'shedule' \(= '0 4 \* \* \*'\); the only field is "
+                                           r"'schedule' \(a cron expression or 'none'\): remove it, or, if it is "
+                                           r"the schedule misspelt, name it schedule$",
+    'compaction = "daily"': r"must be a table of one field, schedule, got 'daily': write \[compaction\] on a line "
+                            r"of its own and schedule = \"0 3 \* \* \*\" under it$",
+}
+
+
+@pytest.mark.parametrize("bad", BAD_COMPACTIONS)
+def test_a_bad_compaction_table_is_refused_naming_file_field_value_and_fix_and_the_entries_still_load(tmp_path, bad):
+    registry = _registry(tmp_path, bad + "\n" + GOOD)  # before any [jobs.x]: a top-level key stays top-level
+    with pytest.raises(ConfigError) as refused:
+        compaction_schedule(registry)
+    assert str(refused.value).startswith(f"{registry} [compaction]: "), refused.value
+    assert re.search(BAD_COMPACTIONS[bad], str(refused.value)), refused.value
+    assert sorted(load_registry(registry)[0]) == ["clicks", "counts"]
+
+
+def test_a_registry_key_outside_the_jobs_and_compaction_tables_is_refused_naming_it(tmp_path):
+    registry = _registry(tmp_path, 'schedule = "@hourly"\n' + GOOD)
+    with pytest.raises(ConfigError) as refused:
+        load_registry(registry)
+    assert str(refused.value) == (f"the pipeline registry {registry} must hold only [jobs.<job id>] tables and a "
+                                  f"[compaction] table, not top-level key 'schedule': put each job's fields under "
+                                  f"its [jobs.<job id>] header, and the compaction's schedule under [compaction]")
+
+
+def test_the_compaction_dag_runs_on_the_registrys_schedule_and_a_bad_one_takes_only_it_away(tmp_path, monkeypatch):
+    """The operation DAGs built in this process (no Spark, no job code): the compaction's timetable and doc follow
+    the [compaction] table, its first run is the one the scheduler gives it when unpaused (serialized as the
+    scheduler reads it), and a bad table is the operation DAG file's import error naming it, while the other
+    operation DAGs load (Airflow's DagBag; over the whole DAG folder in a fresh interpreter: the e2e tests)."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.models.dagbag import DagBag
+    from airflow.serialization.serialized_objects import SerializedDAG
+
+    from state_store.provider.dags import BrokenEntry, operation_dags
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+
+    def compaction(table: str):
+        return operation_dags(_registry(tmp_path, GOOD + table))["lakestate_compaction"]
+
+    daily = compaction("")
+    assert daily.timetable.summary == "0 3 * * *" and "`0 3 * * *` (at 03:00, in UTC)" in daily.doc_md
+    every_5 = compaction('[compaction]\nschedule = "*/5 * * * *"\n')
+    now = datetime.now(timezone.utc)
+    first = SerializedDAG.deserialize_dag(SerializedDAG.serialize_dag(every_5)).next_dagrun_info(None)
+    assert every_5.timetable.summary == "*/5 * * * *" and first.run_after.minute % 5 == 0
+    assert now <= first.run_after <= now + timedelta(minutes=5, seconds=5)  # the next one, not one already past
+    assert "on the cron schedule `*/5 * * * *` (every 5 minutes, in UTC)." in every_5.doc_md
+    never = compaction('[compaction]\nschedule = "none"\n')
+    assert never.timetable.summary == "None" and "(lakestate compact), when triggered only." in never.doc_md
+    for table, said in (('schedule = "every night"', "field 'schedule' must be a cron expression"),
+                        ('shedule = "0 4 * * *"', "unknown field 'shedule'")):
+        registry = _registry(tmp_path, GOOD + f"[compaction]\n{table}\n")
+        assert isinstance(operation_dags(registry)["lakestate_compaction"], BrokenEntry)
+        monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
+        bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+        bag.process_file(str(ROOT / "dags" / "lakestate_operations.py"))
+        assert sorted(bag.dags) == ["lakestate_dispose", "lakestate_rescale", "lakestate_restore",
+                                    "lakestate_savepoint"]
+        ((file, error),) = bag.import_errors.items()
+        assert Path(file).name == "lakestate_operations.py"
+        assert error.startswith(f"ValueError: lakestate_compaction does not load: {registry} [compaction]: {said}")
 
 
 OPERATION_DAGS = {"lakestate_savepoint": ["clicks", "counts"], "lakestate_rescale": ["clicks", "counts"],

@@ -326,3 +326,18 @@ def test_a_compaction_report_gives_its_start_as_an_iso_time_beside_epoch_millise
     assert report["nothing_to_do"] and ISO_UTC.match(report["started"]), report
     assert report["started"] == datetime.fromtimestamp(report["started_ms"] / 1000, timezone.utc).isoformat(
         timespec="milliseconds")
+
+
+def test_a_never_compacted_job_says_when_the_compaction_dag_runs_as_its_schedule_says():
+    from state_store.provider.reader import JobOverview
+    from state_store.provider.views import job_section
+
+    job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
+
+    def said(paused: bool, schedule: str) -> str:
+        page = job_section(job, dags={"lakestate_compaction": (paused, schedule)})
+        return re.search(r"<p class='meta compaction-none'>(.*?)</p>", page).group(1)
+
+    assert said(False, "Every 5 minutes").endswith(": it runs every 5 minutes")  # [compaction] "*/5 * * * *"
+    assert said(False, "Never, external triggers only").endswith(": trigger it")  # [compaction] "none"
+    assert said(True, "At 03:00").endswith(": it is paused: unpause or trigger it")

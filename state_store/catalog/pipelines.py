@@ -15,12 +15,16 @@
     on_over_budget = "fail"                # or "warn"; the run's checkpoint is kept either way
     require_approval = ["rescale", "restore", "dispose"]  # operations that wait for a person's approval first
 
+    [compaction]                           # optional: the lakestate_compaction DAG (state_store/provider/dags.py)
+    schedule = "0 3 * * *"                 # cron in UTC (the default: daily at 03:00), a preset, or "none"
+
 Parsing imports nothing but the standard library (and croniter, Airflow's own cron parser, to check a
 schedule), so DAG files stay light. Each entry is checked on its own: a bad entry gets an error naming its
 field, and the other entries still load. A file that is not valid TOML (a ``[jobs.x]`` declared twice, say)
 is one error naming its line: no entry of it can be trusted, but the ids of its ``[jobs.<id>]`` headers are
-still known (``declared_job_ids``), so the operation DAGs keep offering them. ``LAKESTATE_REGISTRY`` says
-where the file is (default ``./lakestate.toml``).
+still known (``declared_job_ids``), so the operation DAGs keep offering them. The ``[compaction]`` table is
+checked on its own too (``compaction_schedule``): a bad one takes the compaction DAG away, and nothing else.
+``LAKESTATE_REGISTRY`` says where the file is (default ``./lakestate.toml``).
 """
 from __future__ import annotations
 
@@ -44,6 +48,13 @@ PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
 OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction", "lakestate_restore",
                      "lakestate_dispose")
+# The [compaction] table's one field, and its schedule when the table or the field is absent (daily at 03:00 UTC).
+COMPACTION_FIELDS = ("schedule",)
+DEFAULT_COMPACTION_SCHEDULE = "0 3 * * *"
+# The presets that repeat, as the cron each stands for (Airflow's own airflow.utils.dates.cron_presets): the
+# compaction's timetable is given the cron. @once and @continuous are no cron, so compaction refuses them.
+CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *",
+                "@quarterly": "0 0 1 */3 *", "@yearly": "0 0 1 1 *"}
 _HEADER = re.compile(r"^[ \t]*\[[ \t]*jobs[ \t]*\.[ \t]*([A-Za-z0-9_-]+)[ \t]*\][ \t]*(?:#.*)?$", re.M)
 
 
@@ -173,8 +184,12 @@ def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, Pipe
     except tomllib.TOMLDecodeError as e:
         raise _not_toml(path, text, e) from None
     jobs = data.get("jobs", {})
-    if not isinstance(jobs, dict) or set(data) - {"jobs"}:
-        raise ConfigError(f"the pipeline registry {path} must hold only [jobs.<job id>] tables")
+    extra = sorted(set(data) - {"jobs", "compaction"})
+    if not isinstance(jobs, dict) or extra:
+        got = f"top-level key {extra[0]!r}" if extra else f"jobs = {jobs!r}"
+        raise ConfigError(f"the pipeline registry {path} must hold only [jobs.<job id>] tables and a [compaction] "
+                          f"table, not {got}: put each job's fields under its [jobs.<job id>] header, and the "
+                          f"compaction's schedule under [compaction]")
     entries, errors = {}, {}
     for job_id, table in jobs.items():
         try:
@@ -238,3 +253,43 @@ def registry_entry(job_id: str, path: str | os.PathLike | None = None) -> Pipeli
         raise ConfigError(f"job {job_id!r} is not in the pipeline registry {path or registry_path()} "
                           f"(it has: {', '.join(sorted(entries)) or 'none'})")
     return entries[job_id]
+
+
+def parse_compaction(table, path: Path) -> str | None:
+    """The ``[compaction]`` table's schedule: a cron expression in UTC (a preset becomes its cron), or None for
+    "none" (only triggered); ``DEFAULT_COMPACTION_SCHEDULE`` without the field. A ConfigError names the file, the
+    field, its value and the fix."""
+    where = f"{path} [compaction]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table of one field, schedule, got {table!r}: write "
+                          f"[compaction] on a line of its own and schedule = \"0 3 * * *\" under it")
+    unknown = sorted(set(table) - set(COMPACTION_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r} (= {table[unknown[0]]!r}); the only field is "
+                          f"'schedule' (a cron expression or 'none'): remove it, or, if it is the schedule "
+                          f"misspelt, name it schedule")
+    schedule = table.get("schedule", DEFAULT_COMPACTION_SCHEDULE)
+    if schedule == "none":
+        return None
+    if isinstance(schedule, str) and schedule in CRON_PRESETS:
+        return CRON_PRESETS[schedule]
+    problem = ("not a string" if not isinstance(schedule, str)
+               else "not a preset that repeats" if schedule.startswith("@") else _cron_problem(schedule))
+    if problem:
+        raise ConfigError(f"{where}: field 'schedule' must be a cron expression in UTC ('0 3 * * *', the default: "
+                          f"daily at 03:00), a preset ({', '.join(CRON_PRESETS)}) or 'none' (only triggered), "
+                          f"got {schedule!r} ({problem})")
+    return schedule
+
+
+def compaction_schedule(path: str | os.PathLike | None = None) -> str | None:
+    """The schedule of the ``lakestate_compaction`` DAG, from the registry's ``[compaction]`` table
+    (``parse_compaction``): a cron expression in UTC, or None (only triggered). ``DEFAULT_COMPACTION_SCHEDULE``
+    without the table, and when the file cannot be read or is not valid TOML (the pipeline DAG file shows that
+    error). A bad table is a ConfigError."""
+    path = Path(path) if path is not None else registry_path()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return DEFAULT_COMPACTION_SCHEDULE
+    return parse_compaction(data.get("compaction", {}), path)

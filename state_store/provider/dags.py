@@ -17,11 +17,13 @@ not valid TOML is the file's import error naming its line, and no pipeline DAG l
 
 Operations, triggered from the Airflow UI's trigger form with typed params (each DAG's ``doc_md`` says its
 params' limits): ``lakestate_savepoint``, ``lakestate_rescale``, ``lakestate_restore``, ``lakestate_dispose``
-and the daily ``lakestate_compaction``. Savepoints are Assets (``lakestate://<job>/savepoints``), so a backup
+and the scheduled ``lakestate_compaction``. Savepoints are Assets (``lakestate://<job>/savepoints``), so a backup
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
-operation in ``require_approval`` (``provider/approval.py``).
+operation in ``require_approval`` (``provider/approval.py``). The compaction's schedule is the registry's
+``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation DAG file's import error
+naming it, and the other operation DAGs still load.
 """
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ from airflow.timetables.trigger import CronTriggerTimetable
 
 from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
-from state_store.catalog.pipelines import PipelineEntry, declared_job_ids, load_registry, registry_path
+from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
+                                           registry_path)
+from state_store.errors import ConfigError
 from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
@@ -42,12 +46,6 @@ START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
 LEASE_WAIT_S = 3600  # how long a run or an operation waits for another holder of its job (in reschedule mode)
 LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in between
-# Daily at 03:00 UTC. A cron *trigger* timetable without a start date: unpausing the DAG schedules the next
-# 03:00, not a run for the interval that has already passed (with a start date in the past, even without
-# catchup, Airflow would start one at once, and a trigger by hand right after would compact a second time).
-# run_immediately=timedelta(0): Airflow 3.1 reads run_immediately=False (its default) as "run the past 03:00 at
-# once when unpaused within 2.4 hours of it" (a tenth of the interval), not as "never".
-COMPACTION_SCHEDULE = CronTriggerTimetable("0 3 * * *", timezone="UTC", run_immediately=timedelta(0))
 
 
 def sink_asset(job_id: str) -> Asset:
@@ -175,14 +173,39 @@ def _savepoint_first_param(jobs: list[str]) -> Param:
                              f"savepoint's time ({'; '.join(said)})")
 
 
-def operation_dags() -> dict[str, DAG]:
+def operation_dags(registry=None) -> dict[str, DAG]:
     """The savepoint, rescale, restore, dispose and compaction DAGs, by DAG id (none while the registry names no
-    job)."""
-    jobs = declared_job_ids()  # even when the registry does not parse, so one bad line does not take these away
+    job). A bad ``[compaction]`` table makes the compaction DAG a ``BrokenEntry`` naming it; the others load."""
+    registry = registry or registry_path()
+    jobs = declared_job_ids(registry)  # even when the registry does not parse: one bad line takes none away
     if not jobs:
         return {}
-    dags = [_savepoint_dag(jobs), _rescale_dag(jobs), _restore_dag(jobs), _dispose_dag(jobs), _compaction_dag(jobs)]
+    dags = [_savepoint_dag(jobs), _rescale_dag(jobs), _restore_dag(jobs), _dispose_dag(jobs)]
+    try:
+        schedule = compaction_schedule(registry)
+    except ConfigError as e:
+        dags.append(BrokenEntry("lakestate_compaction", f"lakestate_compaction does not load: {e}"))
+    else:
+        dags.append(_compaction_dag(jobs, schedule))
     return {d.dag_id: d for d in dags}
+
+
+def compaction_timetable(cron: str | None) -> CronTriggerTimetable | None:
+    """The compaction DAG's timetable for the registry's ``[compaction]`` schedule (None: only triggered). A cron
+    *trigger* timetable without a start date: unpausing the DAG schedules the cron's next time, not a run for the
+    interval that has already passed (with a start date in the past, even without catchup, Airflow would start
+    one at once, and a trigger by hand right after would compact a second time). run_immediately=timedelta(0):
+    Airflow 3.1 reads run_immediately=False (its default) as "run the past time at once when unpaused within a
+    tenth of the interval of it" (2.4 hours of the default 03:00), not as "never"."""
+    return None if cron is None else CronTriggerTimetable(cron, timezone="UTC", run_immediately=timedelta(0))
+
+
+def _when(cron: str | None) -> str:
+    """The compaction's schedule in the words of its DAG's doc."""
+    if cron is None:
+        return "when triggered only"
+    said = compaction_timetable(cron).description  # Airflow's own words: "At 03:00", "Every 5 minutes"
+    return f"on the cron schedule `{cron}` ({said[:1].lower()}{said[1:]}, in UTC)" if said else f"on `{cron}` (UTC)"
 
 
 COMMON = dict(schedule=None, start_date=START, catchup=False, tags=["lakestate"], max_active_runs=1)
@@ -318,11 +341,12 @@ Its XCom names what was deleted.""", **COMMON) as dag:
     return dag
 
 
-def _compaction_dag(jobs: list[str]) -> DAG:
+def _compaction_dag(jobs: list[str], cron: str | None) -> DAG:
     with DAG("lakestate_compaction", description="Compact every Lakestate job's state tables",
-             schedule=COMPACTION_SCHEDULE, catchup=False, tags=["lakestate"], max_active_runs=1,
-             doc_md=f"""Compacts every registered job's state tables (lakestate compact), daily at 03:00 UTC.
-Unpausing starts no run: trigger it for one now.
+             schedule=compaction_timetable(cron), catchup=False, tags=["lakestate"], max_active_runs=1,
+             doc_md=f"""Compacts every registered job's state tables (lakestate compact), {_when(cron)}.
+Unpausing starts no run: trigger it for one now. The schedule is the pipeline registry's: `schedule` in its
+`[compaction]` table, a cron expression in UTC (default `0 3 * * *`, daily at 03:00) or `"none"`.
 
 - One mapped task per job with a checkpoint, labelled by the job, waits for the job without a worker slot,
   then compacts it while its pipeline waits.

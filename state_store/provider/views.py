@@ -252,7 +252,8 @@ def _compactions(job: JobOverview, tz, dags: dict) -> str:
                       "last-compaction")
     else:
         paused, schedule = dags.get("lakestate_compaction", (None, None))
-        when = ("it is paused: unpause or trigger it" if paused else f"it runs {schedule.lower()}" if schedule
+        scheduled = schedule and not schedule.startswith("Never")  # "Never, external triggers only": "none"
+        when = ("it is paused: unpause or trigger it" if paused else f"it runs {schedule.lower()}" if scheduled
                 else "trigger it")
         out += f"<p class='meta compaction-none'>never compacted: {_dag_link('lakestate_compaction')}: {when}</p>"
     if job.compactions:
