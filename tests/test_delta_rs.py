@@ -185,3 +185,31 @@ def test_a_local_table_versions_partition_sizes_are_read_once_and_a_table_made_a
     shutil.rmtree(table)
     write_deltalake(str(table), pa.table({"p": ["a", "b", "c"], "x": [1, 2, 3]}), partition_by=["p"])
     assert sorted(log.partition_sizes(table, 0)) == [("a",), ("b",), ("c",)] and len(reads) == 2
+
+
+def test_expire_log_deletes_the_log_before_a_checkpoint_and_every_later_version_still_reads(tmp_path):
+    """A compaction deletes each state table's log before the newest Delta checkpoint at or before the oldest
+    version a retained checkpoint pins (``expire_log``), as Delta's own log cleanup does: those versions and
+    every later one read the same files from what is left (the log reader finds that checkpoint by listing,
+    not by ``_last_checkpoint``), in delta-rs too; a table with no checkpoint that early keeps its whole log."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from state_store.delta.log import expire_log, partition_sizes, table_files
+
+    table = tmp_path / "t"
+    for v in range(25):
+        write_deltalake(str(table), pa.table({"p": [f"k{v % 3}"], "x": [v]}), partition_by=["p"], mode="append")
+        if v in (10, 20):
+            DeltaTable(str(table)).create_checkpoint()
+    before = {v: (table_files(table, v), partition_sizes(table, v)) for v in range(25)}
+    assert expire_log(table, 9) == (0, 0)  # no checkpoint at or before version 9: the log stays whole
+    log = table / "_delta_log"
+    deleted, reclaimed = expire_log(table, 15)  # the checkpoint of version 10 serves 15: versions 0-9 go
+    assert deleted == 10 and reclaimed > 0
+    assert sorted(n for n in os.listdir(log) if n.endswith(".json"))[0] == f"{10:020d}.json"
+    assert (log / f"{10:020d}.checkpoint.parquet").exists()
+    for v in range(10, 25):
+        assert (table_files(table, v), partition_sizes(table, v)) == before[v]
+        assert DeltaTable(str(table), version=v).to_pyarrow_table().num_rows == v + 1
+    assert expire_log(table, 24)[0] == 10 + 1  # commits 10-19 and the checkpoint of version 10
+    assert table_files(table, 20) == before[20][0] and table_files(table) == before[24][0]

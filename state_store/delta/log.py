@@ -1,13 +1,15 @@
 """Read a Delta table's version, size, file count and app transactions from its log, without Spark.
 
 Used for checkpoint rows, idempotent appends, the CLI and the Airflow plugin:
-a classic Parquet checkpoint (single or multi-part, as named in
-``_last_checkpoint``) plus the JSON commits after it.
+the newest complete classic Parquet checkpoint (single or multi-part) at or
+before the version read, found by listing the log, plus the JSON commits after
+it. ``expire_log`` deletes what no version from a given one on needs.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -16,38 +18,50 @@ from ..errors import LakestateError
 from ..storage import ObjectPath, listdir, location, read_parquet
 
 
-def _commit_versions(log) -> list[int]:
-    return sorted(int(n[:20]) for n in listdir(log) if n.endswith(".json") and len(n) == 25 and n[:20].isdigit())
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
 
 
-def _checkpoint_files(log: Path, version: int, parts: int | None) -> list[Path]:
-    if parts:
-        return [log / f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
-    return [log / f"{version:020d}.checkpoint.parquet"]
+def _commit_versions(log, names: list[str] | None = None) -> list[int]:
+    names = listdir(log) if names is None else names
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and len(n) == 25 and n[:20].isdigit())
+
+
+def _checkpoints(names: list[str]) -> dict[int, list[str]]:
+    """The log's complete classic checkpoints (single or every part of a multi-part one): version -> file names."""
+    parts: dict[int, dict[int, list[str]]] = {}
+    for name in names:
+        if m := _CHECKPOINT.fullmatch(name):
+            parts.setdefault(int(m[1]), {}).setdefault(int(m[3] or 1), []).append(name)
+    return {v: sorted(files) for v, by_count in parts.items() for count, files in by_count.items()
+            if len(files) == count}
+
+
+def _checkpoint_at_or_before(names: list[str], version: int) -> tuple[int, list[str]] | None:
+    found = _checkpoints(names)
+    usable = [v for v in found if v <= version]
+    return (max(usable), found[max(usable)]) if usable else None
 
 
 def _replay(log: Path, target: int | None, column: str, on_action) -> int | None:
     """Feed the log's ``column`` actions ("add"/"remove" or "txn") up to version ``target`` (default:
-    latest) to ``on_action``: the newest usable checkpoint first, then the JSON commits after it.
-    Returns the version reached (None for a table without commits)."""
+    latest) to ``on_action``: the newest complete checkpoint at or before ``target`` first (found by listing
+    the log, as Delta does: a compaction deletes the log before the one its oldest retained checkpoint needs),
+    then the JSON commits after it. Returns the version reached (None for a table without commits)."""
     if not log.is_dir():
         raise FileNotFoundError(f"{log.parent} is not a Delta table (no _delta_log)")
-    versions = _commit_versions(log)
+    names = listdir(log)
+    versions = _commit_versions(log, names)
     target = (versions[-1] if versions else None) if target is None else target
     if target is None:
         return None
     start = 0
-    last = log / "_last_checkpoint"
-    if last.exists():
-        info = json.loads(last.read_text())
-        cp_version = int(info["version"])
-        parts = _checkpoint_files(log, cp_version, info.get("parts"))
-        if cp_version <= target and all(p.exists() for p in parts):
-            for part in parts:
-                for value in read_parquet(part, columns=[column]).column(column).to_pylist():
-                    if value is not None:
-                        on_action({column: value})
-            start = cp_version + 1
+    checkpoint = _checkpoint_at_or_before(names, target)
+    if checkpoint is not None:
+        for part in checkpoint[1]:
+            for value in read_parquet(log / part, columns=[column]).column(column).to_pylist():
+                if value is not None:
+                    on_action({column: value})
+        start = checkpoint[0] + 1
     if start == 0 and versions and versions[0] != 0:
         raise FileNotFoundError(f"the log of {log.parent} starts at version {versions[0]} and has no usable checkpoint")
     for v in range(start, target + 1):
@@ -151,6 +165,25 @@ def missing_files(path: str | os.PathLike, version: int) -> list[str]:
         present = {f.relative_to(root).as_posix() for f in root.files()}
         return sorted(str(root / f) for f in needed if f not in present)
     return sorted(str(root / f) for f in needed if not (root / f).exists())
+
+
+def expire_log(path: str | os.PathLike, oldest_needed: int) -> tuple[int, int]:
+    """Delete the log files (commits, checkpoints, checksums) of the versions before the newest complete
+    checkpoint at or before version ``oldest_needed``, as Delta's own log cleanup does: every version from
+    ``oldest_needed`` on still reads. Oldest first, so a reader never finds a gap. Returns (files, bytes)."""
+    log = location(path) / "_delta_log"
+    names = listdir(log)
+    checkpoint = _checkpoint_at_or_before(names, oldest_needed)
+    if checkpoint is None:
+        return 0, 0
+    doomed = sorted(n for n in names if n[:20].isdigit() and int(n[:20]) < checkpoint[0]
+                    and (n.endswith((".json", ".crc")) or _CHECKPOINT.fullmatch(n)))
+    deleted = reclaimed = 0
+    for name in doomed:
+        size = (log / name).stat().st_size
+        (log / name).unlink(missing_ok=True)
+        deleted, reclaimed = deleted + 1, reclaimed + size
+    return deleted, reclaimed
 
 
 def table_snapshot(path: str | os.PathLike, version: int | None = None) -> dict:

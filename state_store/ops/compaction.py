@@ -15,8 +15,10 @@ subtask per run. ``compact_job`` (``lakestate compact <job>``,
    checkpoint of the same microbatch pins the compacted versions;
 2. deletes the data files no retained checkpoint pins (checkpoint versions
    are read by time travel, so those files are kept; savepoints are copies and
-   need nothing here), and table folders and ``hashmap`` snapshots no retained
-   checkpoint pins (an old generation after a restore).
+   need nothing here), each table's log before the newest Delta checkpoint at
+   or before the oldest version a retained checkpoint pins, and table folders
+   and ``hashmap`` snapshots no retained checkpoint pins (an old generation
+   after a restore).
 
 A crash at any step leaves every retained checkpoint restorable: the rewrite is
 a new table version (the old ones stay readable), the new checkpoint is
@@ -40,7 +42,7 @@ from pyspark.sql import functions as F
 from ..delta.backends import create_keyed_backend, delta_record
 from ..catalog.job_store import JobStore
 from ..records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
-from ..delta.log import table_files, table_snapshot
+from ..delta.log import expire_log, table_files, table_snapshot
 from ..errors import ConfigError
 from ..catalog.lease import holding
 from ..settings import Settings
@@ -266,14 +268,18 @@ def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: T
 
 
 def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tuple[int, int]:
-    """Delete data files of the job's state tables that no retained checkpoint's table version references, and
+    """Delete data files of the job's state tables that no retained checkpoint's table version references, the
+    log files no retained version needs (``expire_log``: a log would otherwise grow by a commit a run), and
     table folders and snapshots no retained checkpoint pins. Returns (files deleted, bytes reclaimed)."""
     pinned_tables: dict[str, set[str]] = {}
+    oldest: dict[str, int] = {}  # per table, the oldest version a retained checkpoint pins
     for c in retained:
         for recorded in c.state.values():
             if recorded.path and recorded.version is not None:
-                files = pinned_tables.setdefault(_same(recorded.path), set())
-                files.update(unquote(f) for f in table_files(recorded.path, recorded.version))
+                table = _same(recorded.path)
+                pinned_tables.setdefault(table, set()).update(
+                    unquote(f) for f in table_files(recorded.path, recorded.version))
+                oldest[table] = min(recorded.version, oldest.get(table, recorded.version))
     tables = {folder.name: _tables_under(location(folder)) for folder in JobStore(job_dir).table_folders
               if location(folder).is_dir()}
     found = {_same(t) for ts in tables.values() for t in ts}
@@ -292,6 +298,8 @@ def _delete_unpinned(job_dir, retained: list[CheckpointMetadata], fault) -> tupl
                 rmtree(table)
                 deleted, reclaimed = deleted + count, reclaimed + size
                 continue
+            count, size = expire_log(table, oldest[_same(table)])
+            deleted, reclaimed = deleted + count, reclaimed + size
             for f in walk_files(table):
                 relative = f.relative_to(table).as_posix()
                 if relative not in keep:
