@@ -75,6 +75,6 @@ def test_a_run_over_its_budgets_fails_naming_state_operator_and_figures_or_warns
 
 
 def job_size(job) -> str:
-    from state_store.ops.budgets import human_bytes
+    from state_store.delta.sizes import human_bytes
 
     return human_bytes(job.latest.size_bytes)

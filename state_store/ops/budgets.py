@@ -7,36 +7,19 @@ from __future__ import annotations
 
 from ..catalog.job_store import JobStore
 from ..catalog.pipelines import PipelineEntry
-from ..delta.log import partition_sizes
+from ..delta.sizes import human_bytes, pinned_partitions
 from ..errors import OverBudget
-from ..records import STATE_TABLES, CheckpointMetadata
+from ..records import CheckpointMetadata
 from ..settings import Settings
-
-
-def human_bytes(size: int | None) -> str:
-    """``4562404`` -> ``"4.4 MiB"``; None -> ``"-"``."""
-    if size is None:
-        return "-"
-    value, unit = float(size), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def state_bytes(checkpoint: CheckpointMetadata) -> dict[str, int]:
     """Bytes per state (its name, qualified by its operator's uid) of the table versions ``checkpoint`` pins,
     every operator's, read from the tables' Delta logs."""
     sizes: dict[str, int] = {}
-    for part in [checkpoint, *(checkpoint.operators or {}).values()]:
-        for table in STATE_TABLES:
-            recorded = part.table(table)
-            if recorded.path is None or recorded.version is None:
-                continue
-            for values, (size, _) in partition_sizes(recorded.path, recorded.version).items():
-                name = values[0] if values else table
-                sizes[name] = sizes.get(name, 0) + size
+    for _, table, values, size, _ in pinned_partitions(checkpoint):
+        name = values[0] if values else table
+        sizes[name] = sizes.get(name, 0) + size
     return sizes
 
 

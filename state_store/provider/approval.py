@@ -14,7 +14,7 @@ from state_store.catalog.job_store import JobStore
 from state_store.catalog.pipelines import load_registry
 from state_store.delta.points import load_savepoint
 from state_store.errors import ConfigError
-from state_store.ops.budgets import human_bytes
+from state_store.delta.sizes import human_bytes
 from state_store.settings import Settings
 
 

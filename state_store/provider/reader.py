@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.pipelines import load_registry
 from state_store.catalog.job_store import JobStore as JobStore
-from state_store.records import KEYED, STATE_TABLES, AirflowRun, CheckpointMetadata
-from state_store.delta.log import partition_sizes
-from state_store.ops.budgets import human_bytes  # noqa: F401 - the page's, from here
+from state_store.records import KEYED, AirflowRun, CheckpointMetadata
+from state_store.delta.sizes import human_bytes, pinned_partitions  # noqa: F401 - human_bytes: the page's, from here
 from state_store.ops.savepoint import list_savepoints
 from state_store.errors import ConfigError
 from state_store.settings import Settings
@@ -131,9 +130,8 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     overview.parallelism, overview.max_parallelism, overview.backend = (latest.parallelism, latest.max_parallelism,
                                                                          latest.backend)
     overview.key_group_bytes = [0] * latest.max_parallelism
+    _state_sizes(overview, latest)  # state names are qualified by their operator's uid: one table of states for all
     parts = [latest, *(latest.operators or {}).values()]
-    for part in parts:  # state names are qualified by their operator's uid: one table of states for all
-        _state_sizes(overview, part, part is latest)
     windows = [c.entries.get(f"{c.uid}.{WINDOW_CONTENTS}", 0) if f"{c.uid}.{WINDOW_CONTENTS}" in c.descriptors
                else None for c in parts]
     if len(parts) > 1 or windows[0] is not None:
@@ -183,23 +181,15 @@ def _source_text(source: dict) -> str:
     return str(kind)
 
 
-def _state_sizes(overview: JobOverview, checkpoint: CheckpointMetadata, key_groups: bool) -> None:
-    """Bytes and files per state of ``checkpoint``'s table versions (and per key group: the first operator's)."""
-    for table in STATE_TABLES:
-        recorded = checkpoint.table(table)
-        if recorded.path is None or recorded.version is None:
-            continue
-        try:
-            sizes = partition_sizes(recorded.path, recorded.version)
-        except (OSError, ValueError) as e:  # a damaged table: shown, not fatal to the page
-            overview.problems.append(f"{table} state table {recorded.path}: {e}")
-            continue
-        for values, (size, files) in sizes.items():
-            name = values[0] if values else table
-            cell = overview.state_bytes.setdefault(name, [0, 0])
-            cell[0] += size
-            cell[1] += files
-            if key_groups and table == KEYED and len(values) > 1 and values[1] is not None:
-                group = int(values[1])
-                if 0 <= group < len(overview.key_group_bytes):
-                    overview.key_group_bytes[group] += size
+def _state_sizes(overview: JobOverview, checkpoint: CheckpointMetadata) -> None:
+    """Bytes and files per state of ``checkpoint``'s table versions, every operator's, and per key group of the
+    first operator's keyed table."""
+    for part, table, values, size, files in pinned_partitions(checkpoint, warn=overview.problems.append):
+        name = values[0] if values else table
+        cell = overview.state_bytes.setdefault(name, [0, 0])
+        cell[0] += size
+        cell[1] += files
+        if part is checkpoint and table == KEYED and len(values) > 1 and values[1] is not None:
+            group = int(values[1])
+            if 0 <= group < len(overview.key_group_bytes):
+                overview.key_group_bytes[group] += size
