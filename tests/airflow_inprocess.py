@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import os
 from types import SimpleNamespace
 
 from airflow.exceptions import AirflowException
 from airflow.utils.log.logging_mixin import LoggingMixin
+
+from tests.helpers import environ
 
 
 class InProcessHook(LoggingMixin):
@@ -32,17 +33,9 @@ class InProcessHook(LoggingMixin):
     def submit(self, application: str = "") -> None:
         from state_store.cli import main
 
-        out, saved = io.StringIO(), {k: os.environ.get(k) for k in self.operator.env_vars or {}}
-        os.environ.update(self.operator.env_vars or {})
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                code = main(list(self.operator.application_args))
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        out = io.StringIO()
+        with environ(self.operator.env_vars or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(list(self.operator.application_args))
         self._process_spark_submit_log(iter(out.getvalue().splitlines()))
         if code:
             raise AirflowException(f"Cannot execute: lakestate {' '.join(self.operator.application_args)}. "

@@ -10,6 +10,23 @@ from state_store.delta.backends import create_keyed_backend, create_operator_bac
 from state_store.catalog.job_store import JobStore
 from state_store.run.runtime import JobRunner
 
+@contextmanager
+def environ(values: dict):
+    """``os.environ`` with ``values`` set for the block, then each variable as it was (unset if it was)."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 FIXED_CLOCK = lambda: 1_700_000_000_000  # noqa: E731  processing time the tests control
 
 

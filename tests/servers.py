@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import environ
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,31 +59,25 @@ def s3(spark, tmp_path_factory):
                         region="us-east-1")
     env = {"AWS_ENDPOINT_URL": options.endpoint, "AWS_ACCESS_KEY_ID": options.access_key,
            "AWS_SECRET_ACCESS_KEY": options.secret_key, "AWS_REGION": options.region}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
-                              aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
-        deadline = time.time() + 60
-        while True:
-            try:
-                client.create_bucket(Bucket=S3_BUCKET)
-                break
-            except Exception:
-                assert server.poll() is None, f"the S3 server exited: see {log.name}"
-                assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
-                time.sleep(0.2)
-        configure_s3(spark, options)
-        yield options
-    finally:
-        _forget_s3_filesystem(spark)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.terminate()
-        server.wait(30)
+    with environ(env):
+        try:
+            client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
+                                  aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
+            deadline = time.time() + 60
+            while True:
+                try:
+                    client.create_bucket(Bucket=S3_BUCKET)
+                    break
+                except Exception:
+                    assert server.poll() is None, f"the S3 server exited: see {log.name}"
+                    assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
+                    time.sleep(0.2)
+            configure_s3(spark, options)
+            yield options
+        finally:
+            _forget_s3_filesystem(spark)
+            server.terminate()
+            server.wait(30)
 
 
 def _forget_s3_filesystem(spark) -> None:
