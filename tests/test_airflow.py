@@ -928,6 +928,39 @@ def test_a_second_dags_lease_sensor_waits_from_the_first_sensors_pass_until_its_
     assert savepoint["released"] and rescale["released"] and reserved_second["reserved"]
 
 
+def test_sensors_that_find_the_job_held_are_served_first_come_first_served(tmp_path, monkeypatch):
+    """A compaction's sensor that found the job held is not starved by pipeline runs triggered back to back: a
+    pipeline's sensor that finds the job free while the compaction's waits in line waits behind it, and passes
+    once the compaction's has had its turn. A waiter whose sensor ended (not seen for 3 pokes and a minute)
+    leaves the line."""
+    import json
+    import time
+
+    from state_store.catalog.lease import ahead_in_line, holding, release_reservation
+    from state_store.provider.operators import LakestateLeaseSensor, reservation
+    from state_store.settings import Settings
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    job_dir = Settings.load().job_dir("clicks")
+    lease_dir = job_dir / "_meta" / "lease"
+    (job_dir / "state").mkdir(parents=True)
+    (job_dir / "state" / "table").write_text("a job with state")  # not a folder the lease alone made
+    compaction, pipeline = (LakestateLeaseSensor(task_id="wait_for_lease", job_id="clicks", lease_handoff=h)
+                            for h in ("lakestate_compaction-scheduled__1", "lakestate_clicks-manual__2"))
+    with holding(job_dir, "clicks", "run", say=lambda m: None):
+        assert not compaction.poke({})  # held by a run: the compaction's sensor joins the line
+    assert not pipeline.poke({})  # free, but the compaction's sensor waited first
+    assert compaction.poke({})  # its turn: reserved for its command
+    assert not pipeline.poke({})  # held by that reservation
+    assert release_reservation(lease_dir, reservation(compaction.lease_handoff, "clicks"))
+    assert pipeline.poke({}) and not list(lease_dir.glob("waiting-*"))  # the line is empty again
+    gone = lease_dir / "waiting-gone.json"
+    gone.write_text(json.dumps({"run_id": "lakestate_savepoint-manual__0-clicks", "since_ms": 0,
+                                "seen_ms": int(time.time() * 1000) - 151_000}))
+    assert ahead_in_line(lease_dir, "anyone", stale_s=3 * 30 + 60) == [] and not gone.exists()
+
+
 @pytest.mark.e2e
 def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
                                                                                               monkeypatch):

@@ -27,6 +27,10 @@ the command's JVM start when a second driver can get in. A reservation has no
 process to watch (the sensor's task has ended): it holds until its own timeout,
 or until it is handed over or released.
 
+Sensors that find the job held wait in a line (``join_line``: ``waiting-*.json`` beside the generations), and
+a sensor reserves only when no waiter joined before it (``ahead_in_line``): first come, first served, so a
+compaction or savepoint is not starved by pipeline runs triggered back to back.
+
 On object storage the same protocol needs only put-if-absent (S3 conditional
 writes with ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure
 ``If-None-Match: *``) and a listing; README's "The single-writer fence" says so.
@@ -328,6 +332,54 @@ def reserve(directory: Path, job_id: str, run_id: str, timeout_s: float) -> None
     if generations(directory)[-1] != seen + 1:  # a slow taker of a generation already pruned: withdraw
         generation_path(directory, seen + 1).unlink(missing_ok=True)
         raise JobLocked(f"job {job_id!r} was taken by another run at the same moment")
+
+
+def _line_path(directory: Path, run_id: str) -> Path:
+    import hashlib
+
+    return directory / f"waiting-{hashlib.sha1(run_id.encode()).hexdigest()[:16]}.json"
+
+
+def ahead_in_line(directory: Path, run_id: str, stale_s: float) -> list[dict]:
+    """The waiters ahead of ``run_id`` in the job's line (``join_line``): those that joined before it (all of
+    them, while it has not joined), first first. A waiter not seen for ``stale_s`` seconds (its sensor ended)
+    leaves the line. The line orders Airflow's sensors only: a waiting operation is not starved by pipeline
+    runs triggered back to back, each of which would otherwise find the job free first."""
+    directory, now = storage.location(directory), int(time.time() * 1000)
+    try:
+        names = [n for n in storage.listdir(directory) if n.startswith("waiting-")]
+    except FileNotFoundError:
+        return []
+    line = []
+    for name in names:
+        try:
+            record = read_json(directory / name)
+        except (ValueError, OSError):  # left by then, or half written on a store without atomic writes
+            continue
+        if now - record["seen_ms"] > stale_s * 1000:
+            (directory / name).unlink(missing_ok=True)
+        else:
+            line.append(record)
+    line.sort(key=lambda r: (r["since_ms"], r["run_id"]))
+    mine = next((r for r in line if r["run_id"] == run_id), None)
+    return [r for r in line if r["run_id"] != run_id
+            and (mine is None or (r["since_ms"], r["run_id"]) < (mine["since_ms"], mine["run_id"]))]
+
+
+def join_line(directory: Path, run_id: str) -> None:
+    """Join the job's line of waiters as ``run_id``, or say it is still waiting (its place is kept)."""
+    directory, now = storage.location(directory), int(time.time() * 1000)
+    path = _line_path(directory, run_id)
+    try:
+        since = read_json(path)["since_ms"]
+    except (ValueError, OSError, KeyError):
+        since = now
+    directory.mkdir(parents=True, exist_ok=True)
+    storage.write_atomic(path, json.dumps({"run_id": run_id, "since_ms": since, "seen_ms": now}))
+
+
+def leave_line(directory: Path, run_id: str) -> None:
+    _line_path(storage.location(directory), run_id).unlink(missing_ok=True)
 
 
 def release_reservation(directory: Path, run_id: str) -> bool:

@@ -386,7 +386,9 @@ class LakestateLeaseSensor(BaseSensorOperator):
     When the job is free, the poke that says so takes the lease for the task after it (a reservation,
     ``state_store.catalog.lease.reserve``, named by ``lease_handoff``, templated: the DAG run and the job), whose
     command takes the job over from it as its JVM starts: another DAG's sensor keeps waiting meanwhile, so
-    one driver of a job runs at a time. A reservation nobody takes over holds ``hold_s`` seconds at most."""
+    one driver of a job runs at a time. A reservation nobody takes over holds ``hold_s`` seconds at most. A
+    sensor that finds the job held joins its line (``state_store.catalog.lease.join_line``) and reserves only
+    once no sensor that waited longer is left: first come, first served."""
 
     template_fields = ("job_id", "lease_handoff")  # an operation DAG's job is ``{{ params.job }}``
 
@@ -400,18 +402,24 @@ class LakestateLeaseSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         from state_store.errors import JobLocked
         from state_store.catalog.job_store import JobStore
-        from state_store.catalog.lease import live_holder, reserve
+        from state_store.catalog.lease import ahead_in_line, join_line, leave_line, live_holder, reserve
         from state_store.settings import Settings
 
         lease_dir = JobStore(Settings.load().job_dir(self.job_id)).lease_dir
         mine = reservation(self.lease_handoff, self.job_id)
+        interval = getattr(self.poke_interval, "total_seconds", lambda: self.poke_interval)()
+        ahead = ahead_in_line(lease_dir, mine, stale_s=3 * interval + 60)
         try:
+            if ahead:
+                raise JobLocked(f"{len(ahead)} waiting before this one, first {ahead[0]['run_id']}")
             reserve(lease_dir, self.job_id, mine, self.hold_s)
-        except JobLocked:
+        except JobLocked as e:
             holder = live_holder(lease_dir) or {}
-            self.log.info("job %s is held by %s (on %s): waiting", self.job_id, holder.get("run_id"),
-                          holder.get("host"))
+            join_line(lease_dir, mine)
+            self.log.info("job %s is held by %s (on %s): waiting in line (%s)", self.job_id, holder.get("run_id"),
+                          holder.get("host"), e)
             return False
+        leave_line(lease_dir, mine)
         self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
         return True
 
