@@ -213,3 +213,25 @@ def test_expire_log_deletes_the_log_before_a_checkpoint_and_every_later_version_
         assert DeltaTable(str(table), version=v).to_pyarrow_table().num_rows == v + 1
     assert expire_log(table, 24)[0] == 10 + 1  # commits 10-19 and the checkpoint of version 10
     assert table_files(table, 20) == before[20][0] and table_files(table) == before[24][0]
+
+
+def test_a_state_table_is_made_without_a_weeks_tombstones_in_its_log_checkpoints(spark, tmp_path):
+    """Compaction deletes what no retained checkpoint pins (never VACUUM), so a state table a run creates asks
+    for no tombstone retention: a Delta checkpoint after a compaction's removes carries none of them (with
+    Delta's default week, a job compacted every few minutes would carry each removed file for a week)."""
+    from deltalake import DeltaTable
+
+    from state_store.delta.state_tables import STATE_TABLE_CONF
+
+    table = tmp_path / "keyed"
+    for version in range(3):
+        assert delta_rs.commit_files(spark, table, "app", version, _write(table, version), DDL, PARTS,
+                                     None if version == 0 else version - 1, "batch_id", STATE_TABLE_CONF)
+    dt = DeltaTable(str(table))
+    assert dt.metadata().configuration == STATE_TABLE_CONF
+    dt.delete()  # a compaction's rewrite removes every file
+    dt.create_checkpoint()
+    checkpoint = sorted((table / "_delta_log").glob("*.checkpoint.parquet"))[-1]
+    removes = pq.read_table(checkpoint).column("remove").to_pylist() if "remove" in pq.read_schema(checkpoint).names \
+        else []
+    assert not any(removes) and dt.to_pyarrow_table().num_rows == 0

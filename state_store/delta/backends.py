@@ -39,6 +39,7 @@ from ..subtask.run_files import OutputTable
 from ..storage import location, options_of, rmtree
 from ..records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
+    STATE_TABLE_CONF,
     append_state_rows,
     commit_files,
     latest_live,
@@ -211,7 +212,7 @@ class DeltaStateBackend(StateBackend):
 
     def write_run(self, files, last_batch_id):
         commit_files(self.spark, self.path, self.app_id, last_batch_id, files, self.table.schema,
-                     self.table.partition_columns, self._output.committed)
+                     self.table.partition_columns, self._output.committed, configuration=STATE_TABLE_CONF)
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
         # The latest version, unless an incremental cleanup of a later microbatch (this run's last, or an

@@ -47,7 +47,8 @@ def storage_options(path) -> dict[str, str] | None:
 
 
 def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
-                 partition_by: tuple[str, ...], expected: int | None, batch_column: str) -> bool:
+                 partition_by: tuple[str, ...], expected: int | None, batch_column: str,
+                 configuration: dict | None = None) -> bool:
     """``state_tables.commit_files`` through delta-rs: the same contract (False when ``app_id`` already has
     ``version``; an error, with nothing committed, when another writer took a version of ``app_id`` meanwhile).
     Raises ``NotWritable``, with nothing committed, for a table whose protocol delta-rs cannot write."""
@@ -73,9 +74,11 @@ def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile
                "numOutputBytes": str(sum(f.size for f in files))}
     if table is None:  # a new table: its first commit written as Spark's writer writes it
         try:
-            _create(spark, path, files, ddl, partition_by, app_id, version, metrics, now, batch_column)
+            _create(spark, path, files, ddl, partition_by, app_id, version, metrics, now, batch_column,
+                    configuration)
         except FileExistsError:  # another writer created it meanwhile: add to it as to any table
-            return commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+            return commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column,
+                                configuration)
         return True
     actions = []
     for info in files:
@@ -96,7 +99,7 @@ def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile
 
 
 def _create(spark, path, files: list[WrittenFile], ddl: str, partition_by: tuple[str, ...], app_id: str,
-            version: int, metrics: dict, now: int, batch_column: str) -> None:
+            version: int, metrics: dict, now: int, batch_column: str, configuration: dict | None) -> None:
     """Version 0 of a new table with ``files``: the commit Spark's Delta writer makes for an append that creates
     a table (operation WRITE, protocol 1/2, the schema of ``ddl``), put only if absent (FileExistsError when
     another writer created the table first), as Delta's log stores put a commit."""
@@ -107,7 +110,7 @@ def _create(spark, path, files: list[WrittenFile], ddl: str, partition_by: tuple
                    "engineInfo": "Lakestate (delta-rs)", "txnId": str(uuid.uuid4())}
     metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
                 "schemaString": ddl_schema(spark, ddl).json(), "partitionColumns": list(partition_by),
-                "configuration": {}, "createdTime": now}
+                "configuration": dict(configuration or {}), "createdTime": now}
     actions = [{"commitInfo": commit_info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
                {"metaData": metadata}, *(f.to_add_action(batch_column) for f in files),
                {"txn": {"appId": app_id, "version": version, "lastUpdated": now}}]

@@ -82,8 +82,15 @@ def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
     return df.filter((F.col("generation") == 0) | F.col("generation").isin([int(g) for g in generations]))
 
 
+# A state table's properties, set when a run creates it. Compaction deletes what no retained checkpoint pins
+# (never VACUUM), so a Delta checkpoint need not carry a week of tombstones (Delta's default): with compaction
+# every few minutes they would be most of each log checkpoint, read on every state read.
+STATE_TABLE_CONF = {"delta.deletedFileRetentionDuration": "interval 0 seconds"}
+
+
 def commit_files(spark, path: Path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
-                 partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id") -> bool:
+                 partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id",
+                 configuration: dict | None = None) -> bool:
     """Add the Parquet ``files`` a run wrote (``run_files``) to the Delta table at ``path`` in one
     commit with ``txnAppId``/``txnVersion``; a table not there yet is created by the same commit, with columns
     ``ddl``. ``expected`` is the ``app_id`` version the files' rows were filtered against. Returns False when
@@ -91,7 +98,8 @@ def commit_files(spark, path: Path, app_id: str, version: int, files: list[Writt
     protocol delta-rs cannot write (a user's sink with features it lacks) through Delta's own transaction on
     the JVM, which a Spark Connect session cannot reach: there it is refused."""
     try:
-        return delta_rs.commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column)
+        return delta_rs.commit_files(spark, path, app_id, version, files, ddl, partition_by, expected, batch_column,
+                                     configuration)
     except delta_rs.NotWritable as e:
         if is_connect(spark):
             raise ConfigError(f"the Delta table {path} has a protocol delta-rs cannot write ({e}); over Spark "
@@ -178,7 +186,7 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     if isinstance(df, pa.Table):  # rows in this process
         files = write_batches(table, token, 0, df.select(spec.columns).to_batches())
         return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, committed,
-                            batch_column)
+                            batch_column, STATE_TABLE_CONF)
 
     def write(batches):
         from pyspark import TaskContext
@@ -189,7 +197,7 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     described = df.select(*spec.columns).mapInArrow(write, "file string").collect()
     files = [WrittenFile.from_json(r.file) for r in described]
     return commit_files(df.sparkSession, path, app_id, version, files, spec.schema, spec.partition_columns,
-                        committed, batch_column)
+                        committed, batch_column, STATE_TABLE_CONF)
 
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
