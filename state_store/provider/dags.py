@@ -345,8 +345,8 @@ def _compaction_dag(jobs: list[str], cron: str | None) -> DAG:
     with DAG("lakestate_compaction", description="Compact every Lakestate job's state tables",
              schedule=compaction_timetable(cron), catchup=False, tags=["lakestate"], max_active_runs=1,
              doc_md=f"""Compacts every registered job's state tables (lakestate compact), {_when(cron)}.
-Unpausing starts no run: trigger it for one now. The schedule is the pipeline registry's: `schedule` in its
-`[compaction]` table, a cron expression in UTC (default `0 3 * * *`, daily at 03:00) or `"none"`.
+Unpausing starts no run: trigger it for one now. The schedule is the pipeline registry's: the field schedule of
+its `[compaction]` table, a cron expression in UTC (default 0 3 * * *, daily at 03:00) or "none".
 
 - One mapped task per job with a checkpoint, labelled by the job, waits for the job without a worker slot,
   then compacts it while its pipeline waits.
