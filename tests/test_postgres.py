@@ -81,7 +81,9 @@ def _finished(url: str, api: str, dag_id: str, run_id: str, home: Path) -> dict:
         status, body = get(f"{url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id)}", api)
         run = json.loads(body) if status == 200 else {}
         if run.get("state") in ("success", "failed"):
-            assert run["state"] == "success", (home / "standalone.log").read_text()[-4000:]
+            tasks = sorted((home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").glob("task_id=*/*.log"))
+            logs = [(home / "standalone.log").read_text()[-4000:]] + [f"{t}:\n{t.read_text()[-1500:]}" for t in tasks]
+            assert run["state"] == "success", "\n".join(logs)
             return run
         time.sleep(1)
     raise AssertionError(f"{dag_id} {run_id} did not finish in 600 s")
@@ -168,6 +170,15 @@ def _hitl(url: str, api: str, run_id: str) -> tuple[int, dict]:
     return status, json.loads(body) if status == 200 else {}
 
 
+def _deferral_seen(home: Path, run_id: str) -> bool:
+    """Whether the scheduler has taken in the end of the approve task's first process (it deferred). A person
+    answers seconds after the request; an answer before this races Airflow 3.1's scheduler, which then takes
+    that process's exit for a task killed outside it and fails the resumed task (apache/airflow#66374)."""
+    finished = f"TaskInstance Finished: dag_id=lakestate_rescale, task_id=approve, run_id={run_id}, map_index=-1, "
+    return any(finished in line and "state=deferred" in line
+               for line in (home / "standalone.log").read_text().splitlines())
+
+
 def _a_rescale_asks_first_and_a_rejection_writes_nothing(url: str, api: str, home: Path, root: Path) -> None:
     """The clicks job's entry requires an approval of a rescale (require_approval): the rescale DAG's run waits
     in its ``approve`` task, whose request (read and answered through the REST API) says what will change; a
@@ -180,7 +191,8 @@ def _a_rescale_asks_first_and_a_rejection_writes_nothing(url: str, api: str, hom
     for answer in ("Reject", "Approve"):
         run_id = _trigger(url, api, "lakestate_rescale", {"job": "clicks", "parallelism": 3})
         deadline = time.time() + 180
-        while (asked := _hitl(url, api, run_id))[0] != 200 or asked[1].get("response_received"):
+        while ((asked := _hitl(url, api, run_id))[0] != 200 or asked[1].get("response_received")
+               or not _deferral_seen(home, run_id)):
             assert time.time() < deadline, f"no approval was asked in 180 s: {asked}"
             time.sleep(1)
         request = asked[1]
