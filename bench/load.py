@@ -294,6 +294,20 @@ def print_tenths(rows: list[tuple], tasks: list[float]) -> None:
               f"{statistics.mean(column(4)):.1f} | {statistics.mean(took):.1f} |")
 
 
+def print_troughs(troughs: list[tuple]) -> None:
+    """The job folder at the first run after each compaction (its trough: what compaction kept, plus one run),
+    and the last third's mean against the first's: flat disk has a ratio near 1."""
+    print("  after each compaction (+ one run): run, files, MB, Delta log files, checkpoints")
+    for n, files, size, logs, kept in troughs:
+        print(f"    run {n:3}: {files:5,} files, {size / 1e6:5.2f} MB, {logs:3} log files, {kept} checkpoints")
+    third = len(troughs) // 3
+    if third:
+        first, last = troughs[:third], troughs[-third:]
+        for i, name in ((1, "files"), (2, "bytes"), (3, "log files")):
+            ratio = statistics.mean(t[i] for t in last) / statistics.mean(t[i] for t in first)
+            print(f"  troughs, last third / first third ({third} compactions each): {name} x{ratio:.2f}")
+
+
 def hundred(args, base: Path) -> list[str]:
     job = "steady"
     cron = f"*/{args.compact_every} * * * *"
@@ -303,7 +317,7 @@ def hundred(args, base: Path) -> list[str]:
           f"file over {args.keys} keys", flush=True)
     with stack(base, registry, args.spark) as (url, api, env, pg):
         wait_parsed(url, api, [f"lakestate_{job}", "lakestate_compaction"])
-        rows, problems = [], []
+        rows, problems, troughs = [], [], []
         for n in range(1, args.runs + 1):
             write_workload(input_dir(job, root), 1, args.events, args.events)  # the same keys each time
             run = wait_finished(url, api, f"lakestate_{job}", trigger(url, api, f"lakestate_{job}"))
@@ -311,11 +325,16 @@ def hundred(args, base: Path) -> list[str]:
                 problems.append(f"run {n}: {run['state']}")
             took = (datetime.fromisoformat(run["end_date"]) - datetime.fromisoformat(run["start_date"])).total_seconds()
             rows.append((*job_folder(env, job), took))
+            done = int(query(pg, "SELECT count(*) FROM task_instance WHERE dag_id = 'lakestate_compaction' AND "
+                                 "task_id = 'per_job.compact' AND state = 'success'")[0][0])
+            if done > len(troughs):  # a compaction ended since the last run: the folder is its trough + one run
+                troughs.append((n, *rows[-1][:4]))
             if n % 10 == 0:
                 print(f"  run {n:3}: {rows[-1][0]:5} files, {rows[-1][1] / 1e6:6.2f} MB, {rows[-1][2]:4} Delta log "
                       f"files, {rows[-1][3]} checkpoints", flush=True)
         tasks = [float(r[4]) for r in runs_of(pg, f"lakestate_{job}") if r[4]]
         print_tenths(rows, tasks)
+        print_troughs(troughs)
         compacted = query(pg, "SELECT r.start_date, t.start_date, t.end_date, r.state FROM dag_run r JOIN "
                               "task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id AND t.task_id = "
                               "'per_job.compact' WHERE r.dag_id = 'lakestate_compaction' ORDER BY r.id")
