@@ -16,6 +16,7 @@ from state_store.catalog.job_store import JobStore
 from state_store.cli import main as lakestate
 from state_store.errors import JobLocked
 from state_store.catalog.lease import JobLease
+from state_store.delta import log, sizes
 from state_store.delta.points import StatePoint
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.savepoint import list_savepoints, take_savepoint
@@ -93,6 +94,14 @@ def test_the_catalog_and_the_cli_work_on_s3a(spark, s3, tmp_path, monkeypatch):
     lake.write_rules("r0.json", [{"name": "factor", "factor": 2}])
     lake.write_events("e0.json", events(0))
     run(spark, JobCatalog(lake.settings).load("on-s3"), lake)
+    # The page's sizes of the checkpoint's state: its tables' logs on S3 are read once, then one HEAD a table.
+    reads, read = [], log._partition_sizes
+    monkeypatch.setattr(log, "_partition_sizes", lambda *a: reads.append(a) or read(*a))
+    checkpoint = JobStore(lake.settings.job_dir("on-s3")).latest_checkpoint()
+    first = sorted(p[1:] for p in sizes.pinned_partitions(checkpoint))
+    assert first and str(reads[0][0]).startswith("s3a://") and sum(p[3] for p in first) > 0, first
+    read_once = len(reads)
+    assert sorted(p[1:] for p in sizes.pinned_partitions(checkpoint)) == first and len(reads) == read_once
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert lakestate(["jobs", "--root", root]) == 0

@@ -117,17 +117,18 @@ def partition_sizes(path: str | os.PathLike, version: int | None = None) -> dict
     """Bytes and files per partition of the table at ``version`` (default: latest): a tuple of its partition
     values (in the table's partition column order) -> [bytes, files]. Reads only the log.
 
-    A version of a local table is read once per process (the Lakestate page asks for the same checkpoint's
-    tables on every load): a commit file never changes once written, so its path, size and mtime name the
-    version's content, even after a table was deleted and made again at the same path."""
+    A version of a table is read once per process (the Lakestate page asks for the same checkpoint's tables on
+    every load): a commit file never changes once written, so its path, size and modification time name the
+    version's content, even after a table was deleted and made again at the same path. On object storage that
+    is one HEAD request instead of a listing and the log's reads."""
     root = location(path)
-    if version is None or isinstance(root, ObjectPath):
+    if version is None:
         return _partition_sizes(path, version)
     try:
         stat = (root / "_delta_log" / f"{version:020d}.json").stat()
     except OSError:
         return _partition_sizes(path, version)
-    key = (str(root), version, stat.st_size, stat.st_mtime_ns)
+    key = (str(root), version, stat.st_size, getattr(stat, "st_mtime_ns", stat.st_mtime))
     with _SIZES_LOCK:  # the page's requests run in threads
         sizes = _SIZES.get(key)
         if sizes is not None:
