@@ -64,6 +64,12 @@ def test_compaction_keeps_every_retained_checkpoint_and_a_job_carries_on_as_if_n
     assert report["superseded_removed"] > 0 and report["expired_removed"] == 0
     assert report["tables"]["keyed"]["files_after"] < keyed_before["num_files"]
     assert JobStore(job_dir).last_compaction() == json.loads(json.dumps(report))
+    # The plans and commit markers of the microbatches before the oldest retained checkpoint's are gone (a
+    # folder no longer grows by two files a run); the retained checkpoints' own and later ones stay.
+    store = JobStore(job_dir)
+    oldest = min(c.batch_id for c in store.checkpoints())
+    assert 0 < oldest and [sorted(int(n[:-5]) for n in os.listdir(d)) for d in (store.plans, store.commits)] == \
+        [list(range(oldest, 4))] * 2
     # Right after it there is nothing to do, seen without Spark: no table version, no checkpoint, no file
     # deleted; the history has both reports and the useful one stays the last.
     versions = {n: table_snapshot(t.path)["version"] for n, t in latest.state.items()}
@@ -199,3 +205,14 @@ def test_compacting_a_job_without_a_checkpoint_is_refused_before_anything_is_wri
     with pytest.raises(ConfigError, match="has no checkpoint .* nothing to compact"):
         compact_job(None, lake.settings, "never-ran", **QUIET)
     assert not lake.settings.job_dir("never-ran").exists()
+
+
+def test_the_compaction_history_keeps_the_newest_hundred_reports_and_the_last_that_did_work(tmp_path):
+    """A compaction on a schedule of minutes writes a report a tick, "nothing to do" ones too: the history keeps
+    the newest ``COMPACTION_REPORTS_KEPT``, and ``compaction.json`` the last that did work, however old."""
+    store = JobStore(tmp_path / "job")
+    for ms in range(1, 103):
+        store.write_compaction({"job": "j", "checkpoint": 1, "started_ms": ms, "tables": {}, "nothing_to_do": ms > 1})
+    assert [r["started_ms"] for r in store.compaction_history()] == list(range(102, 2, -1))
+    assert len(os.listdir(tmp_path / "job" / "_meta" / "compactions")) == 100
+    assert store.last_compaction()["started_ms"] == 1

@@ -3,10 +3,11 @@ publishing a checkpoint (written last, then expire and discard).
 
     <warehouse>/jobs/<job>/_meta/lease/                the job's lease (``lease``)
     <warehouse>/jobs/<job>/_meta/plans/<m>.json        microbatch m's source range (written before it runs)
-    <warehouse>/jobs/<job>/_meta/commits/<m>.json      microbatch m is done
+    <warehouse>/jobs/<job>/_meta/commits/<m>.json      microbatch m is done (those before the oldest retained
+                                                       checkpoint's go at a compaction, plans too)
     <warehouse>/jobs/<job>/_meta/checkpoints/chk-<n>.json   completed checkpoints (written last)
     <warehouse>/jobs/<job>/_meta/compaction.json       the last compaction's report that did work
-    <warehouse>/jobs/<job>/_meta/compactions/<ms>.json every compaction's report (its history)
+    <warehouse>/jobs/<job>/_meta/compactions/<ms>.json the newest 100 compactions' reports (its history)
     <warehouse>/jobs/<job>/state/<table>/              the delta backend's tables
     <warehouse>/jobs/<job>/state/g<n>/<table>/         ... a restore's new generation of them
     <warehouse>/jobs/<job>/snapshots/chk-<n>/<table>/  the hashmap backend's snapshot of checkpoint n
@@ -27,6 +28,8 @@ from typing import Any, Callable
 from .. import storage
 from ..errors import ConfigError
 from ..records import CheckpointMetadata, MicrobatchPlan
+
+COMPACTION_REPORTS_KEPT = 100  # a schedule every few minutes writes one a tick, "nothing to do" ones too
 
 
 def write_json_atomic(path, data: Any) -> None:
@@ -142,6 +145,22 @@ class JobStore:
         ids = self._numbered(self.commits)
         return ids[-1] if ids else None
 
+    def forget_microbatches_before(self, batch_id: int) -> tuple[int, int]:
+        """Delete the plans and commit markers of the microbatches before ``batch_id`` (the oldest retained
+        checkpoint's), as Spark forgets its offset and commit logs of old batches: no run or restore reads them
+        again. A run plans from its checkpoint's next microbatch (so a retained checkpoint's next plans stay), and
+        a restore, which never rewinds, reads the newest marker only (kept whatever its number). Returns (files
+        deleted, bytes reclaimed)."""
+        newest, deleted, reclaimed = self.last_commit(), 0, 0
+        for folder in (self.plans, self.commits):
+            for n in self._numbered(folder):
+                if n < batch_id and not (folder == self.commits and n == newest):
+                    path = folder / f"{n}.json"
+                    reclaimed += path.stat().st_size
+                    path.unlink()
+                    deleted += 1
+        return deleted, reclaimed
+
     # -- checkpoints -------------------------------------------------------------------------------------------
     def checkpoint_ids(self) -> list[int]:
         return self._numbered(self.checkpoints_dir, "chk-")
@@ -228,8 +247,12 @@ class JobStore:
         return [read_json(folder / f"{ms}.json") for ms in reversed(self._numbered(folder, ""))][:limit]
 
     def write_compaction(self, report: dict) -> None:
-        """Add ``report`` to the history (one file per compaction, named by its start); a report with work done
-        also becomes ``last_compaction``."""
-        write_json_atomic(self.dir / "compactions" / f"{int(report['started_ms'])}.json", report)
+        """Add ``report`` to the history (one file per compaction, named by its start; the newest
+        ``COMPACTION_REPORTS_KEPT`` are kept, as Flink's web history keeps its newest jobs); a report with work
+        done also becomes ``last_compaction``."""
+        folder = self.dir / "compactions"
+        write_json_atomic(folder / f"{int(report['started_ms'])}.json", report)
+        for ms in self._numbered(folder, "")[:-COMPACTION_REPORTS_KEPT]:
+            (folder / f"{ms}.json").unlink(missing_ok=True)
         if not report.get("nothing_to_do"):
             write_json_atomic(self.dir / "compaction.json", report)

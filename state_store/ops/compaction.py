@@ -18,7 +18,8 @@ subtask per run. ``compact_job`` (``lakestate compact <job>``,
    need nothing here), each table's log before the newest Delta checkpoint at
    or before the oldest version a retained checkpoint pins, and table folders
    and ``hashmap`` snapshots no retained checkpoint pins (an old generation
-   after a restore).
+   after a restore), and the plans and commit markers of the microbatches
+   before the oldest retained checkpoint's.
 
 A crash at any step leaves every retained checkpoint restorable: the rewrite is
 a new table version (the old ones stay readable), the new checkpoint is
@@ -138,6 +139,10 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     for uid, (_, job_dir) in parts.items():  # each operator's tables are in its own folder
         mine = [c for c in (r.of_operator(uid) for r in retained) if c is not None]
         deleted, reclaimed = _delete_unpinned(job_dir, mine, fault)
+        report["files_deleted"] += deleted
+        report["bytes_reclaimed"] += reclaimed
+    if retained:
+        deleted, reclaimed = meta.forget_microbatches_before(min(c.batch_id for c in retained))
         report["files_deleted"] += deleted
         report["bytes_reclaimed"] += reclaimed
 
