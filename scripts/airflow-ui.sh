@@ -32,36 +32,62 @@ mkdir -p "$AIRFLOW_HOME"
 PIDFILE="$AIRFLOW_HOME/lakestate-ui.pid"  # "<pid = process group> <port> <host> <run mark>"
 
 # The processes this standalone started: every process carrying its run mark (an environment variable every
-# child inherits), and its process group while the group's leader carries the mark (a pid file left by a standalone
-# that died names no one else's group). Never this script's own group.
+# child inherits), its process group while the group's leader carries the mark (a pid file left by a standalone
+# that died names no one else's group), and their children at any depth (a LocalExecutor worker's process title
+# overwrites the environment /proc shows). Never this script's own group.
 marked() { { tr '\0' '\n' < "/proc/$1/environ"; } 2>/dev/null | grep -qxF "LAKESTATE_UI_RUN=$2"; }
 members() {
-  local pgid=$1 mark=$2 own p g state
+  local pgid=$1 mark=$2 own p g state found more
   own=$(ps -o pgid= -p $$ | tr -d ' ')
-  { if marked "$pgid" "$mark"; then pgrep -g "$pgid" || true; fi
-    for p in /proc/[0-9]*; do
-      if marked "${p#/proc/}" "$mark"; then echo "${p#/proc/}"; fi
-    done; } | sort -un | while read -r p; do
+  found=$({ if marked "$pgid" "$mark"; then pgrep -g "$pgid" || true; fi
+            for p in /proc/[0-9]*; do
+              if marked "${p#/proc/}" "$mark"; then echo "${p#/proc/}"; fi
+            done; } | sort -un)
+  more=$found
+  while [ -n "$more" ]; do
+    more=$(pgrep -P "$(echo $more | tr ' ' ,)" || true)
+    found="$found $more"
+  done
+  echo $found | tr ' ' '\n' | sort -un | while read -r p; do
       # not a zombie (its parent reaps it), not this script's own group
       read -r g state < <(ps -o pgid=,stat= -p "$p" 2>/dev/null || true)
       if [ -n "${g:-}" ] && [ "$g" != "$own" ] && [ "${state:0:1}" != Z ]; then echo "$p"; fi
     done
 }
 
+# "pid:start time" of each of these processes, and which of them still run (not a pid used again since).
+started_at() { { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1,20; } 2>/dev/null; }
+stamped() { local p t; for p in "$@"; do t=$(started_at "$p") && [ -n "$t" ] && echo "$p:${t#* }"; done; }
+still() {
+  local e t
+  for e in "$@"; do
+    t=$(started_at "${e%%:*}") || continue
+    if [ "${t#* }" = "${e#*:}" ] && [ "${t%% *}" != Z ]; then echo "${e%%:*}"; fi
+  done
+}
 stop_ui() {
-  local pid port host mark pids p
+  local pid port host mark pids p found left
   [ -f "$PIDFILE" ] || { echo "[lakestate] no Airflow standalone of $AIRFLOW_HOME to stop"; return 0; }
   read -r pid port host mark < "$PIDFILE"
   pids=$(members "$pid" "$mark")
   [ -n "$pids" ] || { rm -f "$PIDFILE"; echo "[lakestate] the standalone of $AIRFLOW_HOME had stopped"; return 0; }
   echo "[lakestate] stopping the Airflow standalone of $AIRFLOW_HOME (http://$host:$port):"
   for p in $pids; do echo "  $p $({ tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null | cut -c1-100)"; done
+  found=$(stamped $pids)
   kill -TERM $pids 2>/dev/null || true
   for _ in $(seq 60); do
     pids=$(members "$pid" "$mark")
     [ -n "$pids" ] || break
     sleep 0.5
   done
+  # What outlives the standalone itself: LocalExecutor workers whose scheduler did not send them its end (they
+  # ignore SIGINT and outwait SIGTERM, and their process title hides the mark), found at the start by the group.
+  left=$(still $found)
+  if [ -n "$left" ]; then
+    echo "[lakestate] left behind by the standalone, killed: $(echo $left)"
+    kill -KILL $left 2>/dev/null || true
+    for _ in $(seq 20); do [ -n "$(still $found)" ] || break; sleep 0.25; done
+  fi
   if [ -n "$pids" ]; then
     echo "[lakestate] still running after 30 s, killed: $(echo $pids)"
     kill -KILL $pids 2>/dev/null || true

@@ -147,7 +147,9 @@ def airflow_ui(env: dict):
         assert printed and printed.group(2, 3) == ("127.0.0.1", str(port)), started.stdout[-2000:]
         yield printed.group(1)
     finally:
+        started = standalone_processes(Path(env["AIRFLOW_HOME"]))
         stop_ui(env)
+    assert not (left := still_running(started)), f"scripts/airflow-ui.sh stop left these running: {left}"
 
 
 def stop_ui(env: dict) -> str:
@@ -168,6 +170,43 @@ def processes_of(home: Path) -> list[str]:
                 found.append(f"{proc.name} {command}")
         except OSError:  # gone meanwhile, or another user's
             continue
+    return found
+
+
+def _stats() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent, process group, start time) of every process, from /proc/<pid>/stat."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "Z":
+                    found[int(proc.name)] = (int(fields[1]), int(fields[2]), fields[19])
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def standalone_processes(home: Path) -> set[tuple[int, str]]:
+    """(pid, start time) of the standalone of ``home`` and of all it started: the processes carrying its
+    AIRFLOW_HOME, its process group (the pid file's), and their children at any depth (a LocalExecutor worker's
+    process title overwrites the environment /proc shows, and one whose scheduler was killed has no parent)."""
+    stats = _stats()
+    pidfile = home / "lakestate-ui.pid"
+    group = int(pidfile.read_text().split()[0]) if pidfile.exists() else None
+    found = {int(p.split()[0]) for p in processes_of(home)} | {pid for pid, s in stats.items() if s[1] == group}
+    while more := {pid for pid, s in stats.items() if s[0] in found} - found:
+        found |= more
+    return {(pid, stats[pid][2]) for pid in found if pid in stats}
+
+
+def still_running(processes: set[tuple[int, str]]) -> list[str]:
+    """Those of ``processes`` (from ``standalone_processes``) that still run, as "pid command"."""
+    stats, found = _stats(), []
+    for pid, started in sorted(processes):
+        if stats.get(pid, (0, 0, ""))[2] == started:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                found.append(f"{pid} {Path(f'/proc/{pid}/cmdline').read_bytes().replace(bytes(1), b' ').decode()}")
     return found
 
 

@@ -31,6 +31,8 @@ from tests.airflow_server import (
     listening,
     processes_of,
     send_json,
+    standalone_processes,
+    still_running,
     stop_ui,
     token,
 )
@@ -293,9 +295,10 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         _check_a_failed_restore_says_the_commands_error(airflow)
         _check_rescale(airflow, store)
         _check_dark_mode_and_the_standalone_page(airflow)
+        started = standalone_processes(home)
         said = stop_ui(env)
     assert "airflow scheduler" in said and "stopped" in said, said
-    assert processes_of(home) == [] and listening(port) == [], (processes_of(home), listening(port))
+    assert still_running(started) == [] and listening(port) == [], (still_running(started), listening(port))
 
 
 def _check_it_listens_on_this_machine_only(port: int, home: Path) -> None:
