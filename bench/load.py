@@ -16,7 +16,8 @@ parallelism 4), its runs on a Spark Connect server (or spark-submits), each part
 - hundred: one job triggered ``--runs`` times back to back (a new input file before each: the same keys, so its
   state stays the same size) while the compaction DAG runs on its registry schedule (every ``--compact-every``
   minutes). After each run: the files and bytes of the job's folder (state tables, their Delta logs, metadata),
-  the checkpoints kept, the run task's seconds. Prints every tenth run and the last tenth against the second.
+  the checkpoints kept, the run task's seconds. Prints them per tenth of the runs, then the folder at the first run
+  after each compaction (its trough) and the last third of those against the first.
 
 It prints figures and ends non-zero when a check fails; bench/README.md keeps what it printed.
 """
