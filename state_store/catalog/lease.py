@@ -37,6 +37,7 @@ writes with ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -335,8 +336,6 @@ def reserve(directory: Path, job_id: str, run_id: str, timeout_s: float) -> None
 
 
 def _line_path(directory: Path, run_id: str) -> Path:
-    import hashlib
-
     return directory / f"waiting-{hashlib.sha1(run_id.encode()).hexdigest()[:16]}.json"
 
 
