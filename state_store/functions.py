@@ -547,8 +547,10 @@ class CoProcessContext(MicrobatchTime):
 
 
 def uses_timers(function: KeyedProcessFunction) -> bool:
-    """Whether ``function`` has an ``on_timer`` of its own (a run then looks for due timers)."""
-    return type(function).on_timer is not KeyedProcessFunction.on_timer
+    """Whether ``function`` has timers: an ``on_timer`` of its own, or timers it keeps itself (``keeps_timers``:
+    a window on the vectorised path, whose windows' ends are event-time timers). A run then brings the keys of
+    due timers to their subtasks, with or without records."""
+    return getattr(function, "keeps_timers", False) or type(function).on_timer is not KeyedProcessFunction.on_timer
 
 
 def _names(code) -> set[str]:

@@ -85,6 +85,8 @@ class VectorizedWindowAggregate(VectorizedKeyedFunction):
     beside it), so either path restores the other's savepoints; ``aggregates`` the ColumnAggregate's (name, op,
     column) triples; ``columns`` the output row's columns."""
 
+    keeps_timers = True  # a window fires at its end's timer in a run that has no records of its key
+
     def __init__(self, *, size: int, slide: int, offset: int, timestamp_column: str, contents, aggregates: list,
                  key_name: str, columns: list[str]):
         self.size, self.slide, self.offset, self.timestamp_column = size, slide, offset, timestamp_column

@@ -41,8 +41,12 @@ class WindowRun:
         self._open = None  # key, key_group, start and the flat accumulator columns (``_flat``) of each open window
 
     def load(self, part) -> None:
-        """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
-        self._loaded.append(part.select(["state_name", "key", "key_group", "namespace", "value"]))
+        """Stored keyed entries (a slice of an exchange batch: a ``RecordBatch`` in Spark), before the first
+        microbatch; kept as a table, the form ``_take_over`` concatenates."""
+        import pyarrow as pa
+
+        part = part.select(["state_name", "key", "key_group", "namespace", "value"])
+        self._loaded.append(pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else part)
 
     def add(self, batch) -> None:
         """Keyed records of the current microbatch: a slice of an exchange batch."""
