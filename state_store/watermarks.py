@@ -36,12 +36,16 @@ WATERMARK_STATE = "__source__.watermark"  # the union list operator state holdin
 
 
 def millis(span, what: str) -> int:
-    """``span`` (a ``timedelta``, or milliseconds as an int) in milliseconds; a ConfigError naming ``what``."""
+    """``span`` (a ``timedelta``, or milliseconds as an int) in milliseconds; a ConfigError naming ``what``, also
+    for a span no 64-bit long holds (Flink's are Java longs: its timers, and so a window's end, stop there)."""
     if isinstance(span, timedelta):
-        return int(span / timedelta(milliseconds=1))
-    if isinstance(span, int) and not isinstance(span, bool):
-        return span
-    raise ConfigError(f"{what} must be a datetime.timedelta (or milliseconds as an int), got {span!r}")
+        span = int(span / timedelta(milliseconds=1))
+    elif not isinstance(span, int) or isinstance(span, bool):
+        raise ConfigError(f"{what} must be a datetime.timedelta (or milliseconds as an int), got {span!r}")
+    if not -(2**63) <= span < 2**63:
+        raise ConfigError(f"{what} is {span} ms, beyond a 64-bit long (Flink's Long.MAX_VALUE, {2**63 - 1} ms); "
+                          f"give a span below it")
+    return span
 
 
 @dataclass(frozen=True)

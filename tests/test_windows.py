@@ -146,6 +146,8 @@ def test_tumbling_sliding_and_session_assigners_give_flinks_windows():
     (lambda: SlidingEventTimeWindows.of(0, 1000), "size > 0"),
     (lambda: EventTimeSessionWindows.with_gap(0), "0 < gap"),
     (lambda: TumblingEventTimeWindows.of("5s"), "timedelta"),
+    (lambda: TumblingEventTimeWindows.of(2**63), "beyond a 64-bit long"),
+    (lambda: SlidingEventTimeWindows.of(2**64, 1000), "beyond a 64-bit long"),
     (lambda: CountTrigger.of(0), "at least 1"),
 ])
 def test_bad_window_parameters_are_refused_naming_flinks_rule(make, message):
