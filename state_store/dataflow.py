@@ -34,6 +34,7 @@ from .functions import (
 )
 from .job import SHARE_KEY, JobSpec, check_job_id
 from .keys import check_key_type
+from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
@@ -107,6 +108,14 @@ class ChainSpec:
         """Every sink of the job, the job's own (``sink``, where the side outputs are) first."""
         return [self.sink] if self.sinks is None else list(dict.fromkeys([self.sink, *self.sinks.values()]))
 
+    def tables(self) -> list[tuple[str, str]]:
+        """(who writes it, warehouse path) of every table the job writes: each branch's sink, then every
+        operator's side outputs (beside the job's own sink)."""
+        sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink) for op in self.operators
+                 if (sink := self.sink_of(op.uid)) is not None]
+        return sinks + [(f"side output {t.name!r} of operator {op.uid!r}", self.side_output_sink(t))
+                        for op in self.operators for t in op.side_outputs]
+
     def inputs_of(self, uid: str) -> list[str]:
         """The operators whose output operator ``uid`` reads (none for the first)."""
         op = self.operator(uid)
@@ -164,6 +173,7 @@ class ChainSpec:
         return self
 
     def _validate_sinks(self) -> None:
+        check_one_writer_per_table(self.tables())
         if self.sinks is None:
             return
         fed = {u for op in self.operators for u in self.inputs_of(op.uid)}
@@ -175,11 +185,7 @@ class ChainSpec:
                 raise ConfigError(f"operator {op.uid!r} feeds other operators and writes sink "
                                   f"{self.sinks[op.uid]!r}: a sink ends a branch (Dataflow.graph adds the "
                                   f"operator that writes it)")
-        paths = list(self.sinks.values())
-        twice = sorted({p for p in paths if paths.count(p) > 1})
-        if twice:
-            raise ConfigError(f"sink {twice[0]!r} ends two branches; give each branch its own sink")
-        if self.sink not in paths:
+        if self.sink not in self.sinks.values():
             raise ConfigError(f"the job's sink {self.sink!r} is no branch's; build the graph with Dataflow.graph")
 
     def describe(self) -> dict:
@@ -286,8 +292,6 @@ def _graph(ends: tuple) -> ChainSpec:
                                   f"operator its own uid")
             merged.setdefault(op.uid, op)
         last = ops[-1]
-        if sink in sinks.values():
-            raise ConfigError(f"sink {sink!r} ends two branches; give each branch its own sink")
         if last.uid in sinks:
             raise ConfigError(f"two branches end at operator {last.uid!r} (sinks {sinks[last.uid]!r} and {sink!r}); "
                               f"a stream is written to one sink")

@@ -86,6 +86,11 @@ class JobSpec:
         """Where side output ``tag``'s table is (a warehouse path, next to the sink)."""
         return side_output_sink(self.sink, tag if isinstance(tag, str) else tag.name)
 
+    def tables(self) -> list[tuple[str, str]]:
+        """(who writes it, warehouse path) of every table the job writes: its sink, then each side output's."""
+        return [(f"the sink of operator {self.uid!r}", self.sink)] + [
+            (f"side output {t.name!r} of operator {self.uid!r}", self.side_output_sink(t)) for t in self.side_outputs]
+
     def with_overrides(self, **changes: Any) -> "JobSpec":
         """A copy with ``changes`` applied (validated when run)."""
         return replace(self, **changes)

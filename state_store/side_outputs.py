@@ -65,3 +65,29 @@ def side_app_id(job_id: str, tag_name: str) -> str:
 def side_output_sink(sink: str, tag_name: str) -> str:
     """Where a side output's table is, next to the sink ``sink`` (a warehouse path)."""
     return f"{sink.rstrip('/')}_{tag_name}"
+
+
+def same_spelling(path) -> str:
+    """A warehouse path as every spelling of it is written the same (``sinks/x``, ``sinks/./x``, ``sinks/x/``,
+    ``sinks/y/../x``), without the warehouse to resolve it against (``Settings.sink`` resolves)."""
+    import posixpath
+
+    text = str(path)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    return (scheme + sep if sep else "") + posixpath.normpath(rest)
+
+
+def check_one_writer_per_table(tables: list[tuple[str, str]], resolve=same_spelling) -> None:
+    """Refuse a job two of whose writers (``tables``: (who writes, warehouse path), from ``tables()`` of a
+    ``JobSpec`` or ``ChainSpec``) write one table, however it is spelled (``resolve``): two writers of one table
+    in one run commit under one ``txnAppId`` (the second's rows taken for a replay) and each one's clean-up would
+    remove the other's files. The message names both writers."""
+    seen: dict[str, str] = {}
+    for who, path in tables:
+        where = str(resolve(path))
+        if where in seen:
+            raise ConfigError(f"{seen[where]} and {who} both write table {where}; a table has one writer: give "
+                              f"one of them another sink (a side output's table is '<job sink>_<tag name>')")
+        seen[where] = who

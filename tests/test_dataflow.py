@@ -136,7 +136,6 @@ def test_a_graph_computes_a_shared_stream_once_and_ends_each_branch_in_its_own_s
 
 @pytest.mark.parametrize("build, message", [
     (lambda s, o: Dataflow.graph(), "takes the branches of a job"),
-    (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.sink_to("sinks/a")), "ends two branches"),
     (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.sink_to("sinks/b")), "two branches end at operator"),
     (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), o.sink_to("sinks/b")), "belong to jobs"),
     (lambda s, o: Dataflow.graph(s.sink_to("sinks/a"), s.key_by("country").process(
@@ -148,6 +147,48 @@ def test_a_graph_built_wrong_is_refused_naming_the_fix(tmp_path, build, message)
              .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION))
     with pytest.raises(ConfigError, match=message):
         build(_branches(tmp_path), other)
+
+
+LATE_SESSION = OutputTag("late", SESSION)
+
+
+def _two_writers(tmp_path, first: str, second: str):
+    """A graph of two branches: per-country counts (with a side output, the table ``<first>_late``) into
+    ``first``, the sessions themselves into ``second``."""
+    sessions = _branches(tmp_path)
+    return Dataflow.graph(sessions.key_by("country").process(CountSessions(), uid="per-country", output_type=COUNTS,
+                                                             side_outputs=[LATE_SESSION]).sink_to(first),
+                          sessions.sink_to(second))
+
+
+@pytest.mark.parametrize("second", ["sinks/x/", "sinks/./x", "sinks/y/../x", "sinks/x_late", "ABSOLUTE"])
+def test_two_writers_of_one_table_however_spelled_are_refused_naming_both_before_anything_is_written(
+        tmp_path, monkeypatch, second):
+    """Issue 59: two branches ending in one table spelled two ways (or a branch's sink that is the job's own side
+    output table) ran, and each writer's clean-up removed the other's committed files. Refused where the graph is
+    built (spellings of one path), and at ``register`` and at a run's start (resolved in the warehouse)."""
+    from state_store.catalog.jobs import JobCatalog
+    from state_store.run.runtime import JobRunner
+
+    lake = Lake(tmp_path)
+    named = {"sinks/x_late": "side output 'late' of operator 'per-country'",
+             }.get(second, "the sink of the branch ending at operator 'per-country'")
+    message = rf"{named} and the sink of the branch ending at operator 'sessions-to-sink' both write table|" \
+              rf"the sink of the branch ending at operator 'sessions-to-sink' and {named} both write table"
+    if second != "ABSOLUTE":
+        with pytest.raises(ConfigError, match=message):
+            _two_writers(tmp_path, "sinks/x", second)
+        return
+    spec = _two_writers(tmp_path, "sinks/x", str(lake.settings.warehouse / "sinks" / "x"))  # one spelling each
+    (tmp_path / "two_writers.py").write_text(
+        "from tests.test_dataflow import _two_writers\n\n\ndef job():\n"
+        f"    return _two_writers({str(tmp_path)!r}, 'sinks/x', {str(lake.settings.warehouse / 'sinks' / 'x')!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        JobCatalog(lake.settings).register("two_writers:job")
+    with pytest.raises(ConfigError, match=message):
+        JobRunner(None, spec, lake.settings).run()  # refused before Spark is asked anything
+    assert not (lake.settings.warehouse / "sinks").exists() and not JobCatalog(lake.settings).ids()
 
 
 def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_path):

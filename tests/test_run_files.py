@@ -113,6 +113,41 @@ def test_a_sink_whose_columns_are_not_the_output_type_is_refused_before_anything
     assert spark.read.format("delta").load(str(sink)).count() == 1
 
 
+def test_a_sink_made_with_other_columns_while_the_run_processed_is_refused_at_the_commit(spark, lake):
+    """Issue 59: a table the run's commit was to create, made meanwhile by another writer with other columns, was
+    appended to unchecked (delta-rs adds to a table that exists when it goes to create it)."""
+    from state_store.run.runtime import FaultInjector
+
+    lake.write_events("e0.json", events(0))
+    spec = count_job(lake, job_id="raced")
+    sink = lake.settings.in_warehouse(spec.sink, "sink")
+    made = lambda: spark.createDataFrame([("a", "x")], "k string, n string").write.format("delta").save(str(sink))  # noqa: E731
+    with pytest.raises(InputError, match=r"sink .* has columns \['k', 'n'\].*do not match the job's output_type"):
+        run(spark, spec, lake, faults=FaultInjector("before_sink_write", 0, made))
+    assert [tuple(r) for r in spark.read.format("delta").load(str(sink)).collect()] == [("a", "x")]
+
+
+def test_a_runs_clean_up_keeps_every_file_a_commit_of_the_run_names_in_a_folder_two_operators_share(tmp_path):
+    """Issue 59: each operator removed the run's files its own commits did not name, so two operators writing
+    one folder deleted each other's committed files (all of a run's files carry its one token)."""
+    from types import SimpleNamespace
+
+    from state_store.run.operator_run import OperatorRun, close_all
+    from state_store.subtask.run_files import RunOutputs
+
+    for name in ("mine", "theirs", "neither"):
+        (tmp_path / f"part-tok-{name}.parquet").write_bytes(b"x")
+    operators = []
+    for name in ("mine", "theirs"):
+        op = object.__new__(OperatorRun)  # the real close, on what a run's open and write leave
+        op.ctx, op.backends = SimpleNamespace(edge=False), {}
+        op.outputs = RunOutputs("tok", {"sink": OutputTable("sink", f"{tmp_path}/", "", (), None)})
+        op.written = {"sink": {f"part-tok-{name}.parquet"}}
+        operators.append(op)
+    close_all(operators)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-tok-mine.parquet", "part-tok-theirs.parquet"]
+
+
 def test_a_log_without_commits_is_no_table_yet(tmp_path):
     """What a kill -9 during a table's first commit leaves: the next run must create the table, not fail."""
     from state_store.delta.log import app_transaction_version, table_metadata

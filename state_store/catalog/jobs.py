@@ -17,6 +17,7 @@ from ..registered_states import discover_descriptors
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, JobNotFound, LakestateError
 from ..job import JobSpec, check_job_id
+from ..side_outputs import check_one_writer_per_table
 from .job_store import read_json, write_json_atomic
 from ..settings import Settings
 
@@ -73,6 +74,7 @@ class JobCatalog:
         """Refuse a job whose sink or side output table another registered job writes: two jobs' rows (and their
         ``txnAppId`` versions) in one table could never be told apart. Side outputs are ``<sink>_<tag>``, so
         sink ``x`` with tag ``late_a`` and sink ``x_late`` with tag ``a`` meet in ``x_late_a``."""
+        check_one_writer_per_table(spec.tables(), self.settings.sink)  # two spellings of one table in one job
         mine = self._tables(spec.describe())
         for job_id, record in self.records(warn=lambda message: None).items():
             if job_id == spec.job_id:

@@ -65,14 +65,8 @@ def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str,
     ddl = columns + f", {SINK_MICROBATCH} bigint"
     meta = table_metadata(path)
     if meta is None:  # created by the run's commit
-        return OutputTable(name, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path))
-    actual = _shape(json.loads(meta["schemaString"]))
-    expected = _shape(ddl_schema(ctx.spark, ddl).jsonValue())
-    if actual != expected or meta.get("partitionColumns"):
-        names = [f["name"] for f in actual["fields"]]
-        raise InputError(
-            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
-            f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
+        return OutputTable(name, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path), declared)
+    check_columns(ctx, name, path, ddl, declared, meta)
     committed = app_transaction_version(path, app_id)
     text, conf = meta["schemaString"], meta["configuration"]
     plain = (not any(k.startswith("delta.constraints.") for k in conf)
@@ -80,6 +74,18 @@ def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str,
              and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
     directory = path if plain else ctx.store.staging(token) / name.replace(":", "-")
     return OutputTable(name, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
+
+
+def check_columns(ctx: RunContext, name: str, path, ddl: str, declared: str, meta: dict) -> None:
+    """Refuse a sink (or side output) table ``path`` whose columns (``meta``, its Delta metadata) are not
+    ``ddl``'s, ``declared`` naming where they were declared."""
+    actual = _shape(json.loads(meta["schemaString"]))
+    expected = _shape(ddl_schema(ctx.spark, ddl).jsonValue())
+    if actual != expected or meta.get("partitionColumns"):
+        names = [f["name"] for f in actual["fields"]]
+        raise InputError(
+            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+            f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
 
 
 def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs,
@@ -141,6 +147,8 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
     def sink(name: str) -> None:
         ctx.fault("before_sink_write", batch_ids)
         table, (path, app_id), mine = outputs.tables[name], sinks[name], files.get(name, [])
+        if table.declared is not None and (meta := table_metadata(path)) is not None:
+            check_columns(ctx, name, path, table.ddl, table.declared, meta)  # made since the run opened it
         if table.directory == str(path):
             commit_files(ctx.spark, path, app_id, last, mine, table.ddl, (), table.committed, SINK_MICROBATCH)
         else:  # a table with constraints or generated columns: Delta's own writer checks them

@@ -129,15 +129,39 @@ class OperatorRun:
                   **self.descriptors}
         return Checkpointer(self.ctx, self.keyed, self.operator, states)
 
-    def close(self) -> None:
-        """Remove this run's files that no commit names (a failed task attempt's, all of a failed run's, an edge's
-        always) and what the backends staged."""
+    def committed(self) -> dict[str, set[str]]:
+        """Per folder of a table this operator wrote, the files its commits named (relative paths)."""
+        if self.outputs is None:
+            return {}
+        return {_folder(t.directory): set(self.written.get(t.name, ())) for t in self.outputs.tables.values()}
+
+    def close(self, committed: dict[str, set[str]]) -> None:
+        """Remove this run's files that no commit of the run names (``committed``: every operator's, by folder; a
+        failed task attempt's, all of a failed run's, an edge's always) and what the backends staged."""
         if self.outputs is None:
             return
         for t in self.outputs.tables.values():
-            remove_uncommitted(t.directory, self.outputs.token, self.written.get(t.name, set()), t.storage,
-                               t.partition_columns)
+            remove_uncommitted(t.directory, self.outputs.token, committed.get(_folder(t.directory), set()),
+                               t.storage, t.partition_columns)
         for backend in self.backends.values():
             backend.end_run(self.outputs.token)
         if self.ctx.edge:
             rmtree(self.ctx.sink_path, ignore_errors=True)
+
+
+def _folder(directory) -> str:
+    import posixpath
+
+    return posixpath.normpath(str(directory))
+
+
+def close_all(operators: list[OperatorRun]) -> None:
+    """End a run's operators (``OperatorRun.close``): the files any operator's commits named are kept in every
+    folder, so two operators whose tables share a folder never remove each other's committed files (all of a
+    run's files carry its one token)."""
+    committed: dict[str, set[str]] = {}
+    for op in operators:
+        for folder, names in op.committed().items():
+            committed.setdefault(folder, set()).update(names)
+    for op in operators:
+        op.close(committed)

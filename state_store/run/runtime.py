@@ -55,10 +55,11 @@ from .context import (  # noqa: F401 - the run's fault points are part of its pu
     RunContext,
     wall_clock_ms,
 )
-from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable
+from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable, close_all
 from .planning import plan_run, restore_point
 from ..subtask.run_files import new_token
 from ..settings import Settings
+from ..side_outputs import check_one_writer_per_table
 from ..spark.session import wait_for_running_tasks
 
 
@@ -143,6 +144,7 @@ class JobRunner:
         for name, value in (("max_microbatches", max_microbatches), ("max_records", max_records)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_one_writer_per_table(self.spec.tables(), self.settings.sink)  # also for a job never registered
         sinks = self._sinks()
         for path in sinks.values():
             self.settings.check_writable(path)
@@ -227,8 +229,7 @@ class _Run:
             self._process(plans, new, phase)
             self._commit(plans, phase)
         finally:
-            for op in self.operators:
-                op.close()
+            close_all(self.operators)
         rate = result.records_in / result.seconds if result.seconds else 0.0
         ctx.say(f"run {ctx.run_id}: {len(plans)} microbatches, {result.records_in} records in {result.seconds}s "
                 f"({rate:,.0f} records/s; " + ", ".join(f"{k} {v}s" for k, v in result.phases.items()) + ")")

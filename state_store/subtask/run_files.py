@@ -38,6 +38,9 @@ class OutputTable:
     committed: int | None  # rows of microbatches at or below this are already in the table: left out
     batch_column: str = "batch_id"
     storage: S3Options | None = None  # how to reach an s3a:// directory (travels to the executors)
+    # A sink or side output table the run's commit creates: where its columns were declared; its columns are
+    # checked at the commit against a table made meanwhile.
+    declared: str | None = None
 
     @property
     def root(self):
