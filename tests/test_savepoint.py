@@ -277,6 +277,29 @@ def test_a_savepoint_whose_metadata_points_a_table_outside_its_folder_is_refused
     assert not folder.exists() and live.is_dir()
 
 
+def test_a_savepoint_folder_whose_metadata_names_another_savepoint_is_refused_and_disposed_by_its_folders_name(lake):
+    """Issue 59: a copy of savepoint ``counts/original`` at ``other/copy`` (its metadata unchanged) was listed and
+    restored as ``counts/original``, a name ``dispose`` then refused; its refusal for a table outside its folder
+    named the original to dispose, which would delete the intact savepoint."""
+    import json
+    import shutil
+
+    original = lake.settings.savepoints / "counts" / "original"
+    original.mkdir(parents=True)
+    (original / "_metadata.json").write_text(json.dumps(_metadata("counts", "original", "keyed")))
+    copy = lake.settings.savepoints / "other" / "copy"
+    shutil.copytree(original, copy)
+    message = (r"_metadata.json names savepoint counts/original, not its folder's other/copy: a savepoint is named "
+               r"by its folder; .* or dispose it \(lakestate dispose other/copy\)")
+    with pytest.raises(ConfigError, match=message):
+        load_savepoint(lake.settings, "other/copy")
+    warnings = []
+    assert [f"{s.job_id}/{s.name}" for s in list_savepoints(lake.settings, warn=warnings.append)] == ["counts/original"]
+    assert len(warnings) == 1 and "other/copy" in warnings[0]
+    assert dispose_savepoint(lake.settings, "other/copy").name == "copy"  # the copy goes, the original stays
+    assert not copy.exists() and load_savepoint(lake.settings, "counts/original").name == "original"
+
+
 def test_housekeeping_removes_inprogress_savepoints_no_live_process_owns(lake):
     import json
     import socket

@@ -133,9 +133,27 @@ def load_savepoint(settings: Settings, ref: str, own_tables: bool = True) -> Sav
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"savepoint {path}'s {METADATA} is corrupt ({type(e).__name__}: {e})") from None
     savepoint.path = str(path)
+    _check_name(savepoint, settings, path, strict=own_tables)
     if own_tables:
         _check_tables_inside(savepoint, path)
     return savepoint
+
+
+def _check_name(savepoint: SavepointMetadata, settings: Settings, folder, strict: bool) -> None:
+    """A savepoint is named by its folder, ``<job>/<name>`` under the savepoint root: metadata naming another
+    (a copied folder, an edited file) is refused where the savepoint would be restored or read (``strict``), and
+    else (to dispose it, or ask about doing so) takes the folder's name, so what is deleted is that folder."""
+    if folder.parent.parent != settings.savepoints:
+        return  # a folder deeper in the root: no name to compare (``in_savepoints`` keeps it inside)
+    job_id, name = folder.parent.name, folder.name
+    if (savepoint.job_id, savepoint.name) == (job_id, name):
+        return
+    if strict:
+        raise ConfigError(f"savepoint {folder}'s {METADATA} names savepoint {savepoint.job_id}/{savepoint.name}, "
+                          f"not its folder's {job_id}/{name}: a savepoint is named by its folder; put back the "
+                          f"{METADATA} it was written with (or the folder's name), or dispose it (lakestate "
+                          f"dispose {job_id}/{name})")
+    savepoint.job_id, savepoint.name = job_id, name
 
 
 def _check_tables_inside(savepoint: SavepointMetadata, folder) -> None:
