@@ -177,11 +177,6 @@ class JobSpec:
         if (first is None) != (second is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")
-        if first is not None and (first.bound_ms, first.idleness_ms, first.idle_advance) != (
-                second.bound_ms, second.idleness_ms, second.idle_advance):
-            raise ConfigError(f"the two inputs' watermark strategies differ in bound or idleness ({first.describe()} "
-                              f"vs {second.describe()}): give them the same bound and idleness (their timestamp "
-                              f"columns may differ)")
         if second is not None and second.timestamp_column is None:
             raise ConfigError("the second input's watermark_strategy has no timestamp column: add "
                               ".with_timestamp_column('<column of epoch milliseconds>')")

@@ -134,15 +134,20 @@ class WatermarkStrategy:
         return EventClock(watermark, clock.max_event_time, clock.input_ms)
 
     def advance_splits(self, clock: "EventClock", splits: list[str], latest: dict[str, int | None],
-                       processing_time: int) -> "EventClock":
+                       processing_time: int, strategies: dict[str, "WatermarkStrategy"] | None = None
+                       ) -> "EventClock":
         """The clock after a microbatch of a source of concurrent ``splits`` (every split the source reads now)
         in which the splits in ``latest`` had records, of largest event time ``latest[s]`` (None: timestamps
         all null). The watermark is the least over the active splits of their largest event time, minus the
         bound and 1 ms; a split with no record yet holds it at no watermark; with ``with_idleness`` a split
         without records for longer than the timeout (since its last records, or since it was first seen) is
         left out. When every split is idle, the source is: ``advance``'s rule on the whole source (the watermark
-        stands, unless ``with_idle_advance``)."""
+        stands, unless ``with_idle_advance``). ``strategies`` gives a split the strategy of its own input (its
+        bound and idleness; default this one): a two-input operator's watermark is then the least of its active
+        inputs' own watermarks, as Flink's ``processWatermark1/2`` and ``IndexedCombinedWatermarkStatus`` combine
+        them."""
         now, old = processing_time, clock.splits or {}
+        strategy = (strategies or {}).get
         state = {}
         for split in splits:
             seen, last_input = old.get(split, [None, now])
@@ -155,10 +160,12 @@ class WatermarkStrategy:
             [clock.max_event_time] if clock.max_event_time is not None else [])
         seen_all = max(known) if known else None
         input_ms = now if latest else clock.input_ms
-        active = [v for v in state.values() if self.idleness_ms is None or now - v[1] <= self.idleness_ms]
-        if active or self.idleness_ms is None:
-            least = MIN_WATERMARK if not active or any(v[0] is None for v in active) else \
-                min(v[0] for v in active) - self.bound_ms - 1
+        own = {split: strategy(split, self) for split in state}
+        active = [(v, own[s]) for s, v in state.items()
+                  if own[s].idleness_ms is None or now - v[1] <= own[s].idleness_ms]
+        if active or (not own and self.idleness_ms is None):
+            least = MIN_WATERMARK if not active or any(v[0] is None for v, _ in active) else \
+                min(v[0] - o.bound_ms - 1 for v, o in active)
             return EventClock(max(clock.watermark, least), seen_all, input_ms, state)
         whole = self.advance(EventClock(clock.watermark, seen_all, input_ms), None, now)  # every split idle
         return EventClock(whole.watermark, seen_all, input_ms, state)

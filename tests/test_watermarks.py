@@ -159,6 +159,24 @@ def test_the_watermark_of_split_input_is_the_least_of_the_splits_largest_event_t
     assert bounded().advance_splits(later, P, {"t:2": 10}, 9).watermark == later.watermark  # never back
 
 
+def test_two_inputs_each_keep_their_own_strategy_and_the_watermark_is_the_least_of_the_active_ones():
+    """Flink's ``processWatermark1/2``: each input's watermark by its own bound, the operator's the least of the
+    inputs' (89 here, not the 99 one bound for both gave); an input idle by its own ``with_idleness`` is left out
+    (``IndexedCombinedWatermarkStatus``) while the other, without idleness, never is."""
+    first = WatermarkStrategy.for_bounded_out_of_orderness(0)
+    second = WatermarkStrategy.for_bounded_out_of_orderness(10).with_idleness(timedelta(seconds=10))
+    own = {"main": first, "second": second}
+    clock = first.advance_splits(EventClock(), ["main", "second"], {"main": 100, "second": 100}, 0, own)
+    assert clock.watermark == 89
+    held = first.advance_splits(clock, ["main", "second"], {"main": 500}, 10_000, own)
+    assert held.watermark == 89  # the second input is quiet, but not idle yet: it holds the watermark
+    moved = first.advance_splits(held, ["main", "second"], {"main": 600}, 10_001, own)
+    assert moved.watermark == 599  # idle for more than its 10 s: left out; the first's own bound alone
+    quiet = first.advance_splits(moved, ["main", "second"], {"second": 200}, 20_000, own)
+    assert quiet.watermark == 599  # back, at 200 - 10 - 1; never down. The first input, without idleness,
+    assert first.advance_splits(quiet, ["main", "second"], {"second": 9_000}, 10**9, own).watermark == 599  # holds
+
+
 def test_a_split_without_a_record_yet_holds_the_watermark_until_it_is_idle():
     strategy = bounded().with_idleness(timedelta(seconds=10))
     clock = strategy.advance_splits(EventClock(), P, {"t:0": 100_000, "t:1": 80_000}, 1_000)

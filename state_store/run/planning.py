@@ -82,19 +82,21 @@ def _two_input_clock(ctx: RunContext, ranges: dict, clock: EventClock, now: int)
     """A two-input operator's clock: each input's splits (a Kafka topic's partitions, or the input as one) are
     splits of one clock, named ``<input>`` or ``<input>/<split>``, so the watermark is the least over both inputs
     (Flink's ``processWatermark1/2``), an input with no record yet holding it at none, and an idle split left
-    out as ``with_idleness`` says."""
-    splits, latest = [], {}
+    out as that input's ``with_idleness`` says; each input's splits with its own strategy's bound and idleness."""
+    splits, latest, strategies = [], {}, {}
     for name, source, strategy in (("main", ctx.spec.source, ctx.spec.watermark_strategy),
                                    ("second", ctx.spec.second_source, ctx.spec.second_watermark_strategy)):
         own, found, has_input = _event_times(ctx, source, ranges[name], strategy.timestamp_column)
         if own is None:
-            splits.append(name)
+            names = [name]
             if has_input:
                 latest[name] = found
         else:
-            splits += [f"{name}/{s}" for s in own]
+            names = [f"{name}/{s}" for s in own]
             latest.update({f"{name}/{s}": v for s, v in found.items()})
-    return ctx.spec.watermark_strategy.advance_splits(clock, splits, latest, now)
+        splits += names
+        strategies.update(dict.fromkeys(names, strategy))
+    return ctx.spec.watermark_strategy.advance_splits(clock, splits, latest, now, strategies)
 
 
 def _event_times(ctx: RunContext, source, rng: dict, column: str):
