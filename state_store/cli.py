@@ -117,6 +117,18 @@ def cmd_checkpoints(args, settings: Settings) -> int:
     return 0
 
 
+def checkpoints_said(taken: list[int], retained: list[int], skipped: list[int]) -> str:
+    """What a run's checkpoints came to: those it took, those the job retains, and the ids it did not write
+    (due, but ``num_retained`` would expire them at once; their ids stay used, so a run of N microbatches numbers
+    its checkpoints as N runs of one do)."""
+    def ids(values):
+        return ", ".join(map(str, values)) or "none"
+
+    said = f"checkpoints taken: {ids(taken)}; retained: {ids(retained)}"
+    return said + (f" ({'checkpoints' if len(skipped) > 1 else 'checkpoint'} {ids(skipped)} not written: the job "
+                   f"keeps only its newest {len(retained)}, num_retained)" if skipped else "")
+
+
 def cmd_run(args, settings: Settings) -> int:
     from .ops.budgets import check_budgets
 
@@ -124,7 +136,7 @@ def cmd_run(args, settings: Settings) -> int:
     records, seconds = result.records_in, result.seconds
     rate = f", {records / seconds:.{0 if records >= seconds * 10 else 2}f} records/s" if seconds else ""
     print(f"[lakestate] run {result.run_id}: {len(result.batches)} microbatches, {records} records in {seconds:.1f}s"
-          f"{rate}; checkpoints taken: {result.checkpoints or 'none'}")
+          f"{rate}; {checkpoints_said(result.checkpoints, result.retained, result.skipped)}")
     # One line a machine reads (the Airflow operator's XCom and Asset event extra).
     print("[lakestate] summary: " + json.dumps(result.summary(args.job), sort_keys=True), flush=True)
     check_budgets(entry, result.late_dropped, settings)

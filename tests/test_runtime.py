@@ -91,7 +91,14 @@ def test_checkpoints_pin_table_versions_and_only_num_retained_are_kept(spark, la
     spec = all_states_job(lake, job_id="retained", checkpoint_interval=1, num_retained=2, broadcast_source=None)
     from tests.jobs import AllStates  # noqa: F401  (broadcast-less run of the same function)
 
-    run(spark, spec, lake, max_microbatches=3)
+    first = run(spark, spec, lake, max_microbatches=3)
+    # Issue 59: the run said "checkpoints taken: [2, 3]" and nothing of checkpoint 1: due, but never written
+    assert (first.checkpoints, first.retained, first.skipped) == ([2, 3], [2, 3], [1])
+    assert first.summary("retained")["retained_checkpoints"] == [2, 3]
+    from state_store.cli import checkpoints_said
+    assert checkpoints_said(first.checkpoints, first.retained, first.skipped) == (
+        "checkpoints taken: 2, 3; retained: 2, 3 (checkpoint 1 not written: the job keeps only its newest 2, "
+        "num_retained)")
     run(spark, spec, lake)
     meta = JobStore(lake.settings.job_dir("retained"))
     checkpoints = meta.checkpoints()

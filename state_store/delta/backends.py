@@ -39,9 +39,8 @@ from ..subtask.run_files import OutputTable
 from ..storage import location, options_of, rmtree
 from ..records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
-    STATE_TABLE_CONF,
     append_state_rows,
-    commit_files,
+    commit_state_files,
     latest_live,
     read_version,
     remove_rows,
@@ -211,8 +210,7 @@ class DeltaStateBackend(StateBackend):
         return self._output
 
     def write_run(self, files, last_batch_id):
-        commit_files(self.spark, self.path, self.app_id, last_batch_id, files, self.table.schema,
-                     self.table.partition_columns, self._output.committed, configuration=STATE_TABLE_CONF)
+        commit_state_files(self.spark, self.path, self.table, self.app_id, last_batch_id, files, self._output.committed)
 
     def snapshot(self, checkpoint_id, batch_id, cleanup=None):
         # The latest version, unless an incremental cleanup of a later microbatch (this run's last, or an

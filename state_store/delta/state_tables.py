@@ -88,6 +88,14 @@ def visible(df: DataFrame, generations: list[int] | None) -> DataFrame:
 STATE_TABLE_CONF = {"delta.deletedFileRetentionDuration": "interval 0 seconds"}
 
 
+def commit_state_files(spark, path: Path, spec: TableSpec, app_id: str, version: int, files: list[WrittenFile],
+                       expected: int | None, batch_column: str = "batch_id") -> bool:
+    """``commit_files`` for a state table of ``spec``: its columns, partitions and properties (``STATE_TABLE_CONF``)
+    from the one place that knows them, so no writer of a state table can make one without them."""
+    return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, expected,
+                        batch_column, STATE_TABLE_CONF)
+
+
 def commit_files(spark, path: Path, app_id: str, version: int, files: list[WrittenFile], ddl: str,
                  partition_by: tuple[str, ...], expected: int | None, batch_column: str = "batch_id",
                  configuration: dict | None = None) -> bool:
@@ -185,8 +193,7 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     token = new_token()
     if isinstance(df, pa.Table):  # rows in this process
         files = write_batches(table, token, 0, df.select(spec.columns).to_batches())
-        return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, committed,
-                            batch_column, STATE_TABLE_CONF)
+        return commit_state_files(spark, path, spec, app_id, version, files, committed, batch_column)
 
     def write(batches):
         from pyspark import TaskContext
@@ -196,8 +203,7 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
 
     described = df.select(*spec.columns).mapInArrow(write, "file string").collect()
     files = [WrittenFile.from_json(r.file) for r in described]
-    return commit_files(df.sparkSession, path, app_id, version, files, spec.schema, spec.partition_columns,
-                        committed, batch_column, STATE_TABLE_CONF)
+    return commit_state_files(df.sparkSession, path, spec, app_id, version, files, committed, batch_column)
 
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"

@@ -78,7 +78,7 @@ def _pipeline_doc(entry: PipelineEntry, cap: str) -> str:
 
 Param **Max microbatches**: 1 or more; empty for {cap}. A smaller number catches up in steps.
 
-The run's summary (microbatches, records in and out, checkpoints taken, seconds, records/s) is the XCom of
+The run's summary (microbatches, records in and out, checkpoints taken and retained, seconds, records/s) is the XCom of
 **run** and the extra of its sink Asset's event; each side output's Asset event carries its own row count.
 See {PAGE}."""
 

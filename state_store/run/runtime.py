@@ -68,7 +68,9 @@ class RunResult:
     run_id: str
     restored_from: int | None
     batches: list[MicrobatchStats] = field(default_factory=list)
-    checkpoints: list[int] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)  # taken by the run (some may be expired by its end)
+    retained: list[int] = field(default_factory=list)  # the job's checkpoints at the run's end
+    skipped: list[int] = field(default_factory=list)  # ids due but not written: num_retained would expire them
     seconds: float = 0.0  # from the first plan to the last commit
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -93,7 +95,8 @@ class RunResult:
         return {"job": job_id, "run_id": self.run_id, "microbatches": [b.batch_id for b in self.batches],
                 "records_in": records, "records_out": self.records_out, "side_outputs": dict(self.side_rows),
                 **({"sinks": dict(self.sink_rows)} if len(self.sink_rows) > 1 else {}),
-                "checkpoints": list(self.checkpoints), "seconds": round(seconds, 2),
+                "checkpoints": list(self.checkpoints), "retained_checkpoints": list(self.retained),
+                "seconds": round(seconds, 2),
                 "records_per_s": round(records / seconds, 2) if seconds else None}
 
 
@@ -280,8 +283,11 @@ class _Run:
         checkpointers = [op.checkpointer() for op in self.operators]
         downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
                                                                           sweeps[1:])]
+        first = ctx.store.next_checkpoint_id()
         result.checkpoints = checkpointers[0].take(self.head.checkpoint, plans, self.head.stats, sweeps[0],
                                                    downstream, self.sinking.ctx.spec.uid)
+        result.retained = ctx.store.checkpoint_ids()
+        result.skipped = list(range(first, result.checkpoints[0])) if result.checkpoints else []
         phase("checkpoint")
 
 
