@@ -170,6 +170,27 @@ def test_records_without_an_event_time_are_refused_at_planning_naming_the_column
     assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() is None
 
 
+def test_small_json_files_give_their_watermark_without_a_spark_job_and_spark_judges_the_rest(tmp_path, monkeypatch):
+    """Issue 59 #20: a tiny run's planning was mostly a Spark job per microbatch and JSON source for the largest
+    event time (bench/plan_cost.py); small files are now read here. What only Spark's read can judge (and name in
+    its error: a record without a whole-number time, a line that does not parse) or a large input still goes to
+    Spark (``_UNKNOWN``)."""
+    from state_store.sources import files
+
+    def written(name, text):
+        (tmp_path / name).write_text(text)
+        return tmp_path / name
+
+    small = [written("a.json", '{"k": "a", "ts": 5, "nested": {"x": 1}}\n\n{"k": "b", "ts": 12}\n'),
+             written("b.json", '{"ts": -3}\n'), written("empty.json", "")]
+    assert files._json_max(small, "ts") == 12
+    assert files._json_max([small[2]], "ts") is None
+    for text in ('{"ts": 5.5}\n', '{"ts": "5"}\n', '{"ts": null}\n', '{"k": "no time"}\n', "garbage\n"):
+        assert files._json_max([written("bad.json", text)], "ts") is files._UNKNOWN, text
+    monkeypatch.setattr(files, "JSON_IN_PROCESS_BYTES", 10)
+    assert files._json_max(small, "ts") is files._UNKNOWN
+
+
 class ResetOnRule(KeyedBroadcastProcessFunction):
     """Counts per key; a broadcast rule resets every key's count (Flink's applyToKeyedState) and reports each
     reset to a side output."""

@@ -198,10 +198,10 @@ class FileSource(SourceDefaults):
         files = [Path(self.path, f) for f in self.new_files(start, end)]
         if not files:
             return None
+        found = _parquet_max(files, column) if self.format == "parquet" else _json_max(files, column)
+        if found is not _UNKNOWN:
+            return found
         if self.format == "parquet":
-            found = _parquet_max(files, column)
-            if found is not _UNKNOWN:
-                return found
             df = spark.read.parquet(*[str(f) for f in files]).select(f"`{column}`")
         else:
             df = spark.read.schema(f"`{column}` bigint").json([str(f) for f in files])
@@ -266,6 +266,37 @@ class FileSource(SourceDefaults):
 
 
 _UNKNOWN = object()
+
+
+JSON_IN_PROCESS_BYTES = 16 * 2**20  # planning reads this much JSON itself; past it, a Spark job does
+
+
+def _json_max(files: list[Path], column: str):
+    """The largest ``column`` value over small JSON-lines ``files``, parsed in this process (a tiny run's planning
+    was mostly one Spark job per microbatch and source for this: bench/plan_cost.py), or ``_UNKNOWN`` where
+    Spark must read them: files past ``JSON_IN_PROCESS_BYTES``, a value that is not a whole number, a line
+    Arrow cannot parse, or a record without one (Spark's read then names the file in its error)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if sum(os.path.getsize(f) for f in files) > JSON_IN_PROCESS_BYTES:
+        return _UNKNOWN
+    options = pj.ParseOptions(explicit_schema=pa.schema([(column, pa.int64())]), unexpected_field_behavior="ignore")
+    best = None
+    for path in files:
+        if os.path.getsize(path) == 0:
+            continue
+        try:
+            values = pj.read_json(path, parse_options=options).column(column)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+            return _UNKNOWN
+        if values.null_count:
+            return _UNKNOWN
+        if len(values):
+            top = pc.max(values).as_py()
+            best = top if best is None else max(best, top)
+    return best
 
 
 def _parquet_max(files: list[Path], column: str):
