@@ -425,6 +425,38 @@ def _in_process_dags(monkeypatch, registry: Path, root: Path) -> dict:
     return bag.dags
 
 
+def test_the_approve_task_asks_when_the_registry_is_missing_or_broken_or_the_jobs_entry_is_bad(tmp_path,
+                                                                                                   monkeypatch):
+    """The approval fails closed: where the registry cannot say whether the job's entry asks (a file gone since
+    the DAGs were parsed, a line another entry broke, a bad field of the job's own entry), the approve task asks
+    a person, and says why and the fix; the dispose task, reached without an approver, deletes nothing."""
+    from airflow.models.dagbag import DagBag
+
+    registry, root = _registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
+    monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+    bag.process_file(str(ROOT / "dags" / "lakestate_operations.py"))
+    approve = {op: bag.dags[f"lakestate_{op}"].get_task("approve") for op in ("rescale", "restore", "dispose")}
+    params = {"rescale": {"job": "clicks", "parallelism": 3}, "restore": {"job": "clicks", "checkpoint": 1},
+              "dispose": {"savepoint": "clicks/before"}}
+    assert all(approve[op].asked(params[op]) is None for op in approve)  # the entry is read and does not ask
+    for text, said in [(None, "no pipeline registry at"),
+                       ('[jobs.clicks]\nentrypoint = "demo.clicks:job"\n[jobs.other]\nentrypoint = "x:y"\n'
+                        '[jobs.other]\n', "[jobs.other] is declared again"),
+                       ('[jobs.clicks]\nentrypoint = "demo.clicks:job"\nmax_state_bytes = "1GB"\n',
+                        "field 'max_state_bytes' must be an integer above 0")]:
+        registry.unlink(missing_ok=True)
+        if text:
+            registry.write_text(text)
+        for op, task in approve.items():
+            asked = task.asked(params[op])
+            assert asked.problem and said in asked.why and "so whether job 'clicks' asks for an approval of a " \
+                f"{op} (require_approval) is unknown" in asked.why, asked
+        with pytest.raises(ConfigError, match=r"a dispose of it needs a person's approval; give --approved-by NAME"):
+            bag.dags["lakestate_dispose"].get_task("dispose").python_callable(params=params["dispose"])
+
+
 def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispose(spark, tmp_path, monkeypatch):
     """Each DAG's own task as Airflow's DagBag parses it, its templates rendered from a run's params, executed in
     this process on the shared session (tests/airflow_inprocess.py): the pipeline, a savepoint from the form's

@@ -24,7 +24,8 @@ field, and the other entries still load. A file that is not valid TOML (a ``[job
 is one error naming its line: no entry of it can be trusted, but the ids of its ``[jobs.<id>]`` headers are
 still known (``declared_job_ids``), so the operation DAGs keep offering them. The ``[compaction]`` table is
 checked on its own too (``compaction_schedule``): a bad one takes the compaction DAG away, and nothing else.
-``LAKESTATE_REGISTRY`` says where the file is (default ``./lakestate.toml``).
+Whether an operation waits for a person (``approval_asked``) fails closed: a file that is missing or does not
+parse, or a bad entry, asks. ``LAKESTATE_REGISTRY`` says where the file is (default ``./lakestate.toml``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError
 from ..job import BACKENDS, check_job_id
@@ -253,6 +255,46 @@ def registry_entry(job_id: str, path: str | os.PathLike | None = None) -> Pipeli
         raise ConfigError(f"job {job_id!r} is not in the pipeline registry {path or registry_path()} "
                           f"(it has: {', '.join(sorted(entries)) or 'none'})")
     return entries[job_id]
+
+
+class ApprovalAsked(NamedTuple):
+    """Why an operation of a job must wait for a person's approval: ``why``, a sentence; ``problem``: the
+    registry cannot be read or the job's entry is bad, so its own ``require_approval`` is unknown (the fix is
+    to mend the registry), rather than the entry asking."""
+    why: str
+    problem: bool
+
+
+def approval_asked(job_id: str, operation: str, path: str | os.PathLike | None = None, *,
+                   strict: bool = True) -> ApprovalAsked | None:
+    """Whether ``operation`` (rescale, restore or dispose) of job ``job_id`` must be approved by a person first,
+    and why; None when the job's entry is read and does not list it in ``require_approval``.
+
+    Fails closed: a registry that is missing or not valid TOML, or a job whose entry has a problem (a bad field
+    anywhere in it: ``max_state_bytes = "1GB"``), says nothing to be trusted about the entry's
+    ``require_approval``, so the operation is asked about too. ``strict=False`` (the CLI by hand) lets a job go
+    on unasked where there is no pipeline registry at all (no ``LAKESTATE_REGISTRY`` and no ``./lakestate.toml``)
+    or the registry has no entry of the job (one registered by hand, not a pipeline)."""
+    explicit = path is not None or bool(os.environ.get("LAKESTATE_REGISTRY"))
+    path = Path(path) if path is not None else registry_path()
+    unknown = f"so whether job {job_id!r} asks for an approval of a {operation} (require_approval) is unknown"
+    if not strict and not explicit and not path.exists():
+        return None
+    try:
+        entries, errors = load_registry(path)
+    except ConfigError as e:
+        return ApprovalAsked(f"the pipeline registry cannot be read ({e}), {unknown}", True)
+    if job_id in errors:
+        return ApprovalAsked(f"job {job_id!r}'s registry entry has a problem ({errors[job_id]}), {unknown}", True)
+    entry = entries.get(job_id)
+    if entry is None:
+        return None if not strict else ApprovalAsked(
+            f"job {job_id!r} has no entry in the pipeline registry {path} (it has: "
+            f"{', '.join(sorted(entries)) or 'none'}), {unknown}", True)
+    if operation in entry.require_approval:
+        return ApprovalAsked(f"job {job_id!r}'s registry entry ({path} [jobs.{job_id}]) lists {operation} in "
+                             f"require_approval", False)
+    return None
 
 
 def parse_compaction(table, path: Path) -> str | None:

@@ -21,7 +21,7 @@ and the scheduled ``lakestate_compaction``. Savepoints are Assets (``lakestate:/
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
-operation in ``require_approval`` (``provider/approval.py``). The compaction's schedule is the registry's
+operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's schedule is the registry's
 ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation DAG file's import error
 naming it, and the other operation DAGs still load.
 """
@@ -329,11 +329,15 @@ def _dispose_dag(jobs: list[str]) -> DAG:
 Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
-        def dispose(params=None) -> dict:
+        def dispose(params=None, ti=None) -> dict:
+            from state_store.cli import savepoint_job, check_approved
             from state_store.ops.savepoint import dispose_savepoint
+            from state_store.provider.approval import approver
             from state_store.settings import Settings
 
-            gone = dispose_savepoint(Settings.load(), params["savepoint"])
+            settings = Settings.load()  # as `lakestate dispose` does: nobody's approval, no dispose it asks about
+            check_approved(savepoint_job(settings, params["savepoint"]), "dispose", approver({"ti": ti}))
+            gone = dispose_savepoint(settings, params["savepoint"])
             print(f"[lakestate] disposed savepoint {gone.job_id}/{gone.name} ({gone.path})")
             return {"job": gone.job_id, "name": gone.name, "path": gone.path}
 

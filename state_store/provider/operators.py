@@ -46,12 +46,14 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "lease_handoff")
 
     def __init__(self, *, command: str, args: list[str], conn_id: str = SPARK_CONN_ID,
-                 wait_for_lease_s: float = 3600, lease_handoff: str = HANDOFF, **kwargs):
+                 wait_for_lease_s: float = 3600, lease_handoff: str = HANDOFF, approval_task_id: str = "approve",
+                 **kwargs):
         kwargs.setdefault("name", f"lakestate-{command}")
         super().__init__(application=ENTRYPOINT, conn_id=conn_id,
                          conf={"spark.log.level": "WARN"},
                          application_args=[command, *args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
         self.wait_for_lease_s, self.lease_handoff = wait_for_lease_s, lease_handoff
+        self.approval_task_id = approval_task_id  # where a rescale's or a restore's approver is read
 
     @property
     def lease_job(self) -> str:
@@ -81,6 +83,16 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         did not take it over): here ``submit``; a subclass also reads what the command wrote and returns it
         (XCom)."""
         return self.submit(context)
+
+    def approved(self, context) -> None:
+        """Hand the command the approver of this DAG run's operation (the ``approve`` task's XCom,
+        ``provider/approval.py``) as ``--approved-by``: the command refuses an operation the job's registry entry
+        asks about that nobody approved."""
+        from state_store.provider.approval import approver
+
+        name = approver(context, self.approval_task_id)
+        if name:
+            self.application_args = [*self.application_args, f"--approved-by={name}"]
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -334,6 +346,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         changed = request is None or request.changed
         if changed:
             before = {s.name for s in list_savepoints(settings, self.job)}
+            self.approved(context)
             self.submit(context)
             for savepoint in list_savepoints(settings, self.job):
                 if savepoint.name not in before:
@@ -448,6 +461,7 @@ class LakestateRestoreOperator(_LakestateSparkSubmit):
         from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 
+        self.approved(context)
         self.submit(context)
         latest = JobStore(Settings.load().job_dir(self.job)).latest_checkpoint()
         return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
