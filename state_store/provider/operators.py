@@ -422,19 +422,23 @@ class LakestateLeaseSensor(BaseSensorOperator):
         mine = reservation(self.lease_handoff, self.job_id)
         interval = getattr(self.poke_interval, "total_seconds", lambda: self.poke_interval)()
         ahead = ahead_in_line(lease_dir, mine, stale_s=3 * interval + 60)
-        try:
-            if ahead:
-                raise JobLocked(f"{len(ahead)} waiting before this one, first {ahead[0]['run_id']}")
-            reserve(lease_dir, self.job_id, mine, self.hold_s)
-        except JobLocked as e:
-            holder = live_holder(lease_dir) or {}
-            join_line(lease_dir, mine)
-            self.log.info("job %s is held by %s (on %s): waiting in line (%s)", self.job_id, holder.get("run_id"),
-                          holder.get("host"), e)
-            return False
-        leave_line(lease_dir, mine)
-        self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
-        return True
+        if ahead:  # first come, first served: not this one's turn yet, whether the job is held or not
+            why = f"{len(ahead)} waiting before this one, first {ahead[0]['run_id']}"
+        else:
+            try:
+                reserve(lease_dir, self.job_id, mine, self.hold_s)
+                why = None
+            except JobLocked as e:  # another holder has it: the lease's own answer
+                why = str(e)
+        if why is None:
+            leave_line(lease_dir, mine)
+            self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
+            return True
+        holder = live_holder(lease_dir) or {}
+        join_line(lease_dir, mine)
+        self.log.info("job %s is held by %s (on %s): waiting in line (%s)", self.job_id, holder.get("run_id"),
+                      holder.get("host"), why)
+        return False
 
 
 class LakestateRestoreOperator(_LakestateSparkSubmit):
