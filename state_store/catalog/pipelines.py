@@ -172,15 +172,26 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
                          on_over_budget=on_over, require_approval=tuple(approval), **values)
 
 
-def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:
-    """The registry's good entries by job id, and an error per bad one. A file that cannot be read or parsed
-    at all is one ConfigError."""
+def registry_text(path: str | os.PathLike | None = None) -> str | None:
+    """The registry file's text, None when there is none: read once by a DAG file's parse, which hands it to
+    ``declared_job_ids`` and ``compaction_schedule``."""
     path = Path(path) if path is not None else registry_path()
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
+        return None
+
+
+def load_registry(path: str | os.PathLike | None = None,
+                  text: str | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:
+    """The registry's good entries by job id, and an error per bad one (``text``: the file's, already read). A
+    file that cannot be read or parsed at all is one ConfigError."""
+    path = Path(path) if path is not None else registry_path()
+    if text is None:
+        text = registry_text(path)
+    if text is None:
         raise ConfigError(f"no pipeline registry at {path}: create it (see README, 'Airflow'), or set "
-                          f"LAKESTATE_REGISTRY to its path") from None
+                          f"LAKESTATE_REGISTRY to its path")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -224,18 +235,18 @@ def _not_toml(path: Path, text: str, error: tomllib.TOMLDecodeError) -> ConfigEr
                        f"({error}), so no pipeline DAG loads: fix that line")
 
 
-def declared_job_ids(path: str | os.PathLike | None = None) -> list[str]:
+def declared_job_ids(path: str | os.PathLike | None = None, text: str | None = None) -> list[str]:
     """The job ids the operation DAGs (savepoint, rescale, compaction) offer: the registry's good entries; when
     the file does not parse, the ids of the ``[jobs.<id>]`` headers that can be read, so one bad line does not
-    take the operations of every job away (the pipeline DAG file shows the error); none without a file."""
+    take the operations of every job away (the pipeline DAG file shows the error); none without a file.
+    ``text``: the file's, already read (``registry_text``)."""
     path = Path(path) if path is not None else registry_path()
+    text = registry_text(path) if text is None else text
+    if text is None:
+        return []
     try:
-        return sorted(load_registry(path)[0])
+        return sorted(load_registry(path, text)[0])
     except ConfigError:
-        try:
-            text = path.read_text()
-        except OSError:
-            return []
         return sorted({job_id for job_id, _ in _headers(text) if _good_name(job_id)})
 
 
@@ -324,14 +335,15 @@ def parse_compaction(table, path: Path) -> str | None:
     return schedule
 
 
-def compaction_schedule(path: str | os.PathLike | None = None) -> str | None:
+def compaction_schedule(path: str | os.PathLike | None = None, text: str | None = None) -> str | None:
     """The schedule of the ``lakestate_compaction`` DAG, from the registry's ``[compaction]`` table
     (``parse_compaction``): a cron expression in UTC, or None (only triggered). ``DEFAULT_COMPACTION_SCHEDULE``
     without the table, and when the file cannot be read or is not valid TOML (the pipeline DAG file shows that
-    error). A bad table is a ConfigError."""
+    error). A bad table is a ConfigError. ``text``: the file's, already read (``registry_text``)."""
     path = Path(path) if path is not None else registry_path()
+    text = registry_text(path) if text is None else text
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(text) if text is not None else {}
+    except tomllib.TOMLDecodeError:
         return DEFAULT_COMPACTION_SCHEDULE
     return parse_compaction(data.get("compaction", {}), path)

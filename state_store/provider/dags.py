@@ -35,7 +35,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
-                                           registry_path)
+                                           registry_path, registry_text)
 from state_store.errors import ConfigError
 from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
@@ -136,53 +136,36 @@ def pipeline_dags(registry=None) -> dict[str, DAG]:
     return dags
 
 
-def _parallelism_param(jobs: list[str]) -> Param:
-    """The rescale form's parallelism: each job's current and max parallelism in its description, the first
-    job's current one as default; its bounds are ``bounded``'s: a value typed out of range reaches the trigger,
-    which refuses it (HTTP 400 naming it and the bound) before a run exists."""
-    from state_store.catalog.job_store import JobStore
-    from state_store.settings import Settings
-
-    settings, known = Settings.load(), {}
-    for job in jobs:  # the latest checkpoint's JSON file: no Spark, no job code
-        latest = JobStore(settings.job_dir(job)).latest_checkpoint()
-        if latest is not None:
-            known[job] = latest
-    top = max((c.max_parallelism for c in known.values()), default=UPPER_BOUND_MAX_PARALLELISM)
-    said = "; ".join(f"{j}: runs at {known[j].parallelism}, max {known[j].max_parallelism}" if j in known
-                     else f"{j}: not run yet" for j in jobs)
-    default = known[jobs[0]].parallelism if jobs[0] in known else 2
-    return Param(default, type="integer", **bounded(1, top), title="New parallelism",
-                 description=f"1 to the job's max parallelism ({said})")
+def _parallelism_param() -> Param:
+    """The rescale form's parallelism: no default (a rescale to a number nobody typed would be a surprise) and
+    the widest bounds, ``bounded``'s, so a value typed out of range reaches the trigger, which refuses it (HTTP
+    400 naming it and the bound) before a run exists; one above the job's own max fails the task at once. What
+    a job runs at now is on the Lakestate page, not here: a param that said it would make every rescale a new
+    version of the DAG."""
+    return Param(type="integer", **bounded(1, UPPER_BOUND_MAX_PARALLELISM), title="New parallelism",
+                 description="1 to the job's max parallelism (its key groups); the Lakestate page shows each job's "
+                             "current and max")
 
 
-def _savepoint_first_param(jobs: list[str]) -> Param:
-    """The rescale form's "Savepoint first": what it adds to the rescale, as each job's last savepoint took."""
-    from state_store.ops.savepoint import list_savepoints
-    from state_store.provider.reader import human_bytes
-    from state_store.settings import Settings
-
-    settings, said = Settings.load(), []
-    for job in jobs:  # the savepoints' _metadata.json files: no Spark
-        timed = [s for s in list_savepoints(settings, job) if s.seconds is not None]
-        last = max(timed, key=lambda s: s.created_ms, default=None)
-        said.append(f"{job}: the last took {last.seconds:g} s for {human_bytes(last.size_bytes)}" if last
-                    else f"{job}: no timed savepoint yet")
+def _savepoint_first_param() -> Param:
+    """The rescale form's "Savepoint first". What one adds to a rescale changes with each savepoint, so the page
+    says it (``views._rescale``), from the last savepoint task's duration; the param stays the same."""
     return Param(True, type="boolean", title="Savepoint first",
-                 description="Take a savepoint of the latest checkpoint before rescaling; it adds about a "
-                             f"savepoint's time ({'; '.join(said)})")
+                 description="Take a savepoint of the latest checkpoint before rescaling; it adds about what a "
+                             "savepoint task takes (the Lakestate page gives each job's last)")
 
 
 def operation_dags(registry=None) -> dict[str, DAG]:
     """The savepoint, rescale, restore, dispose and compaction DAGs, by DAG id (none while the registry names no
     job). A bad ``[compaction]`` table makes the compaction DAG a ``BrokenEntry`` naming it; the others load."""
     registry = registry or registry_path()
-    jobs = declared_job_ids(registry)  # even when the registry does not parse: one bad line takes none away
+    text = registry_text(registry)  # read once per parse: the jobs and the compaction's schedule both come from it
+    jobs = declared_job_ids(registry, text)  # even when the registry does not parse: one bad line takes none away
     if not jobs:
         return {}
     dags = [_savepoint_dag(jobs), _rescale_dag(jobs), _restore_dag(jobs), _dispose_dag(jobs)]
     try:
-        schedule = compaction_schedule(registry)
+        schedule = compaction_schedule(registry, text)
     except ConfigError as e:
         dags.append(BrokenEntry("lakestate_compaction", f"lakestate_compaction does not load: {e}"))
     else:
@@ -263,8 +246,8 @@ See {PAGE}.""",
 def _rescale_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_rescale", description="Rescale a Lakestate job", params={
         "job": _job_param(jobs),
-        "parallelism": _parallelism_param(jobs),
-        "savepoint_first": _savepoint_first_param(jobs),
+        "parallelism": _parallelism_param(),
+        "savepoint_first": _savepoint_first_param(),
         "retain_savepoints": Param(None, type=["null", "integer"], **bounded(0), title="Rescale savepoints kept",
                                    description="Keep only the newest N savepoints rescales took (empty: all)"),
         "operator": Param(None, type=["null", "string"], title="Operator (a dataflow's)",
@@ -273,11 +256,11 @@ def _rescale_dag(jobs: list[str]) -> DAG:
 meanwhile.
 
 - **Job**: a job of the pipeline registry.
-- **New parallelism**: 1 to the job's max parallelism (its key groups); the field's help gives each job's
-  current and max. A value out of range is refused with the value typed; at the parallelism the job already
-  has, nothing is written and the task says so.
+- **New parallelism**: 1 to the job's max parallelism (its key groups); {PAGE} gives each job's current and
+  max. A value out of range is refused with the value typed; at the parallelism the job already has, nothing
+  is written and the task says so.
 - **Savepoint first** (on by default): a savepoint named rescale-(checkpoint)-(time) is taken first, an event
-  of the job's savepoints Asset.
+  of the job's savepoints Asset; the page says how long each job's last savepoint task took.
 - **Rescale savepoints kept**: 0 or more; all but the newest N savepoints that rescales took are disposed;
   empty keeps them all.
 - **Operator (a dataflow's)**: for a job of several operators, the uid of the one to rescale; empty
