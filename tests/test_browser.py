@@ -4,9 +4,9 @@ its success (its summary is its XCom and its sink Asset's event; its log has no 
 the Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
 would: human units, the timezone picked in the UI, the chart's axis and subtask bands; follow its links to the
 DAG, to the run behind a checkpoint and to the savepoint DAG, trigger that from its form, find the savepoint
-and copy its path; a restore of a checkpoint that does not exist fails with the command's own error; rescale
-from the rescale DAG's form (which shows the job's parallelism and refuses one out of range with the value
-typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives it
+and copy its path, and the savepoint task's duration on the page; a restore of a checkpoint that does not exist
+fails with the command's own error; rescale from the rescale DAG's form (which refuses a parallelism out of range
+with the value typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives it
 (installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
@@ -374,6 +374,12 @@ def _check_savepoint(airflow: Airflow, run: dict) -> None:
     assert copied == xcom["path"] or copied.startswith("cannot read the clipboard: "), copied
     link = row[8].find_element(By.TAG_NAME, "a")
     assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_savepoint/runs/{run['dag_run_id']}")
+    # What "Savepoint first" adds to a rescale: the savepoint task's duration (Airflow's), not the copy's own.
+    status, body = get(f"{airflow.url}/api/v2/dags/lakestate_savepoint/dagRuns/{quote(run['dag_run_id'])}/"
+                       f"taskInstances/savepoint", airflow.api)
+    took = json.loads(body)["duration"]
+    rescale = section.find_element(By.CSS_SELECTOR, ".rescale").text
+    assert f"Savepoint first adds about {took:.0f} s: the last savepoint task took {took:.0f} s" in rescale, rescale
     _shot(browser, "page-after-2-savepoint.png")
 
 
