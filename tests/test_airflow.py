@@ -120,6 +120,11 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
     assert found["dags"]["lakestate_sessions"]["outlets"] == ["lakestate://sessions/sink",
                                                               "lakestate://sessions/side/late"]
     assert found["heavy"] == []
+    # A DAG of one's own (the example's, whose run names only the sink as its outlet) gets the side output's
+    # Asset as an outlet too: the operator adds the job's outputs to the outlets it is given.
+    env = {**_airflow_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
+    own = _parse_examples(env)["dags"]["example_lakestate_on_asset"]
+    assert own["outlets"] == ["lakestate://sessions/sink", "lakestate://sessions/side/late"]
 
 
 BAD_ENTRIES = {

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Asset, Param, task, task_group
+from airflow.sdk import DAG, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
                                            registry_path, registry_text)
@@ -41,30 +40,13 @@ from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
                                             LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
+# The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
+from state_store.provider.operators import branch_sink_asset, side_output_asset, sink_asset  # noqa: F401
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
 LEASE_WAIT_S = 3600  # how long a run or an operation waits for another holder of its job (in reschedule mode)
 LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in between
-
-
-def sink_asset(job_id: str) -> Asset:
-    """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
-    ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
-    return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
-
-
-def branch_sink_asset(job_id: str, uid: str) -> Asset:
-    """In a graph, the Asset of the sink operator ``uid`` writes (``lakestate://<job>/sink/<uid>``; the job's own
-    sink is ``sink_asset``): an event each time the pipeline DAG's ``run`` task succeeds, its ``extra`` the rows
-    the run wrote to that sink."""
-    return Asset(name=f"lakestate-{job_id}-sink-{uid}", uri=f"lakestate://{job_id}/sink/{uid}")
-
-
-def side_output_asset(job_id: str, tag: str) -> Asset:
-    """The Asset of side output ``tag`` of job ``job_id`` (``lakestate://<job>/side/<tag>``): an event each time
-    its pipeline DAG's ``run`` task succeeds, its ``extra`` the rows the run wrote to that side output."""
-    return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
 
 
 def _pipeline_doc(entry: PipelineEntry, cap: str) -> str:
@@ -96,12 +78,9 @@ def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
              }, doc_md=_pipeline_doc(entry, cap)) as dag:
         wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
+        # Its outlets, by default: the job's sink, a graph's other sinks and each side output (once registered).
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
-                                      wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
-                                          branch_sink_asset(entry.job_id, uid)
-                                          for uid in registered_branch_sinks(entry.job_id)] + [
-                                          side_output_asset(entry.job_id, tag)
-                                          for tag in registered_side_outputs(entry.job_id)],
+                                      wait_for_lease_s=LAST_WAIT_S,
                                       doc_md="lakestate run: the job's pending microbatches; XCom: the summary.")
 
         @task(task_id="housekeeping", multiple_outputs=False, inlets=[savepoints_asset(entry.job_id)],

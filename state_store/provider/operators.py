@@ -192,6 +192,35 @@ class _SubmitOutput:
             yield line
 
 
+def sink_asset(job_id: str) -> Asset:
+    """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
+    ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
+    return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
+
+
+def branch_sink_asset(job_id: str, uid: str) -> Asset:
+    """In a graph, the Asset of the sink operator ``uid`` writes (``lakestate://<job>/sink/<uid>``; the job's own
+    sink is ``sink_asset``): an event each time the pipeline DAG's ``run`` task succeeds, its ``extra`` the rows
+    the run wrote to that sink."""
+    return Asset(name=f"lakestate-{job_id}-sink-{uid}", uri=f"lakestate://{job_id}/sink/{uid}")
+
+
+def side_output_asset(job_id: str, tag: str) -> Asset:
+    """The Asset of side output ``tag`` of job ``job_id`` (``lakestate://<job>/side/<tag>``): an event each time
+    its pipeline DAG's ``run`` task succeeds, its ``extra`` the rows the run wrote to that side output."""
+    return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
+
+
+def output_assets(job_id: str) -> list[Asset]:
+    """The Assets of what job ``job_id`` writes besides its sink, as it was last registered (none before its
+    first run registers it): a graph's other sinks and each side output. Read from the catalog's record of the
+    job (a file; no job code), so a DAG file stays light."""
+    from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
+
+    return ([branch_sink_asset(job_id, uid) for uid in registered_branch_sinks(job_id)]
+            + [side_output_asset(job_id, tag) for tag in registered_side_outputs(job_id)])
+
+
 class LakestateSubmitOperator(_LakestateSparkSubmit):
     """Submit one run of a job of the pipeline registry: ``lakestate run --job <id> --registry <file>``.
 
@@ -201,13 +230,22 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
     taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
     event its own row count (``outlet_extras``).
+
+    Outlets: without ``outlets``, the job's sink Asset; and to the outlets, given or not, the Assets of the job's
+    other outputs (``output_assets``: a graph's other sinks, each side output) unless already there, so a DAG of
+    one's own gives every table the run writes an event, as the pipeline DAG does. ``output_outlets=False``
+    keeps the outlets given as they are.
     """
 
     MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
                         "{{ params.max_microbatches | int }}{% endif %}")
 
-    def __init__(self, *, job_id: str, registry: str, **kwargs):
-        super().__init__(command="run", name=f"lakestate-{job_id}",
+    def __init__(self, *, job_id: str, registry: str, outlets=None, output_outlets: bool = True, **kwargs):
+        outlets = [sink_asset(job_id)] if outlets is None else list(outlets)
+        if output_outlets:  # a side output's Asset is an outlet of any DAG that runs the job, not only the pipeline's
+            uris = {getattr(a, "uri", None) for a in outlets}
+            outlets += [a for a in output_assets(job_id) if a.uri not in uris]
+        super().__init__(command="run", name=f"lakestate-{job_id}", outlets=outlets,
                          args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES], **kwargs)
         self.job_id = job_id
 
