@@ -72,13 +72,15 @@ def describe_change(operation: str, params: dict, settings: Settings) -> str:
 
 class LakestateApprovalOperator(ApprovalOperator):
     """Waits for "Approve" or "Reject" of ``operation`` (rescale, restore or dispose) when the job's registry
-    entry lists it in ``require_approval``, with ``describe_change`` as the request's body; "Reject" skips
-    every later task. Otherwise it approves at once, and says why."""
+    entry lists it in ``require_approval``, or when the registry cannot tell (``asked``), with
+    ``describe_change`` as the request's body; "Reject" skips every later task. Otherwise it approves at once,
+    and says why."""
 
     def __init__(self, *, operation: str, **kwargs: Any) -> None:
         super().__init__(subject=f"Approve this {operation}?", ignore_downstream_trigger_rules=True,
                          doc_md=f"Asks a person to approve the {operation} first when the job's registry entry says "
-                                f"so (require_approval); otherwise goes on at once.", **kwargs)
+                                f"so (require_approval), or when the registry cannot be read or the entry is bad; otherwise "
+                                f"goes on at once.", **kwargs)
         self.operation = operation
 
     def asked(self, params: dict):
