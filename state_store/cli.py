@@ -8,10 +8,14 @@
                     [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
     lakestate savepoint clicks [--checkpoint N] [--label L]
     lakestate savepoints [--job clicks]
-    lakestate dispose clicks/<savepoint name>
+    lakestate dispose clicks/<savepoint name> [--approved-by NAME]
     lakestate restore clicks (--savepoint clicks/<name> | --checkpoint N [--from-job J]) [--parallelism N]
-                      [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state]
-    lakestate rescale clicks --parallelism N [--savepoint-first] [--retain-savepoints N]
+                      [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state] [--approved-by NAME]
+    lakestate rescale clicks --parallelism N [--savepoint-first] [--retain-savepoints N] [--approved-by NAME]
+
+A job whose pipeline registry entry lists ``rescale``, ``restore`` or ``dispose`` in ``require_approval`` is
+refused that operation without ``--approved-by NAME`` (who approved it), as its Airflow DAG asks a person first;
+so is any job while the registry ($LAKESTATE_REGISTRY, or ./lakestate.toml) does not parse or its entry is bad.
 
 ``--warehouse``, ``--root`` and ``--savepoints`` (or LAKESTATE_WAREHOUSE /
 LAKESTATE_ROOT / LAKESTATE_SAVEPOINTS) say where the state lives. Listing reads
@@ -32,7 +36,7 @@ from .catalog.jobs import JobCatalog
 from .catalog.job_store import JobStore
 from .errors import ConfigError, LakestateError
 from .catalog.lease import check_lease_timeout, first_run_note
-from .catalog.pipelines import registry_entry
+from .catalog.pipelines import approval_asked, registry_entry
 from .settings import Settings
 
 
@@ -302,9 +306,32 @@ def cmd_jars(args, settings: Settings) -> int:
     return 0
 
 
+def check_approved(job: str, operation: str, approved_by: str | None) -> None:
+    """Refuse ``operation`` of ``job`` when its registry entry asks for a person's approval of it (or the registry
+    cannot tell: ``approval_asked``) and ``--approved-by`` names nobody; say who approved when one is given. By
+    hand, a job without a registry entry (or without a registry) is not asked about."""
+    asked = approval_asked(job, operation, strict=False)
+    if asked is None:
+        return
+    if not (approved_by or "").strip():
+        fix = " (or fix the registry, so the entry decides)" if asked.problem else ""
+        raise ConfigError(f"{asked.why}: a {operation} of it needs a person's approval; give --approved-by NAME, the "
+                          f"person who approved it{fix}, or trigger the Airflow DAG lakestate_{operation}, whose "
+                          f"approve task asks (in a DAG of your own: LakestateApprovalOperator(task_id='approve', "
+                          f"operation='{operation}') before the {operation} task)")
+    print(f"[lakestate] {operation} of job {job} approved by {approved_by.strip()} ({asked.why})", flush=True)
+
+
+def savepoint_job(settings: Settings, ref: str) -> str:
+    """The job of savepoint ``ref`` (``<job>/<name>`` or its path): the first folder under the savepoint root."""
+    below = str(settings.in_savepoints(ref))[len(str(settings.savepoints).rstrip("/")):]
+    return below.strip("/").split("/")[0]
+
+
 def cmd_dispose(args, settings: Settings) -> int:
     from .ops.savepoint import dispose_savepoint
 
+    check_approved(savepoint_job(settings, args.savepoint), "dispose", args.approved_by)
     savepoint = dispose_savepoint(settings, args.savepoint)
     print(f"disposed savepoint {savepoint.job_id}/{savepoint.name} ({savepoint.path})")
     return 0
@@ -319,6 +346,7 @@ def cmd_restore(args, settings: Settings) -> int:
         raise ConfigError("give exactly one of --savepoint <job>/<name> and --checkpoint N")
     if args.from_job and args.savepoint:
         raise ConfigError("--from-job goes with --checkpoint; a savepoint names its own job")
+    check_approved(args.job, "restore", args.approved_by)
     uid_map = parse_uid_map(args.uid_map)
     check_restore_backend(args.backend)  # before Spark starts
     if args.parallelism is not None:
@@ -346,6 +374,7 @@ def cmd_rescale(args, settings: Settings) -> int:
     check_requested_parallelism(args.parallelism)
     if args.retain_savepoints is not None and args.retain_savepoints < 0:
         raise ConfigError(f"--retain-savepoints must be 0 or more, got {args.retain_savepoints}")
+    check_approved(args.job, "rescale", args.approved_by)
     spec = JobCatalog(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
@@ -460,6 +489,7 @@ def _add_savepoint_commands(sub, common, lease) -> None:
     p.set_defaults(func=cmd_savepoints)
     p = sub.add_parser("dispose", parents=[common], help="delete a savepoint")
     p.add_argument("savepoint", help="<job>/<name> as `lakestate savepoints` lists it, or its path")
+    _add_approved_by(p, "dispose")
     p.set_defaults(func=cmd_dispose)
 
 
@@ -477,6 +507,7 @@ def _add_rewrite_commands(sub, common, lease) -> None:
                    help="move the state of operator uid OLD to NEW (repeatable)")
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="drop state the job no longer registers instead of refusing")
+    _add_approved_by(p, "restore")
     p.set_defaults(func=cmd_restore)
     p = sub.add_parser("compact", parents=[common, lease],
                        help="rewrite the job's state tables to their live entries (TTL's compaction filter) and "
@@ -495,7 +526,14 @@ def _add_rewrite_commands(sub, common, lease) -> None:
                    help="after the rescale, keep only the newest N savepoints rescales took (default: keep all)")
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="drop raw operator state of subtasks that a scale-down removes instead of refusing")
+    _add_approved_by(p, "rescale")
     p.set_defaults(func=cmd_rescale)
+
+
+def _add_approved_by(parser, operation: str) -> None:
+    parser.add_argument("--approved-by", metavar="NAME", default=None,
+                        help=f"who approved this {operation}: required when the job's pipeline registry entry lists "
+                             f"{operation} in require_approval (or the registry does not parse)")
 
 
 def main(argv: list[str] | None = None) -> int:

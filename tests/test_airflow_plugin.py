@@ -230,6 +230,18 @@ def test_the_page_draws_a_jobs_graph_from_its_definition(tmp_path):
     assert job_edges(two.describe()) == [(f"files {(tmp_path / 'a').resolve()} (json)", "both (input 1)"),
                                          ("Kafka b", "both (input 2)"), ("both", "sink sinks/two")]
     assert job_edges({"parallelism": 2, "backend": "delta"}) == []  # a record without its operators: no graph
+    # The page's table shortens a path as a savepoint's is: its last two parts, the whole on hover and copy.
+    from state_store.provider.reader import JobOverview
+    from state_store.provider.views import job_section
+
+    job = JobOverview("sessions-per-country", "demo.sessions_per_country:job", 2, 128, "delta")
+    job.edges = job_edges(chain.describe())
+    graph = re.search(r"<table class='graph'>.*?</table>", job_section(job)).group(0)
+    folder = (tmp_path / "clicks").resolve()
+    assert re.findall(r"<span class='path' title='([^']*)'>([^<]*)</span>", graph) == [
+        (str(folder), f"…/{folder.parent.name}/clicks")]
+    assert str(folder) not in re.sub(r"(title|data-copy)='[^']*'", "", graph)
+    assert "<td>sink sinks/sessions_per_country</td>" in graph  # the warehouse's own, relative: as it is
 
 
 def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_stay_readable():
@@ -341,3 +353,59 @@ def test_a_never_compacted_job_says_when_the_compaction_dag_runs_as_its_schedule
     assert said(False, "Every 5 minutes").endswith(": it runs every 5 minutes")  # [compaction] "*/5 * * * *"
     assert said(False, "Never, external triggers only").endswith(": trigger it")  # [compaction] "none"
     assert said(True, "At 03:00").endswith(": it is paused: unpause or trigger it")
+
+
+def test_a_job_without_a_checkpoint_says_so_and_how_to_take_one_instead_of_a_table_of_headers():
+    from state_store.provider.reader import JobOverview
+
+    page = _page_of(JobOverview("clicks", "demo.clicks:job", 2, 128, "delta"))
+    assert "<table class='checkpoints'>" not in page
+    (said,) = re.findall(r"<p class='meta checkpoints-none'>(.*?)</p>", page)
+    assert said.startswith("no checkpoint yet: trigger <a href='/dags/lakestate_clicks' data-nav>DAG "
+                           "lakestate_clicks</a> (its run takes the job's first checkpoint), or run "), said
+    assert said.endswith("<code>lakestate run --job clicks</code>")
+
+
+def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_duration_not_the_savepoints():
+    """What the rescale form no longer says (its params stay the same across runs): the job's parallelism and
+    max, and what "Savepoint first" adds: the last savepoint task's duration (a Spark start and the copy), not
+    the savepoint's own seconds."""
+    from state_store.provider.reader import JobOverview
+    from state_store.provider.views import job_section
+    from state_store.records import AirflowRun, SavepointMetadata
+
+    job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
+    job.checkpoints = [_checkpoint(1, 2)]
+
+    def said(task_seconds: dict) -> str:
+        return re.search(r"<p class='meta rescale'>(.*?)</p>", job_section(job, task_seconds=task_seconds)).group(1)
+
+    assert said({}).endswith("the job runs at parallelism 2, max 128 (its key groups): a new parallelism is 1 to "
+                             "128. Savepoint first adds a savepoint task's time: the job has no savepoint yet.")
+    runs = [AirflowRun("lakestate_savepoint", "manual__1"), AirflowRun("lakestate_savepoint", "manual__2")]
+    job.savepoints = [SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": f"sp{i}", "tables": {},
+                                                   "created_ms": i, "seconds": 12.9, "airflow_run": r.to_dict()})
+                      for i, r in enumerate(runs)]
+    seconds = {("lakestate_savepoint", "manual__1"): 40.4, ("lakestate_savepoint", "manual__2"): 38.2}
+    assert said(seconds).endswith("Savepoint first adds about 38 s: the last savepoint task took 38 s for 0 B "
+                                  "(sp1).")
+    assert "12.9" not in said(seconds)
+
+
+def test_the_page_says_which_of_a_jobs_pipeline_savepoint_and_rescale_dags_are_paused():
+    """Airflow creates DAGs paused: a run triggered of one waits without a word. The job's pipeline, savepoint
+    and rescale DAGs that are paused are named, with the fix; the operations line tags each paused one."""
+    from state_store.provider.reader import JobOverview
+    from state_store.provider.views import job_section
+
+    job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
+    dags = {"lakestate_clicks": (True, "Never"), "lakestate_savepoint": (False, "Never"),
+            "lakestate_rescale": (True, "Never"), "lakestate_dispose": (True, "Never")}
+    page = job_section(job, dags=dags)
+    (note,) = re.findall(r"<p class='meta paused'>(.*?)</p>", page)
+    assert re.findall(r"data-nav>DAG (\w+)</a>", note) == ["lakestate_clicks", "lakestate_rescale"]
+    assert note.endswith("A run triggered of a paused DAG waits until it is unpaused: unpause them with the "
+                         "toggle on the DAG's page.")
+    line = re.search(r"Operations \(each DAG's Trigger form asks for the job\): (.*?)</p>", page).group(1)
+    assert re.findall(r">(\w+)</a> <span class='tag'>paused</span>", line) == ["rescale", "dispose"]
+    assert "class='meta paused'" not in job_section(job, dags={d: (False, "Never") for d in dags})

@@ -4,9 +4,9 @@ its success (its summary is its XCom and its sink Asset's event; its log has no 
 the Lakestate page from the UI's navigation (a React view in the UI's own page, no iframe) and read it as a user
 would: human units, the timezone picked in the UI, the chart's axis and subtask bands; follow its links to the
 DAG, to the run behind a checkpoint and to the savepoint DAG, trigger that from its form, find the savepoint
-and copy its path; a restore of a checkpoint that does not exist fails with the command's own error; rescale
-from the rescale DAG's form (which shows the job's parallelism and refuses one out of range with the value
-typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives it
+and copy its path, and the savepoint task's duration on the page; a restore of a checkpoint that does not exist
+fails with the command's own error; rescale from the rescale DAG's form (which refuses a parallelism out of range
+with the value typed); then the page in dark mode, and the page on its own at /lakestate/. Debian's Chromium drives it
 (installed by scripts/browser.sh from the test command); screenshots are kept in test-artifacts/."""
 from __future__ import annotations
 
@@ -374,6 +374,12 @@ def _check_savepoint(airflow: Airflow, run: dict) -> None:
     assert copied == xcom["path"] or copied.startswith("cannot read the clipboard: "), copied
     link = row[8].find_element(By.TAG_NAME, "a")
     assert unquote(link.get_attribute("href")).endswith(f"/dags/lakestate_savepoint/runs/{run['dag_run_id']}")
+    # What "Savepoint first" adds to a rescale: the savepoint task's duration (Airflow's), not the copy's own.
+    status, body = get(f"{airflow.url}/api/v2/dags/lakestate_savepoint/dagRuns/{quote(run['dag_run_id'])}/"
+                       f"taskInstances/savepoint", airflow.api)
+    took = json.loads(body)["duration"]
+    rescale = section.find_element(By.CSS_SELECTOR, ".rescale").text
+    assert f"Savepoint first adds about {took:.0f} s: the last savepoint task took {took:.0f} s" in rescale, rescale
     _shot(browser, "page-after-2-savepoint.png")
 
 
@@ -390,9 +396,9 @@ def _check_an_empty_optional_field(airflow: Airflow) -> None:
 
 
 def _rescale_from_its_form(airflow: Airflow) -> None:
-    """The rescale form shows the job's current and max parallelism; a parallelism out of range is refused with
-    the value typed (the number field must not clamp it to a bound without a word) before a run exists; 3 is
-    triggered."""
+    """The rescale form's parallelism is empty (no default: the Lakestate page says what each job runs at, so the
+    DAG does not change with each run); a parallelism out of range is refused with the value typed (the number
+    field must not clamp it to a bound without a word) before a run exists; 3 is triggered."""
     from selenium.webdriver.common.keys import Keys
 
     def runs() -> list[dict]:
@@ -408,20 +414,13 @@ def _rescale_from_its_form(airflow: Airflow) -> None:
         buttons[-1].click()
         return shown
 
-    def parallelism_param() -> dict:
-        status, body = get(f"{airflow.url}/api/v2/dags/lakestate_rescale/details", airflow.api)
-        return json.loads(body)["params"]["parallelism"] if status == 200 else {}
-
-    # The form's default and text come from the job's latest checkpoint when the DAG file is parsed: the DAG
-    # processor parses it again after the pipeline's run.
-    _wait(lambda: parallelism_param().get("value") == 2, 240, "the rescale DAG parsed after the job's run")
     airflow.browser.get(f"{airflow.url}/dags/lakestate_rescale")
     airflow.open_form()
-    assert airflow.field("parallelism").get_attribute("value") == "2"  # the job's current parallelism
-    assert "clicks: runs at 2, max 128" in airflow.browser.page_source
+    assert airflow.field("parallelism").get_attribute("value") == ""
+    assert "the Lakestate page shows each job's current and max" in airflow.browser.page_source
     airflow.browser.save_screenshot(str(ARTIFACTS / "forms-1-rescale-form.png"))
     for typed, said in (("0", "0 is less than the minimum of 1"),
-                        ("100000", "100000 is greater than the maximum of 128")):
+                        ("100000", "100000 is greater than the maximum of 32768")):
         assert trigger_with(typed) == typed  # not clamped to 1 or to 32768
         _wait(lambda: said in airflow.browser.page_source, 30, f"the form to refuse {typed}")
         airflow.browser.save_screenshot(str(ARTIFACTS / f"forms-2-refused-{typed}.png"))

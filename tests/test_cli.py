@@ -415,3 +415,32 @@ def test_jars_fetches_deltas_jars_once_checked_against_their_sha1_and_sessions_g
         assert main(["jars", "--repository", url, "--root", str(tmp_path / "root")]) == 0
         assert said in capsys.readouterr().out
     assert [Path(j).name for j in fetched_jars()] == names
+
+
+def test_rescale_restore_and_dispose_need_approved_by_when_the_entry_asks_or_the_registry_cannot_tell(
+        tmp_path, monkeypatch, capsys):
+    """What the entry's require_approval asks, the command asks too: refused without --approved-by, naming the
+    flag, before anything is read or Spark starts; a registry that does not parse, or a bad field in the job's
+    own entry, cannot say the entry does not ask, so the same holds (naming the problem). With --approved-by the
+    command goes on (here to the next check: no such job or savepoint) and says who approved."""
+    registry, root = tmp_path / "lakestate.toml", ["--root", str(tmp_path / "root")]
+    monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
+    commands = {"rescale": ["rescale", "clicks", "--parallelism", "3"],
+                "restore": ["restore", "clicks", "--checkpoint", "1"], "dispose": ["dispose", "clicks/before"]}
+    entry = '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'
+    for text, said in [(entry + 'require_approval = ["rescale", "restore", "dispose"]\n', "lists {op} in require_"
+                        "approval"), (entry + 'max_state_bytes = "1GB"\n', "field 'max_state_bytes' must be an integer"),
+                       (entry + "[jobs.clicks]\n", "[jobs.clicks] is declared again")]:
+        registry.write_text(text)
+        for op, argv in commands.items():
+            assert main([*argv, *root]) == 2
+            err = capsys.readouterr().err
+            assert said.format(op=op) in err and "give --approved-by NAME" in err, err
+            assert main([*argv, *root, "--approved-by", "alice"]) == 2
+            out, err = capsys.readouterr()
+            assert f"[lakestate] {op} of job clicks approved by alice (" in out, out
+            assert "--approved-by" not in err and ("not registered" in err or "no complete savepoint" in err), err
+    # An entry that does not ask: no flag needed (the next check speaks), and nothing about an approval.
+    registry.write_text(entry + 'require_approval = ["restore"]\n')
+    assert main([*commands["rescale"], *root]) == 2
+    assert "approv" not in "".join(capsys.readouterr())

@@ -3,7 +3,8 @@
 - ``example_lakestate_after_upstream``: an upstream task lands a file of clicks, then the registry's job
   ``clicks`` runs: ``LakestateLeaseSensor`` waits while another run, savepoint, rescale or compaction holds the
   job (without a worker slot), ``LakestateSubmitOperator`` submits one run (its XCom: the run's summary) and gives
-  the job's sink Asset an event (its ``extra``: the same summary).
+  the job's sink Asset an event (its ``extra``: the same summary), and each of its side outputs' Assets one (the
+  operator adds them to the outlets it is given, once the job is registered).
 - ``example_lakestate_on_asset``: scheduled on that Asset, it runs the job ``sessions`` after each run of
   ``clicks`` that wrote its sink (a producer elsewhere, another DAG or ``lakestate_clicks``, triggers it too).
 

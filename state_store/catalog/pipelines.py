@@ -24,7 +24,8 @@ field, and the other entries still load. A file that is not valid TOML (a ``[job
 is one error naming its line: no entry of it can be trusted, but the ids of its ``[jobs.<id>]`` headers are
 still known (``declared_job_ids``), so the operation DAGs keep offering them. The ``[compaction]`` table is
 checked on its own too (``compaction_schedule``): a bad one takes the compaction DAG away, and nothing else.
-``LAKESTATE_REGISTRY`` says where the file is (default ``./lakestate.toml``).
+Whether an operation waits for a person (``approval_asked``) fails closed: a file that is missing or does not
+parse, or a bad entry, asks. ``LAKESTATE_REGISTRY`` says where the file is (default ``./lakestate.toml``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError
 from ..job import BACKENDS, check_job_id
@@ -170,15 +172,26 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
                          on_over_budget=on_over, require_approval=tuple(approval), **values)
 
 
-def load_registry(path: str | os.PathLike | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:
-    """The registry's good entries by job id, and an error per bad one. A file that cannot be read or parsed
-    at all is one ConfigError."""
+def registry_text(path: str | os.PathLike | None = None) -> str | None:
+    """The registry file's text, None when there is none: read once by a DAG file's parse, which hands it to
+    ``declared_job_ids`` and ``compaction_schedule``."""
     path = Path(path) if path is not None else registry_path()
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
+        return None
+
+
+def load_registry(path: str | os.PathLike | None = None,
+                  text: str | None = None) -> tuple[dict[str, PipelineEntry], dict[str, str]]:
+    """The registry's good entries by job id, and an error per bad one (``text``: the file's, already read). A
+    file that cannot be read or parsed at all is one ConfigError."""
+    path = Path(path) if path is not None else registry_path()
+    if text is None:
+        text = registry_text(path)
+    if text is None:
         raise ConfigError(f"no pipeline registry at {path}: create it (see README, 'Airflow'), or set "
-                          f"LAKESTATE_REGISTRY to its path") from None
+                          f"LAKESTATE_REGISTRY to its path")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -222,18 +235,18 @@ def _not_toml(path: Path, text: str, error: tomllib.TOMLDecodeError) -> ConfigEr
                        f"({error}), so no pipeline DAG loads: fix that line")
 
 
-def declared_job_ids(path: str | os.PathLike | None = None) -> list[str]:
+def declared_job_ids(path: str | os.PathLike | None = None, text: str | None = None) -> list[str]:
     """The job ids the operation DAGs (savepoint, rescale, compaction) offer: the registry's good entries; when
     the file does not parse, the ids of the ``[jobs.<id>]`` headers that can be read, so one bad line does not
-    take the operations of every job away (the pipeline DAG file shows the error); none without a file."""
+    take the operations of every job away (the pipeline DAG file shows the error); none without a file.
+    ``text``: the file's, already read (``registry_text``)."""
     path = Path(path) if path is not None else registry_path()
+    text = registry_text(path) if text is None else text
+    if text is None:
+        return []
     try:
-        return sorted(load_registry(path)[0])
+        return sorted(load_registry(path, text)[0])
     except ConfigError:
-        try:
-            text = path.read_text()
-        except OSError:
-            return []
         return sorted({job_id for job_id, _ in _headers(text) if _good_name(job_id)})
 
 
@@ -253,6 +266,46 @@ def registry_entry(job_id: str, path: str | os.PathLike | None = None) -> Pipeli
         raise ConfigError(f"job {job_id!r} is not in the pipeline registry {path or registry_path()} "
                           f"(it has: {', '.join(sorted(entries)) or 'none'})")
     return entries[job_id]
+
+
+class ApprovalAsked(NamedTuple):
+    """Why an operation of a job must wait for a person's approval: ``why``, a sentence; ``problem``: the
+    registry cannot be read or the job's entry is bad, so its own ``require_approval`` is unknown (the fix is
+    to mend the registry), rather than the entry asking."""
+    why: str
+    problem: bool
+
+
+def approval_asked(job_id: str, operation: str, path: str | os.PathLike | None = None, *,
+                   strict: bool = True) -> ApprovalAsked | None:
+    """Whether ``operation`` (rescale, restore or dispose) of job ``job_id`` must be approved by a person first,
+    and why; None when the job's entry is read and does not list it in ``require_approval``.
+
+    Fails closed: a registry that is missing or not valid TOML, or a job whose entry has a problem (a bad field
+    anywhere in it: ``max_state_bytes = "1GB"``), says nothing to be trusted about the entry's
+    ``require_approval``, so the operation is asked about too. ``strict=False`` (the CLI by hand) lets a job go
+    on unasked where there is no pipeline registry at all (no ``LAKESTATE_REGISTRY`` and no ``./lakestate.toml``)
+    or the registry has no entry of the job (one registered by hand, not a pipeline)."""
+    explicit = path is not None or bool(os.environ.get("LAKESTATE_REGISTRY"))
+    path = Path(path) if path is not None else registry_path()
+    unknown = f"so whether job {job_id!r} asks for an approval of a {operation} (require_approval) is unknown"
+    if not strict and not explicit and not path.exists():
+        return None
+    try:
+        entries, errors = load_registry(path)
+    except ConfigError as e:
+        return ApprovalAsked(f"the pipeline registry cannot be read ({e}), {unknown}", True)
+    if job_id in errors:
+        return ApprovalAsked(f"job {job_id!r}'s registry entry has a problem ({errors[job_id]}), {unknown}", True)
+    entry = entries.get(job_id)
+    if entry is None:
+        return None if not strict else ApprovalAsked(
+            f"job {job_id!r} has no entry in the pipeline registry {path} (it has: "
+            f"{', '.join(sorted(entries)) or 'none'}), {unknown}", True)
+    if operation in entry.require_approval:
+        return ApprovalAsked(f"job {job_id!r}'s registry entry ({path} [jobs.{job_id}]) lists {operation} in "
+                             f"require_approval", False)
+    return None
 
 
 def parse_compaction(table, path: Path) -> str | None:
@@ -282,14 +335,15 @@ def parse_compaction(table, path: Path) -> str | None:
     return schedule
 
 
-def compaction_schedule(path: str | os.PathLike | None = None) -> str | None:
+def compaction_schedule(path: str | os.PathLike | None = None, text: str | None = None) -> str | None:
     """The schedule of the ``lakestate_compaction`` DAG, from the registry's ``[compaction]`` table
     (``parse_compaction``): a cron expression in UTC, or None (only triggered). ``DEFAULT_COMPACTION_SCHEDULE``
     without the table, and when the file cannot be read or is not valid TOML (the pipeline DAG file shows that
-    error). A bad table is a ConfigError."""
+    error). A bad table is a ConfigError. ``text``: the file's, already read (``registry_text``)."""
     path = Path(path) if path is not None else registry_path()
+    text = registry_text(path) if text is None else text
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(text) if text is not None else {}
+    except tomllib.TOMLDecodeError:
         return DEFAULT_COMPACTION_SCHEDULE
     return parse_compaction(data.get("compaction", {}), path)

@@ -21,7 +21,7 @@ and the scheduled ``lakestate_compaction``. Savepoints are Assets (``lakestate:/
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
-operation in ``require_approval`` (``provider/approval.py``). The compaction's schedule is the registry's
+operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's schedule is the registry's
 ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation DAG file's import error
 naming it, and the other operation DAGs still load.
 """
@@ -29,42 +29,24 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Asset, Param, task, task_group
+from airflow.sdk import DAG, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
 from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
-                                           registry_path)
+                                           registry_path, registry_text)
 from state_store.errors import ConfigError
 from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
                                             LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
+# The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
+from state_store.provider.operators import branch_sink_asset, side_output_asset, sink_asset  # noqa: F401
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
 LEASE_WAIT_S = 3600  # how long a run or an operation waits for another holder of its job (in reschedule mode)
 LAST_WAIT_S = 300  # and then the submitted command, for a holder that came in between
-
-
-def sink_asset(job_id: str) -> Asset:
-    """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
-    ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
-    return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
-
-
-def branch_sink_asset(job_id: str, uid: str) -> Asset:
-    """In a graph, the Asset of the sink operator ``uid`` writes (``lakestate://<job>/sink/<uid>``; the job's own
-    sink is ``sink_asset``): an event each time the pipeline DAG's ``run`` task succeeds, its ``extra`` the rows
-    the run wrote to that sink."""
-    return Asset(name=f"lakestate-{job_id}-sink-{uid}", uri=f"lakestate://{job_id}/sink/{uid}")
-
-
-def side_output_asset(job_id: str, tag: str) -> Asset:
-    """The Asset of side output ``tag`` of job ``job_id`` (``lakestate://<job>/side/<tag>``): an event each time
-    its pipeline DAG's ``run`` task succeeds, its ``extra`` the rows the run wrote to that side output."""
-    return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
 
 
 def _pipeline_doc(entry: PipelineEntry, cap: str) -> str:
@@ -96,12 +78,9 @@ def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
              }, doc_md=_pipeline_doc(entry, cap)) as dag:
         wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")
+        # Its outlets, by default: the job's sink, a graph's other sinks and each side output (once registered).
         run = LakestateSubmitOperator(task_id="run", job_id=entry.job_id, registry=str(registry),
-                                      wait_for_lease_s=LAST_WAIT_S, outlets=[sink_asset(entry.job_id)] + [
-                                          branch_sink_asset(entry.job_id, uid)
-                                          for uid in registered_branch_sinks(entry.job_id)] + [
-                                          side_output_asset(entry.job_id, tag)
-                                          for tag in registered_side_outputs(entry.job_id)],
+                                      wait_for_lease_s=LAST_WAIT_S,
                                       doc_md="lakestate run: the job's pending microbatches; XCom: the summary.")
 
         @task(task_id="housekeeping", multiple_outputs=False, inlets=[savepoints_asset(entry.job_id)],
@@ -136,53 +115,36 @@ def pipeline_dags(registry=None) -> dict[str, DAG]:
     return dags
 
 
-def _parallelism_param(jobs: list[str]) -> Param:
-    """The rescale form's parallelism: each job's current and max parallelism in its description, the first
-    job's current one as default; its bounds are ``bounded``'s: a value typed out of range reaches the trigger,
-    which refuses it (HTTP 400 naming it and the bound) before a run exists."""
-    from state_store.catalog.job_store import JobStore
-    from state_store.settings import Settings
-
-    settings, known = Settings.load(), {}
-    for job in jobs:  # the latest checkpoint's JSON file: no Spark, no job code
-        latest = JobStore(settings.job_dir(job)).latest_checkpoint()
-        if latest is not None:
-            known[job] = latest
-    top = max((c.max_parallelism for c in known.values()), default=UPPER_BOUND_MAX_PARALLELISM)
-    said = "; ".join(f"{j}: runs at {known[j].parallelism}, max {known[j].max_parallelism}" if j in known
-                     else f"{j}: not run yet" for j in jobs)
-    default = known[jobs[0]].parallelism if jobs[0] in known else 2
-    return Param(default, type="integer", **bounded(1, top), title="New parallelism",
-                 description=f"1 to the job's max parallelism ({said})")
+def _parallelism_param() -> Param:
+    """The rescale form's parallelism: no default (a rescale to a number nobody typed would be a surprise) and
+    the widest bounds, ``bounded``'s, so a value typed out of range reaches the trigger, which refuses it (HTTP
+    400 naming it and the bound) before a run exists; one above the job's own max fails the task at once. What
+    a job runs at now is on the Lakestate page, not here: a param that said it would make every rescale a new
+    version of the DAG."""
+    return Param(type="integer", **bounded(1, UPPER_BOUND_MAX_PARALLELISM), title="New parallelism",
+                 description="1 to the job's max parallelism (its key groups); the Lakestate page shows each job's "
+                             "current and max")
 
 
-def _savepoint_first_param(jobs: list[str]) -> Param:
-    """The rescale form's "Savepoint first": what it adds to the rescale, as each job's last savepoint took."""
-    from state_store.ops.savepoint import list_savepoints
-    from state_store.provider.reader import human_bytes
-    from state_store.settings import Settings
-
-    settings, said = Settings.load(), []
-    for job in jobs:  # the savepoints' _metadata.json files: no Spark
-        timed = [s for s in list_savepoints(settings, job) if s.seconds is not None]
-        last = max(timed, key=lambda s: s.created_ms, default=None)
-        said.append(f"{job}: the last took {last.seconds:g} s for {human_bytes(last.size_bytes)}" if last
-                    else f"{job}: no timed savepoint yet")
+def _savepoint_first_param() -> Param:
+    """The rescale form's "Savepoint first". What one adds to a rescale changes with each savepoint, so the page
+    says it (``views._rescale``), from the last savepoint task's duration; the param stays the same."""
     return Param(True, type="boolean", title="Savepoint first",
-                 description="Take a savepoint of the latest checkpoint before rescaling; it adds about a "
-                             f"savepoint's time ({'; '.join(said)})")
+                 description="Take a savepoint of the latest checkpoint before rescaling; it adds about what a "
+                             "savepoint task takes (the Lakestate page gives each job's last)")
 
 
 def operation_dags(registry=None) -> dict[str, DAG]:
     """The savepoint, rescale, restore, dispose and compaction DAGs, by DAG id (none while the registry names no
     job). A bad ``[compaction]`` table makes the compaction DAG a ``BrokenEntry`` naming it; the others load."""
     registry = registry or registry_path()
-    jobs = declared_job_ids(registry)  # even when the registry does not parse: one bad line takes none away
+    text = registry_text(registry)  # read once per parse: the jobs and the compaction's schedule both come from it
+    jobs = declared_job_ids(registry, text)  # even when the registry does not parse: one bad line takes none away
     if not jobs:
         return {}
     dags = [_savepoint_dag(jobs), _rescale_dag(jobs), _restore_dag(jobs), _dispose_dag(jobs)]
     try:
-        schedule = compaction_schedule(registry)
+        schedule = compaction_schedule(registry, text)
     except ConfigError as e:
         dags.append(BrokenEntry("lakestate_compaction", f"lakestate_compaction does not load: {e}"))
     else:
@@ -263,8 +225,8 @@ See {PAGE}.""",
 def _rescale_dag(jobs: list[str]) -> DAG:
     with DAG("lakestate_rescale", description="Rescale a Lakestate job", params={
         "job": _job_param(jobs),
-        "parallelism": _parallelism_param(jobs),
-        "savepoint_first": _savepoint_first_param(jobs),
+        "parallelism": _parallelism_param(),
+        "savepoint_first": _savepoint_first_param(),
         "retain_savepoints": Param(None, type=["null", "integer"], **bounded(0), title="Rescale savepoints kept",
                                    description="Keep only the newest N savepoints rescales took (empty: all)"),
         "operator": Param(None, type=["null", "string"], title="Operator (a dataflow's)",
@@ -273,11 +235,11 @@ def _rescale_dag(jobs: list[str]) -> DAG:
 meanwhile.
 
 - **Job**: a job of the pipeline registry.
-- **New parallelism**: 1 to the job's max parallelism (its key groups); the field's help gives each job's
-  current and max. A value out of range is refused with the value typed; at the parallelism the job already
-  has, nothing is written and the task says so.
+- **New parallelism**: 1 to the job's max parallelism (its key groups); {PAGE} gives each job's current and
+  max. A value out of range is refused with the value typed; at the parallelism the job already has, nothing
+  is written and the task says so.
 - **Savepoint first** (on by default): a savepoint named rescale-(checkpoint)-(time) is taken first, an event
-  of the job's savepoints Asset.
+  of the job's savepoints Asset; the page says how long each job's last savepoint task took.
 - **Rescale savepoints kept**: 0 or more; all but the newest N savepoints that rescales took are disposed;
   empty keeps them all.
 - **Operator (a dataflow's)**: for a job of several operators, the uid of the one to rescale; empty
@@ -329,11 +291,15 @@ def _dispose_dag(jobs: list[str]) -> DAG:
 Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
-        def dispose(params=None) -> dict:
+        def dispose(params=None, ti=None) -> dict:
+            from state_store.cli import savepoint_job, check_approved
             from state_store.ops.savepoint import dispose_savepoint
+            from state_store.provider.approval import approver
             from state_store.settings import Settings
 
-            gone = dispose_savepoint(Settings.load(), params["savepoint"])
+            settings = Settings.load()  # as `lakestate dispose` does: nobody's approval, no dispose it asks about
+            check_approved(savepoint_job(settings, params["savepoint"]), "dispose", approver({"ti": ti}))
+            gone = dispose_savepoint(settings, params["savepoint"])
             print(f"[lakestate] disposed savepoint {gone.job_id}/{gone.name} ({gone.path})")
             return {"job": gone.job_id, "name": gone.name, "path": gone.path}
 

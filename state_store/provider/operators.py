@@ -46,12 +46,14 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "lease_handoff")
 
     def __init__(self, *, command: str, args: list[str], conn_id: str = SPARK_CONN_ID,
-                 wait_for_lease_s: float = 3600, lease_handoff: str = HANDOFF, **kwargs):
+                 wait_for_lease_s: float = 3600, lease_handoff: str = HANDOFF, approval_task_id: str = "approve",
+                 **kwargs):
         kwargs.setdefault("name", f"lakestate-{command}")
         super().__init__(application=ENTRYPOINT, conn_id=conn_id,
                          conf={"spark.log.level": "WARN"},
                          application_args=[command, *args, "--wait-for-lease", str(wait_for_lease_s)], **kwargs)
         self.wait_for_lease_s, self.lease_handoff = wait_for_lease_s, lease_handoff
+        self.approval_task_id = approval_task_id  # where a rescale's or a restore's approver is read
 
     @property
     def lease_job(self) -> str:
@@ -81,6 +83,16 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         did not take it over): here ``submit``; a subclass also reads what the command wrote and returns it
         (XCom)."""
         return self.submit(context)
+
+    def approved(self, context) -> None:
+        """Hand the command the approver of this DAG run's operation (the ``approve`` task's XCom,
+        ``provider/approval.py``) as ``--approved-by``: the command refuses an operation the job's registry entry
+        asks about that nobody approved."""
+        from state_store.provider.approval import approver
+
+        name = approver(context, self.approval_task_id)
+        if name:
+            self.application_args = [*self.application_args, f"--approved-by={name}"]
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -180,6 +192,35 @@ class _SubmitOutput:
             yield line
 
 
+def sink_asset(job_id: str) -> Asset:
+    """The Asset of job ``job_id``'s sink (``lakestate://<job>/sink``): an event each time its pipeline DAG's
+    ``run`` task succeeds, its ``extra`` the run's summary; a downstream DAG may be scheduled on it."""
+    return Asset(name=f"lakestate-{job_id}-sink", uri=f"lakestate://{job_id}/sink")
+
+
+def branch_sink_asset(job_id: str, uid: str) -> Asset:
+    """In a graph, the Asset of the sink operator ``uid`` writes (``lakestate://<job>/sink/<uid>``; the job's own
+    sink is ``sink_asset``): an event each time the pipeline DAG's ``run`` task succeeds, its ``extra`` the rows
+    the run wrote to that sink."""
+    return Asset(name=f"lakestate-{job_id}-sink-{uid}", uri=f"lakestate://{job_id}/sink/{uid}")
+
+
+def side_output_asset(job_id: str, tag: str) -> Asset:
+    """The Asset of side output ``tag`` of job ``job_id`` (``lakestate://<job>/side/<tag>``): an event each time
+    its pipeline DAG's ``run`` task succeeds, its ``extra`` the rows the run wrote to that side output."""
+    return Asset(name=f"lakestate-{job_id}-side-{tag}", uri=f"lakestate://{job_id}/side/{tag}")
+
+
+def output_assets(job_id: str) -> list[Asset]:
+    """The Assets of what job ``job_id`` writes besides its sink, as it was last registered (none before its
+    first run registers it): a graph's other sinks and each side output. Read from the catalog's record of the
+    job (a file; no job code), so a DAG file stays light."""
+    from state_store.catalog.jobs import registered_branch_sinks, registered_side_outputs
+
+    return ([branch_sink_asset(job_id, uid) for uid in registered_branch_sinks(job_id)]
+            + [side_output_asset(job_id, tag) for tag in registered_side_outputs(job_id)])
+
+
 class LakestateSubmitOperator(_LakestateSparkSubmit):
     """Submit one run of a job of the pipeline registry: ``lakestate run --job <id> --registry <file>``.
 
@@ -189,13 +230,22 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
     taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
     event its own row count (``outlet_extras``).
+
+    Outlets: without ``outlets``, the job's sink Asset; and to the outlets, given or not, the Assets of the job's
+    other outputs (``output_assets``: a graph's other sinks, each side output) unless already there, so a DAG of
+    one's own gives every table the run writes an event, as the pipeline DAG does. ``output_outlets=False``
+    keeps the outlets given as they are.
     """
 
     MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
                         "{{ params.max_microbatches | int }}{% endif %}")
 
-    def __init__(self, *, job_id: str, registry: str, **kwargs):
-        super().__init__(command="run", name=f"lakestate-{job_id}",
+    def __init__(self, *, job_id: str, registry: str, outlets=None, output_outlets: bool = True, **kwargs):
+        outlets = [sink_asset(job_id)] if outlets is None else list(outlets)
+        if output_outlets:  # a side output's Asset is an outlet of any DAG that runs the job, not only the pipeline's
+            uris = {getattr(a, "uri", None) for a in outlets}
+            outlets += [a for a in output_assets(job_id) if a.uri not in uris]
+        super().__init__(command="run", name=f"lakestate-{job_id}", outlets=outlets,
                          args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES], **kwargs)
         self.job_id = job_id
 
@@ -334,6 +384,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         changed = request is None or request.changed
         if changed:
             before = {s.name for s in list_savepoints(settings, self.job)}
+            self.approved(context)
             self.submit(context)
             for savepoint in list_savepoints(settings, self.job):
                 if savepoint.name not in before:
@@ -409,19 +460,23 @@ class LakestateLeaseSensor(BaseSensorOperator):
         mine = reservation(self.lease_handoff, self.job_id)
         interval = getattr(self.poke_interval, "total_seconds", lambda: self.poke_interval)()
         ahead = ahead_in_line(lease_dir, mine, stale_s=3 * interval + 60)
-        try:
-            if ahead:
-                raise JobLocked(f"{len(ahead)} waiting before this one, first {ahead[0]['run_id']}")
-            reserve(lease_dir, self.job_id, mine, self.hold_s)
-        except JobLocked as e:
-            holder = live_holder(lease_dir) or {}
-            join_line(lease_dir, mine)
-            self.log.info("job %s is held by %s (on %s): waiting in line (%s)", self.job_id, holder.get("run_id"),
-                          holder.get("host"), e)
-            return False
-        leave_line(lease_dir, mine)
-        self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
-        return True
+        if ahead:  # first come, first served: not this one's turn yet, whether the job is held or not
+            why = f"{len(ahead)} waiting before this one, first {ahead[0]['run_id']}"
+        else:
+            try:
+                reserve(lease_dir, self.job_id, mine, self.hold_s)
+                why = None
+            except JobLocked as e:  # another holder has it: the lease's own answer
+                why = str(e)
+        if why is None:
+            leave_line(lease_dir, mine)
+            self.log.info("job %s is free: reserved for the task after this one (%s)", self.job_id, mine)
+            return True
+        holder = live_holder(lease_dir) or {}
+        join_line(lease_dir, mine)
+        self.log.info("job %s is held by %s (on %s): waiting in line (%s)", self.job_id, holder.get("run_id"),
+                      holder.get("host"), why)
+        return False
 
 
 class LakestateRestoreOperator(_LakestateSparkSubmit):
@@ -448,6 +503,7 @@ class LakestateRestoreOperator(_LakestateSparkSubmit):
         from state_store.catalog.job_store import JobStore
         from state_store.settings import Settings
 
+        self.approved(context)
         self.submit(context)
         latest = JobStore(Settings.load().job_dir(self.job)).latest_checkpoint()
         return {"job": self.job, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,

@@ -7,6 +7,7 @@ on its own at ``/lakestate/``. Times are shown in the timezone the user picked i
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
@@ -189,19 +190,63 @@ def subtask_table(job: JobOverview) -> str:
                   "subtasks")
 
 
+def _paused(dag_id: str, dags: dict) -> bool:
+    return bool(dags.get(dag_id, (False,))[0])
+
+
 def _header(job: JobOverview, dags: dict) -> str:
     latest = job.latest
-    paused = " <span class='tag'>paused</span>" if dags.get(job.dag_id, (False,))[0] else ""
+    paused = " <span class='tag'>paused</span>" if _paused(job.dag_id, dags) else ""
     operations = " · ".join(_link(f"/dags/lakestate_{op}", op, f"DAG lakestate_{op}: Trigger it on its page")
+                            + (" <span class='tag'>paused</span>" if _paused(f"lakestate_{op}", dags) else "")
                             for op in OPERATIONS)
     return (f"<h2>{html.escape(job.job_id)}</h2>"
             f"<p class='meta'>{html.escape(job.entrypoint)} · parallelism {job.parallelism} · max parallelism "
             f"{job.max_parallelism} · backend {html.escape(job.backend)} · latest checkpoint "
             f"{latest.checkpoint_id if latest else '-'} · {_dag_link(job.dag_id)}{paused}</p>"
-            f"<p class='meta'>Operations (each DAG's Trigger form asks for the job): {operations}</p>")
+            f"<p class='meta'>Operations (each DAG's Trigger form asks for the job): {operations}</p>"
+            + _paused_note(job, dags))
+
+
+def _paused_note(job: JobOverview, dags: dict) -> str:
+    """Which of the DAGs a job needs day to day are paused (Airflow creates DAGs paused unless told otherwise):
+    a run triggered of a paused DAG waits, without a word, until it is unpaused. The compaction's own line
+    says it of the compaction."""
+    paused = [d for d in (job.dag_id, "lakestate_savepoint", "lakestate_rescale") if _paused(d, dags)]
+    if not paused:
+        return ""
+    links = ", ".join(_dag_link(d) for d in paused)
+    return (f"<p class='meta paused'>Paused: {links}. A run triggered of a paused DAG waits until it is unpaused: "
+            f"unpause {'it' if len(paused) == 1 else 'them'} with the toggle on the DAG's page.</p>")
+
+
+def _rescale(job: JobOverview, task_seconds: dict) -> str:
+    """What the rescale form needs to know and does not say (its params stay the same across runs, so a run
+    makes no new version of the DAG): the parallelism the job runs at and its max, and what "Savepoint first"
+    adds: the duration of the last savepoint task (a Spark start and the copy), not the savepoint's own time."""
+    if job.latest is None:
+        return ""
+    said = (f"Rescale ({_dag_link('lakestate_rescale')}): the job runs at parallelism {job.parallelism}, max "
+            f"{job.max_parallelism} (its key groups): a new parallelism is 1 to {job.max_parallelism}.")
+    timed = [(s, task_seconds[key]) for s in job.savepoints if s.airflow_run is not None
+             and (key := (s.airflow_run.dag_id, s.airflow_run.run_id)) in task_seconds]
+    if timed:
+        savepoint, seconds = max(timed, key=lambda t: t[0].created_ms)
+        said += (f" Savepoint first adds about {seconds:.0f} s: the last savepoint task took {seconds:.0f} s for "
+                 f"{human_bytes(savepoint.size_bytes)} ({html.escape(savepoint.name)}).")
+    elif job.savepoints:
+        said += (" Savepoint first adds a savepoint task's time: no savepoint of the job was taken by a task "
+                 "Airflow still knows the duration of.")
+    else:
+        said += " Savepoint first adds a savepoint task's time: the job has no savepoint yet."
+    return f"<p class='meta rescale'>{said}</p>"
 
 
 def _checkpoints(job: JobOverview, tz) -> str:
+    if not job.checkpoints:
+        return (f"<h3>Checkpoints</h3><p class='meta checkpoints-none'>no checkpoint yet: trigger "
+                f"{_dag_link(job.dag_id)} (its run takes the job's first checkpoint), or run "
+                f"<code>lakestate run --job {html.escape(job.job_id)}</code></p>")
     rows = []
     for c in reversed(job.checkpoints):
         versions = " · ".join(f"{name} v{t.version}" for name, t in sorted(c.state.items())
@@ -269,8 +314,22 @@ def _graph(job: JobOverview) -> str:
     """Where the job's records flow: its sources, operators, sink and side outputs, an edge a row."""
     if not job.edges:
         return ""
-    return "<h3>Graph: where records flow</h3>" + _table(["from", "into"], [list(e) for e in job.edges], set(),
-                                                           "graph")
+    return "<h3>Graph: where records flow</h3>" + _table(["from", "into"], [[_paths_shortened(t) for t in e]
+                                                                             for e in job.edges], set(), "graph")
+
+
+# A path of the machine or a bucket's in an edge's text: it starts the text or follows a space or "(" (a sink's
+# "sinks/x" is the warehouse's, relative, and stays whole)
+_ABSOLUTE = re.compile(r"(?<![^\s(])((?:s3a?://|/)[^\s()]+)")
+
+
+def _paths_shortened(text: str) -> Html:
+    """An edge's text with each absolute path in it shortened as a savepoint's is (``_path``: its last two parts,
+    the whole on hover and on the copy button); the warehouse's relative sink paths stay as they are."""
+    if text.startswith("Kafka "):  # "topics /pattern/" is a topic pattern, not a path
+        return Html(html.escape(text))
+    parts = _ABSOLUTE.split(text)  # odd items are the paths
+    return Html("".join(_path(p) if i % 2 else html.escape(p) for i, p in enumerate(parts)))
 
 
 def _operators(job: JobOverview) -> str:
@@ -317,9 +376,13 @@ def _of_first(job: JobOverview) -> str:
     return f" (operator {html.escape(job.operators[0]['uid'])})" if job.operators else ""
 
 
-def job_section(job: JobOverview, tz=timezone.utc, dags: dict | None = None) -> str:
+def job_section(job: JobOverview, tz=timezone.utc, dags: dict | None = None,
+                task_seconds: dict | None = None) -> str:
+    """A job's section; ``dags``: ``dag_states``, ``task_seconds``: ``savepoint_task_seconds`` (both empty
+    without Airflow's database)."""
     dags = dags or {}
-    parts = [f"<section id='job-{html.escape(job.job_id)}'>", _header(job, dags), _graph(job)]
+    parts = [f"<section id='job-{html.escape(job.job_id)}'>", _header(job, dags), _rescale(job, task_seconds or {}),
+             _graph(job)]
     parts += [f"<p class='problem'>{html.escape(p)}</p>" for p in job.problems]
     parts += [_checkpoints(job, tz), _savepoints(job, tz), _compactions(job, tz, dags)]
     if job.latest is not None:
@@ -343,12 +406,37 @@ def dag_states(dag_ids: list[str]) -> dict[str, tuple[bool, str | None]]:
     return {dag_id: (bool(paused), description) for dag_id, paused, description in rows}
 
 
+def savepoint_task_seconds(runs: list[AirflowRun]) -> dict[tuple[str, str], float]:
+    """``(dag id, run id) -> seconds`` the savepoint task of each savepoint DAG run in ``runs`` took, from
+    Airflow's metadata database: what a person waits for, a Spark start included (the savepoint's own
+    ``seconds`` is only the copy); empty when the database cannot be read."""
+    keys = {(r.dag_id, r.run_id) for r in runs if r.dag_id == "lakestate_savepoint"}
+    if not keys:
+        return {}
+    try:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            rows = session.execute(select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.duration)
+                                   .where(TaskInstance.dag_id == "lakestate_savepoint",
+                                          TaskInstance.task_id == "savepoint",
+                                          TaskInstance.state == "success",
+                                          TaskInstance.run_id.in_([run for _, run in keys]))).all()
+    except Exception:  # noqa: BLE001 - the page shows without it
+        return {}
+    return {(dag_id, run_id): float(seconds) for dag_id, run_id, seconds in rows if seconds is not None}
+
+
 def fragment(tz_name: str | None = None, standalone: bool = False) -> str:
     """The page's body: what the React view shows inside the UI and the standalone page wraps."""
     tz = zone(tz_name)
     jobs, problems = job_overviews(Settings.load())
     dags = dag_states([j.dag_id for j in jobs] + [f"lakestate_{op}" for op in OPERATIONS])
-    body = "".join(job_section(j, tz, dags) for j in jobs) or "<p>No jobs registered yet: run a pipeline DAG.</p>"
+    seconds = savepoint_task_seconds([s.airflow_run for j in jobs for s in j.savepoints if s.airflow_run])
+    body = ("".join(job_section(j, tz, dags, seconds) for j in jobs)
+            or "<p>No jobs registered yet: run a pipeline DAG.</p>")
     named = "".join(f"<p class='problem'>{html.escape(p)}</p>" for p in problems)
     cls = "lakestate standalone" if standalone else "lakestate"
     return (f"<div class='{cls}' data-timezone='{html.escape(zone_name(tz))}'><style>{_STYLE}</style>"
