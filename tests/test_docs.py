@@ -301,3 +301,34 @@ def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path,
     assert "savepoint: {'ada': 3, 'bob': 1}" in said and "'main.count'" in said
     assert "latest checkpoint: {'ada': 3, 'bob': 1} ada: [{'value': 3}]" in said
 
+
+
+def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark_defaults_then_local(
+        tmp_path, monkeypatch):
+    """The master of ``lakestate run`` by hand (and of an Airflow task whose connection is not defined), as the
+    install and running pages say: ``--spark-master`` > ``LAKESTATE_SPARK_MASTER`` > ``spark.master`` of
+    ``$SPARK_CONF_DIR/spark-defaults.conf`` (else ``$SPARK_HOME/conf``'s) > ``local[*]``."""
+    from state_store.spark.session import spark_defaults, spark_master
+
+    monkeypatch.delenv("LAKESTATE_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "no-spark-here"))
+    assert spark_master() == "local[*]"
+    home = tmp_path / "spark-home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "spark-defaults.conf").write_text("spark.master=spark://home-master:7077\n")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    assert spark_master() == "spark://home-master:7077"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("# the cluster's\n\nspark.master        spark://master:7077\n"
+                                              "spark.driver.memory 3g\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))  # SPARK_CONF_DIR's file wins over SPARK_HOME's, as spark-submit
+    assert spark_defaults() == {"spark.master": "spark://master:7077", "spark.driver.memory": "3g"}
+    assert spark_master() == "spark://master:7077"
+    monkeypatch.setenv("LAKESTATE_SPARK_MASTER", "local[2]")
+    assert spark_master() == "local[2]"
+    assert spark_master("local[1]") == "local[1]"
+    for page in ("get-started/install.md", "operating/running.md"):
+        text = " ".join((DOCS / page).read_text().split())
+        assert "LAKESTATE_SPARK_MASTER" in text and "spark-defaults.conf" in text and "SPARK_CONF_DIR" in text, page

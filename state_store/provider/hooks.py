@@ -1,9 +1,10 @@
 """The ``lakestate_spark`` connection's hook: the Spark provider's ``spark-submit`` hook with what a Lakestate run
-needs filled in (the Delta jars, or Delta's Maven package when there are none; ``local[*]`` when the connection is
-not defined). Connections of the provider's own type ``spark`` work the same: the hook reads host, port and extras
-as the provider does, whatever the connection's type. A connection of the provider's type ``spark_connect``
-names a Spark Connect server instead (``spark_connect_url``): the pipeline's run then runs on it, with no
-``spark-submit``.
+needs filled in (the Delta jars, or Delta's Maven package when there are none; when the connection is not defined,
+the master ``lakestate run`` takes: ``$LAKESTATE_SPARK_MASTER``, else ``spark-defaults.conf``'s ``spark.master``,
+else ``local[*]``, where the provider's own default is ``yarn``). Connections of the provider's own type ``spark``
+work the same: the hook reads host, port and extras as the provider does, whatever the connection's type. A
+connection of the provider's type ``spark_connect`` names a Spark Connect server instead (``spark_connect_url``):
+the pipeline's run then runs on it, with no ``spark-submit``.
 """
 from __future__ import annotations
 
@@ -12,34 +13,13 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import DEFAULT_SPARK_BINARY, SparkSubmitHook
 
-LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
-
-
-def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
-    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars
-    (``state_store.spark.session.delta_jars``, with the S3 jars when the warehouse is on ``s3a://``); where they
-    are not on this machine (an installed package where ``lakestate jars`` has not run, no checkout and no
-    ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves through Ivy at every submit (from Maven
-    Central the first time; ~/.ivy2 caches them)."""
-    from state_store.spark.session import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
-
-    found = delta_jars()
-    s3 = wants_s3()
-    if s3 and not any("hadoop-aws" in j for j in found):
-        found += s3_jars()
-    jars = jars or ",".join(found) or None
-    wanted = [DELTA_PACKAGE] if "delta-spark" not in (jars or "") else []
-    if s3 and "hadoop-aws" not in (jars or ""):
-        wanted.append(S3_PACKAGE)
-    if wanted:
-        packages = ",".join([p for p in (packages or "").split(",") if p] + wanted)
-    return jars, packages
-
 
 class LakestateSparkHook(SparkSubmitHook):
     """Submits a Lakestate command with ``spark-submit`` (see ``SparkSubmitHook`` for every argument) to the
     master of connection ``conn_id``: its host (``local[*]``, ``spark://HOST`` with port 7077, ``yarn``,
-    ``k8s://https://HOST``) and port, its extras as the provider reads them; ``local[*]`` when it is not defined.
+    ``k8s://https://HOST``) and port, its extras as the provider reads them; when it is not defined,
+    ``state_store.spark.session.spark_master()`` (``$LAKESTATE_SPARK_MASTER``, spark-defaults' ``spark.master``,
+    ``local[*]``).
 For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run", ...]).submit(ENTRYPOINT)``.
     """
 
@@ -50,7 +30,7 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
 
     def __init__(self, *args: Any, conn_id: str = default_conn_name, jars: str | None = None,
                  packages: str | None = None, **kwargs: Any) -> None:
-        from state_store.spark.session import jars_conf
+        from state_store.spark.session import delta_submit_args, jars_conf
 
         jars, packages = delta_submit_args(jars, packages)
         placed = jars_conf(jars.split(",") if jars else [])
@@ -74,8 +54,11 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
         try:
             self.get_connection(self._conn_id)
         except AirflowNotFoundException:
-            self.log.info("connection %r is not defined: submitting to %s", self._conn_id, LOCAL_MASTER)
-            return {"master": LOCAL_MASTER, "queue": self._yarn_queue, "deploy_mode": self._deploy_mode,
+            from state_store.spark.session import spark_master
+
+            master = spark_master()  # $LAKESTATE_SPARK_MASTER, spark-defaults.conf's spark.master, local[*]
+            self.log.info("connection %r is not defined: submitting to %s", self._conn_id, master)
+            return {"master": master, "queue": self._yarn_queue, "deploy_mode": self._deploy_mode,
                     "spark_binary": self.spark_binary or DEFAULT_SPARK_BINARY, "namespace": None,
                     "principal": self._principal, "keytab": self._keytab}
         return super()._resolve_connection()
