@@ -332,3 +332,42 @@ def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark
     for page in ("get-started/install.md", "operating/running.md"):
         text = " ".join((DOCS / page).read_text().split())
         assert "LAKESTATE_SPARK_MASTER" in text and "spark-defaults.conf" in text and "SPARK_CONF_DIR" in text, page
+
+
+def test_lakestate_submit_prints_the_spark_submit_of_a_run_with_the_jars_the_master_and_the_packaged_entrypoint(
+        tmp_path, monkeypatch, capsys):
+    """``lakestate submit --print -- <run's arguments>`` (the running page's by-hand ``spark-submit``, for an
+    installed package as for a checkout): spark-submit with the master's choice, the Delta jars sessions find
+    (LAKESTATE_JARS here; on the workers' class paths with LAKESTATE_JARS_ON_WORKERS=1), this interpreter, and the
+    package's own ``entrypoint/main.py`` running ``run`` with the arguments; a bad argument of ``run`` is refused
+    before anything is printed or started. A real run of it, from the installed wheel: tests/test_package.py."""
+    import shlex
+
+    from state_store.cli import main
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("LAKESTATE_JARS", "/opt/jars/delta-spark_2.13-4.0.0.jar,/opt/jars/delta-storage-4.0.0.jar")
+    monkeypatch.setenv("LAKESTATE_SPARK_MASTER", "spark://master:7077")
+    monkeypatch.delenv("LAKESTATE_JARS_ON_WORKERS", raising=False)
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert main(["submit", "--print", "--driver-memory", "3g", "--conf", "spark.executor.memory=2g", "--",
+                 "--job", "clicks", "--max-microbatches", "2"]) == 0
+    command = shlex.split(capsys.readouterr().out)
+    assert Path(command[0]).name == "spark-submit"
+    entrypoint = ROOT / "state_store" / "entrypoint" / "main.py"
+    assert command[1:] == ["--master", "spark://master:7077", "--driver-memory", "3g",
+                           "--conf", "spark.executor.memory=2g",
+                           "--jars", "/opt/jars/delta-spark_2.13-4.0.0.jar,/opt/jars/delta-storage-4.0.0.jar",
+                           "--conf", f"spark.pyspark.python={sys.executable}", str(entrypoint),
+                           "run", "--job", "clicks", "--max-microbatches", "2"]
+    monkeypatch.setenv("LAKESTATE_JARS_ON_WORKERS", "1")
+    assert main(["submit", "--print", "--master", "local[2]", "--", "--job", "clicks"]) == 0
+    command = shlex.split(capsys.readouterr().out)
+    path = os.pathsep.join(os.environ["LAKESTATE_JARS"].split(","))
+    assert command[1:3] == ["--master", "local[2]"] and "--jars" not in command
+    assert f"spark.driver.extraClassPath={path}" in command and f"spark.executor.extraClassPath={path}" in command
+    with pytest.raises(SystemExit):  # argparse's usage error, as `lakestate run --bogus` gives
+        main(["submit", "--print", "--", "--job", "clicks", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert main(["submit", "--print"]) == 2
+    assert "give the arguments of `lakestate run` after --" in capsys.readouterr().err

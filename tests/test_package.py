@@ -193,3 +193,12 @@ def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and
     sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],
                           cwd=work, env=env, capture_output=True, text=True, check=True)
     assert sink.stdout.strip() == "[('a', 2), ('b', 1)]", sink
+    # The running page's by-hand spark-submit of an installed package: `lakestate submit -- <run's arguments>`
+    # submits the package's entrypoint with the fetched jars; the next run continues from the checkpoint.
+    (work / "input" / "p1.json").write_text('{"k": "a", "v": 4}\n{"k": "c", "v": 5}\n')
+    done = subprocess.run([lakestate, "submit", "--", "--job", "tiny"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "[lakestate] summary:" in done.stdout, done.stdout[-3000:] + done.stderr[-6000:]
+    sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],
+                          cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert sink.stdout.strip() == "[('a', 2), ('a', 3), ('b', 1), ('c', 1)]", sink
