@@ -371,3 +371,77 @@ def test_lakestate_submit_prints_the_spark_submit_of_a_run_with_the_jars_the_mas
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
     assert main(["submit", "--print"]) == 2
     assert "give the arguments of `lakestate run` after --" in capsys.readouterr().err
+
+
+def _page_code(text: str) -> list[str]:
+    """The code a page shows: the lines of its fenced blocks (any language but Python's, TOML's and YAML's) and
+    its inline code spans, each line or span on its own."""
+    parts = text.split("```")
+    code = []
+    for n, part in enumerate(parts):
+        if n % 2:  # a fenced block: its language line, then its lines
+            language, _, body = part.partition("\n")
+            if language.strip() not in ("python", "toml", "yaml", "json", "text"):
+                code += body.splitlines()
+        else:
+            code += re.findall(r"`([^`\n]+)`", part)
+    return code
+
+
+def _commands(line: str, name: str) -> list[str]:
+    """Each command of ``line`` that runs ``name`` (``scripts/x.sh``, ``lakestate``): what follows it up to the
+    end of that command (a comment, ``&&``, ``;``, ``|``, a closing parenthesis)."""
+    return [re.split(r"\s#|&&|;|\||\)", rest)[0].strip() for rest in re.split(
+        rf"(?:^|(?<=[\s(`$]))(?:bash\s+|source\s+|\.\s+)?{re.escape(name)}(?=\s|$)", line)[1:]]
+
+
+def _git_mode(path: str) -> str | None:
+    """The mode git gives ``path`` in a fresh clone (``100755``: its run bit), None outside a git checkout."""
+    done = subprocess.run(["git", "ls-files", "-s", path], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.split()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def test_every_command_a_page_shows_exists_can_be_run_and_takes_the_arguments_shown():
+    """Each ``scripts/<x>.sh`` a page (docs/, README.md) shows exists, has its run bit where it is run as a
+    command (not ``bash``/``source``d: a user would get "Permission denied"), and handles the subcommand or
+    option shown (a branch of its ``case``); each ``lakestate <subcommand>`` shown is one of the CLI's, with
+    options it takes (``lakestate <subcommand> --help`` lists them)."""
+    import argparse
+
+    from state_store.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    wrong = []
+    for page in pages:
+        where = page.relative_to(ROOT)
+        for line in _page_code(page.read_text()):
+            for script in sorted(set(re.findall(r"scripts/[\w.-]+\.sh", line))):
+                path = ROOT / script
+                if not path.is_file():
+                    wrong.append(f"{where}: {script} does not exist")
+                    continue
+                ran = re.search(rf"(?:^|[\s(`$&;|])(?<!bash )(?<!source )(?<!\. ){re.escape(script)}", line)
+                if ran and not (os.access(path, os.X_OK) and _git_mode(script) in ("100755", None)):
+                    wrong.append(f"{where}: {script} is run but has no run bit (git update-index --chmod=+x)")
+                for command in _commands(line, script):
+                    word = command.split()[0] if command.split() else ""
+                    if re.fullmatch(r"[a-z][a-z-]*|--[a-z-]+", word) and not re.search(
+                            rf"(?m)(^|[\s|(]){re.escape(word)}(\)|\|)", path.read_text()):
+                        wrong.append(f"{where}: {script} has no branch for {word!r} ({line.strip()!r})")
+            for command in _commands(line, "lakestate"):
+                words = command.split()
+                if not words or not re.fullmatch(r"[a-z]+", words[0]):
+                    continue  # `lakestate` named in prose, `lakestate[airflow]`, `lakestate --help`
+                sub = commands.choices.get(words[0])
+                if sub is None:
+                    wrong.append(f"{where}: lakestate {words[0]} is not a subcommand ({line.strip()!r})")
+                    continue
+                options = set(sub._option_string_actions)
+                unknown = [o for o in re.findall(r"(?<![\w-])--[a-z][a-z-]*", command.split(" -- ")[0])
+                           if o not in options]
+                if unknown:
+                    wrong.append(f"{where}: lakestate {words[0]} takes no {unknown} ({line.strip()!r})")
+    assert not wrong, "\n".join(wrong)
+    for name, sub in commands.choices.items():  # each subcommand's --help works without Spark
+        assert sub.format_help().startswith("usage: lakestate " + name), name
