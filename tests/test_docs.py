@@ -445,3 +445,63 @@ def test_every_command_a_page_shows_exists_can_be_run_and_takes_the_arguments_sh
     assert not wrong, "\n".join(wrong)
     for name, sub in commands.choices.items():  # each subcommand's --help works without Spark
         assert sub.format_help().startswith("usage: lakestate " + name), name
+
+
+def test_the_api_reference_pages_read_as_markdown_naming_each_export_its_methods_and_its_source_file():
+    """docs/reference/ reads on GitHub, where mkdocstrings' ``:::`` lines render as nothing: each page's table
+    names the classes and functions (every name ``state_store`` exports, on its page), methods each of them has,
+    and the file that defines them, which exists."""
+    import importlib
+
+    import state_store
+
+    listed = {}
+    for page, module_names in (("reference/state_store.md", ["state_store"]),
+                               ("reference/provider.md", ["state_store.provider.operators",
+                                                          "state_store.provider.hooks", "state_store.provider.dags"])):
+        text = (DOCS / page).read_text()
+        prose = [line for line in text.split(":::")[0].splitlines() if line.strip()]
+        assert len(prose) > 10, f"{page} has no text of its own above its ::: directives"
+        modules = [importlib.import_module(m) for m in module_names]
+        rows = [line for line in text.splitlines() if line.startswith("| `")]
+        for row in rows:
+            names, _, methods, source = [cell.strip() for cell in row.strip("|").split("|")]
+            objects = {}
+            for name in re.findall(r"`(\w+)`", names):
+                found = [getattr(m, name) for m in modules if hasattr(m, name)]
+                assert found, f"{page}: {name} is not in {module_names}"
+                objects[name] = found[0]
+                listed[name] = page
+            files = re.findall(r"`([^`]+)`", source)
+            assert files and all((ROOT / f).is_file() for f in files), f"{page}: {source}"
+            assert all(inspect.getsourcefile(o) and Path(inspect.getsourcefile(o)).resolve().relative_to(ROOT)
+                       .as_posix() in files for o in objects.values() if inspect.isclass(o) or inspect.isfunction(o)), (
+                f"{page}: {names} are not defined in {files}")
+            for span in re.findall(r"`([^`]+)`", methods):
+                owner = re.match(r"(\w+)\.(\w+)", span)
+                calls = [owner[2]] if owner and owner[1] in objects else re.findall(r"(?:^|/)([a-z_]\w*)(?=\(|/|$)",
+                                                                                    span)
+                for call in calls:
+                    if "(" not in span and "/" not in span and call not in ("submit",):
+                        continue  # an argument's name, not a method
+                    assert any(hasattr(o, call) for o in objects.values()), f"{page}: {names} have no {call}"
+    missing = [n for n in [*state_store.__all__, "SavepointReader", "SavepointWriter"]
+               if listed.get(n) != "reference/state_store.md"]
+    assert not missing, f"docs/reference/state_store.md does not name {missing}"
+
+
+def test_the_install_pages_short_steps_upgrade_pip_name_the_jars_folder_and_unpause_every_dag_lakestate_makes():
+    """docs/get-started/install.md: pip upgraded before the install (the bundled pip takes twice as long over
+    Airflow's tree), ``LAKESTATE_JARS_DIR`` among the workers' environment, and an ``airflow dags unpause`` of the
+    job's pipeline DAG and of each operation DAG: Airflow creates them paused, and a paused DAG runs nothing."""
+    from state_store.catalog.pipelines import OPERATION_DAG_IDS
+
+    text = (DOCS / "get-started/install.md").read_text()
+    short, details = text.split("## The details")
+    (install, unpause) = [b for b in page_blocks("get-started/install.md", "bash") if "pip install -c" in b
+                          or "dags unpause" in b]
+    assert install.index("pip install -U pip") < install.index("pip install -c constraints.txt")
+    assert "LAKESTATE_JARS_DIR" in short and "`LAKESTATE_JARS_DIR`" in details.split("**The environment of")[1]
+    shown = re.findall(r"airflow dags unpause (\S+)", unpause) + list(
+        re.findall(r"\band (lakestate_\w+), (lakestate_\w+)", unpause)[0])
+    assert shown[0] == "lakestate_first-job" and set(shown[1:]) == set(OPERATION_DAG_IDS), shown
