@@ -505,3 +505,43 @@ def test_the_install_pages_short_steps_upgrade_pip_name_the_jars_folder_and_unpa
     shown = re.findall(r"airflow dags unpause (\S+)", unpause) + list(
         re.findall(r"\band (lakestate_\w+), (lakestate_\w+)", unpause)[0])
     assert shown[0] == "lakestate_first-job" and set(shown[1:]) == set(OPERATION_DAG_IDS), shown
+
+
+def test_the_connection_type_is_lakestate_which_airflow_never_warns_of_and_the_old_lakestate_spark_still_works(
+        monkeypatch):
+    """Airflow warns at each use of a connection whose type holds '_' ("shall not contain '_' according to RFC3986",
+    three times a task) and turns a '-' of a URI's or JSON connection's type into '_': the type is ``lakestate``,
+    which survives both round trips and is never warned of; ``lakestate_spark``, its old name, is still a type the
+    provider gives (a hook of its own, the same submit), so existing connections keep working."""
+    import logging
+
+    from airflow.sdk.definitions.connection import Connection
+
+    from state_store.provider import get_provider_info, hooks
+
+    types = {t["connection-type"]: t["hook-class-name"] for t in get_provider_info()["connection-types"]}
+    assert types == {"lakestate": "state_store.provider.hooks.LakestateSparkHook",
+                     "lakestate_spark": "state_store.provider.hooks.LakestateSparkOldTypeHook"}
+    for conn_type, path in types.items():  # each hook declares the type the provider registers it under
+        hook = getattr(hooks, path.rsplit(".", 1)[1])
+        assert hook.conn_type == conn_type and issubclass(hook, hooks.LakestateSparkHook)
+    warned = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warned.append(record.getMessage())
+    logger = logging.getLogger(Connection.__module__)  # Airflow's logging may not propagate it to the root
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "disabled", False)
+    try:
+        connection = Connection(conn_id="lakestate_spark", conn_type="lakestate", host="spark://master", port=7077)
+        again = Connection.from_uri(connection.get_uri(), conn_id="lakestate_spark")
+        from_json = Connection.from_json(connection.as_json(), conn_id="lakestate_spark")
+        again.get_uri(), from_json.get_uri()
+        assert (again.conn_type, again.host, again.port) == ("lakestate", "spark://master", 7077)
+        assert from_json.conn_type == "lakestate" and not warned, warned
+        Connection.from_uri("lakestate-spark://master", conn_id="x").get_uri()  # the old name, or a hyphen
+        assert warned and "shall not contain '_'" in warned[0], warned
+    finally:
+        logger.removeHandler(handler)
+    for page in ("get-started/install.md", "operating/airflow.md"):
+        text = (DOCS / page).read_text()
+        assert "--conn-type lakestate " in text and "--conn-type lakestate_spark" not in text, page

@@ -1,10 +1,15 @@
-"""The ``lakestate_spark`` connection's hook: the Spark provider's ``spark-submit`` hook with what a Lakestate run
+"""The hook of connection type ``lakestate`` (and of its old name ``lakestate_spark``, which still works): the
+Spark provider's ``spark-submit`` hook with what a Lakestate run
 needs filled in (the Delta jars, or Delta's Maven package when there are none; when the connection is not defined,
 the master ``lakestate run`` takes: ``$LAKESTATE_SPARK_MASTER``, else ``spark-defaults.conf``'s ``spark.master``,
 else ``local[*]``, where the provider's own default is ``yarn``). Connections of the provider's own type ``spark``
 work the same: the hook reads host, port and extras as the provider does, whatever the connection's type. A
 connection of the provider's type ``spark_connect`` names a Spark Connect server instead (``spark_connect_url``):
 the pipeline's run then runs on it, with no ``spark-submit``.
+
+The type is ``lakestate``: Airflow warns, at every use of a connection (three times a task), that a type holding
+'_' is not a URI scheme (RFC 3986), and it turns a '-' of a URI's or a JSON connection's type into '_', so a
+type spelled with either would be warned about. The connection's id stays ``lakestate_spark``.
 """
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from typing import Any
 
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import DEFAULT_SPARK_BINARY, SparkSubmitHook
+
+
+CONN_TYPE = "lakestate"  # no '_' (Airflow warns of it) and no '-' (Airflow makes it a '_')
+OLD_CONN_TYPE = "lakestate_spark"  # the type's name before: connections of it keep working
 
 
 class LakestateSparkHook(SparkSubmitHook):
@@ -25,7 +34,7 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
 
     conn_name_attr = "conn_id"
     default_conn_name = "lakestate_spark"
-    conn_type = "lakestate_spark"
+    conn_type = CONN_TYPE
     hook_name = "Lakestate Spark"
 
     def __init__(self, *args: Any, conn_id: str = default_conn_name, jars: str | None = None,
@@ -62,6 +71,15 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
                     "spark_binary": self.spark_binary or DEFAULT_SPARK_BINARY, "namespace": None,
                     "principal": self._principal, "keytab": self._keytab}
         return super()._resolve_connection()
+
+
+class LakestateSparkOldTypeHook(LakestateSparkHook):
+    """``LakestateSparkHook`` for connections of the type's old name, ``lakestate_spark``: they work as before
+    (Airflow warns of the '_' in their type at each use; give the connection type ``lakestate`` to be rid of
+    it)."""
+
+    conn_type = OLD_CONN_TYPE
+    hook_name = "Lakestate Spark (old type name: use Lakestate Spark)"
 
 
 def spark_connect_url(conn_id: str) -> str | None:
