@@ -326,6 +326,10 @@ def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf))  # SPARK_CONF_DIR's file wins over SPARK_HOME's, as spark-submit
     assert spark_defaults() == {"spark.master": "spark://master:7077", "spark.driver.memory": "3g"}
     assert spark_master() == "spark://master:7077"
+    from state_store.provider.hooks import LakestateSparkHook
+
+    # An Airflow task's spark-submit without the lakestate_spark connection: the same choice, not local[*]
+    assert LakestateSparkHook(conn_id="lakestate_nowhere")._connection["master"] == "spark://master:7077"
     monkeypatch.setenv("LAKESTATE_SPARK_MASTER", "local[2]")
     assert spark_master() == "local[2]"
     assert spark_master("local[1]") == "local[1]"
