@@ -476,7 +476,8 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--master", default=None,
                    help="Spark's master (default: $LAKESTATE_SPARK_MASTER, else spark.master of "
                         "spark-defaults.conf, else local[*])")
-    p.add_argument("--driver-memory", default=None, help="the driver's memory, e.g. 4g (default: spark-defaults.conf's)")
+    p.add_argument("--driver-memory", default=None,
+                   help="the driver's memory, e.g. 4g (default: spark-defaults.conf's)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property (repeatable)")
     p.add_argument("run_args", nargs=argparse.REMAINDER, metavar="-- RUN ARGS",
                    help="the arguments of `lakestate run`, after --: --job <job> [--max-microbatches N] ...")

@@ -406,16 +406,16 @@ def _git_mode(path: str) -> str | None:
 
 
 def test_every_command_a_page_shows_exists_can_be_run_and_takes_the_arguments_shown():
-    """Each ``scripts/<x>.sh`` a page (docs/, README.md) shows exists, has its run bit where it is run as a
-    command (not ``bash``/``source``d: a user would get "Permission denied"), and handles the subcommand or
-    option shown (a branch of its ``case``); each ``lakestate <subcommand>`` shown is one of the CLI's, with
-    options it takes (``lakestate <subcommand> --help`` lists them)."""
+    """Each ``scripts/<x>.sh`` a page (docs/, README.md, docker/README.md) shows exists, has its run bit where it
+    is run as a command (not ``bash``/``source``d: a user would get "Permission denied"), and handles the
+    subcommand or option shown (a branch of its ``case``); each ``lakestate <subcommand>`` shown is one of the
+    CLI's, with options it takes (``lakestate <subcommand> --help`` lists them)."""
     import argparse
 
     from state_store.cli import build_parser
 
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md", ROOT / "docker" / "README.md"]  # docker/: a snippet
     wrong = []
     for page in pages:
         where = page.relative_to(ROOT)
