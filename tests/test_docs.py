@@ -370,6 +370,15 @@ def test_lakestate_submit_prints_the_spark_submit_of_a_run_with_the_jars_the_mas
     path = os.pathsep.join(os.environ["LAKESTATE_JARS"].split(","))
     assert command[1:3] == ["--master", "local[2]"] and "--jars" not in command
     assert f"spark.driver.extraClassPath={path}" in command and f"spark.executor.extraClassPath={path}" in command
+    (block,) = [b for b in page_blocks("operating/running.md", "bash") if b.startswith("lakestate submit --print")]
+    shown, printed = block.splitlines()[0], " ".join(line.lstrip("# ") for line in block.splitlines()[1:])
+    monkeypatch.delenv("LAKESTATE_SPARK_MASTER")
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)  # no spark-defaults.conf of this machine's
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "no-spark-home"))
+    assert main(shlex.split(shown)[1:]) == 0  # the page's line, as it is: what it prints is what the page says
+    command = shlex.split(capsys.readouterr().out)
+    assert command[1:3] == ["--master", "local[*]"] == shlex.split(printed)[1:3]
+    assert command[-5:] == shlex.split(printed)[-5:] == ["run", "--job", "counts", "--max-microbatches", "10"]
     with pytest.raises(SystemExit):  # argparse's usage error, as `lakestate run --bogus` gives
         main(["submit", "--print", "--", "--job", "clicks", "--bogus"])
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
