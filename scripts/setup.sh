@@ -20,13 +20,15 @@ fi
 INSTALLER=pip==26.3
 FAST_INSTALLER=uv==0.13.9
 install_packages() {
-  if [ ! -f "$STAMP" ] || ! cat requirements.txt pyproject.toml | cmp -s - "$STAMP"; then
+  if [ ! -f "$STAMP" ] || ! cat requirements.txt constraints.txt pyproject.toml | cmp -s - "$STAMP"; then
     echo "[setup] installing pinned packages (requirements.txt)"
     export PIP_CACHE_DIR="$ROOT/.cache/pip" UV_CACHE_DIR="$ROOT/.cache/uv" PIP_DISABLE_PIP_VERSION_CHECK=1
     .venv/bin/python -m pip install -q "$INSTALLER" "$FAST_INSTALLER"
-    .venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -r requirements.txt
+    # constraints.txt holds the whole tree the suite ran with (scripts/constraints.py writes it from this .venv):
+    # a fresh clone gets that tree, not what is newest on the day.
+    .venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -r requirements.txt -c constraints.txt
     PYTHONWARNINGS=ignore .venv/bin/pip install -q --no-deps -e .  # setuptools warns of editable installs
-    cat requirements.txt pyproject.toml > "$STAMP"
+    cat requirements.txt constraints.txt pyproject.toml > "$STAMP"
   fi
 }
 fetch_jars() {  # Maven Central's jars, fetched while pip installs (both mostly wait on the network)

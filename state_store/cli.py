@@ -3,6 +3,7 @@
     lakestate register demo.clicks:job
     lakestate jobs
     lakestate run --job clicks [--max-microbatches N] [--max-records N]
+    lakestate submit [--print] [--master M] [--driver-memory 2g] [--conf K=V ...] -- --job clicks [...]
     lakestate checkpoints --job clicks
     lakestate state --job clicks --state events (--key 42 | --key-file PATH|-)
                     [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
@@ -168,6 +169,55 @@ def _run(args, settings: Settings):
                         remote=args.remote, job_id=args.job)
     return run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
                    lease_wait_s=args.wait_for_lease), entry
+
+
+def submit_command(run_args: list[str], master: str | None = None, driver_memory: str | None = None,
+                   conf: list[str] | None = None) -> list[str]:
+    """The ``spark-submit`` command of ``lakestate run <run_args>`` by hand: this installation's ``spark-submit``
+    (beside the interpreter, else on ``PATH``), the master (``spark_master``: ``master``, $LAKESTATE_SPARK_MASTER,
+    spark-defaults.conf's, ``local[*]``), the Delta jars as sessions find them (``LAKESTATE_JARS``, a checkout's
+    .cache/jars, ``lakestate jars``' folder; else Delta's package through Ivy), this interpreter for the driver
+    and the executors (unless PYSPARK_PYTHON names one), and the package's own entrypoint, as Airflow's tasks
+    submit it."""
+    import shutil
+
+    from .spark.session import delta_submit_args, jars_conf, spark_master
+
+    beside = Path(sys.executable).parent / "spark-submit"
+    binary = str(beside) if beside.is_file() else shutil.which("spark-submit") or "spark-submit"
+    command = [binary, "--master", spark_master(master)]
+    if driver_memory:
+        command += ["--driver-memory", driver_memory]
+    for item in conf or []:
+        if "=" not in item:
+            raise ConfigError(f"--conf takes KEY=VALUE (a Spark property), got {item!r}")
+        command += ["--conf", item]
+    jars, packages = delta_submit_args(None, None)
+    for key, value in jars_conf(jars.split(",") if jars else []).items():
+        command += ["--jars", value] if key == "spark.jars" else ["--conf", f"{key}={value}"]
+    if packages:
+        command += ["--packages", packages]
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    command += ["--conf", f"spark.pyspark.python={python}"]
+    return [*command, str(Path(__file__).resolve().parent / "entrypoint" / "main.py"), "run", *run_args]
+
+
+def cmd_submit(args, settings: Settings) -> int:
+    import shlex
+    import subprocess
+
+    run_args = [a for a in args.run_args if a != "--"] if args.run_args[:1] == ["--"] else list(args.run_args)
+    if not run_args:
+        raise ConfigError("give the arguments of `lakestate run` after --: lakestate submit -- --job <job>")
+    for flag, value in (("--warehouse", args.warehouse), ("--root", args.root), ("--savepoints", args.savepoints)):
+        if value and flag not in run_args:
+            run_args += [flag, value]
+    build_parser().parse_args(["run", *run_args])  # a bad argument of `run` is said now, before any JVM starts
+    command = submit_command(run_args, args.master, args.driver_memory, args.conf)
+    if args.print:
+        print(shlex.join(command))
+        return 0
+    return subprocess.run(command, check=False).returncode
 
 
 def _key_text(args) -> str:
@@ -459,6 +509,20 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--lease-timeout", type=float, default=60.0,
                    help="seconds of this run's silence after which another run may take the job over (> 0)")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("submit", parents=[common],
+                       help="run `lakestate run` under spark-submit, with the Delta jars and the package's "
+                            "entrypoint (--print: print the command instead)",
+                       description="lakestate submit [options] -- <the arguments of lakestate run>")
+    p.add_argument("--print", action="store_true", help="print the spark-submit command instead of running it")
+    p.add_argument("--master", default=None,
+                   help="Spark's master (default: $LAKESTATE_SPARK_MASTER, else spark.master of "
+                        "spark-defaults.conf, else local[*])")
+    p.add_argument("--driver-memory", default=None,
+                   help="the driver's memory, e.g. 4g (default: spark-defaults.conf's)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property (repeatable)")
+    p.add_argument("run_args", nargs=argparse.REMAINDER, metavar="-- RUN ARGS",
+                   help="the arguments of `lakestate run`, after --: --job <job> [--max-microbatches N] ...")
+    p.set_defaults(func=cmd_submit)
     p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
     p.add_argument("--job", required=True)
     p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")

@@ -127,7 +127,10 @@ class ChainSpec:
         own = sorted(set(changes) - set(JOB_WIDE))
         if own:
             raise ConfigError(f"job {self.job_id!r} has {len(self.operators)} operators, each with its own {own}: set "
-                              f"them on each operator's process(...) in the dataflow, not for the whole job")
+                              f"them on each operator's process(..., parallelism=N) in the dataflow, or change one "
+                              f"with `lakestate rescale {self.job_id} --operator UID --parallelism N`; not for the "
+                              f"whole job (remove {', '.join(own)} from its pipeline registry entry "
+                              f"[jobs.{self.job_id}])")
         return ChainSpec([replace(op, **changes) for op in self.operators], self.sinks)
 
     def validate(self) -> "ChainSpec":

@@ -191,9 +191,21 @@ def test_two_writers_of_one_table_however_spelled_are_refused_naming_both_before
     assert not (lake.settings.warehouse / "sinks").exists() and not JobCatalog(lake.settings).ids()
 
 
-def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_path):
+def test_an_operators_own_parallelism_is_not_overridden_for_the_whole_job(tmp_path, monkeypatch, capsys):
+    """Nor by the pipeline registry: an entry of a dataflow of several operators that sets ``parallelism`` is
+    refused at its run, before Spark starts, naming the entry and the two ways to set an operator's."""
+    from state_store.cli import main
+
     with pytest.raises(ConfigError, match="each with its own"):
         dataflow(tmp_path).with_overrides(parallelism=4)
+    registry = tmp_path / "lakestate.toml"
+    registry.write_text('[jobs.sessions-per-country]\nentrypoint = "demo.sessions_per_country:job"\n'
+                        'parallelism = 3\n')
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    assert main(["run", "--job", "sessions-per-country", "--registry", str(registry)]) == 2
+    err = capsys.readouterr().err
+    assert "remove parallelism from its pipeline registry entry [jobs.sessions-per-country]" in err, err
+    assert "process(..., parallelism=N)" in err and "--operator UID --parallelism N" in err, err
 
 
 # -- runs ----------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What the package declares is what its code imports (no JVM): every third-party import of ``state_store/`` is a
 dependency of pyproject.toml (the core ones, or the extra its module or import belongs to), so an installed wheel
 never stops on a ModuleNotFoundError; and ``constraints.txt``, the file the README passes to ``pip install -c``,
-is ``requirements.txt`` as pip accepts it in a constraints file."""
+is ``requirements.txt`` as pip accepts it in a constraints file, then the rest of the tree the suite runs on."""
 from __future__ import annotations
 
 import ast
@@ -71,14 +71,24 @@ def test_every_third_party_import_of_state_store_is_a_declared_dependency_of_the
     assert not undeclared, "imported but not declared in pyproject.toml:\n" + "\n".join(undeclared)
 
 
-def _without_extras(text: str) -> str:
-    return re.sub(r"\[[^\]]*\]", "", text)
-
-
-def test_constraints_txt_is_requirements_txt_without_the_extras_pip_refuses_in_constraints():
-    constraints = (REPO / "constraints.txt").read_text()
-    header, _, body = constraints.partition("\n\n")
-    assert header.startswith("#") and body == _without_extras((REPO / "requirements.txt").read_text()), (
-        "constraints.txt must be its header, a blank line, then requirements.txt with every `[extra]` removed: "
-        "regenerate it after editing requirements.txt")
-    assert "[" not in body
+def test_constraints_txt_is_requirements_txt_then_the_whole_tree_the_suite_runs_on():
+    """constraints.txt is what scripts/constraints.py writes: requirements.txt, the project's own pins, without the
+    extras pip refuses in constraints, then every other distribution of this environment (the suite's .venv) at
+    its version, so ``pip install -c constraints.txt`` gives a user Airflow's tree as tested (a user once got
+    SQLAlchemy 2.1, under which every ``airflow`` command warns); and no SQLAlchemy of 2.1 or later."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import constraints
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    requirements = (REPO / "requirements.txt").read_text()
+    text = (REPO / "constraints.txt").read_text()
+    expected = constraints.constraints_text(requirements, constraints.installed())
+    body = text.partition("\n\n")[2]
+    assert body.startswith(constraints.without_extras(requirements)) and "[" not in body.split("\n# The rest")[0]
+    assert text == expected, (
+        "constraints.txt is not requirements.txt and this environment's tree: after editing requirements.txt, "
+        "install it (scripts/setup.sh) and run `.venv/bin/python scripts/constraints.py`; differing pins: "
+        + str(sorted(set(text.splitlines()) ^ set(expected.splitlines()))[:20]))
+    (sqlalchemy,) = re.findall(r"(?m)^sqlalchemy==(\d+)\.(\d+)", text)
+    assert tuple(map(int, sqlalchemy)) < (2, 1), "Airflow 3.1 warns at every command under SQLAlchemy 2.1"

@@ -301,3 +301,260 @@ def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path,
     assert "savepoint: {'ada': 3, 'bob': 1}" in said and "'main.count'" in said
     assert "latest checkpoint: {'ada': 3, 'bob': 1} ada: [{'value': 3}]" in said
 
+
+
+def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark_defaults_then_local(
+        tmp_path, monkeypatch):
+    """The master of ``lakestate run`` by hand (and of an Airflow task whose connection is not defined), as the
+    install and running pages say: ``--spark-master`` > ``LAKESTATE_SPARK_MASTER`` > ``spark.master`` of
+    ``$SPARK_CONF_DIR/spark-defaults.conf`` (else ``$SPARK_HOME/conf``'s) > ``local[*]``."""
+    from state_store.spark.session import spark_defaults, spark_master
+
+    monkeypatch.delenv("LAKESTATE_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "no-spark-here"))
+    assert spark_master() == "local[*]"
+    home = tmp_path / "spark-home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "spark-defaults.conf").write_text("spark.master=spark://home-master:7077\n")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    assert spark_master() == "spark://home-master:7077"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("# the cluster's\n\nspark.master        spark://master:7077\n"
+                                              "spark.driver.memory 3g\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))  # SPARK_CONF_DIR's file wins over SPARK_HOME's, as spark-submit
+    assert spark_defaults() == {"spark.master": "spark://master:7077", "spark.driver.memory": "3g"}
+    assert spark_master() == "spark://master:7077"
+    from state_store.provider.hooks import LakestateSparkHook
+
+    # An Airflow task's spark-submit without the lakestate_spark connection: the same choice, not local[*]
+    assert LakestateSparkHook(conn_id="lakestate_nowhere")._connection["master"] == "spark://master:7077"
+    monkeypatch.setenv("LAKESTATE_SPARK_MASTER", "local[2]")
+    assert spark_master() == "local[2]"
+    assert spark_master("local[1]") == "local[1]"
+    for page in ("get-started/install.md", "operating/running.md"):
+        text = " ".join((DOCS / page).read_text().split())
+        assert "LAKESTATE_SPARK_MASTER" in text and "spark-defaults.conf" in text and "SPARK_CONF_DIR" in text, page
+
+
+def test_lakestate_submit_prints_the_spark_submit_of_a_run_with_the_jars_the_master_and_the_packaged_entrypoint(
+        tmp_path, monkeypatch, capsys):
+    """``lakestate submit --print -- <run's arguments>`` (the running page's by-hand ``spark-submit``, for an
+    installed package as for a checkout): spark-submit with the master's choice, the Delta jars sessions find
+    (LAKESTATE_JARS here; on the workers' class paths with LAKESTATE_JARS_ON_WORKERS=1), this interpreter, and the
+    package's own ``entrypoint/main.py`` running ``run`` with the arguments; a bad argument of ``run`` is refused
+    before anything is printed or started. A real run of it, from the installed wheel: tests/test_package.py."""
+    import shlex
+
+    from state_store.cli import main
+
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("LAKESTATE_JARS", "/opt/jars/delta-spark_2.13-4.0.0.jar,/opt/jars/delta-storage-4.0.0.jar")
+    monkeypatch.setenv("LAKESTATE_SPARK_MASTER", "spark://master:7077")
+    monkeypatch.delenv("LAKESTATE_JARS_ON_WORKERS", raising=False)
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert main(["submit", "--print", "--driver-memory", "3g", "--conf", "spark.executor.memory=2g", "--",
+                 "--job", "clicks", "--max-microbatches", "2"]) == 0
+    command = shlex.split(capsys.readouterr().out)
+    assert Path(command[0]).name == "spark-submit"
+    entrypoint = ROOT / "state_store" / "entrypoint" / "main.py"
+    assert command[1:] == ["--master", "spark://master:7077", "--driver-memory", "3g",
+                           "--conf", "spark.executor.memory=2g",
+                           "--jars", "/opt/jars/delta-spark_2.13-4.0.0.jar,/opt/jars/delta-storage-4.0.0.jar",
+                           "--conf", f"spark.pyspark.python={sys.executable}", str(entrypoint),
+                           "run", "--job", "clicks", "--max-microbatches", "2"]
+    monkeypatch.setenv("LAKESTATE_JARS_ON_WORKERS", "1")
+    assert main(["submit", "--print", "--master", "local[2]", "--", "--job", "clicks"]) == 0
+    command = shlex.split(capsys.readouterr().out)
+    path = os.pathsep.join(os.environ["LAKESTATE_JARS"].split(","))
+    assert command[1:3] == ["--master", "local[2]"] and "--jars" not in command
+    assert f"spark.driver.extraClassPath={path}" in command and f"spark.executor.extraClassPath={path}" in command
+    (block,) = [b for b in page_blocks("operating/running.md", "bash") if b.startswith("lakestate submit --print")]
+    shown, printed = block.splitlines()[0], " ".join(line.lstrip("# ") for line in block.splitlines()[1:])
+    monkeypatch.delenv("LAKESTATE_SPARK_MASTER")
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)  # no spark-defaults.conf of this machine's
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "no-spark-home"))
+    assert main(shlex.split(shown)[1:]) == 0  # the page's line, as it is: what it prints is what the page says
+    command = shlex.split(capsys.readouterr().out)
+    assert command[1:3] == ["--master", "local[*]"] == shlex.split(printed)[1:3]
+    assert command[-5:] == shlex.split(printed)[-5:] == ["run", "--job", "counts", "--max-microbatches", "10"]
+    with pytest.raises(SystemExit):  # argparse's usage error, as `lakestate run --bogus` gives
+        main(["submit", "--print", "--", "--job", "clicks", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert main(["submit", "--print"]) == 2
+    assert "give the arguments of `lakestate run` after --" in capsys.readouterr().err
+
+
+def _page_code(text: str) -> list[str]:
+    """The code a page shows: the lines of its fenced blocks (any language but Python's, TOML's and YAML's) and
+    its inline code spans, each line or span on its own."""
+    parts = text.split("```")
+    code = []
+    for n, part in enumerate(parts):
+        if n % 2:  # a fenced block: its language line, then its lines
+            language, _, body = part.partition("\n")
+            if language.strip() not in ("python", "toml", "yaml", "json", "text"):
+                code += body.splitlines()
+        else:
+            code += re.findall(r"`([^`\n]+)`", part)
+    return code
+
+
+def _commands(line: str, name: str) -> list[str]:
+    """Each command of ``line`` that runs ``name`` (``scripts/x.sh``, ``lakestate``): what follows it up to the
+    end of that command (a comment, ``&&``, ``;``, ``|``, a closing parenthesis)."""
+    return [re.split(r"\s#|&&|;|\||\)", rest)[0].strip() for rest in re.split(
+        rf"(?:^|(?<=[\s(`$]))(?:bash\s+|source\s+|\.\s+)?{re.escape(name)}(?=\s|$)", line)[1:]]
+
+
+def _git_mode(path: str) -> str | None:
+    """The mode git gives ``path`` in a fresh clone (``100755``: its run bit), None outside a git checkout."""
+    done = subprocess.run(["git", "ls-files", "-s", path], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.split()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def test_every_command_a_page_shows_exists_can_be_run_and_takes_the_arguments_shown():
+    """Each ``scripts/<x>.sh`` a page (docs/, README.md, docker/README.md) shows exists, has its run bit where it
+    is run as a command (not ``bash``/``source``d: a user would get "Permission denied"), and handles the
+    subcommand or option shown (a branch of its ``case``); each ``lakestate <subcommand>`` shown is one of the
+    CLI's, with options it takes (``lakestate <subcommand> --help`` lists them)."""
+    import argparse
+
+    from state_store.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md", ROOT / "docker" / "README.md"]  # docker/: a snippet
+    wrong = []
+    for page in pages:
+        where = page.relative_to(ROOT)
+        for line in _page_code(page.read_text()):
+            for script in sorted(set(re.findall(r"scripts/[\w.-]+\.sh", line))):
+                path = ROOT / script
+                if not path.is_file():
+                    wrong.append(f"{where}: {script} does not exist")
+                    continue
+                ran = re.search(rf"(?:^|[\s(`$&;|])(?<!bash )(?<!source )(?<!\. ){re.escape(script)}", line)
+                if ran and not (os.access(path, os.X_OK) and _git_mode(script) in ("100755", None)):
+                    wrong.append(f"{where}: {script} is run but has no run bit (git update-index --chmod=+x)")
+                for command in _commands(line, script):
+                    word = command.split()[0] if command.split() else ""
+                    if re.fullmatch(r"[a-z][a-z-]*|--[a-z-]+", word) and not re.search(
+                            rf"(?m)(^|[\s|(]){re.escape(word)}(\)|\|)", path.read_text()):
+                        wrong.append(f"{where}: {script} has no branch for {word!r} ({line.strip()!r})")
+            for command in _commands(line, "lakestate"):
+                words = command.split()
+                if not words or not re.fullmatch(r"[a-z]+", words[0]):
+                    continue  # `lakestate` named in prose, `lakestate[airflow]`, `lakestate --help`
+                sub = commands.choices.get(words[0])
+                if sub is None:
+                    wrong.append(f"{where}: lakestate {words[0]} is not a subcommand ({line.strip()!r})")
+                    continue
+                options = set(sub._option_string_actions)
+                unknown = [o for o in re.findall(r"(?<![\w-])--[a-z][a-z-]*", command.split(" -- ")[0])
+                           if o not in options]
+                if unknown:
+                    wrong.append(f"{where}: lakestate {words[0]} takes no {unknown} ({line.strip()!r})")
+    assert not wrong, "\n".join(wrong)
+    for name, sub in commands.choices.items():  # each subcommand's --help works without Spark
+        assert sub.format_help().startswith("usage: lakestate " + name), name
+
+
+def test_the_api_reference_pages_read_as_markdown_naming_each_export_its_methods_and_its_source_file():
+    """docs/reference/ reads on GitHub, where mkdocstrings' ``:::`` lines render as nothing: each page's table
+    names the classes and functions (every name ``state_store`` exports, on its page), methods each of them has,
+    and the file that defines them, which exists."""
+    import importlib
+
+    import state_store
+
+    listed = {}
+    for page, module_names in (("reference/state_store.md", ["state_store"]),
+                               ("reference/provider.md", ["state_store.provider.operators",
+                                                          "state_store.provider.hooks", "state_store.provider.dags"])):
+        text = (DOCS / page).read_text()
+        prose = [line for line in text.split(":::")[0].splitlines() if line.strip()]
+        assert len(prose) > 10, f"{page} has no text of its own above its ::: directives"
+        modules = [importlib.import_module(m) for m in module_names]
+        rows = [line for line in text.splitlines() if line.startswith("| `")]
+        for row in rows:
+            names, _, methods, source = [cell.strip() for cell in row.strip("|").split("|")]
+            objects = {}
+            for name in re.findall(r"`(\w+)`", names):
+                found = [getattr(m, name) for m in modules if hasattr(m, name)]
+                assert found, f"{page}: {name} is not in {module_names}"
+                objects[name] = found[0]
+                listed[name] = page
+            files = re.findall(r"`([^`]+)`", source)
+            assert files and all((ROOT / f).is_file() for f in files), f"{page}: {source}"
+            assert all(inspect.getsourcefile(o) and Path(inspect.getsourcefile(o)).resolve().relative_to(ROOT)
+                       .as_posix() in files for o in objects.values() if inspect.isclass(o) or inspect.isfunction(o)), (
+                f"{page}: {names} are not defined in {files}")
+            for span in re.findall(r"`([^`]+)`", methods):
+                owner = re.match(r"(\w+)\.(\w+)", span)
+                calls = [owner[2]] if owner and owner[1] in objects else re.findall(r"(?:^|/)([a-z_]\w*)(?=\(|/|$)",
+                                                                                    span)
+                for call in calls:
+                    if "(" not in span and "/" not in span and call not in ("submit",):
+                        continue  # an argument's name, not a method
+                    assert any(hasattr(o, call) for o in objects.values()), f"{page}: {names} have no {call}"
+    missing = [n for n in [*state_store.__all__, "SavepointReader", "SavepointWriter"]
+               if listed.get(n) != "reference/state_store.md"]
+    assert not missing, f"docs/reference/state_store.md does not name {missing}"
+
+
+def test_the_install_pages_short_steps_upgrade_pip_name_the_jars_folder_and_unpause_every_dag_lakestate_makes():
+    """docs/get-started/install.md: pip upgraded before the install (the bundled pip takes twice as long over
+    Airflow's tree), ``LAKESTATE_JARS_DIR`` among the workers' environment, and an ``airflow dags unpause`` of the
+    job's pipeline DAG and of each operation DAG: Airflow creates them paused, and a paused DAG runs nothing."""
+    from state_store.catalog.pipelines import OPERATION_DAG_IDS
+
+    text = (DOCS / "get-started/install.md").read_text()
+    short, details = text.split("## The details")
+    (install, unpause) = [b for b in page_blocks("get-started/install.md", "bash") if "pip install -c" in b
+                          or "dags unpause" in b]
+    assert install.index("pip install -U pip") < install.index("pip install -c constraints.txt")
+    assert "LAKESTATE_JARS_DIR" in short and "`LAKESTATE_JARS_DIR`" in details.split("**The environment of")[1]
+    shown = re.findall(r"airflow dags unpause (\S+)", unpause) + list(
+        re.findall(r"\band (lakestate_\w+), (lakestate_\w+)", unpause)[0])
+    assert shown[0] == "lakestate_first-job" and set(shown[1:]) == set(OPERATION_DAG_IDS), shown
+
+
+def test_the_connection_type_is_lakestate_which_airflow_never_warns_of_and_the_old_lakestate_spark_still_works(
+        monkeypatch):
+    """Airflow warns at each use of a connection whose type holds '_' ("shall not contain '_' according to RFC3986",
+    three times a task) and turns a '-' of a URI's or JSON connection's type into '_': the type is ``lakestate``,
+    which survives both round trips and is never warned of; ``lakestate_spark``, its old name, is still a type the
+    provider gives (a hook of its own, the same submit), so existing connections keep working."""
+    import logging
+
+    from airflow.sdk.definitions.connection import Connection
+
+    from state_store.provider import get_provider_info, hooks
+
+    types = {t["connection-type"]: t["hook-class-name"] for t in get_provider_info()["connection-types"]}
+    assert types == {"lakestate": "state_store.provider.hooks.LakestateSparkHook",
+                     "lakestate_spark": "state_store.provider.hooks.LakestateSparkOldTypeHook"}
+    for conn_type, path in types.items():  # each hook declares the type the provider registers it under
+        hook = getattr(hooks, path.rsplit(".", 1)[1])
+        assert hook.conn_type == conn_type and issubclass(hook, hooks.LakestateSparkHook)
+    warned = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warned.append(record.getMessage())
+    logger = logging.getLogger(Connection.__module__)  # Airflow's logging may not propagate it to the root
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "disabled", False)
+    try:
+        connection = Connection(conn_id="lakestate_spark", conn_type="lakestate", host="spark://master", port=7077)
+        again = Connection.from_uri(connection.get_uri(), conn_id="lakestate_spark")
+        from_json = Connection.from_json(connection.as_json(), conn_id="lakestate_spark")
+        again.get_uri(), from_json.get_uri()
+        assert (again.conn_type, again.host, again.port) == ("lakestate", "spark://master", 7077)
+        assert from_json.conn_type == "lakestate" and not warned, warned
+        Connection.from_uri("lakestate-spark://master", conn_id="x").get_uri()  # the old name, or a hyphen
+        assert warned and "shall not contain '_'" in warned[0], warned
+    finally:
+        logger.removeHandler(handler)
+    for page in ("get-started/install.md", "operating/airflow.md"):
+        text = (DOCS / page).read_text()
+        assert "--conn-type lakestate " in text and "--conn-type lakestate_spark" not in text, page

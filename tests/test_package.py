@@ -1,6 +1,6 @@
 """Lakestate installs into an Airflow like any provider: the built wheel, installed into a fresh virtualenv with
 Airflow and the Spark provider (``-c constraints.txt``, as the README says), gives the library, the CLI, the
-operators and the ``lakestate_spark`` connection type (ProvidersManager) and the Lakestate page (plugins manager),
+operators and the ``lakestate`` connection type (ProvidersManager) and the Lakestate page (plugins manager),
 with the repository on no path: the checks run in a folder outside it with no PYTHONPATH. And it runs a job: a
 module of a folder of its own registered, run by the installed ``lakestate`` and its sink read (one wheel and one
 virtualenv serve both tests).
@@ -54,9 +54,11 @@ CHECKS = textwrap.dedent("""
     from airflow.providers_manager import ProvidersManager
     manager = ProvidersManager()
     assert "lakestate" in manager.providers, sorted(manager.providers)
-    hook = manager.hooks["lakestate_spark"]
+    hook = manager.hooks["lakestate"]
     assert hook.hook_class_name == "state_store.provider.hooks.LakestateSparkHook", hook
     assert hook.package_name == "lakestate" and hook.hook_name == "Lakestate Spark", hook
+    old = manager.hooks["lakestate_spark"]  # the type's old name still works
+    assert old.hook_class_name == "state_store.provider.hooks.LakestateSparkOldTypeHook", old
 
     airflow = str(Path(sys.executable).parent / "airflow")
     plugins = json.loads(subprocess.run([airflow, "plugins", "-o", "json"], check=True, capture_output=True,
@@ -193,3 +195,12 @@ def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and
     sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],
                           cwd=work, env=env, capture_output=True, text=True, check=True)
     assert sink.stdout.strip() == "[('a', 2), ('b', 1)]", sink
+    # The running page's by-hand spark-submit of an installed package: `lakestate submit -- <run's arguments>`
+    # submits the package's entrypoint with the fetched jars; the next run continues from the checkpoint.
+    (work / "input" / "p1.json").write_text('{"k": "a", "v": 4}\n{"k": "c", "v": 5}\n')
+    done = subprocess.run([lakestate, "submit", "--", "--job", "tiny"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "[lakestate] summary:" in done.stdout, done.stdout[-3000:] + done.stderr[-6000:]
+    sink = subprocess.run([str(venv / "bin" / "python"), "-c", READ_SINK, str(work / "root/warehouse/sinks/tiny")],
+                          cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert sink.stdout.strip() == "[('a', 2), ('a', 3), ('b', 1), ('c', 1)]", sink

@@ -3,8 +3,9 @@
 ``views`` from what ``reader`` reads).
 
 Airflow finds them through the package's entry points (``pyproject.toml``): ``apache_airflow_provider``
-(``get_provider_info``: the operators, and the ``lakestate_spark`` connection type with its hook, ``hooks``) and ``airflow.plugins``
-(the page). ``dags/`` and ``plugins/`` in the repository are thin files over this package.
+(``get_provider_info``: the operators, and the ``lakestate`` connection type with its hook, ``hooks``, and the
+type's old name ``lakestate_spark``) and ``airflow.plugins`` (the page). ``dags/`` and ``plugins/`` in the
+repository are thin files over this package.
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ def get_provider_info() -> dict:
                           "python-modules": ["state_store.provider.operators"]}],
         "operators": [{"integration-name": "Lakestate", "python-modules": ["state_store.provider.operators"]}],
         "hooks": [{"integration-name": "Lakestate", "python-modules": ["state_store.provider.hooks"]}],
+        # Literal names, not imported from hooks: the ProvidersManager reads this without importing the hooks.
         "connection-types": [{"hook-class-name": "state_store.provider.hooks.LakestateSparkHook",
+                              "connection-type": "lakestate"},
+                             {"hook-class-name": "state_store.provider.hooks.LakestateSparkOldTypeHook",
                               "connection-type": "lakestate_spark"}],
         "plugins": [{"name": "lakestate", "plugin-class": "state_store.provider.plugin.LakestatePlugin"}],
     }

@@ -1,9 +1,15 @@
-"""The ``lakestate_spark`` connection's hook: the Spark provider's ``spark-submit`` hook with what a Lakestate run
-needs filled in (the Delta jars, or Delta's Maven package when there are none; ``local[*]`` when the connection is
-not defined). Connections of the provider's own type ``spark`` work the same: the hook reads host, port and extras
-as the provider does, whatever the connection's type. A connection of the provider's type ``spark_connect``
-names a Spark Connect server instead (``spark_connect_url``): the pipeline's run then runs on it, with no
-``spark-submit``.
+"""The hook of connection type ``lakestate`` (and of its old name ``lakestate_spark``, which still works): the
+Spark provider's ``spark-submit`` hook with what a Lakestate run
+needs filled in (the Delta jars, or Delta's Maven package when there are none; when the connection is not defined,
+the master ``lakestate run`` takes: ``$LAKESTATE_SPARK_MASTER``, else ``spark-defaults.conf``'s ``spark.master``,
+else ``local[*]``, where the provider's own default is ``yarn``). Connections of the provider's own type ``spark``
+work the same: the hook reads host, port and extras as the provider does, whatever the connection's type. A
+connection of the provider's type ``spark_connect`` names a Spark Connect server instead (``spark_connect_url``):
+the pipeline's run then runs on it, with no ``spark-submit``.
+
+The type is ``lakestate``: Airflow warns, at every use of a connection (three times a task), that a type holding
+'_' is not a URI scheme (RFC 3986), and it turns a '-' of a URI's or a JSON connection's type into '_', so a
+type spelled with either would be warned about. The connection's id stays ``lakestate_spark``.
 """
 from __future__ import annotations
 
@@ -12,45 +18,28 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import DEFAULT_SPARK_BINARY, SparkSubmitHook
 
-LOCAL_MASTER = "local[*]"  # the provider's own default is yarn
 
-
-def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
-    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars
-    (``state_store.spark.session.delta_jars``, with the S3 jars when the warehouse is on ``s3a://``); where they
-    are not on this machine (an installed package where ``lakestate jars`` has not run, no checkout and no
-    ``$LAKESTATE_JARS``), their Maven coordinates, which Spark resolves through Ivy at every submit (from Maven
-    Central the first time; ~/.ivy2 caches them)."""
-    from state_store.spark.session import DELTA_PACKAGE, S3_PACKAGE, delta_jars, s3_jars, wants_s3
-
-    found = delta_jars()
-    s3 = wants_s3()
-    if s3 and not any("hadoop-aws" in j for j in found):
-        found += s3_jars()
-    jars = jars or ",".join(found) or None
-    wanted = [DELTA_PACKAGE] if "delta-spark" not in (jars or "") else []
-    if s3 and "hadoop-aws" not in (jars or ""):
-        wanted.append(S3_PACKAGE)
-    if wanted:
-        packages = ",".join([p for p in (packages or "").split(",") if p] + wanted)
-    return jars, packages
+CONN_TYPE = "lakestate"  # no '_' (Airflow warns of it) and no '-' (Airflow makes it a '_')
+OLD_CONN_TYPE = "lakestate_spark"  # the type's name before: connections of it keep working
 
 
 class LakestateSparkHook(SparkSubmitHook):
     """Submits a Lakestate command with ``spark-submit`` (see ``SparkSubmitHook`` for every argument) to the
     master of connection ``conn_id``: its host (``local[*]``, ``spark://HOST`` with port 7077, ``yarn``,
-    ``k8s://https://HOST``) and port, its extras as the provider reads them; ``local[*]`` when it is not defined.
+    ``k8s://https://HOST``) and port, its extras as the provider reads them; when it is not defined,
+    ``state_store.spark.session.spark_master()`` (``$LAKESTATE_SPARK_MASTER``, spark-defaults' ``spark.master``,
+    ``local[*]``).
 For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run", ...]).submit(ENTRYPOINT)``.
     """
 
     conn_name_attr = "conn_id"
     default_conn_name = "lakestate_spark"
-    conn_type = "lakestate_spark"
+    conn_type = CONN_TYPE
     hook_name = "Lakestate Spark"
 
     def __init__(self, *args: Any, conn_id: str = default_conn_name, jars: str | None = None,
                  packages: str | None = None, **kwargs: Any) -> None:
-        from state_store.spark.session import jars_conf
+        from state_store.spark.session import delta_submit_args, jars_conf
 
         jars, packages = delta_submit_args(jars, packages)
         placed = jars_conf(jars.split(",") if jars else [])
@@ -74,11 +63,23 @@ For example ``LakestateSparkHook(name="lakestate-clicks", application_args=["run
         try:
             self.get_connection(self._conn_id)
         except AirflowNotFoundException:
-            self.log.info("connection %r is not defined: submitting to %s", self._conn_id, LOCAL_MASTER)
-            return {"master": LOCAL_MASTER, "queue": self._yarn_queue, "deploy_mode": self._deploy_mode,
+            from state_store.spark.session import spark_master
+
+            master = spark_master()  # $LAKESTATE_SPARK_MASTER, spark-defaults.conf's spark.master, local[*]
+            self.log.info("connection %r is not defined: submitting to %s", self._conn_id, master)
+            return {"master": master, "queue": self._yarn_queue, "deploy_mode": self._deploy_mode,
                     "spark_binary": self.spark_binary or DEFAULT_SPARK_BINARY, "namespace": None,
                     "principal": self._principal, "keytab": self._keytab}
         return super()._resolve_connection()
+
+
+class LakestateSparkOldTypeHook(LakestateSparkHook):
+    """``LakestateSparkHook`` for connections of the type's old name, ``lakestate_spark``: they work as before
+    (Airflow warns of the '_' in their type at each use; give the connection type ``lakestate`` to be rid of
+    it)."""
+
+    conn_type = OLD_CONN_TYPE
+    hook_name = "Lakestate Spark (old type name: use Lakestate Spark)"
 
 
 def spark_connect_url(conn_id: str) -> str | None:

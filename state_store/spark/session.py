@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,24 @@ def jars_conf(jars: list[str]) -> dict[str, str]:
     return {"spark.jars": ",".join(jars)}
 
 
+def delta_submit_args(jars: str | None, packages: str | None) -> tuple[str | None, str | None]:
+    """``(jars, packages)`` for spark-submit: the caller's, plus the Delta jars (``delta_jars``, with the S3 jars
+    when the warehouse is on ``s3a://``); where they are not on this machine (an installed package where
+    ``lakestate jars`` has not run, no checkout and no ``$LAKESTATE_JARS``), their Maven coordinates, which Spark
+    resolves through Ivy at every submit (from Maven Central the first time; ~/.ivy2 caches them)."""
+    found = delta_jars()
+    s3 = wants_s3()
+    if s3 and not any("hadoop-aws" in j for j in found):
+        found += s3_jars()
+    jars = jars or ",".join(found) or None
+    wanted = [DELTA_PACKAGE] if "delta-spark" not in (jars or "") else []
+    if s3 and "hadoop-aws" not in (jars or ""):
+        wanted.append(S3_PACKAGE)
+    if wanted:
+        packages = ",".join([p for p in (packages or "").split(",") if p] + wanted)
+    return jars, packages
+
+
 def wants_s3() -> bool:
     """Whether this process reaches object storage: a configured root, warehouse or savepoint root on
     ``s3a://``, or ``LAKESTATE_S3=1`` (set it when only a later call names an ``s3a://`` path)."""
@@ -68,6 +87,41 @@ def configure_s3(spark, options=None) -> None:
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in (options or S3Options.from_env()).spark_conf().items():
         conf.set(key, value)
+
+
+def spark_defaults() -> dict[str, str]:
+    """The properties of the ``spark-defaults.conf`` that ``spark-submit`` reads: ``$SPARK_CONF_DIR``'s, else
+    ``$SPARK_HOME/conf``'s (``SPARK_HOME`` unset: PySpark's own folder, as ``spark-submit`` takes it); none when
+    there is no such file. Lines are ``key value`` (or ``key=value``); ``#`` starts a comment."""
+    folder = os.environ.get("SPARK_CONF_DIR")
+    if not folder:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import importlib.util
+
+            spec = importlib.util.find_spec("pyspark")
+            home = str(Path(spec.origin).parent) if spec and spec.origin else ""
+        folder = os.path.join(home, "conf") if home else ""
+    path = Path(folder) / "spark-defaults.conf" if folder else None
+    if path is None or not path.is_file():
+        return {}
+    found = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        # As java.util.Properties reads it: the key ends at the first blank, '=' or ':'.
+        match = re.match(r"([^\s=:]+)\s*[=:]?\s*(.*)", line)
+        if match:
+            found[match[1]] = match[2]
+    return found
+
+
+def spark_master(explicit: str | None = None) -> str:
+    """The master a Spark of this process starts on: ``explicit`` (``--spark-master``), else
+    ``$LAKESTATE_SPARK_MASTER``, else ``spark.master`` of ``spark-defaults.conf`` (``spark_defaults``), else
+    ``local[*]``."""
+    return explicit or os.environ.get("LAKESTATE_SPARK_MASTER") or spark_defaults().get("spark.master") or "local[*]"
 
 
 def session_conf(pythonpath: str) -> dict[str, str]:
@@ -117,9 +171,9 @@ def build_spark(app_name: str = "lakestate", master: str | None = None, extra_co
     pythonpath = os.pathsep.join(dict.fromkeys(paths))
 
     builder = SparkSession.builder.appName(app_name)
-    # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master comes from --master.
+    # Under spark-submit (which sets PYSPARK_GATEWAY_PORT) the master comes from --master (or spark-defaults).
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or os.environ.get("LAKESTATE_SPARK_MASTER", "local[*]"))
+        builder = builder.master(spark_master(master))
     s3 = wants_s3() if s3 is None else s3
     conf = session_conf(pythonpath)
     jars = delta_jars()
