@@ -1,6 +1,7 @@
 """Airflow operators over Lakestate's ``spark-submit`` entrypoints (thin: the Spark provider's hook submits).
 
-The Spark master comes from the Airflow connection ``lakestate_spark``; without one, ``local[*]``. A run or an
+The Spark master comes from the Airflow connection ``lakestate_spark``; without one, as ``lakestate run`` chooses it
+(``LAKESTATE_SPARK_MASTER``, then ``spark-defaults.conf``'s ``spark.master``, then ``local[*]``). A run or an
 operation goes to a Spark Connect server instead when that connection is of type ``spark_connect``.
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ import state_store.entrypoint.main as entrypoint_main
 
 ENTRYPOINT = entrypoint_main.__file__  # spark-submit runs the installed package's file
 SPARK_CONN_ID = "lakestate_spark"
-DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[*]"}  # used when the connection is not defined
 # The reservation of a job's lease that a DAG run's sensor takes and its task's command takes the job over from
 # (``state_store.catalog.lease.reserve``): one per DAG run and job (a compaction run's mapped tasks each have
 # their job).
@@ -36,7 +36,7 @@ LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
 
 class _LakestateSparkSubmit(SparkSubmitOperator):
     """Submit ``jobs/<entrypoint>.py`` with ``args`` (templated, as ``application_args``) and the wait for the
-    lease: the Spark connection (or local[*]) and the Delta jars filled in when the hook is made. An argument
+    lease: the Spark connection (or this process's master choice) and the Delta jars filled in when the hook is made. An argument
     that renders empty is left out: an option the DAG run's params do not ask for.
 
     The command takes the job over from the lease reservation the DAG run's ``LakestateLeaseSensor`` took
@@ -154,7 +154,7 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
 
     def _get_hook(self):
         """The ``lakestate_spark`` connection's hook (``hooks.LakestateSparkHook``: the Delta jars, or Delta's
-        Maven package where no jar is found; ``local[*]`` when the connection is not defined) with this task's
+        Maven package where no jar is found; without the connection, the master ``lakestate run`` would choose) with this task's
         arguments, as the provider's ``SparkSubmitOperator._get_hook`` gives them to its hook."""
         from state_store.provider.hooks import LakestateSparkHook
 
