@@ -32,7 +32,7 @@ if os.environ.get("KILL_TEST_WINDOW"):
         return paused
 
     _commit.commit_files = _paused(_commit.commit_files)
-    _backends.commit_files = _paused(_backends.commit_files)
+    _backends.commit_state_files = _paused(_backends.commit_state_files)
 """
 
 MOMENTS = ("plans_written", "sink_committed", "state_committed", "first_checkpoint_written")
