@@ -2,6 +2,10 @@
 files are few and on a local disk (a savepoint of a small job). The same rules as ``state_tables.latest_live``
 and ``visible``: rows up to the checkpoint's microbatch, of microbatches or of the writes the checkpoint pins,
 per entry the newest by ``(batch_id, generation)``, unless that row removed it.
+
+Compaction (RocksDB's compaction filter, DESIGN §3) selects partition by partition (``live_partitions``): an
+entry's rows are all in one ``(state_name, key_group)`` partition, so its memory is one partition's, whatever the
+table's size.
 """
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ from ..records import TableSpec
 # Above this many bytes of a table's files, a savepoint reads it with Spark: Arrow in one process holds the
 # decoded rows (a few times the files' size) and sorts them on one core.
 DRIVER_MAX_BYTES = 64 * 2**20
+# Above this many bytes of one partition's files, compaction rewrites the table with Spark: it holds one
+# partition's rows at a time, so its memory follows the largest partition, not the table.
+PARTITION_MAX_BYTES = 64 * 2**20
 
 
 def read_live(path, version: int, spec: TableSpec, batch_id: int, generations: list[int] | None):
@@ -23,11 +30,7 @@ def read_rows(path, version: int, spec: TableSpec):
     """Every row of version ``version`` of the state table at ``path`` (a ``pyarrow.Table`` of ``spec``'s
     columns); None where Spark should read it instead: a table on object storage, one delta-rs cannot list as
     plain Parquet files, or files over ``DRIVER_MAX_BYTES``."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
     from ..storage import is_remote
-    from ..subtask.run_files import arrow_schema
     from . import delta_rs
     from .log import table_snapshot
 
@@ -36,12 +39,75 @@ def read_rows(path, version: int, spec: TableSpec):
     files = delta_rs.parquet_files(path, version, spec.partition_columns)
     if files is None:
         return None
+    return read_files(path, [_local(f) for f in files], spec)
+
+
+def partitions(path, version: int, spec: TableSpec) -> dict[tuple, list[str]] | None:
+    """The data files of version ``version`` of the local state table at ``path`` per partition (its values of
+    ``spec``'s partition columns, as the log writes them -> local paths, in the log's order); None where Spark
+    should read it instead: a table on object storage, one delta-rs cannot list as plain Parquet files, or a
+    partition whose files are over ``PARTITION_MAX_BYTES``."""
+    from urllib.parse import unquote
+
+    from ..storage import is_remote, location
+    from . import delta_rs
+    from .log import live_adds
+
+    if is_remote(str(path)) or delta_rs.parquet_files(path, version, spec.partition_columns) is None:
+        return None
+    grouped: dict[tuple, list[str]] = {}
+    sizes: dict[tuple, int] = {}
+    for relative, add in live_adds(path, version).items():
+        values = partition_of(add, spec)
+        grouped.setdefault(values, []).append(str(location(path) / unquote(relative)))
+        sizes[values] = sizes.get(values, 0) + int(add["size"])
+    if max(sizes.values(), default=0) > PARTITION_MAX_BYTES:
+        return None
+    return grouped
+
+
+def partition_of(add: dict, spec: TableSpec) -> tuple:
+    """The partition of a file's ``add`` action: its values of ``spec``'s partition columns, as the log has them."""
+    values = partition_values(add)
+    return tuple(values.get(c) for c in spec.partition_columns)
+
+
+def partition_values(add: dict) -> dict:
+    """A file's ``add`` action's partition values, by column."""
+    values = add.get("partitionValues") or {}
+    return dict(values) if isinstance(values, list) else values  # a Parquet checkpoint's map reads as pairs
+
+
+def live_partitions(path, parts: dict[tuple, list[str]], spec: TableSpec, batch_id: int,
+                    generations: list[int] | None):
+    """Per partition of ``parts`` (``partitions``), one after the other: (the partition, its rows up to
+    ``batch_id``, its live entries as ``latest_live`` selects them). Only one partition's rows are read at a time:
+    an entry's rows are all in its partition, so these are the live entries of the whole table."""
+    import pyarrow.compute as pc
+
+    for values, files in parts.items():
+        rows = read_files(path, files, spec)
+        yield (values, pc.sum(pc.less_equal(rows["batch_id"], batch_id)).as_py() or 0,
+               latest_live(rows, spec, batch_id, generations))
+
+
+def _local(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def read_files(path, files: list[str], spec: TableSpec):
+    """The rows of ``files`` (local data files of the state table at ``path``), partition columns from their
+    folders."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from ..subtask.run_files import arrow_schema
+
     schema = arrow_schema(spec.schema)
     if not files:
         return schema.empty_table()
-    local = [f[len("file://"):] if f.startswith("file://") else f for f in files]
     partitioning = ds.partitioning(pa.schema([schema.field(c) for c in spec.partition_columns]), flavor="hive")
-    return ds.dataset(local, schema=schema, format="parquet", partitioning=partitioning,
+    return ds.dataset(files, schema=schema, format="parquet", partitioning=partitioning,
                       partition_base_dir=str(path)).to_table()
 
 
