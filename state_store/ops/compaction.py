@@ -54,9 +54,11 @@ from ..delta.state_tables import latest_live, visible
 from ..storage import location, remove_empty_folders, rmtree, walk_files
 from ..ttl.tables import drop_expired, ttl_states
 
-# Above this many bytes of a table's files, compaction rewrites it with Spark (more cores) though this process
-# could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size.
-IN_PROCESS_MAX_BYTES = 64 * 2**20
+# Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
+# could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size. At 68 MiB
+# (10M keys) this process took 15 s and 307 MB, Spark 107 s and 1.6 GB (bench/compaction_memory.py); a GiB is
+# about 4 minutes on one core.
+IN_PROCESS_MAX_BYTES = 2**30
 
 def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
                 fault=lambda step: None) -> dict:
