@@ -32,14 +32,11 @@ files, without Spark, and such a compaction writes only its report to the histor
 """
 from __future__ import annotations
 
-import itertools
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote
 
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -239,76 +236,13 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
 
 def _compact_in_process(recorded: TableVersion, batch_id: int, spec):
     """``_compact_table``'s rewrite read, selected and written by this process (Arrow and delta-rs, no Spark job)
-    for a local table: its live rows as of ``batch_id`` replace every row up to it (Spark's ``replaceWhere
-    batch_id <= batch_id``), one Delta commit. One partition after the other: its live rows are selected
-    (``live_arrow.live_partitions``) and written as one file with the runs' writer, closed before the next
-    partition is read, so this process holds one partition's rows, not the table's (delta-rs's own overwrite
-    keeps every partition's file open, and its bytes in memory, until the last). Returns (rows scanned, rows
-    written, rows written per state name); None where Spark must do it (``live_arrow.partitions``)."""
-    from deltalake import DeltaTable
-    from deltalake.transaction import AddAction, CommitProperties, PostCommitHookProperties, RemoveAction
-
-    from ..delta.delta_rs import storage_options, table_uri
-    from ..delta.live_arrow import live_partitions, partition_of, partition_values, partitions, read_files
-    from ..delta.log import live_adds
-    from ..subtask.run_files import OutputTable, new_token, write_batches
+    for a local table up to ``IN_PROCESS_MAX_BYTES``, one partition at a time (``live_arrow.rewrite_live``).
+    Returns (rows scanned, rows written, rows written per state name); None where Spark must do it."""
+    from ..delta.live_arrow import rewrite_live
 
     if table_snapshot(recorded.path, recorded.version)["size_bytes"] > IN_PROCESS_MAX_BYTES:
         return None
-    parts = partitions(recorded.path, recorded.version, spec)
-    if parts is None:
-        return None
-    # The commit replaces rows of the table's latest version, which a killed run may have added to since.
-    table = DeltaTable(table_uri(recorded.path), storage_options=storage_options(recorded.path))
-    current: dict[tuple, list[tuple[str, dict]]] = {}
-    for relative, add in live_adds(recorded.path, table.version()).items():
-        current.setdefault(partition_of(add, spec), []).append((relative, add))
-    out = OutputTable(spec.name, str(recorded.path), spec.schema, spec.partition_columns, None)
-    token, now, written, removed = new_token(), int(time.time() * 1000), [], []
-    scanned = live_rows = 0
-    per_state: dict[str, int] = {}
-    selected = live_partitions(recorded.path, parts, spec, batch_id, recorded.generations)
-    empty = [(values, 0, None) for values in current if values not in parts]  # only a killed run's rows
-    for values, count, live in itertools.chain(selected, empty):
-        scanned += count
-        kept = [] if live is None else [live]
-        if live is not None:
-            live_rows += live.num_rows
-            for name, n in _per_state(live).items():
-                per_state[name] = per_state.get(name, 0) + n
-        for relative, add in current.get(values, []):
-            low, high = _batch_range(add)
-            if low is not None and low > batch_id:
-                continue  # only rows after the checkpoint: the file stays as it is
-            removed.append(RemoveAction(relative, True, now, int(add["size"]), partition_values(add)))
-            if high is None or high > batch_id:  # its rows after the checkpoint stay, in the new file
-                rows = read_files(recorded.path, [str(location(recorded.path) / unquote(relative))], spec)
-                kept.append(rows.filter(pc.greater(rows["batch_id"], batch_id)).select(spec.columns))
-        written += write_batches(out, token, 0, [b for t in kept for b in t.to_batches()])
-    adds = [AddAction(a["path"], a["size"], a["partitionValues"], a["modificationTime"], True, a["stats"])
-            for a in (f.to_add_action("batch_id")["add"] for f in written)]
-    # What Spark's writer reports for an overwrite, for DESCRIBE HISTORY.
-    metrics = {"numFiles": str(len(adds)), "numOutputRows": str(sum(f.rows for f in written)),
-               "numOutputBytes": str(sum(f.size for f in written)), "numRemovedFiles": str(len(removed))}
-    table.create_write_transaction(adds + removed, "append", table.schema(), list(spec.partition_columns),
-                                   commit_properties=CommitProperties(custom_metadata={
-                                       "operationMetrics": metrics, "predicate": f"batch_id <= {batch_id}"}),
-                                   post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
-    return scanned, live_rows, per_state
-
-
-def _batch_range(add: dict) -> tuple[int | None, int | None]:
-    """The microbatches of a file's rows, from its ``add`` action's statistics ((None, None) without them)."""
-    stats = add.get("stats")
-    stats = json.loads(stats) if isinstance(stats, str) else stats or {}
-    low, high = (stats.get(k, {}).get("batch_id") for k in ("minValues", "maxValues"))
-    return (None, None) if low is None or high is None else (int(low), int(high))
-
-
-def _per_state(rows) -> dict[str, int]:
-    """Rows per state name of a ``pyarrow.Table`` of state rows."""
-    grouped = rows.group_by("state_name").aggregate([("state_name", "count")]).to_pydict()
-    return dict(zip(grouped["state_name"], grouped["state_name_count"]))
+    return rewrite_live(recorded.path, recorded.version, spec, batch_id, recorded.generations)
 
 
 def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion,
