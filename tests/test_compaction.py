@@ -216,3 +216,63 @@ def test_the_compaction_history_keeps_the_newest_hundred_reports_and_the_last_th
     assert [r["started_ms"] for r in store.compaction_history()] == list(range(102, 2, -1))
     assert len(os.listdir(tmp_path / "job" / "_meta" / "compactions")) == 100
     assert store.last_compaction()["started_ms"] == 1
+
+
+def test_the_in_process_rewrite_holds_one_partition_at_a_time_and_writes_what_the_whole_table_selects(
+        tmp_path, monkeypatch):
+    """A compaction on a small worker holds one ``(state_name, key_group)`` partition's rows, not the table's
+    (issue 59, item 8: its peak grew with the state; bench/compaction_memory.py measures it): each partition is
+    read on its own and its file written before the next is read, and the table it leaves is what the whole
+    table's selection (``live_arrow.latest_live`` over every row) gives, a killed run's later rows kept (its
+    file untouched where all its rows are later, rewritten where some are not)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from state_store.delta import live_arrow
+    from state_store.ops.compaction import _compact_in_process
+    from state_store.records import KEYED_TABLE, TableVersion
+    from state_store.subtask import run_files
+
+    schema, path = run_files.arrow_schema(KEYED_TABLE.schema), tmp_path / "keyed"
+
+    def append(rows, generation=0):
+        table = pa.Table.from_pylist([{"state_name": s, "key_group": g, "key": k, "namespace": "", "user_key": None,
+                                       "value": v, "expiry": None, "batch_id": b, "generation": generation}
+                                      for s, g, k, v, b in rows], schema=schema)
+        write_deltalake(str(path), table, mode="append", partition_by=list(KEYED_TABLE.partition_columns))
+
+    append([("a", g, f"k{g}{i}", f"v{i}", 0) for g in range(3) for i in range(4)] + [("b", 1, "x", "1", 0)])
+    append([("a", 0, "k00", "new", 1), ("a", 1, "k10", None, 1), ("b", 1, "x", "2", 1)])  # superseded, removed
+    append([("a", 2, "k20", "restored", 1)], generation=7)  # a write of a generation the checkpoint pins
+    everything = live_arrow.read_rows(path, 2, KEYED_TABLE)  # version 2: the checkpoint's, of microbatch 1
+    expected = live_arrow.latest_live(everything, KEYED_TABLE, 1, [7])
+    append([("a", 5, "k50", "killed", 2)])  # a killed run's, after the checkpoint, in a partition of its own
+    later = set(table_files(path)) - set(table_files(path, 2))  # its file
+    append([("b", 1, "x", "killed", 1), ("b", 1, "y", "killed", 2)])  # one file of microbatches 1 and 2
+    assert len(live_arrow.partitions(path, 2, KEYED_TABLE)) == 4  # a:0, a:1, a:2, b:1
+    events, read, write = [], live_arrow.read_files, run_files.write_batches
+    monkeypatch.setattr(live_arrow, "read_files", lambda *a: events.append(("read", read(*a))) or events[-1][1])
+    monkeypatch.setattr(run_files, "write_batches", lambda *a: events.append(("write", None)) or write(*a))
+    scanned, written, per_state = _compact_in_process(TableVersion(str(path), 2, generations=[7]), 1, KEYED_TABLE)
+    # Each partition's rows were read, and its file written, before the next partition was read: between two
+    # writes, the reads of one partition (none for a:5, which only the killed run wrote; b:1's checkpoint rows,
+    # then the later rows of its mixed file).
+    segments, reads = [[]], []
+    for event, table in events:
+        if event == "write":
+            segments.append([])
+        else:
+            segments[-1].append({tuple(r[c] for c in KEYED_TABLE.partition_columns) for r in table.to_pylist()})
+            reads.append(table)
+    assert segments[-1] == [] and sorted(len(s) for s in segments[:-1]) == [0, 1, 1, 1, 2]
+    assert all(len(set().union(*s)) == 1 for s in segments if s)
+    assert max(r.num_rows for r in reads) == 5 and sum(r.num_rows for r in reads) == everything.num_rows + 2
+
+    def rows(table):
+        return sorted(tuple(r.values()) for r in table.select(KEYED_TABLE.columns).to_pylist())
+
+    after = DeltaTable(str(path))
+    assert rows(after.to_pyarrow_table()) == sorted(rows(expected) + [("a", 5, "k50", "", None, "killed", None, 2, 0),
+                                                                      ("b", 1, "y", "", None, "killed", None, 2, 0)])
+    assert len(later) == 1 and later <= set(table_files(path)) and len(table_files(path)) == 5  # a file a partition
+    assert (scanned, written, per_state) == (everything.num_rows, expected.num_rows, {"a": 11, "b": 1})

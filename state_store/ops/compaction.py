@@ -51,6 +51,12 @@ from ..delta.state_tables import latest_live, visible
 from ..storage import location, remove_empty_folders, rmtree, walk_files
 from ..ttl.tables import drop_expired, ttl_states
 
+# Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
+# could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size. At 68 MiB
+# (10M keys) this process took 15 s and 307 MB, Spark 107 s and 1.6 GB (bench/compaction_memory.py); a GiB is
+# about 4 minutes on one core.
+IN_PROCESS_MAX_BYTES = 2**30
+
 def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
                 fault=lambda step: None) -> dict:
     """Compact job ``job_id``'s state tables and delete what no retained checkpoint needs; return the report
@@ -194,14 +200,14 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     if not filtered:  # in this process where the table is small and local
         done = _compact_in_process(recorded, b, spec)
         if done is not None:
-            scanned, live = done
+            scanned, written, per_state = done
             after = table_snapshot(path)
             return (delta_record(path, recorded.generations, after["version"]),
-                    {"rows_scanned": scanned, "expired_removed": 0, "superseded_removed": scanned - live.num_rows,
-                     "rows_after": live.num_rows, "files_before": before["num_files"],
+                    {"rows_scanned": scanned, "expired_removed": 0, "superseded_removed": scanned - written,
+                     "rows_after": written, "files_before": before["num_files"],
                      "files_after": after["num_files"], "bytes_before": before["size_bytes"],
                      "bytes_after": after["size_bytes"]},
-                    _per_state(live))
+                    per_state)
     rows = spark.read.format("delta").option("versionAsOf", version).load(path)
     scanned = rows.filter(F.col("batch_id") <= b).count()
     # Rows of an attempt killed before its checkpoint are not the checkpoint's: the rewrite drops them.
@@ -230,31 +236,13 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
 
 def _compact_in_process(recorded: TableVersion, batch_id: int, spec):
     """``_compact_table``'s rewrite read, selected and written by this process (Arrow and delta-rs, no Spark job)
-    for a small local table: its live rows as of ``batch_id`` replace every row up to it, in one delta-rs
-    overwrite with that predicate (Spark's ``replaceWhere``). Returns (rows scanned, the live rows written: a
-    ``pyarrow.Table``); None where Spark must do it (``live_arrow.read_rows``)."""
-    import pyarrow.compute as pc
-    from deltalake import write_deltalake
-    from deltalake.transaction import PostCommitHookProperties
+    for a local table up to ``IN_PROCESS_MAX_BYTES``, one partition at a time (``live_arrow.rewrite_live``).
+    Returns (rows scanned, rows written, rows written per state name); None where Spark must do it."""
+    from ..delta.live_arrow import rewrite_live
 
-    from ..delta.delta_rs import storage_options, table_uri
-    from ..delta.live_arrow import latest_live, read_rows
-
-    rows = read_rows(recorded.path, recorded.version, spec)
-    if rows is None:
+    if table_snapshot(recorded.path, recorded.version)["size_bytes"] > IN_PROCESS_MAX_BYTES:
         return None
-    scanned = pc.sum(pc.less_equal(rows["batch_id"], batch_id)).as_py() or 0
-    live = latest_live(rows, spec, batch_id, recorded.generations)
-    write_deltalake(table_uri(recorded.path), live, mode="overwrite", predicate=f"batch_id <= {batch_id}",
-                    partition_by=list(spec.partition_columns), storage_options=storage_options(recorded.path),
-                    post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
-    return scanned, live
-
-
-def _per_state(rows) -> dict[str, int]:
-    """Rows per state name of a ``pyarrow.Table`` of state rows."""
-    grouped = rows.group_by("state_name").aggregate([("state_name", "count")]).to_pydict()
-    return dict(zip(grouped["state_name"], grouped["state_name_count"]))
+    return rewrite_live(recorded.path, recorded.version, spec, batch_id, recorded.generations)
 
 
 def _entries_after(spark: SparkSession, checkpoint: CheckpointMetadata, keyed: TableVersion,
