@@ -36,16 +36,20 @@ def read_rows(path, version: int, spec: TableSpec):
     """Every row of version ``version`` of the state table at ``path`` (a ``pyarrow.Table`` of ``spec``'s
     columns); None where Spark should read it instead: a table on object storage, one delta-rs cannot list as
     plain Parquet files, or files over ``DRIVER_MAX_BYTES``."""
+    import os
+
     from ..storage import is_remote
     from . import delta_rs
-    from .log import table_snapshot
 
-    if is_remote(str(path)) or table_snapshot(path, version)["size_bytes"] > DRIVER_MAX_BYTES:
+    if is_remote(str(path)):
         return None
-    files = delta_rs.parquet_files(path, version, spec.partition_columns)
+    files = delta_rs.parquet_files(path, version, spec.partition_columns)  # the version's one log replay
     if files is None:
         return None
-    return read_files(path, [_local(f) for f in files], spec)
+    local = [_local(f) for f in files]
+    if sum(os.path.getsize(f) for f in local) > DRIVER_MAX_BYTES:  # the files' sizes, not the log again
+        return None
+    return read_files(path, local, spec)
 
 
 def partitions(path, version: int, spec: TableSpec) -> dict[tuple, list[str]] | None:
