@@ -10,6 +10,7 @@ import pytest
 
 from state_store.settings import Settings
 from tests.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
+from tests.helpers import process_groups  # noqa: F401 - a fixture of every module: a test's own process groups
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +78,7 @@ def lake(tmp_path) -> Lake:
 TIERS = ("unit", "spark", "e2e")
 _TIER = pytest.StashKey[str]()  # each collected test's tier
 E2E_FIXTURES = {"broker", "connect_server", "s3", "standalone_cluster", "installed", "airflow_with_a_job",
-                "browser", "parsed_forms", "airflow_home"}
+                "browser", "parsed_forms", "airflow_home", "process_groups"}
 
 
 def _tier(item) -> str:

@@ -1,0 +1,103 @@
+"""The e2e tests' harness itself, without a JVM: a test that fails inside a process group it started leaves none
+of the group running (the helper and the fixture), a wait fails on a stall and not on a slow advance, and the
+suite's last step finds what a run left running by the mark every started process inherits."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (RUN_MARK, Stalled, end_left_by_run, group_members, left_by_run, process_group,
+                           still_alive, wait_advancing)
+
+ROOT = Path(__file__).resolve().parent.parent
+# A shell that ignores SIGTERM (so do the children it starts: an ignored signal stays ignored across exec), with a
+# child and a grandchild, as `airflow dags test` has its task's spark-submit and the JVM under it.
+STUBBORN = "trap '' TERM; sleep 600 & bash -c 'sleep 600 & wait' & echo ready; wait"
+
+
+def _started(process: subprocess.Popen) -> dict[int, str]:
+    assert process.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 30
+    while len(members := group_members(process.pid)) < 4:  # the shell, sleep, the inner bash and its sleep
+        assert time.monotonic() < deadline, members
+        time.sleep(0.05)
+    return members
+
+
+def test_a_test_failing_inside_a_process_group_leaves_no_process_of_the_group_running():
+    with pytest.raises(AssertionError, match="the test fails here"):
+        with process_group(["bash", "-c", STUBBORN], grace_s=1, stdout=subprocess.PIPE, text=True) as process:
+            members = _started(process)
+            assert process.pid in members and os.getpgid(process.pid) == process.pid != os.getpgid(0)
+            raise AssertionError("the test fails here")
+    assert not still_alive(members)
+    assert process.returncode is not None  # the leader reaped, not a zombie
+
+
+def test_a_failed_test_that_started_processes_through_the_fixture_leaves_none_of_them_running(tmp_path):
+    """An inner pytest whose test starts a group through ``process_groups`` and fails: once it has ended, no
+    process of the group runs (its pids and start times written by the inner test)."""
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(f"""
+        import subprocess
+        from pathlib import Path
+        from tests.helpers import group_members, process_groups  # noqa: F401 - the fixture
+
+        def test_it(process_groups):
+            process = process_groups.start(["bash", "-c", {STUBBORN!r}], grace_s=1, stdout=subprocess.PIPE, text=True)
+            assert process.stdout.readline().strip() == "ready"
+            import time
+            while len(members := group_members(process.pid)) < 4:
+                time.sleep(0.05)
+            Path({str(tmp_path / "members")!r}).write_text(repr(members))
+            assert False, "the inner test fails"
+    """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+                           str(tmp_path / "test_inner.py")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and "the inner test fails" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    members = eval((tmp_path / "members").read_text())  # noqa: S307 - written above
+    assert len(members) == 4 and not still_alive(members)
+
+
+def test_a_wait_outlasts_its_stall_window_while_things_advance_and_fails_once_they_stop():
+    ticks = iter(range(10_000))
+    started = time.monotonic()
+    # Done after 0.6 s, three stall windows of 0.2 s: a slow advance is waited for.
+    assert wait_advancing(lambda: time.monotonic() - started > 0.6 and "done", lambda: next(ticks) // 2,
+                          "advancing", stall_s=0.2, ceiling_s=5, every_s=0.05) == "done"
+    with pytest.raises(Stalled, match=r"stuck: nothing advanced in 0 s .*last seen: 'same'"):
+        wait_advancing(lambda: False, lambda: "same", "stuck", stall_s=0.3, ceiling_s=5, every_s=0.05)
+    with pytest.raises(Stalled, match="endless: not done in 0 s, though it advanced"):
+        wait_advancing(lambda: False, lambda: next(ticks), "endless", stall_s=5, ceiling_s=0.3, every_s=0.05)
+
+
+def test_the_suites_last_step_finds_kills_and_reports_what_a_run_left_but_what_may_stay(capsys):
+    mark = f"harness-{os.getpid()}-{time.time_ns()}"
+    env = {**os.environ, RUN_MARK: mark}
+    # A process whose mark is hidden (exec'd with an environment without it), under one that carries it; and one
+    # that may stay by design.
+    left = subprocess.Popen(["bash", "-c", "env -u LAKESTATE_TEST_RUN sleep 600 & wait"], env=env,
+                            start_new_session=True)
+    stays = subprocess.Popen(["sleep", "601"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(found := left_by_run(mark, allowed=("sleep 601",))) < 2:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.05)
+        assert left.pid in found and stays.pid not in found, found
+        assert end_left_by_run(mark, allowed=("sleep 601",), grace_s=0.5) == 1
+        printed = capsys.readouterr().out
+        assert "the suite left 2 process(es) running" in printed and "sleep 600" in printed, printed
+        assert left.wait(30) and not left_by_run(mark, allowed=("sleep 601",))
+        assert end_left_by_run(mark, allowed=("sleep 601",), grace_s=0) == 0
+        assert stays.poll() is None
+    finally:
+        for process in (left, stays):
+            process.kill()
+            process.wait()
