@@ -225,6 +225,47 @@ def process_group(args, grace_s: float = 10.0, **popen):
         end_group(process, grace_s)
 
 
+def children() -> dict[int, str]:
+    """This process's own children (started by any of its threads): pid -> start time."""
+    found = {}
+    for listing in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        with suppress(OSError):
+            for pid in map(int, listing.read_text().split()):
+                if (fields := _stat(pid)) and fields[0] != "Z":
+                    found[pid] = fields[19]
+    return found
+
+
+END_GRACE_S = 10.0  # how long what a failed test left gets after SIGTERM (a JVM's shutdown hooks), before SIGKILL
+
+
+def end_children_since(before: dict[int, str], grace_s: float | None = None) -> list[str]:
+    """End this process's children that ``before`` (from ``children``) did not list, as "pid command": those
+    leading a group of their own with the whole group, the others with their children at any depth (in this
+    process's group, a group kill would end pytest too). SIGTERM, then SIGKILL after ``grace_s``."""
+    new = {pid: started for pid, started in children().items() if before.get(pid) != started}
+    if not new:
+        return []
+    stats = {pid: fields for pid in _pids() if (fields := _stat(pid)) and fields[0] != "Z"}
+    groups = {pid for pid in new if int(stats.get(pid, [0, 0, 0])[2]) == pid}
+    single = set(new) - groups
+    while more := {pid for pid, fields in stats.items() if int(fields[1]) in single} - single:
+        single |= more
+    ended = [f"{pid} {_command(pid)}" for pid in sorted(groups | single)]
+    members = {pid: stats[pid][19] for pid in single if pid in stats}
+    for signal_, wait_s in ((signal.SIGTERM, END_GRACE_S if grace_s is None else grace_s), (signal.SIGKILL, 30)):
+        for pgid in [g for g in groups if group_members(g)]:
+            with suppress(ProcessLookupError):
+                os.killpg(pgid, signal_)
+        for pid in [int(line.split()[0]) for line in still_alive(members)]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal_)
+        deadline = time.monotonic() + wait_s
+        while (any(group_members(g) for g in groups) or still_alive(members)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return ended
+
+
 class ProcessGroups:
     """What the ``process_groups`` fixture gives: ``start(args, **popen)``, a ``process_group`` that lasts until
     the test ends."""

@@ -40,29 +40,53 @@ def test_a_test_failing_inside_a_process_group_leaves_no_process_of_the_group_ru
     assert process.returncode is not None  # the leader reaped, not a zombie
 
 
-def test_a_failed_test_that_started_processes_through_the_fixture_leaves_none_of_them_running(tmp_path):
-    """An inner pytest whose test starts a group through ``process_groups`` and fails: once it has ended, no
-    process of the group runs (its pids and start times written by the inner test)."""
+def test_a_failed_test_leaves_none_of_the_processes_it_started_running_through_the_fixture_or_not(tmp_path):
+    """An inner pytest with this suite's conftest (its hooks and fixtures) runs two failing tests: one starts a
+    group through ``process_groups``, the other starts processes by ``subprocess.Popen`` alone, one leading a
+    group of its own and one in pytest's group, each with children. Once the inner pytest has ended, no process
+    any of them started runs (their pids and start times written by the inner tests)."""
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(f"""
-        import subprocess
+        import subprocess, time
         from pathlib import Path
-        from tests.helpers import group_members, process_groups  # noqa: F401 - the fixture
+        import tests.helpers
+        from tests.helpers import children, group_members
 
-        def test_it(process_groups):
+        tests.helpers.END_GRACE_S = 1  # the stubborn shells outwait SIGTERM: SIGKILL sooner than a JVM gets
+
+        def _four(pgid):
+            while len(members := group_members(pgid)) < 4:
+                time.sleep(0.05)
+            return members
+
+        def test_through_the_fixture(process_groups):
             process = process_groups.start(["bash", "-c", {STUBBORN!r}], grace_s=1, stdout=subprocess.PIPE, text=True)
             assert process.stdout.readline().strip() == "ready"
-            import time
-            while len(members := group_members(process.pid)) < 4:
-                time.sleep(0.05)
-            Path({str(tmp_path / "members")!r}).write_text(repr(members))
+            Path({str(tmp_path / "fixture")!r}).write_text(repr(_four(process.pid)))
+            assert False, "the inner test fails"
+
+        def test_by_popen_alone():
+            own = subprocess.Popen(["bash", "-c", {STUBBORN!r}], start_new_session=True, stdout=subprocess.PIPE,
+                                   text=True)
+            assert own.stdout.readline().strip() == "ready"
+            members = _four(own.pid)
+            shared = subprocess.Popen(["bash", "-c", "sleep 600 & echo ready; wait"], stdout=subprocess.PIPE,
+                                      text=True)
+            assert shared.stdout.readline().strip() == "ready"
+            members.update(children())  # own's shell and the shared one
+            members.update({{int(p): t for p, t in group_members(own.pid).items()}})
+            [sleep] = Path(f"/proc/{{shared.pid}}/task/{{shared.pid}}/children").read_text().split()
+            members[int(sleep)] = Path(f"/proc/{{sleep}}/stat").read_text().rsplit(")", 1)[1].split()[19]
+            assert len(members) == 6, members
+            Path({str(tmp_path / "popen")!r}).write_text(repr(members))
             assert False, "the inner test fails"
     """))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-                           str(tmp_path / "test_inner.py")], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 1 and "the inner test fails" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
-    members = eval((tmp_path / "members").read_text())  # noqa: S307 - written above
-    assert len(members) == 4 and not still_alive(members)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-q",
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and "2 failed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in ("fixture", "popen"):
+        members = eval((tmp_path / name).read_text())  # noqa: S307 - written above
+        assert len(members) == (4 if name == "fixture" else 6) and not still_alive(members), (name, members)
 
 
 def test_a_wait_outlasts_its_stall_window_while_things_advance_and_fails_once_they_stop():
