@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import environ
+from tests.helpers import cpu_seconds, environ, file_sizes, process_group, wait_advancing
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,32 +51,34 @@ def s3(spark, tmp_path_factory):
     from state_store.storage import S3Options
 
     [port] = free_ports()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
     options = S3Options(endpoint=f"http://127.0.0.1:{port}", access_key="lakestate", secret_key="lakestate-secret",
                         region="us-east-1")
     env = {"AWS_ENDPOINT_URL": options.endpoint, "AWS_ACCESS_KEY_ID": options.access_key,
            "AWS_SECRET_ACCESS_KEY": options.secret_key, "AWS_REGION": options.region}
-    with environ(env):
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    # The server's process group ends with the module, or when its start fails.
+    with open(log_path, "w") as log, process_group([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                                    str(port)], stdout=log, stderr=subprocess.STDOUT) as server, \
+            environ(env):
         try:
             client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
                                   aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
-            deadline = time.time() + 60
-            while True:
+
+            def created() -> bool:
+                assert server.poll() is None, f"the S3 server exited: see {log_path}"
                 try:
                     client.create_bucket(Bucket=S3_BUCKET)
-                    break
+                    return True
                 except Exception:
-                    assert server.poll() is None, f"the S3 server exited: see {log.name}"
-                    assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
-                    time.sleep(0.2)
+                    return False
+
+            # Its start (imports, mostly) waited for while its CPU time grows, on a loaded machine too.
+            wait_advancing(created, lambda: (int(cpu_seconds([server.pid])), file_sizes(log_path)),
+                           f"the S3 server answering (see {log_path})", stall_s=60, ceiling_s=300, every_s=0.2)
             configure_s3(spark, options)
             yield options
         finally:
             _forget_s3_filesystem(spark)
-            server.terminate()
-            server.wait(30)
 
 
 def _forget_s3_filesystem(spark) -> None:
