@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.helpers import file_sizes, process_group, wait_advancing
+from tests.helpers import cpu_seconds, file_sizes, group_members, process_group, wait_advancing
 from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,10 +145,12 @@ def airflow_ui(env: dict):
     try:  # the standalone stopped whatever happens from here on, a start that fails or stalls too
         with open(said, "w") as out, process_group(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT,
                                                    env=env, stdout=out, stderr=subprocess.STDOUT) as script:
-            # Its migration, then the standalone's start: waited for while their logs grow, not for a fixed time
-            # (the script gives the API server 5 minutes of its own).
+            # Its migration, connection and the standalone's start: waited for while their logs grow and the
+            # script's airflow commands use CPU (5 s steps), not for a fixed time (the script gives the API
+            # server 5 minutes of its own).
             wait_advancing(lambda: script.poll() is not None,
-                           lambda: file_sizes(said, Path(f"{home}.migrate.log"), home / "standalone.log"),
+                           lambda: (file_sizes(said, Path(f"{home}.migrate.log"), home / "standalone.log"),
+                                    int(cpu_seconds(group_members(script.pid)) // 5)),
                            "scripts/airflow-ui.sh --background", stall_s=300, ceiling_s=900)
         output = said.read_text()
         assert script.returncode == 0, output[-6000:]
