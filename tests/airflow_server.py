@@ -13,7 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.helpers import cpu_seconds, file_sizes, group_members, process_group, wait_advancing
+from tests.helpers import (cpu_seconds, file_sizes, group_members, process_group, run_advancing,
+                           wait_advancing)
 from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,8 @@ def migrate(env: dict) -> None:
     if _MIGRATED:
         shutil.copyfile(_MIGRATED[0], home / "airflow.db")
         return
-    done = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    done = run_advancing(["airflow", "db", "migrate"], "airflow db migrate", watch=[home], env=env, stall_s=300,
+                         ceiling_s=900)
     assert done.returncode == 0, done.stderr[-2000:]
     kept = Path(tempfile.mkdtemp(prefix="lakestate-airflow-db-")) / "airflow.db"
     shutil.copyfile(home / "airflow.db", kept)

@@ -311,6 +311,30 @@ def wait_advancing(done, progress, what: str, stall_s: float = 300, ceiling_s: f
     return result
 
 
+def run_advancing(args, what: str, watch=(), stall_s: float = 120, ceiling_s: float = 600,
+                  **popen) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True, **popen)``, waited for while it advances (its
+    output and the files under ``watch`` grow, its session's processes use CPU, in 2 s steps) instead of for a
+    fixed time. It leads a session of its own: on a stall or a failure of the test meanwhile, the whole group is
+    ended; once it has exited by itself, what it started in the background (a script's daemons) is left as it
+    would be by ``subprocess.run``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lakestate-run-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            process = subprocess.Popen(args, start_new_session=True, stdout=stdout, stderr=stderr,
+                                       stdin=subprocess.DEVNULL, text=True, **popen)
+        try:
+            wait_advancing(lambda: process.poll() is not None,
+                           lambda: (file_sizes(out, err, *watch), int(cpu_seconds(group_members(process.pid)) // 2)),
+                           what, stall_s=stall_s, ceiling_s=ceiling_s, every_s=0.2)
+        except BaseException:
+            end_group(process)
+            raise
+        return subprocess.CompletedProcess(args, process.returncode, out.read_text(), err.read_text())
+
+
 def file_sizes(*paths) -> tuple:
     """(path, size) of each file at or under ``paths``: a snapshot for ``wait_advancing`` that changes as logs
     grow and files appear."""

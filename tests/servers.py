@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cpu_seconds, environ, file_sizes, process_group, wait_advancing
+from tests.helpers import (cpu_seconds, environ, file_sizes, process_group, run_advancing,
+                           wait_advancing)
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,9 +20,11 @@ S3_BUCKET = "lakestate-it"
 
 
 def script(name: str, command: str, env: dict) -> subprocess.CompletedProcess:
-    """``scripts/<name>.sh <command>`` in ``env``, its output captured."""
-    return subprocess.run(["bash", str(ROOT / "scripts" / f"{name}.sh"), command], env=env, capture_output=True,
-                          text=True, timeout=180)
+    """``scripts/<name>.sh <command>`` in ``env``, its output captured; waited for while it advances (its output,
+    its server's folder and its processes' CPU: a JVM starting), not for a fixed 180 s as before (issue 59)."""
+    folder = {"kafka": "LAKESTATE_KAFKA_DIR", "spark-cluster": "LAKESTATE_CLUSTER_DIR"}.get(name)
+    return run_advancing(["bash", str(ROOT / "scripts" / f"{name}.sh"), command], f"scripts/{name}.sh {command}",
+                         watch=[env[folder]] if folder in env else [], env=env)
 
 
 @pytest.fixture(scope="module")

@@ -125,3 +125,20 @@ def test_the_suites_last_step_finds_kills_and_reports_what_a_run_left_but_what_m
         for process in (left, stays):
             process.kill()
             process.wait()
+
+
+def test_a_command_run_while_it_advances_keeps_what_it_started_in_the_background_and_is_ended_when_it_stalls():
+    from tests.helpers import run_advancing
+
+    # A script that starts a daemon and returns (scripts/kafka.sh start does): the daemon stays, as with
+    # subprocess.run.
+    done = run_advancing(["bash", "-c", "sleep 602 > /dev/null 2>&1 & echo $!"], "a start", stall_s=5, ceiling_s=30)
+    daemon = int(done.stdout)
+    try:
+        assert done.returncode == 0 and Path(f"/proc/{daemon}").exists()
+    finally:
+        os.kill(daemon, 9)
+    # One that stalls (no output, no CPU): ended with its group once the stall window passes.
+    with pytest.raises(Stalled, match="a stuck script: nothing advanced in 1 s"):
+        run_advancing(["bash", "-c", "sleep 603 & wait"], "a stuck script", stall_s=1, ceiling_s=30)
+    assert not [line for line in os.popen("ps -eo args") if line.startswith("sleep 603")]

@@ -21,7 +21,7 @@ import pytest
 
 from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get,
                                   processes_of, send_json, token)
-from tests.helpers import cpu_seconds, file_sizes, wait_advancing
+from tests.helpers import cpu_seconds, file_sizes, run_advancing, wait_advancing
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,9 @@ DAGS = ("lakestate_clicks", "lakestate_sessions")
 
 
 def _script(command: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), command], env=env, capture_output=True, text=True, timeout=180)
+    """scripts/postgres.sh ``command``, waited for while its output, its folder and its processes' CPU grow."""
+    return run_advancing(["bash", str(SCRIPT), command], f"scripts/postgres.sh {command}",
+                         watch=[env["LAKESTATE_POSTGRES_DIR"]], env=env)
 
 
 @pytest.fixture(scope="module")
