@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.helpers import (cpu_seconds, file_sizes, group_members, process_group, run_advancing,
+                           wait_advancing)
 from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +82,8 @@ def migrate(env: dict) -> None:
     if _MIGRATED:
         shutil.copyfile(_MIGRATED[0], home / "airflow.db")
         return
-    done = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    done = run_advancing(["airflow", "db", "migrate"], "airflow db migrate", watch=[home], env=env, stall_s=300,
+                         ceiling_s=900)
     assert done.returncode == 0, done.stderr[-2000:]
     kept = Path(tempfile.mkdtemp(prefix="lakestate-airflow-db-")) / "airflow.db"
     shutil.copyfile(home / "airflow.db", kept)
@@ -139,15 +142,25 @@ def airflow_ui(env: dict):
     env = {**env, "LAKESTATE_UI_PORT": str(port), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}
     env.pop("LAKESTATE_UI_HOST", None)
-    started = subprocess.run(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=400)
-    try:
-        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
-        printed = re.search(r"Airflow UI: (http://([\d.]+):(\d+)) ", started.stdout)
-        assert printed and printed.group(2, 3) == ("127.0.0.1", str(port)), started.stdout[-2000:]
+    home = Path(env["AIRFLOW_HOME"])
+    said = home.parent / f"{home.name}.airflow-ui.out"
+    try:  # the standalone stopped whatever happens from here on, a start that fails or stalls too
+        with open(said, "w") as out, process_group(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT,
+                                                   env=env, stdout=out, stderr=subprocess.STDOUT) as script:
+            # Its migration, connection and the standalone's start: waited for while their logs grow and the
+            # script's airflow commands use CPU (5 s steps), not for a fixed time (the script gives the API
+            # server 5 minutes of its own).
+            wait_advancing(lambda: script.poll() is not None,
+                           lambda: (file_sizes(said, Path(f"{home}.migrate.log"), home / "standalone.log"),
+                                    int(cpu_seconds(group_members(script.pid)) // 5)),
+                           "scripts/airflow-ui.sh --background", stall_s=300, ceiling_s=900)
+        output = said.read_text()
+        assert script.returncode == 0, output[-6000:]
+        printed = re.search(r"Airflow UI: (http://([\d.]+):(\d+)) ", output)
+        assert printed and printed.group(2, 3) == ("127.0.0.1", str(port)), output[-2000:]
         yield printed.group(1)
     finally:
-        started = standalone_processes(Path(env["AIRFLOW_HOME"]))
+        started = standalone_processes(home)
         stop_ui(env)
     assert not (left := still_running(started)), f"scripts/airflow-ui.sh stop left these running: {left}"
 

@@ -10,6 +10,8 @@ import pytest
 
 from state_store.settings import Settings
 from tests.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
+from tests.helpers import children, end_children_since
+from tests.helpers import process_groups  # noqa: F401 - a fixture of every module: a test's own process groups
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +79,7 @@ def lake(tmp_path) -> Lake:
 TIERS = ("unit", "spark", "e2e")
 _TIER = pytest.StashKey[str]()  # each collected test's tier
 E2E_FIXTURES = {"broker", "connect_server", "s3", "standalone_cluster", "installed", "airflow_with_a_job",
-                "browser", "parsed_forms", "airflow_home"}
+                "browser", "parsed_forms", "airflow_home", "process_groups"}
 
 
 def _tier(item) -> str:
@@ -108,6 +110,20 @@ def pytest_runtest_teardown(item, nextitem):
     if pyspark is not None and pyspark.SparkContext._active_spark_context is not None:
         pytest.fail(f"{item.nodeid} started Spark but is in the unit tier: request the `spark` fixture",
                     pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that fails ends the processes it started and left running (its own children, with their groups
+    or children): a failed test's `airflow dags test` and spark-submit were found 37 minutes later (issue 59).
+    Those its fixtures started are theirs to stop; a test's own are best started through `process_groups`."""
+    before = children()
+    try:
+        return (yield)
+    except BaseException:
+        if ended := end_children_since(before):
+            sys.stderr.write(f"[conftest] {item.nodeid} failed: ended what it left running: {ended}\n")
+        raise
 
 
 # --- Durations: setup + call + teardown per test, summed by tier, kept in test-artifacts/durations.txt (CI prints

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import environ
+from tests.helpers import (cpu_seconds, environ, file_sizes, process_group, run_advancing,
+                           wait_advancing)
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +20,11 @@ S3_BUCKET = "lakestate-it"
 
 
 def script(name: str, command: str, env: dict) -> subprocess.CompletedProcess:
-    """``scripts/<name>.sh <command>`` in ``env``, its output captured."""
-    return subprocess.run(["bash", str(ROOT / "scripts" / f"{name}.sh"), command], env=env, capture_output=True,
-                          text=True, timeout=180)
+    """``scripts/<name>.sh <command>`` in ``env``, its output captured; waited for while it advances (its output,
+    its server's folder and its processes' CPU: a JVM starting), not for a fixed 180 s as before (issue 59)."""
+    folder = {"kafka": "LAKESTATE_KAFKA_DIR", "spark-cluster": "LAKESTATE_CLUSTER_DIR"}.get(name)
+    return run_advancing(["bash", str(ROOT / "scripts" / f"{name}.sh"), command], f"scripts/{name}.sh {command}",
+                         watch=[env[folder]] if folder in env else [], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -52,32 +54,34 @@ def s3(spark, tmp_path_factory):
     from state_store.storage import S3Options
 
     [port] = free_ports()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
     options = S3Options(endpoint=f"http://127.0.0.1:{port}", access_key="lakestate", secret_key="lakestate-secret",
                         region="us-east-1")
     env = {"AWS_ENDPOINT_URL": options.endpoint, "AWS_ACCESS_KEY_ID": options.access_key,
            "AWS_SECRET_ACCESS_KEY": options.secret_key, "AWS_REGION": options.region}
-    with environ(env):
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    # The server's process group ends with the module, or when its start fails.
+    with open(log_path, "w") as log, process_group([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                                    str(port)], stdout=log, stderr=subprocess.STDOUT) as server, \
+            environ(env):
         try:
             client = boto3.client("s3", endpoint_url=options.endpoint, region_name=options.region,
                                   aws_access_key_id=options.access_key, aws_secret_access_key=options.secret_key)
-            deadline = time.time() + 60
-            while True:
+
+            def created() -> bool:
+                assert server.poll() is None, f"the S3 server exited: see {log_path}"
                 try:
                     client.create_bucket(Bucket=S3_BUCKET)
-                    break
+                    return True
                 except Exception:
-                    assert server.poll() is None, f"the S3 server exited: see {log.name}"
-                    assert time.time() < deadline, f"the S3 server never answered: see {log.name}"
-                    time.sleep(0.2)
+                    return False
+
+            # Its start (imports, mostly) waited for while its CPU time grows, on a loaded machine too.
+            wait_advancing(created, lambda: (int(cpu_seconds([server.pid])), file_sizes(log_path)),
+                           f"the S3 server answering (see {log_path})", stall_s=60, ceiling_s=300, every_s=0.2)
             configure_s3(spark, options)
             yield options
         finally:
             _forget_s3_filesystem(spark)
-            server.terminate()
-            server.wait(30)
 
 
 def _forget_s3_filesystem(spark) -> None:
