@@ -78,14 +78,10 @@ def partitions(path, version: int, spec: TableSpec) -> dict[tuple, list[str]] | 
 
 def partition_of(add: dict, spec: TableSpec) -> tuple:
     """The partition of a file's ``add`` action: its values of ``spec``'s partition columns, as the log has them."""
+    from .log import partition_values
+
     values = partition_values(add)
     return tuple(values.get(c) for c in spec.partition_columns)
-
-
-def partition_values(add: dict) -> dict:
-    """A file's ``add`` action's partition values, by column."""
-    values = add.get("partitionValues") or {}
-    return dict(values) if isinstance(values, list) else values  # a Parquet checkpoint's map reads as pairs
 
 
 def live_partitions(path, parts: dict[tuple, list[str]], spec: TableSpec, batch_id: int,
@@ -118,7 +114,7 @@ def rewrite_live(path, version: int, spec: TableSpec, batch_id: int, generations
     from ..storage import location
     from ..subtask import run_files
     from .delta_rs import storage_options, table_uri
-    from .log import live_adds
+    from .log import live_adds, partition_values
 
     parts = partitions(path, version, spec)
     if parts is None:

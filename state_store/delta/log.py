@@ -147,13 +147,17 @@ def _partition_sizes(path: str | os.PathLike, version: int | None) -> dict[tuple
     columns = list(meta.get("partitionColumns") or []) if meta else []
     out: dict[tuple, list[int]] = {}
     for add in live_adds(path, version).values():
-        values = add.get("partitionValues") or {}
-        if isinstance(values, list):  # a Parquet checkpoint's map reads as pairs
-            values = dict(values)
+        values = partition_values(add)
         cell = out.setdefault(tuple(values.get(c) for c in columns), [0, 0])
         cell[0] += int(add["size"])
         cell[1] += 1
     return out
+
+
+def partition_values(add: dict) -> dict:
+    """A file's ``add`` action's partition values, by column."""
+    values = add.get("partitionValues") or {}
+    return dict(values) if isinstance(values, list) else values  # a Parquet checkpoint's map reads as pairs
 
 
 def missing_files(path: str | os.PathLike, version: int) -> list[str]:
