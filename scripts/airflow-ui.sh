@@ -9,7 +9,8 @@
 # It prints the URL it really serves and where to log in: user "admin", the password Airflow's simple auth
 # manager wrote to $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (or the file
 # $AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE names). Output: $AIRFLOW_HOME/standalone.log
-# with --background. A standalone already running for $AIRFLOW_HOME is reused, not started twice.
+# with --background. A standalone already running for $AIRFLOW_HOME is reused, not started twice; one that lost a
+# component (its scheduler, triggerer or DAG processor exits when its database stops answering) is started again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ACTION=start PORT=${LAKESTATE_UI_PORT:-} HOST=${LAKESTATE_UI_HOST:-127.0.0.1} BACKGROUND=0
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --host) HOST=$2; shift ;;
     --host=*) HOST=${1#*=} ;;
     --background) BACKGROUND=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;;
     *) echo "airflow-ui.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -101,12 +102,31 @@ if [ "$ACTION" = stop ]; then
   exit 0
 fi
 
+# The standalone's components that no longer run (its own children: "airflow scheduler", "airflow api_server -- ...").
+# Airflow's scheduler, triggerer and DAG processor exit when their database stops answering (a PostgreSQL
+# restarted under them) and the standalone does not start them again: deferred tasks (approvals) would never
+# resume, nor new runs start.
+exited() {
+  local kids c
+  kids=$(ps -o stat=,args= --ppid "$1" 2>/dev/null | awk '$1 !~ /^Z/ {$1 = ""; print}')
+  for c in scheduler dag-processor triggerer api-server; do
+    echo "$kids" | grep -Eq "airflow ${c//-/[-_]}( |$)" || echo "$c"
+  done
+}
+
 if [ -f "$PIDFILE" ]; then
   read -r pid port host mark < "$PIDFILE"
   if [ -n "$(members "$pid" "$mark")" ]; then
-    echo "[lakestate] Airflow UI already running for $AIRFLOW_HOME: http://$host:$port" \
-      "(stop: scripts/airflow-ui.sh stop)"
-    exit 0
+    down=$(exited "$pid" | tr '\n' ' ')
+    if [ -z "$down" ]; then
+      echo "[lakestate] Airflow UI already running for $AIRFLOW_HOME: http://$host:$port" \
+        "(stop: scripts/airflow-ui.sh stop)"
+      exit 0
+    fi
+    echo "[lakestate] the Airflow standalone of $AIRFLOW_HOME lost its ${down% } (exited: see" \
+      "$AIRFLOW_HOME/standalone.log; its database stopped answering?): starting it again on port $port"
+    stop_ui
+    PORT=${PORT:-$port}
   fi
   rm -f "$PIDFILE"
 fi

@@ -1,12 +1,14 @@
 # Sourced by the scripts that start a server (airflow-ui.sh, spark-connect.sh): `choose_port FIRST` sets PORT to
 # $PORT when it is free on $HOST (exits saying so when taken), else to the first free port from FIRST.
 
-free_port() {  # the first port from $1 that $HOST can bind
+free_port() {  # the first port from $1 that $HOST can bind (as a server does: a closed server's connections
+  # still in TIME_WAIT do not hold its port, a listening socket does)
   python - "$HOST" "$1" <<'PY'
 import socket, sys
 host, start = sys.argv[1], int(sys.argv[2])
 for port in range(start, start + 100):
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -143,19 +143,8 @@ def airflow_ui(env: dict):
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs)}
     env.pop("LAKESTATE_UI_HOST", None)
     home = Path(env["AIRFLOW_HOME"])
-    said = home.parent / f"{home.name}.airflow-ui.out"
     try:  # the standalone stopped whatever happens from here on, a start that fails or stalls too
-        with open(said, "w") as out, process_group(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT,
-                                                   env=env, stdout=out, stderr=subprocess.STDOUT) as script:
-            # Its migration, connection and the standalone's start: waited for while their logs grow and the
-            # script's airflow commands use CPU (5 s steps), not for a fixed time (the script gives the API
-            # server 5 minutes of its own).
-            wait_advancing(lambda: script.poll() is not None,
-                           lambda: (file_sizes(said, Path(f"{home}.migrate.log"), home / "standalone.log"),
-                                    int(cpu_seconds(group_members(script.pid)) // 5)),
-                           "scripts/airflow-ui.sh --background", stall_s=300, ceiling_s=900)
-        output = said.read_text()
-        assert script.returncode == 0, output[-6000:]
+        output = start_ui(env)
         printed = re.search(r"Airflow UI: (http://([\d.]+):(\d+)) ", output)
         assert printed and printed.group(2, 3) == ("127.0.0.1", str(port)), output[-2000:]
         yield printed.group(1)
@@ -163,6 +152,41 @@ def airflow_ui(env: dict):
         started = standalone_processes(home)
         stop_ui(env)
     assert not (left := still_running(started)), f"scripts/airflow-ui.sh stop left these running: {left}"
+
+
+def start_ui(env: dict) -> str:
+    """``scripts/airflow-ui.sh --background`` for ``env``'s AIRFLOW_HOME, which must succeed; its output."""
+    home = Path(env["AIRFLOW_HOME"])
+    said = home.parent / f"{home.name}.airflow-ui.out"
+    with open(said, "w") as out, process_group(["bash", "scripts/airflow-ui.sh", "--background"], cwd=ROOT,
+                                               env=env, stdout=out, stderr=subprocess.STDOUT) as script:
+        # Its migration, connection and the standalone's start: waited for while their logs grow and the
+        # script's airflow commands use CPU (5 s steps), not for a fixed time (the script gives the API
+        # server 5 minutes of its own).
+        wait_advancing(lambda: script.poll() is not None,
+                       lambda: (file_sizes(said, Path(f"{home}.migrate.log"), home / "standalone.log"),
+                                int(cpu_seconds(group_members(script.pid)) // 5)),
+                       "scripts/airflow-ui.sh --background", stall_s=300, ceiling_s=900)
+    output = said.read_text()
+    assert script.returncode == 0, output[-6000:]
+    return output
+
+
+def standalone_env(home: Path) -> dict:
+    """The environment the running standalone of ``home`` was started with (its port, its log servers' ports,
+    its database), read from its process: what starting it again for the same user takes."""
+    pid = int((home / "lakestate-ui.pid").read_text().split()[0])
+    return dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in v)
+
+
+def standalone_components(home: Path) -> list[str]:
+    """The running components of the standalone of ``home`` (its own children's commands, sorted): "airflow
+    scheduler", "airflow triggerer", "airflow dag-processor", "airflow api_server -- host:... port:..."."""
+    pid = (home / "lakestate-ui.pid").read_text().split()[0]
+    listed = subprocess.run(["ps", "-o", "stat=,args=", "--ppid", pid], capture_output=True, text=True).stdout
+    return sorted(re.sub(r"^\S*/bin/python \S*/bin/airflow", "airflow", args.strip())
+                  for stat, _, args in (line.strip().partition(" ") for line in listed.splitlines())
+                  if not stat.startswith("Z"))
 
 
 def stop_ui(env: dict) -> str:
