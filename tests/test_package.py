@@ -129,6 +129,7 @@ def installed(tmp_path_factory):
     return venv, env
 
 
+@pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side (pip and spark-submits, ~100 s)
 def test_the_wheel_installed_with_airflow_gives_the_plugin_operators_and_cli_without_the_repository(
         installed, tmp_path):
     venv, env = installed
@@ -173,6 +174,7 @@ READ_SINK = ("import os, sys; from deltalake import DeltaTable; rows = DeltaTabl
              "print(sorted(map(tuple, rows[['k', 'n']].values.tolist())), flush=True); os._exit(0)")
 
 
+@pytest.mark.beside_spark  # scripts/test.sh: on the spark tier's side (pip and spark-submits, ~100 s)
 def test_the_installed_wheel_registers_and_runs_a_job_outside_the_repository_and_its_sink_holds_the_counts(
         installed, tmp_path):
     venv, env = installed

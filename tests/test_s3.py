@@ -11,6 +11,9 @@ import sys
 
 import pytest
 
+# scripts/test.sh: on the spark tier's side (an S3 server and spark-submits, ~75 s the e2e side, the longer, loses)
+pytestmark = pytest.mark.beside_spark
+
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.job_store import JobStore
 from state_store.cli import main as lakestate
