@@ -67,8 +67,8 @@ def rescale(spark, states) -> None:
 def savepoint(spark, settings, spec, base: Path) -> None:
     from state_store.catalog.job_store import JobStore
     from state_store.ops.savepoint import take_savepoint
-    from state_store.records import KEYED_TABLE as KEYED
-    from state_store.records import OPERATOR_TABLE as OPERATOR
+    from state_store.records.layout import KEYED_TABLE as KEYED
+    from state_store.records.layout import OPERATOR_TABLE as OPERATOR
 
     checkpoint = JobStore(settings.job_dir(spec.job_id)).latest_checkpoint()
     entries = sum(checkpoint.entries.values())

@@ -32,7 +32,7 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .errors import stored_value_error
-from .records import ChangeColumns, KeyedChange
+from .records.layout import ChangeColumns, KeyedChange
 from .types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo, from_text, to_text
 
 VOID_NAMESPACE = ""

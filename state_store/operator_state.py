@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
 from .errors import ConfigError, stored_value_error
-from .records import OperatorChange
+from .records.layout import OperatorChange
 from .types import Types
 
 SPLIT_DISTRIBUTE = "split"

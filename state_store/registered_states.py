@@ -10,7 +10,8 @@ from .functions import FunctionInitializationContext, RuntimeContext
 from .key_groups import compute_key_group_range_for_operator_index
 from .keyed_state import KeyedStateStore
 from .operator_state import OperatorStateStore
-from .records import KEYED, OPERATOR, StateInfo
+from .records.layout import KEYED, OPERATOR
+from .records.metadata import StateInfo
 
 
 def discover_descriptors(spec) -> dict[str, StateInfo]:

@@ -16,7 +16,8 @@ from .errors import ConfigError, RestoreError
 from .job import BACKENDS
 from .key_groups import check_parallelism
 from .operator_state import SOURCE_STATE_PREFIX
-from .records import LAYOUT_VERSION, CheckpointMetadata, StateInfo
+from .records.layout import LAYOUT_VERSION
+from .records.metadata import CheckpointMetadata, StateInfo
 from .types import StateMigrationError, check_compatibility
 
 # The new definition's states, or how to find them at the planned (parallelism, max_parallelism): a dry run of

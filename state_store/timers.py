@@ -20,7 +20,7 @@ from operator import itemgetter, ne, not_
 from typing import Any
 
 from .descriptors import qualified_name
-from .records import ChangeColumns
+from .records.layout import ChangeColumns
 from .watermarks import MIN_WATERMARK
 
 EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"

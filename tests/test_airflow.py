@@ -473,7 +473,7 @@ def test_a_parse_of_the_operation_dags_reads_the_registry_once_lists_no_savepoin
     from airflow.serialization.serialized_objects import SerializedDAG
 
     from state_store.catalog.job_store import JobStore
-    from state_store.records import SavepointMetadata
+    from state_store.records.metadata import SavepointMetadata
     from state_store.settings import Settings
     from tests.test_airflow_plugin import _checkpoint
 

@@ -169,7 +169,7 @@ def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(air
 
 def _checkpoint(cid: int, parallelism: int, restored_from=None, airflow_run=None):
     from state_store.key_groups import key_group_ranges
-    from state_store.records import CheckpointMetadata, TableVersion
+    from state_store.records.metadata import CheckpointMetadata, TableVersion
 
     return CheckpointMetadata(
         job_id="clicks", checkpoint_id=cid, batch_id=4, uid="u", key_type="string", backend="delta",
@@ -181,7 +181,7 @@ def _checkpoint(cid: int, parallelism: int, restored_from=None, airflow_run=None
 
 def test_the_page_says_whether_a_checkpoint_came_from_a_rescale_a_restore_or_a_compaction():
     from state_store.provider.reader import JobOverview
-    from state_store.records import AirflowRun, RestoredFrom, SavepointMetadata
+    from state_store.records.metadata import AirflowRun, RestoredFrom, SavepointMetadata
 
     run = AirflowRun("lakestate_clicks", "manual__1")
     job = JobOverview("clicks", "demo.clicks:job", 3, 128, "delta")
@@ -245,7 +245,7 @@ def test_the_page_draws_a_jobs_graph_from_its_definition(tmp_path):
 
 
 def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_stay_readable():
-    from state_store.records import AirflowRun, CheckpointMetadata
+    from state_store.records.metadata import AirflowRun, CheckpointMetadata
 
     run = AirflowRun.of_environment({"AIRFLOW_CTX_DAG_ID": "lakestate_clicks", "AIRFLOW_CTX_DAG_RUN_ID": "r1"})
     assert run == AirflowRun("lakestate_clicks", "r1") and AirflowRun.of_environment({}) is None
@@ -274,7 +274,7 @@ def _page_of(job) -> str:
 
 def test_run_links_read_in_the_timezone_the_user_picked():
     from state_store.provider.reader import JobOverview
-    from state_store.records import AirflowRun
+    from state_store.records.metadata import AirflowRun
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
     job.checkpoints = [_checkpoint(1, 2, airflow_run=AirflowRun("lakestate_clicks",
@@ -286,7 +286,7 @@ def test_run_links_read_in_the_timezone_the_user_picked():
 
 def test_the_savepoint_path_cell_shows_the_savepoints_own_path():
     from state_store.provider.reader import JobOverview
-    from state_store.records import SavepointMetadata
+    from state_store.records.metadata import SavepointMetadata
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
     savepoint = SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {},
@@ -372,7 +372,7 @@ def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_
     the savepoint's own seconds."""
     from state_store.provider.reader import JobOverview
     from state_store.provider.views import job_section
-    from state_store.records import AirflowRun, SavepointMetadata
+    from state_store.records.metadata import AirflowRun, SavepointMetadata
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
     job.checkpoints = [_checkpoint(1, 2)]

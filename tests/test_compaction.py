@@ -230,7 +230,8 @@ def test_the_in_process_rewrite_holds_one_partition_at_a_time_and_writes_what_th
 
     from state_store.delta import live_arrow
     from state_store.ops.compaction import _compact_in_process
-    from state_store.records import KEYED_TABLE, TableVersion
+    from state_store.records.layout import KEYED_TABLE
+    from state_store.records.metadata import TableVersion
     from state_store.subtask import run_files
 
     schema, path = run_files.arrow_schema(KEYED_TABLE.schema), tmp_path / "keyed"

@@ -13,7 +13,8 @@ import pytest
 
 from state_store.delta import delta_rs
 from state_store.delta.log import app_transaction_version, table_snapshot
-from state_store.records import KEYED_TABLE, WrittenFile
+from state_store.records.layout import KEYED_TABLE
+from state_store.records.stats import WrittenFile
 from state_store.delta.state_tables import _commit_files_on_jvm, commit_files, read_version
 
 DDL = KEYED_TABLE.schema
@@ -141,7 +142,7 @@ def test_live_entries_in_arrow_follow_the_same_rules_as_spark():
     import pyarrow as pa
 
     from state_store.delta.live_arrow import latest_live
-    from state_store.records import KEYED_TABLE
+    from state_store.records.layout import KEYED_TABLE
     from state_store.subtask.run_files import arrow_schema
 
     def row(name, key, value, batch, generation=0, user_key=None, key_group=0):

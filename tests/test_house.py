@@ -19,12 +19,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 MAY_IMPORT = {
     "face": {"model", "sources", "ttl", "ops", "windows", "joins"},  # ops: the State Processor API, loaded when asked for
     # windows, joins: dataflow.py's window(...), connect(...) and interval_join(...) (none of theirs imports it)
-    "model": {"sources", "ttl", "windows", "joins"},
+    "model": {"records", "sources", "ttl", "windows", "joins"},
+    # The model's typed records (the state tables' layout, a run's stats, the catalog's metadata): a package of the
+    # model, imported wherever the model is (below).
+    "records": {"model", "sources", "ttl"},
     "windows": {"model"},
     "joins": {"model", "windows"},  # the window join runs a window operator
     "ttl": {"model"},
     "sources": {"model"},
-    "subtask": {"model", "ttl"},
+    "subtask": {"model", "ttl", "sources"},  # sources: the sink's microbatch column (SINK_MICROBATCH)
     "catalog": {"model"},
     "spark": {"model"},
     "delta": {"model", "catalog", "subtask", "spark"},
@@ -34,12 +37,15 @@ MAY_IMPORT = {
     "entrypoint": {"door"},
     "provider": {"model", "door", "entrypoint", "catalog", "delta", "ops", "spark"},
 }
+for _row in MAY_IMPORT.values():
+    if "model" in _row:
+        _row.add("records")
 # The only wing allowed in a loop between top-level modules and wings: TTL decorates the state handles
 # (ttl/handles.py imports keyed_state) and the descriptors carry its config (descriptors imports ttl/config.py).
 LOOP_WING = "ttl"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of ttl/ (ttl/tables.py and ttl/cleanup.py are its Spark side).
-NO_SPARK_WINGS = {"face", "model", "sources", "subtask", "catalog", "windows", "joins"}
+NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins"}
 NO_SPARK_MODULES = {"ttl", "ttl.config", "ttl.handles", "ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22

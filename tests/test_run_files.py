@@ -6,7 +6,7 @@ import os
 import pytest
 
 from state_store.errors import InputError
-from state_store.records import OPERATOR_TABLE
+from state_store.records.layout import OPERATOR_TABLE
 from state_store.subtask.run_files import OutputTable, remove_uncommitted, write_batches
 from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events

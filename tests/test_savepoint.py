@@ -247,7 +247,7 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
 
 
 def _metadata(job_id: str, name: str, keyed_path: str) -> dict:
-    from state_store.records import SavepointMetadata, TableVersion
+    from state_store.records.metadata import SavepointMetadata, TableVersion
 
     return SavepointMetadata(
         job_id=job_id, name=name, checkpoint_id=1, batch_id=0, uid="count", key_type="STRING", backend="delta",

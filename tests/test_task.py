@@ -34,7 +34,7 @@ from state_store.subtask.exchange import (
 )
 from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
-from state_store.records import MicrobatchStats, WrittenFile
+from state_store.records.stats import MicrobatchStats, WrittenFile
 from state_store.side_outputs import SIDE_PREFIX
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
 from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition

@@ -330,7 +330,7 @@ def test_an_unknown_update_type_or_visibility_names_the_choices():
 
 
 def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_record_with_every_record():
-    from state_store.records import StateInfo
+    from state_store.records.metadata import StateInfo
     from state_store.ttl.cleanup import cleanup_width
 
     def states(*configs):

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from .. import storage
 from ..errors import ConfigError
-from ..records import CheckpointMetadata, MicrobatchPlan
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 
 COMPACTION_REPORTS_KEPT = 100  # a schedule every few minutes writes one a tick, "nothing to do" ones too
 

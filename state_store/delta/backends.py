@@ -23,8 +23,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..records import (STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion,
-                       WrittenFile)
+from ..records.layout import STATE_TABLES, TableSpec
+from ..records.metadata import CheckpointMetadata, SavepointMetadata, TableVersion
+from ..records.stats import CleanupNote, WrittenFile
 from .log import (
     CorruptLogError,
     app_transaction_version,
@@ -37,7 +38,7 @@ from ..errors import RestoreError
 from ..job import BACKENDS
 from ..subtask.run_files import OutputTable
 from ..storage import location, options_of, rmtree
-from ..records import KEYED_TABLE, OPERATOR_TABLE
+from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
     append_state_rows,
     commit_state_files,

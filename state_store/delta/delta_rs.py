@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 
-from ..records import WrittenFile
+from ..records.stats import WrittenFile
 from ..spark.session import ddl_schema
 from ..storage import ObjectPath, create_exclusive, location, options_of
 

@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 
-from ..records import TableSpec
+from ..records.layout import TableSpec
 
 # Above this many bytes of a table's files, a savepoint reads it with Spark: Arrow in one process holds the
 # decoded rows (a few times the files' size) and sorts them on one core.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ..records import STATE_TABLES, CheckpointMetadata
+from ..records.layout import STATE_TABLES
+from ..records.metadata import CheckpointMetadata
 from .log import partition_sizes
 
 

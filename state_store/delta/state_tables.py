@@ -32,7 +32,8 @@ from ..spark.connect import delete_rows_sql, is_connect
 from ..spark.session import ddl_schema
 from .log import app_transaction_version
 from ..errors import ConfigError
-from ..records import TableSpec, WrittenFile
+from ..records.layout import TableSpec
+from ..records.stats import WrittenFile
 from ..storage import is_remote, options_of
 from ..subtask.run_files import OutputTable, new_token, write_batches
 

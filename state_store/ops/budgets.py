@@ -9,7 +9,7 @@ from ..catalog.job_store import JobStore
 from ..catalog.pipelines import PipelineEntry
 from ..delta.sizes import human_bytes, pinned_partitions
 from ..errors import OverBudget
-from ..records import CheckpointMetadata
+from ..records.metadata import CheckpointMetadata
 from ..settings import Settings
 
 

@@ -42,7 +42,8 @@ from pyspark.sql import functions as F
 
 from ..delta.backends import create_keyed_backend, delta_record
 from ..catalog.job_store import JobStore
-from ..records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
+from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
+from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from ..delta.log import expire_log, table_files, table_snapshot
 from ..errors import ConfigError
 from ..catalog.lease import holding

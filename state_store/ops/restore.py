@@ -77,7 +77,8 @@ from ..restore_plan import (
 from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
 from ..side_outputs import side_app_id, sink_app_id
 from ..settings import Settings
-from ..records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion
+from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
+from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,

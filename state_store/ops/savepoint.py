@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog.job_store import JobStore, read_json, write_json_atomic
-from ..records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
+from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
+from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from ..delta.log import table_snapshot
 from ..errors import ConfigError, RestoreError
 from ..job import check_job_id

@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..records import LAYOUT_VERSION, SavepointMetadata, StateInfo
+from ..records.layout import LAYOUT_VERSION
+from ..records.metadata import SavepointMetadata, StateInfo
 from ..descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
@@ -51,7 +52,7 @@ from ..delta.points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
 from ..settings import Settings
 from ..spark.session import key_group_column
-from ..records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
+from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..timers import TimeDomain, timer_state_names
 from ..ttl.tables import expired
 from ..types import TypeInfo, Types, from_schema, from_text

@@ -17,7 +17,7 @@ from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from state_store.provider.reader import JobOverview, human_bytes, job_overviews
-from state_store.records import AirflowRun
+from state_store.records.metadata import AirflowRun
 from state_store.settings import Settings
 
 # FastAPI's own /docs, /redoc and /openapi.json are plain routes that the app's dependencies do not reach, so

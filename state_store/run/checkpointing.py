@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..delta.backends import StateBackend
 from ..delta.log import table_snapshot
 from ..key_groups import key_group_ranges
-from ..records import (KEYED, OPERATOR, AirflowRun, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats,
-                       StateInfo, TableVersion)
+from ..records.layout import KEYED, OPERATOR
+from ..records.metadata import AirflowRun, CheckpointMetadata, MicrobatchPlan, StateInfo, TableVersion
+from ..records.stats import CleanupNote, MicrobatchStats
 from ..operator_state import SOURCE_OFFSETS_STATE
 from ..watermarks import WATERMARK_STATE
 from ..ttl.tables import count_entries, drop_expired, ttl_states

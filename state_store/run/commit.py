@@ -10,19 +10,10 @@ from ..delta.backends import StateBackend
 from ..delta.log import app_transaction_version, table_metadata
 from ..errors import InputError
 from ..operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
-from ..records import (
-    KEYED,
-    OPERATOR,
-    SINK,
-    SINK_MICROBATCH,
-    CheckpointMetadata,
-    CleanupNote,
-    MicrobatchPlan,
-    MicrobatchStats,
-    OperatorRow,
-    StateInfo,
-    WrittenFile,
-)
+from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
+from ..sources import SINK_MICROBATCH
+from ..records.stats import CleanupNote, MicrobatchStats, WrittenFile
 from ..repartition import place_source_entries
 from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from ..delta.state_tables import append_idempotent, commit_files

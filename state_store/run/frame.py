@@ -35,7 +35,7 @@ from ..functions import applies_to_keyed_state
 from ..job import SHARE_KEY
 from ..keys import key_text, mistyped_key, spark_key_type
 from ..operator_state import SOURCE_STATE_PREFIX, UNION
-from ..records import CheckpointMetadata, MicrobatchPlan
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from .context import RunContext
 from ..subtask.run_files import RunOutputs
 from ..sources import POSITION_COLUMNS

@@ -11,7 +11,9 @@ from ..restore_plan import check_restorable
 from ..errors import RestoreError
 from ..subtask.exchange import KIND_FILE, KIND_STAT
 from .frame import Frame
-from ..records import KEYED, OPERATOR, SINK, CheckpointMetadata, MicrobatchPlan, MicrobatchStats, StateInfo, WrittenFile
+from ..records.layout import KEYED, OPERATOR, SINK
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
+from ..records.stats import MicrobatchStats, WrittenFile
 from ..subtask.run_files import RunOutputs, remove_uncommitted
 from ..sources import EdgeSource
 from ..storage import rmtree

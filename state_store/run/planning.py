@@ -7,7 +7,8 @@ from ..delta.backends import point_damage
 from ..errors import RestoreError
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
 from ..catalog.job_store import CorruptCheckpoint, JobStore
-from ..records import KEYED, CheckpointMetadata, MicrobatchPlan
+from ..records.layout import KEYED
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
 from ..watermarks import EventClock
 from .context import RunContext

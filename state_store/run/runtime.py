@@ -45,7 +45,8 @@ from ..errors import InputError
 from ..job import JobSpec
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
-from ..records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
+from ..records.stats import MicrobatchStats
 from . import commit, timing
 from .context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,

@@ -8,7 +8,8 @@ from pyspark.sql import functions as F
 from ..delta.backends import StateBackend
 from ..functions import uses_timers
 from ..operator_state import UNION
-from ..records import CheckpointMetadata, MicrobatchPlan, OperatorRow
+from ..records.layout import OperatorRow
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..timers import TimeDomain, timer_state_names
 from ..watermarks import WATERMARK_STATE, EventClock
 from .context import RunContext

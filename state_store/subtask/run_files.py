@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..records import KEYED, OPERATOR, SINK, SINK_MICROBATCH, TABLE_SPECS, KeyedRow, OperatorRow, WrittenFile
+from ..records.layout import KEYED, OPERATOR, SINK, TABLE_SPECS, KeyedRow, OperatorRow
+from ..sources import SINK_MICROBATCH
+from ..records.stats import WrittenFile
 from ..storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
 FLUSH_ROWS = 65_536  # rows held as Python objects before they are written as Parquet row groups

@@ -46,7 +46,8 @@ from ..key_groups import compute_key_group_range_for_operator_index
 from ..keyed_state import KeyedStateStore
 from ..keys import decode_key, key_decoder
 from ..operator_state import UNION, OperatorStateStore
-from ..records import STORED_KEYED_COLUMNS, KeyedRow, MicrobatchStats
+from ..records.layout import STORED_KEYED_COLUMNS, KeyedRow
+from ..records.stats import MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from ..side_outputs import SIDE_PREFIX, OutputTag
 from ..timers import SubtaskTimers, TimeDomain, TimerService

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..descriptors import qualified_name
 from ..errors import ConfigError
 from ..keys import arrow_keys
-from ..records import KeyedRow, keyed_columns
+from ..records.layout import KeyedRow, keyed_columns
 from ..timers import TimeDomain, timer_state_names
 from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column

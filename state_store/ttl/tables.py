@@ -18,7 +18,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..records import StateInfo, with_ttl
+from ..records.metadata import StateInfo, with_ttl
 
 
 def ttl_states(descriptors: dict[str, StateInfo], strategy: str | None = None) -> dict[str, StateInfo]:
