@@ -5,14 +5,7 @@ for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
 from .dataflow import ChainSpec, Dataflow
-from .descriptors import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-)
+from .state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
     CoFlatMapFunction,
@@ -31,7 +24,7 @@ from .settings import Settings
 from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource, KafkaSource
 from .timers import TimeDomain, TimerService
-from .ttl import StateTtlConfig
+from .state.ttl import StateTtlConfig
 from .types import StateMigrationError, Types
 from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .vectorized import BatchContext, VectorizedKeyedFunction

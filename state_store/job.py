@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .descriptors import check_state_name
+from .state.descriptors import check_state_name
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism

@@ -8,8 +8,8 @@ import copy
 
 from .functions import FunctionInitializationContext, RuntimeContext
 from .key_groups import compute_key_group_range_for_operator_index
-from .keyed_state import KeyedStateStore
-from .operator_state import OperatorStateStore
+from .state.store import KeyedStateStore
+from .state.operator import OperatorStateStore
 from .records.layout import KEYED, OPERATOR
 from .records.metadata import StateInfo
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Union
 
-from .descriptors import check_state_name
+from .state.descriptors import check_state_name
 from .errors import ConfigError, RestoreError
 from .job import BACKENDS
 from .key_groups import check_parallelism
-from .operator_state import SOURCE_STATE_PREFIX
+from .state.operator import SOURCE_STATE_PREFIX
 from .records.layout import LAYOUT_VERSION
 from .records.metadata import CheckpointMetadata, StateInfo
 from .types import StateMigrationError, check_compatibility

@@ -19,7 +19,7 @@ from itertools import compress
 from operator import itemgetter, ne, not_
 from typing import Any
 
-from .descriptors import qualified_name
+from .state.descriptors import qualified_name
 from .records.layout import ChangeColumns
 from .watermarks import MIN_WATERMARK
 

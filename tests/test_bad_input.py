@@ -10,7 +10,7 @@ import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
 from state_store.catalog.jobs import JobCatalog
-from state_store.descriptors import ValueStateDescriptor, check_state_name
+from state_store.state.descriptors import ValueStateDescriptor, check_state_name
 from state_store.job import check_job_id
 from state_store.ops.savepoint import check_label
 from state_store.side_outputs import OutputTag

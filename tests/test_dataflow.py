@@ -623,7 +623,7 @@ def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, l
 def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(tmp_path):
     from state_store.dataflow import RecordOperator
     from state_store.functions import RuntimeContext
-    from state_store.keyed_state import KeyedStateStore
+    from state_store.state.store import KeyedStateStore
 
     class Keyed(MapFunction):
         def open(self, ctx):

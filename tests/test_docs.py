@@ -50,8 +50,8 @@ def test_every_exported_name_and_public_method_has_a_docstring():
     import importlib
 
     with_examples = {
-        "state_store.keyed_state": ["ValueState", "ListState", "MapState", "ReducingState", "AggregatingState"],
-        "state_store.operator_state": ["OperatorStateStore", "OperatorListState", "BroadcastState"],
+        "state_store.state.handles": ["ValueState", "ListState", "MapState", "ReducingState", "AggregatingState"],
+        "state_store.state.operator": ["OperatorStateStore", "OperatorListState", "BroadcastState"],
         "state_store.functions": ["KeyedProcessFunction", "RuntimeContext", "Context", "OnTimerContext",
                                   "BroadcastContext", "FunctionInitializationContext", "FunctionSnapshotContext",
                                   "CoProcessContext"],

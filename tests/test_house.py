@@ -1,6 +1,6 @@
 """The house's rules, read from the source (README "Where things live"): each folder of ``state_store`` is a wing
 that may import only the wings its row below names, no import circle between modules, no loop between wings
-except through ``ttl/``, at most 22 modules at the top level, no Spark when the pure wings load, ``run/runtime.py``
+except through ``state/``, at most 22 modules at the top level, no Spark when the pure wings load, ``run/runtime.py``
 only sequencing (< 300 lines), and no function over 60 lines. Run alone: ``pytest tests/test_house.py``."""
 from __future__ import annotations
 
@@ -17,36 +17,40 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # ops/ what a user runs; the door, the entry point and the Airflow provider parse what the user typed. A new
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
-    "face": {"model", "sources", "ttl", "ops", "windows", "joins"},  # ops: the State Processor API, loaded when asked for
+    "face": {"model", "sources", "state", "ops", "windows", "joins"},  # ops: the State Processor API, loaded when asked for
     # windows, joins: dataflow.py's window(...), connect(...) and interval_join(...) (none of theirs imports it)
-    "model": {"records", "sources", "ttl", "windows", "joins"},
+    "model": {"records", "sources", "state", "windows", "joins"},
     # The model's typed records (the state tables' layout, a run's stats, the catalog's metadata): a package of the
     # model, imported wherever the model is (below).
-    "records": {"model", "sources", "ttl"},
-    "windows": {"model"},
-    "joins": {"model", "windows"},  # the window join runs a window operator
-    "ttl": {"model"},
+    "records": {"model", "sources", "state"},
+    "windows": {"model", "state"},  # state: the windows' descriptors
+    "joins": {"model", "windows", "state"},  # the window join runs a window operator
+    # State as Flink's runtime/state: descriptors, the keyed store and handles, operator state, TTL (ttl/: its
+    # Spark side, tables and cleanup, reads the records).
+    "state": {"model"},
     "sources": {"model"},
-    "subtask": {"model", "ttl", "sources"},  # sources: the sink's microbatch column (SINK_MICROBATCH)
+    "subtask": {"model", "state", "sources"},  # sources: the sink's microbatch column (SINK_MICROBATCH)
     "catalog": {"model"},
     "spark": {"model"},
     "delta": {"model", "catalog", "subtask", "spark"},
-    "run": {"model", "ttl", "sources", "subtask", "catalog", "spark", "delta"},
-    "ops": {"model", "ttl", "catalog", "spark", "delta"},
-    "door": {"model", "ttl", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
+    "run": {"model", "state", "sources", "subtask", "catalog", "spark", "delta"},
+    "ops": {"model", "state", "catalog", "spark", "delta"},
+    "door": {"model", "state", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
     "entrypoint": {"door"},
     "provider": {"model", "door", "entrypoint", "catalog", "delta", "ops", "spark"},
 }
 for _row in MAY_IMPORT.values():
     if "model" in _row:
         _row.add("records")
-# The only wing allowed in a loop between top-level modules and wings: TTL decorates the state handles
-# (ttl/handles.py imports keyed_state) and the descriptors carry its config (descriptors imports ttl/config.py).
-LOOP_WING = "ttl"
+# The only wing allowed in a loop with the top-level modules: the model's functions hand out state handles and
+# the state's handles read the model's types (Flink's runtime/state and its operators are one module there);
+# TTL decorates the handles and the records carry its config.
+LOOP_WING = "state"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
-# these modules of ttl/ (ttl/tables.py and ttl/cleanup.py are its Spark side).
+# these modules of state/ (state/ttl/tables.py and state/ttl/cleanup.py are its Spark side).
 NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins"}
-NO_SPARK_MODULES = {"ttl", "ttl.config", "ttl.handles", "ttl.rules"}
+NO_SPARK_MODULES = {"state", "state.descriptors", "state.store", "state.handles", "state.operator", "state.ttl",
+                    "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22
 

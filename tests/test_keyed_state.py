@@ -5,16 +5,9 @@ of a MapState entry's key (None for the other states), delta +1 created, -1 remo
 """
 import pytest
 
-from state_store.descriptors import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-)
+from state_store.state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from state_store.functions import RuntimeContext
-from state_store.keyed_state import KeyedStateStore
+from state_store.state.store import KeyedStateStore
 from state_store.types import Types
 
 POINT = Types.ROW_NAMED(["x", "y"], [Types.LONG(), Types.STRING()])

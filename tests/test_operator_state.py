@@ -4,8 +4,8 @@ A flush row is (qualified name, mode, text or None, delta): delta +1 created, -1
 """
 import pytest
 
-from state_store.descriptors import ListStateDescriptor, MapStateDescriptor
-from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION, OperatorStateStore
+from state_store.state.descriptors import ListStateDescriptor, MapStateDescriptor
+from state_store.state.operator import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION, OperatorStateStore
 from state_store.types import Types
 
 OFFSETS = ListStateDescriptor("offsets", Types.LONG())

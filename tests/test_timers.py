@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from state_store.descriptors import ValueStateDescriptor
+from state_store.state.descriptors import ValueStateDescriptor
 from state_store.functions import Context, KeyedBroadcastProcessFunction, KeyedProcessFunction
-from state_store.keyed_state import KeyedStateStore
+from state_store.state.store import KeyedStateStore
 from state_store.records.stats import MicrobatchStats, WrittenFile
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs
 from state_store.side_outputs import OutputTag

@@ -8,16 +8,9 @@ import math
 import pytest
 
 from state_store import ConfigError, StateTtlConfig
-from state_store.descriptors import (
-    MAX_TIMESTAMP,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-)
+from state_store.state.descriptors import MAX_TIMESTAMP, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from state_store.functions import RuntimeContext
-from state_store.keyed_state import KeyedStateStore
+from state_store.state.store import KeyedStateStore
 from state_store.types import Types
 
 from .test_keyed_state import Average
@@ -314,7 +307,7 @@ def test_state_stored_before_ttl_was_on_lives_a_full_ttl_from_its_first_read_wit
 
 
 def test_operator_state_with_a_ttl_is_refused_naming_the_fix():
-    from state_store.operator_state import OperatorStateStore
+    from state_store.state.operator import OperatorStateStore
 
     store = OperatorStateStore("op", {}, {})
     with pytest.raises(ValueError, match="TTL applies to keyed state only"):
@@ -331,7 +324,7 @@ def test_an_unknown_update_type_or_visibility_names_the_choices():
 
 def test_incremental_cleanup_visits_size_per_subtask_per_microbatch_and_per_record_with_every_record():
     from state_store.records.metadata import StateInfo
-    from state_store.ttl.cleanup import cleanup_width
+    from state_store.state.ttl.cleanup import cleanup_width
 
     def states(*configs):
         return {f"op.s{i}": StateInfo.from_descriptor(ValueStateDescriptor(f"s{i}", Types.LONG()).enable_time_to_live(
@@ -358,14 +351,14 @@ KINDS = [
 @pytest.mark.parametrize("getter, descriptor, plain", KINDS)
 def test_the_factory_wraps_the_plain_handle_in_its_ttl_wrapper_only_when_the_descriptor_has_ttl(getter, descriptor,
                                                                                                  plain):
-    from state_store import keyed_state
-    from state_store.ttl import handles
+    from state_store.state import handles as plain_handles
+    from state_store.state.ttl import handles
 
     without = getattr(Clock().ctx, getter)(descriptor())
-    assert type(without) is getattr(keyed_state, plain)
+    assert type(without) is getattr(plain_handles, plain)
     wrapped = getattr(Clock().ctx, getter)(descriptor().enable_time_to_live(ttl()))
     assert type(wrapped) is getattr(handles, "Ttl" + plain)
-    assert type(wrapped.original) is getattr(keyed_state, plain)
+    assert type(wrapped.original) is getattr(plain_handles, plain)
     # The kind-free getter gives the same handle: a new kind needs no getter of its own.
     assert type(Clock().ctx.get_keyed_state(descriptor().enable_time_to_live(ttl()))) is type(wrapped)
     assert type(Clock().ctx.get_keyed_state(descriptor())) is type(without)
@@ -389,7 +382,7 @@ def test_the_scalar_and_arrow_ttl_rules_agree_on_every_read_and_write(update, vi
     column: one grid (a value stored or not; no expiry, past, at the boundary, future) through both."""
     import pyarrow as pa
 
-    from state_store.ttl import rules
+    from state_store.state.ttl import rules
 
     config, now = ttl(update, visibility), 100
     grid = [(text, expiry) for text in ("7", None) for expiry in (None, now - 5, now, now + 5)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..descriptors import MapStateDescriptor
+from ..state.descriptors import MapStateDescriptor
 from ..errors import ConfigError
 from ..functions import KeyedCoProcessFunction
 from ..side_outputs import OutputTag

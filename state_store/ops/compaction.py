@@ -50,7 +50,7 @@ from ..catalog.lease import holding
 from ..settings import Settings
 from ..delta.state_tables import latest_live, visible
 from ..storage import location, remove_empty_folders, rmtree, walk_files
-from ..ttl.tables import drop_expired, ttl_states
+from ..state.ttl.tables import drop_expired, ttl_states
 
 # Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
 # could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size. At 68 MiB

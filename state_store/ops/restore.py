@@ -56,13 +56,13 @@ from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..catalog.job_store import JobStore
 from ..registered_states import discover_descriptors
 from ..delta.log import app_transaction_version, table_snapshot
-from ..descriptors import qualified_name
+from ..state.descriptors import qualified_name
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, RestoreError
 from ..job import JobSpec
 from ..key_groups import key_group_ranges
 from ..catalog.lease import holding
-from ..operator_state import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
+from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from ..delta.points import StatePoint
 from ..repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
 from ..restore_plan import (

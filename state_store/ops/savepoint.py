@@ -81,7 +81,7 @@ def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoin
                             prefix: str = "savepoint") -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint, named ``label`` or ``<prefix>-<checkpoint>-<time>`` (a
     rescale's own: ``rescale-...``, which ``retain_rescale_savepoints`` thins); the caller holds the job."""
-    from ..ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
+    from ..state.ttl.tables import drop_expired, ttl_states  # Spark: only where a savepoint is taken
 
     job_id, cid = checkpoint.job_id, checkpoint.checkpoint_id
     source = StatePoint(checkpoint, job_dir)
@@ -168,7 +168,7 @@ def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, ta
         snap = table_snapshot(work / path)
         written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])
     if recount:  # states a cleanup thinned: their entries are what the savepoint holds
-        from ..ttl.tables import count_entries
+        from ..state.ttl.tables import count_entries
 
         keyed = tables[KEYED].sparkSession.read.format("delta").load(str(work / written[KEYED].path))
         counts = count_entries(keyed, recount)

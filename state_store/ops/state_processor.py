@@ -41,12 +41,12 @@ from pyspark.sql import functions as F
 
 from ..records.layout import LAYOUT_VERSION
 from ..records.metadata import SavepointMetadata, StateInfo
-from ..descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
+from ..state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
 from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
-from ..operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
+from ..state.operator import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from ..repartition import split_distribute, union_stored
 from ..delta.points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
@@ -54,7 +54,7 @@ from ..settings import Settings
 from ..spark.session import key_group_column
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..timers import TimeDomain, timer_state_names
-from ..ttl.tables import expired
+from ..state.ttl.tables import expired
 from ..types import TypeInfo, Types, from_schema, from_text
 
 

@@ -82,7 +82,7 @@ TABLE_SPECS = {t.name: t for t in (KEYED_TABLE, OPERATOR_TABLE)}
 
 
 class OperatorRow(NamedTuple):
-    """An operator state table row: subtask ``subtask``'s entry of a state (``mode`` as ``operator_state``)."""
+    """An operator state table row: subtask ``subtask``'s entry of a state (``mode`` as ``state.operator``)."""
 
     state_name: str
     subtask: int

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..sources import position
 from ..storage import location
-from ..ttl.config import TtlSpec
+from ..state.ttl.config import TtlSpec
 from ..watermarks import MIN_WATERMARK, EventClock
 from .layout import KEYED, LAYOUT_VERSION, SAVEPOINT_FORMAT
 

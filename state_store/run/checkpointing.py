@@ -8,9 +8,9 @@ from ..key_groups import key_group_ranges
 from ..records.layout import KEYED, OPERATOR
 from ..records.metadata import AirflowRun, CheckpointMetadata, MicrobatchPlan, StateInfo, TableVersion
 from ..records.stats import CleanupNote, MicrobatchStats
-from ..operator_state import SOURCE_OFFSETS_STATE
+from ..state.operator import SOURCE_OFFSETS_STATE
 from ..watermarks import WATERMARK_STATE
-from ..ttl.tables import count_entries, drop_expired, ttl_states
+from ..state.ttl.tables import count_entries, drop_expired, ttl_states
 from .context import RunContext, wall_clock_ms
 
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..delta.backends import StateBackend
 from ..delta.log import app_transaction_version, table_metadata
 from ..errors import InputError
-from ..operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
+from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..sources import SINK_MICROBATCH
@@ -19,7 +19,7 @@ from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from ..delta.state_tables import append_idempotent, commit_files
 from ..spark.session import ddl_schema
 from ..storage import options_of
-from ..ttl.cleanup import run_incremental_cleanup
+from ..state.ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms
 from .timing import watermark_rows
 

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..delta.backends import StateBackend
-from ..descriptors import qualified_name
+from ..state.descriptors import qualified_name
 from ..errors import InputError
 from ..subtask.exchange import (
     BROADCAST_RECORD,
@@ -34,7 +34,7 @@ from ..subtask.exchange import (
 from ..functions import applies_to_keyed_state
 from ..job import SHARE_KEY
 from ..keys import key_text, mistyped_key, spark_key_type
-from ..operator_state import SOURCE_STATE_PREFIX, UNION
+from ..state.operator import SOURCE_STATE_PREFIX, UNION
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from .context import RunContext
 from ..subtask.run_files import RunOutputs

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from ..delta.backends import StateBackend
 from ..functions import uses_timers
-from ..operator_state import UNION
+from ..state.operator import UNION
 from ..records.layout import OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..timers import TimeDomain, timer_state_names

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..registered_states import registered_states
-from ..descriptors import qualified_name
+from ..state.descriptors import qualified_name
 from ..errors import StoredValueError
 from .exchange import (
     BROADCAST_RECORD,
@@ -43,15 +43,15 @@ from ..functions import (
     RuntimeContext,
 )
 from ..key_groups import compute_key_group_range_for_operator_index
-from ..keyed_state import KeyedStateStore
+from ..state.store import KeyedStateStore
 from ..keys import decode_key, key_decoder
-from ..operator_state import UNION, OperatorStateStore
+from ..state.operator import UNION, OperatorStateStore
 from ..records.layout import STORED_KEYED_COLUMNS, KeyedRow
 from ..records.stats import MicrobatchStats
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from ..side_outputs import SIDE_PREFIX, OutputTag
 from ..timers import SubtaskTimers, TimeDomain, TimerService
-from ..ttl.handles import create_state_and_wrap_with_ttl_if_enabled
+from ..state.ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from ..types import RowTypeInfo, TypeInfo, Types
 from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
 from .vectorized_run import VectorizedRun

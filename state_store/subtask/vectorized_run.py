@@ -19,7 +19,7 @@ from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 from ..keys import arrow_keys
 from ..records.layout import keyed_columns
-from ..ttl.rules import read_baseline, read_values, write_expiries
+from ..state.ttl.rules import read_baseline, read_values, write_expiries
 from ..vectorized import BatchContext, as_table, conform, value_states
 
 

@@ -14,7 +14,7 @@ see the windows as they see the per-record operator's. No Spark here.
 """
 from __future__ import annotations
 
-from ..descriptors import qualified_name
+from ..state.descriptors import qualified_name
 from ..errors import ConfigError
 from ..keys import arrow_keys
 from ..records.layout import KeyedRow, keyed_columns

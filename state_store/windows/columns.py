@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..descriptors import AggregateFunction
+from ..state.descriptors import AggregateFunction
 from ..errors import ConfigError
 from ..types import RowTypeInfo, Types
 from .functions import ProcessWindowFunction

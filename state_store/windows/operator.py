@@ -13,13 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..descriptors import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    ReducingStateDescriptor,
-    StateDescriptor,
-)
+from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, ReducingStateDescriptor, StateDescriptor
 from ..functions import KeyedProcessFunction
 from ..timers import TimeDomain
 from ..types import Types

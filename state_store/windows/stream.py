@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..descriptors import AggregateFunction, AggregatingStateDescriptor
+from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor
 from ..errors import ConfigError
 from ..side_outputs import OutputTag
 from ..types import RowTypeInfo, Types

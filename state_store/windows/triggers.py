@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..descriptors import ReducingStateDescriptor, StateDescriptor
+from ..state.descriptors import ReducingStateDescriptor, StateDescriptor
 from ..errors import ConfigError
 from ..types import Types
 from ..watermarks import millis

@@ -17,8 +17,8 @@ import math
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..records.metadata import StateInfo
-from ..records.stats import CleanupNote
+from ...records.metadata import StateInfo
+from ...records.stats import CleanupNote
 from .tables import expired, ttl_states
 
 CURSOR_ORDER = ("key_group", "state_name", "key", "namespace", "_user_key")

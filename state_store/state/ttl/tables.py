@@ -18,7 +18,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..records.metadata import StateInfo, with_ttl
+from ...records.metadata import StateInfo, with_ttl
 
 
 def ttl_states(descriptors: dict[str, StateInfo], strategy: str | None = None) -> dict[str, StateInfo]:
@@ -51,8 +51,8 @@ def drop_expired(df: DataFrame, states: dict[str, StateInfo], now: int) -> DataF
 
 def _prune_lists(now: int):
     def prune(batches):
-        import pyarrow as pa
         import orjson
+        import pyarrow as pa
 
         for batch in batches:
             values = batch.column("value").to_pylist()

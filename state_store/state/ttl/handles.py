@@ -2,7 +2,7 @@
 TtlReducingState and TtlAggregatingState, and the one factory that wraps a plain handle in them when its
 descriptor has TTL (Flink's ``TtlStateFactory.createStateAndWrapWithTtlIfEnabled``).
 
-The store and the plain handles (``keyed_state``) keep each entry's expiry as data; what it means is decided
+The store and the plain handles (``state.store``, ``state.handles``) keep each entry's expiry as data; what it means is decided
 by ``ttl.rules`` only (when an entry is expired, what a read removes, returns and restamps, what a write
 stamps), which these wrappers apply per entry and a vectorized run per column. ``now`` is the microbatch's
 processing time (``KeyedStateStore.set_time``). An expired value a read returns under
@@ -21,17 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..descriptors import StateDescriptor
-from ..keyed_state import (
-    AggregatingState,
-    KeyedStateStore,
-    ListState,
-    MapState,
-    ReducingState,
-    ValueState,
-    _copy,
-    create_handle,
-    value_copier,
-)
+from ..handles import AggregatingState, ListState, MapState, ReducingState, ValueState, create_handle
+from ..store import KeyedStateStore, _copy, value_copier
 from .rules import after_read, is_expired, stamp
 
 

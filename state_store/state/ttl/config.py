@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 MAX_TIMESTAMP = (1 << 63) - 1  # Long.MAX_VALUE: an expiry that never comes
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ..types import TypeInfo, Types
 from .ttl.config import MAX_TIMESTAMP, StateTtlConfig  # noqa: F401 (MAX_TIMESTAMP: re-exported)
-from .types import TypeInfo, Types
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")  # fullmatch: "$" would let a trailing newline in
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable
 
+from ..errors import ConfigError, stored_value_error
+from ..records.layout import OperatorChange
+from ..types import Types
 from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
-from .errors import ConfigError, stored_value_error
-from .records.layout import OperatorChange
-from .types import Types
 
 SPLIT_DISTRIBUTE = "split"
 UNION = "union"
