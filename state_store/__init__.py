@@ -24,6 +24,8 @@ from .settings import Settings
 from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource, KafkaSource
 from .timers import TimeDomain, TimerService
+from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
+from .state.operator import BroadcastState, OperatorListState
 from .state.ttl import StateTtlConfig
 from .types import StateMigrationError, Types
 from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
@@ -58,6 +60,8 @@ __all__ = [
     "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
     "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
+    # the state handles' types, for annotations (``self.count: ValueState``)
+    "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (README "Two inputs and joins")
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",

@@ -160,6 +160,7 @@ class OperatorListState:
         self._store, self._qname, self._descriptor = store, qname, descriptor
 
     def get(self) -> list:
+        """The elements (a copy: changing it changes no state), [] when there are none."""
         return copy.deepcopy(self._store._values.get(self._qname) or [])
 
     def _canonical(self, value: Any) -> Any:
@@ -168,11 +169,13 @@ class OperatorListState:
         return t.decode(t.encode(value))
 
     def add(self, value: Any) -> None:
+        """Append ``value`` (of the descriptor's type; None is an error, as in Flink)."""
         if value is None:
             raise ValueError("you cannot add None to a ListState")
         self._store._values[self._qname] = self.get() + [self._canonical(value)]
 
     def add_all(self, values: Iterable[Any]) -> None:
+        """Append each of ``values`` (None, or a None element, is an error, as in Flink)."""
         if values is None:
             raise ValueError("ListState.add_all(None) is not allowed (as in Flink); pass a list")
         for v in values:
@@ -188,6 +191,7 @@ class OperatorListState:
         self._store._values[self._qname] = [self._canonical(v) for v in values]
 
     def clear(self) -> None:
+        """Remove every element."""
         self._store._values[self._qname] = []
 
 
@@ -215,37 +219,47 @@ class BroadcastState:
         return m
 
     def get(self, key: Any) -> Any:
+        """The value of ``key`` (a copy), None when absent."""
         return copy.deepcopy(self._map().get(key))
 
     def contains(self, key: Any) -> bool:
+        """Whether ``key`` has a value."""
         return key in self._map()
 
     def keys(self) -> list:
+        """The keys, in insertion order."""
         return list(self._map().keys())
 
     def values(self) -> list:
+        """The values (copies), in the keys' order."""
         return copy.deepcopy(list(self._map().values()))
 
     def items(self) -> list[tuple]:
+        """The (key, value) pairs (copies), in insertion order."""
         return copy.deepcopy(list(self._map().items()))
 
     def is_empty(self) -> bool:
+        """Whether it holds no key."""
         return not self._map()
 
     def put(self, key: Any, value: Any) -> None:
+        """Map ``key`` to ``value``; only in ``process_broadcast_element`` (PermissionError elsewhere)."""
         self.put_all({key: value})
 
     def put_all(self, mapping: dict) -> None:
+        """Put each pair of ``mapping``; only in ``process_broadcast_element``."""
         m = self._writable()
         t = self._descriptor.type_info
         m.update(t.decode(t.encode(dict(mapping))))  # validated, and as a restore would read it back
         self._store._values[self._qname] = m
 
     def remove(self, key: Any) -> None:
+        """Remove ``key`` (nothing when absent); only in ``process_broadcast_element``."""
         m = self._writable()
         m.pop(key, None)
         self._store._values[self._qname] = m
 
     def clear(self) -> None:
+        """Remove every key; only in ``process_broadcast_element``."""
         self._writable()
         self._store._values[self._qname] = {}
