@@ -33,6 +33,7 @@ from .functions import (
     RecordFunction,
 )
 from .job import SHARE_KEY, JobSpec, check_job_id
+from .state.backend import DEFAULT_BACKEND
 from .keys import check_key_type
 from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
@@ -357,7 +358,7 @@ class Dataflow:
         self._source, self._settings, self._steps, self._key = source, settings, steps, key
 
     @classmethod
-    def from_source(cls, source, *, job_id: str, backend: str = "delta", checkpoint_interval: int = 1,
+    def from_source(cls, source, *, job_id: str, backend: str = DEFAULT_BACKEND, checkpoint_interval: int = 1,
                     num_retained: int = 3, watermark_strategy: WatermarkStrategy | None = None,
                     broadcast_source=None) -> "Dataflow":
         """Start a job reading ``source`` (a FileSource, DeltaSource or KafkaSource). ``watermark_strategy`` and

@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .state.backend import DEFAULT_BACKEND, backend_kind
 from .state.descriptors import check_state_name
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
@@ -16,7 +17,6 @@ from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy
 
-BACKENDS = ("delta", "hashmap", "memory")
 # The key of a non-keyed operator (``dataflow``): not a column; each record goes to a subtask by its content.
 SHARE_KEY = "__share__"
 _JOB_ID = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
@@ -63,7 +63,7 @@ class JobSpec:
     broadcast_source: Source | None = None
     parallelism: int = 2
     max_parallelism: int | None = None
-    backend: str = "delta"
+    backend: str = DEFAULT_BACKEND
     checkpoint_interval: int = 1
     num_retained: int = 3
     order_by: list[str] = field(default_factory=list)
@@ -116,8 +116,7 @@ class JobSpec:
             check_parallelism(self.parallelism, self.effective_max_parallelism)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"backend {self.backend!r} is unknown; choose one of {BACKENDS}")
+        backend_kind(self.backend)
         check_key_type(self.key_type)
         if not isinstance(self.output_type, RowTypeInfo):
             raise ConfigError("output_type must be declared with Types.ROW_NAMED([...], [...])")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Union
 
 from .state.descriptors import check_state_name
 from .errors import ConfigError, RestoreError
-from .job import BACKENDS
+from .state.backend import backend_kind, backend_names
 from .key_groups import check_parallelism
 from .state.operator import SOURCE_STATE_PREFIX
 from .records.layout import LAYOUT_VERSION
@@ -175,15 +175,19 @@ def already_at(job_id: str, checkpoint, operator: str | None = None) -> str:
             f"{checkpoint.checkpoint_id} stays the latest; nothing was written)")
 
 
+def restore_backends() -> tuple[str, ...]:
+    """The backends a restore or rescale can write: those whose checkpoints outlive the process (not ``in_process``)."""
+    return tuple(name for name in backend_names() if not backend_kind(name).in_process)
+
+
 def check_restore_backend(backend: str | None) -> None:
     """Refuse a backend that a restore or rescale cannot write (its checkpoint is for a later process)."""
     if backend is None:
         return
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend {backend!r} is unknown; choose one of {BACKENDS}")
-    if backend == "memory":
-        raise ConfigError("a restore or rescale writes a checkpoint for the job's next run, and the memory backend "
-                          "keeps checkpoints only in the process that took them; choose --backend delta or hashmap")
+    if backend_kind(backend).in_process:
+        raise ConfigError(f"a restore or rescale writes a checkpoint for the job's next run, and the {backend} backend "
+                          f"keeps checkpoints only in the process that took them; choose --backend "
+                          f"{' or '.join(restore_backends())}")
 
 
 def _check_key_type(job: JobFacts, point, where: str) -> None:

@@ -30,9 +30,9 @@ MAY_IMPORT = {
     "state": {"model"},
     "sources": {"model"},
     "subtask": {"model", "state", "sources"},  # sources: the sink's microbatch column (SINK_MICROBATCH)
-    "catalog": {"model"},
+    "catalog": {"model", "state"},  # state: the backends' kinds (which a pipeline may choose)
     "spark": {"model"},
-    "delta": {"model", "catalog", "subtask", "spark"},
+    "delta": {"model", "state", "catalog", "subtask", "spark"},  # state: the kinds its backends implement
     "run": {"model", "state", "sources", "subtask", "catalog", "spark", "delta"},
     "ops": {"model", "state", "catalog", "spark", "delta"},
     "door": {"model", "state", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
@@ -49,8 +49,8 @@ LOOP_WING = "state"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of state/ (state/ttl/tables.py and state/ttl/cleanup.py are its Spark side).
 NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins"}
-NO_SPARK_MODULES = {"state", "state.descriptors", "state.store", "state.handles", "state.operator", "state.ttl",
-                    "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
+NO_SPARK_MODULES = {"state", "state.backend", "state.descriptors", "state.store", "state.handles", "state.operator",
+                    "state.ttl", "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ConfigError
-from ..job import BACKENDS, check_job_id
+from ..job import check_job_id
+from ..state.backend import BACKENDS, DEFAULT_BACKEND, backend_names
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
@@ -45,8 +46,6 @@ BUDGETS = ("max_state_bytes", "max_late_records")
 FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget", "require_approval")
 # What an entry's require_approval may name: the operation DAGs that change or delete a job's state.
 APPROVABLE = ("rescale", "restore", "dispose")
-# A DAG run's state must outlive its process: the memory backend keeps it in the process of one run.
-PIPELINE_BACKENDS = tuple(b for b in BACKENDS if b != "memory")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
 OPERATION_DAG_IDS = ("lakestate_savepoint", "lakestate_rescale", "lakestate_compaction", "lakestate_restore",
                      "lakestate_dispose")
@@ -131,13 +130,22 @@ def _schedule(where: str, schedule) -> str | None:
     return schedule
 
 
+def pipeline_backends() -> tuple[str, ...]:
+    """The backends a pipeline may choose: a DAG run's state must outlive its process (``allowed_in_pipelines``)."""
+    return tuple(name for name in backend_names() if BACKENDS[name].allowed_in_pipelines)
+
+
+def _shown(backend: str) -> str:
+    return f"{backend} (the default)" if backend == DEFAULT_BACKEND else backend
+
+
 def _backend(where: str, backend) -> str | None:
-    if backend == "memory":
-        raise ConfigError(f"{where}: field 'backend' is 'memory', which keeps a job's state in the process of "
+    if isinstance(backend, str) and backend in BACKENDS and not BACKENDS[backend].allowed_in_pipelines:
+        raise ConfigError(f"{where}: field 'backend' is {backend!r}, which keeps a job's state in the process of "
                           f"one run only (it is only for tiny in-process tests): a DAG run's state must outlive "
-                          f"it; use delta (the default) or hashmap")
-    if backend is not None and backend not in PIPELINE_BACKENDS:
-        raise ConfigError(f"{where}: field 'backend' must be one of {', '.join(PIPELINE_BACKENDS)}, "
+                          f"it; use {' or '.join(_shown(n) for n in pipeline_backends())}")
+    if backend is not None and backend not in pipeline_backends():
+        raise ConfigError(f"{where}: field 'backend' must be one of {', '.join(pipeline_backends())}, "
                           f"got {backend!r}")
     return backend
 

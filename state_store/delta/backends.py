@@ -35,7 +35,7 @@ from .log import (
     transaction_metadata,
 )
 from ..errors import RestoreError
-from ..job import BACKENDS
+from ..state.backend import DeltaKind, HashMapKind, MemoryKind, StateBackendKind, backend_kind, implemented_by
 from ..subtask.run_files import OutputTable
 from ..storage import location, options_of, rmtree
 from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
@@ -65,10 +65,9 @@ def table_damage(what: str, path: str | Path, version: int | None) -> str | None
     return None
 
 
-class StateBackend:
-    """The state of one table: read at a checkpoint, written per run, captured per checkpoint."""
-
-    name = ""
+class StateBackend(StateBackendKind):
+    """The state of one table: read at a checkpoint, written per run, captured per checkpoint. What each backend
+    can do is its kind's (``state.backend``): its implementation subclasses it."""
 
     def __init__(self, spark: SparkSession, job_dir: Path, job_id: str, table: TableSpec,
                  checkpoint: CheckpointMetadata | None = None):
@@ -175,8 +174,8 @@ class StateBackend:
         return latest_live(base.unionByName(self._changes.filter(F.col("batch_id") <= batch_id)), self.table)
 
 
-class DeltaStateBackend(StateBackend):
-    name = "delta"
+@implemented_by
+class DeltaStateBackend(DeltaKind, StateBackend):
 
     @property
     def path(self) -> Path:
@@ -287,8 +286,8 @@ class DeltaStateBackend(StateBackend):
                                f"{self.job_id!r} and restore it: that writes its state into new tables")
 
 
-class HashMapStateBackend(StateBackend):
-    name = "hashmap"
+@implemented_by
+class HashMapStateBackend(HashMapKind, StateBackend):
 
     def _dir(self, checkpoint_id: int) -> Path:
         return self.store.snapshot_table(checkpoint_id, self.table.name)
@@ -363,8 +362,8 @@ class MemorySnapshots:
         return len(self._rows)
 
 
-class MemoryStateBackend(StateBackend):
-    name = "memory"
+@implemented_by
+class MemoryStateBackend(MemoryKind, StateBackend):
     snapshots = MemorySnapshots()  # process-wide; see MemorySnapshots
 
     def read(self, checkpoint, restrict=None, partitions=None):
@@ -393,8 +392,6 @@ class MemoryStateBackend(StateBackend):
         self.snapshots.discard(self.job_dir, self.table.name, checkpoint.checkpoint_id)
 
 
-_BACKENDS = {b.name: b for b in (DeltaStateBackend, HashMapStateBackend, MemoryStateBackend)}
-assert tuple(_BACKENDS) == BACKENDS, "job.BACKENDS names every backend, in this order"
 
 
 def delta_record(path, generations: list[int] | None, version: int | None = None) -> TableVersion:
@@ -421,13 +418,22 @@ def point_damage(spark: SparkSession, point: CheckpointMetadata | SavepointMetad
     return checkpoint_damage(spark, job_dir, point)
 
 
+def _implementation(name: str) -> type[StateBackend]:
+    """The backend registered as ``name`` (``state.backend.BACKENDS``: once this module is loaded, each built-in
+    name is its implementation here; a subclass with a name of its own is registered as well)."""
+    found = backend_kind(name)
+    if not issubclass(found, StateBackend):
+        raise TypeError(f"backend {name!r} is a kind without an implementation: subclass delta.backends.StateBackend")
+    return found
+
+
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
                          checkpoint: CheckpointMetadata | None = None) -> StateBackend:
     """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it)."""
-    return _BACKENDS[name](spark, job_dir, job_id, KEYED_TABLE, checkpoint)
+    return _implementation(name)(spark, job_dir, job_id, KEYED_TABLE, checkpoint)
 
 
 def create_operator_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
                             checkpoint: CheckpointMetadata | None = None) -> StateBackend:
     """The ``name`` backend bound to the job's operator state table (as ``checkpoint`` left it)."""
-    return _BACKENDS[name](spark, job_dir, job_id, OPERATOR_TABLE, checkpoint)
+    return _implementation(name)(spark, job_dir, job_id, OPERATOR_TABLE, checkpoint)

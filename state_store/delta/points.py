@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..catalog.job_store import JobStore, read_json
 from ..records.layout import KEYED, TABLE_SPECS
 from ..records.metadata import CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
+from ..state.backend import backend_kind
 from ..errors import ConfigError
 from ..settings import Settings
 from ..storage import ObjectPath
@@ -111,7 +112,7 @@ class StatePoint:
         checkpoint whose table is small and local; None where ``rows`` must read it."""
         from .live_arrow import read_live
 
-        if self.is_savepoint or self.meta.backend not in ("delta", "hashmap"):
+        if self.is_savepoint or not backend_kind(self.meta.backend).readable_in_process:
             return None
         recorded = self.meta.table(table)
         if not recorded.path or recorded.version is None:

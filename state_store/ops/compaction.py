@@ -50,6 +50,7 @@ from ..catalog.lease import holding
 from ..settings import Settings
 from ..delta.state_tables import latest_live, visible
 from ..storage import location, remove_empty_folders, rmtree, walk_files
+from ..state.backend import backend_kind
 from ..state.ttl.tables import drop_expired, ttl_states
 
 # Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
@@ -139,7 +140,7 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
         say(f"[lakestate] job {job_id}: nothing compacted: {report['waiting']}")
         report["files_deleted"] = report["bytes_reclaimed"] = 0
         return
-    if latest.backend == "delta":
+    if backend_kind(latest.backend).incremental:
         report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
     retained = meta.readable_checkpoints()
     report["files_deleted"] = report["bytes_reclaimed"] = 0
@@ -165,9 +166,9 @@ def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) ->
     """The microbatch after which a run deleted expired entries' rows (TTL's incremental cleanup) past ``latest``
     and was killed before its checkpoint, or None. A rewrite as of ``latest`` would bring those rows back, and
     the run's replay takes that cleanup as done (``ttl.cleanup.run_incremental_cleanup``): it would not remove them."""
-    if latest.backend != "delta":
+    if not backend_kind(latest.backend).incremental:
         return None
-    committed, _ = create_keyed_backend("delta", spark, job_dir, latest.job_id, latest).cleanups_done([])
+    committed, _ = create_keyed_backend(latest.backend, spark, job_dir, latest.job_id, latest).cleanups_done([])
     return committed if committed is not None and committed > latest.batch_id else None
 
 

@@ -56,6 +56,7 @@ from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..catalog.job_store import JobStore
 from ..registered_states import discover_descriptors
 from ..delta.log import app_transaction_version, table_snapshot
+from ..state.backend import backend_kind
 from ..state.descriptors import qualified_name
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, RestoreError
@@ -268,8 +269,8 @@ def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStor
                 f"subtasks {lost} of {where} hold raw operator state, which is opaque bytes that Lakestate cannot "
                 f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
                 f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
-    if plan.rescale and plan.backend == "delta":  # the operator rows go to the table runs append to
-        operator = create_operator_backend("delta", spark, meta.job_dir, restore.spec.job_id, restore.latest)
+    if plan.rescale and backend_kind(plan.backend).incremental:  # the operator rows go to the table runs append to
+        operator = create_operator_backend(plan.backend, spark, meta.job_dir, restore.spec.job_id, restore.latest)
         written = app_transaction_version(operator.path, operator.app_id)
         if written is not None and written > src.batch_id:
             raise RestoreError(
@@ -382,7 +383,7 @@ def _write_state(spark: SparkSession, restore: _Restore, meta: JobStore, lease, 
     generation = max(b.fresh_generation(lease.generation, checkpoint_id) for b in (keyed_backend, operator_backend))
     new_operator = redistribute(operator_rows, src.parallelism, plan.parallelism, src.batch_id, generation)
     if plan.rescale:
-        operator_record = (operator_backend.append_changes(new_operator, generation) if plan.backend == "delta"
+        operator_record = (operator_backend.append_changes(new_operator, generation) if operator_backend.incremental
                            else operator_backend.write_full(new_operator, checkpoint_id, generation))
         say(f"[lakestate] job {job_id}: rescaling checkpoint {src.checkpoint_id} from parallelism "
             f"{src.parallelism} to {plan.parallelism}: keyed state stays where it is, operator state is "

@@ -36,6 +36,7 @@ from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
                                            registry_path, registry_text)
 from state_store.errors import ConfigError
+from state_store.restore_plan import restore_backends
 from state_store.provider.approval import LakestateApprovalOperator
 from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
                                             LakestateRescaleOperator, LakestateRestoreOperator,
@@ -260,7 +261,7 @@ def _restore_dag(jobs: list[str]) -> DAG:
                             description="Or a retained checkpoint id of the job"),
         "parallelism": Param(None, type=["null", "integer"], **bounded(1, UPPER_BOUND_MAX_PARALLELISM),
                              title="Parallelism", description="Empty: the source's"),
-        "backend": Param(None, type=["null", "string"], enum=[None, "delta", "hashmap"], title="Backend",
+        "backend": Param(None, type=["null", "string"], enum=[None, *restore_backends()], title="Backend",
                          description="Empty: the source's"),
         "allow_non_restored_state": Param(False, type="boolean", title="Allow non-restored state",
                                           description="Drop state the job no longer registers instead of refusing"),

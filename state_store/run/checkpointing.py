@@ -47,7 +47,7 @@ class Checkpointer:
         """Both tables' records for checkpoint ``cid`` of ``plan``'s microbatch; a full snapshot with TTL cleanup
         counts the entries of the states it thinned (what it holds)."""
         cleanup = None
-        if self.cleaned and self.keyed.name != "delta":  # full snapshot cleanup: only a full snapshot has it
+        if self.cleaned and self.keyed.full_snapshot_cleanup:
             cleanup = lambda rows, now=plan.timestamp: drop_expired(rows, self.cleaned, now)  # noqa: E731
         state = {KEYED: self.keyed.snapshot(cid, plan.batch_id, cleanup),
                  OPERATOR: self.operator.snapshot(cid, plan.batch_id)}

@@ -80,7 +80,7 @@ def run_incremental_cleanup(backend, registered: dict[str, StateInfo], checkpoin
     follow what the table holds; the run's own one starts after the last of them, as a run that began there
     would (``fault(point, batch_ids)`` crashes it at its commit, ``say`` reports)."""
     states = ttl_states({**(checkpoint.descriptors if checkpoint else {}), **registered}, "incremental")
-    if not states or backend.name == "memory":
+    if not states or backend.in_process:
         return {}
     last = plans[-1]
     committed, done = backend.cleanups_done([p.batch_id for p in plans])
