@@ -127,7 +127,8 @@ class JobSpec:
         for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source),
                              ("second_source", self.second_source)):
             if source is not None and not isinstance(source, Source):
-                raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource")
+                raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource (or a subclass of "
+                                  f"state_store.sources.Source)")
             if source is not None:
                 source.validate(what)
         declared = self.source.declared_fields()

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from state_store import DeltaSource, InputError
-from tests.helpers import run, sink_rows
-from tests.jobs import count_job
+from state_store import ConfigError, DeltaSource, InputError
+from state_store.ops.restore import rescale_job
+from state_store.run.runtime import FaultInjector, InjectedFault
+from state_store.sources import Source
+from tests.helpers import run, sink_rows, state_at_latest_checkpoint
+from tests.jobs import EVENT, count_job, events
 
 
 
@@ -127,3 +130,58 @@ def test_a_delta_source_recreated_between_a_crash_and_the_replay_is_refused(spar
     _append(spark, path, [("z", 9, "add", 9), ("y", 8, "add", 8)])
     with pytest.raises(InputError, match=r"source table .*delta-recreated changed after microbatch 0 was planned"):
         run(spark, spec, lake)
+
+
+class ListSource(Source):
+    """A source written from ``Source`` alone: the records of a list, ``per_batch`` a microbatch, its offset an
+    index into the list (what a checkpoint keeps, so a replay and a restore read on from there)."""
+
+    def __init__(self, rows: list[dict], schema, per_batch: int):
+        self.rows, self.schema, self.per_batch = rows, schema, per_batch
+
+    def validate(self, what: str) -> None:
+        if self.per_batch <= 0:
+            raise ConfigError(f"{what}: per_batch must be positive")
+
+    def describe(self) -> dict:
+        return {"type": "list", "rows": len(self.rows)}
+
+    def declared_fields(self) -> dict:
+        return self.schema.fields
+
+    def initial_offset(self) -> dict:
+        return {"index": 0}
+
+    def next_offset(self, spark, start: dict) -> dict | None:
+        end = min(start["index"] + self.per_batch, len(self.rows))
+        return {"index": end} if end > start["index"] else None
+
+    def record_ddl(self, spark) -> str:
+        return self.schema.spark_ddl()
+
+    def read_run(self, spark, ranges):
+        rows = [(*(self.rows[i][c] for c in self.schema.fields), batch_id, 0, 0, i)
+                for batch_id, start, end in ranges for i in range(start["index"], end["index"])]
+        ddl = f"{self.schema.spark_schema_ddl()}, batch_id bigint, file_idx int, block bigint, row bigint"
+        return spark.createDataFrame(rows, ddl) if rows else None
+
+
+def test_a_source_written_from_its_base_class_alone_runs_replays_a_crash_and_restores_as_a_file_source(spark,
+                                                                                                      tmp_path):
+    from tests.conftest import Lake
+
+    lakes = {name: Lake(tmp_path / name) for name in ("files", "list")}
+    for batch in range(4):
+        lakes["files"].write_events(f"e{batch}.json", events(batch))
+    reference = count_job(lakes["files"])
+    run(spark, reference, lakes["files"])
+    rows = [e for batch in range(4) for e in events(batch)]
+    spec = count_job(lakes["list"], source=ListSource(rows, EVENT, per_batch=len(events(0))))
+    with pytest.raises(InjectedFault):
+        run(spark, spec, lakes["list"], max_microbatches=2, faults=FaultInjector("after_sink_write", batch_id=1))
+    run(spark, spec, lakes["list"], max_microbatches=2)  # the crashed microbatches again, from their plans
+    rescale_job(spark, lakes["list"].settings, spec, 3, say=lambda m: None)  # a restore at another parallelism
+    assert [b.batch_id for b in run(spark, spec, lakes["list"]).batches] == [2, 3]
+    assert sink_rows(spark, lakes["list"], spec) == sink_rows(spark, lakes["files"], reference)
+    assert state_at_latest_checkpoint(spark, lakes["list"], spec)[0] == \
+        state_at_latest_checkpoint(spark, lakes["files"], reference)[0]

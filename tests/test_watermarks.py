@@ -280,11 +280,18 @@ def test_records_whose_timestamps_are_all_null_are_input_so_idleness_does_not_mo
 def test_every_source_kind_is_a_source_and_a_job_refuses_what_is_not_one(tmp_path):
     # The Source protocol (sources/base.py) is what JobSpec checks; a new source kind meets it, no list to edit.
     from state_store import DeltaSource, KafkaSource
-    from state_store.sources import EdgeSource, Source, SourceDefaults
+    from state_store.sources import EdgeSource, Source
 
     kinds = [FileSource(str(tmp_path), "json", EVENTS), DeltaSource(str(tmp_path)),
              KafkaSource("localhost:9092", ["events"], schema=EVENTS), EdgeSource("upstream", EVENTS)]
     assert all(isinstance(kind, Source) for kind in kinds)
-    for not_a_source in (str(tmp_path), {"path": str(tmp_path)}, SourceDefaults()):
+
+    class HalfASource(Source):  # what a run calls is abstract: a class that leaves some out is no source at all
+        def describe(self):
+            return {}
+
+    with pytest.raises(TypeError, match="abstract"):
+        HalfASource()
+    for not_a_source in (str(tmp_path), {"path": str(tmp_path)}):
         with pytest.raises(ConfigError, match="source must be a FileSource, a DeltaSource or a KafkaSource"):
             replace(spec(tmp_path), source=not_a_source).validate()

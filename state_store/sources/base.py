@@ -1,12 +1,14 @@
-"""What every source shares: the position columns a run's records carry, the pins of an end offset, the defaults
-of ``SourceDefaults``, the ``Source`` protocol a job's source meets, and the event-time checks.
+"""What every source shares: the position columns a run's records carry, the pins of an end offset, the ``Source``
+base class (the whole contract a run uses, with defaults for what most sources say the same way), and the
+event-time checks.
 
 An offset is JSON. A microbatch's range ``[start, end)`` is fixed in its plan
 before it is processed, so a replay reads exactly the same records.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from typing import Any
 
 from ..errors import InputError
 
@@ -30,14 +32,109 @@ def position(offset: dict) -> dict:
     return {k: v for k, v in offset.items() if k != PINNED}
 
 
-class SourceDefaults:
-    """What every source says the same way unless it has more to say (``KafkaSource`` does)."""
+class Source(ABC):
+    """What a job reads: ``FileSource``, ``DeltaSource``, ``KafkaSource``, inside a dataflow an ``EdgeSource``, or
+    a subclass of this class of your own. The members below are everything a job and a run ask of a source, in the
+    order they ask; the abstract ones each source says in its own way, the others have a default that fits a
+    source of one split without a count, notes, dead letters or changes.
+
+    - **Defining the job**: ``validate`` (ConfigError naming the problem, before anything is read), ``describe``
+      (what the job's catalog record keeps), ``declared_fields`` (the columns, when declared up front).
+    - **Planning a microbatch** (its range is fixed in the plan before it is read, so a replay reads the same
+      records; an offset is JSON): ``initial_offset``, ``next_offset``, ``count_records``, ``plan_notes``,
+      ``changed_since_read``; with a watermark strategy ``event_time_splits`` and then ``max_event_time`` (one
+      split) or ``split_max_event_times`` (each split).
+    - **Reading a run**: ``record_ddl`` (the records' Spark type), ``read_run`` (every microbatch's records, with
+      ``POSITION_COLUMNS``), ``read_dead_letters``.
+    - **Offsets as state**: ``split_entries`` (operator ListState entries a checkpoint keeps).
+
+    Example (a source of the records in a list, the offset an index)::
+
+        class ListSource(Source):
+            def __init__(self, rows, schema): self.rows, self.schema = rows, schema
+            def validate(self, what): ...
+            def describe(self): return {"type": "list", "rows": len(self.rows)}
+            def declared_fields(self): return self.schema.fields
+            def initial_offset(self): return {"index": 0}
+            def next_offset(self, spark, start):
+                return {"index": len(self.rows)} if start["index"] < len(self.rows) else None
+            def record_ddl(self, spark): return self.schema.spark_ddl()
+            def read_run(self, spark, ranges): ...   # a DataFrame of the rows of each range, with POSITION_COLUMNS
+    """
+
+    # -- defining the job
+    @abstractmethod
+    def validate(self, what: str) -> None:
+        """Raise ConfigError naming the problem and its fix (``what``: "source", "broadcast_source", ...)."""
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """What the job's catalog record keeps of this source: its ``type`` and what tells it apart."""
 
     def declared_fields(self) -> dict | None:
         """The record's columns by name where they are declared before anything is read; None when only the
         input knows them (a Delta table's)."""
         return None
 
+    # -- planning a microbatch
+    @abstractmethod
+    def initial_offset(self) -> dict:
+        """Where a job that never ran starts reading."""
+
+    @abstractmethod
+    def next_offset(self, spark, start: dict) -> dict | None:
+        """The end of the next microbatch's range from ``start`` (what is there to read now, pinned); None when
+        there is nothing new."""
+
+    def count_records(self, start: dict, end: dict) -> int | None:
+        """The records in ``[start, end)`` when known without reading them (a plan's progress); None otherwise."""
+        return None
+
+    def plan_notes(self, start: dict, end: dict) -> list[str]:
+        """Lines for the run's output about a microbatch's planned range (e.g. a partition read for the first
+        time)."""
+        return []
+
+    def changed_since_read(self, offset: dict) -> list[str]:
+        """Warnings about input read up to ``offset`` that has changed since (a file rewritten in place)."""
+        return []
+
+    def event_time_splits(self, end: dict) -> list[str] | None:
+        """The concurrent splits whose event times combine by their least (a Kafka topic's partitions, which
+        then give ``split_max_event_times``); None: the source is one split (``max_event_time``)."""
+        return None
+
+    def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
+        """The largest ``column`` value of the records in ``[start, end)`` (None: no records), refusing a record
+        without one. By default from a read of the range."""
+        from pyspark.sql import functions as F
+
+        df = self.read_run(spark, [(0, start, end)])
+        if df is None:
+            return None
+        at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
+        return checked_max_event_time(df, column, at, f"{self.describe().get('type', 'source')} record at")
+
+    def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
+        """Per split of ``event_time_splits``, the largest ``column`` value in ``[start, end)``."""
+        raise NotImplementedError(f"{type(self).__name__} names event-time splits but not their event times")
+
+    # -- reading a run
+    @abstractmethod
+    def record_ddl(self, spark) -> str:
+        """The records' columns as a Spark DDL type (``struct<...>``)."""
+
+    @abstractmethod
+    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """The records of every microbatch of a run (``ranges``: ``[(batch_id, start, end)]``) in one DataFrame:
+        the record's columns plus ``POSITION_COLUMNS``; None when there are none."""
+
+    def read_dead_letters(self, spark, ranges: list[tuple[int, dict, dict]]):
+        """``(tag, rows)``: the records of ``ranges`` that went to a dead-letter side output instead of the run
+        (a ``KafkaSource``'s poison records); None for a source without one."""
+        return None
+
+    # -- offsets as state
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         """The source's offsets as operator ListState entries: one per split (a whole directory or table is
         one split; its path is in the job's catalog record). The pins of the files read and a file source's
@@ -45,44 +142,13 @@ class SourceDefaults:
         written."""
         return [{"split": name, "offset": {k: v for k, v in offset.items() if k not in (READ, "dir")}}]
 
-    def plan_notes(self, start: dict, end: dict) -> list[str]:
-        """Lines for the run's output about a microbatch's planned range (e.g. a partition read for the first
-        time)."""
-        return []
 
-    def read_dead_letters(self, spark, ranges: list[tuple[int, dict, dict]]):
-        """``(tag, rows)``: the records of ``ranges`` that went to a dead-letter side output instead of the run
-        (a ``KafkaSource``'s poison records); None for a source without one."""
-        return None
-
-    def event_time_splits(self, end: dict) -> list[str] | None:
-        """The concurrent splits whose event times combine by their least (a Kafka topic's partitions, which
-        then give ``split_max_event_times``); None: the source is one split (``max_event_time``)."""
-        return None
-
-
-@runtime_checkable
-class Source(Protocol):
-    """What a job reads (``JobSpec`` checks its ``source`` and ``broadcast_source`` against it): a ``FileSource``,
-    a ``DeltaSource``, a ``KafkaSource``, or inside a dataflow an ``EdgeSource``. A source plans (its offsets,
-    pinned in a microbatch's plan), reads a run's ranges and keeps its position as split entries of operator
-    state; ``SourceDefaults`` gives the members most sources say the same way."""
-
-    def validate(self, what: str) -> None: ...
-
-    def describe(self) -> dict: ...
-
-    def initial_offset(self) -> dict: ...
-
-    def record_ddl(self, spark) -> str: ...
-
-    def read_run(self, spark, ranges: list[tuple[int, dict, dict]]): ...
-
-    def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]: ...
-
-    def declared_fields(self) -> dict | None: ...
-
-    def plan_notes(self, start: dict, end: dict) -> list[str]: ...
+def warn_changed(sources: dict, offsets: dict, warn) -> None:
+    """Tell ``warn`` of everything a run of these ``sources`` already read (up to ``offsets``) that changed."""
+    for name, source in sources.items():
+        if offsets.get(name):
+            for line in source.changed_since_read(offsets[name]):
+                warn(line)
 
 
 def checked_max_event_time(df, column: str, where, what: str) -> int | None:

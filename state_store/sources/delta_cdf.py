@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
-from .base import PINNED, SourceDefaults, checked_max_event_time
+from .base import PINNED, Source, checked_max_event_time
 
 
 @dataclass
-class DeltaSource(SourceDefaults):
+class DeltaSource(Source):
     """An append-only Delta table read through its change data feed, a range of versions per microbatch.
 
     The table needs ``delta.enableChangeDataFeed = true``.

@@ -7,11 +7,11 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..types import RowTypeInfo
-from .base import SINK_MICROBATCH, SourceDefaults
+from .base import SINK_MICROBATCH, Source
 
 
 @dataclass
-class EdgeSource(SourceDefaults):
+class EdgeSource(Source):
     """Inside a dataflow's run (``dataflow``), what operator ``upstream`` emitted: its subtasks' output files of
     the run (``files``, set by the run), each row in the microbatch it was emitted for. A record's place is its
     file (the files ordered by subtask), then its position there: operator k+1 gets operator k's output of a
@@ -34,6 +34,10 @@ class EdgeSource(SourceDefaults):
 
     def initial_offset(self) -> dict:
         return {}
+
+    def next_offset(self, spark, start: dict) -> dict | None:
+        """Never planned: a run hands it what the upstream operator emitted (``files``)."""
+        return None
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         return []  # the dataflow's source keeps the offsets

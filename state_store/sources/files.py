@@ -10,13 +10,13 @@ from pathlib import Path
 
 from ..errors import ConfigError, InputError
 from ..types import RowTypeInfo, _Scalar
-from .base import PINNED, READ, SourceDefaults, checked_max_event_time, null_event_times
+from .base import PINNED, READ, Source, checked_max_event_time, null_event_times
 
 _FORMATS = ("json", "parquet")
 
 
 @dataclass
-class FileSource(SourceDefaults):
+class FileSource(Source):
     """A directory of JSON-lines or Parquet files; each file is read once, in name order.
 
     ``schema`` declares the columns (required for JSON; for Parquet it is checked).
@@ -342,11 +342,3 @@ def _arrow_ddl(arrow_type) -> str:
         if test(arrow_type):
             return ddl
     return str(arrow_type)
-
-
-def warn_changed(sources: dict, offsets: dict, warn) -> None:
-    """Tell ``warn`` of every file a run of these ``sources`` already read (up to ``offsets``) that changed."""
-    for name, source in sources.items():
-        if isinstance(source, FileSource) and offsets.get(name):
-            for line in source.changed_since_read(offsets[name]):
-                warn(line)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError, InputError
 from ..side_outputs import OutputTag
-from .base import PINNED, SourceDefaults, null_event_times
+from .base import PINNED, Source, null_event_times
 from ..types import RowTypeInfo, Types
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
@@ -45,7 +45,7 @@ _EXCERPT = 80  # characters of a poison value an error shows
 
 
 @dataclass
-class KafkaSource(SourceDefaults):
+class KafkaSource(Source):
     """Kafka ``topics`` (or every topic matching ``topic_pattern``) at ``bootstrap_servers``.
 
     ``starting_offsets``: where the job's first plan starts each partition: ``"earliest"``, ``"latest"``, or
