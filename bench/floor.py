@@ -36,7 +36,7 @@ def floor_pass(spark, input_dir: Path) -> tuple[int, float]:
     """The floor's one pass over the Parquet files in ``input_dir``: (rows, seconds)."""
     from pyspark.sql import functions as F
 
-    from state_store.spark.session import key_group_column
+    from state_store.key_groups import key_group_column
 
     started = time.time()
     df = (spark.read.parquet(str(input_dir))

@@ -1,8 +1,6 @@
-"""Key groups: Flink's KeyGroupRangeAssignment, as pure functions.
-
-No Spark here. The key group of a record is computed in the JVM (see
-``state_store.spark.session.key_group_column``); everything that only needs the numbers lives here
-so it can be tested and reasoned about alone.
+"""Key groups: Flink's KeyGroupRangeAssignment, each rule in its scalar form and, beside it, its form as a Spark
+column (pyspark imported inside those, so this module loads without Spark): the key group of a record is
+computed in the JVM (``key_group_column``), its owner and a subtask's first key group both ways.
 """
 from __future__ import annotations
 
@@ -91,3 +89,26 @@ def key_group_ranges(max_parallelism: int, parallelism: int) -> list[KeyGroupRan
     """The ranges of all subtasks, in subtask order."""
     check_parallelism(parallelism, max_parallelism)
     return [compute_key_group_range_for_operator_index(max_parallelism, parallelism, i) for i in range(parallelism)]
+
+
+def key_group_column(key_column, max_parallelism: int):
+    """A record's key group as a Spark column: pmod(hash(key), max_parallelism), Spark SQL's Murmur3 hash, stable
+    across runs and machines."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(key_column), F.lit(max_parallelism)).cast("int")
+
+
+def subtask_column(key_group_col, parallelism: int, max_parallelism: int):
+    """``compute_operator_index_for_key_group`` as a Spark column: key_group * parallelism / max_parallelism."""
+    from pyspark.sql import functions as F
+
+    return F.floor(key_group_col * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
+
+
+def first_key_group_column(subtask_col, parallelism: int, max_parallelism: int):
+    """The first key group of a subtask (``compute_key_group_range_for_operator_index(...).start``) as a Spark
+    column."""
+    from pyspark.sql import functions as F
+
+    return F.floor((subtask_col * F.lit(max_parallelism) + F.lit(parallelism - 1)) / F.lit(parallelism)).cast("int")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from state_store.key_groups import compute_operator_index_for_key_group
-from state_store.spark.session import key_group_column, subtask_column
+from state_store.key_groups import compute_key_group_range_for_operator_index, compute_operator_index_for_key_group
+from state_store.key_groups import first_key_group_column, key_group_column, subtask_column
 
 C1, C2, MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
 
@@ -69,6 +69,9 @@ def test_key_group_is_pmod_of_spark_murmur3_hash(spark, ddl, values, reference, 
     for k, kg, st in rows:
         assert kg == reference(k) % max_parallelism
         assert st == compute_operator_index_for_key_group(max_parallelism, 3, kg)
+    firsts = spark.range(3).select(first_key_group_column(F.col("id"), 3, max_parallelism).alias("g")).collect()
+    assert [r.g for r in firsts] == [compute_key_group_range_for_operator_index(max_parallelism, 3, i).start
+                                     for i in range(3)]
 
 
 def test_known_key_groups_do_not_change_between_releases(spark):

@@ -16,6 +16,7 @@ import time
 import uuid
 
 from ..records.stats import WrittenFile
+from .log import committed_before
 from ..spark.session import ddl_schema
 from ..storage import ObjectPath, create_exclusive, location, options_of
 
@@ -61,13 +62,9 @@ def commit_files(spark, path, app_id: str, version: int, files: list[WrittenFile
         table = DeltaTable(uri, storage_options=options)
     except TableNotFoundError:
         table = None
-    current = table.transaction_version(app_id) if table is not None else None
-    current = -1 if current is None else current
-    if current >= version:
+    if committed_before(table.transaction_version(app_id) if table is not None else None, version, expected, path,
+                        app_id):
         return False
-    if current != (-1 if expected is None else expected):
-        raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
-                           f"(it read version {expected}); nothing was committed, rerun the job")
     now = int(time.time() * 1000)
     # What Spark's Delta writer records for an append, for DESCRIBE HISTORY.
     metrics = {"numFiles": str(len(files)), "numOutputRows": str(sum(f.rows for f in files)),

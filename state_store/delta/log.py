@@ -272,3 +272,17 @@ def table_metadata(path: str | os.PathLike) -> dict | None:
         meta["configuration"] = dict(meta["configuration"])
     meta["configuration"] = meta.get("configuration") or {}
     return meta
+
+
+def committed_before(current: int | None, version: int, expected: int | None, path, app_id: str) -> bool:
+    """The one expected-version check of both commit paths (delta-rs and Delta's own transaction): whether the
+    table already holds commit ``version`` of ``app_id`` (its latest, ``current``: None or -1 when never), so a
+    replay commits nothing. RuntimeError when another writer took a commit of it since this run read ``expected``
+    (None: none): the run held the job, so nothing is committed and the job is to be run again."""
+    current = -1 if current is None else current
+    if current >= version:
+        return True
+    if current != (-1 if expected is None else expected):
+        raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
+                           f"(it read version {expected}); nothing was committed, rerun the job")
+    return False

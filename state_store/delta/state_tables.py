@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from . import delta_rs
 from ..spark.connect import delete_rows_sql, is_connect
 from ..spark.session import ddl_schema
-from .log import app_transaction_version
+from .log import app_transaction_version, committed_before
 from ..errors import ConfigError
 from ..records.layout import TableSpec
 from ..records.stats import WrittenFile
@@ -128,12 +128,9 @@ def _commit_files_on_jvm(spark, path: Path, app_id: str, version: int, files: li
             "id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
             "schemaString": ddl_schema(spark, ddl).json(), "partitionColumns": list(partition_by),
             "configuration": {}, "createdTime": int(time.time() * 1000)}})))
-    current = txn.txnVersion(app_id)  # -1: never; reading it also makes a concurrent commit of it a conflict
-    if current >= version:
+    # -1: never; reading it also makes a concurrent commit of it a conflict
+    if committed_before(txn.txnVersion(app_id), version, expected, path, app_id):
         return False
-    if current != (-1 if expected is None else expected):
-        raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
-                           f"(it read version {expected}); nothing was committed, rerun the job")
     actions = jvm.java.util.ArrayList()
     for info in files:
         actions.add(action.fromJson(json.dumps(info.to_add_action(batch_column))))

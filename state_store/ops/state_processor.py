@@ -51,7 +51,7 @@ from ..repartition import split_distribute, union_stored
 from ..delta.points import StatePoint, load_savepoint
 from .savepoint import check_label, point_fields, write_savepoint
 from ..settings import Settings
-from ..spark.session import key_group_column
+from ..key_groups import key_group_column
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..timers import TimeDomain, timer_state_names
 from ..state.ttl.tables import expired

@@ -40,7 +40,7 @@ from .context import RunContext
 from ..subtask.run_files import RunOutputs
 from ..sources import POSITION_COLUMNS
 from ..watermarks import EventClock
-from ..spark.session import key_group_column, subtask_column
+from ..key_groups import first_key_group_column, key_group_column, subtask_column
 from ..subtask.task import RAW_KEYED, RunPlan, run_partition
 from ..vectorized import VectorizedKeyedFunction
 
@@ -144,7 +144,7 @@ class Frame:
         share = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in data]), F.lit(p)).cast("int")
         return self._frame(
             records, subtask=share, phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED), key=key_text(share),
-            key_group=F.floor((share * F.lit(maxp) + F.lit(p - 1)) / F.lit(p)).cast("int"),
+            key_group=first_key_group_column(share, p, maxp),
             input=None if input_ is None else F.lit(input_), **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
     def _broadcast_records(self) -> DataFrame | None:

@@ -208,20 +208,6 @@ def ddl_schema(spark, ddl: str):
     return schema
 
 
-def key_group_column(key_column, max_parallelism: int):
-    """pmod(hash(key), max_parallelism): Spark SQL's Murmur3 hash, stable across runs and machines."""
-    from pyspark.sql import functions as F
-
-    return F.pmod(F.hash(key_column), F.lit(max_parallelism)).cast("int")
-
-
-def subtask_column(key_group_col, parallelism: int, max_parallelism: int):
-    """Flink's owner of a key group: key_group * parallelism / max_parallelism."""
-    from pyspark.sql import functions as F
-
-    return F.floor(key_group_col * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
-
-
 def wait_for_running_tasks(spark, seconds: float = 60.0) -> None:
     """After a failed pass, let Spark stop its other tasks first: one still running could write a file after
     the run removed its uncommitted ones. An aborted stage leaves the active list before its other tasks are
