@@ -29,7 +29,8 @@ MAY_IMPORT = {
     # Spark side, tables and cleanup, reads the records).
     "state": {"model"},
     "sources": {"model"},
-    "subtask": {"model", "state", "sources"},  # sources: the sink's microbatch column (SINK_MICROBATCH)
+    "subtask": {"model", "state", "sources", "windows"},  # sources: the sink's microbatch column (SINK_MICROBATCH);
+    # windows: the assigners' columnar form, which the vectorised window runs
     "catalog": {"model", "state"},  # state: the backends' kinds (which a pipeline may choose)
     "spark": {"model"},
     "delta": {"model", "state", "catalog", "subtask", "spark"},  # state: the kinds its backends implement

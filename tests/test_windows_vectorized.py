@@ -80,6 +80,18 @@ def test_random_elements_give_what_the_per_record_path_gives_in_any_cut_of_micro
     assert once.state == vectorized.state
 
 
+@pytest.mark.parametrize("size, slide, offset", [(10, 10, 0), (10, 10, 3), (10, 5, 0), (10, 3, 1), (7, 2, -1)])
+def test_window_assignment_has_one_rule_in_its_scalar_and_columnar_forms(size, slide, offset):
+    from state_store.windows.assigners import window_starts
+
+    stamps = [-23, -10, -1, 0, 1, 9, 10, 11, 99, 1_000_003]
+    assigner = (TumblingEventTimeWindows.of(size, offset) if slide == size else
+                SlidingEventTimeWindows.of(size, slide, offset))
+    at, starts = window_starts(stamps, size, slide, offset)
+    assert list(zip(at.tolist(), starts.tolist())) == [
+        (i, w.start) for i, ts in enumerate(stamps) for w in assigner.assign_windows({}, ts, 0)]
+
+
 def test_either_path_restores_the_others_windows(tmp_path):
     elements = [("a", 1, 0), ("a", 2, 1500), ("b", 3, 2000)]
     vectorized, per_record = pair(tmp_path, SlidingEventTimeWindows.of(2000, 1000))

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..keys import arrow_keys
 from ..records.layout import KeyedRow, keyed_columns
 from ..timers import TimeDomain, timer_state_names
+from ..windows.assigners import window_starts
 from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 
@@ -136,16 +137,8 @@ class WindowRun:
         if column.null_count:
             raise ConfigError(f"a record has a null event time in {fn.timestamp_column!r}; filter or fill it upstream")
         ts = column.to_numpy().astype(np.int64)
-        n, size, slide = len(ts), fn.size, fn.slide
-        last = ts - np.mod(ts - fn.offset, slide)
-        if slide == size:
-            at, starts = np.arange(n), last
-        else:
-            k = -(-size // slide)
-            at = np.repeat(np.arange(n), k)
-            starts = last[at] - np.tile(np.arange(k, dtype=np.int64), n) * slide
-            inside = starts > ts[at] - size
-            at, starts = at[inside], starts[inside]
+        n, size = len(ts), fn.size
+        at, starts = window_starts(ts, size, fn.slide, fn.offset)
         live = starts + (size - 1) > runner.watermark
         stats = runner.stats
         stats.records_in += n

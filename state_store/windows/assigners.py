@@ -75,6 +75,23 @@ def window_start_with_offset(timestamp: int, offset: int, window_size: int) -> i
     return timestamp - (timestamp - offset) % window_size
 
 
+def window_starts(timestamps, size: int, slide: int, offset: int):
+    """``assign_windows`` of a tumbling (``slide == size``) or sliding assigner over a column of event times, the
+    rule's columnar form (numpy): ``(record index, window start)`` arrays, each record's windows in the order
+    ``assign_windows`` lists them (the latest first). The vectorised window (``subtask/window_run``) runs it."""
+    import numpy as np
+
+    ts = np.asarray(timestamps, dtype=np.int64)
+    last = ts - np.mod(ts - offset, slide)  # window_start_with_offset, per element
+    if slide == size:
+        return np.arange(len(ts)), last
+    k = -(-size // slide)
+    at = np.repeat(np.arange(len(ts)), k)
+    starts = last[at] - np.tile(np.arange(k, dtype=np.int64), len(ts)) * slide
+    inside = starts > ts[at] - size
+    return at[inside], starts[inside]
+
+
 def merge_windows(windows: list[TimeWindow]) -> list[tuple[TimeWindow, list[TimeWindow]]]:
     """Flink's ``TimeWindow.mergeWindows``: the windows sorted by start, each run of intersecting ones merged into
     their cover; only the merges of two or more windows, as ``(merge result, the merged windows)``."""
