@@ -286,3 +286,11 @@ def committed_before(current: int | None, version: int, expected: int | None, pa
         raise RuntimeError(f"{path} took a commit of {app_id} (version {current}) while this run held the job "
                            f"(it read version {expected}); nothing was committed, rerun the job")
     return False
+
+
+def sink_version(path):
+    """What a checkpoint records of the sink at ``path``: its latest version, a ``TableVersion`` (None before its
+    first commit)."""
+    from ..records.metadata import TableVersion
+
+    return TableVersion(**table_snapshot(path)) if (location(path) / "_delta_log").exists() else None

@@ -55,13 +55,12 @@ from pyspark.sql import functions as F
 from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..catalog.job_store import JobStore
 from ..registered_states import discover_descriptors
-from ..delta.log import app_transaction_version, table_snapshot
+from ..delta.log import app_transaction_version, sink_version
 from ..state.backend import backend_kind
 from ..state.descriptors import qualified_name
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, RestoreError
 from ..job import JobSpec
-from ..key_groups import key_group_ranges
 from ..catalog.lease import holding
 from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from ..delta.points import StatePoint
@@ -400,16 +399,12 @@ def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state
                 run_id: str) -> CheckpointMetadata:
     src, spec, plan, kept = restore.source.meta, restore.spec, restore.plan, restore.plan.kept
     sink_path = settings.in_warehouse(spec.sink, "sink")
-    return CheckpointMetadata(
-        job_id=spec.job_id, checkpoint_id=checkpoint_id, batch_id=src.batch_id, uid=spec.uid,
-        key_type=src.key_type, backend=plan.backend, parallelism=plan.parallelism,
-        max_parallelism=src.max_parallelism,
-        key_group_ranges=[r.to_list() for r in key_group_ranges(src.max_parallelism, plan.parallelism)],
-        source_offsets=src.source_offsets, state=state,
+    return CheckpointMetadata.of_state(
+        spec, checkpoint_id, src.batch_id, plan.parallelism, src.max_parallelism, key_type=src.key_type,
+        backend=plan.backend, source_offsets=src.source_offsets, state=state,
         descriptors={kept[n]: d for n, d in src.descriptors.items() if n in kept},
         entries={kept[n]: c for n, c in src.entries.items() if n in kept}, completed_ms=int(time.time() * 1000),
-        processing_time=src.processing_time, run_id=run_id,
-        sink=TableVersion(**table_snapshot(sink_path)) if (sink_path / "_delta_log").exists() else None,
+        processing_time=src.processing_time, run_id=run_id, sink=sink_version(sink_path),
         restored_from=restore.source.describe(), airflow_run=AirflowRun.of_environment())
 
 

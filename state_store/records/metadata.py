@@ -251,6 +251,21 @@ class CheckpointMetadata(_Record):
     # A dataflow's (``dataflow``): the same checkpoint of each operator after the first, by uid (omitted when None)
     operators: dict[str, "CheckpointMetadata"] | None = None
 
+    @classmethod
+    def of_state(cls, spec, checkpoint_id: int, batch_id: int, parallelism: int, max_parallelism: int,
+                 **recorded) -> "CheckpointMetadata":
+        """The one builder of a checkpoint record (a run's checkpointer and a restore's both call it): the job's
+        and operator's names and backend from ``spec`` (a ``JobSpec``), the key groups of each subtask at
+        ``parallelism``, and what the caller ``recorded`` (state, descriptors, entries, offsets, sink, ...)."""
+        from ..key_groups import key_group_ranges
+
+        recorded.setdefault("key_type", spec.key_type.to_schema())
+        recorded.setdefault("backend", spec.backend)
+        return cls(job_id=spec.job_id, checkpoint_id=checkpoint_id, batch_id=batch_id, uid=spec.uid,
+                   parallelism=parallelism, max_parallelism=max_parallelism,
+                   key_group_ranges=[r.to_list() for r in key_group_ranges(max_parallelism, parallelism)],
+                   **recorded)
+
     def table(self, name: str) -> TableVersion:
         """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""
         return self.state.get(name) or TableVersion()

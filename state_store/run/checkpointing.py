@@ -3,8 +3,7 @@ pinning the table versions of its microbatch, written last; then older ones expi
 from __future__ import annotations
 
 from ..delta.backends import StateBackend
-from ..delta.log import table_snapshot
-from ..key_groups import key_group_ranges
+from ..delta.log import sink_version
 from ..records.layout import KEYED, OPERATOR
 from ..records.metadata import AirflowRun, CheckpointMetadata, MicrobatchPlan, StateInfo, TableVersion
 from ..records.stats import CleanupNote, MicrobatchStats
@@ -59,15 +58,12 @@ class Checkpointer:
     def _metadata(self, cid: int, plan: MicrobatchPlan, state: dict[str, TableVersion], entries: dict[str, int],
                   checkpoint: CheckpointMetadata | None, cursor) -> CheckpointMetadata:
         ctx, spec = self.ctx, self.ctx.spec
-        sink = (TableVersion(**table_snapshot(ctx.sink_path)) if (ctx.sink_path / "_delta_log").exists() else None)
-        return CheckpointMetadata(
-            job_id=spec.job_id, checkpoint_id=cid, batch_id=plan.batch_id, uid=spec.uid,
-            key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=ctx.p, max_parallelism=ctx.maxp,
-            key_group_ranges=[r.to_list() for r in key_group_ranges(ctx.maxp, ctx.p)],
-            source_offsets=plan.end_offsets if ctx.keeps_offsets else {}, state=state, descriptors=present(checkpoint, self.states, entries),
+        return CheckpointMetadata.of_state(
+            spec, cid, plan.batch_id, ctx.p, ctx.maxp, source_offsets=plan.end_offsets if ctx.keeps_offsets else {},
+            state=state, descriptors=present(checkpoint, self.states, entries),
             entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
-            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor,
-            airflow_run=AirflowRun.of_environment())
+            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink_version(ctx.sink_path),
+            cleanup_cursor=cursor, airflow_run=AirflowRun.of_environment())
 
     def _start(self, checkpoint: CheckpointMetadata | None) -> None:
         self._entries = dict(checkpoint.entries) if checkpoint else {}  # live entries per state, as the run goes
