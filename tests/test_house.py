@@ -50,8 +50,8 @@ LOOP_WING = "state"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of state/ (state/ttl/tables.py and state/ttl/cleanup.py are its Spark side).
 NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins"}
-NO_SPARK_MODULES = {"state", "state.backend", "state.descriptors", "state.store", "state.handles", "state.operator",
-                    "state.ttl", "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
+NO_SPARK_MODULES = {"state", "state.backend", "state.codecs", "state.descriptors", "state.store", "state.handles",
+                    "state.operator", "state.ttl", "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}
 MAX_TOP_LEVEL = 22
 

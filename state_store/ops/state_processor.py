@@ -55,7 +55,8 @@ from ..key_groups import key_group_column
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..timers import TimeDomain, timer_state_names
 from ..state.ttl.tables import expired
-from ..types import TypeInfo, Types, from_schema, from_text
+from ..state.codecs import decode_stamped_list
+from ..types import TypeInfo, Types, from_schema
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
@@ -219,7 +220,8 @@ class SavepointReader:
             def elements(row):
                 if row["expiry"] is None:  # stored without TTL: the plain list
                     return list(enumerate(whole.loads(row["value"])))
-                return list(enumerate(element.decode(e) for x, e in from_text(row["value"]) if not hide or x > now))
+                expiries, encoded = decode_stamped_list(row["value"])
+                return list(enumerate(element.decode(e) for x, e in zip(expiries, encoded) if not hide or x > now))
 
             return _KeyedDecoding(rows, ("index", Types.INT()), element,
                                   _checked(elements, qname, f"LIST<{element.name}>"))

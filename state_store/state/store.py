@@ -19,7 +19,8 @@ import orjson
 
 from ..errors import stored_value_error
 from ..records.layout import ChangeColumns, KeyedChange
-from ..types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo, from_text, to_text
+from ..types import ListTypeInfo, MapTypeInfo, RowTypeInfo, TypeInfo, to_text
+from .codecs import decode_stamped_list, encode_stamped_list
 from .descriptors import (
     MapStateDescriptor,
     StateDescriptor,
@@ -223,12 +224,12 @@ class KeyedStateStore:
     def _load_stamped_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
         """A list stored with element expiries: the elements, their expiries kept beside them."""
         try:
-            pairs = from_text(text)
+            expiries, encoded = decode_stamped_list(text)
             element_type = descriptor.type_info
-            values = [element_type.decode(e) for _, e in pairs]
+            values = [element_type.decode(e) for e in encoded]
         except (TypeError, ValueError, AttributeError) as e:
             raise stored_value_error(self._where(state_name, namespace), descriptor.stored_type.name, e) from None
-        self._list_expiry[entry] = [int(x) for x, _ in pairs]
+        self._list_expiry[entry] = expiries
         return values
 
     def _normalized(self, descriptor: StateDescriptor, value: Any) -> tuple[Any, Any]:
@@ -274,7 +275,7 @@ class KeyedStateStore:
         entry = self._entry(state_name, namespace)
         encoded, values = self._normalized(descriptor, values)
         self._decoded[entry], self._list_expiry[entry] = values, list(expiries)
-        self._stage(entry, to_text([[x, e] for x, e in zip(expiries, encoded)]))
+        self._stage(entry, encode_stamped_list(expiries, encoded))
         self._dirty_expiry[entry] = max(expiries)
 
     def restamp(self, state_name: str, namespace: str, expiry: int) -> None:

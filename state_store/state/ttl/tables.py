@@ -51,15 +51,12 @@ def drop_expired(df: DataFrame, states: dict[str, StateInfo], now: int) -> DataF
 
 def _prune_lists(now: int):
     def prune(batches):
-        import orjson
         import pyarrow as pa
 
+        from ..codecs import prune_stamped_list
+
         for batch in batches:
-            values = batch.column("value").to_pylist()
-            kept = []
-            for text in values:
-                pairs = [p for p in orjson.loads(text) if p[0] > now]
-                kept.append(orjson.dumps(pairs, option=orjson.OPT_SORT_KEYS).decode())
+            kept = [prune_stamped_list(text, now) for text in batch.column("value").to_pylist()]
             index = batch.schema.get_field_index("value")
             yield batch.set_column(index, "value", pa.array(kept, pa.string()))
 
