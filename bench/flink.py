@@ -84,8 +84,8 @@ def run_flink(classpath: str, csv_dir: Path, backend: str) -> dict:
 
 def lakestate_ended(spark, sink: str) -> dict:
     """Each key's last (count, sum) in Lakestate's sink: the keys, the sum of counts and of sums."""
-    from pyspark.sql import functions as F
     from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     rows = spark.read.format("delta").load(sink)
     last = rows.withColumn("_n", F.row_number().over(Window.partitionBy("key").orderBy(F.desc("_microbatch"))))

@@ -94,8 +94,9 @@ def on_connect(base: Path, url: str, rounds: int) -> None:
 
 
 def submits(base: Path, rounds: int) -> None:
-    from state_store.spark.session import delta_jars
     import pyspark
+
+    from state_store.spark.session import delta_jars
 
     env = job_env(base, "submit", 2_000_000, 1, 2_000_000)
     lakestate(env, "run", "--job", "bench")

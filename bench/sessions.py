@@ -171,8 +171,8 @@ def stored_timers(spark, settings, job_id: str) -> list[int]:
     """The event-time timers stored at the job's latest checkpoint, read from its keyed table (their timestamps)."""
     from pyspark.sql import functions as F
 
-    from state_store.delta.backends import create_keyed_backend
     from state_store.catalog.job_store import JobStore
+    from state_store.delta.backends import create_keyed_backend
     from state_store.timers import timer_state_names
 
     job_dir = settings.job_dir(job_id)

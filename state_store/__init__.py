@@ -27,13 +27,13 @@ from .functions import (
     OnTimerContext,
 )
 from .job import JobSpec
+from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .settings import Settings
 from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource, KafkaSource
 from .timers import TimeDomain, TimerService
 from .ttl import StateTtlConfig
 from .types import StateMigrationError, Types
-from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 from .windows import (

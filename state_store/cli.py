@@ -33,11 +33,11 @@ import sys
 import time
 from pathlib import Path
 
-from .catalog.jobs import JobCatalog
 from .catalog.job_store import JobStore
-from .errors import ConfigError, LakestateError
+from .catalog.jobs import JobCatalog
 from .catalog.lease import check_lease_timeout, first_run_note
 from .catalog.pipelines import approval_asked, registry_entry
+from .errors import ConfigError, LakestateError
 from .settings import Settings
 
 

@@ -33,12 +33,12 @@ from .functions import (
     RecordFunction,
 )
 from .job import SHARE_KEY, JobSpec, check_job_id
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
 from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
-from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .windows.stream import WindowedStream
 
 # What every operator of a chain shares: the job's, set once on the dataflow.

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from state_store.delta.backends import create_keyed_backend, create_operator_backend
 from state_store.catalog.job_store import JobStore
+from state_store.delta.backends import create_keyed_backend, create_operator_backend
 from state_store.run.runtime import JobRunner
+
 
 @contextmanager
 def environ(values: dict):

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (cpu_seconds, environ, file_sizes, process_group, run_advancing,
-                           wait_advancing)
+from tests.helpers import cpu_seconds, environ, file_sizes, process_group, run_advancing, wait_advancing
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, JobLocked
-from state_store.catalog.pipelines import (CRON_PRESETS, OPERATION_DAG_IDS, compaction_schedule, load_registry,
-                                           registry_entry)
+from state_store.catalog.pipelines import (
+    CRON_PRESETS,
+    OPERATION_DAG_IDS,
+    compaction_schedule,
+    load_registry,
+    registry_entry,
+)
 from state_store.run.runtime import FaultInjector
 from tests.airflow_server import airflow_db_settings
 from tests.helpers import run
@@ -893,7 +898,7 @@ def test_a_runs_lineage_names_each_source_sink_and_side_output_as_openlineage_na
     from types import SimpleNamespace
 
     from demo.sessions_per_country import dataflow, on_kafka
-    from state_store import DeltaSource, Dataflow, Types
+    from state_store import Dataflow, DeltaSource, Types
     from state_store.provider.lineage import run_lineage
     from state_store.settings import Settings
     from tests.jobs import CountOnly
@@ -1049,8 +1054,8 @@ def test_sensors_that_find_the_job_held_are_served_first_come_first_served(tmp_p
 def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
                                                                                               monkeypatch):
     """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""
-    from state_store.errors import JobLocked
     from state_store.catalog.lease import HANDOFF_ENV, holding, release_reservation
+    from state_store.errors import JobLocked
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 

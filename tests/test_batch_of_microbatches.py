@@ -110,7 +110,7 @@ def _kinds():
     """(kind, job over a lake) for every stateful operator kind: each keeps something open across microbatches
     (a window, a session, a join's buffers, a timer), so a run starts from what the run before it left."""
     from state_store import ColumnAggregate, Dataflow, EventTimeSessionWindows, TumblingEventTimeWindows
-    from tests.test_joins import BY_AT, BY_TS, LEFT, OUT_ROW, RIGHT, Count, Latest, Matched, Pairs, PAIR
+    from tests.test_joins import BY_AT, BY_TS, LEFT, OUT_ROW, PAIR, RIGHT, Count, Latest, Matched, Pairs
 
     def left(lake, schema=LEFT):
         return Dataflow.from_source(FileSource(str(lake.events), "json", schema, max_files_per_batch=1), job_id="n",

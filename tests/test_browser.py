@@ -237,6 +237,7 @@ def _check_chart(section, checkpoint) -> None:
 
 def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_ui(browser, tmp_path):
     from selenium.webdriver.common.by import By
+
     from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 

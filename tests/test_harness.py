@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (RUN_MARK, Stalled, end_left_by_run, group_members, left_by_run, process_group,
-                           still_alive, wait_advancing)
+from tests.helpers import (
+    RUN_MARK,
+    Stalled,
+    end_left_by_run,
+    group_members,
+    left_by_run,
+    process_group,
+    still_alive,
+    wait_advancing,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # A shell that ignores SIGTERM (so do the children it starts: an ignored signal stays ignored across exec), with a

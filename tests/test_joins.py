@@ -13,8 +13,8 @@ from state_store import (
     CoFlatMapFunction,
     CoGroupFunction,
     CoMapFunction,
-    CoProcessFunction,
     ConfigError,
+    CoProcessFunction,
     Dataflow,
     FileSource,
     FilterFunction,
@@ -529,8 +529,8 @@ def test_a_window_join_in_spark_fans_out_to_two_sinks(spark, lake):
     """CoGroupJoinITCase's records in two microbatches of two sources, window-joined by Spark, then a graph: the
     pairs written to one sink and read further by a filter into another (through the operator that forwards
     them to their sink)."""
-    from tests.helpers import run as run_job
     from state_store import TumblingEventTimeWindows
+    from tests.helpers import run as run_job
 
     for m, (first, second) in enumerate([(FIRST[:3], SECOND[:2]), (FIRST[3:], SECOND[2:])]):
         lake.write_events(f"{m:03d}.json", [{"k": k, "ts": t, "who": "first"} for k, t in first])

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from state_store import JobLocked
+from state_store.catalog.lease import JobLease, current_holder, generations
 from state_store.cli import main as lakestate
 from state_store.errors import ConfigError
-from state_store.catalog.lease import JobLease, current_holder, generations
 from tests.helpers import write_holder
 
 

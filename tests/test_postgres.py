@@ -19,8 +19,17 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get,
-                                  processes_of, send_json, token)
+from tests.airflow_server import (
+    ROOT,
+    airflow_db_settings,
+    airflow_env,
+    airflow_ui,
+    demo_input,
+    get,
+    processes_of,
+    send_json,
+    token,
+)
 from tests.helpers import cpu_seconds, file_sizes, run_advancing, wait_advancing
 from tests.ports import free_ports
 

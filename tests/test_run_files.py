@@ -12,7 +12,6 @@ from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events
 
 
-
 class FailsOnC(CountOnly):
     def process(self, key, records, ctx):
         if key == "c":

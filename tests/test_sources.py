@@ -8,7 +8,6 @@ from tests.helpers import run, sink_rows
 from tests.jobs import count_job
 
 
-
 def _append(spark, path, rows):
     spark.createDataFrame(rows, "k string, v long, op string, seq long").write.format("delta").mode("append").save(path)
 

@@ -7,8 +7,8 @@ tests build such frames from readable rows and read back what it returns.
 """
 import json
 import random
-from dataclasses import asdict
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from state_store.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
+from state_store.records import MicrobatchStats, WrittenFile
+from state_store.side_outputs import SIDE_PREFIX
 from state_store.subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -32,10 +36,6 @@ from state_store.subtask.exchange import (
     sort_columns,
     sort_key_parts,
 )
-from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
-from state_store.operator_state import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
-from state_store.records import MicrobatchStats, WrittenFile
-from state_store.side_outputs import SIDE_PREFIX
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
 from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types

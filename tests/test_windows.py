@@ -23,8 +23,8 @@ from state_store import (
     FileSource,
     GlobalWindows,
     OutputTag,
-    ProcessWindowFunction,
     ProcessingTimeSessionWindows,
+    ProcessWindowFunction,
     PurgingTrigger,
     SlidingEventTimeWindows,
     TimeEvictor,
@@ -516,9 +516,9 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     test above.)"""
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
-    from state_store.run.runtime import FaultInjector, InjectedFault
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
+    from state_store.run.runtime import FaultInjector, InjectedFault
     from tests.helpers import run as run_job
 
     _clicks(lake)

@@ -13,14 +13,13 @@ from __future__ import annotations
 import importlib
 import time
 
-from ..registered_states import discover_descriptors
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, JobNotFound, LakestateError
 from ..job import JobSpec, check_job_id
+from ..registered_states import discover_descriptors
+from ..settings import Settings
 from ..side_outputs import check_one_writer_per_table
 from .job_store import read_json, write_json_atomic
-from ..settings import Settings
-
 
 # What the CLI and the Lakestate page take from a record's spec.
 _SPEC_FIELDS = ("uid", "backend", "parallelism", "max_parallelism")

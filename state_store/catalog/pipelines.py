@@ -39,6 +39,7 @@ from typing import NamedTuple
 from ..errors import ConfigError
 from ..job import BACKENDS, check_job_id
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
+
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 BUDGETS = ("max_state_bytes", "max_late_records")

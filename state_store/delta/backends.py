@@ -16,15 +16,27 @@ microbatch m restores exactly the state after m.
 """
 from __future__ import annotations
 
-
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..records import (STATE_TABLES, CheckpointMetadata, CleanupNote, SavepointMetadata, TableSpec, TableVersion,
-                       WrittenFile)
+from ..errors import RestoreError
+from ..job import BACKENDS
+from ..records import (
+    KEYED_TABLE,
+    OPERATOR_TABLE,
+    STATE_TABLES,
+    CheckpointMetadata,
+    CleanupNote,
+    SavepointMetadata,
+    TableSpec,
+    TableVersion,
+    WrittenFile,
+)
+from ..storage import location, options_of, rmtree
+from ..subtask.run_files import OutputTable
 from .log import (
     CorruptLogError,
     app_transaction_version,
@@ -33,11 +45,6 @@ from .log import (
     table_snapshot,
     transaction_metadata,
 )
-from ..errors import RestoreError
-from ..job import BACKENDS
-from ..subtask.run_files import OutputTable
-from ..storage import location, options_of, rmtree
-from ..records import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
     append_state_rows,
     commit_state_files,

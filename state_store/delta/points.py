@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog.job_store import JobStore, read_json
-from ..records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from ..errors import ConfigError
+from ..records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from ..settings import Settings
 from ..storage import ObjectPath
 

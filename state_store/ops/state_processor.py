@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -39,22 +38,31 @@ from typing import Any, Callable, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..records import LAYOUT_VERSION, SavepointMetadata, StateInfo
+from ..delta.points import StatePoint, load_savepoint
 from ..descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
 from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
 from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
 from ..operator_state import BROADCAST, SPLIT_DISTRIBUTE, UNION
+from ..records import (
+    KEYED,
+    KEYED_TABLE,
+    LAYOUT_VERSION,
+    OPERATOR,
+    OPERATOR_TABLE,
+    STATE_TABLES,
+    KeyedRow,
+    SavepointMetadata,
+    StateInfo,
+)
 from ..repartition import split_distribute, union_stored
-from ..delta.points import StatePoint, load_savepoint
-from .savepoint import check_label, point_fields, write_savepoint
 from ..settings import Settings
 from ..spark.session import key_group_column
-from ..records import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..timers import TimeDomain, timer_state_names
 from ..ttl.tables import expired
 from ..types import TypeInfo, Types, from_schema, from_text
+from .savepoint import check_label, point_fields, write_savepoint
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:

@@ -32,16 +32,30 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
-from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
-                                           registry_path, registry_text)
+from state_store.catalog.pipelines import (
+    PipelineEntry,
+    compaction_schedule,
+    declared_job_ids,
+    load_registry,
+    registry_path,
+    registry_text,
+)
 from state_store.errors import ConfigError
+from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.provider.approval import LakestateApprovalOperator
-from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
-                                            LakestateRescaleOperator, LakestateRestoreOperator,
-                                            LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
-# The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
-from state_store.provider.operators import branch_sink_asset, side_output_asset, sink_asset  # noqa: F401
+from state_store.provider.operators import (
+    LakestateCompactOperator,
+    LakestateLeaseSensor,
+    LakestateRescaleOperator,
+    LakestateRestoreOperator,
+    LakestateSavepointOperator,
+    LakestateSubmitOperator,
+    # The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
+    branch_sink_asset,  # noqa: F401
+    savepoints_asset,
+    side_output_asset,  # noqa: F401
+    sink_asset,  # noqa: F401
+)
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
@@ -292,7 +306,7 @@ Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
         def dispose(params=None, ti=None) -> dict:
-            from state_store.cli import savepoint_job, check_approved
+            from state_store.cli import check_approved, savepoint_job
             from state_store.ops.savepoint import dispose_savepoint
             from state_store.provider.approval import approver
             from state_store.settings import Settings

@@ -134,8 +134,8 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         import io
         import os
 
-        from state_store.cli import main
         from state_store.catalog.lease import HANDOFF_ENV
+        from state_store.cli import main
 
         self.said, out = _SubmitOutput(), io.StringIO()
         self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
@@ -366,10 +366,10 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         """Check the request as the CLI does (AirflowException, nothing submitted, when it is not usable); submit
         ``lakestate rescale`` unless the job is at that parallelism already, with an event for each savepoint it
         took; return (XCom) the latest checkpoint's id, microbatch and parallelism, and ``changed``."""
-        from state_store.errors import ConfigError
         from state_store.catalog.job_store import JobStore
-        from state_store.restore_plan import already_at, rescale_request
+        from state_store.errors import ConfigError
         from state_store.ops.savepoint import list_savepoints
+        from state_store.restore_plan import already_at, rescale_request
         from state_store.settings import Settings
 
         settings = Settings.load()
@@ -451,9 +451,9 @@ class LakestateLeaseSensor(BaseSensorOperator):
         self.job_id, self.lease_handoff, self.hold_s = job_id, lease_handoff, hold_s
 
     def poke(self, context) -> bool:
-        from state_store.errors import JobLocked
         from state_store.catalog.job_store import JobStore
         from state_store.catalog.lease import ahead_in_line, join_line, leave_line, live_holder, reserve
+        from state_store.errors import JobLocked
         from state_store.settings import Settings
 
         lease_dir = JobStore(Settings.load().job_dir(self.job_id)).lease_dir

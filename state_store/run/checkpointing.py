@@ -5,11 +5,20 @@ from __future__ import annotations
 from ..delta.backends import StateBackend
 from ..delta.log import table_snapshot
 from ..key_groups import key_group_ranges
-from ..records import (KEYED, OPERATOR, AirflowRun, CheckpointMetadata, CleanupNote, MicrobatchPlan, MicrobatchStats,
-                       StateInfo, TableVersion)
 from ..operator_state import SOURCE_OFFSETS_STATE
-from ..watermarks import WATERMARK_STATE
+from ..records import (
+    KEYED,
+    OPERATOR,
+    AirflowRun,
+    CheckpointMetadata,
+    CleanupNote,
+    MicrobatchPlan,
+    MicrobatchStats,
+    StateInfo,
+    TableVersion,
+)
 from ..ttl.tables import count_entries, drop_expired, ttl_states
+from ..watermarks import WATERMARK_STATE
 from .context import RunContext, wall_clock_ms
 
 

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..delta.backends import StateBackend
 from ..delta.log import app_transaction_version, table_metadata
+from ..delta.state_tables import append_idempotent, commit_files
 from ..errors import InputError
 from ..operator_state import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records import (
@@ -24,10 +25,9 @@ from ..records import (
     WrittenFile,
 )
 from ..repartition import place_source_entries
-from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
-from ..delta.state_tables import append_idempotent, commit_files
 from ..spark.session import ddl_schema
 from ..storage import options_of
+from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from ..ttl.cleanup import run_incremental_cleanup
 from .context import RunContext, wall_clock_ms
 from .timing import watermark_rows

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..delta.backends import point_damage
 from ..errors import RestoreError
-from ..subtask.exchange import MAX_RUN_MICROBATCHES
-from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..records import KEYED, CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
+from ..subtask.exchange import MAX_RUN_MICROBATCHES
 from ..watermarks import EventClock
 from .context import RunContext
 

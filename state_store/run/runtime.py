@@ -38,14 +38,18 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from ..registered_states import discover_descriptors
-from ..restore_plan import continuing_spec
+from ..catalog.job_store import JobStore
+from ..catalog.lease import holding
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
-from ..catalog.job_store import JobStore
-from ..catalog.lease import holding
 from ..records import CheckpointMetadata, MicrobatchPlan, MicrobatchStats
+from ..registered_states import discover_descriptors
+from ..restore_plan import continuing_spec
+from ..settings import Settings
+from ..side_outputs import check_one_writer_per_table
+from ..spark.session import wait_for_running_tasks
+from ..subtask.run_files import new_token
 from . import commit, timing
 from .context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,
@@ -57,10 +61,6 @@ from .context import (  # noqa: F401 - the run's fault points are part of its pu
 )
 from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable, close_all
 from .planning import plan_run, restore_point
-from ..subtask.run_files import new_token
-from ..settings import Settings
-from ..side_outputs import check_one_writer_per_table
-from ..spark.session import wait_for_running_tasks
 
 
 @dataclass

@@ -16,22 +16,8 @@ import resource
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..registered_states import registered_states
 from ..descriptors import qualified_name
 from ..errors import StoredValueError
-from .exchange import (
-    BROADCAST_RECORD,
-    KIND_FILE,
-    KIND_STAT,
-    PHASE_KEYED,
-    PHASE_OPERATOR,
-    PHASE_RAW_KEYED,
-    PHASE_RECORD,
-    RECORD,
-    RECORD2,
-    RESULT_DDL,
-    SIDE_BROADCAST,
-)
 from ..functions import (
     BroadcastContext,
     Context,
@@ -47,15 +33,29 @@ from ..keyed_state import KeyedStateStore
 from ..keys import decode_key, key_decoder
 from ..operator_state import UNION, OperatorStateStore
 from ..records import STORED_KEYED_COLUMNS, KeyedRow, MicrobatchStats
-from .run_files import RunOutputs, SubtaskFiles, arrow_schema
+from ..registered_states import registered_states
 from ..side_outputs import SIDE_PREFIX, OutputTag
 from ..timers import SubtaskTimers, TimeDomain, TimerService
 from ..ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from ..types import RowTypeInfo, TypeInfo, Types
 from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
+from ..watermarks import MIN_WATERMARK
+from .exchange import (
+    BROADCAST_RECORD,
+    KIND_FILE,
+    KIND_STAT,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    RECORD,
+    RECORD2,
+    RESULT_DDL,
+    SIDE_BROADCAST,
+)
+from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .vectorized_run import VectorizedRun
 from .window_run import WindowRun
-from ..watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
 # The subtask loop allocates a few containers per record that nearly all die young; at the default threshold (700

@@ -15,12 +15,12 @@ microbatch's changes replace rows of; no Python object per entry.
 from __future__ import annotations
 
 from ..errors import ConfigError, StoredValueError
-from .exchange import SORT_ONLY_COLUMNS, record_order
-from .json_columns import decode_column, encode_column
 from ..keys import arrow_keys
 from ..records import keyed_columns
 from ..ttl.rules import read_baseline, read_values, write_expiries
 from ..vectorized import BatchContext, as_table, conform, value_states
+from .exchange import SORT_ONLY_COLUMNS, record_order
+from .json_columns import decode_column, encode_column
 
 
 class VectorizedRun:

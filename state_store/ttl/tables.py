@@ -51,8 +51,8 @@ def drop_expired(df: DataFrame, states: dict[str, StateInfo], now: int) -> DataF
 
 def _prune_lists(now: int):
     def prune(batches):
-        import pyarrow as pa
         import orjson
+        import pyarrow as pa
 
         for batch in batches:
             values = batch.column("value").to_pylist()
