@@ -61,7 +61,8 @@ def write_workload(base: Path, files: int, impressions: int, clicks: int, ads: i
         picked = rng.choice(impressions, clicks, replace=False)
         clicked = shown[picked] + rng.integers(0, DELAY_MS, clicks)
         for name, ads_, ts in (("impressions", ad, shown), ("clicks", ad[picked], clicked)):
-            table = pa.table({"ad": pa.array([f"ad{a:07d}" for a in ads_], pa.string()), "ts": pa.array(ts, pa.int64())})
+            table = pa.table({"ad": pa.array([f"ad{a:07d}" for a in ads_], pa.string()),
+                              "ts": pa.array(ts, pa.int64())})
             pq.write_table(table, base / name / f"part-{m:05d}.parquet")
 
 

@@ -59,20 +59,20 @@ from .windows import (
 )
 
 __all__ = [
-    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
-    "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
-    "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
-    "KeyedProcessFunction", "JobSpec", "Settings",
-    "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
-    "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
+    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction",
+    "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+    "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound", "LakestateError",
+    "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction", "KeyedProcessFunction", "JobSpec",
+    "Settings", "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext",
+    "OutputTag", "TimeDomain", "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # two inputs (README "Two inputs and joins")
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
     # windows (README "Windows")
-    "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
-    "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",
-    "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow",
-    "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
+    "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows",
+    "EventTimeTrigger", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
+    "ProcessWindowFunction", "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",
+    "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
 ]
 
 

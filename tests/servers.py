@@ -31,7 +31,8 @@ def broker(tmp_path_factory):
     """A broker of this module's own (a free port, a fresh folder), stopped at its end: stop must leave no
     process and say so idempotently."""
     port = free_port_run(2)
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")), "LAKESTATE_KAFKA_PORT": str(port)}
+    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")),
+           "LAKESTATE_KAFKA_PORT": str(port)}
     started = script("kafka", "start", env)
     assert started.returncode == 0, started.stdout + started.stderr
     pid = (Path(env["LAKESTATE_KAFKA_DIR"]) / "broker.pid").read_text().strip()

@@ -50,8 +50,9 @@ def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake
     # The files carry k as a string; the job says LONG.
     pq.write_table(pa.table({"k": ["a"], "v": [1], "op": ["add"], "seq": [1]}), parquet_dir / "p0.parquet")
     spec = count_job(lake, key_type=Types.LONG(), source=FileSource(str(parquet_dir), "parquet", schema))
-    with pytest.raises(InputError, match=r"column 'k' is string in the parquet file .*p0\.parquet but the source schema declares "
-                                         r"LONG \(bigint\); write it as bigint or change the declared type"):
+    with pytest.raises(InputError, match=r"column 'k' is string in the parquet file .*p0\.parquet but the source "
+                                         r"schema declares LONG \(bigint\); write it as bigint or change the "
+                                         r"declared type"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
 

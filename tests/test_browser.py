@@ -46,7 +46,8 @@ BYTES = re.compile(r"^\d+(\.\d)? (B|KiB|MiB|GiB)$")
 @pytest.fixture
 def browser(tmp_path):
     assert CHROMIUM.exists() and CHROMEDRIVER.exists(), \
-        "Debian's chromium and chromium-driver are not installed: scripts/browser.sh (run by scripts/test.sh) installs them"
+        "Debian's chromium and chromium-driver are not installed: scripts/browser.sh (run by scripts/test.sh) " \
+        "installs them"
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

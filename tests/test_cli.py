@@ -429,7 +429,8 @@ def test_rescale_restore_and_dispose_need_approved_by_when_the_entry_asks_or_the
                 "restore": ["restore", "clicks", "--checkpoint", "1"], "dispose": ["dispose", "clicks/before"]}
     entry = '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'
     for text, said in [(entry + 'require_approval = ["rescale", "restore", "dispose"]\n', "lists {op} in require_"
-                        "approval"), (entry + 'max_state_bytes = "1GB"\n', "field 'max_state_bytes' must be an integer"),
+                        "approval"),
+                       (entry + 'max_state_bytes = "1GB"\n', "field 'max_state_bytes' must be an integer"),
                        (entry + "[jobs.clicks]\n", "[jobs.clicks] is declared again")]:
         registry.write_text(text)
         for op, argv in commands.items():

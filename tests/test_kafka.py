@@ -96,7 +96,8 @@ def kafka_job(lake, broker, topic: str, job_id: str = "clicks", watermark_strate
 
 def _clicks(first: int, count: int, users: int = 6) -> list[tuple[int, str, dict]]:
     """Click ``i`` of user ``i % users`` with amount ``i``, each user's clicks in its own partition."""
-    return [(i % users % 4, f"u{i % users}", {"user": f"u{i % users}", "amount": i}) for i in range(first, first + count)]
+    return [(i % users % 4, f"u{i % users}", {"user": f"u{i % users}", "amount": i})
+            for i in range(first, first + count)]
 
 
 def _final(spark, lake, spec) -> dict:

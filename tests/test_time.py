@@ -32,7 +32,8 @@ def side_rows(spark, lake, spec, tag="late") -> list[str]:
 
 def sessions(spark, lake, spec) -> list[tuple]:
     return sorted((r["k"], r["start"], r["end"], r["events"])
-                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect())
+                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+                  .collect())
 
 
 def _session_input(lake: Lake) -> None:

@@ -5,8 +5,8 @@
 (a job's own files are ``job_store``'s).
 
 Every file is written so that a reader never sees half of one (``storage.write_atomic``:
-a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable without Spark (the CLI,
-the Airflow plugin).
+a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable
+without Spark (the CLI, the Airflow plugin).
 """
 from __future__ import annotations
 
@@ -146,7 +146,8 @@ class JobCatalog:
         record = self.get(job_id)
         spec = build_spec(record["entrypoint"]).with_overrides(**record.get("overrides", {}))
         if spec.job_id != job_id:
-            raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; register it again")
+            raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; "
+                              "register it again")
         return spec
 
 

@@ -21,9 +21,9 @@ and the scheduled ``lakestate_compaction``. Savepoints are Assets (``lakestate:/
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
-operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's schedule is the registry's
-``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation DAG file's import error
-naming it, and the other operation DAGs still load.
+operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's
+schedule is the registry's ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation
+DAG file's import error naming it, and the other operation DAGs still load.
 """
 from __future__ import annotations
 
@@ -260,7 +260,8 @@ meanwhile.
   rescales every operator.
 
 See {PAGE}.""", **COMMON) as dag:
-        LakestateApprovalOperator(task_id="approve", operation="rescale") >> _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
+        (LakestateApprovalOperator(task_id="approve", operation="rescale") >> _wait_for_job()
+         >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S))
     return dag
 
 
@@ -290,7 +291,8 @@ restore never rewinds a job past what its sink holds.
 
 See {PAGE}.""",
              **COMMON) as dag:
-        LakestateApprovalOperator(task_id="approve", operation="restore") >> _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
+        (LakestateApprovalOperator(task_id="approve", operation="restore") >> _wait_for_job()
+         >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S))
     return dag
 
 

@@ -145,7 +145,8 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
 def job_edges(spec: dict) -> list[tuple[str, str]]:
     """The edges of a job's graph from its catalog record's definition (``JobSpec.describe``, a dataflow's
     ``operators``): each source into its operator (a two-input operator's inputs numbered), each operator into
-    the next (a graph's into each that reads it), each branch's end into its sink, and each operator into its side outputs."""
+    the next (a graph's into each that reads it), each branch's end into its sink, and each operator into its side
+    outputs."""
     operators = spec.get("operators") or [spec]
     edges = []
     if not all("uid" in op for op in operators):  # a record without its operators' uids: no graph to draw

@@ -72,7 +72,8 @@ class Checkpointer:
             job_id=spec.job_id, checkpoint_id=cid, batch_id=plan.batch_id, uid=spec.uid,
             key_type=spec.key_type.to_schema(), backend=spec.backend, parallelism=ctx.p, max_parallelism=ctx.maxp,
             key_group_ranges=[r.to_list() for r in key_group_ranges(ctx.maxp, ctx.p)],
-            source_offsets=plan.end_offsets if ctx.keeps_offsets else {}, state=state, descriptors=present(checkpoint, self.states, entries),
+            source_offsets=plan.end_offsets if ctx.keeps_offsets else {}, state=state,
+            descriptors=present(checkpoint, self.states, entries),
             entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
             processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink, cleanup_cursor=cursor,
             airflow_run=AirflowRun.of_environment())

@@ -84,7 +84,8 @@ def check_columns(ctx: RunContext, name: str, path, ddl: str, declared: str, met
     if actual != expected or meta.get("partitionColumns"):
         names = [f["name"] for f in actual["fields"]]
         raise InputError(
-            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}"
+            f"{' partitioned' if meta.get('partitionColumns') else ''} "
             f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
 
 

@@ -129,7 +129,7 @@ def _explain(error: Exception) -> str:
 
 
 class JobRunner:
-    """Runs one job (one operator, or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
+    """Runs a job (an operator or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
 
     def __init__(self, spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,

@@ -58,7 +58,8 @@ class VectorizedRun:
                 parts.append(pa.table({"key": pa.array(keys, pa.string()), "text": pa.array(texts, pa.string()),
                                        "expiry": pa.array(expiries, pa.int64())}))
             schema = pa.schema([("key", pa.string()), ("text", pa.string()), ("expiry", pa.int64())])
-            table = pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts else schema.empty_table()
+            table = (pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts
+                     else schema.empty_table())
             self._entries[qname] = table
         return table
 

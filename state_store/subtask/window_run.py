@@ -271,7 +271,8 @@ class WindowRun:
         for name, op, _ in self.fn.aggregates:
             if op == "avg":
                 fields.append(pa.StructArray.from_arrays(
-                    [windows.column(name + "\0count").combine_chunks(), windows.column(name + "\0sum").combine_chunks()],
+                    [windows.column(name + "\0count").combine_chunks(),
+                     windows.column(name + "\0sum").combine_chunks()],
                     ["count", "sum"]))
             else:
                 fields.append(windows.column(name).combine_chunks())
