@@ -287,7 +287,7 @@ def print_tenths(rows: list[tuple], tasks: list[float]) -> None:
           "DAG run s | run task s |\n  | --- | --- | --- | --- | --- | --- | --- |")
     for first in range(0, len(rows), tenth):
         part, took = rows[first:first + tenth], tasks[first:first + tenth]
-        column = lambda i: [r[i] for r in part]  # noqa: E731
+        column = lambda i, part=part: [r[i] for r in part]  # noqa: E731
         print(f"  | {first + 1}-{first + len(part)} | {statistics.mean(column(0)):,.0f} / {max(column(0)):,} | "
               f"{statistics.mean(column(1)) / 1e6:.2f} / {max(column(1)) / 1e6:.2f} | "
               f"{statistics.mean(column(2)):.0f} / {max(column(2))} | {max(column(3))} | "
