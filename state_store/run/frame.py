@@ -41,7 +41,7 @@ from ..subtask.exchange import (
 from ..subtask.run_files import RunOutputs
 from ..subtask.task import RAW_KEYED, RunPlan, run_partition
 from ..vectorized import VectorizedKeyedFunction
-from ..watermarks import EventClock
+from ..watermarks import NO_EVENT_TIME, EventClock
 from .context import RunContext
 
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
@@ -50,7 +50,7 @@ SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the 
 class Frame:
     """Builds one run's exchange frame: ``Frame(ctx, plans).process(checkpoint, keyed, operator, outputs)``."""
 
-    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = EventClock(),
+    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = NO_EVENT_TIME,
                  due_timers: DataFrame | None = None):
         spec, spark = ctx.spec, ctx.spark
         self.ctx, self.plans, self.start, self.due_timers = ctx, plans, start, due_timers
