@@ -311,6 +311,7 @@ def _start(out, work: Path):
 def apply_in_pandas_with_state_chain_error(spark, input_dir: Path, work: Path) -> str | None:
     """Try the same chain with applyInPandasWithState (EventTimeTimeout, then NoTimeout, both Append); None when
     Spark takes it, else its error (Spark 4.0.1 refuses it when the query starts, before reading anything)."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     def sessions(key, frames, state):
@@ -332,7 +333,7 @@ def apply_in_pandas_with_state_chain_error(spark, input_dir: Path, work: Path) -
                                                    GroupStateTimeout.NoTimeout))
     try:
         query = _start(out, work)
-    except Exception as e:  # AnalysisException
+    except AnalysisException as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0]}"
     query.stop()
     return None

@@ -49,6 +49,7 @@ def s3(spark, tmp_path_factory):
     """An S3 server on 127.0.0.1 with one bucket (S3_BUCKET); the AWS variables point at it while the module
     runs, and the shared session's ``s3a://`` reaches it."""
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from state_store.spark.session import configure_s3
     from state_store.storage import S3Options
@@ -72,7 +73,7 @@ def s3(spark, tmp_path_factory):
                 try:
                     client.create_bucket(Bucket=S3_BUCKET)
                     return True
-                except Exception:
+                except (BotoCoreError, ClientError):  # not answering yet (botocore wraps any HTTP error)
                     return False
 
             # Its start (imports, mostly) waited for while its CPU time grows, on a loaded machine too.
