@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import write_workload  # noqa: E402
+from bench.workload import write_workload
 
 
 def _run(spark, root: Path, input_dir: Path, **bounds):

@@ -61,10 +61,10 @@ from pyspark.sql.streaming import StatefulProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.costs import spark_submit  # noqa: E402
-from bench.peers import ROCKSDB, dir_size  # noqa: E402
-from bench.workload import workload_parser, workload_sizes  # noqa: E402
-from demo.sessions_per_country import (  # noqa: E402
+from bench.costs import spark_submit
+from bench.peers import ROCKSDB, dir_size
+from bench.workload import workload_parser, workload_sizes
+from demo.sessions_per_country import (
     BOUND_MS,
     COUNTS,
     GAP_MS,

@@ -36,13 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from bench.peers import ROCKSDB, _run, outputs_equal  # noqa: E402
-from state_store import Dataflow, FileSource, ProcessJoinFunction, Types, WatermarkStrategy  # noqa: E402
+from bench.peers import ROCKSDB, _run, outputs_equal
+from state_store import Dataflow, FileSource, ProcessJoinFunction, Types, WatermarkStrategy
 
 FILE_SPAN_MS, WITHIN_MS, DELAY_MS = 100_000, 10 * 60_000, 12 * 60_000
 EPOCH_MS = 1_767_225_600_000  # 2026-01-01: Spark's join left out a pair of an impression at event time 0

@@ -22,16 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import orjson  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized  # noqa: E402
-from state_store.subtask.exchange import EXCHANGE_COLUMNS  # noqa: E402
-from state_store.subtask.run_files import local_outputs  # noqa: E402
-from state_store.subtask.task import RunPlan, column_values, run_partition  # noqa: E402
-from state_store.types import Types  # noqa: E402
+from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized
+from state_store.subtask.exchange import EXCHANGE_COLUMNS
+from state_store.subtask.run_files import local_outputs
+from state_store.subtask.task import RunPlan, column_values, run_partition
+from state_store.types import Types
 
 MICROBATCHES = 2
 

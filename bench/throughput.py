@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.floor import floor_pass  # noqa: E402
-from bench.peers import PEERS, dir_size, outputs_equal, read_outputs  # noqa: E402
-from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
+from bench.floor import floor_pass
+from bench.peers import PEERS, dir_size, outputs_equal, read_outputs
+from bench.workload import workload_parser, workload_sizes, write_workload
 
 
 def keyed_commit_bytes(table: Path) -> int:

@@ -45,9 +45,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.jobs import EVENT  # noqa: E402
-from bench.peers import _stream, outputs_equal  # noqa: E402
-from bench.sessions import (  # noqa: E402
+from bench.jobs import EVENT
+from bench.peers import _stream, outputs_equal
+from bench.sessions import (
     EPOCH_MS,
     GAP_MS,
     SESSION,
@@ -56,8 +56,8 @@ from bench.sessions import (  # noqa: E402
     run_transform_with_state_sessions,
     write_sessions_workload,
 )
-from bench.workload import WORKLOADS  # noqa: E402
-from state_store import (  # noqa: E402
+from bench.workload import WORKLOADS
+from state_store import (
     AggregateFunction,
     ColumnAggregate,
     Dataflow,

@@ -629,7 +629,7 @@ def docs_example(marker: str) -> dict:
              for b in page.read_text().split("```")[1::2] if b.startswith("python") and marker in b]
     ((page, block),) = found
     names: dict = {}
-    exec(compile(block, str(page.name), "exec"), names)  # noqa: S102 - the project's own docs, run as a test
+    exec(compile(block, str(page.name), "exec"), names)  # the project's own docs, run as a test
     return names
 
 

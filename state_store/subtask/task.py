@@ -275,7 +275,7 @@ class SubtaskRunner:
                 rows = list(rows)
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error("on_timer", e, key) from e
         if rows:
             self._emit(rows)
@@ -384,7 +384,7 @@ class SubtaskRunner:
                 rows = list(rows)
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error("process", e, key) from e
         if rows:
             self._emit(rows)
@@ -413,7 +413,7 @@ class SubtaskRunner:
             return list(result) if result is not None and not isinstance(result, (list, tuple)) else result
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error(hook, e, key) from e
 
     def _user_error(self, hook: str, e: Exception, key: str | None) -> UserFunctionError:

@@ -159,7 +159,7 @@ class VectorizedRun:
                                             state.to_pandas() if pandas else state, ctx)
         except (StoredValueError, ConfigError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise runner._user_error("process_batch", e, None) from e
         if not isinstance(result, tuple) or len(result) != 2:
             raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "
