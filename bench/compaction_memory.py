@@ -82,8 +82,8 @@ def peak_mb(pid: int | str = "self") -> float | None:
 
 def child(root: Path, force: str | None) -> None:
     """``compact_job`` of the job in ``root`` in this process, then one JSON line of what it did and cost."""
-    from state_store.ops import compaction
     from state_store.delta import live_arrow
+    from state_store.ops import compaction
     from state_store.settings import Settings
     from state_store.spark.session import build_spark
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import write_workload  # noqa: E402
+from bench.workload import write_workload
 
 
 def _run(spark, root: Path, input_dir: Path, **bounds):
@@ -99,7 +99,8 @@ def tiny(spark, base: Path) -> None:
     # Each submit twice, in turn: with the JVM's class archive (scripts/class-archive.sh, which scripts/env.sh
     # gives SPARK_SUBMIT_OPTS) and without it.
     without = {**env, "SPARK_SUBMIT_OPTS": " ".join(
-        o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith(("-XX:SharedArchiveFile", "-Xlog:cds")))}
+        o for o in env.get("SPARK_SUBMIT_OPTS", "").split()
+        if not o.startswith(("-XX:SharedArchiveFile", "-Xlog:cds")))}
     archived = "-XX:SharedArchiveFile" in env.get("SPARK_SUBMIT_OPTS", "")
     walls = {}
     for name, script, args in (("plain Spark, count range(10)", Path(__file__).parent / "plain_submit.py",

@@ -61,17 +61,17 @@ from pyspark.sql.streaming import StatefulProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.costs import spark_submit  # noqa: E402
-from bench.peers import ROCKSDB, dir_size  # noqa: E402
-from bench.workload import workload_parser, workload_sizes  # noqa: E402
-from demo.sessions_per_country import (  # noqa: E402
+from bench.costs import spark_submit
+from bench.peers import ROCKSDB, dir_size
+from bench.workload import workload_parser, workload_sizes
+from demo.sessions_per_country import (
     BOUND_MS,
     COUNTS,
     GAP_MS,
     LATE,
     SESSION,
-    CountSessions,
     CountrySessions,
+    CountSessions,
     dataflow,
     expected,
     latest_totals,
@@ -311,6 +311,7 @@ def _start(out, work: Path):
 def apply_in_pandas_with_state_chain_error(spark, input_dir: Path, work: Path) -> str | None:
     """Try the same chain with applyInPandasWithState (EventTimeTimeout, then NoTimeout, both Append); None when
     Spark takes it, else its error (Spark 4.0.1 refuses it when the query starts, before reading anything)."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     def sessions(key, frames, state):
@@ -332,7 +333,7 @@ def apply_in_pandas_with_state_chain_error(spark, input_dir: Path, work: Path) -
                                                    GroupStateTimeout.NoTimeout))
     try:
         query = _start(out, work)
-    except Exception as e:  # AnalysisException
+    except AnalysisException as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0]}"
     query.stop()
     return None

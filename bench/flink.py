@@ -1,7 +1,7 @@
 """Flink's own JVM engine as a peer (issue 42), side by side with Lakestate on the same events, in one run.
 
     source scripts/env.sh
-    python bench/flink.py                      # workload R: Flink hashmap and rocksdb, Lakestate per record and vectorised
+    python bench/flink.py    # workload R: Flink hashmap and rocksdb, Lakestate per record and vectorised
     python bench/flink.py --workload L --rounds 1
 
 Flink runs ``bench/flink/CountSum.java`` (``bench/jobs.py``'s logic: per key a running (count, sum) in one
@@ -9,10 +9,11 @@ ValueState; an output per record, kept per key in a hash map rather than written
 files, streaming mode, parallelism 2, in a JVM of its own per round (Flink 2.3.0's jars from the
 ``apache-flink-libraries`` wheel, fetched once into .cache/flink; the job compiled by ``javac``). Its span is the
 JVM's wall time less its fixed cost, the same job on one 2,000-event file in a JVM of its own, measured right
-before each round (after one such JVM not counted; its ``getNetRuntime`` is printed too). Lakestate's span is what its run prints itself (first plan to
-last commit; ``bench/throughput.py``'s), in one warm SparkSession after a warm-up on 2 small files: a microbatch
-per file, a checkpoint after each, the ``delta`` backend, parallelism 2. Both are checked to end with the same
-state: per key, the last (count, sum); the keys, the sum of counts and the sum of sums compared.
+before each round (after one such JVM not counted; its ``getNetRuntime`` is printed too). Lakestate's span is
+what its run prints itself (first plan to last commit; ``bench/throughput.py``'s), in one warm SparkSession after a
+warm-up on 2 small files: a microbatch per file, a checkpoint after each, the ``delta`` backend, parallelism 2. Both
+are checked to end with the same state: per key, the last (count, sum); the keys, the sum of counts and the sum of
+sums compared.
 """
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ def run_flink(classpath: str, csv_dir: Path, backend: str) -> dict:
 
 def lakestate_ended(spark, sink: str) -> dict:
     """Each key's last (count, sum) in Lakestate's sink: the keys, the sum of counts and of sums."""
-    from pyspark.sql import functions as F
     from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     rows = spark.read.format("delta").load(sink)
     last = rows.withColumn("_n", F.row_number().over(Window.partitionBy("key").orderBy(F.desc("_microbatch"))))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import WORKLOADS, write_workload  # noqa: E402
+from bench.workload import WORKLOADS, write_workload
 
 
 def count_rows(batches):

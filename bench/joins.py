@@ -36,13 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from bench.peers import ROCKSDB, _run, outputs_equal  # noqa: E402
-from state_store import Dataflow, FileSource, ProcessJoinFunction, Types, WatermarkStrategy  # noqa: E402
+from bench.peers import ROCKSDB, _run, outputs_equal
+from state_store import Dataflow, FileSource, ProcessJoinFunction, Types, WatermarkStrategy
 
 FILE_SPAN_MS, WITHIN_MS, DELAY_MS = 100_000, 10 * 60_000, 12 * 60_000
 EPOCH_MS = 1_767_225_600_000  # 2026-01-01: Spark's join left out a pair of an impression at event time 0
@@ -61,7 +61,8 @@ def write_workload(base: Path, files: int, impressions: int, clicks: int, ads: i
         picked = rng.choice(impressions, clicks, replace=False)
         clicked = shown[picked] + rng.integers(0, DELAY_MS, clicks)
         for name, ads_, ts in (("impressions", ad, shown), ("clicks", ad[picked], clicked)):
-            table = pa.table({"ad": pa.array([f"ad{a:07d}" for a in ads_], pa.string()), "ts": pa.array(ts, pa.int64())})
+            table = pa.table({"ad": pa.array([f"ad{a:07d}" for a in ads_], pa.string()),
+                              "ts": pa.array(ts, pa.int64())})
             pq.write_table(table, base / name / f"part-{m:05d}.parquet")
 
 

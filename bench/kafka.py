@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.peers import OUTPUT_SCHEMA, STATE_SCHEMA, _run, outputs_equal, read_outputs  # noqa: E402
-from bench.throughput import run_lakestate  # noqa: E402
-from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
-from tests.ports import free_port_pair  # noqa: E402
+from bench.peers import OUTPUT_SCHEMA, STATE_SCHEMA, _run, outputs_equal, read_outputs
+from bench.throughput import run_lakestate
+from bench.workload import workload_parser, workload_sizes, write_workload
+from tests.ports import free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4

@@ -44,8 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.load_jobs import input_dir  # noqa: E402
 from bench.workload import write_workload  # noqa: E402
-from tests.airflow_server import (airflow_db_settings, airflow_env, airflow_ui, get, send_json,  # noqa: E402
-                                  token)
+from tests.airflow_server import airflow_db_settings, airflow_env, airflow_ui, get, send_json, token  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
 
 PAGE_LIMIT_S = 2.0
@@ -288,7 +287,7 @@ def print_tenths(rows: list[tuple], tasks: list[float]) -> None:
           "DAG run s | run task s |\n  | --- | --- | --- | --- | --- | --- | --- |")
     for first in range(0, len(rows), tenth):
         part, took = rows[first:first + tenth], tasks[first:first + tenth]
-        column = lambda i: [r[i] for r in part]  # noqa: E731
+        column = lambda i, part=part: [r[i] for r in part]  # noqa: E731
         print(f"  | {first + 1}-{first + len(part)} | {statistics.mean(column(0)):,.0f} / {max(column(0)):,} | "
               f"{statistics.mean(column(1)) / 1e6:.2f} / {max(column(1)) / 1e6:.2f} | "
               f"{statistics.mean(column(2)):.0f} / {max(column(2))} | {max(column(3))} | "

@@ -86,7 +86,8 @@ def on_connect(base: Path, url: str, rounds: int) -> None:
     small = job_env(base, "small", 1_000, 8, 1_000)
     for _ in range(8):  # a run a file: each writes a file per touched (state, key group) partition
         lakestate(small, "run", "--job", "bench", "--max-microbatches", "1", *remote)
-    files = sum(1 for _ in (Path(small["LAKESTATE_ROOT"]) / "warehouse" / "jobs" / "bench" / "state").rglob("*.parquet"))
+    files = sum(1 for _ in (Path(small["LAKESTATE_ROOT"]) / "warehouse" / "jobs" / "bench" / "state")
+                .rglob("*.parquet"))
     took, said = lakestate(small, "compact", "bench", "--json", *remote)
     report = json.loads(said[said.index("\n{") + 1:] if not said.startswith("{") else said)
     print(f"compaction of {files} state files ({report['files_before']} in the tables it rewrote -> "
@@ -94,8 +95,9 @@ def on_connect(base: Path, url: str, rounds: int) -> None:
 
 
 def submits(base: Path, rounds: int) -> None:
-    from state_store.spark.session import delta_jars
     import pyspark
+
+    from state_store.spark.session import delta_jars
 
     env = job_env(base, "submit", 2_000_000, 1, 2_000_000)
     lakestate(env, "run", "--job", "bench")

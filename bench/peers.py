@@ -33,7 +33,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
+from bench.workload import workload_parser, workload_sizes, write_workload
 
 INPUT_SCHEMA = "key string, amount long, ts long"
 OUTPUT_SCHEMA = "key string, count long, sum long"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.jobs import count_sum_job  # noqa: E402
-from bench.workload import write_workload  # noqa: E402
+from bench.jobs import count_sum_job
+from bench.workload import write_workload
 
 
 def main() -> None:

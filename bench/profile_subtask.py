@@ -22,16 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import orjson  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized  # noqa: E402
-from state_store.subtask.exchange import EXCHANGE_COLUMNS  # noqa: E402
-from state_store.subtask.run_files import local_outputs  # noqa: E402
-from state_store.subtask.task import RunPlan, column_values, run_partition  # noqa: E402
-from state_store.types import Types  # noqa: E402
+from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized
+from state_store.subtask.exchange import EXCHANGE_COLUMNS
+from state_store.subtask.run_files import local_outputs
+from state_store.subtask.task import RunPlan, column_values, run_partition
+from state_store.types import Types
 
 MICROBATCHES = 2
 
@@ -53,8 +53,10 @@ def floor(batches: list) -> int:
     for batch in batches:
         record = batch.column("record")
         names = [f.name for f in record.type]
-        rows = [dict(zip(names, values)) for values in zip(*(column_values(record.field(i)) for i in range(len(names))))]
-        for batch_id, key, row in zip(column_values(batch.column("batch_id")), column_values(batch.column("key")), rows):
+        rows = [dict(zip(names, values))
+                for values in zip(*(column_values(record.field(i)) for i in range(len(names))))]
+        for batch_id, key, row in zip(column_values(batch.column("batch_id")), column_values(batch.column("key")),
+                                      rows):
             if key != group_key or batch_id != group_batch:
                 if group:
                     process(group_batch, group_key, group)
@@ -84,7 +86,8 @@ def main() -> None:
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
                          "record": {"key": key, "amount": k, "ts": ts[k]}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
-    del rows  # 400,000 dicts the garbage collector's full passes would walk in the timed loops (a Python worker has none)
+    # 400,000 dicts the garbage collector's full passes would walk in the timed loops (a Python worker has none)
+    del rows
     directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
     if sessions:  # the watermark after microbatch m: its largest ts - 1 (bound 0)
         from bench.sessions import SESSION, Sessions
@@ -103,7 +106,8 @@ def main() -> None:
     shutil.rmtree(directory)
     profiler.disable()
     records = n * MICROBATCHES
-    print(f"{type(plan.function).__name__}: {records} records, {out} result rows (files and stats): {cpu:.2f}s CPU, {cpu / records * 1e6:.1f} us/record")
+    print(f"{type(plan.function).__name__}: {records} records, {out} result rows (files and stats): {cpu:.2f}s CPU, "
+          f"{cpu / records * 1e6:.1f} us/record")
     if not sessions:
         records_only = [b.filter(pc.equal(b.column("phase"), 4)) for b in batches]
         floor_cpu = time.process_time()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import write_workload  # noqa: E402
+from bench.workload import write_workload
 
 QUIET = dict(say=lambda line: None)
 

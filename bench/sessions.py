@@ -56,11 +56,11 @@ from pyspark.sql.streaming import StatefulProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.jobs import EVENT  # noqa: E402
-from bench.peers import _stream, dir_size, outputs_equal  # noqa: E402
-from bench.throughput import run_lakestate  # noqa: E402
-from bench.workload import SCHEMA, WORKLOADS, write_workload  # noqa: E402
-from state_store import (  # noqa: E402
+from bench.jobs import EVENT
+from bench.peers import _stream, dir_size, outputs_equal
+from bench.throughput import run_lakestate
+from bench.workload import SCHEMA, WORKLOADS, write_workload
+from state_store import (
     FileSource,
     JobSpec,
     KeyedProcessFunction,
@@ -171,8 +171,8 @@ def stored_timers(spark, settings, job_id: str) -> list[int]:
     """The event-time timers stored at the job's latest checkpoint, read from its keyed table (their timestamps)."""
     from pyspark.sql import functions as F
 
-    from state_store.delta.backends import create_keyed_backend
     from state_store.catalog.job_store import JobStore
+    from state_store.delta.backends import create_keyed_backend
     from state_store.timers import timer_state_names
 
     job_dir = settings.job_dir(job_id)

@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.floor import floor_pass  # noqa: E402
-from bench.peers import PEERS, dir_size, outputs_equal, read_outputs  # noqa: E402
-from bench.workload import workload_parser, workload_sizes, write_workload  # noqa: E402
+from bench.floor import floor_pass
+from bench.peers import PEERS, dir_size, outputs_equal, read_outputs
+from bench.workload import workload_parser, workload_sizes, write_workload
 
 
 def keyed_commit_bytes(table: Path) -> int:
@@ -67,9 +67,10 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
     changed = spark.read.format("delta").load(str(state / "keyed")).selectExpr(
         "sum(length(state_name) + length(key) + length(namespace) + coalesce(length(user_key), 0) "
         "+ length(value) + 4 + 8 + 8 + 8) AS raw").first()["raw"] if backend == "delta" else None
-    return {"engine": f"lakestate[{backend}{',vectorized' if vectorized else ''}]", "events": events, "seconds": result.seconds,
-            "events_per_s": round(events / result.seconds), "with_checkpoints_s": round(total, 1),
-            "microbatches": len(result.batches), "phases": result.phases, "state_bytes": size, "state_files": files,
+    return {"engine": f"lakestate[{backend}{',vectorized' if vectorized else ''}]", "events": events,
+            "seconds": result.seconds, "events_per_s": round(events / result.seconds),
+            "with_checkpoints_s": round(total, 1), "microbatches": len(result.batches), "phases": result.phases,
+            "state_bytes": size, "state_files": files,
             "keyed_bytes_written": keyed_commit_bytes(state / "keyed") if backend == "delta" else None,
             "changed_entry_bytes": changed,
             "sink": str(settings.in_warehouse(spec.sink, "sink"))}
@@ -146,7 +147,8 @@ def main() -> None:
         print()
         peer_rates = {r["engine"]: r["events_per_s"] for r in results if r["engine"].startswith("spark")}
         for r in results:
-            ratios = " ".join(f"{r['events_per_s'] / rate:.1f}x {name.split()[-1]}" for name, rate in peer_rates.items())
+            ratios = " ".join(f"{r['events_per_s'] / rate:.1f}x {name.split()[-1]}"
+                              for name, rate in peer_rates.items())
             if floor_rate:
                 ratios += f" {r['events_per_s'] / floor_rate:.2f}x floor"
             print(f"{r['engine']:34s} {r['events']:>9d} events {r['seconds']:>7.1f}s {r['events_per_s']:>8d} ev/s  "

@@ -20,8 +20,8 @@ spanning 100,000 ms), bound 0.
   ``.aggregate(ColumnAggregate(count="count(*)", sum="sum(amount)"))`` on the vectorised path (Arrow tables, no
   Python call per record or window).
 - ``sliding``: the same count and sum over 10-minute windows every minute (each record in ten windows):
-  Lakestate's ``SlidingEventTimeWindows.of(10 min, 1 min)``, per record and vectorised, against Spark's ``window(event_time, "10 minutes",
-  "1 minute")``.
+  Lakestate's ``SlidingEventTimeWindows.of(10 min, 1 min)``, per record and vectorised, against Spark's
+  ``window(event_time, "10 minutes", "1 minute")``.
 - ``session``: sessions with a 30 s gap, one row (key, start, end, events) each: Lakestate's
   ``EventTimeSessionWindows.with_gap(30 s)`` aggregate against ``bench/sessions.py``'s hand-written ``Sessions``
   and its ``transformWithStateInPandas``.
@@ -29,8 +29,8 @@ spanning 100,000 ms), bound 0.
 Each runs on its own copy of the files in one SparkSession, every engine warmed up first on 2 small files, timed
 as ``bench/throughput.py`` times them, in ``--rounds`` rounds (default 2), each engine's best round reported: the
 engine that runs first in a round pays for the JVM's warming at full size (at R's sizes, 3-5 s of one engine's
-10), so a single round favours whichever runs later. Outputs of every window that ended at or below the lower of the final
-watermarks are compared as multisets.
+10), so a single round favours whichever runs later. Outputs of every window that ended at or below the lower of
+the final watermarks are compared as multisets.
 """
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.jobs import EVENT  # noqa: E402
-from bench.peers import _stream, outputs_equal  # noqa: E402
-from bench.sessions import (  # noqa: E402
+from bench.jobs import EVENT
+from bench.peers import _stream, outputs_equal
+from bench.sessions import (
     EPOCH_MS,
     GAP_MS,
     SESSION,
@@ -56,8 +56,8 @@ from bench.sessions import (  # noqa: E402
     run_transform_with_state_sessions,
     write_sessions_workload,
 )
-from bench.workload import WORKLOADS  # noqa: E402
-from state_store import (  # noqa: E402
+from bench.workload import WORKLOADS
+from state_store import (
     AggregateFunction,
     ColumnAggregate,
     Dataflow,
@@ -243,7 +243,8 @@ def best_of_rounds(spark, base: Path, kind: str, peers: bool, rounds: int) -> li
 
 def run_all(spark, base: Path, kind: str, peers: bool, quiet: bool = False) -> list[dict]:
     """Every engine of ``kind`` on its own copy of ``base / input``: Lakestate's window first."""
-    names = ["window"] + (["vectorized"] if kind != "session" else []) + (["hand"] if kind != "sliding" else []) + (["peer"] if peers else [])
+    names = (["window"] + (["vectorized"] if kind != "session" else []) + (["hand"] if kind != "sliding" else [])
+             + (["peer"] if peers else []))
     for name in names:
         shutil.copytree(base / "input", base / name / "input")
     say = (lambda *a, **k: None) if quiet else print

@@ -22,7 +22,8 @@ from state_store import (
     ValueStateDescriptor,
 )
 
-EVENT = Types.ROW_NAMED(["user_id", "page", "amount", "seq"], [Types.LONG(), Types.STRING(), Types.DOUBLE(), Types.LONG()])
+EVENT = Types.ROW_NAMED(["user_id", "page", "amount", "seq"],
+                        [Types.LONG(), Types.STRING(), Types.DOUBLE(), Types.LONG()])
 RULE = Types.ROW_NAMED(["page", "multiplier"], [Types.STRING(), Types.DOUBLE()])
 OUTPUT = Types.ROW_NAMED(
     ["user_id", "batch_id", "events", "spend", "avg_amount", "distinct_pages", "last_pages"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from demo.clicks import EVENT as CLICK, root
+from demo.clicks import EVENT as CLICK
+from demo.clicks import root
 from state_store import (
     FileSource,
     JobSpec,

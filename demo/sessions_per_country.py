@@ -34,7 +34,8 @@ CLICK = Types.ROW_NAMED(["user_id", "country", "ts", "seq"], [Types.LONG(), Type
 SESSION = Types.ROW_NAMED(["user_id", "country", "start", "end", "clicks"],
                           [Types.LONG(), Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
 COUNTS = Types.ROW_NAMED(["country", "sessions", "clicks"], [Types.STRING(), Types.LONG(), Types.LONG()])
-OPEN = Types.ROW_NAMED(["country", "start", "last", "clicks"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
+OPEN = Types.ROW_NAMED(["country", "start", "last", "clicks"],
+                       [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
 LATE = OutputTag("late_clicks", Types.ROW_NAMED(["user_id", "ts", "watermark"],
                                                 [Types.LONG(), Types.LONG(), Types.LONG()]))
 TOTALS = Types.ROW_NAMED(["sessions", "clicks"], [Types.LONG(), Types.LONG()])

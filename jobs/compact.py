@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the project root: state_store and job modules
 
-from state_store.cli import main  # noqa: E402
+from state_store.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["compact", *sys.argv[1:]]))

@@ -50,6 +50,14 @@ if [ $# -gt 0 ]; then
   exit $status
 fi
 
+# The whole suite starts with the linter (pyproject.toml's [tool.ruff], pinned in requirements.txt): it takes
+# seconds, so a finding fails the run now, with ruff's report, not after the 25 minutes of tests. By hand:
+# `ruff check`, and `ruff check --fix` for what it can fix itself (the imports' order).
+if ! ruff check; then
+  echo "[test] ruff check found the above: fix it (\`ruff check --fix\` fixes what it can, the imports' order too)"
+  exit 1
+fi
+
 # The whole suite: the tiers (tests/conftest.py) in two processes side by side. The e2e tier mostly waits on
 # processes of its own (Airflow's scheduler, a browser, pip, servers, a broker) while unit -> spark keeps the JVM
 # of its shared session busy: side by side they use the machine's two cores that one after the other left half

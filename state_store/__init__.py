@@ -20,6 +20,7 @@ from .functions import (
     OnTimerContext,
 )
 from .job import JobSpec
+from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .settings import Settings
 from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource, KafkaSource
@@ -28,7 +29,6 @@ from .state.handles import AggregatingState, ListState, MapState, ReducingState,
 from .state.operator import BroadcastState, OperatorListState
 from .state.ttl import StateTtlConfig
 from .types import StateMigrationError, Types
-from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
 from .windows import (
@@ -66,10 +66,10 @@ __all__ = [
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
     # windows (README "Windows")
-    "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger",
-    "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction",
-    "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow",
-    "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
+    "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows",
+    "EventTimeTrigger", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
+    "ProcessWindowFunction", "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",
+    "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
 ]
 
 

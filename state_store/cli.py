@@ -33,11 +33,11 @@ import sys
 import time
 from pathlib import Path
 
-from .catalog.jobs import JobCatalog
 from .catalog.job_store import JobStore
-from .errors import ConfigError, LakestateError
+from .catalog.jobs import JobCatalog
 from .catalog.lease import check_lease_timeout, first_run_note
 from .catalog.pipelines import approval_asked, registry_entry
+from .errors import ConfigError, LakestateError
 from .settings import Settings
 
 
@@ -99,7 +99,8 @@ def cmd_jobs(args, settings: Settings) -> int:
     if not rows:
         print(f"no jobs registered in {settings.warehouse}; register one with: lakestate register <module>:<factory>")
         return 0
-    print(_table(rows, ["job", "backend", "parallelism", "max_parallelism", "checkpoint", "microbatch", "completed (UTC)"]))
+    print(_table(rows, ["job", "backend", "parallelism", "max_parallelism", "checkpoint", "microbatch",
+                        "completed (UTC)"]))
     return 0
 
 
@@ -428,7 +429,8 @@ def cmd_rescale(args, settings: Settings) -> int:
     spec = JobCatalog(settings).load(args.job)
     latest = JobStore(settings.job_dir(args.job)).latest_checkpoint()
     if latest is None:
-        raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; " + first_run_note(JobStore(settings.job_dir(args.job)).lease_dir))
+        raise ConfigError(f"job {args.job!r} has no checkpoint to rescale; "
+                          + first_run_note(JobStore(settings.job_dir(args.job)).lease_dir))
     if not rescale_request(args.job, latest, args.parallelism, args.operator).changed:  # nothing to write, no Spark
         print(already_at(args.job, latest, args.operator))
         return 0
@@ -437,7 +439,8 @@ def cmd_rescale(args, settings: Settings) -> int:
     checkpoint = rescale_job(spark, settings, spec, parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,
                              savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)
-    at = ", ".join(f"{u} {checkpoint.of_operator(u).parallelism}" for u in [checkpoint.uid, *(checkpoint.operators or {})])
+    at = ", ".join(f"{u} {checkpoint.of_operator(u).parallelism}"
+                   for u in [checkpoint.uid, *(checkpoint.operators or {})])
     print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
           f"{checkpoint.parallelism if not checkpoint.operators else at}; the next run continues from it")
     if args.retain_savepoints is not None:
@@ -475,7 +478,8 @@ def _add_remote(parser) -> None:
 
 def _add_job_commands(sub, common) -> None:
     """register, jobs, checkpoints: the warehouse's jobs."""
-    p = sub.add_parser("register", parents=[common], help="register a job from a 'module:factory' that returns a JobSpec")
+    p = sub.add_parser("register", parents=[common],
+                       help="register a job from a 'module:factory' that returns a JobSpec")
     p.add_argument("entrypoint")
     p.add_argument("--replace", action="store_true", help="point an already registered job id at this entrypoint")
     p.set_defaults(func=cmd_register)
@@ -494,7 +498,8 @@ def _add_job_commands(sub, common) -> None:
 
 def _add_run_commands(sub, common) -> None:
     """run, state: a run of a job, and a key's value at a checkpoint."""
-    p = sub.add_parser("run", parents=[common], help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
+    p = sub.add_parser("run", parents=[common],
+                       help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
     p.add_argument("--job", required=True)
     p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
     p.add_argument("--max-records", type=int, default=None,

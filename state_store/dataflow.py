@@ -39,7 +39,6 @@ from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
-from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .windows.stream import WindowedStream
 
 # What every operator of a chain shares: the job's, set once on the dataflow.

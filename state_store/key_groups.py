@@ -70,7 +70,8 @@ def check_parallelism(parallelism: int, max_parallelism: int | None = None) -> N
         )
 
 
-def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism: int, operator_index: int) -> KeyGroupRange:
+def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism: int,
+                                               operator_index: int) -> KeyGroupRange:
     """The key groups owned by subtask ``operator_index`` (Flink's formula)."""
     check_parallelism(parallelism, max_parallelism)
     if not 0 <= operator_index < parallelism:

@@ -52,7 +52,8 @@ def _refuse_relative_under_airflow(**given) -> None:
                                                          f"{os.getcwd()}")
         raise ConfigError(f"under Airflow (DAG {dag_id}) the Lakestate {what} must be an absolute folder or an "
                           f"s3a:// URL: {got}; set {variable}=/absolute/path (or pass an absolute --{what}) in the "
-                          f"environment of Airflow's workers, the same one the `lakestate` commands use, so both use one warehouse")
+                          f"environment of Airflow's workers, the same one the `lakestate` commands use, so both use "
+                          f"one warehouse")
 
 
 @dataclass(frozen=True)

@@ -317,7 +317,7 @@ def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False):
         out.append(v if as_tuple else f"{name!r}: {v}")
     lines.append("    return (" + ", ".join(out) + ",)" if as_tuple else "    return {" + ", ".join(out) + "}")
     namespace = {"_slow": slow}
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from declared field names (repr-quoted) only
+    exec("\n".join(lines), namespace)  # generated from declared field names (repr-quoted) only
     return namespace["fast"]
 
 

@@ -122,7 +122,7 @@ def value_states(ctx: RuntimeContext, function) -> dict[str, Any]:
     """Qualified name -> descriptor of the states ``open`` declared; anything but ValueState is a ConfigError
     naming the state."""
     name = type(function).__name__
-    for qname, descriptor in ctx.descriptors.items():
+    for _qname, descriptor in ctx.descriptors.items():
         if descriptor.kind != "value":
             raise ConfigError(f"{name} declares {descriptor.kind} state {descriptor.name!r}, but a "
                               f"VectorizedKeyedFunction keeps ValueState only; declare a ValueState (e.g. of a LIST "

@@ -219,3 +219,7 @@ class EventClock:
             splits = {s: [least([v[0] for v in vs]), min(v[1] for v in vs)] for s, vs in have.items()}
         return cls(min(c.watermark for c in clocks), least([c.max_event_time for c in clocks]),
                    least([c.input_ms for c in clocks]), splits)
+
+
+# Where event time stands before any microbatch (the runs' default start clock); shared, since an EventClock is frozen.
+NO_EVENT_TIME = EventClock()

@@ -13,8 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.helpers import (cpu_seconds, file_sizes, group_members, process_group, run_advancing,
-                           wait_advancing)
+from tests.helpers import cpu_seconds, file_sizes, group_members, process_group, run_advancing, wait_advancing
 from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent

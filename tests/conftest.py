@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from state_store.settings import Settings
+from tests.helpers import (
+    children,
+    end_children_since,
+    process_groups,  # noqa: F401 - a fixture of every module: a test's own process groups
+)
 from tests.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
-from tests.helpers import children, end_children_since
-from tests.helpers import process_groups  # noqa: F401 - a fixture of every module: a test's own process groups
 
 
 @pytest.fixture(scope="session")

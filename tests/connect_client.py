@@ -130,7 +130,7 @@ def state_processor(session, lake) -> dict:
     SavepointWriter.from_savepoint(session, "counts/bootstrapped", lake.settings).rename_uid("count", "counter") \
         .write("renamed", say=lambda m: None)
     read = {}
-    for name, uid in (("bootstrapped", "count"), ("renamed", "counter")):
+    for name, _uid in (("bootstrapped", "count"), ("renamed", "counter")):
         reader = SavepointReader.for_savepoint(session, f"counts/{name}", lake.settings)
         read[name] = [reader.uid, sorted([r["key"], r["value"]] for r in reader.keyed_state("count").collect())]
     return {"entries": written.entries, "read": read}

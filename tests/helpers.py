@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from state_store.delta.backends import create_keyed_backend, create_operator_backend
 from state_store.catalog.job_store import JobStore
+from state_store.delta.backends import create_keyed_backend, create_operator_backend
 from state_store.run.runtime import JobRunner
+
 
 @contextmanager
 def environ(values: dict):
@@ -57,7 +58,8 @@ def state_at_checkpoint(spark, lake, spec, checkpoint) -> tuple[list, list]:
     job_dir = lake.settings.job_dir(spec.job_id)
     keyed = create_keyed_backend(checkpoint.backend, spark, job_dir, spec.job_id).read(checkpoint)
     operator = create_operator_backend(checkpoint.backend, spark, job_dir, spec.job_id).read(checkpoint)
-    k = sorted(tuple(r) for r in keyed.select("state_name", "key_group", "key", "namespace", "user_key", "value").collect())
+    k = sorted(tuple(r)
+               for r in keyed.select("state_name", "key_group", "key", "namespace", "user_key", "value").collect())
     o = sorted(tuple(r) for r in operator.select("state_name", "subtask", "mode", "value").collect())
     return k, o
 

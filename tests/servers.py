@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (cpu_seconds, environ, file_sizes, process_group, run_advancing,
-                           wait_advancing)
+from tests.helpers import cpu_seconds, environ, file_sizes, process_group, run_advancing, wait_advancing
 from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +31,8 @@ def broker(tmp_path_factory):
     """A broker of this module's own (a free port, a fresh folder), stopped at its end: stop must leave no
     process and say so idempotently."""
     port = free_port_run(2)
-    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")), "LAKESTATE_KAFKA_PORT": str(port)}
+    env = {**os.environ, "LAKESTATE_KAFKA_DIR": str(tmp_path_factory.mktemp("kafka")),
+           "LAKESTATE_KAFKA_PORT": str(port)}
     started = script("kafka", "start", env)
     assert started.returncode == 0, started.stdout + started.stderr
     pid = (Path(env["LAKESTATE_KAFKA_DIR"]) / "broker.pid").read_text().strip()
@@ -49,6 +49,7 @@ def s3(spark, tmp_path_factory):
     """An S3 server on 127.0.0.1 with one bucket (S3_BUCKET); the AWS variables point at it while the module
     runs, and the shared session's ``s3a://`` reaches it."""
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from state_store.spark.session import configure_s3
     from state_store.storage import S3Options
@@ -72,7 +73,7 @@ def s3(spark, tmp_path_factory):
                 try:
                     client.create_bucket(Bucket=S3_BUCKET)
                     return True
-                except Exception:
+                except (BotoCoreError, ClientError):  # not answering yet (botocore wraps any HTTP error)
                     return False
 
             # Its start (imports, mostly) waited for while its CPU time grows, on a loaded machine too.

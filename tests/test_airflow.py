@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 
 from state_store import ConfigError, JobLocked
-from state_store.catalog.pipelines import (CRON_PRESETS, OPERATION_DAG_IDS, compaction_schedule, load_registry,
-                                           registry_entry)
+from state_store.catalog.pipelines import (
+    CRON_PRESETS,
+    OPERATION_DAG_IDS,
+    compaction_schedule,
+    load_registry,
+    registry_entry,
+)
 from state_store.run.runtime import FaultInjector
 from tests.airflow_server import airflow_db_settings
 from tests.helpers import run
@@ -614,8 +619,9 @@ def _the_other_operations_as_their_dags_define_them(dags: dict, root: Path) -> N
     assert restore[1].startswith("- Now: checkpoint 5 (microbatch 2): state ") and restore[1].endswith("parallelism 3")
     assert restore[2].startswith("- From: checkpoint 3 (microbatch 1): state ") and restore[3] == "- Parallelism 3 -> 2"
     dispose = describe_change("dispose", {"savepoint": "clicks/before-rescale"}, settings).splitlines()
-    assert dispose[0] == (f"Deletes savepoint **clicks/before-rescale** ({root / 'savepoints' / 'clicks' / 'before-rescale'}"
-                          f"), for good:") and dispose[1].startswith("- of checkpoint 2 (microbatch 1): state ")
+    assert dispose[0] == (f"Deletes savepoint **clicks/before-rescale** "
+                          f"({root / 'savepoints' / 'clicks' / 'before-rescale'}), for good:")
+    assert dispose[1].startswith("- of checkpoint 2 (microbatch 1): state ")
     # Dispose, from its DAG: files only.
     gone = dags["lakestate_dispose"].get_task("dispose").python_callable(params={"savepoint": "clicks/before-rescale"})
     path = root / "savepoints" / "clicks" / "before-rescale"
@@ -727,7 +733,8 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["errors"] == {} and found["heavy"] == []
     params = found["params"]
-    savepoint, rescale, restore = params["lakestate_savepoint"], params["lakestate_rescale"], params["lakestate_restore"]
+    savepoint, rescale = params["lakestate_savepoint"], params["lakestate_rescale"]
+    restore = params["lakestate_restore"]
     for form in (savepoint, rescale, restore):
         assert form["job"]["enum"] == ["clicks", "orders"]
     assert savepoint["checkpoint"]["type"] == ["null", "integer"] and savepoint["label"]["type"] == ["null", "string"]
@@ -893,7 +900,7 @@ def test_a_runs_lineage_names_each_source_sink_and_side_output_as_openlineage_na
     from types import SimpleNamespace
 
     from demo.sessions_per_country import dataflow, on_kafka
-    from state_store import DeltaSource, Dataflow, Types
+    from state_store import Dataflow, DeltaSource, Types
     from state_store.provider.lineage import run_lineage
     from state_store.settings import Settings
     from tests.jobs import CountOnly
@@ -913,15 +920,16 @@ def test_a_runs_lineage_names_each_source_sink_and_side_output_as_openlineage_na
     facet = files.run_facets["lakestate"]
     assert (facet.job, facet.parallelism, facet.checkpoints, facet.side_outputs) == (
         "sessions-per-country", {"sessions": 2, "per-country": 3}, [4], {"late_clicks": 1})
-    latest = SimpleNamespace(parallelism=4, of_operator=lambda uid: SimpleNamespace(parallelism=5) if uid == "per-country"
-                             else None)
+    latest = SimpleNamespace(parallelism=4,
+                             of_operator=lambda uid: SimpleNamespace(parallelism=5) if uid == "per-country" else None)
     kafka = run_lineage({"spec": on_kafka("b1:9092,b2:9092", "clicks").describe()}, {}, Settings.load(
         root=tmp_path).sink, latest)
     assert [(d.namespace, d.name) for d in kafka.inputs] == [("kafka://b1:9092", "clicks")]
     assert kafka.outputs[0].namespace == "file" and kafka.run_facets["lakestate"].parallelism == {
         "sessions": 4, "per-country": 5}
     delta = (Dataflow.from_source(DeltaSource(str(tmp_path / "orders")), job_id="d").key_by("k", Types.STRING())
-             .process(CountOnly(), uid="count", output_type=Types.ROW_NAMED(["k"], [Types.STRING()])).sink_to("sinks/d"))
+             .process(CountOnly(), uid="count", output_type=Types.ROW_NAMED(["k"], [Types.STRING()]))
+             .sink_to("sinks/d"))
     assert [(d.namespace, d.name) for d in run_lineage({"spec": delta.describe()}, {}, on_s3).inputs] == [
         ("file", str((tmp_path / "orders").resolve()))]
 
@@ -1049,8 +1057,8 @@ def test_sensors_that_find_the_job_held_are_served_first_come_first_served(tmp_p
 def test_a_sensors_reservation_outlives_its_task_process_and_only_its_own_command_takes_it_over(tmp_path,
                                                                                               monkeypatch):
     """The sensor's task process ends when it passes: its reservation must not look like a crashed holder."""
-    from state_store.errors import JobLocked
     from state_store.catalog.lease import HANDOFF_ENV, holding, release_reservation
+    from state_store.errors import JobLocked
     from state_store.provider.operators import LakestateLeaseSensor
     from state_store.settings import Settings
 

@@ -20,7 +20,6 @@ from state_store.cli import main as lakestate
 from tests.airflow_server import airflow_env, demo_input, get, running_airflow, token
 
 
-
 @pytest.fixture(scope="module")
 def airflow_with_a_job(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("plugin")
@@ -312,8 +311,8 @@ ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
 def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
     from dataclasses import replace
 
-    from state_store.ops.housekeeping import housekeeping
     from state_store.catalog.job_store import JobStore
+    from state_store.ops.housekeeping import housekeeping
     from state_store.settings import Settings
 
     settings = Settings.load(root=tmp_path / "root")
@@ -325,8 +324,8 @@ def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
 def test_a_compaction_report_gives_its_start_as_an_iso_time_beside_epoch_milliseconds(tmp_path):
     from dataclasses import replace
 
-    from state_store.ops.compaction import compact_job
     from state_store.catalog.job_store import JobStore
+    from state_store.ops.compaction import compact_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=tmp_path / "root")

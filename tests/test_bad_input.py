@@ -9,13 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
+from state_store.catalog.job_store import JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.state.descriptors import ValueStateDescriptor, check_state_name
 from state_store.job import check_job_id
 from state_store.ops.savepoint import check_label
 from state_store.side_outputs import OutputTag
-from state_store.catalog.job_store import JobStore
-from state_store.cli import main
 from tests.helpers import run, sink_rows, write_stored_values
 from tests.jobs import EVENT, CountOnly, count_job, events
 
@@ -50,8 +49,9 @@ def test_key_of_the_wrong_type_is_refused_before_anything_is_written(spark, lake
     # The files carry k as a string; the job says LONG.
     pq.write_table(pa.table({"k": ["a"], "v": [1], "op": ["add"], "seq": [1]}), parquet_dir / "p0.parquet")
     spec = count_job(lake, key_type=Types.LONG(), source=FileSource(str(parquet_dir), "parquet", schema))
-    with pytest.raises(InputError, match=r"column 'k' is string in the parquet file .*p0\.parquet but the source schema declares "
-                                         r"LONG \(bigint\); write it as bigint or change the declared type"):
+    with pytest.raises(InputError, match=r"column 'k' is string in the parquet file .*p0\.parquet but the source "
+                                         r"schema declares LONG \(bigint\); write it as bigint or change the "
+                                         r"declared type"):
         run(spark, spec, lake)
     _nothing_written(lake, spec)
 

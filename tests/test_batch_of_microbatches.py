@@ -42,7 +42,8 @@ def test_one_run_of_n_microbatches_equals_n_runs_of_one_in_sink_and_state_at_eve
     for cid in range(1, BATCHES + 1):
         a, b = meta_together.checkpoint(cid), meta_apart.checkpoint(cid)
         assert a.batch_id == b.batch_id == cid - 1 and a.entries == b.entries
-        assert state_at_checkpoint(spark, together, spec_together, a) == state_at_checkpoint(spark, apart, spec_apart, b)
+        assert (state_at_checkpoint(spark, together, spec_together, a)
+                == state_at_checkpoint(spark, apart, spec_apart, b))
     keyed, operator = state_at_checkpoint(spark, together, spec_together, meta_together.checkpoint(BATCHES))
     # snapshot_state ran on both subtasks in every microbatch, also in microbatch 1 where one had no records.
     seen = {subtask: json.loads(value) for name, subtask, _, value in operator if name == "all.batches_seen"}
@@ -87,7 +88,8 @@ def _probe_job(lake) -> JobSpec:
 def test_records_keep_source_order_and_is_restored_and_union_state_follow_flink(spark, lake):
     keys = [f"k{i}" for i in range(6)]  # enough keys for both subtasks
     # Without order_by a key's records keep file order: 'set 5' then 'get' reads 5, then 'set 1' follows.
-    lake.write_events("e0.json", [r for k in keys for r in ({"k": k, "op": "set", "v": 5}, {"k": k, "op": "get", "v": 0},
+    lake.write_events("e0.json", [r for k in keys for r in ({"k": k, "op": "set", "v": 5},
+                                                          {"k": k, "op": "get", "v": 0},
                                                           {"k": k, "op": "set", "v": 1})])
     lake.write_events("e1.json", [{"k": k, "op": "get", "v": 0} for k in keys])
     lake.write_events("e2.json", [{"k": k, "op": "get", "v": 0} for k in keys])
@@ -110,7 +112,7 @@ def _kinds():
     """(kind, job over a lake) for every stateful operator kind: each keeps something open across microbatches
     (a window, a session, a join's buffers, a timer), so a run starts from what the run before it left."""
     from state_store import ColumnAggregate, Dataflow, EventTimeSessionWindows, TumblingEventTimeWindows
-    from tests.test_joins import BY_AT, BY_TS, LEFT, OUT_ROW, RIGHT, Count, Latest, Matched, Pairs, PAIR
+    from tests.test_joins import BY_AT, BY_TS, LEFT, OUT_ROW, PAIR, RIGHT, Count, Latest, Matched, Pairs
 
     def left(lake, schema=LEFT):
         return Dataflow.from_source(FileSource(str(lake.events), "json", schema, max_files_per_batch=1), job_id="n",

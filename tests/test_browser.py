@@ -46,7 +46,8 @@ BYTES = re.compile(r"^\d+(\.\d)? (B|KiB|MiB|GiB)$")
 @pytest.fixture
 def browser(tmp_path):
     assert CHROMIUM.exists() and CHROMEDRIVER.exists(), \
-        "Debian's chromium and chromium-driver are not installed: scripts/browser.sh (run by scripts/test.sh) installs them"
+        "Debian's chromium and chromium-driver are not installed: scripts/browser.sh (run by scripts/test.sh) " \
+        "installs them"
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -237,6 +238,7 @@ def _check_chart(section, checkpoint) -> None:
 
 def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_ui(browser, tmp_path):
     from selenium.webdriver.common.by import By
+
     from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
 
@@ -252,7 +254,8 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         _check_it_listens_on_this_machine_only(port, home)
         airflow = Airflow(browser, url, home)
         for dag_id in ("lakestate_clicks", "lakestate_savepoint", "lakestate_rescale", "lakestate_compaction"):
-            _wait(lambda: get(f"{url}/api/v2/dags/{dag_id}", airflow.api)[0] == 200, 180, f"{dag_id} parsed")
+            _wait(lambda dag_id=dag_id: get(f"{url}/api/v2/dags/{dag_id}", airflow.api)[0] == 200, 180,
+                  f"{dag_id} parsed")
         # Paused: the page must then not say that it runs daily.
         assert send_json(f"{url}/api/v2/dags/lakestate_compaction", airflow.api, {"is_paused": True})[0] == 200
         airflow.log_in()
@@ -422,7 +425,7 @@ def _rescale_from_its_form(airflow: Airflow) -> None:
     for typed, said in (("0", "0 is less than the minimum of 1"),
                         ("100000", "100000 is greater than the maximum of 32768")):
         assert trigger_with(typed) == typed  # not clamped to 1 or to 32768
-        _wait(lambda: said in airflow.browser.page_source, 30, f"the form to refuse {typed}")
+        _wait(lambda said=said: said in airflow.browser.page_source, 30, f"the form to refuse {typed}")
         airflow.browser.save_screenshot(str(ARTIFACTS / f"forms-2-refused-{typed}.png"))
         assert runs() == []  # refused before a run exists
     assert trigger_with("3") == "3"

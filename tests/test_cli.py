@@ -89,7 +89,7 @@ def test_register_refuses_to_repoint_a_job_id_without_replace(registered, tmp_pa
 
 def test_register_refuses_a_table_that_another_registered_job_writes(registered, tmp_path, capsys):
     """Issue 37 #3: sink x with side output late_a and sink x_late with side output a both write x_late_a."""
-    (tmp_path / "two_tables.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "two_tables.py").write_text(textwrap.dedent("""
         from state_store import OutputTag, Types
         from cli_job_module import _L
         from tests.jobs import count_job
@@ -429,7 +429,8 @@ def test_rescale_restore_and_dispose_need_approved_by_when_the_entry_asks_or_the
                 "restore": ["restore", "clicks", "--checkpoint", "1"], "dispose": ["dispose", "clicks/before"]}
     entry = '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'
     for text, said in [(entry + 'require_approval = ["rescale", "restore", "dispose"]\n', "lists {op} in require_"
-                        "approval"), (entry + 'max_state_bytes = "1GB"\n', "field 'max_state_bytes' must be an integer"),
+                        "approval"),
+                       (entry + 'max_state_bytes = "1GB"\n', "field 'max_state_bytes' must be an integer"),
                        (entry + "[jobs.clicks]\n", "[jobs.clicks] is declared again")]:
         registry.write_text(text)
         for op, argv in commands.items():

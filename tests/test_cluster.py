@@ -63,7 +63,8 @@ def _clicks(minutes: range, late: int = 0) -> list[dict]:
     """The clicks of ``minutes`` (demo.sessions_per_country's), and ``late`` more clicks at the start of event
     time: behind any watermark once minute 1 is read, so they go to the side output."""
     clicks = [c for n in minutes for c in minute_of_clicks(n, events=150, users=40).to_pylist()]
-    return clicks + [{"user_id": u, "country": f"c{u % 7}", "ts": 1_000 + u, "seq": 10_000_000 + u} for u in range(late)]
+    return clicks + [{"user_id": u, "country": f"c{u % 7}", "ts": 1_000 + u, "seq": 10_000_000 + u}
+                     for u in range(late)]
 
 
 def _outcome(spark, settings: Settings) -> dict:
@@ -161,7 +162,8 @@ def test_a_kafka_dataflow_on_two_workers_and_s3_through_the_dags_equals_the_same
     assert "records in" in said
     run(spark, twin, local)
     restarted = script("spark-cluster", "start", standalone_cluster["env"])  # the lost worker back
-    assert "started" in restarted.stdout and script("spark-cluster", "status", standalone_cluster["env"]).returncode == 0
+    assert ("started" in restarted.stdout
+            and script("spark-cluster", "status", standalone_cluster["env"]).returncode == 0)
 
     # Each of the three applications had an executor on each worker; the last one a third, started by the worker
     # whose executor was killed. No executor copied the jars (the S3 bundle alone is 560 MB): they are on the

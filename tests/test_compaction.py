@@ -12,9 +12,9 @@ from deltalake import DeltaTable
 
 from state_store import StateTtlConfig
 from state_store.catalog.job_store import JobStore
-from state_store.ops.compaction import compact_job, nothing_to_do
 from state_store.delta.log import table_files, table_snapshot
 from state_store.delta.points import StatePoint
+from state_store.ops.compaction import compact_job, nothing_to_do
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import take_savepoint
 

@@ -16,7 +16,6 @@ from tests.helpers import run, sink_rows, write_holder
 from tests.jobs import count_job, events
 
 
-
 def test_a_second_run_of_the_same_job_is_refused_naming_the_holder(spark, lake):
     for b in range(2):
         lake.write_events(f"e{b}.json", events(b))

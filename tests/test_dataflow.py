@@ -11,8 +11,8 @@ from demo.sessions_per_country import (
     CLICK,
     COUNTS,
     SESSION,
-    CountSessions,
     CountrySessions,
+    CountSessions,
     dataflow,
     expected,
     expected_longest,
@@ -41,7 +41,6 @@ from state_store import (
 from state_store.catalog.job_store import JobStore
 from state_store.run.runtime import FaultInjector, InjectedFault, run_job
 from tests.conftest import Lake
-
 
 # Users of the clicks the tests write: each keeps its key group's state and timers in files of its own, so a
 # run's files (and its time) grow with them; 50 users in 7 countries still close sessions in every country

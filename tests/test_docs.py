@@ -128,7 +128,7 @@ def page_module(page: str, name: str, request):
     (program,) = [b for b in page_blocks(page, "python") if b.startswith(f"# {name}.py")]
     module = types.ModuleType(name)
     sys.modules[name] = module
-    exec(compile(program, page, "exec"), module.__dict__)  # noqa: S102 - the project's own docs, run as a test
+    exec(compile(program, page, "exec"), module.__dict__)  # the project's own docs, run as a test
     cloudpickle.register_pickle_by_value(module)
     request.addfinalizer(lambda: (cloudpickle.unregister_pickle_by_value(module), sys.modules.pop(name)))
     return module

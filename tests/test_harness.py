@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (RUN_MARK, Stalled, end_left_by_run, group_members, left_by_run, process_group,
-                           still_alive, wait_advancing)
+from tests.helpers import (
+    RUN_MARK,
+    Stalled,
+    end_left_by_run,
+    group_members,
+    left_by_run,
+    process_group,
+    still_alive,
+    wait_advancing,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # A shell that ignores SIGTERM (so do the children it starts: an ignored signal stays ignored across exec), with a
@@ -85,7 +93,7 @@ def test_a_failed_test_leaves_none_of_the_processes_it_started_running_through_t
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 1 and "2 failed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     for name in ("fixture", "popen"):
-        members = eval((tmp_path / name).read_text())  # noqa: S307 - written above
+        members = eval((tmp_path / name).read_text())  # written above
         assert len(members) == (4 if name == "fixture" else 6) and not still_alive(members), (name, members)
 
 

@@ -201,7 +201,7 @@ def test_runtime_only_sequences_and_no_function_is_over_60_lines():
     modules = _modules()
     assert len(modules["run.runtime"].read_text().splitlines()) < 300
     long = []
-    for name, path in modules.items():
+    for _name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")

@@ -13,8 +13,8 @@ from state_store import (
     CoFlatMapFunction,
     CoGroupFunction,
     CoMapFunction,
-    CoProcessFunction,
     ConfigError,
+    CoProcessFunction,
     Dataflow,
     FileSource,
     FilterFunction,
@@ -223,7 +223,8 @@ def test_a_keyed_co_process_function_shares_state_and_timers_between_its_inputs(
     result = run(spec.function, marker(0),
                  *[{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "k",
                     "key_group": 1, "input": side, (RECORD if side == 1 else RECORD2): record}
-                   for side, record in [(2, {"key": "k", "at": 5, "who": "rhs"}), (1, {"k": "k", "ts": 7, "who": "lhs"}),
+                   for side, record in [(2, {"key": "k", "at": 5, "who": "rhs"}),
+                                        (1, {"k": "k", "ts": 7, "who": "lhs"}),
                                         (2, {"key": "k", "at": 9, "who": "rhs"})]],
                  output_type=OUT_ROW, microbatches=[(1, 1_000, 15), (2, 2_000, 20)], record_type=LEFT.arrow_type(),
                  record2_type=RIGHT.arrow_type())
@@ -321,8 +322,8 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     from state_store.provider.views import job_section
 
     job = job_overview(lake.settings, "ctr", {"spec": spec.describe(), "entrypoint": "tests"})
-    assert job.edges == [(f"files {lake.events.resolve()} (json)", "ctr (input 1)"), (f"files {lake.rules.resolve()} (json)",
-                                                                          "ctr (input 2)"), ("ctr", "sink sinks/ctr")]
+    assert job.edges == [(f"files {lake.events.resolve()} (json)", "ctr (input 1)"),
+                         (f"files {lake.rules.resolve()} (json)", "ctr (input 2)"), ("ctr", "sink sinks/ctr")]
     assert "Graph: where records flow" in job_section(job) and job.latest.parallelism == 3
 
 
@@ -475,7 +476,8 @@ class Matched(JoinFunction):
 class Grouped(CoGroupFunction):
     def co_group(self, lefts, rights):
         key = (lefts or [{"k": None}])[0]["k"] or rights[0]["key"]
-        yield {"k": key, "what": f"F:{','.join(str(r['ts']) for r in lefts)} S:{','.join(str(r['at']) for r in rights)}"}
+        yield {"k": key,
+               "what": f"F:{','.join(str(r['ts']) for r in lefts)} S:{','.join(str(r['at']) for r in rights)}"}
 
 
 def window_joined(tmp_path, verb, function):
@@ -529,8 +531,8 @@ def test_a_window_join_in_spark_fans_out_to_two_sinks(spark, lake):
     """CoGroupJoinITCase's records in two microbatches of two sources, window-joined by Spark, then a graph: the
     pairs written to one sink and read further by a filter into another (through the operator that forwards
     them to their sink)."""
-    from tests.helpers import run as run_job
     from state_store import TumblingEventTimeWindows
+    from tests.helpers import run as run_job
 
     for m, (first, second) in enumerate([(FIRST[:3], SECOND[:2]), (FIRST[3:], SECOND[2:])]):
         lake.write_events(f"{m:03d}.json", [{"k": k, "ts": t, "who": "first"} for k, t in first])
@@ -615,7 +617,8 @@ def test_co_map_and_co_flat_map_take_each_inputs_records_with_operator_state(tmp
     result = run(spec.function, marker(0), *rows, output_type=OUT_ROW, key_type=Types.INT(),
                  record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())
     assert [r[OUT]["what"] for r in result if r["kind"] == "out"] == ["first 7", "second 5"]
-    assert [(r["state_name"], r["value"]) for r in result if r["kind"] == "o"] == [("op.seen", "[1,1]")]  # the harness runs every function as uid "op"
+    # the harness runs every function as uid "op"
+    assert [(r["state_name"], r["value"]) for r in result if r["kind"] == "o"] == [("op.seen", "[1,1]")]
     flat = left.connect(right).flat_map(Both(), output_type=OUT_ROW).sink_to("sinks/j")
     result = run(flat.function, marker(0), *rows, output_type=OUT_ROW, key_type=Types.INT(),
                  record_type=LEFT.arrow_type(), record2_type=RIGHT.arrow_type())

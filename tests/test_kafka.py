@@ -20,8 +20,8 @@ from state_store import (
     ValueStateDescriptor,
 )
 from state_store.run.runtime import FaultInjector, InjectedFault
-from tests.conftest import Lake
 from tests.airflow_server import migrate
+from tests.conftest import Lake
 from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.ports import free_port_run
 from tests.servers import ROOT, script
@@ -96,7 +96,8 @@ def kafka_job(lake, broker, topic: str, job_id: str = "clicks", watermark_strate
 
 def _clicks(first: int, count: int, users: int = 6) -> list[tuple[int, str, dict]]:
     """Click ``i`` of user ``i % users`` with amount ``i``, each user's clicks in its own partition."""
-    return [(i % users % 4, f"u{i % users}", {"user": f"u{i % users}", "amount": i}) for i in range(first, first + count)]
+    return [(i % users % 4, f"u{i % users}", {"user": f"u{i % users}", "amount": i})
+            for i in range(first, first + count)]
 
 
 def _final(spark, lake, spec) -> dict:
@@ -310,7 +311,8 @@ def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only
 
     from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
-    from tests.test_airflow import ROOT as PROJECT, _airflow_env, _registry
+    from tests.test_airflow import ROOT as PROJECT
+    from tests.test_airflow import _airflow_env, _registry
 
     registry = _registry(tmp_path, """
     [jobs.clicks_kafka]

@@ -222,7 +222,8 @@ def test_map_state_clear_flushes_a_tombstone_per_stored_entry(store, ctx):
     m.put("z", 3)  # never stored: cleared before the flush, so no row
     m.clear()
     assert m.is_empty()
-    assert store.flush() == [("op.m", 1, "a", "", '"x"', None, REMOVED, None), ("op.m", 1, "a", "", '"y"', None, REMOVED, None)]
+    assert store.flush() == [("op.m", 1, "a", "", '"x"', None, REMOVED, None),
+                             ("op.m", 1, "a", "", '"y"', None, REMOVED, None)]
 
 
 def test_map_state_put_of_a_none_value_raises_value_error(store, ctx):
@@ -371,7 +372,8 @@ def test_flush_makes_the_changes_the_stored_state_so_a_second_flush_returns_noth
     assert count.value() == 1 and m.get("x") == 1
     count.clear()
     m.remove("x")
-    assert store.flush() == [("op.count", 1, "a", "", None, None, REMOVED, None), ("op.m", 1, "a", "", '"x"', None, REMOVED, None)]
+    assert store.flush() == [("op.count", 1, "a", "", None, None, REMOVED, None),
+                             ("op.m", 1, "a", "", '"x"', None, REMOVED, None)]
     assert store.flush() == []
 
 

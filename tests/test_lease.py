@@ -7,9 +7,9 @@ import time
 import pytest
 
 from state_store import JobLocked
+from state_store.catalog.lease import JobLease, current_holder, generations
 from state_store.cli import main as lakestate
 from state_store.errors import ConfigError
-from state_store.catalog.lease import JobLease, current_holder, generations
 from tests.helpers import write_holder
 
 
@@ -53,7 +53,7 @@ def test_two_takers_of_a_dead_holders_lease_never_both_win(tmp_path):
         write_holder(lease_dir, _remote_holder(heartbeat_age_s=600), generation=attempt % 3 + 1)
         barrier, won, refused = threading.Barrier(takers), [], []
 
-        def take():
+        def take(lease_dir=lease_dir, barrier=barrier, won=won, refused=refused):  # this try's, not the next one's
             lease = JobLease(lease_dir, "job", timeout_s=60)
             barrier.wait()
             try:

@@ -281,8 +281,8 @@ def _a_rescale_asks_first_and_a_rejection_writes_nothing(url: str, api: str, hom
         run_id = _trigger(url, api, "lakestate_rescale", home, {"job": "clicks", "parallelism": 3})
         deferral = _Deferral(url, api, run_id)
         logs = home / "logs" / "dag_id=lakestate_rescale" / f"run_id={run_id}"
-        request = wait_advancing(deferral, lambda: (deferral.seen, file_sizes(logs)), "the approval asked",
-                                 stall_s=300, ceiling_s=600)
+        request = wait_advancing(deferral, lambda deferral=deferral, logs=logs: (deferral.seen, file_sizes(logs)),
+                                 "the approval asked", stall_s=300, ceiling_s=600)
         assert request["subject"] == "Approve the rescale of job clicks?"
         assert request["options"] == ["Approve", "Reject"]
         assert request["body"].startswith("Rescales job **clicks**: parallelism **2 -> 3**.\n- Now: checkpoint "

@@ -7,8 +7,8 @@ import pytest
 from state_store import Types, ValueStateDescriptor
 from state_store.catalog.job_store import JobStore
 from state_store.cli import main
-from state_store.errors import ConfigError
 from state_store.delta.points import StatePoint
+from state_store.errors import ConfigError
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.savepoint import list_savepoints
 from state_store.ops.state_processor import SavepointWriter
@@ -36,7 +36,7 @@ def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_ha
     assert not lake.settings.job_dir("rj").exists()  # refused before anything was written
 
 
-def test_a_rescale_during_a_jobs_first_run_names_the_run_that_holds_it(lake, registered, capsys):
+def test_a_rescale_during_a_jobs_first_run_names_the_run_that_holds_it(lake, registered, capsys):  # noqa: F811
     """Issue 37 #9: before its first checkpoint a held job is not one to "run first": it is running."""
     from state_store.catalog.lease import JobLease
 
@@ -50,8 +50,8 @@ def test_a_rescale_during_a_jobs_first_run_names_the_run_that_holds_it(lake, reg
     assert "has no checkpoint to rescale; run it first" in capsys.readouterr().err
 
 
-def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is_written(spark, lake, registered,
-                                                                                        capsys):
+def test_restore_to_the_memory_backend_is_refused_in_one_line_before_anything_is_written(
+        spark, lake, registered, capsys):  # noqa: F811
     _savepoint(spark, lake)
     assert main(["restore", "cli-counts", "--savepoint", "sp/x", "--backend", "memory", *registered]) == 2
     err = capsys.readouterr().err
@@ -72,7 +72,8 @@ def test_a_rescale_of_a_job_on_the_memory_backend_is_refused_before_anything_is_
     assert JobStore(lake.settings.job_dir(spec.job_id)).checkpoint_ids() == [1]
 
 
-def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(spark, lake, registered, capsys):
+def test_a_rescale_to_the_current_parallelism_writes_nothing_and_says_so(
+        spark, lake, registered, capsys):  # noqa: F811
     spec = count_job(lake, job_id="cli-counts")
     for batch in range(2):
         lake.write_events(f"e{batch}.json", events(batch))

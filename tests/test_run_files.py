@@ -12,7 +12,6 @@ from tests.helpers import run, sink_rows
 from tests.jobs import CountOnly, count_job, events
 
 
-
 class FailsOnC(CountOnly):
     def process(self, key, records, ctx):
         if key == "c":
@@ -61,8 +60,9 @@ def test_a_tasks_batches_of_restored_rows_are_one_file_per_partition_past_what_t
                         3, "generation")
     rows = {"state_name": ["b", "a", "b", "a"], "subtask": [1, 0, 0, 1], "mode": ["split"] * 4,
             "value": ["1", "2", "3", "4"], "batch_id": [7, 7, 7, 7], "generation": [5, 5, 5, 3]}
-    batch = pa.RecordBatch.from_pydict(rows, schema=pa.schema([("state_name", pa.large_string()), ("subtask", pa.int32()),
-        ("mode", pa.string()), ("value", pa.string()), ("batch_id", pa.int64()), ("generation", pa.int64())]))
+    batch = pa.RecordBatch.from_pydict(rows, schema=pa.schema([
+        ("state_name", pa.large_string()), ("subtask", pa.int32()), ("mode", pa.string()), ("value", pa.string()),
+        ("batch_id", pa.int64()), ("generation", pa.int64())]))
     files = sorted(write_batches(table, "tok", 2, [batch.slice(0, 0), batch]), key=lambda f: f.path)
     assert [(f.partition, f.rows, f.min_batch, f.max_batch) for f in files] == [
         ({"state_name": "a"}, 1, 5, 5), ({"state_name": "b"}, 2, 5, 5)]

@@ -5,13 +5,12 @@ import json
 
 import pytest
 
-from state_store.catalog.job_store import JobStore
-from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from state_store import KeyedProcessFunction, Types, ValueStateDescriptor
+from state_store.catalog.job_store import JobStore
 from state_store.delta.backends import DeltaStateBackend, MemoryStateBackend
 from state_store.errors import InputError
+from tests.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import all_states_job, count_job, events
-
 
 
 def _outputs(spark, lake, spec) -> dict:

@@ -16,11 +16,12 @@ pytestmark = pytest.mark.beside_spark
 
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.job_store import JobStore
-from state_store.cli import main as lakestate
-from state_store.errors import JobLocked
+from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.lease import JobLease
+from state_store.cli import main as lakestate
 from state_store.delta import log, sizes
 from state_store.delta.points import StatePoint
+from state_store.errors import JobLocked
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.savepoint import list_savepoints, take_savepoint
 from state_store.settings import Settings
@@ -156,6 +157,7 @@ def test_housekeeping_removes_what_a_killed_savepoint_left_in_place_on_s3a_and_k
     import socket
 
     from state_store.ops.housekeeping import housekeeping
+
     from .helpers import dead_pid
 
     settings = Settings.load(root=f"s3a://{BUCKET}/abandoned")

@@ -6,10 +6,10 @@ import shutil
 import pytest
 
 from state_store.catalog.job_store import JobStore
-from state_store.ops.compaction import compact_job
 from state_store.delta.log import table_snapshot
-from state_store.errors import ConfigError, RestoreError
 from state_store.delta.points import StatePoint
+from state_store.errors import ConfigError, RestoreError
+from state_store.ops.compaction import compact_job
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
 
@@ -306,6 +306,7 @@ def test_housekeeping_removes_inprogress_savepoints_no_live_process_owns(lake):
     import time
 
     from state_store.ops.housekeeping import housekeeping
+
     from .helpers import dead_pid, write_holder
 
     job = lake.settings.savepoints / "counts"
@@ -343,6 +344,7 @@ def test_the_next_savepoint_removes_what_a_killed_one_left_and_housekeeping_keep
 
     import state_store.ops.savepoint as savepoint_module
     from state_store.ops.housekeeping import housekeeping
+
     from .helpers import dead_pid
 
     spec = count_job(lake)

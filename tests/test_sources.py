@@ -11,7 +11,6 @@ from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import EVENT, count_job, events
 
 
-
 def _append(spark, path, rows):
     spark.createDataFrame(rows, "k string, v long, op string, seq long").write.format("delta").mode("append").save(path)
 

@@ -211,7 +211,8 @@ def test_airflow_pipeline_run_and_rescale_tasks_run_on_the_spark_connect_connect
     assert f"running on the Spark Connect server sc://{host}:{port}" in text, text[-4000:]
     assert "spark-submit" not in text
     with sqlite3.connect(tmp_path / "airflow-home" / "airflow.db") as con:
-        (value,) = con.execute("select value from xcom where dag_id = 'lakestate_clicks' and task_id = 'run'").fetchone()
+        (value,) = con.execute("select value from xcom where dag_id = 'lakestate_clicks' and "
+                               "task_id = 'run'").fetchone()
         (seconds,) = con.execute("select duration from task_instance where dag_id = 'lakestate_clicks' and "
                                  "task_id = 'run'").fetchone()
     summary = json.loads(value)

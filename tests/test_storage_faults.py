@@ -15,7 +15,6 @@ from tests.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.jobs import count_job, events
 
 
-
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
 

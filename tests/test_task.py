@@ -7,8 +7,8 @@ tests build such frames from readable rows and read back what it returns.
 """
 import json
 import random
-from dataclasses import asdict
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -354,7 +354,8 @@ def test_subtasks_return_a_row_per_file_and_per_microbatch_and_write_typed_parqu
     assert [(r["kind"], r["batch_id"]) for r in rows if r["kind"] == "stat"] == [("stat", 1), ("stat", 2)]
     files = [asdict(WrittenFile.from_json(r["payload"])) for r in rows if r["kind"] == "file"]
     # One file per table and partition touched (sink: one per subtask), with what a Delta add action needs.
-    assert sorted((f["table"], f["path"].rsplit("/", 1)[0] if "/" in f["path"] else "", f["rows"], f["min_batch"], f["max_batch"])
+    assert sorted((f["table"], f["path"].rsplit("/", 1)[0] if "/" in f["path"] else "", f["rows"], f["min_batch"],
+                   f["max_batch"])
                   for f in files) == [("keyed", "state_name=op.count/key_group=1", 2, 1, 2),
                                       ("sink", "", 2, 1, 2)]
     for f in files:
@@ -383,8 +384,9 @@ def test_counting_function_emits_outputs_keyed_state_rows_and_a_stat_row():
     assert outputs(result) == [{"key": "a", "count": 2}, {"key": "b", "count": 1}]
     assert keyed_changes(result) == [(1, "op.count", 1, "a", "", None, "2"), (1, "op.count", 2, "b", "", None, "1")]
     assert {r["subtask"] for r in result} == {0}
-    assert stats(result) == [(1, 0, {"records_in": 3, "broadcast_in": 0, "keys": 2, "records_out": 2, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 2,
-                                     "state_deletes": 0, "entries_delta": {"op.count": 2}})]
+    assert stats(result) == [(1, 0, {"records_in": 3, "broadcast_in": 0, "keys": 2, "records_out": 2, "side_out": 0,
+                                     "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0,
+                                     "state_upserts": 2, "state_deletes": 0, "entries_delta": {"op.count": 2}})]
 
 
 def test_keyed_state_rows_in_the_frame_are_what_process_reads():
@@ -444,13 +446,18 @@ def test_map_state_entries_are_read_and_written_as_one_row_per_user_key():
 def test_stats_are_counted_per_microbatch_and_per_subtask_even_when_counts_are_equal():
     result = run(CountPerKey(), marker(0), record(0, 1, "a", "1"), record(0, 1, "a", "2"), record(0, 2, "a", "3"),
                  marker(1), record(1, 1, "x", "1"), record(1, 1, "x", "2"), microbatches=[(1, 0), (2, 0)])
-    mb1 = {"records_in": 2, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0,
+    mb1 = {"records_in": 2, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {},
+           "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0,
            "entries_delta": {"op.count": 1}}
     assert stats(result) == [
         (1, 0, mb1),
-        (2, 0, {"records_in": 1, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0, "entries_delta": {}}),
+        (2, 0, {"records_in": 1, "broadcast_in": 0, "keys": 1, "records_out": 1, "side_out": 0, "side_rows": {},
+                "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 1, "state_deletes": 0,
+                "entries_delta": {}}),
         (1, 1, mb1),
-        (2, 1, {"records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0, "side_out": 0, "side_rows": {}, "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 0, "state_deletes": 0, "entries_delta": {}}),
+        (2, 1, {"records_in": 0, "broadcast_in": 0, "keys": 0, "records_out": 0, "side_out": 0, "side_rows": {},
+                "late_dropped": 0, "timers_in": 0, "timers_fired": 0, "state_upserts": 0, "state_deletes": 0,
+                "entries_delta": {}}),
     ]
 
 
@@ -617,11 +624,12 @@ def test_union_list_state_is_given_whole_to_every_subtask_and_split_list_state_o
 def docs_example(marker: str) -> dict:
     """The names a Python example of the docs (``docs/**/*.md``) defines: the fenced block that contains
     ``marker``, run as is."""
-    found = [(page, b.split("\n", 1)[1]) for page in sorted((Path(__file__).resolve().parents[1] / "docs").rglob("*.md"))
+    found = [(page, b.split("\n", 1)[1])
+             for page in sorted((Path(__file__).resolve().parents[1] / "docs").rglob("*.md"))
              for b in page.read_text().split("```")[1::2] if b.startswith("python") and marker in b]
     ((page, block),) = found
     names: dict = {}
-    exec(compile(block, str(page.name), "exec"), names)  # noqa: S102 - the project's own docs, run as a test
+    exec(compile(block, str(page.name), "exec"), names)  # the project's own docs, run as a test
     return names
 
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from state_store import FileSource, KeyedBroadcastProcessFunction, OutputTag, Types, ValueStateDescriptor
-from state_store.ops.compaction import compact_job
-from state_store.errors import ConfigError
 from state_store.catalog.job_store import JobStore
 from state_store.delta.points import StatePoint
+from state_store.errors import ConfigError
+from state_store.ops.compaction import compact_job
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import take_savepoint
 from state_store.ops.state_processor import SavepointReader
@@ -32,7 +32,8 @@ def side_rows(spark, lake, spec, tag="late") -> list[str]:
 
 def sessions(spark, lake, spec) -> list[tuple]:
     return sorted((r["k"], r["start"], r["end"], r["events"])
-                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect())
+                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+                  .collect())
 
 
 def _session_input(lake: Lake) -> None:

@@ -80,10 +80,12 @@ def test_kill_9_of_spark_submit_mid_run_then_a_rerun_equals_a_clean_run(spark, t
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     log = open(tmp_path / "spark-submit.log", "w")
     process = subprocess.Popen(
-        [str(spark_submit), "--master", "local[2]", "--jars", ",".join(delta_jars()), "--conf", "spark.ui.enabled=false",
-         str(PROJECT_ROOT / "jobs" / "run_microbatches.py"), "--job", JOB, "--root", str(lake.root)],
+        [str(spark_submit), "--master", "local[2]", "--jars", ",".join(delta_jars()),
+         "--conf", "spark.ui.enabled=false", str(PROJECT_ROOT / "jobs" / "run_microbatches.py"),
+         "--job", JOB, "--root", str(lake.root)],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    side_log = lake.settings.in_warehouse(sessions_job(lake, job_id=JOB).side_output_sink("late"), "sink") / "_delta_log"
+    side_log = (lake.settings.in_warehouse(sessions_job(lake, job_id=JOB).side_output_sink("late"), "sink")
+                / "_delta_log")
     deadline = time.time() + 300
     while not (side_log.is_dir() and any(p.suffix == ".json" for p in side_log.iterdir())):  # mid-commit
         assert process.poll() is None, f"spark-submit ended before its side output commit: see {log.name}"

@@ -16,7 +16,7 @@ from state_store.subtask.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RE
 from state_store.subtask.json_columns import decode_column, encode_column
 from state_store.subtask.task import RunPlan, UserFunctionError, run_partition
 from state_store.types import Types
-from tests.test_task import OUT, ARROW_TYPES, in_frame_order, keyed_changes, outputs, read_files, run_outputs, stats
+from tests.test_task import ARROW_TYPES, OUT, in_frame_order, keyed_changes, outputs, read_files, run_outputs, stats
 
 EVENT_TYPE = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
 ACC_NAME = "op.acc"
@@ -208,9 +208,10 @@ VALUES = Types.ROW_NAMED(["s", "n", "b", "inner", "f", "l"], [
     (ACC, [{"count": 1, "sum": -(2**63)}, None]),
     (Types.STRING(), ["line\nbreak", "tab\t", None]),
     (Types.DOUBLE(), [1.0, float("inf"), 1e16, None]),
-    (Types.DOUBLE(), [1.0, -0.0, 1e16, 1e-7, 5e-324, None, 0.1] + [float(x) for x in __import__("numpy").random.default_rng(
-        7).normal(0, 1e12, 2_000)]),
-    (Types.ROW_NAMED(["mean", "n"], [Types.FLOAT(), Types.LONG()]), [{"mean": 0.5, "n": 1}, None, {"mean": None, "n": 2}, {"mean": 0.5 ** 20, "n": 3}]),
+    (Types.DOUBLE(), [1.0, -0.0, 1e16, 1e-7, 5e-324, None, 0.1]
+     + [float(x) for x in __import__("numpy").random.default_rng(7).normal(0, 1e12, 2_000)]),
+    (Types.ROW_NAMED(["mean", "n"], [Types.FLOAT(), Types.LONG()]),
+     [{"mean": 0.5, "n": 1}, None, {"mean": None, "n": 2}, {"mean": 0.5 ** 20, "n": 3}]),
     (Types.MAP(Types.LONG(), Types.STRING()), [{1: "a", 2: "b"}, None]),
     (Types.BYTES(), [b"\x00\xff", None]),
 ])
@@ -237,7 +238,8 @@ class Returns(RunningCountSumVectorized):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda out, new: (out.drop_columns(["sum"]), new), r"output has columns \['key', 'count'\]: \['sum'\] are missing"),
+    (lambda out, new: (out.drop_columns(["sum"]), new),
+     r"output has columns \['key', 'count'\]: \['sum'\] are missing"),
     (lambda out, new: (out.append_column("x", out.column("sum")), new), r"\['x'\] are not declared"),
     (lambda out, new: (out.set_column(1, "count", pa.array(["x"] * out.num_rows)), new),
      r"column 'count' is string but is declared int64"),

@@ -23,8 +23,8 @@ from state_store import (
     FileSource,
     GlobalWindows,
     OutputTag,
-    ProcessWindowFunction,
     ProcessingTimeSessionWindows,
+    ProcessWindowFunction,
     PurgingTrigger,
     SlidingEventTimeWindows,
     TimeEvictor,
@@ -90,9 +90,9 @@ class Harness:
         stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
                    "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
                   for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
-        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type, microbatches=plan,
-                     restored=bool(self.state), side_outputs=self.spec.side_outputs, start_watermark=self.watermark,
-                     **types)
+        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type,
+                     microbatches=plan, restored=bool(self.state), side_outputs=self.spec.side_outputs,
+                     start_watermark=self.watermark, **types)
         self.watermark = plan[-1][2]
         for r in result:
             if r["kind"] == "k":
@@ -115,7 +115,8 @@ def sums(out) -> list[tuple]:
 # -- assigners -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("timestamp, offset, size, start", [
     (0, 0, 5000, 0), (4999, 0, 5000, 0), (5000, 0, 5000, 5000), (-1, 0, 5000, -5000), (-5000, 0, 5000, -5000),
-    (-5001, 0, 5000, -10000), (100, 100, 5000, 100), (99, 100, 5000, -4900), (7, -3, 5, 7), (8, -3, 5, 7), (-8, 3, 5, -12)])
+    (-5001, 0, 5000, -10000), (100, 100, 5000, 100), (99, 100, 5000, -4900), (7, -3, 5, 7), (8, -3, 5, 7),
+    (-8, 3, 5, -12)])
 def test_window_start_with_offset_is_flinks_for_positive_and_negative_timestamps(timestamp, offset, size, start):
     assert window_start_with_offset(timestamp, offset, size) == start
 
@@ -516,9 +517,9 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     test above.)"""
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
-    from state_store.run.runtime import FaultInjector, InjectedFault
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
+    from state_store.run.runtime import FaultInjector, InjectedFault
     from tests.helpers import run as run_job
 
     _clicks(lake)

@@ -62,8 +62,8 @@ def test_a_tumbling_window_gives_every_aggregate_of_the_per_record_path_and_its_
 
 
 @pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(1000, 300), SlidingEventTimeWindows.of(3000, 1000),
-                                      SlidingEventTimeWindows.of(2500, 1000, -400)], ids=["tumbling-offset",
-                                                                                            "sliding", "sliding-uneven"])
+                                      SlidingEventTimeWindows.of(2500, 1000, -400)],
+                         ids=["tumbling-offset", "sliding", "sliding-uneven"])
 def test_random_elements_give_what_the_per_record_path_gives_in_any_cut_of_microbatches(tmp_path, assigner):
     rng = random.Random(39)
     microbatches, watermark = [], -3000

@@ -55,7 +55,8 @@ class JobStore:
     def __init__(self, job_dir: Path, warn=None):
         self.job_dir = job_dir
         self.dir = job_dir / "_meta"
-        self.plans, self.commits, self.checkpoints_dir = self.dir / "plans", self.dir / "commits", self.dir / "checkpoints"
+        self.plans, self.commits = self.dir / "plans", self.dir / "commits"
+        self.checkpoints_dir = self.dir / "checkpoints"
         self._warn = warn or logging.getLogger("lakestate").warning
         self._strays: set[str] = set()
 

@@ -5,22 +5,21 @@
 (a job's own files are ``job_store``'s).
 
 Every file is written so that a reader never sees half of one (``storage.write_atomic``:
-a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable without Spark (the CLI,
-the Airflow plugin).
+a temporary name and a rename locally, a single upload on object storage). Plain files keep the catalog readable
+without Spark (the CLI, the Airflow plugin).
 """
 from __future__ import annotations
 
 import importlib
 import time
 
-from ..registered_states import discover_descriptors
 from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, JobNotFound, LakestateError
 from ..job import JobSpec, check_job_id
+from ..registered_states import discover_descriptors
+from ..settings import Settings
 from ..side_outputs import check_one_writer_per_table
 from .job_store import read_json, write_json_atomic
-from ..settings import Settings
-
 
 # What the CLI and the Lakestate page take from a record's spec.
 _SPEC_FIELDS = ("uid", "backend", "parallelism", "max_parallelism")
@@ -147,7 +146,8 @@ class JobCatalog:
         record = self.get(job_id)
         spec = build_spec(record["entrypoint"]).with_overrides(**record.get("overrides", {}))
         if spec.job_id != job_id:
-            raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; register it again")
+            raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; "
+                              "register it again")
         return spec
 
 

@@ -48,8 +48,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import storage
-from .job_store import JobStore, read_json
 from ..errors import ConfigError, JobLocked
+from .job_store import JobStore, read_json
 
 KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire
 HANDOFF_ENV = "LAKESTATE_LEASE_HANDOFF"  # the reservation a command takes the job over from (Airflow's sensor's)

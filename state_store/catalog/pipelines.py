@@ -40,6 +40,7 @@ from ..errors import ConfigError
 from ..job import check_job_id
 from ..state.backend import BACKENDS, DEFAULT_BACKEND, backend_names
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
+
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 BUDGETS = ("max_state_bytes", "max_late_records")

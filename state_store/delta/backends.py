@@ -16,7 +16,6 @@ microbatch m restores exactly the state after m.
 """
 from __future__ import annotations
 
-
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession

@@ -17,7 +17,6 @@ from pathlib import Path
 from ..errors import LakestateError
 from ..storage import ObjectPath, listdir, location, read_parquet
 
-
 _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
 
 

@@ -17,6 +17,7 @@ from ..records.layout import KEYED, TABLE_SPECS
 from ..records.metadata import CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from ..state.backend import backend_kind
 from ..errors import ConfigError
+from ..records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from ..settings import Settings
 from ..storage import ObjectPath
 

@@ -36,7 +36,8 @@ from ..records.layout import TableSpec
 from ..records.stats import WrittenFile
 from ..storage import is_remote, options_of
 from ..subtask.run_files import OutputTable, new_token, write_batches
-
+from . import delta_rs
+from .log import app_transaction_version
 
 
 def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> DataFrame:

@@ -11,6 +11,7 @@ from ..records.metadata import utc_iso
 from .savepoint import remove_abandoned
 from ..settings import Settings
 from ..storage import rmtree
+from .savepoint import remove_abandoned
 
 
 def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:

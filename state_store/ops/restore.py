@@ -52,13 +52,16 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..catalog.job_store import JobStore
 from ..registered_states import discover_descriptors
 from ..delta.log import app_transaction_version, sink_version
 from ..state.backend import backend_kind
 from ..state.descriptors import qualified_name
 from ..dataflow import ChainSpec, operators_of
+from ..delta.backends import create_keyed_backend, create_operator_backend
+from ..delta.log import app_transaction_version, table_snapshot
+from ..delta.points import StatePoint
+from ..descriptors import qualified_name
 from ..errors import ConfigError, RestoreError
 from ..job import JobSpec
 from ..catalog.lease import holding
@@ -67,15 +70,13 @@ from ..delta.points import StatePoint
 from ..repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
 from ..restore_plan import (
     JobFacts,
-    already_at,
     RestorePlan,
     RestoreRequest,
+    already_at,
     check_restore_backend,
     parse_uid_map,
     plan_restore,
 )
-from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
-from ..side_outputs import side_app_id, sink_app_id
 from ..settings import Settings
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -48,8 +47,6 @@ from ..key_groups import check_parallelism, compute_default_max_parallelism, key
 from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
 from ..state.operator import BROADCAST, SPLIT_DISTRIBUTE, UNION
 from ..repartition import split_distribute, union_stored
-from ..delta.points import StatePoint, load_savepoint
-from .savepoint import check_label, point_fields, write_savepoint
 from ..settings import Settings
 from ..key_groups import key_group_column
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow

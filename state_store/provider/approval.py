@@ -79,8 +79,8 @@ class LakestateApprovalOperator(ApprovalOperator):
     def __init__(self, *, operation: str, **kwargs: Any) -> None:
         super().__init__(subject=f"Approve this {operation}?", ignore_downstream_trigger_rules=True,
                          doc_md=f"Asks a person to approve the {operation} first when the job's registry entry says "
-                                f"so (require_approval), or when the registry cannot be read or the entry is bad; otherwise "
-                                f"goes on at once.", **kwargs)
+                                f"so (require_approval), or when the registry cannot be read or the entry is bad; "
+                                f"otherwise goes on at once.", **kwargs)
         self.operation = operation
 
     def asked(self, params: dict):

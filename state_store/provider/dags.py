@@ -21,9 +21,9 @@ and the scheduled ``lakestate_compaction``. Savepoints are Assets (``lakestate:/
 DAG can be scheduled on them. The operations' jobs are the registry's good entries; when the registry is not
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
-operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's schedule is the registry's
-``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation DAG file's import error
-naming it, and the other operation DAGs still load.
+operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's
+schedule is the registry's ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation
+DAG file's import error naming it, and the other operation DAGs still load.
 """
 from __future__ import annotations
 
@@ -32,17 +32,30 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task, task_group
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
-from state_store.catalog.pipelines import (PipelineEntry, compaction_schedule, declared_job_ids, load_registry,
-                                           registry_path, registry_text)
+from state_store.catalog.pipelines import (
+    PipelineEntry,
+    compaction_schedule,
+    declared_job_ids,
+    load_registry,
+    registry_path,
+    registry_text,
+)
 from state_store.errors import ConfigError
 from state_store.restore_plan import restore_backends
 from state_store.provider.approval import LakestateApprovalOperator
-from state_store.provider.operators import (LakestateCompactOperator, LakestateLeaseSensor,
-                                            LakestateRescaleOperator, LakestateRestoreOperator,
-                                            LakestateSavepointOperator, LakestateSubmitOperator, savepoints_asset)
-# The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
-from state_store.provider.operators import branch_sink_asset, side_output_asset, sink_asset  # noqa: F401
+from state_store.provider.operators import (
+    LakestateCompactOperator,
+    LakestateLeaseSensor,
+    LakestateRescaleOperator,
+    LakestateRestoreOperator,
+    LakestateSavepointOperator,
+    LakestateSubmitOperator,
+    # The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
+    branch_sink_asset,  # noqa: F401
+    savepoints_asset,
+    side_output_asset,  # noqa: F401
+    sink_asset,  # noqa: F401
+)
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"
@@ -247,7 +260,8 @@ meanwhile.
   rescales every operator.
 
 See {PAGE}.""", **COMMON) as dag:
-        LakestateApprovalOperator(task_id="approve", operation="rescale") >> _wait_for_job() >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S)
+        (LakestateApprovalOperator(task_id="approve", operation="rescale") >> _wait_for_job()
+         >> LakestateRescaleOperator(task_id="rescale", wait_for_lease_s=LAST_WAIT_S))
     return dag
 
 
@@ -277,7 +291,8 @@ restore never rewinds a job past what its sink holds.
 
 See {PAGE}.""",
              **COMMON) as dag:
-        LakestateApprovalOperator(task_id="approve", operation="restore") >> _wait_for_job() >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S)
+        (LakestateApprovalOperator(task_id="approve", operation="restore") >> _wait_for_job()
+         >> LakestateRestoreOperator(task_id="restore", wait_for_lease_s=LAST_WAIT_S))
     return dag
 
 
@@ -293,7 +308,7 @@ Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
         def dispose(params=None, ti=None) -> dict:
-            from state_store.cli import savepoint_job, check_approved
+            from state_store.cli import check_approved, savepoint_job
             from state_store.ops.savepoint import dispose_savepoint
             from state_store.provider.approval import approver
             from state_store.settings import Settings

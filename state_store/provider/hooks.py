@@ -18,7 +18,6 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import DEFAULT_SPARK_BINARY, SparkSubmitHook
 
-
 CONN_TYPE = "lakestate"  # no '_' (Airflow warns of it) and no '-' (Airflow makes it a '_')
 OLD_CONN_TYPE = "lakestate_spark"  # the type's name before: connections of it keep working
 

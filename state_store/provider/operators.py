@@ -36,8 +36,8 @@ LABEL = ("{% for c in (params.label or 'airflow-' ~ run_id)[:64] %}"
 
 class _LakestateSparkSubmit(SparkSubmitOperator):
     """Submit ``jobs/<entrypoint>.py`` with ``args`` (templated, as ``application_args``) and the wait for the
-    lease: the Spark connection (or this process's master choice) and the Delta jars filled in when the hook is made. An argument
-    that renders empty is left out: an option the DAG run's params do not ask for.
+    lease: the Spark connection (or this process's master choice) and the Delta jars filled in when the hook is
+    made. An argument that renders empty is left out: an option the DAG run's params do not ask for.
 
     The command takes the job over from the lease reservation the DAG run's ``LakestateLeaseSensor`` took
     (``lease_handoff``, templated: the same for both); a task that ends without its command taking it (failed,
@@ -134,8 +134,8 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
         import io
         import os
 
-        from state_store.cli import main
         from state_store.catalog.lease import HANDOFF_ENV
+        from state_store.cli import main
 
         self.said, out = _SubmitOutput(), io.StringIO()
         self.log.info("running on the Spark Connect server %s: lakestate %s", url, " ".join(self.application_args))
@@ -154,8 +154,8 @@ class _LakestateSparkSubmit(SparkSubmitOperator):
 
     def _get_hook(self):
         """The ``lakestate_spark`` connection's hook (``hooks.LakestateSparkHook``: the Delta jars, or Delta's
-        Maven package where no jar is found; without the connection, the master ``lakestate run`` would choose) with this task's
-        arguments, as the provider's ``SparkSubmitOperator._get_hook`` gives them to its hook."""
+        Maven package where no jar is found; without the connection, the master ``lakestate run`` would choose)
+        with this task's arguments, as the provider's ``SparkSubmitOperator._get_hook`` gives them to its hook."""
         from state_store.provider.hooks import LakestateSparkHook
 
         return LakestateSparkHook(
@@ -254,7 +254,8 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
         return self.job_id
 
     def work(self, context):
-        """Run the job once (``submit``), put the run's summary in the outlet Assets' events (``outlet_extras``) and return it (XCom)."""
+        """Run the job once (``submit``), put the run's summary in the outlet Assets' events (``outlet_extras``)
+        and return it (XCom)."""
         self.submit(context)
         summary = self.said.summary or {}
         for asset, extra in outlet_extras(summary, self.outlets):
@@ -366,10 +367,10 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         """Check the request as the CLI does (AirflowException, nothing submitted, when it is not usable); submit
         ``lakestate rescale`` unless the job is at that parallelism already, with an event for each savepoint it
         took; return (XCom) the latest checkpoint's id, microbatch and parallelism, and ``changed``."""
-        from state_store.errors import ConfigError
         from state_store.catalog.job_store import JobStore
-        from state_store.restore_plan import already_at, rescale_request
+        from state_store.errors import ConfigError
         from state_store.ops.savepoint import list_savepoints
+        from state_store.restore_plan import already_at, rescale_request
         from state_store.settings import Settings
 
         settings = Settings.load()
@@ -451,9 +452,9 @@ class LakestateLeaseSensor(BaseSensorOperator):
         self.job_id, self.lease_handoff, self.hold_s = job_id, lease_handoff, hold_s
 
     def poke(self, context) -> bool:
-        from state_store.errors import JobLocked
         from state_store.catalog.job_store import JobStore
         from state_store.catalog.lease import ahead_in_line, join_line, leave_line, live_holder, reserve
+        from state_store.errors import JobLocked
         from state_store.settings import Settings
 
         lease_dir = JobStore(Settings.load().job_dir(self.job_id)).lease_dir

@@ -4,6 +4,7 @@ page on its own at ``/lakestate/``."""
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
+
 from state_store.provider.views import app
 
 

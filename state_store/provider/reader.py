@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from state_store.catalog.job_store import JobStore as JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.pipelines import load_registry
 from state_store.catalog.job_store import JobStore as JobStore
 from state_store.records.layout import KEYED
 from state_store.records.metadata import AirflowRun, CheckpointMetadata
 from state_store.delta.sizes import human_bytes, pinned_partitions  # noqa: F401 - human_bytes: the page's, from here
-from state_store.ops.savepoint import list_savepoints
 from state_store.errors import ConfigError
+from state_store.ops.savepoint import list_savepoints
+from state_store.records import KEYED, AirflowRun, CheckpointMetadata
 from state_store.settings import Settings
-
 
 COMPACTIONS_SHOWN = 20
 
@@ -147,7 +148,8 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
 def job_edges(spec: dict) -> list[tuple[str, str]]:
     """The edges of a job's graph from its catalog record's definition (``JobSpec.describe``, a dataflow's
     ``operators``): each source into its operator (a two-input operator's inputs numbered), each operator into
-    the next (a graph's into each that reads it), each branch's end into its sink, and each operator into its side outputs."""
+    the next (a graph's into each that reads it), each branch's end into its sink, and each operator into its side
+    outputs."""
     operators = spec.get("operators") or [spec]
     edges = []
     if not all("uid" in op for op in operators):  # a record without its operators' uids: no graph to draw

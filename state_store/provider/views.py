@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+
 from state_store.provider.reader import JobOverview, human_bytes, job_overviews
 from state_store.records.metadata import AirflowRun
 from state_store.settings import Settings

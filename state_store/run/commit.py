@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..delta.backends import StateBackend
 from ..delta.log import app_transaction_version, table_metadata
+from ..delta.state_tables import append_idempotent, commit_files
 from ..errors import InputError
 from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
@@ -15,8 +16,6 @@ from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..sources import SINK_MICROBATCH
 from ..records.stats import CleanupNote, MicrobatchStats, WrittenFile
 from ..repartition import place_source_entries
-from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
-from ..delta.state_tables import append_idempotent, commit_files
 from ..spark.session import ddl_schema
 from ..storage import options_of
 from ..state.ttl.cleanup import run_incremental_cleanup
@@ -75,7 +74,8 @@ def check_columns(ctx: RunContext, name: str, path, ddl: str, declared: str, met
     if actual != expected or meta.get("partitionColumns"):
         names = [f["name"] for f in actual["fields"]]
         raise InputError(
-            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}{' partitioned' if meta.get('partitionColumns') else ''} "
+            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}"
+            f"{' partitioned' if meta.get('partitionColumns') else ''} "
             f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
 
 

@@ -8,9 +8,9 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from ..job import JobSpec
 from ..catalog.job_store import JobStore
 from ..catalog.lease import JobLease
+from ..job import JobSpec
 from ..settings import Settings
 from ..side_outputs import side_app_id, sink_app_id
 from ..sources import EdgeSource

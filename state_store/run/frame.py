@@ -12,6 +12,13 @@ from pyspark.sql import functions as F
 from ..delta.backends import StateBackend
 from ..state.descriptors import qualified_name
 from ..errors import InputError
+from ..functions import applies_to_keyed_state
+from ..job import SHARE_KEY
+from ..keys import key_text, mistyped_key, spark_key_type
+from ..operator_state import SOURCE_STATE_PREFIX, UNION
+from ..records import CheckpointMetadata, MicrobatchPlan
+from ..sources import POSITION_COLUMNS
+from ..spark.session import key_group_column, subtask_column
 from ..subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -43,6 +50,8 @@ from ..watermarks import EventClock
 from ..key_groups import first_key_group_column, key_group_column, subtask_column
 from ..subtask.task import RAW_KEYED, RunPlan, run_partition
 from ..vectorized import VectorizedKeyedFunction
+from ..watermarks import NO_EVENT_TIME, EventClock
+from .context import RunContext
 
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
 
@@ -50,7 +59,7 @@ SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the 
 class Frame:
     """Builds one run's exchange frame: ``Frame(ctx, plans).process(checkpoint, keyed, operator, outputs)``."""
 
-    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = EventClock(),
+    def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = NO_EVENT_TIME,
                  due_timers: DataFrame | None = None):
         spec, spark = ctx.spec, ctx.spark
         self.ctx, self.plans, self.start, self.due_timers = ctx, plans, start, due_timers

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
-from ..restore_plan import check_restorable
 from ..errors import RestoreError
 from ..subtask.exchange import KIND_FILE, KIND_STAT
 from .frame import Frame
@@ -17,10 +16,13 @@ from ..records.stats import MicrobatchStats, WrittenFile
 from ..subtask.run_files import RunOutputs, remove_uncommitted
 from ..sources import EdgeSource
 from ..storage import rmtree
+from ..subtask.exchange import KIND_FILE, KIND_STAT
+from ..subtask.run_files import RunOutputs, remove_uncommitted
 from ..watermarks import EventClock
 from . import commit, timing
 from .checkpointing import Checkpointer
 from .context import RunContext
+from .frame import Frame
 
 
 def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],

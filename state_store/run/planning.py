@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..delta.backends import point_damage
 from ..errors import RestoreError
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
@@ -10,7 +11,8 @@ from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
-from ..watermarks import EventClock
+from ..subtask.exchange import MAX_RUN_MICROBATCHES
+from ..watermarks import NO_EVENT_TIME, EventClock
 from .context import RunContext
 
 TimersDue = Callable[[int, int], bool]
@@ -114,7 +116,7 @@ def _event_times(ctx: RunContext, source, rng: dict, column: str):
 
 
 def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,
-             max_records: int | None, clock: EventClock = EventClock(), timers_due: TimersDue | None = None
+             max_records: int | None, clock: EventClock = NO_EVENT_TIME, timers_due: TimersDue | None = None
              ) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
     """The run's microbatches (recorded plans first, then new ones) and which of them are new; the new ones
     are written before this returns (write-ahead: every range is fixed before anything is read). ``clock`` is

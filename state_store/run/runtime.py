@@ -38,8 +38,8 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from ..registered_states import discover_descriptors
-from ..restore_plan import continuing_spec
+from ..catalog.job_store import JobStore
+from ..catalog.lease import holding
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
@@ -58,10 +58,6 @@ from .context import (  # noqa: F401 - the run's fault points are part of its pu
 )
 from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable, close_all
 from .planning import plan_run, restore_point
-from ..subtask.run_files import new_token
-from ..settings import Settings
-from ..side_outputs import check_one_writer_per_table
-from ..spark.session import wait_for_running_tasks
 
 
 @dataclass
@@ -130,7 +126,7 @@ def _explain(error: Exception) -> str:
 
 
 class JobRunner:
-    """Runs one job (one operator, or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
+    """Runs a job (an operator or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
 
     def __init__(self, spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,

@@ -171,4 +171,5 @@ def null_event_times(column: str, count: int, first: str) -> InputError:
     return InputError(f"{count} record(s) have no event time: column {column!r} (the watermark strategy's "
                       f"timestamp column) is null or not a whole number of epoch milliseconds, first in {first}. "
                       f"Give every record a timestamp (fill the column, or leave such records out upstream), or "
-                      f"point with_timestamp_column at a column that always has one; the run stopped before processing anything")
+                      f"point with_timestamp_column at a column that always has one; the run stopped before "
+                      f"processing anything")

@@ -48,7 +48,8 @@ class FileSource(Source):
         if self.max_files_per_batch is not None and (
             not isinstance(self.max_files_per_batch, int) or self.max_files_per_batch <= 0
         ):
-            raise ConfigError(f"{what}: max_files_per_batch must be a positive integer, got {self.max_files_per_batch!r}")
+            raise ConfigError(f"{what}: max_files_per_batch must be a positive integer, "
+                              f"got {self.max_files_per_batch!r}")
         if not Path(self.path).is_dir():
             raise ConfigError(f"{what}: source directory {self.path} does not exist; create it or fix the path")
 

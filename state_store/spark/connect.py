@@ -67,7 +67,7 @@ def remote_session(url: str, s3: bool = False, job_id: str | None = None):
     try:
         shared.conf.get("spark.sql.session.timeZone")  # the first call that reaches the session
         return shared
-    except Exception as e:  # noqa: BLE001 - a closed or expired session: any other error recurs below
+    except Exception as e:  # a closed or expired session: any other error recurs below
         if "StatusCode.UNIMPLEMENTED" in str(e):  # an HTTP server that is not Spark Connect's (a wrong port)
             details = re.search(r'details = "([^"]*)"', str(e))
             raise _unavailable(url, "what answers there is not Spark Connect"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .connect import interrupt_all, is_connect, remote_session
-from .jars import DELTA_PACKAGE, fetched_jars  # noqa: F401 - DELTA_PACKAGE: callers import it from here
+from .jars import DELTA_PACKAGE, fetched_jars  # DELTA_PACKAGE: callers import it from here
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 # s3a://, where scripts/setup.sh's jars are not there (an installed package): Spark resolves it and the AWS SDK

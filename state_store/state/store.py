@@ -177,7 +177,8 @@ class KeyedStateStore:
         return state_name, self.current_key, namespace
 
     def _where(self, state_name: str, namespace: str) -> str:
-        return f"state {state_name!r} of key {self.current_key!r}" + (f" (namespace {namespace!r})" if namespace else "")
+        return (f"state {state_name!r} of key {self.current_key!r}"
+                + (f" (namespace {namespace!r})" if namespace else ""))
 
     # -- single-value states (value, list, reducing, aggregating) --------------------------------------
     def get(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> Any:

@@ -97,7 +97,8 @@ class TableFiles:
         self._pending: dict[tuple, list] = {}
         self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
         self._cut = len(table.partition_columns)
-        self._writers: dict[tuple, list] = {}  # partition -> [writer, relative path, rows, min batch, max batch, stream]
+        # partition -> [writer, relative path, rows, min batch, max batch, stream]
+        self._writers: dict[tuple, list] = {}
         self.pending_rows = 0  # held in ``_pending``, as Python rows
         self.pending_bytes = 0  # held in ``_tables``, as Arrow
 

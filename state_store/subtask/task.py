@@ -19,19 +19,6 @@ from typing import Iterator
 from ..registered_states import registered_states
 from ..state.descriptors import qualified_name
 from ..errors import StoredValueError
-from .exchange import (
-    BROADCAST_RECORD,
-    KIND_FILE,
-    KIND_STAT,
-    PHASE_KEYED,
-    PHASE_OPERATOR,
-    PHASE_RAW_KEYED,
-    PHASE_RECORD,
-    RECORD,
-    RECORD2,
-    RESULT_DDL,
-    SIDE_BROADCAST,
-)
 from ..functions import (
     BroadcastContext,
     Context,
@@ -54,9 +41,23 @@ from ..timers import SubtaskTimers, TimeDomain, TimerService
 from ..state.ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from ..types import RowTypeInfo, TypeInfo, Types
 from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
+from ..watermarks import MIN_WATERMARK
+from .exchange import (
+    BROADCAST_RECORD,
+    KIND_FILE,
+    KIND_STAT,
+    PHASE_KEYED,
+    PHASE_OPERATOR,
+    PHASE_RAW_KEYED,
+    PHASE_RECORD,
+    RECORD,
+    RECORD2,
+    RESULT_DDL,
+    SIDE_BROADCAST,
+)
+from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .vectorized_run import VectorizedRun
 from .window_run import WindowRun
-from ..watermarks import MIN_WATERMARK
 
 RAW_KEYED = "__raw_keyed__"
 # The subtask loop allocates a few containers per record that nearly all die young; at the default threshold (700
@@ -276,7 +277,7 @@ class SubtaskRunner:
                 rows = list(rows)
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error("on_timer", e, key) from e
         if rows:
             self._emit(rows)
@@ -385,7 +386,7 @@ class SubtaskRunner:
                 rows = list(rows)
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error("process", e, key) from e
         if rows:
             self._emit(rows)
@@ -414,7 +415,7 @@ class SubtaskRunner:
             return list(result) if result is not None and not isinstance(result, (list, tuple)) else result
         except (UserFunctionError, StoredValueError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise self._user_error(hook, e, key) from e
 
     def _user_error(self, hook: str, e: Exception, key: str | None) -> UserFunctionError:

@@ -15,12 +15,12 @@ microbatch's changes replace rows of; no Python object per entry.
 from __future__ import annotations
 
 from ..errors import ConfigError, StoredValueError
-from .exchange import SORT_ONLY_COLUMNS, record_order
-from .json_columns import decode_column, encode_column
 from ..keys import arrow_keys
 from ..records.layout import keyed_columns
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
 from ..vectorized import BatchContext, as_table, conform, value_states
+from .exchange import SORT_ONLY_COLUMNS, record_order
+from .json_columns import decode_column, encode_column
 
 
 class VectorizedRun:
@@ -58,7 +58,8 @@ class VectorizedRun:
                 parts.append(pa.table({"key": pa.array(keys, pa.string()), "text": pa.array(texts, pa.string()),
                                        "expiry": pa.array(expiries, pa.int64())}))
             schema = pa.schema([("key", pa.string()), ("text", pa.string()), ("expiry", pa.int64())])
-            table = pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts else schema.empty_table()
+            table = (pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts
+                     else schema.empty_table())
             self._entries[qname] = table
         return table
 
@@ -158,7 +159,7 @@ class VectorizedRun:
                                             state.to_pandas() if pandas else state, ctx)
         except (StoredValueError, ConfigError):
             raise
-        except Exception as e:  # noqa: BLE001 - reported with where it happened
+        except Exception as e:  # reported with where it happened
             raise runner._user_error("process_batch", e, None) from e
         if not isinstance(result, tuple) or len(result) != 2:
             raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "

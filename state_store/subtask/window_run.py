@@ -90,7 +90,7 @@ class WindowRun:
         accs = decode_column(self.acc_type, stored.column("value").combine_chunks(),
                              stored.column("key").combine_chunks(), self.qname)
         columns = {"key": stored.column("key"), "key_group": stored.column("key_group"), "start": starts}
-        for flat, name, op, arrow_type in self._flat():
+        for flat, name, _op, arrow_type in self._flat():
             field = accs.field(name)
             if "\0" in flat:
                 field = field.field(flat.partition("\0")[2])
@@ -148,14 +148,14 @@ class WindowRun:
         values = {"key": table.column("key").take(at).cast(pa.string()),
                   "key_group": table.column("key_group").take(at).cast(pa.int32()), "start": starts}
         aggregations = []
-        for i, (name, op, source) in enumerate(fn.aggregates):
+        for i, (_name, op, source) in enumerate(fn.aggregates):
             value = records.column(source).take(at) if source is not None else pa.repeat(1, len(at))
             values[f"v{i}"] = value.cast(pa.float64()) if op == "avg" else value
             aggregations += self._partial(f"v{i}", op, source)
         grouped = pa.table(values).group_by(_GROUP, use_threads=False).aggregate(aggregations)
         columns = {g: grouped.column(g) for g in _GROUP}
         flats = iter(self._flat())
-        for i, (name, op, _) in enumerate(fn.aggregates):
+        for i, (_name, op, _) in enumerate(fn.aggregates):
             for func in (("count", "sum") if op == "avg" else (op,)):
                 flat, _, _, arrow_type = next(flats)
                 columns[flat] = grouped.column(f"v{i}_{'count' if op == 'count' else func}").cast(arrow_type)
@@ -264,7 +264,8 @@ class WindowRun:
         for name, op, _ in self.fn.aggregates:
             if op == "avg":
                 fields.append(pa.StructArray.from_arrays(
-                    [windows.column(name + "\0count").combine_chunks(), windows.column(name + "\0sum").combine_chunks()],
+                    [windows.column(name + "\0count").combine_chunks(),
+                     windows.column(name + "\0sum").combine_chunks()],
                     ["count", "sum"]))
             else:
                 fields.append(windows.column(name).combine_chunks())

@@ -111,7 +111,8 @@ class ColumnAggregate(AggregateFunction):
                 acc[name] = {"count": acc[name]["count"] + 1, "sum": acc[name]["sum"] + v}
             else:
                 old = acc[name]
-                acc[name] = v if old is None else old + v if op == "sum" else min(old, v) if op == "min" else max(old, v)
+                acc[name] = (v if old is None else old + v if op == "sum" else min(old, v) if op == "min"
+                             else max(old, v))
         return acc
 
     def get_result(self, acc: dict) -> dict:
