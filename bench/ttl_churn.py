@@ -56,9 +56,8 @@ def _measure(spark, settings, job_id: str, now: int) -> dict:
 
     from state_store.catalog.job_store import JobStore
     from state_store.delta.log import table_snapshot
-    from state_store.records.layout import KEYED_TABLE as KEYED
     from state_store.delta.state_tables import latest_live
-    from state_store.records import KEYED_TABLE as KEYED
+    from state_store.records.layout import KEYED_TABLE as KEYED
 
     latest = JobStore(settings.job_dir(job_id)).latest_checkpoint()
     path = latest.state["keyed"].path

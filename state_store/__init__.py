@@ -5,7 +5,6 @@ for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
 from .dataflow import ChainSpec, Dataflow
-from .state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
     CoFlatMapFunction,
@@ -24,10 +23,18 @@ from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoi
 from .settings import Settings
 from .side_outputs import OutputTag
 from .sources import DeltaSource, FileSource, KafkaSource
-from .timers import TimeDomain, TimerService
+from .state.descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from .state.operator import BroadcastState, OperatorListState
 from .state.ttl import StateTtlConfig
+from .timers import TimeDomain, TimerService
 from .types import StateMigrationError, Types
 from .vectorized import BatchContext, VectorizedKeyedFunction
 from .watermarks import WatermarkStrategy
@@ -54,12 +61,13 @@ from .windows import (
 )
 
 __all__ = [
-    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
-    "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
+    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction",
+    "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+    "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
     "KeyedProcessFunction", "JobSpec", "Settings",
-    "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag", "TimeDomain",
-    "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
+    "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag",
+    "TimeDomain", "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (README "Two inputs and joins")

@@ -33,10 +33,11 @@ from .functions import (
     RecordFunction,
 )
 from .job import SHARE_KEY, JobSpec, check_job_id
-from .state.backend import DEFAULT_BACKEND
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
 from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
+from .state.backend import DEFAULT_BACKEND
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
 from .windows.stream import WindowedStream

@@ -27,15 +27,23 @@ from __future__ import annotations
 import abc
 from typing import Any, Iterable
 
-from .state.descriptors import AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateDescriptor, ValueStateDescriptor, qualified_name
 from .errors import ConfigError
 from .key_groups import KeyGroupRange
-from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
-from .state.store import KeyedStateStore
-from .state.operator import BroadcastState, OperatorStateStore
 from .side_outputs import OutputTag
-from .timers import TimeDomain, TimerService
+from .state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+    qualified_name,
+)
+from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
+from .state.operator import BroadcastState, OperatorStateStore
+from .state.store import KeyedStateStore
 from .state.ttl.handles import create_state_and_wrap_with_ttl_if_enabled
+from .timers import TimeDomain, TimerService
 from .watermarks import MIN_WATERMARK
 
 

@@ -5,14 +5,14 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .state.backend import DEFAULT_BACKEND, backend_kind
-from .state.descriptors import check_state_name
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
 from .sources import Source
+from .state.backend import DEFAULT_BACKEND, backend_kind
+from .state.descriptors import check_state_name
 from .types import RowTypeInfo, TypeInfo
 from .vectorized import check_job as check_vectorized
 from .watermarks import WatermarkStrategy

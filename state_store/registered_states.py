@@ -8,10 +8,10 @@ import copy
 
 from .functions import FunctionInitializationContext, RuntimeContext
 from .key_groups import compute_key_group_range_for_operator_index
-from .state.store import KeyedStateStore
-from .state.operator import OperatorStateStore
 from .records.layout import KEYED, OPERATOR
 from .records.metadata import StateInfo
+from .state.operator import OperatorStateStore
+from .state.store import KeyedStateStore
 
 
 def discover_descriptors(spec) -> dict[str, StateInfo]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Union
 
-from .state.descriptors import check_state_name
 from .errors import ConfigError, RestoreError
-from .state.backend import backend_kind, backend_names
 from .key_groups import check_parallelism
-from .state.operator import SOURCE_STATE_PREFIX
 from .records.layout import LAYOUT_VERSION
 from .records.metadata import CheckpointMetadata, StateInfo
+from .state.backend import backend_kind, backend_names
+from .state.descriptors import check_state_name
+from .state.operator import SOURCE_STATE_PREFIX
 from .types import StateMigrationError, check_compatibility
 
 # The new definition's states, or how to find them at the planned (parallelism, max_parallelism): a dry run of

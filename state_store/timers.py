@@ -19,8 +19,8 @@ from itertools import compress
 from operator import itemgetter, ne, not_
 from typing import Any
 
-from .state.descriptors import qualified_name
 from .records.layout import ChangeColumns
+from .state.descriptors import qualified_name
 from .watermarks import MIN_WATERMARK
 
 EVENT_TIMERS, PROCESSING_TIMERS = "__timers_event__", "__timers_processing__"

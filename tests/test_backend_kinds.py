@@ -7,8 +7,7 @@ import pytest
 
 from state_store.catalog.job_store import JobStore
 from state_store.catalog.pipelines import pipeline_backends
-from state_store.delta.backends import (DeltaStateBackend, HashMapStateBackend, MemoryStateBackend,
-                                        create_keyed_backend)
+from state_store.delta.backends import DeltaStateBackend, HashMapStateBackend, MemoryStateBackend, create_keyed_backend
 from state_store.errors import ConfigError
 from state_store.ops.compaction import compact_job
 from state_store.ops.restore import rescale_job

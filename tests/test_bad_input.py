@@ -11,10 +11,11 @@ import pytest
 from state_store import ConfigError, FileSource, InputError, JobNotFound, RestoreError, Settings, Types
 from state_store.catalog.job_store import JobStore
 from state_store.catalog.jobs import JobCatalog
-from state_store.state.descriptors import ValueStateDescriptor, check_state_name
+from state_store.cli import main
 from state_store.job import check_job_id
 from state_store.ops.savepoint import check_label
 from state_store.side_outputs import OutputTag
+from state_store.state.descriptors import ValueStateDescriptor, check_state_name
 from tests.helpers import run, sink_rows, write_stored_values
 from tests.jobs import EVENT, CountOnly, count_job, events
 

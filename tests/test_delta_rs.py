@@ -13,10 +13,9 @@ import pytest
 
 from state_store.delta import delta_rs
 from state_store.delta.log import app_transaction_version, table_snapshot
+from state_store.delta.state_tables import _commit_files_on_jvm, commit_files, read_version
 from state_store.records.layout import KEYED_TABLE
 from state_store.records.stats import WrittenFile
-from state_store.delta.state_tables import _commit_files_on_jvm, commit_files, read_version
-from state_store.records import KEYED_TABLE, WrittenFile
 
 DDL = KEYED_TABLE.schema
 PARTS = KEYED_TABLE.partition_columns

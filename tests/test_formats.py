@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 
 from state_store.catalog.job_store import JobStore
-from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
-from state_store.ops.compaction import compact_job
 from state_store.delta.points import StatePoint
 from state_store.ops.compaction import compact_job
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.savepoint import load_savepoint
 from state_store.ops.state_processor import SavepointReader
-from state_store.records import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
+from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
 
 from .conftest import Lake
 from .fixtures.make_formats import BASE, formats_jobs, write_inputs

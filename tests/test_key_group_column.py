@@ -9,8 +9,13 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from state_store.key_groups import compute_key_group_range_for_operator_index, compute_operator_index_for_key_group
-from state_store.key_groups import first_key_group_column, key_group_column, subtask_column
+from state_store.key_groups import (
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+    first_key_group_column,
+    key_group_column,
+    subtask_column,
+)
 
 C1, C2, MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
 

@@ -5,8 +5,15 @@ of a MapState entry's key (None for the other states), delta +1 created, -1 remo
 """
 import pytest
 
-from state_store.state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from state_store.functions import RuntimeContext
+from state_store.state.descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
 

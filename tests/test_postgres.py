@@ -20,8 +20,20 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.airflow_server import (ROOT, airflow_db_settings, airflow_env, airflow_ui, demo_input, get,
-                                  processes_of, send_json, standalone_components, standalone_env, start_ui, token)
+from tests.airflow_server import (
+    ROOT,
+    airflow_db_settings,
+    airflow_env,
+    airflow_ui,
+    demo_input,
+    get,
+    processes_of,
+    send_json,
+    standalone_components,
+    standalone_env,
+    start_ui,
+    token,
+)
 from tests.helpers import cpu_seconds, file_sizes, run_advancing, wait_advancing
 from tests.ports import free_ports
 

@@ -8,10 +8,10 @@ import pytest
 from state_store import Types, ValueStateDescriptor
 from state_store.errors import ConfigError, RestoreError
 from state_store.key_groups import key_group_ranges
-from state_store.state.operator import SOURCE_OFFSETS_STATE
 from state_store.records.layout import KEYED
 from state_store.records.metadata import CheckpointMetadata, StateInfo
 from state_store.restore_plan import JobFacts, RestoreRequest, plan_restore, rescale_request
+from state_store.state.operator import SOURCE_OFFSETS_STATE
 
 COUNT = StateInfo.from_descriptor(ValueStateDescriptor("count", Types.LONG()), KEYED)
 JOB = JobFacts("counts", "count", Types.STRING().to_schema())

@@ -11,10 +11,6 @@ import sys
 
 import pytest
 
-# scripts/test.sh: on the spark tier's side (an S3 server and spark-submits, ~75 s the e2e side, the longer, loses)
-pytestmark = pytest.mark.beside_spark
-
-from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.job_store import JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.lease import JobLease
@@ -31,6 +27,9 @@ from .conftest import Lake
 from .helpers import run, sink_rows, state_at_latest_checkpoint, write_job_module
 from .jobs import all_states_job, events
 from .servers import S3_BUCKET
+
+# scripts/test.sh: on the spark tier's side (an S3 server and spark-submits, ~75 s the e2e side, the longer, loses)
+pytestmark = pytest.mark.beside_spark
 
 BUCKET = S3_BUCKET
 QUIET = dict(say=lambda m: None)

@@ -15,7 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
+from state_store.records.stats import MicrobatchStats, WrittenFile
+from state_store.side_outputs import SIDE_PREFIX
 from state_store.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from state_store.state.operator import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
 from state_store.subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -32,10 +36,6 @@ from state_store.subtask.exchange import (
     sort_columns,
     sort_key_parts,
 )
-from state_store.functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
-from state_store.state.operator import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
-from state_store.records.stats import MicrobatchStats, WrittenFile
-from state_store.side_outputs import SIDE_PREFIX
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
 from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
 from state_store.types import Types

@@ -8,8 +8,15 @@ import math
 import pytest
 
 from state_store import ConfigError, StateTtlConfig
-from state_store.state.descriptors import MAX_TIMESTAMP, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from state_store.functions import RuntimeContext
+from state_store.state.descriptors import (
+    MAX_TIMESTAMP,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
 

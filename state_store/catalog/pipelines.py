@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 from ..errors import ConfigError
 from ..job import check_job_id
-from ..state.backend import BACKENDS, DEFAULT_BACKEND, backend_names
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
+from ..state.backend import BACKENDS, DEFAULT_BACKEND, backend_names
 
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")

@@ -22,9 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..records.layout import STATE_TABLES, TableSpec
+from ..errors import RestoreError
+from ..records.layout import KEYED_TABLE, OPERATOR_TABLE, STATE_TABLES, TableSpec
 from ..records.metadata import CheckpointMetadata, SavepointMetadata, TableVersion
 from ..records.stats import CleanupNote, WrittenFile
+from ..state.backend import DeltaKind, HashMapKind, MemoryKind, StateBackendKind, backend_kind, implemented_by
+from ..storage import location, options_of, rmtree
+from ..subtask.run_files import OutputTable
 from .log import (
     CorruptLogError,
     app_transaction_version,
@@ -33,11 +37,6 @@ from .log import (
     table_snapshot,
     transaction_metadata,
 )
-from ..errors import RestoreError
-from ..state.backend import DeltaKind, HashMapKind, MemoryKind, StateBackendKind, backend_kind, implemented_by
-from ..subtask.run_files import OutputTable
-from ..storage import location, options_of, rmtree
-from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
 from .state_tables import (
     append_state_rows,
     commit_state_files,

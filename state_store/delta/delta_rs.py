@@ -16,9 +16,9 @@ import time
 import uuid
 
 from ..records.stats import WrittenFile
-from .log import committed_before
 from ..spark.session import ddl_schema
 from ..storage import ObjectPath, create_exclusive, location, options_of
+from .log import committed_before
 
 CHECKPOINT_INTERVAL = 10  # Delta's (Spark's) default: delta-rs's own is 100
 

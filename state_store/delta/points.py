@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog.job_store import JobStore, read_json
+from ..errors import ConfigError
 from ..records.layout import KEYED, TABLE_SPECS
 from ..records.metadata import CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
-from ..state.backend import backend_kind
-from ..errors import ConfigError
-from ..records import KEYED, TABLE_SPECS, CheckpointMetadata, RestoredFrom, SavepointMetadata, TableVersion
 from ..settings import Settings
+from ..state.backend import backend_kind
 from ..storage import ObjectPath
 
 if TYPE_CHECKING:

@@ -27,17 +27,15 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from . import delta_rs
-from ..spark.connect import delete_rows_sql, is_connect
-from ..spark.session import ddl_schema
-from .log import app_transaction_version, committed_before
 from ..errors import ConfigError
 from ..records.layout import TableSpec
 from ..records.stats import WrittenFile
+from ..spark.connect import delete_rows_sql, is_connect
+from ..spark.session import ddl_schema
 from ..storage import is_remote, options_of
 from ..subtask.run_files import OutputTable, new_token, write_batches
 from . import delta_rs
-from .log import app_transaction_version
+from .log import app_transaction_version, committed_before
 
 
 def latest_live(df: DataFrame, spec: TableSpec, batch_id: int | None = None) -> DataFrame:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..state.descriptors import MapStateDescriptor
 from ..errors import ConfigError
 from ..functions import KeyedCoProcessFunction
 from ..side_outputs import OutputTag
+from ..state.descriptors import MapStateDescriptor
 from ..timers import TimeDomain
 from ..types import RowTypeInfo, Types
 from ..watermarks import MIN_WATERMARK, millis

@@ -41,20 +41,17 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
-from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
-from ..delta.log import expire_log, table_files, table_snapshot
-from ..errors import ConfigError
 from ..catalog.lease import holding
 from ..delta.backends import create_keyed_backend, delta_record
 from ..delta.log import expire_log, table_files, table_snapshot
 from ..delta.state_tables import latest_live, visible
 from ..errors import ConfigError
-from ..records import KEYED_TABLE, OPERATOR_TABLE, AirflowRun, CheckpointMetadata, TableVersion, utc_iso
+from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
+from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from ..settings import Settings
-from ..storage import location, remove_empty_folders, rmtree, walk_files
 from ..state.backend import backend_kind
 from ..state.ttl.tables import drop_expired, ttl_states
+from ..storage import location, remove_empty_folders, rmtree, walk_files
 
 # Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
 # could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size. At 68 MiB

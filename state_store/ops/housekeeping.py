@@ -8,7 +8,6 @@ from __future__ import annotations
 from ..catalog.job_store import JobStore
 from ..catalog.lease import current_holder
 from ..records.metadata import utc_iso
-from .savepoint import remove_abandoned
 from ..settings import Settings
 from ..storage import rmtree
 from .savepoint import remove_abandoned

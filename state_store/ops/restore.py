@@ -53,20 +53,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
-from ..registered_states import discover_descriptors
-from ..delta.log import app_transaction_version, sink_version
-from ..state.backend import backend_kind
-from ..state.descriptors import qualified_name
+from ..catalog.lease import holding
 from ..dataflow import ChainSpec, operators_of
 from ..delta.backends import create_keyed_backend, create_operator_backend
-from ..delta.log import app_transaction_version, table_snapshot
+from ..delta.log import app_transaction_version, sink_version
 from ..delta.points import StatePoint
-from ..descriptors import qualified_name
 from ..errors import ConfigError, RestoreError
 from ..job import JobSpec
-from ..catalog.lease import holding
-from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
-from ..delta.points import StatePoint
+from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
+from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion
+from ..registered_states import discover_descriptors
 from ..repartition import broadcast, operator_split_starts, place_source_entries, split_distribute, union_stored
 from ..restore_plan import (
     JobFacts,
@@ -78,8 +74,11 @@ from ..restore_plan import (
     plan_restore,
 )
 from ..settings import Settings
-from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
-from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion
+from ..side_outputs import side_app_id, sink_app_id
+from ..state.backend import backend_kind
+from ..state.descriptors import qualified_name
+from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
+from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,

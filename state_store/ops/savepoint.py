@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog.job_store import JobStore, read_json, write_json_atomic
-from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
-from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
+from ..catalog.lease import holding, owner_record, still_at_work
 from ..delta.log import table_snapshot
 from ..delta.points import METADATA, StatePoint, list_savepoints, load_savepoint  # callers import them from here too
 from ..errors import ConfigError, RestoreError
 from ..job import check_job_id
-from ..records import KEYED, OPERATOR, TABLE_SPECS, AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
+from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
+from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from ..settings import Settings
 from ..storage import ObjectPath, location, rmtree, write_atomic
 

@@ -38,22 +38,28 @@ from typing import Any, Callable, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..records.layout import LAYOUT_VERSION
-from ..records.metadata import SavepointMetadata, StateInfo
-from ..state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor, check_state_name, qualified_name
+from ..delta.points import StatePoint, load_savepoint
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
-from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_ranges
+from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_column, key_group_ranges
 from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
-from ..state.operator import BROADCAST, SPLIT_DISTRIBUTE, UNION
+from ..records.layout import KEYED, KEYED_TABLE, LAYOUT_VERSION, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
+from ..records.metadata import SavepointMetadata, StateInfo
 from ..repartition import split_distribute, union_stored
 from ..settings import Settings
-from ..key_groups import key_group_column
-from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
-from ..timers import TimeDomain, timer_state_names
-from ..state.ttl.tables import expired
 from ..state.codecs import decode_stamped_list
+from ..state.descriptors import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    StateDescriptor,
+    check_state_name,
+    qualified_name,
+)
+from ..state.operator import BROADCAST, SPLIT_DISTRIBUTE, UNION
+from ..state.ttl.tables import expired
+from ..timers import TimeDomain, timer_state_names
 from ..types import TypeInfo, Types, from_schema
+from .savepoint import check_label, point_fields, write_savepoint
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:

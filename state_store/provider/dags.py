@@ -22,8 +22,8 @@ DAG can be scheduled on them. The operations' jobs are the registry's good entri
 valid TOML, those of its readable ``[jobs.<id>]`` headers, so these DAGs still load. The rescale, restore and
 dispose DAGs begin with ``approve``, which waits for a person's approval when the job's entry lists the
 operation in ``require_approval``, or when the registry cannot tell (``provider/approval.py``). The compaction's
-schedule is the registry's ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the operation
-DAG file's import error naming it, and the other operation DAGs still load.
+schedule is the registry's ``[compaction]`` table's (daily at 03:00 UTC without one); a bad table is the
+operation DAG file's import error naming it, and the other operation DAGs still load.
 """
 from __future__ import annotations
 
@@ -41,21 +41,23 @@ from state_store.catalog.pipelines import (
     registry_text,
 )
 from state_store.errors import ConfigError
-from state_store.restore_plan import restore_backends
+from state_store.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from state_store.provider.approval import LakestateApprovalOperator
-from state_store.provider.operators import (
+
+# The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
+from state_store.provider.operators import (  # noqa: F401
     LakestateCompactOperator,
     LakestateLeaseSensor,
     LakestateRescaleOperator,
     LakestateRestoreOperator,
     LakestateSavepointOperator,
     LakestateSubmitOperator,
-    # The Assets live beside the operator whose default outlets they are; imported from here too, as they were.
-    branch_sink_asset,  # noqa: F401
+    branch_sink_asset,
     savepoints_asset,
-    side_output_asset,  # noqa: F401
-    sink_asset,  # noqa: F401
+    side_output_asset,
+    sink_asset,
 )
+from state_store.restore_plan import restore_backends
 
 START = datetime(2026, 1, 1)
 PAGE = "[the Lakestate page](/lakestate/)"

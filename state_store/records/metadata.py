@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..sources import position
-from ..storage import location
 from ..state.ttl.config import TtlSpec
+from ..storage import location
 from ..watermarks import MIN_WATERMARK, EventClock
 from .layout import KEYED, LAYOUT_VERSION, SAVEPOINT_FORMAT
 

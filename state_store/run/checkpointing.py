@@ -8,8 +8,8 @@ from ..records.layout import KEYED, OPERATOR
 from ..records.metadata import AirflowRun, CheckpointMetadata, MicrobatchPlan, StateInfo, TableVersion
 from ..records.stats import CleanupNote, MicrobatchStats
 from ..state.operator import SOURCE_OFFSETS_STATE
-from ..watermarks import WATERMARK_STATE
 from ..state.ttl.tables import count_entries, drop_expired, ttl_states
+from ..watermarks import WATERMARK_STATE
 from .context import RunContext, wall_clock_ms
 
 

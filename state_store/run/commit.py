@@ -10,15 +10,16 @@ from ..delta.backends import StateBackend
 from ..delta.log import app_transaction_version, table_metadata
 from ..delta.state_tables import append_idempotent, commit_files
 from ..errors import InputError
-from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
-from ..sources import SINK_MICROBATCH
 from ..records.stats import CleanupNote, MicrobatchStats, WrittenFile
 from ..repartition import place_source_entries
+from ..sources import SINK_MICROBATCH
 from ..spark.session import ddl_schema
-from ..storage import options_of
+from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..state.ttl.cleanup import run_incremental_cleanup
+from ..storage import options_of
+from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles, write_rows
 from .context import RunContext, wall_clock_ms
 from .timing import watermark_rows
 

@@ -10,15 +10,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..delta.backends import StateBackend
-from ..state.descriptors import qualified_name
 from ..errors import InputError
 from ..functions import applies_to_keyed_state
 from ..job import SHARE_KEY
+from ..key_groups import first_key_group_column, key_group_column, subtask_column
 from ..keys import key_text, mistyped_key, spark_key_type
-from ..operator_state import SOURCE_STATE_PREFIX, UNION
-from ..records import CheckpointMetadata, MicrobatchPlan
+from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import POSITION_COLUMNS
-from ..spark.session import key_group_column, subtask_column
+from ..state.descriptors import qualified_name
+from ..state.operator import SOURCE_STATE_PREFIX, UNION
 from ..subtask.exchange import (
     BROADCAST_RECORD,
     EXCHANGE_COLUMNS,
@@ -38,16 +38,7 @@ from ..subtask.exchange import (
     sort_columns,
     sort_key_parts,
 )
-from ..functions import applies_to_keyed_state
-from ..job import SHARE_KEY
-from ..keys import key_text, mistyped_key, spark_key_type
-from ..state.operator import SOURCE_STATE_PREFIX, UNION
-from ..records.metadata import CheckpointMetadata, MicrobatchPlan
-from .context import RunContext
 from ..subtask.run_files import RunOutputs
-from ..sources import POSITION_COLUMNS
-from ..watermarks import EventClock
-from ..key_groups import first_key_group_column, key_group_column, subtask_column
 from ..subtask.task import RAW_KEYED, RunPlan, run_partition
 from ..vectorized import VectorizedKeyedFunction
 from ..watermarks import NO_EVENT_TIME, EventClock

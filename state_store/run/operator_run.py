@@ -8,12 +8,10 @@ from dataclasses import replace
 
 from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
 from ..errors import RestoreError
-from ..subtask.exchange import KIND_FILE, KIND_STAT
-from .frame import Frame
 from ..records.layout import KEYED, OPERATOR, SINK
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import MicrobatchStats, WrittenFile
-from ..subtask.run_files import RunOutputs, remove_uncommitted
+from ..restore_plan import check_restorable
 from ..sources import EdgeSource
 from ..storage import rmtree
 from ..subtask.exchange import KIND_FILE, KIND_STAT

@@ -6,8 +6,6 @@ from typing import Callable
 from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..delta.backends import point_damage
 from ..errors import RestoreError
-from ..subtask.exchange import MAX_RUN_MICROBATCHES
-from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed

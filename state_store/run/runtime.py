@@ -43,10 +43,14 @@ from ..catalog.lease import holding
 from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
 from ..job import JobSpec
-from ..catalog.job_store import JobStore
-from ..catalog.lease import holding
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..records.stats import MicrobatchStats
+from ..registered_states import discover_descriptors
+from ..restore_plan import continuing_spec
+from ..settings import Settings
+from ..side_outputs import check_one_writer_per_table
+from ..spark.session import wait_for_running_tasks
+from ..subtask.run_files import new_token
 from . import commit, timing
 from .context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,

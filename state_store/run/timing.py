@@ -7,9 +7,9 @@ from pyspark.sql import functions as F
 
 from ..delta.backends import StateBackend
 from ..functions import uses_timers
-from ..state.operator import UNION
 from ..records.layout import OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
+from ..state.operator import UNION
 from ..timers import TimeDomain, timer_state_names
 from ..watermarks import WATERMARK_STATE, EventClock
 from .context import RunContext

@@ -8,8 +8,17 @@
 This package is the wing's face: the rest of Lakestate imports its names from here. It imports the top level
 only (errors, types, side_outputs), and no Spark at load.
 """
-from .base import (PINNED, POSITION_COLUMNS, READ, SINK_MICROBATCH, Source, checked_max_event_time, null_event_times,
-                   position, warn_changed)
+from .base import (
+                   PINNED,
+                   POSITION_COLUMNS,
+                   READ,
+                   SINK_MICROBATCH,
+                   Source,
+                   checked_max_event_time,
+                   null_event_times,
+                   position,
+                   warn_changed,
+)
 from .delta_cdf import DeltaSource
 from .edge import EdgeSource
 from .files import FileSource

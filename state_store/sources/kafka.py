@@ -29,9 +29,8 @@ from typing import Any
 
 from ..errors import ConfigError, InputError
 from ..side_outputs import OutputTag
-from .base import PINNED, Source, null_event_times
 from ..types import RowTypeInfo, Types
-from .base import PINNED, SourceDefaults, null_event_times
+from .base import PINNED, Source, null_event_times
 
 KAFKA_COLUMNS = {"kafka_key": Types.STRING(), "kafka_topic": Types.STRING(), "kafka_partition": Types.INT(),
                  "kafka_offset": Types.LONG(), "kafka_timestamp": Types.LONG()}

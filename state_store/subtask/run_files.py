@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ..records.layout import KEYED, OPERATOR, SINK, TABLE_SPECS, KeyedRow, OperatorRow
-from ..sources import SINK_MICROBATCH
 from ..records.stats import WrittenFile
+from ..sources import SINK_MICROBATCH
 from ..storage import S3Options, location, output_stream, remove_empty_folders, walk_files
 
 FLUSH_ROWS = 65_536  # rows held as Python objects before they are written as Parquet row groups

@@ -16,8 +16,6 @@ import resource
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..registered_states import registered_states
-from ..state.descriptors import qualified_name
 from ..errors import StoredValueError
 from ..functions import (
     BroadcastContext,
@@ -30,15 +28,16 @@ from ..functions import (
     RuntimeContext,
 )
 from ..key_groups import compute_key_group_range_for_operator_index
-from ..state.store import KeyedStateStore
 from ..keys import decode_key, key_decoder
-from ..state.operator import UNION, OperatorStateStore
 from ..records.layout import STORED_KEYED_COLUMNS, KeyedRow
 from ..records.stats import MicrobatchStats
-from .run_files import RunOutputs, SubtaskFiles, arrow_schema
+from ..registered_states import registered_states
 from ..side_outputs import SIDE_PREFIX, OutputTag
-from ..timers import SubtaskTimers, TimeDomain, TimerService
+from ..state.descriptors import qualified_name
+from ..state.operator import UNION, OperatorStateStore
+from ..state.store import KeyedStateStore
 from ..state.ttl.handles import create_state_and_wrap_with_ttl_if_enabled
+from ..timers import SubtaskTimers, TimeDomain, TimerService
 from ..types import RowTypeInfo, TypeInfo, Types
 from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
 from ..watermarks import MIN_WATERMARK

@@ -14,10 +14,10 @@ see the windows as they see the per-record operator's. No Spark here.
 """
 from __future__ import annotations
 
-from ..state.descriptors import qualified_name
 from ..errors import ConfigError
 from ..keys import arrow_keys
 from ..records.layout import KeyedRow, keyed_columns
+from ..state.descriptors import qualified_name
 from ..timers import TimeDomain, timer_state_names
 from ..windows.assigners import window_starts
 from .exchange import SORT_ONLY_COLUMNS, record_order

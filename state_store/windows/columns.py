@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..state.descriptors import AggregateFunction
 from ..errors import ConfigError
+from ..state.descriptors import AggregateFunction
 from ..types import RowTypeInfo, Types
 from .functions import ProcessWindowFunction
 

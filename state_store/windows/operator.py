@@ -13,8 +13,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, ReducingStateDescriptor, StateDescriptor
 from ..functions import KeyedProcessFunction
+from ..state.descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+)
 from ..timers import TimeDomain
 from ..types import Types
 from .assigners import MAX_TIMESTAMP, WindowAssigner, window_of_namespace

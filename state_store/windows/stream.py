@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor
 from ..errors import ConfigError
 from ..side_outputs import OutputTag
+from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor
 from ..types import RowTypeInfo, Types
 from ..vectorized import VectorizedWindowAggregate
 from ..watermarks import millis

@@ -18,8 +18,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..state.descriptors import ReducingStateDescriptor, StateDescriptor
 from ..errors import ConfigError
+from ..state.descriptors import ReducingStateDescriptor, StateDescriptor
 from ..types import Types
 from ..watermarks import millis
 

@@ -2,9 +2,9 @@
 TtlReducingState and TtlAggregatingState, and the one factory that wraps a plain handle in them when its
 descriptor has TTL (Flink's ``TtlStateFactory.createStateAndWrapWithTtlIfEnabled``).
 
-The store and the plain handles (``state.store``, ``state.handles``) keep each entry's expiry as data; what it means is decided
-by ``ttl.rules`` only (when an entry is expired, what a read removes, returns and restamps, what a write
-stamps), which these wrappers apply per entry and a vectorized run per column. ``now`` is the microbatch's
+The store and the plain handles (``state.store``, ``state.handles``) keep each entry's expiry as data; what it
+means is decided by ``ttl.rules`` only (when an entry is expired, what a read removes, returns and restamps, what
+a write stamps), which these wrappers apply per entry and a vectorized run per column. ``now`` is the microbatch's
 processing time (``KeyedStateStore.set_time``). An expired value a read returns under
 ReturnExpiredIfNotCleanedUp is what a reducing or aggregating add folds in (Flink's ``TtlReduceFunction``).
 List elements expire one by one, and a list add is no read: it stamps the new elements only, and those stored
