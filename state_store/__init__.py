@@ -70,10 +70,10 @@ __all__ = [
     "TimeDomain", "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
-    # two inputs (README "Two inputs and joins")
+    # two inputs (docs/writing/joins.md)
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
-    # windows (README "Windows")
+    # windows (docs/writing/windows.md)
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows",
     "EventTimeTrigger", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
     "ProcessWindowFunction", "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",

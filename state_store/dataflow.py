@@ -1,4 +1,4 @@
-"""Jobs of several keyed operators (DESIGN §7), built in the manner of Flink's ``DataStream`` API.
+"""Jobs of several keyed operators (docs/writing/dataflows.md), built in the manner of Flink's ``DataStream`` API.
 
     job = (Dataflow.from_source(FileSource(...), job_id="sessions")
            .key_by("user")
@@ -434,7 +434,7 @@ class Dataflow:
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def window(self, assigner, *, timestamp_column: str | None = None) -> WindowedStream:
-        """Window the keyed stream (README "Windows"): ``assigner`` puts each record in windows
+        """Window the keyed stream (docs/writing/windows.md): ``assigner`` puts each record in windows
         (``TumblingEventTimeWindows.of(size)``, ``SlidingEventTimeWindows.of(size, slide)``,
         ``EventTimeSessionWindows.with_gap(gap)``, their processing-time twins, ``GlobalWindows.create()``); end it
         with ``.reduce``, ``.aggregate`` or ``.process``. A record's event time is its ``timestamp_column``: by
@@ -463,7 +463,7 @@ class Dataflow:
             raise ConfigError(f"window(...): the stream has no column {timestamp_column!r} (columns: {list(fields)})")
         return WindowedStream(self, assigner, fields, timestamp_column)
 
-    # -- two inputs (README "Two inputs and joins") ---------------------------------------------------------------
+    # -- two inputs (docs/writing/joins.md) ---------------------------------------------------------------
     def connect(self, other: "Dataflow") -> ConnectedStreams:
         """Connect this stream and ``other`` (another source of the same job, from ``Dataflow.from_source`` with
         its own watermark strategy) for a two-input operator: ``.key_by(key1, key2).process(

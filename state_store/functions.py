@@ -17,7 +17,7 @@ Lifecycle, per subtask and run: for every microbatch of the run, in order,
 ``initialize_state`` (operator and raw state as the last snapshot left them;
 the first time, followed by ``open``, as in Flink), then
 ``process_broadcast_element`` for each broadcast record, ``process`` for each
-key, ``on_timer`` for each timer due (README "Time"), and ``snapshot_state``;
+key, ``on_timer`` for each timer due (docs/writing/time.md), and ``snapshot_state``;
 ``close`` at the end. The
 function object lives for the subtask's whole run: its fields persist across
 the run's microbatches, not across runs; state persists across runs.
@@ -159,7 +159,7 @@ class Context(MicrobatchTime):
             self._stats.late_dropped += 1
 
     def current_watermark(self) -> int:
-        """The event-time watermark: the previous microbatch's while records are processed (README "Time")."""
+        """The event-time watermark: the previous microbatch's while records are processed (docs/writing/time.md)."""
         return self.timer_service().current_watermark()
 
     def timer_service(self) -> TimerService:
@@ -246,7 +246,7 @@ class BroadcastContext(MicrobatchTime):
     def apply_to_keyed_state(self, descriptor: StateDescriptor, function) -> None:
         """Call ``function(key, state)`` for every key of this subtask that has an entry of the keyed state
         ``descriptor`` (Flink's ``applyToKeyedState``); ``state`` is that key's handle, writable. It reads every
-        entry of that state in the subtask's key groups (README "Time")."""
+        entry of that state in the subtask's key groups (docs/writing/time.md)."""
         if self._apply is None:
             raise RuntimeError("apply_to_keyed_state exists only in a run's process_broadcast_element()")
         self._apply(descriptor, function)

@@ -195,7 +195,7 @@ class JobSpec:
                                   f"job does not declare; add it: JobSpec(side_outputs=[..., {tag!r}])")
 
     def _validate_time(self) -> None:
-        """The watermark strategy's timestamp column and the side outputs (README "Time")."""
+        """The watermark strategy's timestamp column and the side outputs (docs/writing/time.md)."""
         strategy = self.watermark_strategy
         if strategy is not None:
             if not isinstance(strategy, WatermarkStrategy):

@@ -1,4 +1,4 @@
-"""Timers: Flink's ``TimerService`` for keyed functions, kept as keyed state (README "Time").
+"""Timers: Flink's ``TimerService`` for keyed functions, kept as keyed state (docs/writing/time.md).
 
 A timer is unique per (key, namespace, timestamp, domain), as in Flink's ``InternalTimerServiceImpl``:
 registering one twice keeps one. Timers are rows of the keyed table under two state names of the operator's uid

@@ -1,4 +1,4 @@
-"""Event time: a job's watermark strategy, and the watermark it gives each microbatch (README "Time").
+"""Event time: a job's watermark strategy, and the watermark it gives each microbatch (docs/writing/time.md).
 
     JobSpec(..., watermark_strategy=WatermarkStrategy
             .for_bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_column("ts"))
@@ -101,7 +101,7 @@ class WatermarkStrategy:
         return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, self.idle_advance)
 
     def with_idle_advance(self, idle_timeout) -> "WatermarkStrategy":
-        """Lakestate's own rule, not Flink's (README "Lakestate's own rules"): ``with_idleness``, and once the
+        """Lakestate's own rule, not Flink's (docs/flink.md, "Lakestate's own rules"): ``with_idleness``, and once the
         whole source has had no records for ``idle_timeout`` of processing time, event time advances with
         processing time, so event-time timers fire and windows close on a source that went quiet."""
         idle = millis(idle_timeout, "with_idle_advance's timeout")

@@ -3,7 +3,8 @@ workers (scripts/spark-cluster.sh), a Kafka broker (scripts/kafka.sh), the wareh
 server) and Airflow's DAGs run by Airflow (``airflow dags test``: its task runner, the Spark provider's
 ``spark-submit`` to the cluster's master). A dataflow with timers and a side output, reading Kafka, runs through
 its pipeline DAG, is rescaled through the rescale DAG and runs again while an executor is killed and a worker is
-lost: its sink, side output and state equal those of the same job run locally with no fault (DESIGN §6)."""
+lost: its sink, side output and state equal those of the same job run locally with no fault
+(docs/operating/clusters.md)."""
 from __future__ import annotations
 
 import json

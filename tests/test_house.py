@@ -1,5 +1,5 @@
-"""The house's rules, read from the source (README "Where things live"): each folder of ``state_store`` is a wing
-that may import only the wings its row below names, no import circle between modules, no loop between wings
+"""The house's rules, read from the source (docs/internals/where-things-live.md): each folder of ``state_store`` is
+a wing that may import only the wings its row below names, no import circle between modules, no loop between wings
 except through ``state/``, at most 22 modules at the top level, no Spark when the pure wings load, ``run/runtime.py``
 only sequencing (< 300 lines), and no function over 60 lines. Run alone: ``pytest tests/test_house.py``."""
 from __future__ import annotations

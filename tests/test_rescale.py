@@ -1,4 +1,4 @@
-"""Rescale and restore with changes, against real Spark and Delta (DESIGN §4)."""
+"""Rescale and restore with changes, against real Spark and Delta (docs/operating/savepoints.md)."""
 from __future__ import annotations
 
 import json

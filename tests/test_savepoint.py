@@ -1,4 +1,4 @@
-"""Savepoints and restore with changes, against real Spark and Delta (DESIGN §1, §4)."""
+"""Savepoints and restore with changes, against real Spark and Delta (docs/operating/savepoints.md)."""
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,4 @@
-"""Time end to end (README "Time"), on real Spark and Delta: Flink's CountWithTimeoutFunction, sessions closed by
+"""Time end to end (docs/writing/time.md), on real Spark and Delta: Flink's CountWithTimeoutFunction, sessions closed by
 the watermark with late events to a side output, a processing-time heartbeat alert that fires without input,
 and timers through restores, rescales, the State Processor and compaction."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""State TTL with Flink's semantics (DESIGN §3), on the store a subtask runs, with a clock the test sets.
+"""State TTL with Flink's semantics (docs/writing/ttl.md), on the store a subtask runs, with a clock the test sets.
 
 An entry is expired when ``last_access + ttl <= now``; list elements and map entries expire one by one. Each
 update type and visibility is checked for value, list, map, reducing and aggregating state, at the boundary.

@@ -3,7 +3,8 @@ files are few and on a local disk (a savepoint of a small job). The same rules a
 and ``visible``: rows up to the checkpoint's microbatch, of microbatches or of the writes the checkpoint pins,
 per entry the newest by ``(batch_id, generation)``, unless that row removed it.
 
-Compaction (RocksDB's compaction filter, DESIGN §3) selects partition by partition (``live_partitions``): an
+Compaction (RocksDB's compaction filter, docs/operating/compaction.md) selects partition by partition
+(``live_partitions``): an
 entry's rows are all in one ``(state_name, key_group)`` partition, so its memory is one partition's, whatever the
 table's size.
 """

@@ -1,4 +1,4 @@
-"""Two inputs (README "Two inputs and joins"): ``Dataflow.connect`` for a ``KeyedCoProcessFunction``, and Flink's
+"""Two inputs (docs/writing/joins.md): ``Dataflow.connect`` for a ``KeyedCoProcessFunction``, and Flink's
 interval join, run by an operator that buffers each side in keyed state and clears it by timers, and Flink's window
 join and co-group, run by a window operator. No Spark here."""
 from .connected import ConnectedStreams

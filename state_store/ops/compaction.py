@@ -1,4 +1,4 @@
-"""Compaction: keep a job's state tables bounded (DESIGN §3, TTL's compaction filter).
+"""Compaction: keep a job's state tables bounded (docs/operating/compaction.md; TTL's compaction filter).
 
 Every run of the ``delta`` backend appends the entries that changed, so a table
 holds every version of every entry and a file per touched partition per

@@ -1,4 +1,5 @@
-"""Restore with changes, and rescale: a savepoint or a checkpoint becomes a new checkpoint of a job (DESIGN §4).
+"""Restore with changes, and rescale: a savepoint or a checkpoint becomes a job's new checkpoint
+(docs/operating/savepoints.md).
 
 A restore writes checkpoint ``N`` (the job's next id) at the source's
 microbatch; the job's next run continues from it. It may change:

@@ -272,7 +272,7 @@ class SavepointReader:
 
     @_per_operator
     def timers(self, uid: str | None = None) -> DataFrame:
-        """The operator's timers (README "Time"): ``key_group, key`` (typed), ``namespace``, ``timestamp`` (epoch
+        """The operator's timers (docs/writing/time.md): ``key_group, key`` (typed), ``namespace``, ``timestamp`` (epoch
         ms) and ``domain`` ("EVENT_TIME" or "PROCESSING_TIME"), a row per timer registered and not yet fired or
         deleted at this point."""
         names = timer_state_names(uid or self.uid)

@@ -1,4 +1,4 @@
-"""A job run: restore, then a batch of microbatches in one Spark pass, exactly once (DESIGN §2).
+"""A job run: restore, then a batch of microbatches in one Spark pass, exactly once (docs/concepts.md, "A run").
 
 The protocol of a run, each step durable before the next starts:
 

@@ -1,4 +1,4 @@
-"""A run's time, on the driver (README "Time"): where event time stood at the restore point, which stored timers
+"""A run's time, on the driver (docs/writing/time.md): where event time stood at the restore point, which stored timers
 are due, and the watermark's union list state each microbatch leaves behind."""
 from __future__ import annotations
 

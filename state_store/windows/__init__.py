@@ -1,4 +1,4 @@
-"""Windows (README "Windows"): Flink's window assigners, triggers, evictors and window functions, run by a
+"""Windows (docs/writing/windows.md): Flink's window assigners, triggers, evictors and window functions, run by a
 window operator that keeps each window as keyed state in the window's namespace. No Spark here."""
 from .assigners import (
     EventTimeSessionWindows,

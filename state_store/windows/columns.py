@@ -1,5 +1,5 @@
 """``ColumnAggregate``: a window's aggregate over a record's columns (count, sum, min, max, avg, last), the one a
-tumbling or sliding event-time window runs on the vectorised path (README "Windows").
+tumbling or sliding event-time window runs on the vectorised path (docs/writing/windows.md).
 
     .window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
     .aggregate(ColumnAggregate(clicks="count(*)", revenue="sum(amount)", top="max(amount)"), uid="per-minute")

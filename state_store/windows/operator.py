@@ -1,6 +1,6 @@
 """Flink's ``WindowOperator`` (and ``EvictingWindowOperator``) as a keyed function: a window's contents are keyed
 state in the window's namespace, its trigger's timers are the key's timers in that namespace, and a cleanup
-timer at ``max_timestamp() + allowed_lateness`` clears both (README "Windows"). Built by
+timer at ``max_timestamp() + allowed_lateness`` clears both (docs/writing/windows.md). Built by
 ``Dataflow.key_by(...).window(assigner)``; a run runs it as any keyed function, so checkpoints, savepoints,
 restores, rescales and the State Processor see its state and timers as any other.
 

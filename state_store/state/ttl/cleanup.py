@@ -1,5 +1,5 @@
 """State TTL's incremental cleanup (``cleanup_incrementally(size, every_record)``, on by default with 5
-entries), run in Spark after a run's state is written (DESIGN §3).
+entries), run in Spark after a run's state is written (docs/writing/ttl.md).
 
 A cursor over ``(key_group, state_name, key, namespace, user_key)`` is kept in
 the checkpoint. The next ``size`` entries per subtask per microbatch after the

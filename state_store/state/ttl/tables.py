@@ -1,4 +1,4 @@
-"""State TTL on the tables (DESIGN §3): which states have TTL, and which keyed rows are expired, in Spark.
+"""State TTL on the tables (docs/writing/ttl.md): which states have TTL, and which keyed rows are expired, in Spark.
 
 A checkpoint records each state's TTL configuration with its descriptor
 (``StateDescriptor.schema()``); every keyed row of a state with TTL carries its
