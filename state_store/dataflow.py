@@ -365,6 +365,14 @@ class Dataflow:
         ``broadcast_source`` belong to the first operator; the watermark flows down to the others.
 
         Example: ``Dataflow.from_source(FileSource("in", "parquet", SCHEMA), job_id="clicks")``
+
+        :param source: what the job reads (a ``Source``).
+        :param job_id: the job's id, as ``JobSpec``'s.
+        :param backend: the state backend of every operator (``delta``, ``hashmap``, ``memory``).
+        :param checkpoint_interval: a checkpoint every this many microbatches.
+        :param num_retained: how many checkpoints are kept.
+        :param watermark_strategy: the source's event time (the first operator's; it flows down).
+        :param broadcast_source: records every subtask of the first operator sees first.
         """
         check_job_id(job_id)
         return cls(source, {"job_id": job_id, "backend": backend, "checkpoint_interval": checkpoint_interval,
@@ -400,6 +408,9 @@ class Dataflow:
         Types.STRING(), LONG() or INT()). Must be followed by ``process``.
 
         Example: ``.key_by("user")``
+
+        :param key: the column to key by.
+        :param key_type: its type, when the stream does not declare its columns.
         """
         if self._key is not None:
             raise ConfigError(f"key_by({key!r}) follows key_by({self._key[0]!r}): a keyed stream needs "
@@ -421,6 +432,14 @@ class Dataflow:
         own parallelism and max parallelism; the stream after it is what it emits (``output_type``).
 
         Example: ``.process(Sessionize(), uid="sessions", output_type=SESSION, parallelism=2)``
+
+        :param function: the ``KeyedProcessFunction``.
+        :param uid: the operator's uid (its state's names, its part of a savepoint).
+        :param output_type: the rows it emits, ``Types.ROW_NAMED([...], [...])``.
+        :param parallelism: its number of subtasks.
+        :param max_parallelism: its number of key groups (default: Flink's for ``parallelism``).
+        :param order_by: columns that order a key's records in a microbatch.
+        :param side_outputs: the ``OutputTag`` s it may emit to, each a table beside the sink.
         """
         if self._key is None:
             raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
@@ -611,6 +630,12 @@ class Dataflow:
         (then give it a ``uid`` of its own, as for any stateful operator).
 
         Example: ``.map(Enrich(), output_type=ENRICHED)``
+
+        :param function: the ``MapFunction``.
+        :param output_type: the rows it returns.
+        :param uid: the operator's uid (default: one from the step's place; give one when it keeps state).
+        :param parallelism: its number of subtasks.
+        :param max_parallelism: its operator state's bound of every rescale.
         """
         return self._record_step("map", function, MapFunction, uid, output_type,
                                  {"parallelism": parallelism, "max_parallelism": max_parallelism})
@@ -638,6 +663,8 @@ class Dataflow:
         a ``ChainSpec`` for several, validated.
 
         Example: ``.sink_to("sinks/sessions_per_country")``
+
+        :param sink: the Delta table the last operator's rows are appended to, a path inside the warehouse.
         """
         if self._key is not None:
             raise ConfigError(f"the stream is keyed by {self._key[0]!r} but not processed: add .process(...) "

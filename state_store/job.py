@@ -51,6 +51,31 @@ class JobSpec:
                        sink="sinks/first_job", parallelism=2)
         spec.validate()                               # ConfigError naming the first problem; else the spec
         wider = spec.with_overrides(parallelism=4)    # a copy, validated when run
+
+    :param job_id: the job's id: 1-64 lower-case letters, digits, ``_`` or ``-``; its folder in the warehouse.
+    :param function: the ``KeyedProcessFunction`` (or a subclass: broadcast, co-process, vectorised) it runs.
+    :param source: what it reads: a ``FileSource``, ``DeltaSource``, ``KafkaSource`` or a ``Source`` of your own.
+    :param key: the column records are keyed by.
+    :param key_type: that column's type: ``Types.STRING()``, ``LONG()`` or ``INT()``.
+    :param output_type: the rows ``process`` yields, ``Types.ROW_NAMED([...], [...])``.
+    :param sink: the Delta table they are appended to, a path inside the warehouse.
+    :param uid: the operator's uid: its state's names and a savepoint's part are by it (Flink's ``uid``).
+    :param broadcast_source: a second source whose records every subtask sees first (a
+        ``KeyedBroadcastProcessFunction``'s broadcast state).
+    :param parallelism: the number of subtasks.
+    :param max_parallelism: the number of key groups, the bound of every rescale; default Flink's for
+        ``parallelism``.
+    :param backend: where state is kept between runs: ``delta`` (incremental), ``hashmap`` (full snapshots),
+        ``memory`` (this process only).
+    :param checkpoint_interval: a checkpoint every this many microbatches.
+    :param num_retained: how many checkpoints are kept (the latest ones).
+    :param order_by: columns that order a key's records in a microbatch (after their source order).
+    :param watermark_strategy: event time: its timestamp column, bound and idleness (docs/writing/time.md).
+    :param side_outputs: the ``OutputTag`` s the function may emit to, each a table beside the sink.
+    :param second_source: a two-input operator's second input (set by ``Dataflow.connect``).
+    :param second_key: its key column.
+    :param second_watermark_strategy: its watermark strategy.
+    :param union_inputs: the second input is a union's: its records go to ``process`` too.
     """
 
     job_id: str

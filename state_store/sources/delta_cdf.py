@@ -21,6 +21,9 @@ class DeltaSource(Source):
         source = DeltaSource("lake/orders", max_versions_per_batch=10)   # at most 10 versions a microbatch
         spec = JobSpec(job_id="orders", function=PerCustomer(), source=source, key="customer_id",
                        key_type=Types.LONG(), ...)   # the table's columns are known only when it is read
+
+    :param path: the Delta table (local or ``s3a://``), with its change data feed on.
+    :param max_versions_per_batch: at most this many table versions a microbatch (None: every new one).
     """
 
     path: str

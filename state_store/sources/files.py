@@ -27,6 +27,11 @@ class FileSource(Source):
         CLICK = Types.ROW_NAMED(["user", "ts"], [Types.STRING(), Types.LONG()])
         source = FileSource("data/clicks", "json", CLICK, max_files_per_batch=1)   # a file a microbatch
         spec = JobSpec(job_id="clicks", function=CountClicks(), source=source, key="user", ...)
+
+    :param path: the directory (local or ``s3a://``).
+    :param format: ``"json"`` (JSON lines) or ``"parquet"``.
+    :param schema: the records' columns, ``Types.ROW_NAMED([...], [...])``.
+    :param max_files_per_batch: at most this many new files a microbatch (None: every new file).
     """
 
     path: str

@@ -66,6 +66,18 @@ class KafkaSource(Source):
                              max_records_per_microbatch=100_000)
         DEAD = KafkaSource.dead_letters("bad_clicks")   # poison records to a side output, not a failed run
         source = KafkaSource("127.0.0.1:9092", topics=["clicks"], schema=CLICK, on_malformed=DEAD)
+
+    :param bootstrap_servers: the brokers, ``host:port[,host:port...]``.
+    :param topics: the topics read (or ``topic_pattern``).
+    :param topic_pattern: a regular expression: every topic matching it, those created later too.
+    :param value_format: how a record's value is read: ``"json"`` (as ``schema``).
+    :param schema: the value's columns, ``Types.ROW_NAMED([...], [...])``.
+    :param starting_offsets: where the first plan starts each partition (see above).
+    :param max_records_per_microbatch: at most this many records a microbatch, over all partitions.
+    :param fail_on_data_loss: stop (True) or warn and skip (False) when planned offsets are gone from the broker.
+    :param kafka_options: further client settings, for the admin client and Spark's reader.
+    :param request_timeout_s: how long a plan waits for the broker's answers.
+    :param on_malformed: ``"fail"``, or the dead-letter ``OutputTag`` of ``KafkaSource.dead_letters(name)``.
     """
 
     bootstrap_servers: str

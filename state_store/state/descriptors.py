@@ -88,6 +88,10 @@ class ValueStateDescriptor(StateDescriptor):
     made with ``Types``.
 
     Example: ``ctx.get_state(ValueStateDescriptor("count", Types.LONG(), 0))``
+
+    :param name: the state's name, unique in its operator.
+    :param value_type: the value's type, made with ``Types``.
+    :param default_value: what ``value()`` returns (a copy) while the state is empty.
     """
 
     kind = "value"
@@ -102,6 +106,9 @@ class ListStateDescriptor(StateDescriptor):
     ``Types.LIST(element_type)`` value); also the descriptor of an operator's list and union list states.
 
     Example: ``ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))``
+
+    :param name: the state's name, unique in its operator.
+    :param element_type: an element's type, made with ``Types``.
     """
 
     kind = "list"
@@ -122,6 +129,10 @@ class MapStateDescriptor(StateDescriptor):
     on its own; also the descriptor of a broadcast state. Raises TypeError for a type not made with ``Types``.
 
     Example: ``ctx.get_map_state(MapStateDescriptor("tags", Types.STRING(), Types.LONG()))``
+
+    :param name: the state's name, unique in its operator.
+    :param key_type: a map key's type, made with ``Types``.
+    :param value_type: a map value's type, made with ``Types``.
     """
 
     kind = "map"
@@ -138,6 +149,10 @@ class ReducingStateDescriptor(StateDescriptor):
     into it with ``reduce_function(current, added)``. Raises TypeError when ``reduce_function`` is not callable.
 
     Example: ``ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, Types.LONG()))``
+
+    :param name: the state's name, unique in its operator.
+    :param reduce_function: ``(current, added) -> folded``.
+    :param type_info: the value's type, made with ``Types``.
     """
 
     kind = "reducing"
@@ -155,6 +170,10 @@ class AggregatingStateDescriptor(StateDescriptor):
     ``get_result``.
 
     Example: ``ctx.get_aggregating_state(AggregatingStateDescriptor("mean", Mean(), Types.LIST(Types.LONG())))``
+
+    :param name: the state's name, unique in its operator.
+    :param agg_function: the ``AggregateFunction`` (create_accumulator, add, get_result, merge).
+    :param accumulator_type: the accumulator's type, made with ``Types``.
     """
 
     kind = "aggregating"

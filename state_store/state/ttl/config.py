@@ -98,7 +98,10 @@ class StateTtlConfig:
     @staticmethod
     def new_builder(ttl) -> "StateTtlConfig.Builder":
         """A builder for a config whose entries live ``ttl`` (a ``datetime.timedelta`` or whole milliseconds),
-        with Flink's defaults; e.g. ``StateTtlConfig.new_builder(timedelta(hours=1)).build()``."""
+        with Flink's defaults; e.g. ``StateTtlConfig.new_builder(timedelta(hours=1)).build()``.
+
+        :param ttl: how long an entry lives after its last write (or read, with ``update_ttl_on_read_and_write``).
+        """
         return StateTtlConfig.Builder(ttl)
 
     @property
@@ -186,7 +189,11 @@ class StateTtlConfig:
         def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool = False
                                   ) -> "StateTtlConfig.Builder":
             """Each microbatch checks the next ``cleanup_size`` entries of a cursor over all key groups (per record
-            too with ``run_cleanup_for_every_record``); returns this builder."""
+            too with ``run_cleanup_for_every_record``); returns this builder.
+
+            :param cleanup_size: entries checked a microbatch (Flink's default: 5).
+            :param run_cleanup_for_every_record: check ``cleanup_size`` more per record processed.
+            """
             if not isinstance(cleanup_size, int) or isinstance(cleanup_size, bool) or cleanup_size <= 0:
                 raise ValueError(f"cleanup_size {cleanup_size!r} is not usable: give a whole number above 0 "
                                  f"(Flink's default is 5)")
