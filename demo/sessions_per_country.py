@@ -91,7 +91,7 @@ def _sessions(source, job_id: str, parallelism: int, backend: str, sessions: Cou
 
 def dataflow(clicks_dir, *, job_id: str = "sessions-per-country", sink: str = "sinks/sessions_per_country",
              parallelism: tuple[int, int] = (2, 3), backend: str = "delta", max_files_per_batch: int | None = 1):
-    """The two-operator job over the clicks in ``clicks_dir`` (a ``ChainSpec``)."""
+    """The two-operator job over the clicks in ``clicks_dir`` (a ``Job``)."""
     return (_sessions(_files(clicks_dir, max_files_per_batch), job_id, parallelism[0], backend)
             .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=parallelism[1])
             .sink_to(sink))

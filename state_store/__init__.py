@@ -4,7 +4,7 @@ The whole user surface is importable from here; see ``state_store.functions``
 for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
-from .dataflow import ChainSpec, Dataflow
+from .dataflow import Dataflow
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
     CoFlatMapFunction,
@@ -18,6 +18,7 @@ from .functions import (
     MapFunction,
     OnTimerContext,
 )
+from .graph import Job
 from .job import JobSpec
 from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .settings import Settings
@@ -61,7 +62,7 @@ from .windows import (
 )
 
 __all__ = [
-    "ChainSpec", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction",
+    "Job", "Dataflow", "MapFunction", "FlatMapFunction", "FilterFunction", "AggregateFunction",
     "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
     "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",

@@ -7,9 +7,9 @@
            .process(CountSessions(), uid="per-country", output_type=COUNTS, parallelism=3)
            .sink_to("sinks/sessions_per_country"))
 
-``sink_to`` gives a ``JobSpec`` for one operator (the one-operator job, as it always was) and a ``ChainSpec`` for
+``sink_to`` gives a ``JobSpec`` for one operator (the one-operator job, as it always was) and a ``Job`` for
 several. ``Dataflow.graph(branch, ...)`` makes one job of several branches of one stream, each ending in its own
-sink (fan-out); a two-input operator later in a dataflow joins two branches of one stream. In a ``ChainSpec``
+sink (fan-out); a two-input operator later in a dataflow joins two branches of one stream. In a ``Job``
 every operator is a ``JobSpec`` of its own: its uid, function, key, parallelism, max parallelism, output type and
 side outputs, its own state tables; the first reads the job's source, each next one what the operators before it
 emitted (``sources.EdgeSource``), each branch's end writes its sink. One run takes every pending
@@ -32,177 +32,15 @@ from .functions import (
     MapFunction,
     RecordFunction,
 )
+from .graph import Job, as_job
 from .job import SHARE_KEY, JobSpec, check_job_id
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
-from .side_outputs import check_one_writer_per_table
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
 from .windows.stream import WindowedStream
-
-# What every operator of a chain shares: the job's, set once on the dataflow.
-JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
-
-
-def _of_head(name: str) -> property:
-    """A ChainSpec's ``name``: its first operator's."""
-    return property(lambda self: getattr(self.operators[0], name), doc=f"The job's {name} (its first operator's).")
-
-
-@dataclass
-class ChainSpec:
-    """A job of several operators (``operators``, each after those it reads; see the module docstring): a chain,
-    or a graph (``Dataflow.graph``) whose operators may feed several others and whose branches end in sinks of
-    their own (``sinks``, by the uid of the operator that writes each; None: the last operator writes ``sink``)."""
-
-    operators: list[JobSpec]
-    sinks: dict[str, str] | None = None
-
-    @property
-    def head(self) -> JobSpec:
-        """The first operator: it reads the job's source; the run plans its microbatches from it."""
-        return self.operators[0]
-
-    # The job-wide settings (``JOB_WIDE``, the same on every operator) and what only the first operator takes,
-    # read as on a JobSpec.
-    job_id = _of_head("job_id")
-    backend = _of_head("backend")
-    checkpoint_interval = _of_head("checkpoint_interval")
-    num_retained = _of_head("num_retained")
-    sink = _of_head("sink")
-    source = _of_head("source")
-    watermark_strategy = _of_head("watermark_strategy")
-    broadcast_source = _of_head("broadcast_source")
-
-    @property
-    def side_outputs(self) -> list:
-        """Every operator's side outputs (each a table beside the sink)."""
-        return [t for op in self.operators for t in op.side_outputs]
-
-    def side_output_sink(self, tag) -> str:
-        """Where side output ``tag``'s table is (a warehouse path, next to the sink)."""
-        return self.operators[0].side_output_sink(tag)
-
-    def operator(self, uid: str) -> JobSpec:
-        """The operator (its ``JobSpec``) whose uid is ``uid``; ConfigError, naming the job's uids, when there is
-        none."""
-        for op in self.operators:
-            if op.uid == uid:
-                return op
-        raise ConfigError(f"job {self.job_id!r} has no operator {uid!r}; its operators are {self.uids}")
-
-    @property
-    def uids(self) -> list[str]:
-        """The operators' uids, in the order of ``operators``."""
-        return [op.uid for op in self.operators]
-
-    def sink_of(self, uid: str) -> str | None:
-        """The sink operator ``uid`` writes (a path inside the warehouse), None when it feeds only operators."""
-        if self.sinks is None:
-            return self.sink if uid == self.operators[-1].uid else None
-        return self.sinks.get(uid)
-
-    @property
-    def all_sinks(self) -> list[str]:
-        """Every sink of the job, the job's own (``sink``, where the side outputs are) first."""
-        return [self.sink] if self.sinks is None else list(dict.fromkeys([self.sink, *self.sinks.values()]))
-
-    def tables(self) -> list[tuple[str, str]]:
-        """(who writes it, warehouse path) of every table the job writes: each branch's sink, then every
-        operator's side outputs (beside the job's own sink)."""
-        sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink) for op in self.operators
-                 if (sink := self.sink_of(op.uid)) is not None]
-        return sinks + [(f"side output {t.name!r} of operator {op.uid!r}", self.side_output_sink(t))
-                        for op in self.operators for t in op.side_outputs]
-
-    def inputs_of(self, uid: str) -> list[str]:
-        """The operators whose output operator ``uid`` reads (none for the first)."""
-        op = self.operator(uid)
-        return [s.upstream for s in (op.source, op.second_source) if isinstance(s, EdgeSource)]
-
-    def with_overrides(self, **changes: Any) -> "ChainSpec":
-        """A copy with job-wide ``changes`` (backend, checkpoint_interval, num_retained) applied to every operator.
-        An operator's parallelism is its own: set it in the dataflow, or ``lakestate rescale``."""
-        own = sorted(set(changes) - set(JOB_WIDE))
-        if own:
-            raise ConfigError(f"job {self.job_id!r} has {len(self.operators)} operators, each with its own {own}: set "
-                              f"them on each operator's process(..., parallelism=N) in the dataflow, or change one "
-                              f"with `lakestate rescale {self.job_id} --operator UID --parallelism N`; not for the "
-                              f"whole job (remove {', '.join(own)} from its pipeline registry entry "
-                              f"[jobs.{self.job_id}])")
-        return ChainSpec([replace(op, **changes) for op in self.operators], self.sinks)
-
-    def validate(self) -> "ChainSpec":
-        """Raise ConfigError naming the first problem and its fix; return self when usable."""
-        if not self.operators:
-            raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
-        for op in self.operators:
-            op.validate()
-        uids = self.uids
-        twice = sorted({u for u in uids if uids.count(u) > 1})
-        if twice:
-            raise ConfigError(f"operator uid {twice[0]!r} is given twice; give each operator its own uid")
-        first = self.operators[0]
-        for op in self.operators[1:]:
-            for name in JOB_WIDE:
-                if getattr(op, name) != getattr(first, name):
-                    raise ConfigError(f"operator {op.uid!r} has {name} {getattr(op, name)!r} but the job's is "
-                                      f"{getattr(first, name)!r}: it is the whole job's, set on the dataflow")
-        emits = {first.uid: first.output_type}
-        for op in self.operators[1:]:
-            upstream = op.source.upstream if isinstance(op.source, EdgeSource) else None
-            if upstream not in emits:
-                raise ConfigError(f"operator {op.uid!r} must read what an operator before it emits (build the job "
-                                  f"with Dataflow)")
-            second = op.second_source
-            if second is not None and (not isinstance(second, EdgeSource) or second.upstream not in emits):
-                raise ConfigError(f"operator {op.uid!r}: a second source is read by the job's first operator; a "
-                                  f"later two-input operator reads what operators before it emit")
-            for edge in (op.source, second):
-                if edge is not None and edge.schema != emits[edge.upstream]:
-                    raise ConfigError(f"operator {op.uid!r} reads {edge.schema} but {edge.upstream!r} emits "
-                                      f"{emits[edge.upstream]}")
-            if op.broadcast_source is not None or op.watermark_strategy is not None:
-                raise ConfigError(f"operator {op.uid!r}: only the first operator of a dataflow takes a broadcast "
-                                  f"source or a watermark strategy (the watermark flows down)")
-            emits[op.uid] = op.output_type
-        self._validate_sinks()
-        tags = [t.name for op in self.operators for t in op.side_outputs]
-        twice = sorted({t for t in tags if tags.count(t) > 1})
-        if twice:
-            raise ConfigError(f"side output {twice[0]!r} is declared by two operators; each side output is a table "
-                              f"beside the sink, so give each its own name")
-        return self
-
-    def _validate_sinks(self) -> None:
-        check_one_writer_per_table(self.tables())
-        if self.sinks is None:
-            return
-        fed = {u for op in self.operators for u in self.inputs_of(op.uid)}
-        for op in self.operators:
-            if op.uid not in self.sinks and op.uid not in fed:
-                raise ConfigError(f"operator {op.uid!r} feeds no operator and writes no sink: end its branch with "
-                                  f".sink_to(...) and give the branch to Dataflow.graph")
-            if op.uid in self.sinks and op.uid in fed:
-                raise ConfigError(f"operator {op.uid!r} feeds other operators and writes sink "
-                                  f"{self.sinks[op.uid]!r}: a sink ends a branch (Dataflow.graph adds the "
-                                  f"operator that writes it)")
-        if self.sink not in self.sinks.values():
-            raise ConfigError(f"the job's sink {self.sink!r} is no branch's; build the graph with Dataflow.graph")
-
-    def describe(self) -> dict:
-        """What the catalog records of this definition: the first operator's, and every operator's (each with the
-        sink it writes, in a graph)."""
-        described = [op.describe() for op in self.operators]
-        side_outputs = {name: sink for d in described for name, sink in d["side_outputs"].items()}
-        head = {**described[0], "side_outputs": side_outputs, "operators": described}
-        if self.sinks is not None:
-            for d in described:
-                d["sink"] = self.sinks.get(d["uid"])
-            head.update(sink=self.sink, sinks=dict(self.sinks))
-        return head
 
 
 class _WithoutKeyedState:
@@ -271,15 +109,15 @@ def _same_operator(a: JobSpec, b: JobSpec) -> bool:
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "sink")
 
 
-def _graph(ends: tuple) -> ChainSpec:
+def _graph(ends: tuple) -> Job:
     """``Dataflow.graph``: the branches' operators merged by uid, each after those it reads."""
     if not ends:
         raise ConfigError("Dataflow.graph(...) takes the branches of a job, each ended by sink_to(...)")
     branches = []
     for end in ends:
-        if not isinstance(end, (JobSpec, ChainSpec)):
+        if not isinstance(end, (JobSpec, Job)):
             raise ConfigError(f"Dataflow.graph(...) takes what sink_to(...) returns, got {type(end).__name__}")
-        branches.append((operators_of(end), end.sink))
+        branches.append((as_job(end).operators, end.sink))
     job_ids = sorted({ops[0].job_id for ops, _ in branches})
     if len(job_ids) > 1:
         raise ConfigError(f"Dataflow.graph(...): the branches belong to jobs {job_ids}; one job's branches start "
@@ -311,12 +149,7 @@ def _graph(ends: tuple) -> ChainSpec:
     operators = [replace(op, sink=main_sink) for op in merged.values()]
     if len(branches) == 1 and len(operators) == 1:
         return operators[0].validate()
-    return ChainSpec(operators, sinks).validate()
-
-
-def operators_of(spec: JobSpec | ChainSpec) -> list[JobSpec]:
-    """A job's operators in order (a one-operator job's is itself)."""
-    return list(spec.operators) if isinstance(spec, ChainSpec) else [spec]
+    return Job(operators, sinks).validate()
 
 
 def _second_input(other: "Dataflow", key: str) -> dict:
@@ -351,7 +184,7 @@ class Dataflow:
         spec = (Dataflow.from_source(FileSource("input/purchases", "json", PURCHASE), job_id="spend")
                 .key_by("user_id").process(UserTotal(), uid="user-totals", output_type=USER_TOTAL, parallelism=2)
                 .key_by("country").process(CountryTotal(), uid="country-totals", output_type=COUNTRY_TOTAL)
-                .sink_to("sinks/country_spend"))   # a ChainSpec of the two operators, validated
+                .sink_to("sinks/country_spend"))   # a Job of the two operators, validated
     """
 
     def __init__(self, source, settings: dict, steps: tuple[_Step, ...] = (), key: tuple | None = None):
@@ -380,7 +213,7 @@ class Dataflow:
                             "broadcast_source": broadcast_source})
 
     @staticmethod
-    def graph(*branches: JobSpec | ChainSpec) -> JobSpec | ChainSpec:
+    def graph(*branches: JobSpec | Job) -> JobSpec | Job:
         """One job of several branches (each a stream of this job ended by ``sink_to``), as Flink runs every sink
         of an environment: a stream read by several operators (fan-out) is computed once, and each branch writes
         its own sink. The first branch's sink is the job's own (its side outputs are tables beside it).
@@ -658,9 +491,9 @@ class Dataflow:
         return self._record_step("filter", function, FilterFunction, uid, None,
                                  {"parallelism": parallelism, "max_parallelism": max_parallelism})
 
-    def sink_to(self, sink: str) -> JobSpec | ChainSpec:
+    def sink_to(self, sink: str) -> JobSpec | Job:
         """End the job in the Delta table ``sink`` (a path inside the warehouse): a ``JobSpec`` for one operator,
-        a ``ChainSpec`` for several, validated.
+        a ``Job`` for several, validated.
 
         Example: ``.sink_to("sinks/sessions_per_country")``
 
@@ -702,5 +535,5 @@ class Dataflow:
         ops = list(operators.values())
         if len(ops) == 1:
             return ops[0].validate()
-        return ChainSpec(ops, None if chain else {ops[-1].uid: sink}).validate()
+        return Job(ops, None if chain else {ops[-1].uid: sink}).validate()
 

@@ -81,7 +81,7 @@ def same_spelling(path) -> str:
 
 def check_one_writer_per_table(tables: list[tuple[str, str]], resolve=same_spelling) -> None:
     """Refuse a job two of whose writers (``tables``: (who writes, warehouse path), from ``tables()`` of a
-    ``JobSpec`` or ``ChainSpec``) write one table, however it is spelled (``resolve``): two writers of one table
+    ``JobSpec`` or ``Job``) write one table, however it is spelled (``resolve``): two writers of one table
     in one run commit under one ``txnAppId`` (the second's rows taken for a replay) and each one's clean-up would
     remove the other's files. The message names both writers."""
     seen: dict[str, str] = {}

@@ -22,12 +22,12 @@ from demo.sessions_per_country import (
     write_clicks,
 )
 from state_store import (
-    ChainSpec,
     ConfigError,
     Dataflow,
     FileSource,
     FilterFunction,
     FlatMapFunction,
+    Job,
     JobSpec,
     KeyedProcessFunction,
     ListStateDescriptor,
@@ -84,7 +84,7 @@ def test_one_operator_dataflow_is_the_jobspec_it_always_was(tmp_path):
 
 def test_chain_keys_each_operator_by_a_column_of_what_the_one_before_emits(tmp_path):
     chain = dataflow(tmp_path)
-    assert isinstance(chain, ChainSpec) and chain.uids == ["sessions", "per-country"]
+    assert isinstance(chain, Job) and chain.uids == ["sessions", "per-country"]
     second = chain.operator("per-country")
     assert (second.key, second.key_type.name, second.parallelism) == ("country", "STRING", 3)
     assert second.source.schema == SESSION and second.watermark_strategy is None
@@ -345,7 +345,7 @@ def test_an_operator_added_starts_empty_and_one_removed_is_refused(spark, lake):
     chain = dataflow(directory, job_id="grows")
     alone = chain.operators[0].with_overrides(sink="sinks/sessions-only")
     run_job(spark, alone, lake.settings, max_microbatches=1, progress=_quiet)
-    grown = ChainSpec([op.with_overrides(sink="sinks/grown") for op in chain.operators])
+    grown = Job([op.with_overrides(sink="sinks/grown") for op in chain.operators])
     said = []
     run_job(spark, grown, lake.settings, progress=said.append)
     checkpoint = JobStore(lake.settings.job_dir("grows")).latest_checkpoint()
@@ -404,13 +404,13 @@ def test_a_dataflows_savepoint_holds_every_operator_and_restores_by_uid(spark, l
         restore_job(spark, lake.settings, alone, point, say=_quiet)
     assert restored("alone", alone, allow_non_restored_state=True).operators is None
     # Renamed through a uid map: the state moves; renamed without one and allowed: it starts empty.
-    renamed = ChainSpec([copy.operators[0].with_overrides(job_id="renamed", sink="sinks/renamed"),
+    renamed = Job([copy.operators[0].with_overrides(job_id="renamed", sink="sinks/renamed"),
                          copy.operators[1].with_overrides(job_id="renamed", sink="sinks/renamed", uid="counts")])
     checkpoint = restored("renamed", renamed, uid_map={"per-country": "counts"})
     assert set(checkpoint.of_operator("counts").entries) == {"counts.totals"}
     moved = SavepointReader.for_checkpoint(spark, "renamed", settings=lake.settings)
     pd.testing.assert_frame_equal(_totals_state(moved, "counts"), expected(clicks), check_dtype=False)
-    fresh = ChainSpec([op.with_overrides(job_id="fresh", sink="sinks/fresh") for op in renamed.operators])
+    fresh = Job([op.with_overrides(job_id="fresh", sink="sinks/fresh") for op in renamed.operators])
     assert restored("fresh", fresh, allow_non_restored_state=True).of_operator("counts") is None
 
 

@@ -194,14 +194,14 @@ def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, l
     user totals, run over two files of purchases: each sink holds what pandas computes."""
     import pandas as pd
 
-    from state_store import ChainSpec
+    from state_store import Job
     from tests.helpers import run
 
     purchases = [{"user_id": u, "country": c, "amount": a} for u, c, a in [
         (1, "DE", 60.0), (2, "DE", 10.0), (3, "FR", 5.0), (1, "DE", 50.0), (3, "FR", 120.0), (4, "FR", 1.0)]]
     page_input(lake, monkeypatch, "purchases", [purchases[:3], purchases[3:]])
     module = page_module("writing/dataflows.md", "spend", request)
-    assert isinstance(module.job(), ChainSpec) and module.job().uids == ["user-totals", "country-totals"]
+    assert isinstance(module.job(), Job) and module.job().uids == ["user-totals", "country-totals"]
     spec = module.graph_job()
     run(spark, spec, lake)
 

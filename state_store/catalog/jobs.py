@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 import time
 
-from ..dataflow import ChainSpec, operators_of
 from ..errors import ConfigError, JobNotFound, LakestateError
+from ..graph import Job, as_job
 from ..job import JobSpec, check_job_id
 from ..registered_states import discover_descriptors
 from ..settings import Settings
@@ -32,7 +32,7 @@ class JobCatalog:
         self.settings = settings
         self.dir = settings.catalog_dir / "jobs"
 
-    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec | ChainSpec:
+    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec | Job:
         """Record the job ``entrypoint`` builds, with ``overrides`` of its JobSpec fields (the pipeline
         registry's parallelism, backend, ...) applied now and whenever it is loaded."""
         overrides = dict(overrides or {})
@@ -40,7 +40,7 @@ class JobCatalog:
         spec.validate()
         # States (and their TTL) are declared in the user's open(): calling the hooks once on the driver, as a
         # run's start does, refuses a bad declaration before the record is written, not at the first run.
-        for op in operators_of(spec):
+        for op in as_job(spec).operators:
             discover_descriptors(op)
         sink = self.settings.sink(spec.sink)  # refused before the record is written
         spec = spec.with_overrides(sink=str(sink))
@@ -69,7 +69,7 @@ class JobCatalog:
                  *(described.get("side_outputs") or {}).values()]
         return {str(self.settings.sink(p)) for p in paths}
 
-    def _check_tables_are_its_own(self, spec: JobSpec | ChainSpec) -> None:
+    def _check_tables_are_its_own(self, spec: JobSpec | Job) -> None:
         """Refuse a job whose sink or side output table another registered job writes: two jobs' rows (and their
         ``txnAppId`` versions) in one table could never be told apart. Side outputs are ``<sink>_<tag>``, so
         sink ``x`` with tag ``late_a`` and sink ``x_late`` with tag ``a`` meet in ``x_late_a``."""
@@ -173,8 +173,8 @@ def registered_branch_sinks(job_id: str, settings: Settings | None = None) -> li
     return [uid for uid, sink in (spec.get("sinks") or {}).items() if sink != spec.get("sink")]
 
 
-def build_spec(entrypoint: str) -> JobSpec | ChainSpec:
-    """Import ``module:factory`` and call it; the factory returns a JobSpec (or a dataflow's ChainSpec)."""
+def build_spec(entrypoint: str) -> JobSpec | Job:
+    """Import ``module:factory`` and call it; the factory returns a JobSpec (or a dataflow's Job)."""
     module_name, _, attr = entrypoint.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"entrypoint {entrypoint!r} must look like 'package.module:factory'")
@@ -186,13 +186,13 @@ def build_spec(entrypoint: str) -> JobSpec | ChainSpec:
     if factory is None:
         raise ConfigError(f"{module_name!r} has no {attr!r} (entrypoint {entrypoint!r})")
     try:
-        spec = factory() if callable(factory) and not isinstance(factory, (JobSpec, ChainSpec)) else factory
+        spec = factory() if callable(factory) and not isinstance(factory, (JobSpec, Job)) else factory
     except LakestateError:
         raise
     except Exception as e:  # the user's factory failed: name it, keep the cause for the trace
         raise ConfigError(f"entrypoint {entrypoint} failed while building the job: {type(e).__name__}: {e}; "
                           f"it must be a factory that takes no arguments and returns a JobSpec") from e
-    if not isinstance(spec, (JobSpec, ChainSpec)):
-        raise ConfigError(f"{entrypoint} must return a state_store.JobSpec (or a ChainSpec, from Dataflow...sink_to), "
+    if not isinstance(spec, (JobSpec, Job)):
+        raise ConfigError(f"{entrypoint} must return a state_store.JobSpec (or a Job, from Dataflow...sink_to), "
                           f"got {type(spec).__name__}")
     return spec

@@ -55,11 +55,11 @@ from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
-from ..dataflow import ChainSpec, operators_of
 from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..delta.log import app_transaction_version, sink_version
 from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
+from ..graph import Job, as_job
 from ..job import JobSpec
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion
@@ -155,7 +155,7 @@ class _Restore:
     outputs: dict[str, int]  # what the job's output tables committed (``committed_outputs``)
 
 
-def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSpec, source: StatePoint | None = None,
+def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, source: StatePoint | None = None,
                 *, parallelism: int | dict | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
@@ -169,19 +169,19 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSp
         restore_job(spark, settings, spec, StatePoint.of_savepoint(settings, "clicks/before-v2"),
                     parallelism=4, backend="hashmap", uid_map={"count": "counter"})
     """
-    spec.validate()
+    job = as_job(spec).validate()
     uid_map = parse_uid_map(uid_map)
     check_restore_backend(backend)
-    meta = JobStore(settings.job_dir(spec.job_id))
-    with holding(meta.job_dir, spec.job_id, "restore", wait_s, say) as lease:
-        source = source or StatePoint.of_checkpoint(settings, spec.job_id)
-        if isinstance(spec, ChainSpec) or len(source.uids) > 1 or isinstance(parallelism, dict):
-            return _restore_operators(spark, settings, spec, source, meta, lease, parallelism, backend, uid_map,
+    meta = JobStore(settings.job_dir(job.job_id))
+    with holding(meta.job_dir, job.job_id, "restore", wait_s, say) as lease:
+        source = source or StatePoint.of_checkpoint(settings, job.job_id)
+        if not job.single or len(source.uids) > 1 or isinstance(parallelism, dict):
+            return _restore_operators(spark, settings, job, source, meta, lease, parallelism, backend, uid_map,
                                       allow_non_restored_state, savepoint_first, say)
-        restore = _plan(spec, source, meta, parallelism, backend, uid_map, allow_non_restored_state,
-                        committed_outputs(settings, spec))
+        restore = _plan(job.head, source, meta, parallelism, backend, uid_map, allow_non_restored_state,
+                        committed_outputs(settings, job))
         if restore.plan.nothing_to_do:
-            say(already_at(spec.job_id, restore.latest))
+            say(already_at(job.job_id, restore.latest))
             return restore.latest
         return _apply(spark, settings, restore, meta, lease, savepoint_first, say)
 
@@ -214,11 +214,12 @@ def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: Job
     return _write(spark, settings, restore, meta, lease, operator_rows, say)
 
 
-def committed_outputs(settings: Settings, spec: JobSpec | ChainSpec) -> dict[str, int]:
+def committed_outputs(settings: Settings, spec: JobSpec | Job) -> dict[str, int]:
     """The last microbatch each output table of the job (its sink, every side output) has committed, by table
     path; tables never written are left out. A run commits these before its commit marker, so they can be ahead
     of every record of the job's own folder."""
-    sinks = spec.all_sinks if isinstance(spec, ChainSpec) else [spec.sink]
+    spec = as_job(spec)
+    sinks = spec.all_sinks
     tables = {settings.sink(sink): sink_app_id(spec.job_id) for sink in sinks}
     tables.update({settings.sink(spec.side_output_sink(tag)): side_app_id(spec.job_id, tag.name)
                    for tag in spec.side_outputs})
@@ -284,7 +285,7 @@ def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, st
     """Which operator of ``source`` each operator of the job takes (its uid, or the old one ``uid_map`` maps to
     it); refuses, naming the fix, a first operator that is not the source's, a parallelism for an operator the
     job does not have, and state of the source no operator takes (unless ``allow_non_restored_state``)."""
-    ops, old_of = operators_of(spec), {new: old for old, new in uid_map.items()}
+    ops, old_of = spec.operators, {new: old for old, new in uid_map.items()}
     takes = {op.uid: old_of.get(op.uid, op.uid) for op in ops}
     first = ops[0].uid
     if takes[first] != source.meta.uid:
@@ -310,7 +311,7 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
     ``parallelism`` (an int for every operator, or ``{uid: parallelism}``); an operator the source has no state
     of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
     One checkpoint, the job's next, pins them all."""
-    ops, takes = operators_of(spec), _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
+    ops, takes = spec.operators, _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
     first, latest, outputs = ops[0].uid, meta.latest_checkpoint(), committed_outputs(settings, spec)
     restores = []
     for op in ops:
@@ -415,7 +416,7 @@ def _discard(spark: SparkSession, meta: JobStore, old: CheckpointMetadata, retai
         create(old.backend, spark, meta.job_dir, old.job_id, old).discard(old, retained)
 
 
-def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | ChainSpec, parallelism: int | dict, *,
+def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, parallelism: int | dict, *,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
                 say=print) -> CheckpointMetadata:
     """Rescale the job's latest checkpoint to ``parallelism`` (a dataflow: every operator, or ``{uid: parallelism}``

@@ -40,8 +40,8 @@ from pyspark.sql import SparkSession
 
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
-from ..dataflow import ChainSpec, operators_of
 from ..errors import InputError
+from ..graph import Job, as_job
 from ..job import JobSpec
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..records.stats import MicrobatchStats
@@ -132,11 +132,10 @@ def _explain(error: Exception) -> str:
 class JobRunner:
     """Runs a job (an operator or a dataflow's chain): ``JobRunner(spark, spec, settings).run(max_microbatches=5)``."""
 
-    def __init__(self, spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, *,
+    def __init__(self, spark: SparkSession, spec: JobSpec | Job, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,
                  progress: Callable[[str], None] = print, lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
-        self.spark, self.spec, self.settings = spark, spec.validate(), settings
-        self.sink_path = settings.sink(spec.sink)
+        self.spark, self.spec, self.settings = spark, as_job(spec).validate(), settings
         self.store = JobStore(settings.job_dir(spec.job_id))
         self.clock, self.faults, self.progress = clock, faults, progress
         self.lease_timeout_s, self.lease_wait_s = lease_timeout_s, lease_wait_s
@@ -152,7 +151,7 @@ class JobRunner:
         sinks = self._sinks()
         for path in sinks.values():
             self.settings.check_writable(path)
-        specs = operators_of(self.spec)
+        specs = self.spec.operators
         descriptors = [discover_descriptors(op) for op in specs]
         checkpoint = self.store.latest_checkpoint()
         if checkpoint is not None:
@@ -177,10 +176,8 @@ class JobRunner:
     def _sinks(self) -> dict:
         """The table each operator that writes a sink writes, by uid (a chain's last operator; each branch's end
         in a graph)."""
-        if isinstance(self.spec, ChainSpec):
-            return {uid: self.settings.sink(sink) for uid in self.spec.uids
-                    if (sink := self.spec.sink_of(uid)) is not None}
-        return {self.spec.uid: self.sink_path}
+        return {uid: self.settings.sink(sink) for uid in self.spec.uids
+                if (sink := self.spec.sink_of(uid)) is not None}
 
     def _continuing(self, spec: JobSpec, checkpoint: CheckpointMetadata | None) -> JobSpec:
         """A job runs at the parallelism and with the backend of the checkpoint it continues from (a rescale or
@@ -188,7 +185,7 @@ class JobRunner:
         if checkpoint is None:  # an operator new to the dataflow: it starts empty
             return spec
         changed = continuing_spec(spec, checkpoint)
-        which = f" operator {spec.uid}" if isinstance(self.spec, ChainSpec) else ""
+        which = "" if self.spec.single else f" operator {spec.uid}"
         for name in ("parallelism", "backend"):
             if getattr(changed, name) != getattr(spec, name):
                 self._say(f"the job definition says{which} {name} {getattr(spec, name)}, its checkpoint "
@@ -292,7 +289,7 @@ class _Run:
         phase("checkpoint")
 
 
-def run_job(spark: SparkSession, spec: JobSpec | ChainSpec, settings: Settings, max_microbatches: int | None = None,
+def run_job(spark: SparkSession, spec: JobSpec | Job, settings: Settings, max_microbatches: int | None = None,
             max_records: int | None = None, **options) -> RunResult:
     """Run ``spec`` for at most ``max_microbatches`` / about ``max_records`` (or until its sources are drained)."""
     return JobRunner(spark, spec, settings, **options).run(max_microbatches, max_records)
