@@ -35,11 +35,15 @@ def _due(ctx: RunContext, checkpoint_id: int, plans: list[MicrobatchPlan]) -> di
 
 
 class Checkpointer:
-    """Takes one run's checkpoints: ``Checkpointer(ctx, backends, states).take(checkpoint, plans, stats, sweeps)``
-    with ``states`` every state the run's definition registered (lazily registered ones marked)."""
+    """One operator's part of a run's checkpoints (``take_checkpoints`` takes them): its records of each, from
+    the ``checkpoint`` the run restored, its subtasks' ``stats`` per microbatch and what TTL's incremental
+    cleanup removed after which microbatch (``sweeps``); ``states`` is every state the run's definition
+    registered (lazily registered ones marked)."""
 
-    def __init__(self, ctx: RunContext, keyed: StateBackend, operator: StateBackend, states: dict[str, StateInfo]):
+    def __init__(self, ctx: RunContext, keyed: StateBackend, operator: StateBackend, states: dict[str, StateInfo],
+                 checkpoint: CheckpointMetadata | None, stats: list[MicrobatchStats], sweeps: dict[int, CleanupNote]):
         self.ctx, self.keyed, self.operator, self.states = ctx, keyed, operator, states
+        self.checkpoint, self.stats, self.sweeps = checkpoint, stats, sweeps
         self.cleaned = ttl_states(states, "full_snapshot")
 
     def _state(self, cid: int, plan: MicrobatchPlan, entries: dict[str, int]) -> dict[str, TableVersion]:
@@ -65,16 +69,18 @@ class Checkpointer:
             processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink_version(ctx.sink_path),
             cleanup_cursor=cursor, airflow_run=AirflowRun.of_environment())
 
-    def _start(self, checkpoint: CheckpointMetadata | None) -> None:
+    def start(self) -> None:
+        """Count from the checkpoint the run restored (none: from nothing)."""
+        checkpoint = self.checkpoint
         self._entries = dict(checkpoint.entries) if checkpoint else {}  # live entries per state, as the run goes
         self._cursor = checkpoint.cleanup_cursor if checkpoint else None  # TTL's incremental cleanup's
 
-    def _advance(self, plan: MicrobatchPlan, s: MicrobatchStats, sweeps: dict[int, CleanupNote]) -> None:
-        """Count in what ``plan``'s microbatch changed (and a TTL cleanup after it removed)."""
+    def advance(self, plan: MicrobatchPlan, i: int) -> None:
+        """Count in what ``plan``'s microbatch (the run's ``i``-th) changed (and a TTL cleanup after it removed)."""
         entries = self._entries
-        for name, delta in s.entries_delta.items():
+        for name, delta in self.stats[i].entries_delta.items():
             entries[name] = entries.get(name, 0) + delta
-        sweep = sweeps.get(plan.batch_id, CleanupNote({}, self._cursor))  # a TTL cleanup after it?
+        sweep = self.sweeps.get(plan.batch_id, CleanupNote({}, self._cursor))  # a TTL cleanup after it?
         for name, count in sweep.removed.items():
             entries[name] = entries.get(name, 0) - count
         self._cursor = sweep.cursor
@@ -83,50 +89,52 @@ class Checkpointer:
         if plan.event_time is not None and self.ctx.spec.watermark_strategy is not None:
             entries[WATERMARK_STATE] = self.ctx.p  # an entry per subtask (``run.timing.watermark_rows``)
 
-    def _record(self, cid: int, plan: MicrobatchPlan, checkpoint: CheckpointMetadata | None) -> CheckpointMetadata:
+    def record(self, cid: int, plan: MicrobatchPlan) -> CheckpointMetadata:
         """This operator's record of checkpoint ``cid`` at ``plan``'s microbatch (its tables captured)."""
         state = self._state(cid, plan, self._entries)
-        return self._metadata(cid, plan, state, self._entries, checkpoint, self._cursor)
+        return self._metadata(cid, plan, state, self._entries, self.checkpoint, self._cursor)
 
-    def take(self, checkpoint: CheckpointMetadata | None, plans: list[MicrobatchPlan], stats: list[MicrobatchStats],
-             sweeps: dict[int, CleanupNote], downstream: list[tuple] = (), sink_uid: str | None = None) -> list[int]:
-        """Write the run's due checkpoints (``sweeps``: what TTL's incremental cleanup removed after which
-        microbatch, and its cursor), then expire old ones; return the ids taken. In a dataflow this is the first
-        operator's checkpointer, and ``downstream`` has each later operator's ``(checkpointer, checkpoint,
-        stats, sweeps)``: each checkpoint holds every operator's record of the same microbatch, and the version of the
-        job's sink that ``sink_uid`` writes."""
-        ctx = self.ctx
-        due = _due(ctx, ctx.store.next_checkpoint_id(), plans)
-        self._start(checkpoint)
-        for c, old, _, _ in downstream:
-            c._start(old)
-        taken = []
-        for i, plan in enumerate(plans):
-            self._advance(plan, stats[i], sweeps)
-            for c, _, their_stats, their_sweeps in downstream:
-                c._advance(plan, their_stats[i], their_sweeps)
-            cid = due.get(plan.batch_id)
-            if cid is None:
-                continue
-            ctx.fault("before_checkpoint", [plan.batch_id])
-            row = self._record(cid, plan, checkpoint)
-            if downstream:
-                row.operators = {c.ctx.spec.uid: c._record(cid, plan, old) for c, old, _, _ in downstream}
-                row.sink = row.operators[sink_uid].sink if sink_uid in row.operators else row.sink
-            ctx.store.publish(row)  # last: the checkpoint exists only once this row does
-            ctx.fault("after_checkpoint", [plan.batch_id])
-            taken.append(cid)
-            ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {row.total_entries} entries, "
-                    f"{row.size_bytes} bytes in {row.num_files} files")
-        ctx.store.expire(ctx.spec.num_retained, lambda old, retained: self._discard(old, retained, downstream))
-        return taken
-
-    def _discard(self, old: CheckpointMetadata, retained: list[CheckpointMetadata], others=()) -> None:
+    def discard(self, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+        """Release what this operator's part ``old`` of an expired checkpoint alone held."""
         self.keyed.discard(old, retained)
         self.operator.discard(old, retained)
-        for c, _, _, _ in others:
-            mine = old.of_operator(c.ctx.spec.uid)
-            if mine is not None:
-                kept = [r for r in (k.of_operator(c.ctx.spec.uid) for k in retained) if r is not None]
-                c._discard(mine, kept)
 
+
+def take_checkpoints(parts: list[Checkpointer], plans: list[MicrobatchPlan], sink_uid: str | None = None
+                     ) -> list[int]:
+    """Write a run's due checkpoints, then expire old ones; return the ids taken. ``parts`` has a checkpointer per
+    operator, the first operator's first (its store keeps the job's checkpoints): each checkpoint holds every
+    operator's record of the same microbatch, and the version of the job's sink that ``sink_uid`` writes."""
+    head = parts[0]
+    ctx = head.ctx
+    due = _due(ctx, ctx.store.next_checkpoint_id(), plans)
+    for part in parts:
+        part.start()
+    taken = []
+    for i, plan in enumerate(plans):
+        for part in parts:
+            part.advance(plan, i)
+        cid = due.get(plan.batch_id)
+        if cid is None:
+            continue
+        ctx.fault("before_checkpoint", [plan.batch_id])
+        row, *rest = [part.record(cid, plan) for part in parts]
+        if rest:
+            row.operators = {r.uid: r for r in rest}
+            row.sink = row.operators[sink_uid].sink if sink_uid in row.operators else row.sink
+        ctx.store.publish(row)  # last: the checkpoint exists only once this row does
+        ctx.fault("after_checkpoint", [plan.batch_id])
+        taken.append(cid)
+        ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {row.total_entries} entries, "
+                f"{row.size_bytes} bytes in {row.num_files} files")
+    ctx.store.expire(ctx.spec.num_retained, lambda old, retained: _discard(parts, old, retained))
+    return taken
+
+
+def _discard(parts: list[Checkpointer], old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+    """Release what expired checkpoint ``old`` alone held, of every operator."""
+    for part in parts:
+        uid = part.ctx.spec.uid
+        mine = old.of_operator(uid)
+        if mine is not None:
+            part.discard(mine, [r for r in (k.of_operator(uid) for k in retained) if r is not None])

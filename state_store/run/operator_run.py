@@ -124,12 +124,12 @@ class OperatorRun:
             found.update(s.descriptors)
         return found
 
-    def checkpointer(self) -> Checkpointer:
+    def checkpointer(self, sweeps: dict) -> Checkpointer:
         # States the function registers only while processing: recorded, marked so a restore lets them follow
         # their uid (a dry run of the definition cannot tell whether it still registers them).
         states = {**{n: d.with_lazy() for n, d in self.registered().items() if n not in self.descriptors},
                   **self.descriptors}
-        return Checkpointer(self.ctx, self.keyed, self.operator, states)
+        return Checkpointer(self.ctx, self.keyed, self.operator, states, self.checkpoint, self.stats, sweeps)
 
     def committed(self) -> dict[str, set[str]]:
         """Per folder of a table this operator wrote, the files its commits named (relative paths)."""

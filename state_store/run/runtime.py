@@ -52,6 +52,7 @@ from ..side_outputs import check_one_writer_per_table
 from ..spark.session import wait_for_running_tasks
 from ..subtask.run_files import new_token
 from . import commit, timing
+from .checkpointing import take_checkpoints
 from .context import (  # noqa: F401 - the run's fault points are part of its public surface
     CLEANUP_FAULT_POINTS,
     FAULT_POINTS,
@@ -278,12 +279,9 @@ class _Run:
                     result.side_rows[tag] = result.side_rows.get(tag, 0) + rows
             if late := sum(s.late_dropped for s in op.stats):
                 result.late_dropped[op.ctx.spec.uid] = late
-        checkpointers = [op.checkpointer() for op in self.operators]
-        downstream = [(c, op.checkpoint, op.stats, w) for c, op, w in zip(checkpointers[1:], self.operators[1:],
-                                                                          sweeps[1:])]
         first = ctx.store.next_checkpoint_id()
-        result.checkpoints = checkpointers[0].take(self.head.checkpoint, plans, self.head.stats, sweeps[0],
-                                                   downstream, self.sinking.ctx.spec.uid)
+        result.checkpoints = take_checkpoints([op.checkpointer(w) for op, w in zip(self.operators, sweeps)], plans,
+                                              self.sinking.ctx.spec.uid)
         result.retained = ctx.store.checkpoint_ids()
         result.skipped = list(range(first, result.checkpoints[0])) if result.checkpoints else []
         phase("checkpoint")
