@@ -106,9 +106,10 @@ fi
 # Airflow's scheduler, triggerer and DAG processor exit when their database stops answering (a PostgreSQL
 # restarted under them) and the standalone does not start them again: deferred tasks (approvals) would never
 # resume, nor new runs start.
+# ps -ww: without it ps cuts its lines at $COLUMNS (80 in a CI shell), and a component named past it looks gone.
 exited() {
   local kids c
-  kids=$(ps -o stat=,args= --ppid "$1" 2>/dev/null | awk '$1 !~ /^Z/ {$1 = ""; print}')
+  kids=$(ps -ww -o stat=,args= --ppid "$1" 2>/dev/null | awk '$1 !~ /^Z/ {$1 = ""; print}')
   for c in scheduler dag-processor triggerer api-server; do
     echo "$kids" | grep -Eq "airflow ${c//-/[-_]}( |$)" || echo "$c"
   done

@@ -182,7 +182,7 @@ def standalone_components(home: Path) -> list[str]:
     """The running components of the standalone of ``home`` (its own children's commands, sorted): "airflow
     scheduler", "airflow triggerer", "airflow dag-processor", "airflow api_server -- host:... port:..."."""
     pid = (home / "lakestate-ui.pid").read_text().split()[0]
-    listed = subprocess.run(["ps", "-o", "stat=,args=", "--ppid", pid], capture_output=True, text=True).stdout
+    listed = subprocess.run(["ps", "-ww", "-o", "stat=,args=", "--ppid", pid], capture_output=True, text=True).stdout
     return sorted(re.sub(r"^\S*/bin/python \S*/bin/airflow", "airflow", args.strip())
                   for stat, _, args in (line.strip().partition(" ") for line in listed.splitlines())
                   if not stat.startswith("Z"))

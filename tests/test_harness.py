@@ -149,4 +149,4 @@ def test_a_command_run_while_it_advances_keeps_what_it_started_in_the_background
     # One that stalls (no output, no CPU): ended with its group once the stall window passes.
     with pytest.raises(Stalled, match="a stuck script: nothing advanced in 1 s"):
         run_advancing(["bash", "-c", "sleep 603 & wait"], "a stuck script", stall_s=1, ceiling_s=30)
-    assert not [line for line in os.popen("ps -eo args") if line.startswith("sleep 603")]
+    assert not [line for line in os.popen("ps -ww -eo args") if line.startswith("sleep 603")]
