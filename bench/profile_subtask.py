@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 
 from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized
 from state_store.subtask.exchange import EXCHANGE_COLUMNS
+from state_store.subtask.reader import column_values, run_partition
 from state_store.subtask.run_files import local_outputs
-from state_store.subtask.task import RunPlan, column_values, run_partition
+from state_store.subtask.runner import RunPlan
 from state_store.types import Types
 
 MICROBATCHES = 2

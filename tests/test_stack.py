@@ -55,7 +55,7 @@ def test_python_workers_run_without_sparks_archives_on_their_path_and_start_warm
     row = spark.range(1).mapInArrow(worker_path, "path string, modules string, seconds double").collect()[0]
     path = row["path"].split("\n")
     assert not [p for p in path if p.endswith((".zip", ".jar")) and ("pyspark" in p or "py4j" in p or "spark-" in p)]
-    assert {"state_store.subtask.task", "pyarrow.parquet", "orjson", "pandas"} <= set(row["modules"].split())
+    assert {"state_store.subtask.reader", "pyarrow.parquet", "orjson", "pandas"} <= set(row["modules"].split())
 
 
 def test_the_worker_daemon_keeps_the_archives_when_pyspark_is_only_in_them(tmp_path):

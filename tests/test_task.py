@@ -36,8 +36,9 @@ from state_store.subtask.exchange import (
     sort_columns,
     sort_key_parts,
 )
+from state_store.subtask.reader import run_partition
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs, local_outputs
-from state_store.subtask.task import RAW_KEYED, RunPlan, UserFunctionError, run_partition
+from state_store.subtask.runner import RAW_KEYED, RunPlan, UserFunctionError
 from state_store.types import Types
 from state_store.vectorized import VectorizedKeyedFunction
 

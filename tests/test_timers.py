@@ -22,8 +22,9 @@ from state_store.records.stats import MicrobatchStats, WrittenFile
 from state_store.side_outputs import OutputTag
 from state_store.state.descriptors import ValueStateDescriptor
 from state_store.state.store import KeyedStateStore
+from state_store.subtask.reader import run_partition
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, OutputTable, RunOutputs
-from state_store.subtask.task import RunPlan, UserFunctionError, run_partition
+from state_store.subtask.runner import RunPlan, UserFunctionError
 from state_store.timers import SubtaskTimers, TimeDomain, TimerService, is_timer_state, timer_state_names
 from state_store.types import Types
 from state_store.watermarks import MIN_WATERMARK

@@ -14,7 +14,8 @@ from state_store import ConfigError, JobSpec, ValueStateDescriptor, VectorizedKe
 from state_store.errors import StoredValueError
 from state_store.subtask.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RECORD, PHASE_SUBTASK, RECORD, SIDE_KEYED
 from state_store.subtask.json_columns import decode_column, encode_column
-from state_store.subtask.task import RunPlan, UserFunctionError, run_partition
+from state_store.subtask.reader import run_partition
+from state_store.subtask.runner import RunPlan, UserFunctionError
 from state_store.types import Types
 from tests.test_task import ARROW_TYPES, OUT, in_frame_order, keyed_changes, outputs, read_files, run_outputs, stats
 

@@ -1,4 +1,4 @@
-"""The driver half of the exchange (``exchange`` states the contract, ``task`` is the executor half): the one
+"""The driver half of the exchange (``exchange`` states the contract, ``subtask/reader`` is the executor half): the one
 Spark frame a run's subtasks read, built from its records and the state they need, and the pass over it.
 
 Every subtask gets its operator state, raw keyed state and the keyed state of the keys the run touches (read
@@ -38,8 +38,9 @@ from ..subtask.exchange import (
     sort_columns,
     sort_key_parts,
 )
+from ..subtask.reader import run_partition
 from ..subtask.run_files import RunOutputs
-from ..subtask.task import RAW_KEYED, RunPlan, run_partition
+from ..subtask.runner import RAW_KEYED, RunPlan
 from ..vectorized import VectorizedKeyedFunction
 from ..watermarks import NO_EVENT_TIME, EventClock
 from .context import RunContext

@@ -9,7 +9,7 @@ The protocol of a run, each step durable before the next starts:
    anything is read.
 2. **process**, one Spark pass: every subtask gets its operator state, raw
    keyed state and the keyed state of the keys the run touches (read once),
-   then its records microbatch by microbatch (``exchange``, ``task``). The
+   then its records microbatch by microbatch (``exchange``, ``subtask/reader``). The
    subtasks write the sink rows and state changes, each row tagged with its
    microbatch, to Parquet files (``run_files``) and return only a row per file
    and per microbatch; every user or input error surfaces here, before

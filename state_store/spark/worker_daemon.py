@@ -21,7 +21,7 @@ _ARCHIVES = (".zip", ".jar")
 # What a run's task imports, for each worker forked from the daemon to inherit. pandas among them: pyarrow.compute
 # imports it at a task's first call with a Python scalar (about 0.2 s in each new worker here).
 _WARM = ("pyspark.worker", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.parquet", "orjson",
-         "state_store.subtask.task")
+         "state_store.subtask.reader")
 
 
 def lean_path(path: list[str]) -> list[str]:

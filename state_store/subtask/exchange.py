@@ -20,7 +20,7 @@ The subtasks write the sink rows and state changes to files themselves
 (``run_files``); what they send back is small: one ``stat`` row per subtask
 and microbatch, and one ``file`` row per file written (its description as
 JSON), for the driver to commit.
-No Spark import here: the executor side (``task``) and the tests use it alone.
+No Spark import here: the executor side (``reader``, ``runner``) and the tests use it alone.
 """
 from __future__ import annotations
 

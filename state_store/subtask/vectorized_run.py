@@ -1,6 +1,6 @@
 """A subtask's side of a VectorizedKeyedFunction: one ``process_batch`` call per microbatch.
 
-``task.SubtaskRunner`` hands this its keyed records as Arrow slices of the
+``runner.SubtaskRunner`` hands this its keyed records as Arrow slices of the
 exchange batches (``add``, in no order) and calls ``run`` at the end of each
 microbatch, before its flush. ``run`` sorts the records by key, reads the touched keys'
 stored values column-wise, calls the function, writes the output table to the
