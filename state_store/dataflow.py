@@ -33,7 +33,7 @@ from .functions import (
     RecordFunction,
 )
 from .graph import Job, as_job
-from .job import SHARE_KEY, JobSpec, check_job_id
+from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
 from .sources import EdgeSource
@@ -143,8 +143,7 @@ def _graph(ends: tuple) -> Job:
             last = merged[uid] = replace(
                 last, function=RecordOperator(_ToSink()), uid=uid, key=SHARE_KEY, key_type=Types.INT(),
                 source=EdgeSource(last.uid, last.output_type), side_outputs=[], order_by=[], max_parallelism=None,
-                watermark_strategy=None, broadcast_source=None, second_source=None, second_key=None,
-                second_watermark_strategy=None, union_inputs=False)
+                watermark_strategy=None, broadcast_source=None, further_inputs=())
         sinks[last.uid] = sink
     operators = [replace(op, sink=main_sink) for op in merged.values()]
     if len(branches) == 1 and len(operators) == 1:
@@ -152,15 +151,16 @@ def _graph(ends: tuple) -> Job:
     return Job(operators, sinks).validate()
 
 
-def _second_input(other: "Dataflow", key: str) -> dict:
+def _second_input(other: "Dataflow", key: str, role: InputRole = InputRole.KEYED) -> dict:
     """A two-input operator's (or a union's) step options for its second input, the stream ``other``: JobSpec's
-    ``second_*``: another source of the job, or (later in a dataflow) what another branch's last operator emits."""
+    ``further_inputs``: another source of the job, or (later in a dataflow) what another branch's last operator
+    emits."""
     if other._steps:
         last = other._steps[-1]
-        return {"second_source": EdgeSource(last.uid, last.output_type), "second_key": key,
-                "second_watermark_strategy": None}
-    return {"second_source": other._source, "second_key": key,
-            "second_watermark_strategy": other._settings["watermark_strategy"]}
+        second = Input("second", EdgeSource(last.uid, last.output_type), key, None, role, 2)
+    else:
+        second = Input("second", other._source, key, other._settings["watermark_strategy"], role, 2)
+    return {"further_inputs": (second,)}
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ class Dataflow:
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         joined, union = (), self._pending_union()
         if union is not None:  # the union's second stream
-            options.update(_second_input(union, self._key[0]), union_inputs=True)
+            options.update(_second_input(union, self._key[0], InputRole.UNION))
             joined = union._steps
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
         return Dataflow(self._source, self._settings, self._steps + (step,))

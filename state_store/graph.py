@@ -3,9 +3,10 @@
 ``JobSpec`` is the user's constructor of a one-operator job and ``as_job(spec)`` its graph; ``Dataflow`` builds
 the graph of several (``sink_to``, ``Dataflow.graph``). Every room that runs, registers, restores or rescales a
 job takes its ``Job`` (``as_job``): one shape, never a branch on which constructor made it. Each operator is
-a ``JobSpec`` of its own (its uid, function, key, parallelism, output type, side outputs, state tables); the
-first reads the job's source, each next one what the operators before it emitted (``sources.EdgeSource``), and
-each branch's end writes its sink.
+a ``JobSpec`` of its own (its uid, function, key, parallelism, output type, side outputs, state tables) with
+its ``inputs`` (``job.Input``: a source, or what an operator before it emitted as a ``sources.EdgeSource``;
+its key, watermark strategy and role); the first operator reads the job's sources, and each branch's end
+writes its sink.
 """
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
-from .job import JobSpec
+from .job import Input, InputRole, JobSpec
 from .side_outputs import check_one_writer_per_table
-from .sources import EdgeSource
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
 JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
@@ -102,8 +102,7 @@ class Job:
 
     def inputs_of(self, uid: str) -> list[str]:
         """The operators whose output operator ``uid`` reads (none for the first)."""
-        op = self.operator(uid)
-        return [s.upstream for s in (op.source, op.second_source) if isinstance(s, EdgeSource)]
+        return [i.upstream for i in self.operator(uid).inputs if i.upstream is not None]
 
     def with_overrides(self, **changes: Any) -> "Job":
         """A copy with job-wide ``changes`` (backend, checkpoint_interval, num_retained) applied to every operator.
@@ -138,21 +137,8 @@ class Job:
                                       f"{getattr(first, name)!r}: it is the whole job's, set on the dataflow")
         emits = {first.uid: first.output_type}
         for op in self.operators[1:]:
-            upstream = op.source.upstream if isinstance(op.source, EdgeSource) else None
-            if upstream not in emits:
-                raise ConfigError(f"operator {op.uid!r} must read what an operator before it emits (build the job "
-                                  f"with Dataflow)")
-            second = op.second_source
-            if second is not None and (not isinstance(second, EdgeSource) or second.upstream not in emits):
-                raise ConfigError(f"operator {op.uid!r}: a second source is read by the job's first operator; a "
-                                  f"later two-input operator reads what operators before it emit")
-            for edge in (op.source, second):
-                if edge is not None and edge.schema != emits[edge.upstream]:
-                    raise ConfigError(f"operator {op.uid!r} reads {edge.schema} but {edge.upstream!r} emits "
-                                      f"{emits[edge.upstream]}")
-            if op.broadcast_source is not None or op.watermark_strategy is not None:
-                raise ConfigError(f"operator {op.uid!r}: only the first operator of a dataflow takes a broadcast "
-                                  f"source or a watermark strategy (the watermark flows down)")
+            for input_ in op.inputs:
+                self._validate_later_input(op.uid, input_, emits)
             emits[op.uid] = op.output_type
         self._validate_sinks()
         tags = [t.name for op in self.operators for t in op.side_outputs]
@@ -161,6 +147,27 @@ class Job:
             raise ConfigError(f"side output {twice[0]!r} is declared by two operators; each side output is a table "
                               f"beside the sink, so give each its own name")
         return self
+
+    @staticmethod
+    def _validate_later_input(uid: str, input_: Input, emits: dict) -> None:
+        """An input of an operator after the first: what an operator before it emits (``emits``: their output
+        types by uid), of that type; the job's sources, a broadcast input and watermark strategies are the first
+        operator's."""
+        only_first = ConfigError(f"operator {uid!r}: only the first operator of a dataflow takes a broadcast source "
+                                 f"or a watermark strategy (the watermark flows down)")
+        if input_.role is InputRole.BROADCAST:
+            raise only_first
+        upstream = input_.upstream
+        if upstream not in emits:
+            raise ConfigError(f"operator {uid!r} must read what an operator before it emits (build the job with "
+                              f"Dataflow)" if input_.index in (None, 1) else
+                              f"operator {uid!r}: a second source is read by the job's first operator; a later "
+                              f"two-input operator reads what operators before it emit")
+        if input_.source.schema != emits[upstream]:
+            raise ConfigError(f"operator {uid!r} reads {input_.source.schema} but {upstream!r} emits "
+                              f"{emits[upstream]}")
+        if input_.watermark_strategy is not None:
+            raise only_first
 
     def _validate_sinks(self) -> None:
         check_one_writer_per_table(self.tables())

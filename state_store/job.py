@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from .errors import ConfigError
@@ -10,7 +11,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
-from .sources import Source
+from .sources import EdgeSource, Source
 from .state.backend import DEFAULT_BACKEND, backend_kind
 from .state.descriptors import check_state_name
 from .types import RowTypeInfo, TypeInfo
@@ -29,6 +30,49 @@ def check_job_id(job_id: str) -> str:
             "starting with a letter or digit"
         )
     return job_id
+
+
+class InputRole(Enum):
+    """What an operator does with an input's records: keys them (``KEYED``: each record to its key's subtask, or
+    by its content for a non-keyed operator), sends each to every subtask first (``BROADCAST``: a
+    ``KeyedBroadcastProcessFunction``'s broadcast side), or takes them as the first input's own (``UNION``: a
+    union's further stream, of the first's columns, keyed alike)."""
+
+    KEYED = "keyed"
+    BROADCAST = "broadcast"
+    UNION = "union"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of an operator: what it reads (a source, or an upstream operator's output as an
+    ``EdgeSource``), the column its records are keyed by (``SHARE_KEY``: a non-keyed operator's; None for a
+    broadcast input), its watermark strategy (None: no event time, or one that flows down from upstream), its
+    ``role``, and ``index``, the number a two-input function's ``process_element1/2`` sees (None for a
+    one-input operator's records and broadcast ones). ``name`` names its offsets in the plans and checkpoints
+    ("main", "second", "broadcast")."""
+
+    name: str
+    source: Source
+    key: str | None
+    watermark_strategy: WatermarkStrategy | None
+    role: InputRole
+    index: int | None = None
+
+    @property
+    def upstream(self) -> str | None:
+        """The uid of the operator whose output this input is (inside a dataflow), None for a source."""
+        return self.source.upstream if isinstance(self.source, EdgeSource) else None
+
+    @property
+    def field(self) -> str:
+        """The ``JobSpec`` field that gives it: ``source``, ``second_source`` or ``broadcast_source``."""
+        return "source" if self.name == "main" else f"{self.name}_source"
+
+    @property
+    def what(self) -> str:
+        """How a run's error names this input's records."""
+        return "the source" if self.name == "main" else f"the {self.name} input's source"
 
 
 def _positive(name: str, value: Any) -> None:
@@ -72,10 +116,8 @@ class JobSpec:
     :param order_by: columns that order a key's records in a microbatch (after their source order).
     :param watermark_strategy: event time: its timestamp column, bound and idleness (docs/writing/time.md).
     :param side_outputs: the ``OutputTag`` s the function may emit to, each a table beside the sink.
-    :param second_source: a two-input operator's second input (set by ``Dataflow.connect``).
-    :param second_key: its key column.
-    :param second_watermark_strategy: its watermark strategy.
-    :param union_inputs: the second input is a union's: its records go to ``process`` too.
+    :param further_inputs: the inputs after ``source`` (``Input`` s, set by ``Dataflow``): a two-input
+        operator's second (``connect``, the joins) or a union's further stream.
     """
 
     job_id: str
@@ -95,12 +137,20 @@ class JobSpec:
     order_by: list[str] = field(default_factory=list)
     watermark_strategy: WatermarkStrategy | None = None
     side_outputs: list[OutputTag] = field(default_factory=list)
-    # A two-input operator's second input (``KeyedCoProcessFunction``; ``Dataflow.connect``): its source, key
     # column and watermark strategy.
-    second_source: Source | None = None
-    second_key: str | None = None
-    second_watermark_strategy: WatermarkStrategy | None = None
-    union_inputs: bool = False  # the second input is a union's (``Dataflow.union``): its records go to ``process``
+    further_inputs: tuple[Input, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[Input, ...]:
+        """The operator's inputs, in the order its records come within a key and microbatch: the first (its
+        ``source``), a two-input or union operator's second, and a broadcast input (whose records come before
+        every keyed one)."""
+        first = 1 if self.further_inputs else None
+        inputs = [Input("main", self.source, self.key, self.watermark_strategy, InputRole.KEYED, first),
+                  *self.further_inputs]
+        if self.broadcast_source is not None:
+            inputs.append(Input("broadcast", self.broadcast_source, None, None, InputRole.BROADCAST))
+        return tuple(inputs)
 
     @property
     def effective_max_parallelism(self) -> int:
@@ -150,13 +200,11 @@ class JobSpec:
             self.output_type.spark_schema_ddl()
         except TypeError as e:
             raise ConfigError(f"output_type: {e}") from None
-        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source),
-                             ("second_source", self.second_source)):
-            if source is not None and not isinstance(source, Source):
-                raise ConfigError(f"{what} must be a FileSource, a DeltaSource or a KafkaSource (or a subclass of "
-                                  f"state_store.sources.Source)")
-            if source is not None:
-                source.validate(what)
+        for input_ in self.inputs:
+            if not isinstance(input_.source, Source):
+                raise ConfigError(f"{input_.field} must be a FileSource, a DeltaSource or a KafkaSource (or a "
+                                  f"subclass of state_store.sources.Source)")
+            input_.source.validate(input_.field)
         declared = self.source.declared_fields()
         if declared is not None and self.key != SHARE_KEY:
             if self.key not in declared:
@@ -175,31 +223,35 @@ class JobSpec:
 
     def _validate_second_input(self) -> None:
         """A KeyedCoProcessFunction has a second input (source, key of the job's key type, and a watermark strategy
-        if the first has one, of the same bound and idleness: the operator's watermark is the least of both), and
-        only it has one."""
+        if the first has one, each its own: the operator's watermark is the least of both), and only it or a union
+        has one."""
         two = getattr(self.function, "two_inputs", False)  # a KeyedCoProcessFunction, or a CoMap/CoFlatMap's operator
-        if self.union_inputs:
-            if self.second_source is None or two:
-                raise ConfigError("a union of two streams needs its second source and a function of one input; "
-                                  "a KeyedCoProcessFunction takes connected streams: a.connect(b).key_by(k1, k2)")
-        elif two != (self.second_source is not None):
+        further = self.further_inputs
+        if not isinstance(further, tuple) or len(further) > 1 or not all(isinstance(i, Input) for i in further):
+            raise ConfigError("further_inputs is a tuple of at most one state_store.job.Input (Dataflow sets it: "
+                              "a.connect(b), a.union(b))")
+        union = bool(further) and further[0].role is InputRole.UNION
+        if union and two:
+            raise ConfigError("a union of two streams needs a function of one input; a KeyedCoProcessFunction "
+                              "takes connected streams: a.connect(b).key_by(k1, k2)")
+        if not union and two != bool(further):
             raise ConfigError(f"{type(self.function).__name__} is a KeyedCoProcessFunction: connect a second input "
                               f"(a.connect(b).key_by(key_a, key_b))" if two else
-                              "a job with a second_source needs a KeyedCoProcessFunction (process_element1/2)")
-        if self.second_source is None:
+                              "a job with a second input needs a KeyedCoProcessFunction (process_element1/2)")
+        if not further:
             return
         if self.broadcast_source is not None:
             raise ConfigError("a KeyedCoProcessFunction takes no broadcast_source")
-        declared = self.second_source.declared_fields()
-        if declared is not None and self.second_key != SHARE_KEY:
-            if self.second_key not in declared:
-                raise ConfigError(f"the second input's key column {self.second_key!r} is not in its source schema "
+        key, second = further[0].key, further[0].watermark_strategy
+        declared = further[0].source.declared_fields()
+        if declared is not None and key != SHARE_KEY:
+            if key not in declared:
+                raise ConfigError(f"the second input's key column {key!r} is not in its source schema "
                                   f"{list(declared)}")
-            if declared[self.second_key].name != self.key_type.name:
-                raise ConfigError(f"the second input's key column {self.second_key!r} is "
-                                  f"{declared[self.second_key].name} but the first input's key is "
-                                  f"{self.key_type.name}: both inputs' keys must be of one type")
-        first, second = self.watermark_strategy, self.second_watermark_strategy
+            if declared[key].name != self.key_type.name:
+                raise ConfigError(f"the second input's key column {key!r} is {declared[key].name} but the first "
+                                  f"input's key is {self.key_type.name}: both inputs' keys must be of one type")
+        first = self.watermark_strategy
         if (first is None) != (second is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")
@@ -213,11 +265,11 @@ class JobSpec:
     def _validate_dead_letters(self) -> None:
         """A source's dead-letter side output (``KafkaSource(on_malformed=...)``) is one of the job's side
         outputs: its table, commit and Asset are those of any side output."""
-        for what, source in (("source", self.source), ("broadcast_source", self.broadcast_source)):
-            tag = getattr(source, "dead_letter_tag", None)
+        for input_ in self.inputs:
+            tag = getattr(input_.source, "dead_letter_tag", None)
             if tag is not None and tag not in self.side_outputs:
-                raise ConfigError(f"{what}: on_malformed sends poison records to side output {tag.name!r}, which the "
-                                  f"job does not declare; add it: JobSpec(side_outputs=[..., {tag!r}])")
+                raise ConfigError(f"{input_.field}: on_malformed sends poison records to side output {tag.name!r}, "
+                                  f"which the job does not declare; add it: JobSpec(side_outputs=[..., {tag!r}])")
 
     def _validate_time(self) -> None:
         """The watermark strategy's timestamp column and the side outputs (docs/writing/time.md)."""
@@ -251,6 +303,15 @@ class JobSpec:
             except TypeError as e:
                 raise ConfigError(f"side output {tag.name!r}: {e}") from None
 
+    def _described_inputs(self) -> dict:
+        """The catalog record's fields of a second input, as every earlier release records them: its source, its
+        key, and whether it is a union's."""
+        if not self.further_inputs:
+            return {}
+        second = self.further_inputs[0]
+        return {"second_source": second.source.describe(), "second_key": second.key,
+                "union_inputs": second.role is InputRole.UNION}
+
     def describe(self) -> dict:
         """What the catalog records of this definition."""
         return {
@@ -259,8 +320,7 @@ class JobSpec:
             "function": f"{type(self.function).__module__}.{type(self.function).__qualname__}",
             "source": self.source.describe(),
             "broadcast_source": self.broadcast_source.describe() if self.broadcast_source else None,
-            **({"second_source": self.second_source.describe(), "second_key": self.second_key,
-                "union_inputs": self.union_inputs} if self.second_source is not None else {}),
+            **self._described_inputs(),
             "key": self.key,
             "key_type": self.key_type.to_schema(),
             "output_type": self.output_type.to_schema(),

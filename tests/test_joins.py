@@ -28,6 +28,7 @@ from state_store import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from state_store.job import InputRole
 from state_store.subtask.exchange import PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
 from state_store.timers import TimeDomain
 from state_store.watermarks import MIN_WATERMARK
@@ -219,7 +220,7 @@ def co_process(tmp_path):
 
 def test_a_keyed_co_process_function_shares_state_and_timers_between_its_inputs(tmp_path):
     spec = co_process(tmp_path)
-    assert spec.second_key == "key" and spec.second_source is not None
+    assert spec.inputs[1].key == "key" and spec.inputs[1].source is not None
     result = run(spec.function, marker(0),
                  *[{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "k",
                     "key_group": 1, "input": side, (RECORD if side == 1 else RECORD2): record}
@@ -338,7 +339,8 @@ def test_a_union_hands_one_keyed_function_the_records_of_both_streams_the_first_
     (tmp_path / "more").mkdir()
     more = Dataflow.from_source(FileSource(str(tmp_path / "more"), "json", LEFT), job_id="j", watermark_strategy=BY_TS)
     spec = left.union(more).key_by("k").process(Seen(), uid="op", output_type=OUT_ROW).sink_to("sinks/j")
-    assert (spec.union_inputs, spec.second_key, spec.second_watermark_strategy) == (True, "k", BY_TS)
+    assert (spec.inputs[1].role, spec.inputs[1].key, spec.inputs[1].watermark_strategy) == (InputRole.UNION, "k",
+                                                                                             BY_TS)
     rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "k", "key_group": 1,
              "input": side, RECORD: {"k": "k", "ts": ts, "who": who}}
             for side, ts, who in [(2, 1, "more"), (1, 2, "left"), (2, 3, "more"), (1, 0, "left")]]
@@ -424,7 +426,7 @@ def test_a_two_input_operator_after_others_joins_two_branches_of_one_stream(tmp_
     (tmp_path / "in").mkdir()
     spec = diamond(tmp_path / "in").sink_to("sinks/d")
     assert spec.uids == ["count", "only-a", "both"] and spec.sinks == {"both": "sinks/d"}
-    assert (spec.operator("both").source.upstream, spec.operator("both").second_source.upstream) == ("count",
+    assert (spec.operator("both").source.upstream, spec.operator("both").inputs[1].upstream) == ("count",
                                                                                                     "only-a")
     assert spec.inputs_of("both") == ["count", "only-a"]
     # a union of two branches, keyed and processed
@@ -432,8 +434,8 @@ def test_a_two_input_operator_after_others_joins_two_branches_of_one_stream(tmp_
                .key_by("k").process(Count(), uid="count", output_type=OUT_ROW))
     union = (counted.filter(OnlyA(), uid="a").union(counted.filter(NotLate(), uid="all")).key_by("k")
              .process(Seen(), uid="seen", output_type=OUT_ROW).sink_to("sinks/u"))
-    assert union.uids == ["count", "a", "all", "seen"] and union.operator("seen").union_inputs
-    assert union.operator("seen").second_source.upstream == "all"
+    assert union.uids == ["count", "a", "all", "seen"] and union.operator("seen").inputs[1].role is InputRole.UNION
+    assert union.operator("seen").inputs[1].upstream == "all"
 
 
 @pytest.mark.spark
@@ -610,7 +612,7 @@ class Both(CoFlatMapFunction):
 def test_co_map_and_co_flat_map_take_each_inputs_records_with_operator_state(tmp_path):
     left, right = streams(tmp_path)
     spec = left.connect(right).map(Tagged(), output_type=OUT_ROW, uid="tagged").sink_to("sinks/j")
-    assert (spec.second_key, spec.function.two_inputs) == ("__share__", True)
+    assert (spec.inputs[1].key, spec.function.two_inputs) == ("__share__", True)
     rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "0", "key_group": 0,
              "input": side, (RECORD if side == 1 else RECORD2): record}
             for side, record in [(2, {"key": "b", "at": 5, "who": "r"}), (1, {"k": "a", "ts": 7, "who": "l"})]]
@@ -673,7 +675,7 @@ def test_a_co_process_function_without_keys_sees_the_watermark_time_and_side_out
     left, right = streams(tmp_path)
     spec = (left.connect(right).process(WatermarkAndTime(), uid="co", output_type=OUT_ROW, side_outputs=[NEGATIVE])
             .sink_to("sinks/j"))
-    assert (spec.second_key, spec.function.two_inputs, spec.side_outputs) == ("__share__", True, [NEGATIVE])
+    assert (spec.inputs[1].key, spec.function.two_inputs, spec.side_outputs) == ("__share__", True, [NEGATIVE])
     rows = [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": 1, "side": SIDE_KEYED, "key": "0", "key_group": 0,
              "input": side, (RECORD if side == 1 else RECORD2): record}
             for side, record in [(2, {"key": "b", "at": 5, "who": "r"}), (1, {"k": "a", "ts": 7, "who": "l"}),

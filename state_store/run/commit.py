@@ -87,8 +87,9 @@ def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: Run
     files (``files``, committed with the others by ``write``): a microbatch's rows at or below what the table
     committed are left out (``SinkFiles``), so a replay writes each once. Only such jobs pay this second read."""
     by_batch = {s.batch_id: s for s in stats}
-    for name, source in (("main", ctx.spec.source), ("broadcast", ctx.spec.broadcast_source)):
-        found = source.read_dead_letters(ctx.spark, [p.range_of(name) for p in plans]) if source else None
+    for input_ in ctx.spec.inputs:
+        found = input_.source.read_dead_letters(ctx.spark, [p.range_of(input_.name) for p in plans]) \
+            if input_.upstream is None else None  # an upstream operator's output has none
         if found is None:
             continue
         tag, rows = found

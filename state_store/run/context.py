@@ -13,7 +13,6 @@ from ..catalog.lease import JobLease
 from ..job import JobSpec
 from ..settings import Settings
 from ..side_outputs import side_app_id, sink_app_id
-from ..sources import EdgeSource
 
 FAULT_POINTS = (
     "after_plan",
@@ -85,7 +84,7 @@ class RunContext:
     @property
     def keeps_offsets(self) -> bool:
         """Whether this operator keeps the source offsets (a dataflow's later operators read no source)."""
-        return not isinstance(self.spec.source, EdgeSource)
+        return self.spec.inputs[0].upstream is None
 
     @property
     def job_dir(self) -> Path:
@@ -109,14 +108,8 @@ class RunContext:
         return self.settings.sink(self.spec.side_output_sink(tag))
 
     def sources(self) -> dict:
-        """The job's sources by name: "main", "broadcast" when it has one, "second" for a two-input operator's
-        second input."""
-        sources = {"main": self.spec.source}
-        if self.spec.broadcast_source is not None:
-            sources["broadcast"] = self.spec.broadcast_source
-        if self.spec.second_source is not None:
-            sources["second"] = self.spec.second_source
-        return sources
+        """The operator's inputs' sources by their names ("main", "second", "broadcast": ``job.Input``)."""
+        return {i.name: i.source for i in self.spec.inputs}
 
     def fault(self, point: str, batch_ids) -> None:
         if self.faults is not None:

@@ -3,8 +3,12 @@ Spark frame a run's subtasks read, built from its records and the state they nee
 
 Every subtask gets its operator state, raw keyed state and the keyed state of the keys the run touches (read
 once), then its records microbatch by microbatch, in one Spark partition of its own, sorted as it reads them.
+The records are the operator's inputs' (``JobSpec.inputs``), each read by ``Frame._records`` as its role
+says and carried in its own struct column (``record_column``).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -12,7 +16,7 @@ from pyspark.sql import functions as F
 from ..delta.backends import StateBackend
 from ..errors import InputError
 from ..functions import applies_to_keyed_state
-from ..job import SHARE_KEY
+from ..job import SHARE_KEY, Input, InputRole
 from ..key_groups import first_key_group_column, key_group_column, subtask_column
 from ..keys import key_text, mistyped_key, spark_key_type
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
@@ -46,37 +50,46 @@ from ..watermarks import NO_EVENT_TIME, EventClock
 from .context import RunContext
 
 SMALL_RUN_RECORDS = 10_000  # a run of at most this many records reads only the key groups it touches
+RECORD_COLUMNS = (RECORD, BROADCAST_RECORD, RECORD2)  # the inputs' struct columns, in their order in the frame
+
+
+def record_column(input_: Input) -> str:
+    """The exchange column of an input's records: ``record`` (a first input's, and a union's further stream's, of
+    the same columns), ``record2`` (a two-input operator's second) or ``brecord`` (a broadcast input's)."""
+    if input_.role is InputRole.BROADCAST:
+        return BROADCAST_RECORD
+    return RECORD2 if input_.role is InputRole.KEYED and input_.index == 2 else RECORD
+
+
+def _record_columns_order(item: tuple[str, str]) -> int:
+    return RECORD_COLUMNS.index(item[0])
 
 
 class Frame:
     """Builds one run's exchange frame: ``Frame(ctx, plans).process(checkpoint, keyed, operator, outputs)``."""
 
     def __init__(self, ctx: RunContext, plans: list[MicrobatchPlan], start: EventClock = NO_EVENT_TIME,
-                 due_timers: DataFrame | None = None):
+                 due_timers: DataFrame | None = None, emitted: dict[str, list[str]] | None = None):
         spec, spark = ctx.spec, ctx.spark
         self.ctx, self.plans, self.start, self.due_timers = ctx, plans, start, due_timers
+        self.emitted = emitted or {}  # in a dataflow: the files each upstream operator emitted in this run, by uid
         self._nulls: dict = {}  # exchange column -> its typed null (``_frame``)
         self.all_keyed_state = applies_to_keyed_state(spec.function) and any(
             rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
-        self.record_ddl = spec.source.record_ddl(spark)
-        self.brecord_ddl = spec.broadcast_source.record_ddl(spark) if spec.broadcast_source is not None else None
-        # A union's second stream has the first's columns: its records go to ``record`` as the first's do.
-        self.record2_ddl = (spec.second_source.record_ddl(spark) if spec.second_source is not None
-                            and not spec.union_inputs else None)
+        # Each input's records in a struct column of its own (``record_column``): a union's further stream has the
+        # first's columns, so its records go to ``record`` as the first's do.
+        self.record_ddls = {record_column(i): i.source.record_ddl(spark) for i in reversed(spec.inputs)}
 
     def _frame(self, df: DataFrame, **columns) -> DataFrame:
         """``df`` as exchange rows: the named columns, typed nulls for the rest."""
         # A column is made by one JVM call where it can be (a SQL expression), and the typed nulls once a run:
         # a run's frame has some 25 columns in each of its five or more parts.
         cols, present = [], set(df.columns)  # ``df.columns`` asks the JVM for the schema each time: once
-        types = EXCHANGE_COLUMNS + [(RECORD, self.record_ddl)] + (
-            [(BROADCAST_RECORD, self.brecord_ddl)] if self.brecord_ddl is not None else []) + (
-            [(RECORD2, self.record2_ddl)] if self.record2_ddl is not None else [])
-        for name, ddl in types:
+        for name, ddl in EXCHANGE_COLUMNS + sorted(self.record_ddls.items(), key=_record_columns_order):
             value = columns.get(name)
             if value is not None:
                 cols.append(value.cast(ddl).alias(name))
-            elif name in present and name not in (RECORD, BROADCAST_RECORD, RECORD2):
+            elif name in present and name not in self.record_ddls:
                 cols.append(F.expr(f"CAST(`{name}` AS {ddl}) AS `{name}`"))
             else:
                 null = self._nulls.get(name)
@@ -93,33 +106,24 @@ class Frame:
     def _subtasks(self) -> DataFrame:
         return self.ctx.spark.range(self.ctx.p).select(F.col("id").cast("int").alias("subtask"))
 
-    def _main_records(self) -> DataFrame | None:
-        """The keyed records of the job's source (a two-input operator's first input)."""
-        spec = self.ctx.spec
-        input_ = 1 if spec.second_source else None
-        if spec.key == SHARE_KEY:
-            main = spec.source.read_run(self.ctx.spark, self._ranges("main"))
-            return None if main is None else self._shared_records(main, RECORD, input_)
-        return self._keyed_records("main", spec.source, spec.key, RECORD, input_)
-
-    def _second_records(self) -> DataFrame | None:
-        """A two-input operator's second input's keyed records (``record2``, or a union's ``record``; ``input``
-        2)."""
-        spec = self.ctx.spec
-        if spec.second_source is None:
-            return None
-        column = RECORD if spec.union_inputs else RECORD2
-        if spec.second_key == SHARE_KEY:  # a CoMapFunction's or CoFlatMapFunction's second input
-            second = spec.second_source.read_run(self.ctx.spark, self._ranges("second"))
-            return None if second is None else self._shared_records(second, column, 2)
-        return self._keyed_records("second", spec.second_source, spec.second_key, column, 2)
-
-    def _keyed_records(self, name: str, source, key: str, column: str, input_: int | None) -> DataFrame | None:
-        ctx, spec = self.ctx, self.ctx.spec
-        records = source.read_run(ctx.spark, self._ranges(name))
+    def _records(self, input_: Input) -> DataFrame | None:
+        """One input's records of the run as exchange rows (None when it has none): a source's ranges of the
+        plans, or (in a dataflow) what the upstream operator emitted in this run."""
+        source = input_.source
+        if input_.upstream is not None:
+            source = replace(source, files=tuple(self.emitted[input_.upstream]))
+        if input_.role is InputRole.BROADCAST:
+            return self._broadcast_records(source.read_run(self.ctx.spark, self._ranges(input_.name)))
+        records = source.read_run(self.ctx.spark, self._ranges(input_.name))
         if records is None:
             return None
-        what = "the source" if name == "main" else "the second input's source"
+        if input_.key == SHARE_KEY:  # a non-keyed operator's (a CoMapFunction's or CoFlatMapFunction's too)
+            return self._shared_records(records, record_column(input_), input_.index)
+        return self._keyed_records(input_, records)
+
+    def _keyed_records(self, input_: Input, records: DataFrame) -> DataFrame:
+        ctx, spec = self.ctx, self.ctx.spec
+        key, what, column = input_.key, input_.what, record_column(input_)
         if key not in records.columns:
             raise InputError(f"{what} has no key column {key!r} (columns: {records.columns}); fix the job's key")
         actual = mistyped_key(records, key, spec.key_type)
@@ -132,7 +136,8 @@ class Frame:
         kg = key_group_column(F.col(f"`{key}`"), ctx.maxp)
         return self._frame(
             records, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
-            key=key_text(F.col(f"`{key}`")), key_group=kg, input=None if input_ is None else F.lit(input_),
+            key=key_text(F.col(f"`{key}`")), key_group=kg,
+            input=None if input_.index is None else F.lit(input_.index),
             **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
     def _shared_records(self, records: DataFrame, column: str = RECORD, input_: int | None = None) -> DataFrame:
@@ -148,9 +153,8 @@ class Frame:
             key_group=first_key_group_column(share, p, maxp),
             input=None if input_ is None else F.lit(input_), **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 
-    def _broadcast_records(self) -> DataFrame | None:
-        source = self.ctx.spec.broadcast_source
-        b = source.read_run(self.ctx.spark, [p.range_of("broadcast") for p in self.plans]) if source else None
+    def _broadcast_records(self, b: DataFrame | None) -> DataFrame | None:
+        """A broadcast input's records, each to every subtask."""
         if b is None:
             return None
         data = [c for c in b.columns if c not in POSITION_COLUMNS]
@@ -237,8 +241,7 @@ class Frame:
         """The run's one Spark pass: the subtasks' result rows (a row per file written, a stat row per subtask
         and microbatch), lazily."""
         ctx, spec = self.ctx, self.ctx.spec
-        records = [r for r in (self._main_records(), self._second_records(), self._broadcast_records())
-                   if r is not None]
+        records = [r for r in map(self._records, spec.inputs) if r is not None]
         frame = self._state(records, checkpoint, keyed_backend, operator_backend)
         for part in records:
             frame = frame.unionByName(part)

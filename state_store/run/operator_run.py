@@ -4,15 +4,12 @@ operator, each but the first reading what the one before emitted in the same run
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
 from ..errors import RestoreError
 from ..records.layout import KEYED, OPERATOR, SINK
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import MicrobatchStats, WrittenFile
 from ..restore_plan import check_restorable
-from ..sources import EdgeSource
 from ..storage import rmtree
 from ..subtask.exchange import KIND_FILE, KIND_STAT
 from ..subtask.run_files import RunOutputs, remove_uncommitted
@@ -96,14 +93,10 @@ class OperatorRun:
     def process(self, plans: list[MicrobatchPlan], clock: EventClock, emitted: dict[str, list[str]]) -> list[str]:
         """This operator's Spark pass over ``plans``, fed (in a dataflow) what the operators it reads emitted in
         this run (``emitted``: each one's files by uid); returns the files it emitted, in order (by subtask)."""
-        spec = self.ctx.spec
-        edges = {name: replace(source, files=tuple(emitted[source.upstream]))
-                 for name, source in (("source", spec.source), ("second_source", spec.second_source))
-                 if isinstance(source, EdgeSource)}
-        ctx = self.ctx = replace(self.ctx, spec=spec.with_overrides(**edges)) if edges else self.ctx
+        ctx = self.ctx
         self.outputs.tables.update({n: b.output(self.outputs.token) for n, b in self.backends.items()})
         due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
-        rows = Frame(ctx, plans, clock, due).process(self.checkpoint, self.keyed, self.operator,
+        rows = Frame(ctx, plans, clock, due, emitted).process(self.checkpoint, self.keyed, self.operator,
                                                     self.outputs).collect()
         self.stats, self.files = _stats_and_files(plans, rows, self.outputs.tables)
         commit.dead_letter_files(ctx, plans, self.outputs, self.stats, self.files)

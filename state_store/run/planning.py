@@ -6,6 +6,7 @@ from typing import Callable
 from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..delta.backends import point_damage
 from ..errors import RestoreError
+from ..job import Input, InputRole
 from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
@@ -51,7 +52,8 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     """The next microbatch: the new input of each source, or, with none, a timer-only microbatch when timers
     are due at this processing time (``timers_due``); None when there is nothing to do."""
     ranges, records, any_new = {}, 0, False
-    for name, source in ctx.sources().items():
+    for input_ in ctx.spec.inputs:
+        name, source = input_.name, input_.source
         start = offsets.get(name) or source.initial_offset()
         end = source.next_offset(ctx.spark, start)
         if end is not None:  # e.g. Kafka partitions read for the first time
@@ -59,16 +61,18 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
                 ctx.say(f"microbatch {batch_id}: {line}")
         any_new |= end is not None
         ranges[name] = {"start": start, "end": end if end is not None else start}
-        if name in ("main", "second") and end is not None:
+        if input_.role is not InputRole.BROADCAST and end is not None:
             counted = source.count_records(start, end)  # None: not known without reading the range
             records = None if counted is None or records is None else records + counted
     now = int(ctx.clock())
-    strategy = ctx.spec.watermark_strategy
+    timed = [i for i in ctx.spec.inputs if i.watermark_strategy is not None]
     event_time = None
-    if strategy is not None and ctx.spec.second_source is not None:
-        event_time = _two_input_clock(ctx, ranges, clock, now)
-    elif strategy is not None:
-        splits, latest, has_input = _event_times(ctx, ctx.spec.source, ranges["main"], strategy.timestamp_column)
+    if len(timed) > 1:
+        event_time = _inputs_clock(ctx, timed, ranges, clock, now)
+    elif timed:
+        strategy = timed[0].watermark_strategy
+        splits, latest, has_input = _event_times(ctx, timed[0].source, ranges[timed[0].name],
+                                                 strategy.timestamp_column)
         event_time = (strategy.advance(clock, latest, now, has_input) if splits is None
                       else strategy.advance_splits(clock, splits, latest, now))
     if not any_new:
@@ -79,15 +83,16 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
                           event_time.to_dict() if event_time is not None else None)
 
 
-def _two_input_clock(ctx: RunContext, ranges: dict, clock: EventClock, now: int) -> EventClock:
-    """A two-input operator's clock: each input's splits (a Kafka topic's partitions, or the input as one) are
-    splits of one clock, named ``<input>`` or ``<input>/<split>``, so the watermark is the least over both inputs
-    (Flink's ``processWatermark1/2``), an input with no record yet holding it at none, and an idle split left
-    out as that input's ``with_idleness`` says; each input's splits with its own strategy's bound and idleness."""
+def _inputs_clock(ctx: RunContext, timed: list[Input], ranges: dict, clock: EventClock, now: int) -> EventClock:
+    """The clock of an operator of several inputs with event time (``timed``): each input's splits (a Kafka
+    topic's partitions, or the input as one) are splits of one clock, named ``<input>`` or ``<input>/<split>``,
+    so the watermark is the least over the inputs (Flink's ``processWatermark1/2``), an input with no record yet
+    holding it at none, and an idle split left out as that input's ``with_idleness`` says; each input's splits
+    with its own strategy's bound and idleness."""
     splits, latest, strategies = [], {}, {}
-    for name, source, strategy in (("main", ctx.spec.source, ctx.spec.watermark_strategy),
-                                   ("second", ctx.spec.second_source, ctx.spec.second_watermark_strategy)):
-        own, found, has_input = _event_times(ctx, source, ranges[name], strategy.timestamp_column)
+    for input_ in timed:
+        name, strategy = input_.name, input_.watermark_strategy
+        own, found, has_input = _event_times(ctx, input_.source, ranges[name], strategy.timestamp_column)
         if own is None:
             names = [name]
             if has_input:
@@ -97,7 +102,7 @@ def _two_input_clock(ctx: RunContext, ranges: dict, clock: EventClock, now: int)
             latest.update({f"{name}/{s}": v for s, v in found.items()})
         splits += names
         strategies.update(dict.fromkeys(names, strategy))
-    return ctx.spec.watermark_strategy.advance_splits(clock, splits, latest, now, strategies)
+    return timed[0].watermark_strategy.advance_splits(clock, splits, latest, now, strategies)
 
 
 def _event_times(ctx: RunContext, source, rng: dict, column: str):
