@@ -28,11 +28,15 @@ def _savepoint(spark, lake):
     return StatePoint.of_savepoint(lake.settings, "sp/x")
 
 
-def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_has(spark, lake):
+def test_a_uid_map_that_maps_nothing_is_refused_naming_the_uids_the_savepoint_and_the_job_have(spark, lake):
     spec = count_job(lake, job_id="rj")
     with pytest.raises(ConfigError, match=r"--uid-map nope=rj maps nothing: savepoint .*sp/x has no operator uid "
                                           r"'nope'; the uids it has are \['count'\]"):
         restore_job(spark, lake.settings, spec, _savepoint(spark, lake), uid_map=["nope=rj"], **QUIET)
+    with pytest.raises(ConfigError, match=r"--uid-map count=nope moves state to no operator: job 'rj' has no "
+                                          r"operator 'nope'; its operators are \['count'\]"):
+        restore_job(spark, lake.settings, spec, StatePoint.of_savepoint(lake.settings, "sp/x"),
+                    uid_map=["count=nope"], **QUIET)
     assert not lake.settings.job_dir("rj").exists()  # refused before anything was written
 
 

@@ -175,23 +175,15 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, so
     meta = JobStore(settings.job_dir(job.job_id))
     with holding(meta.job_dir, job.job_id, "restore", wait_s, say) as lease:
         source = source or StatePoint.of_checkpoint(settings, job.job_id)
-        if not job.single or len(source.uids) > 1 or isinstance(parallelism, dict):
-            return _restore_operators(spark, settings, job, source, meta, lease, parallelism, backend, uid_map,
-                                      allow_non_restored_state, savepoint_first, say)
-        restore = _plan(job.head, source, meta, parallelism, backend, uid_map, allow_non_restored_state,
-                        committed_outputs(settings, job))
-        if restore.plan.nothing_to_do:
-            say(already_at(job.job_id, restore.latest))
-            return restore.latest
-        return _apply(spark, settings, restore, meta, lease, savepoint_first, say)
+        return _restore(spark, settings, job, source, meta, lease, parallelism, backend, uid_map,
+                        allow_non_restored_state, savepoint_first, say)
 
 
 def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | None, backend: str | None,
           uid_map: dict[str, str], allow_non_restored_state: bool, outputs: dict[str, int],
-          latest=False) -> _Restore:
+          latest: CheckpointMetadata | None) -> _Restore:
     """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read. ``latest``: the
-    job's latest checkpoint (of this operator), when not its store's (a dataflow's later operator)."""
-    latest = meta.latest_checkpoint() if latest is False else latest
+    job's latest checkpoint of this operator."""
     own_latest = (source.job_dir == meta.job_dir and latest is not None
                   and latest.checkpoint_id == getattr(source.meta, "checkpoint_id", None))
     request = RestoreRequest(parallelism, backend, uid_map, allow_non_restored_state, own_latest)
@@ -201,17 +193,6 @@ def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | 
 
     plan = plan_restore(JobFacts.of(spec), source.meta, descriptors, request, source.where)
     return _Restore(spec, source, request, plan, latest, outputs)
-
-
-def _apply(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease, savepoint_first: bool,
-           say) -> CheckpointMetadata:
-    """Carry out a plan: check what only the state shows, take the savepoint asked for, then write."""
-    operator_rows = _checked_operator_rows(spark, restore, meta)
-    source = restore.source
-    if savepoint_first and not source.is_savepoint:  # checked, not yet written; under the same hold of the job
-        savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say,
-                                prefix=RESCALE_PREFIX if restore.plan.rescale else "savepoint")
-    return _write(spark, settings, restore, meta, lease, operator_rows, say)
 
 
 def committed_outputs(settings: Settings, spec: JobSpec | Job) -> dict[str, int]:
@@ -283,11 +264,24 @@ def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStor
 def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, str],
                     allow_non_restored_state: bool) -> dict[str, str]:
     """Which operator of ``source`` each operator of the job takes (its uid, or the old one ``uid_map`` maps to
-    it); refuses, naming the fix, a first operator that is not the source's, a parallelism for an operator the
-    job does not have, and state of the source no operator takes (unless ``allow_non_restored_state``)."""
+    it; the job's first operator, which keeps the source offsets, takes the source's first unless it names
+    another of the source's operators, its state then kept only as ``uid_map`` says: ``restore_plan``);
+    refuses, naming the fix, a mapping from or to no operator, a first operator that is another of the source's, a
+    parallelism for an operator the job does not have, and state of the source no operator takes (unless
+    ``allow_non_restored_state``)."""
+    unmapped = sorted(set(uid_map) - set(source.uids))
+    if unmapped:  # a mapping that maps nothing is a mistake (a typo, the wrong savepoint), not a no-op
+        raise ConfigError(f"--uid-map {unmapped[0]}={uid_map[unmapped[0]]} maps nothing: {source.where} has no "
+                          f"operator uid {unmapped[0]!r}; the uids it has are {source.uids}")
     ops, old_of = spec.operators, {new: old for old, new in uid_map.items()}
+    nowhere = [(old, new) for old, new in uid_map.items() if new not in spec.uids]
+    if nowhere:
+        raise ConfigError(f"--uid-map {nowhere[0][0]}={nowhere[0][1]} moves state to no operator: job "
+                          f"{spec.job_id!r} has no operator {nowhere[0][1]!r}; its operators are {spec.uids}")
     takes = {op.uid: old_of.get(op.uid, op.uid) for op in ops}
     first = ops[0].uid
+    if takes[first] not in source.uids:
+        takes[first] = source.meta.uid
     if takes[first] != source.meta.uid:
         raise RestoreError(f"{source.where}'s first operator is {source.meta.uid!r} (it keeps the source's offsets) "
                            f"but job {spec.job_id!r} starts with {first!r}: map it with --uid-map "
@@ -303,10 +297,10 @@ def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, st
     return takes
 
 
-def _restore_operators(spark: SparkSession, settings: Settings, spec, source: StatePoint, meta: JobStore, lease,
-                       parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
-                       savepoint_first: bool, say) -> CheckpointMetadata:
-    """A restore or rescale of a dataflow (or into one, or from one): each operator of the job restores the part
+def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePoint, meta: JobStore, lease,
+             parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
+             savepoint_first: bool, say) -> CheckpointMetadata:
+    """A restore or rescale of a job, of one operator or several: each operator of the job restores the part
     of the source its uid (through ``uid_map``) names, by the same rules as a job of one operator, at its own
     ``parallelism`` (an int for every operator, or ``{uid: parallelism}``); an operator the source has no state
     of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
@@ -314,16 +308,17 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
     ops, takes = spec.operators, _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
     first, latest, outputs = ops[0].uid, meta.latest_checkpoint(), committed_outputs(settings, spec)
     restores = []
-    for op in ops:
+    for op in ops:  # the first operator's part of the job's latest checkpoint is that checkpoint
         part = source.operator(takes[op.uid])
         if part is None:
             say(f"[lakestate] job {spec.job_id}: operator {op.uid} is new: it starts with empty state")
             continue
         op_meta = meta if op.uid == first else JobStore(meta.operator_dir(op.uid))
         p = parallelism.get(op.uid) if isinstance(parallelism, dict) else parallelism
-        moved = {takes[op.uid]: op.uid} if takes[op.uid] != op.uid else {}
-        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state, outputs,
-                               latest=latest.of_operator(op.uid) if latest else None), op_meta))
+        moved = {takes[op.uid]: op.uid} if uid_map.get(takes[op.uid]) == op.uid else {}
+        own = latest if op.uid == first or latest is None else latest.of_operator(op.uid)
+        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state, outputs, own),
+                         op_meta))
     if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids) == len(ops):
         say(already_at(spec.job_id, latest))
         return latest
@@ -339,7 +334,8 @@ def _restore_operators(spark: SparkSession, settings: Settings, spec, source: St
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
     meta.publish(checkpoint)  # last: the restore exists only once this row does
     meta.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))
-    changes = "; ".join(f"{r.spec.uid}: {r.plan.changes()}" for r, _ in restores)
+    changes = "; ".join(r.plan.changes() if len(ops) == 1 else f"{r.spec.uid}: {r.plan.changes()}"
+                        for r, _ in restores)
     say(f"[lakestate] job {spec.job_id}: checkpoint {checkpoint_id} restored from {source.where} at microbatch "
         f"{checkpoint.batch_id} ({changes}) in {time.time() - started:.1f}s; the job's next run continues from it")
     return checkpoint
@@ -353,21 +349,6 @@ def _discard_operators(spark: SparkSession, meta: JobStore, old: CheckpointMetad
         where = meta if uid == old.uid else JobStore(meta.operator_dir(uid))
         kept = [r for r in (c.of_operator(uid) for c in retained) if r is not None]
         _discard(spark, where, mine, kept)
-
-
-def _write(spark: SparkSession, settings: Settings, restore: _Restore, meta: JobStore, lease,
-           operator_rows: DataFrame, say) -> CheckpointMetadata:
-    """Write the state as the job's next checkpoint, then the checkpoint (last), then expire old ones."""
-    started, job_id, src, plan = time.time(), restore.spec.job_id, restore.source.meta, restore.plan
-    checkpoint_id = meta.next_checkpoint_id()
-    state = _write_state(spark, restore, meta, lease, operator_rows, checkpoint_id, say)
-    checkpoint = _checkpoint(settings, restore, checkpoint_id, state, lease.run_id)
-    lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
-    meta.publish(checkpoint)  # last: the restore exists only once this row does
-    meta.expire(restore.spec.num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))
-    say(f"[lakestate] job {job_id}: checkpoint {checkpoint_id} restored from {restore.source.where} at microbatch "
-        f"{src.batch_id} ({plan.changes()}) in {time.time() - started:.1f}s; the job's next run continues from it")
-    return checkpoint
 
 
 def _write_state(spark: SparkSession, restore: _Restore, meta: JobStore, lease, operator_rows: DataFrame,
