@@ -558,3 +558,81 @@ def test_the_connection_type_is_lakestate_which_airflow_never_warns_of_and_the_o
     for page in ("get-started/install.md", "operating/airflow.md"):
         text = (DOCS / page).read_text()
         assert "--conn-type lakestate " in text and "--conn-type lakestate_spark" not in text, page
+
+
+def _defined_names(path: Path) -> dict[str, set[str]]:
+    """What a module defines, by scope: "" its top-level names (functions, classes, assignments, imports), and each
+    class's members by the class's name (methods, attributes, properties)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    scopes: dict[str, set[str]] = {"": set()}
+
+    def targets(node) -> set[str]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return {node.name}
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            found = node.targets if isinstance(node, ast.Assign) else [node.target]
+            return {n.id for t in found for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return {(a.asname or a.name).split(".")[0] for a in node.names}
+        return set()
+
+    for node in tree.body:
+        scopes[""] |= targets(node)
+        if isinstance(node, ast.ClassDef):
+            scopes[node.name] = set().union(*(targets(n) for n in node.body))
+    return scopes
+
+
+def _room(token: str) -> Path | None:
+    """The file or folder a recipe's path names (``state/handles``, ``entrypoint/main.py``, ``state_store/ops/``,
+    ``tests/test_sources.py``), None when ``token`` is no path of the repository."""
+    token = token.rstrip("/")
+    for base in (ROOT / "state_store", ROOT):
+        for candidate in (base / f"{token}.py", base / token):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def test_the_where_things_live_recipes_name_rooms_and_members_that_exist():
+    """Each recipe of docs/internals/where-things-live.md (a bullet of "The ... most common changes") names the
+    rooms a change touches and the members it edits there; followed, they must exist: every path names a file or
+    folder, and every other name is defined in one of the bullet's rooms (a module's name, a class's member as
+    ``Class.member`` or a member of a class of its rooms; ``dataflow.RecordOperator.process``)."""
+    text = (DOCS / "internals" / "where-things-live.md").read_text()
+    recipes = text.split("most common changes", 1)[1].split("Not there yet", 1)[0]
+    bullets = [b for b in re.split(r"\n- ", recipes)[1:]]
+    assert len(bullets) >= 7, bullets
+    modules = {p.relative_to(ROOT / "state_store").with_suffix("").as_posix(): p
+               for p in (ROOT / "state_store").rglob("*.py")}
+    by_name = {}
+    for rel, path in modules.items():
+        by_name.setdefault(rel.rsplit("/", 1)[-1], path)
+    problems = []
+    for bullet in bullets:
+        title = re.match(r"\*\*(.+?)\*\*", bullet).group(1)
+        tokens = re.findall(r"`([^`]+)`", bullet)
+        rooms = {t: _room(t) for t in tokens if "/" in t or t in by_name}
+        for token, room in rooms.items():
+            if room is None and "<" not in token:
+                problems.append(f"{title}: no room {token!r}")
+        files = [r for r in rooms.values()
+                 if r is not None and r.suffix == ".py" and r.is_relative_to(ROOT / "state_store")]
+        scopes = [_defined_names(f) for f in files]
+        members = set().union(*(set().union(*s.values()) for s in scopes)) if scopes else set()
+        for token in tokens:
+            if token in rooms or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", token):
+                continue  # a room, or code (``ctx.get_keyed_state(descriptor)``, ``JobSpec(backend=...)``)
+            *owner, name = token.split(".")
+            if owner and owner[0] in by_name:  # ``module.Class.member`` or ``module.name``
+                scope = _defined_names(by_name[owner[0]])
+                found = name in scope.get(owner[-1] if len(owner) > 1 else "", set())
+            elif owner:  # ``Class.member`` of a class of the bullet's rooms
+                found = any(name in s.get(owner[-1], set()) for s in scopes)
+            else:
+                found = name in members
+            if not found:
+                problems.append(f"{title}: {token!r} is in none of {[t for t in rooms if rooms[t]]}")
+    assert not problems, "\n".join(problems)
