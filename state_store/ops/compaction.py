@@ -185,8 +185,9 @@ def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
                                  entries=_entries_after(spark, part, state[KEYED_TABLE.name],
                                                         counted[KEYED_TABLE.name]))
     fault("after_rewrite")
-    compacted = replace(compacted.pop(latest.uid), completed_ms=int(time.time() * 1000),
-                        airflow_run=AirflowRun.of_environment(), operators=compacted or None)
+    first = compacted.pop(latest.uid)
+    compacted = replace(CheckpointMetadata.of_operators([first, *compacted.values()]),
+                        completed_ms=int(time.time() * 1000), airflow_run=AirflowRun.of_environment())
     meta.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id

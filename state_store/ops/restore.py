@@ -329,8 +329,7 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     started, checkpoint_id = time.time(), meta.next_checkpoint_id()
     records = [_checkpoint(settings, r, checkpoint_id, _write_state(spark, r, m, lease, o, checkpoint_id, say),
                            lease.run_id) for (r, m), o in zip(restores, rows)]
-    checkpoint = records[0]
-    checkpoint.operators = {c.uid: c for c in records[1:]} or None
+    checkpoint = CheckpointMetadata.of_operators(records)
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
     meta.publish(checkpoint)  # last: the restore exists only once this row does
     meta.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))

@@ -6,7 +6,7 @@ that earlier releases wrote (``tests/test_formats.py``)."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ..sources import position
@@ -265,6 +265,18 @@ class CheckpointMetadata(_Record):
                    parallelism=parallelism, max_parallelism=max_parallelism,
                    key_group_ranges=[r.to_list() for r in key_group_ranges(max_parallelism, parallelism)],
                    **recorded)
+
+    @classmethod
+    def of_operators(cls, records: list["CheckpointMetadata"], sink_uid: str | None = None) -> "CheckpointMetadata":
+        """The job's checkpoint of its operators' records of one microbatch (each ``of_state``'s, the first
+        operator's first), as layout 2 keeps it: the first operator's record at the top (it keeps the source
+        offsets), every other's by uid under ``operators`` (None for a job of one operator), and the job's sink
+        version from the record of operator ``sink_uid``, which writes that sink (default: the first's). The one
+        joiner of a checkpoint's parts: a run's checkpointer, a restore and a compaction call it."""
+        first, *rest = records
+        operators = {r.uid: r for r in rest} or None
+        sink = operators[sink_uid].sink if operators and sink_uid in operators else first.sink
+        return replace(first, operators=operators, sink=sink)
 
     def table(self, name: str) -> TableVersion:
         """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""

@@ -118,10 +118,7 @@ def take_checkpoints(parts: list[Checkpointer], plans: list[MicrobatchPlan], sin
         if cid is None:
             continue
         ctx.fault("before_checkpoint", [plan.batch_id])
-        row, *rest = [part.record(cid, plan) for part in parts]
-        if rest:
-            row.operators = {r.uid: r for r in rest}
-            row.sink = row.operators[sink_uid].sink if sink_uid in row.operators else row.sink
+        row = CheckpointMetadata.of_operators([part.record(cid, plan) for part in parts], sink_uid)
         ctx.store.publish(row)  # last: the checkpoint exists only once this row does
         ctx.fault("after_checkpoint", [plan.batch_id])
         taken.append(cid)
