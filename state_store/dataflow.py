@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from typing_extensions import override
+
 from .errors import ConfigError
 from .functions import (
     CoFlatMapFunction,
@@ -65,12 +67,15 @@ class RecordOperator(KeyedProcessFunction):
         # records: (input, record)
         self.two_inputs = isinstance(function, (CoMapFunction, CoFlatMapFunction, CoProcessFunction))
 
+    @override
     def initialize_state(self, ctx) -> None:
         self.function.initialize_state(ctx)
 
+    @override
     def open(self, ctx) -> None:
         self.function.open(_WithoutKeyedState(ctx))
 
+    @override
     def process(self, key, records, ctx):
         f = self.function
         if isinstance(f, CoMapFunction):
@@ -87,9 +92,11 @@ class RecordOperator(KeyedProcessFunction):
             return [r for r in records if f.filter(r)]
         return [row for r in records for row in (f.flat_map(r) or ())]
 
+    @override
     def snapshot_state(self, ctx) -> None:
         self.function.snapshot_state(ctx)
 
+    @override
     def close(self) -> None:
         self.function.close()
 

@@ -24,6 +24,7 @@ _JOB_ID = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a
 
 
 def check_job_id(job_id: str) -> str:
+    """``job_id`` when it is a valid job id (its folder's name in the warehouse); ConfigError naming the rule."""
     if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise ConfigError(
             f"job id {job_id!r} is not valid: use 1-64 lower-case letters, digits, '_' or '-', "

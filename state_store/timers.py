@@ -42,6 +42,7 @@ def timer_state_names(uid: str) -> dict[TimeDomain, str]:
 
 
 def is_timer_state(state_name: str) -> bool:
+    """Whether a qualified state name is one of an operator's timer states (event or processing time)."""
     return state_name.rpartition(".")[2] in (EVENT_TIMERS, PROCESSING_TIMERS)
 
 
@@ -85,6 +86,8 @@ class SubtaskTimers:
                 timers[domain].clear()
 
     def register(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
+        """Register a timer of ``domain`` for ``key`` in ``namespace`` at ``timestamp`` (once: a second registration of
+        the same timer keeps one)."""
         if type(timestamp) is not int or not _LONG_MIN <= timestamp <= _LONG_MAX:
             timestamp = _check_timestamp(timestamp)  # raises, or accepts an int subclass
         timer = (timestamp, key_group, key, namespace)
@@ -96,6 +99,7 @@ class SubtaskTimers:
         heapq.heappush(self._heaps[domain], timer)
 
     def delete(self, domain: TimeDomain, key: str, key_group: int, namespace: str, timestamp: Any) -> None:
+        """Delete the timer of ``domain`` for ``key`` in ``namespace`` at ``timestamp``, if there is one."""
         if type(timestamp) is not int or not _LONG_MIN <= timestamp <= _LONG_MAX:
             timestamp = _check_timestamp(timestamp)
         timer = (timestamp, key_group, key, namespace)
@@ -138,6 +142,7 @@ class SubtaskTimers:
         return out
 
     def keys_with_timers(self) -> set[str]:
+        """The keys that have a live timer in any time domain."""
         return {t[2] for d in TimeDomain for t in self._live[d]}
 
 

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import orjson
+from typing_extensions import override
 
 
 class StateMigrationError(ValueError):
@@ -28,6 +29,7 @@ def to_text(encoded: Any) -> str:
 
 
 def from_text(text: str) -> Any:
+    """The JSON-able value a stored text holds."""
     return orjson.loads(text)
 
 
@@ -38,15 +40,19 @@ class TypeInfo:
     spark: str = ""
 
     def encode(self, value: Any) -> Any:
+        """``value`` as a JSON-able value of this type; TypeError naming the problem when it is not one."""
         raise NotImplementedError
 
     def decode(self, data: Any) -> Any:
+        """The value ``encode`` gave ``data`` for."""
         return data
 
     def to_schema(self) -> Any:
+        """This type as a checkpoint's descriptors record it (``from_schema`` reads it back)."""
         return self.name
 
     def spark_ddl(self) -> str:
+        """This type in Spark's DDL (a column's type)."""
         return self.spark
 
     def dumps(self, value: Any) -> str:
@@ -184,11 +190,14 @@ class _Bytes(TypeInfo):
 
 
 class ListTypeInfo(TypeInfo):
+    """``Types.LIST(element)``: a list of values of one type."""
+
     name = "LIST"
 
     def __init__(self, element: TypeInfo):
         self.element = element
 
+    @override
     def encode(self, value: Any) -> Any:
         if value is None:
             return None
@@ -196,24 +205,30 @@ class ListTypeInfo(TypeInfo):
             raise self._bad(value)
         return [self.element.encode(v) for v in value]
 
+    @override
     def decode(self, data: Any) -> Any:
         return None if data is None else [self.element.decode(v) for v in data]
 
+    @override
     @property
     def decodes_as_is(self) -> bool:
         return self.element.decodes_as_is
 
+    @override
     def to_schema(self) -> Any:
         return {"LIST": self.element.to_schema()}
 
+    @override
     def spark_ddl(self) -> str:
         return f"array<{self.element.spark_ddl()}>"
 
+    @override
     def arrow_type(self):
         import pyarrow as pa
 
         return pa.list_(self.element.arrow_type())
 
+    @override
     def to_arrow(self, value: Any) -> Any:
         if value is None:
             return None
@@ -237,6 +252,7 @@ class MapTypeInfo(TypeInfo):
     def _string_keys(self) -> bool:
         return self.key.name == "STRING"
 
+    @override
     def encode(self, value: Any) -> Any:
         if value is None:
             return None
@@ -251,6 +267,7 @@ class MapTypeInfo(TypeInfo):
         pairs.sort(key=lambda kv: json.dumps(kv[0], sort_keys=True))
         return pairs
 
+    @override
     def decode(self, data: Any) -> Any:
         if data is None:
             return None
@@ -258,19 +275,23 @@ class MapTypeInfo(TypeInfo):
             return {k: self.value.decode(v) for k, v in data.items()}
         return {self.key.decode(k): self.value.decode(v) for k, v in data}
 
+    @override
     def to_schema(self) -> Any:
         return {"MAP": [self.key.to_schema(), self.value.to_schema()]}
 
+    @override
     def spark_ddl(self) -> str:
         if self._string_keys:
             return f"map<string,{self.value.spark_ddl()}>"
         raise TypeError(f"a map with {self.key.name} keys cannot be an output column; use STRING keys")
 
+    @override
     def arrow_type(self):
         import pyarrow as pa
 
         return pa.map_(self.key.arrow_type(), self.value.arrow_type())
 
+    @override
     def to_arrow(self, value: Any) -> Any:
         if value is None:
             return None
@@ -357,6 +378,7 @@ class RowTypeInfo(TypeInfo):
         """The compiled form of ``convert`` for a row of scalars, or None for other rows."""
         return _compile_flat_row(self, lambda v: self._by_field(v, convert))
 
+    @override
     def encode(self, value: Any) -> Any:
         try:
             fast = self._fast_encode
@@ -364,10 +386,12 @@ class RowTypeInfo(TypeInfo):
             fast = self._fast_encode = self._compile("encode")
         return self._by_field(value, "encode") if fast is None else fast(value)
 
+    @override
     def encoder(self):
         self.encode(None)  # compiles the fast encoder when the row has one
         return self.encode if self._fast_encode is None else self._fast_encode
 
+    @override
     def loads(self, text: str) -> Any:
         data = orjson.loads(text)
         if self._plain is None:
@@ -378,6 +402,7 @@ class RowTypeInfo(TypeInfo):
             return self.encode(data)
         return super().loads(text)
 
+    @override
     def decode(self, data: Any) -> Any:
         if data is None:
             return None
@@ -388,17 +413,21 @@ class RowTypeInfo(TypeInfo):
             return {n: data.get(n) for n in self.fields}
         return {n: t.decode(data.get(n)) for n, t in self.fields.items()}
 
+    @override
     def to_schema(self) -> Any:
         return {"ROW": [[n, t.to_schema()] for n, t in self.fields.items()]}
 
+    @override
     def spark_ddl(self) -> str:
         return "struct<" + ",".join(f"`{n}`:{t.spark_ddl()}" for n, t in self.fields.items()) + ">"
 
+    @override
     def arrow_type(self):
         import pyarrow as pa
 
         return pa.struct([(n, t.arrow_type()) for n, t in self.fields.items()])
 
+    @override
     def to_arrow(self, value: Any) -> Any:
         try:
             fast = self._fast_to_arrow

@@ -36,6 +36,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from typing_extensions import override
+
 from .errors import ConfigError
 from .functions import KeyedProcessFunction, MicrobatchTime, RuntimeContext
 from .types import TypeInfo
@@ -66,6 +68,7 @@ class VectorizedKeyedFunction(KeyedProcessFunction):
 
     batch_format = "arrow"  # or "pandas": tables in and out as pandas DataFrames
 
+    @override
     def process(self, key: Any, records: list, ctx) -> None:
         raise TypeError(f"{type(self).__name__} is a VectorizedKeyedFunction: Lakestate calls its process_batch, "
                         f"once per subtask and microbatch, never process")
@@ -92,9 +95,11 @@ class VectorizedWindowAggregate(VectorizedKeyedFunction):
         self.size, self.slide, self.offset, self.timestamp_column = size, slide, offset, timestamp_column
         self.contents, self.aggregates, self.key_name, self.columns = contents, aggregates, key_name, columns
 
+    @override
     def open(self, ctx) -> None:
         ctx.get_keyed_state(self.contents)  # declared, so the checkpoint records its type as the operator's
 
+    @override
     def process_batch(self, records, state, ctx: BatchContext):
         raise TypeError("a window on the vectorised path is run by subtask/window_run.py, never process_batch")
 

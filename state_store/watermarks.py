@@ -182,6 +182,7 @@ class EventClock:
     splits: dict[str, list] | None = None  # split -> [its max event time or None, its last input (ms)]
 
     def to_dict(self) -> dict:
+        """This clock as a plan and a checkpoint record it."""
         out = {"watermark": self.watermark, "max_event_time": self.max_event_time, "input_ms": self.input_ms}
         if self.splits is not None:
             out["splits"] = {s: list(v) for s, v in sorted(self.splits.items())}
@@ -189,6 +190,7 @@ class EventClock:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "EventClock":
+        """The clock ``to_dict`` recorded; no event time yet for None."""
         if not data:
             return cls()
         splits = data.get("splits")

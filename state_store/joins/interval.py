@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..functions import KeyedCoProcessFunction
 from ..side_outputs import OutputTag
@@ -93,16 +95,20 @@ class IntervalJoinOperator(KeyedCoProcessFunction):
         self.buffers = (MapStateDescriptor(LEFT_BUFFER, Types.LONG(), Types.LIST(left_type)),
                         MapStateDescriptor(RIGHT_BUFFER, Types.LONG(), Types.LIST(right_type)))
 
+    @override
     def open(self, ctx) -> None:
         self._left, self._right = (ctx.get_map_state(d) for d in self.buffers)
         self.function.open(ctx)
 
+    @override
     def close(self) -> None:
         self.function.close()
 
+    @override
     def process_element1(self, value: dict, ctx) -> list[dict]:
         return self._element(value, ctx, True)
 
+    @override
     def process_element2(self, value: dict, ctx) -> list[dict]:
         return self._element(value, ctx, False)
 
@@ -173,10 +179,12 @@ class IntervalJoin:
         return self
 
     def lower_bound_exclusive(self) -> "IntervalJoin":
+        """Leave the lower bound out of the interval: ``(t + lower, t + upper]`` (Flink's ``lowerBoundExclusive``)."""
         self._inclusive = (False, self._inclusive[1])
         return self
 
     def upper_bound_exclusive(self) -> "IntervalJoin":
+        """Leave the upper bound out of the interval: ``[t + lower, t + upper)`` (Flink's ``upperBoundExclusive``)."""
         self._inclusive = (self._inclusive[0], False)
         return self
 

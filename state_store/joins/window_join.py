@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..functions import KeyedCoProcessFunction
 from ..types import RowTypeInfo, Types
@@ -73,12 +75,15 @@ class WindowJoinOperator(KeyedCoProcessFunction):
     def __init__(self, window: WindowOperator, columns: tuple[str | None, str | None]):
         self.window, self.columns = window, columns
 
+    @override
     def open(self, ctx) -> None:
         self.window.open(ctx)
 
+    @override
     def close(self) -> None:
         self.window.close()
 
+    @override
     def process(self, key: Any, records: list, ctx) -> list[dict]:
         columns = self.columns
         tagged = [{"ts": None if columns[side - 1] is None else value.get(columns[side - 1]), "input": side,
@@ -86,6 +91,7 @@ class WindowJoinOperator(KeyedCoProcessFunction):
                   for side, value in records]
         return self.window.process(key, tagged, ctx)
 
+    @override
     def on_timer(self, timestamp: int, ctx) -> list[dict]:
         return self.window.on_timer(timestamp, ctx)
 

@@ -161,6 +161,7 @@ class SavepointReader:
 
     @property
     def uid(self) -> str:
+        """The uid of the operator whose part this reader reads (the point's first operator's by default)."""
         return self.meta.uid
 
     @property
@@ -178,6 +179,7 @@ class SavepointReader:
 
     @property
     def key_type(self) -> TypeInfo:
+        """The type of the operator's key, as the point recorded it."""
         return from_schema(self.meta.key_type)
 
     def states(self) -> dict[str, dict]:

@@ -29,6 +29,7 @@ READ = "read"
 
 
 def position(offset: dict) -> dict:
+    """An offset without its pins (``PINNED``): the position checkpoints and operator state keep."""
     return {k: v for k, v in offset.items() if k != PINNED}
 
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..types import RowTypeInfo
 from .base import SINK_MICROBATCH, Source
@@ -21,17 +23,21 @@ class EdgeSource(Source):
     schema: RowTypeInfo
     files: tuple[str, ...] = ()
 
+    @override
     def declared_fields(self) -> dict:
         return self.schema.fields
 
+    @override
     def validate(self, what: str) -> None:
         if not isinstance(self.schema, RowTypeInfo):
             raise ConfigError(f"{what}: operator {self.upstream!r} must declare its output_type with "
                               f"Types.ROW_NAMED([...], [...])")
 
+    @override
     def describe(self) -> dict:
         return {"type": "operator", "uid": self.upstream}
 
+    @override
     def initial_offset(self) -> dict:
         return {}
 
@@ -39,9 +45,11 @@ class EdgeSource(Source):
         """Never planned: a run hands it what the upstream operator emitted (``files``)."""
         return None
 
+    @override
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         return []  # the dataflow's source keeps the offsets
 
+    @override
     def record_ddl(self, spark) -> str:
         return self.schema.spark_ddl()
 

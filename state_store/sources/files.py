@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing_extensions import override
+
 from ..errors import ConfigError, InputError
 from ..types import RowTypeInfo, _Scalar
 from .base import PINNED, READ, Source, checked_max_event_time, null_event_times
@@ -39,6 +41,7 @@ class FileSource(Source):
     schema: RowTypeInfo
     max_files_per_batch: int | None = None
 
+    @override
     def declared_fields(self) -> dict:
         return self.schema.fields
 
@@ -154,6 +157,7 @@ class FileSource(Source):
         return {"dir": self.folder, "files": sorted(seen | set(pins)), READ: {**start.get(READ, {}), **pins},
                 PINNED: pins}
 
+    @override
     def plan_notes(self, start: dict, end: dict) -> list[str]:
         if start.get("dir", self.folder) == self.folder:
             return []

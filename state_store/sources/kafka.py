@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import override
+
 from ..errors import ConfigError, InputError
 from ..side_outputs import OutputTag
 from ..types import RowTypeInfo, Types
@@ -200,6 +202,7 @@ class KafkaSource(Source):
         columns = {**value, **KAFKA_COLUMNS}
         return Types.ROW_NAMED(list(columns), list(columns.values()))
 
+    @override
     def declared_fields(self) -> dict:
         return self.record_type().fields
 
@@ -333,6 +336,7 @@ class KafkaSource(Source):
             spare -= extra
         return take
 
+    @override
     def plan_notes(self, start: dict, end: dict) -> list[str]:
         return list((end.get(PINNED) or {}).get("notes", ()))
 

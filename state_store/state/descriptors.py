@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from typing_extensions import override
+
 from ..types import TypeInfo, Types
 from .ttl.config import MAX_TIMESTAMP, StateTtlConfig  # noqa: F401 (MAX_TIMESTAMP: re-exported)
 
@@ -16,6 +18,7 @@ def qualified_name(uid: str, name: str) -> str:
 
 
 def check_state_name(name: str, what: str = "state name") -> str:
+    """``name`` when it may name a state (or, as ``what`` says, an operator uid); ValueError naming the rule."""
     if isinstance(name, str) and name.startswith("__"):
         raise ValueError(f"{what} {name!r} is reserved: names starting with '__' are Lakestate's own")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -48,6 +51,9 @@ class AggregateFunction:
 
 
 class StateDescriptor:
+    """What every state descriptor has: the state's ``name``, the ``type_info`` of its values, its ``kind`` and
+    its TTL (``enable_time_to_live``)."""
+
     kind = ""
 
     def __init__(self, name: str, type_info: TypeInfo):
@@ -116,6 +122,7 @@ class ListStateDescriptor(StateDescriptor):
     def __init__(self, name: str, element_type: TypeInfo):
         super().__init__(name, element_type)
 
+    @override
     @property
     def stored_type(self) -> TypeInfo:
         stored = self.__dict__.get("_stored_type")

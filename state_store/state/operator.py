@@ -55,6 +55,7 @@ class OperatorStateStore:
         self.read_only_broadcast = read_only_broadcast
 
     def qualified(self, name: str) -> str:
+        """``name`` under this operator's uid, as the state tables keep it (``<uid>.<name>``)."""
         return qualified_name(self.uid, name)
 
     def _register(self, descriptor: StateDescriptor, mode: str):
@@ -104,10 +105,12 @@ class OperatorStateStore:
 
     # Raw operator state: opaque bytes per subtask, exactly what the last snapshot wrote.
     def raw(self) -> bytes | None:
+        """This subtask's raw operator state (opaque bytes, restored as written), None when there is none."""
         stored = self._own.get(self.qualified(RAW_OPERATOR))
         return None if stored is None else Types.BYTES().loads(stored[1])
 
     def set_raw(self, data: bytes | None) -> None:
+        """Set this subtask's raw operator state to ``data`` (None: remove it); a checkpoint keeps it as it is."""
         qname = self.qualified(RAW_OPERATOR)
         self._modes[qname] = RAW
         self._descriptors[qname] = _RAW_DESCRIPTOR

@@ -11,6 +11,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..watermarks import MIN_WATERMARK, millis
 from .triggers import EventTimeTrigger, NeverTrigger, ProcessingTimeTrigger
@@ -51,10 +53,12 @@ class GlobalWindow:
     """Flink's ``GlobalWindow``: the one window of ``GlobalWindows``, ending at the end of time."""
 
     def max_timestamp(self) -> int:
+        """The end of time: the global window never ends before the job does."""
         return MAX_TIMESTAMP
 
     @property
     def namespace(self) -> str:
+        """The namespace of the window's state and timers."""
         return "global"
 
     def __str__(self) -> str:
@@ -157,6 +161,7 @@ class TumblingEventTimeWindows(WindowAssigner):
     def _timestamp(self, timestamp, processing_time) -> int:
         return _event_timestamp(timestamp, type(self).__name__)
 
+    @override
     def assign_windows(self, element, timestamp, processing_time) -> list[TimeWindow]:
         ts = self._timestamp(timestamp, processing_time)
         start = window_start_with_offset(ts, self.offset % self.size, self.size)
@@ -197,6 +202,7 @@ class SlidingEventTimeWindows(WindowAssigner):
     def _timestamp(self, timestamp, processing_time) -> int:
         return _event_timestamp(timestamp, type(self).__name__)
 
+    @override
     def assign_windows(self, element, timestamp, processing_time) -> list[TimeWindow]:
         ts = self._timestamp(timestamp, processing_time)
         start = window_start_with_offset(ts, self.offset, self.slide)
@@ -248,6 +254,7 @@ class EventTimeSessionWindows(WindowAssigner):
     def _timestamp(self, timestamp, processing_time) -> int:
         return _event_timestamp(timestamp, type(self).__name__)
 
+    @override
     def assign_windows(self, element, timestamp, processing_time) -> list[TimeWindow]:
         ts = self._timestamp(timestamp, processing_time)
         gap = self.gap
@@ -289,6 +296,7 @@ class GlobalWindows(WindowAssigner):
         """
         return cls()
 
+    @override
     def assign_windows(self, element, timestamp, processing_time) -> list[GlobalWindow]:
         return [GlobalWindow()]
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..state.descriptors import AggregateFunction
 from ..types import RowTypeInfo, Types
@@ -93,10 +95,12 @@ class ColumnAggregate(AggregateFunction):
                                + [self.value_type(op, c) for _, op, c in self.aggregates])
 
     # -- the per-record path -----------------------------------------------------------------------------------
+    @override
     def create_accumulator(self) -> dict:
         return {n: ({"count": 0, "sum": 0.0} if op == "avg" else 0 if op == "count" else None)
                 for n, op, _ in self.aggregates}
 
+    @override
     def add(self, value: dict, acc: dict) -> dict:
         acc = dict(acc)
         for name, op, column in self.aggregates:
@@ -115,6 +119,7 @@ class ColumnAggregate(AggregateFunction):
                              else max(old, v))
         return acc
 
+    @override
     def get_result(self, acc: dict) -> dict:
         out = {}
         for name, op, _ in self.aggregates:
@@ -124,6 +129,7 @@ class ColumnAggregate(AggregateFunction):
             out[name] = value
         return out
 
+    @override
     def merge(self, a: dict, b: dict) -> dict:
         out = {}
         for name, op, _ in self.aggregates:
@@ -146,6 +152,7 @@ class WindowRow(ProcessWindowFunction):
     def __init__(self, key_name: str, columns: list[str]):
         self.key_name, self.columns = key_name, columns
 
+    @override
     def process(self, key, context, elements):
         w = context.window()
         row = {self.key_name: key, START: w.start, END: w.end, **elements[0]}

@@ -81,18 +81,23 @@ class ProcessWindowContext:
         return self._window
 
     def current_watermark(self) -> int:
+        """The operator's current event-time watermark."""
         return self._operator.watermark()
 
     def current_processing_time(self) -> int:
+        """The current processing time (epoch milliseconds) of the microbatch."""
         return self._operator.processing_time()
 
     def window_state(self) -> _ScopedState:
+        """Keyed state of this key and window only (Flink's ``windowState``), cleared with the window."""
         return _ScopedState(self._operator.runtime_ctx, self._window.namespace)
 
     def global_state(self) -> _ScopedState:
+        """Keyed state of this key across all its windows (Flink's ``globalState``)."""
         return _ScopedState(self._operator.runtime_ctx, "")
 
     def output(self, tag, row: dict) -> None:
+        """Emit ``row`` to side output ``tag`` (an ``OutputTag`` the job declares)."""
         self._operator.ctx.output(tag, row)
 
 
@@ -107,10 +112,12 @@ class Evictor:
         pass
 
     def evict_before(self, elements: list, window) -> None:
+        """Remove elements from ``elements`` (in place) before the window function runs."""
         if not self.do_evict_after:
             self._evict(elements)
 
     def evict_after(self, elements: list, window) -> None:
+        """Remove elements from ``elements`` (in place) after the window function ran."""
         if self.do_evict_after:
             self._evict(elements)
 

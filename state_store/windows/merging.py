@@ -32,6 +32,7 @@ class MergingWindowSet:
             raise RuntimeError(f"window {window} is not in the in-flight window set")
 
     def persist(self) -> None:
+        """Write the set's windows back to its state, when they changed."""
         if self.mapping != self._initial:
             self._state.update([{"window": w.namespace, "state_window": s.namespace}
                                 for w, s in sorted(self.mapping.items())])

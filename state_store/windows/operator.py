@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from typing_extensions import override
+
 from ..functions import KeyedProcessFunction
 from ..state.descriptors import (
     AggregateFunction,
@@ -89,6 +91,7 @@ class WindowOperator(KeyedProcessFunction):
             self.contents = AggregatingStateDescriptor(CONTENTS, function, accumulator_type)
 
     # -- the run's calls ---------------------------------------------------------------------------------------
+    @override
     def open(self, ctx) -> None:
         self.runtime_ctx, self._handles = ctx, {}
         self._state = self.handle(self.contents)
@@ -97,10 +100,12 @@ class WindowOperator(KeyedProcessFunction):
         if self.window_function is not None:
             self.window_function.open(ctx)
 
+    @override
     def close(self) -> None:
         if self.window_function is not None:
             self.window_function.close()
 
+    @override
     def process(self, key, records, ctx) -> list[dict]:
         self.ctx, self._out = ctx, []
         column, processing_time = self.timestamp_column, ctx.current_processing_time()
@@ -121,6 +126,7 @@ class WindowOperator(KeyedProcessFunction):
             merging.persist()
         return self._out
 
+    @override
     def on_timer(self, timestamp: int, ctx) -> list[dict]:
         self.ctx, self._out = ctx, []
         window = window_of_namespace(ctx.timer_namespace)
@@ -281,9 +287,11 @@ class WindowOperator(KeyedProcessFunction):
 
     # -- what the parts share ----------------------------------------------------------------------------------
     def watermark(self) -> int:
+        """The operator's current event-time watermark."""
         return self.ctx.current_watermark()
 
     def processing_time(self) -> int:
+        """The current processing time of the microbatch."""
         return self.ctx.current_processing_time()
 
     def handle(self, descriptor: StateDescriptor):

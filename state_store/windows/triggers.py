@@ -18,6 +18,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from typing_extensions import override
+
 from ..errors import ConfigError
 from ..state.descriptors import ReducingStateDescriptor, StateDescriptor
 from ..types import Types
@@ -46,21 +48,27 @@ class TriggerContext:
     operator, scoped to the key and window being handled."""
 
     def get_current_processing_time(self) -> int:
+        """The current processing time of the microbatch."""
         raise NotImplementedError
 
     def get_current_watermark(self) -> int:
+        """The operator's current event-time watermark."""
         raise NotImplementedError
 
     def register_event_time_timer(self, time: int) -> None:
+        """Call the trigger's ``on_event_time`` when the watermark passes ``time`` (for this key and window)."""
         raise NotImplementedError
 
     def register_processing_time_timer(self, time: int) -> None:
+        """Call the trigger's ``on_processing_time`` when processing time reaches ``time``."""
         raise NotImplementedError
 
     def delete_event_time_timer(self, time: int) -> None:
+        """Delete the event-time timer at ``time`` of this key and window."""
         raise NotImplementedError
 
     def delete_processing_time_timer(self, time: int) -> None:
+        """Delete the processing-time timer at ``time`` of this key and window."""
         raise NotImplementedError
 
     def get_partitioned_state(self, descriptor: StateDescriptor):
@@ -125,24 +133,29 @@ class EventTimeTrigger(Trigger):
         """
         return cls()
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         if window.max_timestamp() <= ctx.get_current_watermark():
             return TriggerResult.FIRE  # the watermark is past the window: fire at once
         ctx.register_event_time_timer(window.max_timestamp())
         return TriggerResult.CONTINUE
 
+    @override
     def on_event_time(self, time, window, ctx):
         return TriggerResult.FIRE if time == window.max_timestamp() else TriggerResult.CONTINUE
 
+    @override
     def can_merge(self) -> bool:
         return True
 
+    @override
     def on_merge(self, window, ctx):
         # Only when the watermark has not passed the merged window: a timer behind it fires at once, and the
         # window's cleanup timer fires it anyway (Flink's EventTimeTrigger.onMerge).
         if window.max_timestamp() > ctx.get_current_watermark():
             ctx.register_event_time_timer(window.max_timestamp())
 
+    @override
     def clear(self, window, ctx):
         ctx.delete_event_time_timer(window.max_timestamp())
 
@@ -158,20 +171,25 @@ class ProcessingTimeTrigger(Trigger):
         """
         return cls()
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         ctx.register_processing_time_timer(window.max_timestamp())
         return TriggerResult.CONTINUE
 
+    @override
     def on_processing_time(self, time, window, ctx):
         return TriggerResult.FIRE
 
+    @override
     def can_merge(self) -> bool:
         return True
 
+    @override
     def on_merge(self, window, ctx):
         if window.max_timestamp() > ctx.get_current_processing_time():
             ctx.register_processing_time_timer(window.max_timestamp())
 
+    @override
     def clear(self, window, ctx):
         ctx.delete_processing_time_timer(window.max_timestamp())
 
@@ -179,12 +197,15 @@ class ProcessingTimeTrigger(Trigger):
 class NeverTrigger(Trigger):
     """``GlobalWindows``' default: never fires."""
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         return TriggerResult.CONTINUE
 
+    @override
     def can_merge(self) -> bool:
         return True
 
+    @override
     def on_merge(self, window, ctx):
         pass
 
@@ -211,6 +232,7 @@ class CountTrigger(Trigger):
             raise ConfigError(f"CountTrigger.of takes a count of at least 1, got {max_count!r}")
         return cls(max_count)
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         count = ctx.get_partitioned_state(self.state)
         count.add(1)
@@ -219,12 +241,15 @@ class CountTrigger(Trigger):
             return TriggerResult.FIRE
         return TriggerResult.CONTINUE
 
+    @override
     def can_merge(self) -> bool:
         return True
 
+    @override
     def on_merge(self, window, ctx):
         ctx.merge_partitioned_state(self.state)
 
+    @override
     def clear(self, window, ctx):
         ctx.get_partitioned_state(self.state).clear()
 
@@ -249,21 +274,27 @@ class PurgingTrigger(Trigger):
     def _purging(result: TriggerResult) -> TriggerResult:
         return TriggerResult.FIRE_AND_PURGE if result.is_fire() else result
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         return self._purging(self.nested.on_element(element, timestamp, window, ctx))
 
+    @override
     def on_event_time(self, time, window, ctx):
         return self._purging(self.nested.on_event_time(time, window, ctx))
 
+    @override
     def on_processing_time(self, time, window, ctx):
         return self._purging(self.nested.on_processing_time(time, window, ctx))
 
+    @override
     def can_merge(self) -> bool:
         return self.nested.can_merge()
 
+    @override
     def on_merge(self, window, ctx):
         self.nested.on_merge(window, ctx)
 
+    @override
     def clear(self, window, ctx):
         self.nested.clear(window, ctx)
 
@@ -294,6 +325,7 @@ class ContinuousEventTimeTrigger(Trigger):
             raise ConfigError(f"ContinuousEventTimeTrigger.of takes an interval above 0, got {interval} ms")
         return cls(interval)
 
+    @override
     def on_element(self, element, timestamp, window, ctx):
         if window.max_timestamp() <= ctx.get_current_watermark():
             return TriggerResult.FIRE  # the watermark is past the window: fire at once
@@ -303,6 +335,7 @@ class ContinuousEventTimeTrigger(Trigger):
             self._register_next(timestamp - java_remainder(timestamp, self.interval), window, ctx, fire_time)
         return TriggerResult.CONTINUE
 
+    @override
     def on_event_time(self, time, window, ctx):
         if time == window.max_timestamp():
             return TriggerResult.FIRE
@@ -318,15 +351,18 @@ class ContinuousEventTimeTrigger(Trigger):
         fire_time.add(next_fire)
         ctx.register_event_time_timer(next_fire)
 
+    @override
     def can_merge(self) -> bool:
         return True
 
+    @override
     def on_merge(self, window, ctx):
         ctx.merge_partitioned_state(self.state)
         next_fire = ctx.get_partitioned_state(self.state).get()
         if next_fire is not None:
             ctx.register_event_time_timer(next_fire)
 
+    @override
     def clear(self, window, ctx):
         fire_time = ctx.get_partitioned_state(self.state)
         timestamp: Any = fire_time.get()

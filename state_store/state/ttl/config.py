@@ -32,10 +32,13 @@ class TtlSpec:
 
     @property
     def update_on_read(self) -> bool:
+        """Whether a read restamps an entry (``OnReadAndWrite``), not only a write."""
         return self.update_type == StateTtlConfig.UpdateType.OnReadAndWrite
 
     @property
     def return_expired(self) -> bool:
+        """Whether a read still sees an expired entry that no cleanup has dropped yet
+        (``ReturnExpiredIfNotCleanedUp``)."""
         return self.state_visibility == StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
 
     def uses(self, strategy: str) -> bool:
@@ -43,12 +46,14 @@ class TtlSpec:
         return bool(getattr(self, strategy))
 
     def to_dict(self) -> dict:
+        """This configuration as a checkpoint records it."""
         out = asdict(self)
         out["incremental"] = list(self.incremental) if self.incremental else None
         return out
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "TtlSpec | None":
+        """The configuration a checkpoint recorded (``to_dict``'s), None for a state without TTL."""
         if not data:
             return None
         incremental = data.get("incremental")
@@ -77,10 +82,14 @@ class StateTtlConfig:
     """
 
     class UpdateType:
+        """When an entry's time to live starts again (Flink's ``StateTtlConfig.UpdateType``)."""
+
         OnCreateAndWrite = "OnCreateAndWrite"  # the default: reads do not prolong an entry's life
         OnReadAndWrite = "OnReadAndWrite"
 
     class StateVisibility:
+        """Whether a read sees an expired entry not yet cleaned up (Flink's ``StateTtlConfig.StateVisibility``)."""
+
         NeverReturnExpired = "NeverReturnExpired"  # the default
         ReturnExpiredIfNotCleanedUp = "ReturnExpiredIfNotCleanedUp"
 
@@ -133,6 +142,8 @@ class StateTtlConfig:
         return f"StateTtlConfig({self.to_dict()})"
 
     class Builder:
+        """``StateTtlConfig.new_builder(ttl)``: the options, each a method, then ``build()``."""
+
         def __init__(self, ttl):
             import datetime
 
