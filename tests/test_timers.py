@@ -85,7 +85,7 @@ def run(function, *rows, microbatches=((1, 1_000, MIN_WATERMARK),), start_waterm
     with tempfile.TemporaryDirectory() as directory:
         base = run_outputs(Path(directory))
         tables = dict(base.tables)
-        for tag in side_outputs:  # as run.commit.side_outputs places them: a sink-like table per tag
+        for tag in side_outputs:  # as run.outputs.side_outputs places them: a sink-like table per tag
             tables[tag.table] = OutputTable(tag.table, str(Path(directory) / f"side_{tag.name}"),
                                             tag.type_info.spark_schema_ddl() + f", {SINK_MICROBATCH} bigint", (),
                                             None, SINK_MICROBATCH)

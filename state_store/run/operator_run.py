@@ -18,6 +18,7 @@ from . import commit, timing
 from .checkpointing import Checkpointer
 from .context import RunContext
 from .frame import Frame
+from .outputs import dead_letter_files, side_outputs, sink_output
 
 
 def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],
@@ -87,8 +88,8 @@ class OperatorRun:
         refuses an unfit sink before anything is planned."""
         ctx = self.ctx
         self.outputs = RunOutputs(token, {})
-        self.outputs.tables[SINK] = commit.sink_output(ctx, token)
-        self.outputs.tables.update(commit.side_outputs(ctx, token))
+        self.outputs.tables[SINK] = sink_output(ctx, token)
+        self.outputs.tables.update(side_outputs(ctx, token))
 
     def process(self, plans: list[MicrobatchPlan], clock: EventClock, emitted: dict[str, list[str]]) -> list[str]:
         """This operator's Spark pass over ``plans``, fed (in a dataflow) what the operators it reads emitted in
@@ -99,7 +100,7 @@ class OperatorRun:
         rows = Frame(ctx, plans, clock, due, emitted).process(self.checkpoint, self.keyed, self.operator,
                                                     self.outputs).collect()
         self.stats, self.files = _stats_and_files(plans, rows, self.outputs.tables)
-        commit.dead_letter_files(ctx, plans, self.outputs, self.stats, self.files)
+        dead_letter_files(ctx, plans, self.outputs, self.stats, self.files)
         sink = self.outputs.tables[SINK]
         return [str(sink.root / f.path) for f in sorted(self.files[SINK], key=lambda f: f.path)]
 
