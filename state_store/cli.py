@@ -322,7 +322,7 @@ def cmd_compact(args, settings: Settings) -> int:
 
 
 def cmd_savepoints(args, settings: Settings) -> int:
-    from .ops.savepoint import list_savepoints
+    from .catalog.savepoints import list_savepoints
 
     if args.job:
         JobCatalog(settings).get(args.job)
@@ -380,7 +380,7 @@ def savepoint_job(settings: Settings, ref: str) -> str:
 
 
 def cmd_dispose(args, settings: Settings) -> int:
-    from .ops.savepoint import dispose_savepoint
+    from .catalog.savepoints import dispose_savepoint
 
     check_approved(savepoint_job(settings, args.savepoint), "dispose", args.approved_by)
     savepoint = dispose_savepoint(settings, args.savepoint)

@@ -572,7 +572,7 @@ def _the_other_operations_as_their_dags_define_them(dags: dict, root: Path) -> N
     """Rescale, the next pipeline run, compaction twice, dispose, a dataflow's run and one operator's rescale:
     each DAG's own task, executed in-process after the runs above."""
     from state_store.catalog.job_store import JobStore
-    from state_store.ops.savepoint import list_savepoints
+    from state_store.catalog.savepoints import list_savepoints
     from state_store.settings import Settings
     from tests.airflow_inprocess import execute
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from state_store.catalog.job_store import JobStore
+from state_store.catalog.savepoints import load_savepoint
 from state_store.delta.points import StatePoint
 from state_store.ops.compaction import compact_job
 from state_store.ops.restore import rescale_job, restore_job
-from state_store.ops.savepoint import load_savepoint
 from state_store.ops.state_processor import SavepointReader
 from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
 

@@ -75,7 +75,7 @@ def test_operator_state_is_redistributed_as_flink_does_up_and_down(spark, lake):
         lake.write_events(f"e{batch}.json", events(batch, keys=KEYS, per_key=1))
     run(spark, spec, lake, max_microbatches=1)
     rescale_job(spark, lake.settings, spec, 3, savepoint_first=True, say=lambda m: None)
-    from state_store.ops.savepoint import list_savepoints
+    from state_store.catalog.savepoints import list_savepoints
 
     (savepoint,) = list_savepoints(lake.settings, spec.job_id)  # taken under the same hold, before the rescale
     assert (savepoint.checkpoint_id, savepoint.parallelism) == (1, 2)
@@ -138,7 +138,7 @@ def test_a_rescale_beyond_max_parallelism_or_with_nothing_to_rescale_is_refused(
     run(spark, spec, lake)
     with pytest.raises(ConfigError, match=r"parallelism 9 is above max_parallelism 8"):
         rescale_job(spark, lake.settings, spec, 9, savepoint_first=True, say=lambda m: None)
-    from state_store.ops.savepoint import list_savepoints
+    from state_store.catalog.savepoints import list_savepoints
 
     assert list_savepoints(lake.settings) == []  # refused before anything was written, the savepoint too
     with pytest.raises(RestoreError, match=r"max_parallelism is the number of key groups and is fixed"):

@@ -6,11 +6,11 @@ import pytest
 
 from state_store import Types, ValueStateDescriptor
 from state_store.catalog.job_store import JobStore
+from state_store.catalog.savepoints import list_savepoints
 from state_store.cli import main
 from state_store.delta.points import StatePoint
 from state_store.errors import ConfigError
 from state_store.ops.restore import rescale_job, restore_job
-from state_store.ops.savepoint import list_savepoints
 from state_store.ops.state_processor import SavepointWriter
 
 from .helpers import run

@@ -14,12 +14,13 @@ import pytest
 from state_store.catalog.job_store import JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.lease import JobLease
+from state_store.catalog.savepoints import list_savepoints
 from state_store.cli import main as lakestate
 from state_store.delta import log, sizes
 from state_store.delta.points import StatePoint
 from state_store.errors import JobLocked
 from state_store.ops.restore import rescale_job, restore_job
-from state_store.ops.savepoint import list_savepoints, take_savepoint
+from state_store.ops.savepoint import take_savepoint
 from state_store.settings import Settings
 from state_store.storage import ObjectPath, create_exclusive, location
 

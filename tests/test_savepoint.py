@@ -6,12 +6,13 @@ import shutil
 import pytest
 
 from state_store.catalog.job_store import JobStore
+from state_store.catalog.savepoints import dispose_savepoint, list_savepoints, load_savepoint
 from state_store.delta.log import table_snapshot
 from state_store.delta.points import StatePoint
 from state_store.errors import ConfigError, RestoreError
 from state_store.ops.compaction import compact_job
 from state_store.ops.restore import restore_job
-from state_store.ops.savepoint import dispose_savepoint, list_savepoints, load_savepoint, take_savepoint
+from state_store.ops.savepoint import take_savepoint
 
 from .helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from .jobs import all_states_job, count_job, events
@@ -92,7 +93,7 @@ def test_a_savepoint_of_a_job_without_a_checkpoint_is_refused_and_leaves_no_fold
 
 
 def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spark, lake, monkeypatch):
-    import state_store.ops.savepoint as savepoint_module
+    import state_store.catalog.savepoints as savepoint_store  # it writes the metadata, last
 
     spec = count_job(lake)
     _feed(lake, range(1))
@@ -101,7 +102,7 @@ def test_a_savepoint_that_fails_half_way_leaves_nothing_that_looks_complete(spar
     def disk_full(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(savepoint_module, "write_json_atomic", disk_full)
+    monkeypatch.setattr(savepoint_store, "write_json_atomic", disk_full)
     with pytest.raises(OSError, match="No space left"):
         take_savepoint(spark, lake.settings, spec.job_id, label="broken", **QUIET)
     assert list_savepoints(lake.settings) == []

@@ -9,11 +9,12 @@ import sys
 import pytest
 
 from state_store import ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
+from state_store.catalog.savepoints import load_savepoint
 from state_store.cli import main
 from state_store.delta.points import StatePoint
 from state_store.errors import ConfigError
 from state_store.ops.restore import restore_job
-from state_store.ops.savepoint import load_savepoint, take_savepoint
+from state_store.ops.savepoint import take_savepoint
 from state_store.ops.state_processor import SavepointReader, SavepointWriter
 from state_store.spark.session import PROJECT_ROOT
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from ..catalog.job_store import JobStore
 from ..catalog.lease import current_holder
+from ..catalog.savepoints import SavepointStore
 from ..records.metadata import utc_iso
 from ..settings import Settings
 from ..storage import rmtree
-from .savepoint import remove_abandoned
 
 
 def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:
@@ -36,4 +36,4 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     if removed:
         say(f"[lakestate] job {job_id}: removed staging folders of finished runs: {', '.join(removed)}")
     return {"job": job_id, "checkpoints": rows, "latest": rows[-1]["checkpoint"] if rows else None,
-            "removed_staging": removed, "removed_savepoints": remove_abandoned(settings, job_id, say)}
+            "removed_staging": removed, "removed_savepoints": SavepointStore(settings, job_id).remove_abandoned(say)}

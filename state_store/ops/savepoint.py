@@ -8,43 +8,38 @@ The format is the same whatever backend took the checkpoint, and nothing in
 it points into the job's tables, so it restores after they are compacted,
 vacuumed or deleted, at another parallelism or with another backend
 (``restore``); a savepoint whose metadata points a table outside its folder is
-refused. A savepoint is written in a hidden ``.inprogress-*`` folder and
-renamed when complete: a savepoint that failed half-way never looks like one.
-That folder first records its writer (``_owner.json``), so what a killed one
-leaves is removed (``remove_abandoned``: housekeeping, the next savepoint) once
-no live process owns it. Savepoints never expire, but for those a rescale takes
-first (``rescale-<checkpoint>-<time>``), of which ``retain_rescale_savepoints``
-keeps the newest N when asked (``lakestate rescale --retain-savepoints N``);
-``dispose`` deletes one.
-Finding and reading one (``load_savepoint``, ``list_savepoints``, ``StatePoint``)
-is ``points``'s, which a restore and the State Processor share.
+refused. Its folder (written in a hidden ``.inprogress-*`` folder renamed when
+complete, its writer recorded so what a killed one leaves is removed, found,
+listed and disposed) is ``catalog/savepoints``'s ``SavepointStore``; reading one
+is ``delta/points``'s ``StatePoint``, which a restore and the State Processor
+share. This module says what a savepoint holds. Savepoints never expire, but for
+those a rescale takes first (``rescale-<checkpoint>-<time>``), of which
+``retain_rescale_savepoints`` keeps the newest N when asked (``lakestate rescale
+--retain-savepoints N``); ``dispose`` deletes one.
 """
 from __future__ import annotations
 
 import copy
-import json
 import re
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..catalog.job_store import JobStore, read_json, write_json_atomic
-from ..catalog.lease import holding, owner_record, still_at_work
+from ..catalog.job_store import JobStore
+from ..catalog.lease import holding
+from ..catalog.savepoints import SavepointStore, dispose_savepoint, list_savepoints
 from ..delta.log import table_snapshot
-from ..delta.points import METADATA, StatePoint, list_savepoints, load_savepoint  # callers import them from here too
+from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
 from ..job import check_job_id
 from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
 from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from ..settings import Settings
-from ..storage import ObjectPath, location, rmtree, write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SAVEPOINT_APP_ID = "lakestate:savepoint"  # the txnAppId of a savepoint table's one commit (txnVersion 0)
-OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
                 "key_group_ranges", "source_offsets", "descriptors", "entries", "processing_time")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
@@ -120,37 +115,20 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
     go under ``operators/<uid>/``. ``_metadata.json`` is written last: locally into a hidden folder then renamed
     into place; on object storage (no rename) in place, where nothing lists as a savepoint until its metadata is
     there."""
-    final = settings.in_savepoints(Path(job_id) / name)
-    settings.check_savepoints_writable(final.parent)
-    remove_abandoned(settings, job_id, say)
-    if final.exists() and not (final / METADATA).exists():
-        raise ConfigError(f"{final} holds an incomplete savepoint (no {METADATA}): one being written now, what "
-                          f"a writer left that cannot be judged dead from here, or a dispose cut short; give "
-                          f"another --label, or delete that folder once nothing writes it")
-    if final.exists():
-        raise ConfigError(f"a savepoint named {name!r} of job {job_id!r} already exists at {final}: give another "
-                          f"--label, or dispose it first (lakestate dispose {job_id}/{name})")
-    in_place = isinstance(final, ObjectPath)
-    work = final if in_place else final.parent / f".inprogress-{name}-{uuid.uuid4().hex[:8]}"
-    started = time.time()
+    store = SavepointStore(settings, job_id)
+    work, started = store.begin(name, say), time.time()
     try:
-        # First: from now on housekeeping, here or on another host, leaves the folder alone while its writer lives.
-        write_atomic(work / OWNER, json.dumps(owner_record(JobStore(settings.job_dir(job_id)).lease_dir)))
         metas = [_write_part(work, f"operators/{uid}/" if i else "", job_id, name, label, *part, spark=spark)
                  for i, (uid, part) in enumerate(parts.items())]
         savepoint = metas[0]
         if len(metas) > 1:
             savepoint.operators = {m.uid: m for m in metas[1:]}
         savepoint.seconds = round(time.time() - started, 1)  # what the rescale form says "savepoint first" adds
-        write_json_atomic(work / METADATA, savepoint.to_dict())  # last: complete only with it
-        if not in_place:
-            work.rename(final)
+        store.publish(work, name, savepoint)
     except BaseException:
-        rmtree(work, ignore_errors=True)
+        store.abandon(work)
         raise
-    (final / OWNER).unlink(missing_ok=True)
-    savepoint.path = str(final)
-    say(f"[lakestate] job {job_id}: savepoint {final} complete: {savepoint.total_entries} entries, "
+    say(f"[lakestate] job {job_id}: savepoint {savepoint.path} complete: {savepoint.total_entries} entries, "
         f"{savepoint.size_bytes} bytes in {savepoint.num_files} files, {savepoint.seconds:.1f}s")
     return savepoint
 
@@ -177,37 +155,6 @@ def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, ta
                              label=label, airflow_run=AirflowRun.of_environment(), **fields)
 
 
-def remove_abandoned(settings: Settings, job_id: str, say=print) -> list[str]:
-    """Delete what savepoints of ``job_id`` that were cut short (killed) left in the savepoint root: the folders
-    of writes that no live process is at (``lease.still_at_work``); return their names. Housekeeping and every
-    savepoint call it."""
-    folder, lease_dir = settings.savepoints / job_id, JobStore(settings.job_dir(job_id)).lease_dir
-    removed = []
-    for work in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if _in_progress(work) and not still_at_work(_owner(work), lease_dir):
-            rmtree(work, ignore_errors=True)
-            removed.append(work.name)
-    if removed:
-        say(f"[lakestate] job {job_id}: removed savepoint folders that no live process is writing: "
-            f"{', '.join(removed)}")
-    return removed
-
-
-def _in_progress(folder) -> bool:
-    """A savepoint's folder while it is written: locally a hidden ``.inprogress-*`` folder renamed when
-    complete; on object storage (no rename) the savepoint's own folder, until its metadata is there."""
-    if isinstance(folder, ObjectPath):
-        return folder.is_dir() and not (folder / METADATA).exists()
-    return folder.name.startswith(".inprogress-") and folder.is_dir()
-
-
-def _owner(folder) -> dict | None:
-    try:
-        return read_json(folder / OWNER)
-    except (OSError, ValueError):
-        return None
-
-
 RESCALE_PREFIX = "rescale"  # the name of the savepoint a rescale takes first: rescale-<checkpoint>-<time>
 
 
@@ -223,13 +170,3 @@ def retain_rescale_savepoints(settings: Settings, job_id: str, keep: int, say=pr
     if gone:
         say(f"[lakestate] job {job_id}: disposed rescale savepoints past the newest {keep}: {', '.join(gone)}")
     return gone
-
-
-def dispose_savepoint(settings: Settings, ref: str) -> SavepointMetadata:
-    """Delete a savepoint (only a complete one inside the savepoint root; it need not be restorable)."""
-    savepoint = load_savepoint(settings, ref, own_tables=False)
-    path = location(savepoint.path)
-    # The metadata goes first: a dispose cut short leaves something that no longer looks like a savepoint.
-    (path / METADATA).unlink()
-    rmtree(path)
-    return savepoint

@@ -38,7 +38,8 @@ from typing import Any, Callable, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..delta.points import StatePoint, load_savepoint
+from ..catalog.savepoints import load_savepoint
+from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
 from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_column, key_group_ranges

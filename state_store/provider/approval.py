@@ -16,7 +16,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 
 from state_store.catalog.job_store import JobStore
 from state_store.catalog.pipelines import approval_asked
-from state_store.delta.points import load_savepoint
+from state_store.catalog.savepoints import load_savepoint
 from state_store.delta.sizes import human_bytes
 from state_store.settings import Settings
 

@@ -310,8 +310,8 @@ Its XCom names what was deleted.""", **COMMON) as dag:
 
         @task(task_id="dispose", multiple_outputs=False)
         def dispose(params=None, ti=None) -> dict:
+            from state_store.catalog.savepoints import dispose_savepoint
             from state_store.cli import check_approved, savepoint_job
-            from state_store.ops.savepoint import dispose_savepoint
             from state_store.provider.approval import approver
             from state_store.settings import Settings
 

@@ -332,7 +332,7 @@ class LakestateSavepointOperator(_LakestateSparkSubmit):
     def work(self, context):
         """Submit ``lakestate savepoint``, then emit the savepoint's event on the job's savepoints Asset and
         return (XCom) what it says: path, job, name, checkpoint, microbatch, entries and bytes."""
-        from state_store.ops.savepoint import load_savepoint
+        from state_store.catalog.savepoints import load_savepoint
         from state_store.settings import Settings
 
         self.submit(context)
@@ -368,8 +368,8 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         ``lakestate rescale`` unless the job is at that parallelism already, with an event for each savepoint it
         took; return (XCom) the latest checkpoint's id, microbatch and parallelism, and ``changed``."""
         from state_store.catalog.job_store import JobStore
+        from state_store.catalog.savepoints import list_savepoints
         from state_store.errors import ConfigError
-        from state_store.ops.savepoint import list_savepoints
         from state_store.restore_plan import already_at, rescale_request
         from state_store.settings import Settings
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from state_store.catalog.job_store import JobStore as JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.pipelines import load_registry
+from state_store.catalog.savepoints import list_savepoints
 from state_store.delta.sizes import human_bytes, pinned_partitions  # noqa: F401 - human_bytes: the page's, from here
 from state_store.errors import ConfigError
-from state_store.ops.savepoint import list_savepoints
 from state_store.records.layout import KEYED
 from state_store.records.metadata import AirflowRun, CheckpointMetadata
 from state_store.settings import Settings
