@@ -135,15 +135,15 @@ def test_a_compaction_killed_after_its_rewrite_then_one_after_more_input_ends_as
 
 def test_a_bootstrap_killed_after_writing_its_tables_then_retried_with_other_rows_holds_only_those(
         spark, lake, monkeypatch):
-    import state_store.ops.savepoint as savepoint_module
+    import state_store.catalog.savepoints as savepoint_store  # it writes a savepoint's folder and metadata
     from state_store.ops.state_processor import SavepointReader
 
     def killed(path, data):
         raise Crash(f"killed before {path} was written")
 
     # What a kill -9 leaves: both tables committed in the hidden folder, no metadata, nothing cleaned up.
-    monkeypatch.setattr(savepoint_module, "write_json_atomic", killed)
-    monkeypatch.setattr(savepoint_module, "rmtree", lambda *a, **k: None)
+    monkeypatch.setattr(savepoint_store, "write_json_atomic", killed)
+    monkeypatch.setattr(savepoint_store, "rmtree", lambda *a, **k: None)
     with pytest.raises(Crash):
         _bootstrap(spark, lake, "boot", "v1", {"a": 5, "b": 7})
     monkeypatch.undo()
