@@ -88,8 +88,8 @@ def cmd_jobs(args, settings: Settings) -> int:
     rows = []
     for job_id, record in JobCatalog(settings).records(warn=_warn).items():
         spec = record["spec"]
-        meta = JobStore(settings.job_dir(job_id))
-        latest = meta.latest_checkpoint()
+        store = JobStore(settings.job_dir(job_id))
+        latest = store.latest_checkpoint()
         # A job runs as its latest checkpoint says (a rescale or restore may have changed the definition's values).
         rows.append([job_id, latest.backend if latest else spec["backend"],
                      latest.parallelism if latest else spec["parallelism"],

@@ -40,8 +40,8 @@ class StatePoint:
     @classmethod
     def of_checkpoint(cls, settings: Settings, job_id: str, checkpoint_id: int | None = None) -> "StatePoint":
         """Retained checkpoint ``checkpoint_id`` of ``job_id`` (default: its latest)."""
-        meta = JobStore(settings.job_dir(job_id))
-        checkpoint = meta.checkpoint(checkpoint_id) if checkpoint_id is not None else meta.latest_checkpoint()
+        store = JobStore(settings.job_dir(job_id))
+        checkpoint = store.checkpoint(checkpoint_id) if checkpoint_id is not None else store.latest_checkpoint()
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint to restore from; run it first")
         return cls(checkpoint, settings.job_dir(job_id))

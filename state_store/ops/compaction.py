@@ -70,30 +70,30 @@ def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, 
         compact_job(spark, Settings.load(), "clicks")["bytes_reclaimed"]
     """
     job_dir = settings.job_dir(job_id)
-    meta = JobStore(job_dir)
-    if not meta.checkpoint_ids():
+    store = JobStore(job_dir)
+    if not store.checkpoint_ids():
         raise ConfigError(f"job {job_id!r} has no checkpoint in {settings.warehouse}: nothing to compact (run it "
                           f"first)")
     started = time.time()
     with holding(job_dir, job_id, "compact", wait_s, say):
-        latest = meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}"))
+        latest = store.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}"))
         if latest is None:
             raise ConfigError(f"no checkpoint of job {job_id!r} can be read: restore from a savepoint instead")
         report = {"job": job_id, "checkpoint": latest.checkpoint_id, "microbatch": latest.batch_id,
                   "backend": latest.backend, "started_ms": int(started * 1000),
                   "started": utc_iso(int(started * 1000)), "tables": {}}
-        reason = nothing_to_do(meta, latest)
+        reason = nothing_to_do(store, latest)
         if reason is not None:  # the tables stay as they are: no new table version, no checkpoint
             report.update(nothing_to_do=True, reason=reason, files_deleted=0, bytes_reclaimed=0)
             say(f"[lakestate] job {job_id}: nothing to do: {reason}; nothing was written")
         else:
-            _compact(spark() if callable(spark) else spark, meta, latest, report, fault, say)
+            _compact(spark() if callable(spark) else spark, store, latest, report, fault, say)
         report["seconds"] = round(time.time() - started, 2)
         totals = report["tables"].values()
         report.update({k: sum(t[k] for t in totals) for k in
                        ("rows_scanned", "expired_removed", "superseded_removed", "files_before", "files_after",
                         "bytes_before", "bytes_after")})
-        meta.write_compaction(report)
+        store.write_compaction(report)
     if "waiting" in report or "nothing_to_do" in report:
         return report
     say(f"[lakestate] job {job_id}: compacted checkpoint {latest.checkpoint_id} (microbatch {latest.batch_id}): "
@@ -104,19 +104,19 @@ def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, 
     return report
 
 
-def nothing_to_do(meta: JobStore, latest: CheckpointMetadata) -> str | None:
+def nothing_to_do(store: JobStore, latest: CheckpointMetadata) -> str | None:
     """Why compacting ``latest`` would change nothing, or None. Read from the job's files only (no Spark): the
     job's last compaction left ``latest`` as the latest checkpoint (its rewrite's checkpoint, or the one it
     found nothing to do at), and every table ``latest`` pins is still at the version it pins: no run, and no
     killed run, has written since, and that compaction deleted every file no retained checkpoint needed."""
-    history = meta.compaction_history(1)
+    history = store.compaction_history(1)
     if not history or "waiting" in history[0]:
         return None
     last = history[0]
     left = last.get("new_checkpoint", last["checkpoint"])
     if latest.checkpoint_id != left:
         return None
-    for part, _ in _operators(meta, latest).values():
+    for part, _ in _operators(store, latest).values():
         for recorded in part.state.values():
             if recorded.path and recorded.version is not None and \
                     table_snapshot(recorded.path)["version"] != recorded.version:
@@ -126,11 +126,11 @@ def nothing_to_do(meta: JobStore, latest: CheckpointMetadata) -> str | None:
             f"has written since")
 
 
-def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, report: dict, fault, say) -> None:
+def _compact(spark: SparkSession, store: JobStore, latest: CheckpointMetadata, report: dict, fault, say) -> None:
     """The work: the rewrite (delta backend) and the deletion of unpinned files, or, when a killed run's TTL
     cleanup is past ``latest``, nothing (``report["waiting"]`` says why)."""
     job_id = latest.job_id
-    parts = _operators(meta, latest)
+    parts = _operators(store, latest)
     killed = next((k for part, job_dir in parts.values() if (k := _killed_cleanup(spark, part, job_dir)) is not None),
                   None)
     if killed is not None:  # the tables stay as they are, files too: the killed run's replay needs them
@@ -141,8 +141,8 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
         report["files_deleted"] = report["bytes_reclaimed"] = 0
         return
     if backend_kind(latest.backend).incremental:
-        report["new_checkpoint"] = _rewrite(spark, meta, latest, report, fault)
-    retained = meta.readable_checkpoints()
+        report["new_checkpoint"] = _rewrite(spark, store, latest, report, fault)
+    retained = store.readable_checkpoints()
     report["files_deleted"] = report["bytes_reclaimed"] = 0
     for uid, (_, job_dir) in parts.items():  # each operator's tables are in its own folder
         mine = [c for c in (r.of_operator(uid) for r in retained) if c is not None]
@@ -150,15 +150,15 @@ def _compact(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
         report["files_deleted"] += deleted
         report["bytes_reclaimed"] += reclaimed
     if retained:
-        deleted, reclaimed = meta.forget_microbatches_before(min(c.batch_id for c in retained))
+        deleted, reclaimed = store.forget_microbatches_before(min(c.batch_id for c in retained))
         report["files_deleted"] += deleted
         report["bytes_reclaimed"] += reclaimed
 
 
-def _operators(meta: JobStore, checkpoint: CheckpointMetadata) -> dict[str, tuple[CheckpointMetadata, object]]:
+def _operators(store: JobStore, checkpoint: CheckpointMetadata) -> dict[str, tuple[CheckpointMetadata, object]]:
     """Each operator's part of ``checkpoint`` and the folder of its tables (a dataflow's later operators have
     their own), by uid, first first."""
-    return {uid: (checkpoint.of_operator(uid), meta.job_dir if uid == checkpoint.uid else meta.operator_dir(uid))
+    return {uid: (checkpoint.of_operator(uid), store.job_dir if uid == checkpoint.uid else store.operator_dir(uid))
             for uid in [checkpoint.uid, *sorted(checkpoint.operators or {})]}
 
 
@@ -172,11 +172,11 @@ def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) ->
     return committed if committed is not None and committed > latest.batch_id else None
 
 
-def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, report: dict, fault) -> int:
+def _rewrite(spark: SparkSession, store: JobStore, latest: CheckpointMetadata, report: dict, fault) -> int:
     """Rewrite both state tables as of ``latest`` (``report`` gets their figures), then a checkpoint of the same
     microbatch pinning the compacted versions; return its id."""
-    checkpoint_id, compacted = meta.next_checkpoint_id(), {}
-    for uid, (part, _) in _operators(meta, latest).items():  # a dataflow: each operator's tables ("uid:keyed" ...)
+    checkpoint_id, compacted = store.next_checkpoint_id(), {}
+    for uid, (part, _) in _operators(store, latest).items():  # a dataflow: each operator's tables ("uid:keyed" ...)
         state, counted = dict(part.state), {}
         for spec in (KEYED_TABLE, OPERATOR_TABLE):
             name = spec.name if uid == latest.uid else f"{uid}:{spec.name}"
@@ -188,7 +188,7 @@ def _rewrite(spark: SparkSession, meta: JobStore, latest: CheckpointMetadata, re
     first = compacted.pop(latest.uid)
     compacted = replace(CheckpointMetadata.of_operators([first, *compacted.values()]),
                         completed_ms=int(time.time() * 1000), airflow_run=AirflowRun.of_environment())
-    meta.publish(compacted)  # from now on runs continue from the compacted tables
+    store.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id
 

@@ -18,11 +18,11 @@ def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> di
     savepoints cut short; return a summary (an Airflow task's XCom)."""
     settings = settings or Settings.load()
     job_dir = settings.job_dir(job_id)
-    meta = JobStore(job_dir)
-    checkpoints = meta.readable_checkpoints(warn=lambda problem: say(f"warning: {problem}"))
+    store = JobStore(job_dir)
+    checkpoints = store.readable_checkpoints(warn=lambda problem: say(f"warning: {problem}"))
     removed = []
-    holder = current_holder(meta.lease_dir)
-    staging = meta.staging_dir
+    holder = current_holder(store.lease_dir)
+    staging = store.staging_dir
     if (holder is None or holder.get("released")) and staging.is_dir():  # no run holds the job: all of it is left over
         for folder in sorted(staging.iterdir()):
             rmtree(folder, ignore_errors=True)

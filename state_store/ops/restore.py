@@ -172,19 +172,19 @@ def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, so
     job = as_job(spec).validate()
     uid_map = parse_uid_map(uid_map)
     check_restore_backend(backend)
-    meta = JobStore(settings.job_dir(job.job_id))
-    with holding(meta.job_dir, job.job_id, "restore", wait_s, say) as lease:
+    store = JobStore(settings.job_dir(job.job_id))
+    with holding(store.job_dir, job.job_id, "restore", wait_s, say) as lease:
         source = source or StatePoint.of_checkpoint(settings, job.job_id)
-        return _restore(spark, settings, job, source, meta, lease, parallelism, backend, uid_map,
+        return _restore(spark, settings, job, source, store, lease, parallelism, backend, uid_map,
                         allow_non_restored_state, savepoint_first, say)
 
 
-def _plan(spec: JobSpec, source: StatePoint, meta: JobStore, parallelism: int | None, backend: str | None,
+def _plan(spec: JobSpec, source: StatePoint, store: JobStore, parallelism: int | None, backend: str | None,
           uid_map: dict[str, str], allow_non_restored_state: bool, outputs: dict[str, int],
           latest: CheckpointMetadata | None) -> _Restore:
     """The restore rules (``restore_plan``) on the source's metadata; no Spark, no state read. ``latest``: the
     job's latest checkpoint of this operator."""
-    own_latest = (source.job_dir == meta.job_dir and latest is not None
+    own_latest = (source.job_dir == store.job_dir and latest is not None
                   and latest.checkpoint_id == getattr(source.meta, "checkpoint_id", None))
     request = RestoreRequest(parallelism, backend, uid_map, allow_non_restored_state, own_latest)
 
@@ -208,12 +208,12 @@ def committed_outputs(settings: Settings, spec: JobSpec | Job) -> dict[str, int]
     return {path: batch for path, batch in done.items() if batch is not None}
 
 
-def _check_not_rewinding(restore: _Restore, meta: JobStore) -> None:
+def _check_not_rewinding(restore: _Restore, store: JobStore) -> None:
     """A restore never rewinds a job: its sink and side outputs hold the microbatches the job committed (a run
     killed after its sink commit and before its commit marker included: the sink's Delta ``txnVersion`` says
     so where the job's folder does not)."""
     job_id, src, where, latest = restore.spec.job_id, restore.source.meta, restore.source.where, restore.latest
-    done = {"its latest checkpoint": latest.batch_id if latest else None, "its commit markers": meta.last_commit()}
+    done = {"its latest checkpoint": latest.batch_id if latest else None, "its commit markers": store.last_commit()}
     done.update({f"its output table {path}": b for path, b in restore.outputs.items()})
     what, last = max(((w, b) for w, b in done.items() if b is not None), key=lambda item: item[1],
                      default=(None, None))
@@ -231,10 +231,10 @@ def _check_not_rewinding(restore: _Restore, meta: JobStore) -> None:
         f"...), or rescale the job's latest checkpoint")
 
 
-def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStore) -> DataFrame:
+def _checked_operator_rows(spark: SparkSession, restore: _Restore, store: JobStore) -> DataFrame:
     """The source's operator entries under the job's names, once the source is known intact and nothing would
     be lost that the user did not allow to drop (what only the state shows, so not in ``restore_plan``)."""
-    _check_not_rewinding(restore, meta)
+    _check_not_rewinding(restore, store)
     source, src, where, plan = restore.source, restore.source.meta, restore.source.where, restore.plan
     damage = source.damage(spark)
     if damage:
@@ -252,7 +252,7 @@ def _checked_operator_rows(spark: SparkSession, restore: _Restore, meta: JobStor
                 f"split or merge; at parallelism {p_new} it would be lost. Keep parallelism >= {max(lost) + 1}, "
                 f"move that state to a ListState, or pass --allow-non-restored-state to drop it")
     if plan.rescale and backend_kind(plan.backend).incremental:  # the operator rows go to the table runs append to
-        operator = create_operator_backend(plan.backend, spark, meta.job_dir, restore.spec.job_id, restore.latest)
+        operator = create_operator_backend(plan.backend, spark, store.job_dir, restore.spec.job_id, restore.latest)
         written = app_transaction_version(operator.path, operator.app_id)
         if written is not None and written > src.batch_id:
             raise RestoreError(
@@ -297,7 +297,7 @@ def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, st
     return takes
 
 
-def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePoint, meta: JobStore, lease,
+def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePoint, store: JobStore, lease,
              parallelism, backend: str | None, uid_map: dict[str, str], allow_non_restored_state: bool,
              savepoint_first: bool, say) -> CheckpointMetadata:
     """A restore or rescale of a job, of one operator or several: each operator of the job restores the part
@@ -306,19 +306,19 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     of starts empty; an operator of the source no operator takes is refused unless ``allow_non_restored_state``.
     One checkpoint, the job's next, pins them all."""
     ops, takes = spec.operators, _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
-    first, latest, outputs = ops[0].uid, meta.latest_checkpoint(), committed_outputs(settings, spec)
+    first, latest, outputs = ops[0].uid, store.latest_checkpoint(), committed_outputs(settings, spec)
     restores = []
     for op in ops:  # the first operator's part of the job's latest checkpoint is that checkpoint
         part = source.operator(takes[op.uid])
         if part is None:
             say(f"[lakestate] job {spec.job_id}: operator {op.uid} is new: it starts with empty state")
             continue
-        op_meta = meta if op.uid == first else JobStore(meta.operator_dir(op.uid))
+        op_store = store if op.uid == first else JobStore(store.operator_dir(op.uid))
         p = parallelism.get(op.uid) if isinstance(parallelism, dict) else parallelism
         moved = {takes[op.uid]: op.uid} if uid_map.get(takes[op.uid]) == op.uid else {}
         own = latest if op.uid == first or latest is None else latest.of_operator(op.uid)
-        restores.append((_plan(op, part, op_meta, p, backend, moved, allow_non_restored_state, outputs, own),
-                         op_meta))
+        restores.append((_plan(op, part, op_store, p, backend, moved, allow_non_restored_state, outputs, own),
+                         op_store))
     if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids) == len(ops):
         say(already_at(spec.job_id, latest))
         return latest
@@ -326,13 +326,13 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     if savepoint_first and not source.is_savepoint:
         savepoint_of_checkpoint(spark, settings, source.meta, source.job_dir, say=say,
                                 prefix=RESCALE_PREFIX if all(r.plan.rescale for r, _ in restores) else "savepoint")
-    started, checkpoint_id = time.time(), meta.next_checkpoint_id()
+    started, checkpoint_id = time.time(), store.next_checkpoint_id()
     records = [_checkpoint(settings, r, checkpoint_id, _write_state(spark, r, m, lease, o, checkpoint_id, say),
                            lease.run_id) for (r, m), o in zip(restores, rows)]
     checkpoint = CheckpointMetadata.of_operators(records)
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
-    meta.publish(checkpoint)  # last: the restore exists only once this row does
-    meta.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, meta, old, retained))
+    store.publish(checkpoint)  # last: the restore exists only once this row does
+    store.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, store, old, retained))
     changes = "; ".join(r.plan.changes() if len(ops) == 1 else f"{r.spec.uid}: {r.plan.changes()}"
                         for r, _ in restores)
     say(f"[lakestate] job {spec.job_id}: checkpoint {checkpoint_id} restored from {source.where} at microbatch "
@@ -340,17 +340,17 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     return checkpoint
 
 
-def _discard_operators(spark: SparkSession, meta: JobStore, old: CheckpointMetadata,
+def _discard_operators(spark: SparkSession, store: JobStore, old: CheckpointMetadata,
                        retained: list[CheckpointMetadata]) -> None:
     """Release what expired checkpoint ``old`` alone held, of every operator."""
     for uid in [old.uid, *sorted(old.operators or {})]:
         mine = old.of_operator(uid)
-        where = meta if uid == old.uid else JobStore(meta.operator_dir(uid))
+        where = store if uid == old.uid else JobStore(store.operator_dir(uid))
         kept = [r for r in (c.of_operator(uid) for c in retained) if r is not None]
         _discard(spark, where, mine, kept)
 
 
-def _write_state(spark: SparkSession, restore: _Restore, meta: JobStore, lease, operator_rows: DataFrame,
+def _write_state(spark: SparkSession, restore: _Restore, store: JobStore, lease, operator_rows: DataFrame,
                  checkpoint_id: int, say) -> dict[str, TableVersion]:
     """Write the keyed and operator rows the new checkpoint pins; return its ``state`` record. The rows are
     written as the generation of this attempt's hold of the job (``lease.generation``, or past the last one
@@ -359,8 +359,8 @@ def _write_state(spark: SparkSession, restore: _Restore, meta: JobStore, lease, 
     (``state_tables.visible``). A rescale leaves keyed rows where they are."""
     job_id, src, plan = restore.spec.job_id, restore.source.meta, restore.plan
     bound = restore.latest if plan.rescale else None
-    keyed_backend = create_keyed_backend(plan.backend, spark, meta.job_dir, job_id, bound)
-    operator_backend = create_operator_backend(plan.backend, spark, meta.job_dir, job_id, bound)
+    keyed_backend = create_keyed_backend(plan.backend, spark, store.job_dir, job_id, bound)
+    operator_backend = create_operator_backend(plan.backend, spark, store.job_dir, job_id, bound)
     generation = max(b.fresh_generation(lease.generation, checkpoint_id) for b in (keyed_backend, operator_backend))
     new_operator = redistribute(operator_rows, src.parallelism, plan.parallelism, src.batch_id, generation)
     if plan.rescale:
@@ -390,10 +390,10 @@ def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state
         restored_from=restore.source.describe(), airflow_run=AirflowRun.of_environment())
 
 
-def _discard(spark: SparkSession, meta: JobStore, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
+def _discard(spark: SparkSession, store: JobStore, old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
     """Release what expired checkpoint ``old`` alone held."""
     for create in (create_keyed_backend, create_operator_backend):
-        create(old.backend, spark, meta.job_dir, old.job_id, old).discard(old, retained)
+        create(old.backend, spark, store.job_dir, old.job_id, old).discard(old, retained)
 
 
 def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, parallelism: int | dict, *,

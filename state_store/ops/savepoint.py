@@ -61,10 +61,10 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
     check_label(label)
     check_job_id(job_id)
     job_dir = settings.job_dir(job_id)
-    meta = JobStore(job_dir)
+    store = JobStore(job_dir)
     with holding(job_dir, job_id, "savepoint", wait_s, say):
-        checkpoint = (meta.checkpoint(checkpoint_id) if checkpoint_id is not None
-                      else meta.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
+        checkpoint = (store.checkpoint(checkpoint_id) if checkpoint_id is not None
+                      else store.latest_checkpoint(warn=lambda m: say(f"[lakestate] warning: {m}")))
         if checkpoint is None:
             raise ConfigError(f"job {job_id!r} has no checkpoint yet: run it first, then take a savepoint")
         return savepoint_of_checkpoint(spark, settings, checkpoint, job_dir, label, say)

@@ -374,8 +374,8 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
         from state_store.settings import Settings
 
         settings = Settings.load()
-        meta = JobStore(settings.job_dir(self.job))
-        latest = meta.latest_checkpoint()
+        store = JobStore(settings.job_dir(self.job))
+        latest = store.latest_checkpoint()
         request = None  # no checkpoint: the submitted CLI refuses it, with the fix
         try:  # the CLI's own checks, so a bad request fails here at once rather than in a submitted job
             if latest is not None:
@@ -390,7 +390,7 @@ class LakestateRescaleOperator(_LakestateSparkSubmit):
             for savepoint in list_savepoints(settings, self.job):
                 if savepoint.name not in before:
                     _savepoint_event(context, savepoint)
-            latest = meta.latest_checkpoint()
+            latest = store.latest_checkpoint()
             self.log.info("job %s: checkpoint %s at parallelism %s", self.job, latest.checkpoint_id,
                           latest.parallelism)
         else:

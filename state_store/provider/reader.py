@@ -116,12 +116,12 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
     overview.edges = job_edges(spec)
-    meta = JobStore(settings.job_dir(job_id), warn=overview.problems.append)
-    overview.checkpoints = meta.readable_checkpoints(warn=overview.problems.append)
+    store = JobStore(settings.job_dir(job_id), warn=overview.problems.append)
+    overview.checkpoints = store.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)
     try:
-        overview.compaction = meta.last_compaction()
-        overview.compactions = meta.compaction_history(COMPACTIONS_SHOWN)
+        overview.compaction = store.last_compaction()
+        overview.compactions = store.compaction_history(COMPACTIONS_SHOWN)
     except (OSError, ValueError) as e:
         overview.problems.append(f"a compaction report cannot be read: {e}")
     latest = overview.latest
