@@ -61,12 +61,19 @@ class BatchContext(MicrobatchTime):
         return self._watermark
 
 
+# The subtask executors of vectorised functions (``subtask/runner.EXECUTORS``), by the names functions give.
+EXECUTOR_NAMES = ("batches", "windows")
+
+
 class VectorizedKeyedFunction(KeyedProcessFunction):
     """Subclass and implement ``process_batch``; ``open``, ``initialize_state``, ``snapshot_state`` and
     ``close`` are the KeyedProcessFunction's. Keyed state is declared in ``open`` with ``ctx.get_state`` (its
     handle is not used: values come and go as the ``state`` tables)."""
 
     batch_format = "arrow"  # or "pandas": tables in and out as pandas DataFrames
+    # The subtask executor that calls it (``subtask/runner.EXECUTORS``): "batches", a call per microbatch
+    # (``vectorized_run``), or "windows" (``window_run``).
+    executor = "batches"
 
     @override
     def process(self, key: Any, records: list, ctx) -> None:
@@ -89,6 +96,7 @@ class VectorizedWindowAggregate(VectorizedKeyedFunction):
     column) triples; ``columns`` the output row's columns."""
 
     keeps_timers = True  # a window fires at its end's timer in a run that has no records of its key
+    executor = "windows"  # subtask/window_run.py
 
     def __init__(self, *, size: int, slide: int, offset: int, timestamp_column: str, contents, aggregates: list,
                  key_name: str, columns: list[str]):
@@ -112,6 +120,9 @@ def check_job(spec) -> None:
     name = type(function).__name__
     if function.batch_format not in BATCH_FORMATS:
         raise ConfigError(f"{name}.batch_format is {function.batch_format!r}; use one of {BATCH_FORMATS}")
+    if function.executor not in EXECUTOR_NAMES:
+        raise ConfigError(f"{name}.executor is {function.executor!r}; leave it out (a VectorizedKeyedFunction's "
+                          f"is {VectorizedKeyedFunction.executor!r}) or use one of {EXECUTOR_NAMES}")
     if type(function).on_timer is not KeyedProcessFunction.on_timer:
         raise ConfigError(f"{name} defines on_timer, but a VectorizedKeyedFunction has no timers; use a "
                           f"KeyedProcessFunction for timers")

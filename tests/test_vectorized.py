@@ -356,6 +356,8 @@ def test_timers_side_outputs_and_broadcast_are_refused_where_the_job_is_defined(
     with pytest.raises(ConfigError, match="batch_format is 'polars'"):
         spec.with_overrides(function=type("Polars", (RunningCountSumVectorized,), {"batch_format": "polars"})()
                             ).validate()
+    with pytest.raises(ConfigError, match=r"executor is 'gpu'; leave it out .* or use one of \('batches', 'windows'\)"):
+        spec.with_overrides(function=type("Gpu", (RunningCountSumVectorized,), {"executor": "gpu"})()).validate()
     assert isinstance(spec, JobSpec)
 
 

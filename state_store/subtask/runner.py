@@ -31,7 +31,7 @@ from ..state.store import KeyedStateStore
 from ..state.ttl.handles import create_state_and_wrap_with_ttl_if_enabled
 from ..timers import SubtaskTimers, TimeDomain, TimerService
 from ..types import RowTypeInfo, TypeInfo, Types
-from ..vectorized import VectorizedKeyedFunction, VectorizedWindowAggregate
+from ..vectorized import EXECUTOR_NAMES, VectorizedKeyedFunction
 from ..watermarks import MIN_WATERMARK
 from .exchange import (
     KIND_FILE,
@@ -41,6 +41,9 @@ from .exchange import (
 from .run_files import RunOutputs, SubtaskFiles, arrow_schema
 from .vectorized_run import VectorizedRun
 from .window_run import WindowRun
+
+# The executors of vectorised functions, by the name each function gives (``VectorizedKeyedFunction.executor``).
+EXECUTORS = dict(zip(EXECUTOR_NAMES, (VectorizedRun, WindowRun), strict=True))
 
 RAW_KEYED = "__raw_keyed__"
 _BYTES = Types.BYTES()
@@ -118,9 +121,8 @@ class SubtaskRunner:
         self._to_arrow = plan.output_type.arrow_tuple_converter()  # sink rows are tuples (``SinkFiles``)
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
-        # A VectorizedKeyedFunction's records are held as Arrow and processed in one call per microbatch.
-        # (a window on the vectorised path: ``WindowRun``).
-        self.vectorized = ((WindowRun if isinstance(plan.function, VectorizedWindowAggregate) else VectorizedRun)(self)
+        # A VectorizedKeyedFunction's records are held as Arrow and processed by the executor it names.
+        self.vectorized = (EXECUTORS[plan.function.executor](self)
                            if isinstance(plan.function, VectorizedKeyedFunction) else None)
 
     # -- restore -----------------------------------------------------------------------------------------
