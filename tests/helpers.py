@@ -211,6 +211,12 @@ def end_group(process: subprocess.Popen, grace_s: float = 10.0) -> None:
     else:
         with suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+        # A killed process runs until the scheduler gives it a slice to die in: on a loaded machine its state still
+        # reads as running for a moment after the signal (a CI run saw three such members). Wait for the group.
+        deadline = time.monotonic() + 30
+        while group_members(pgid) and time.monotonic() < deadline:
+            process.poll()
+            time.sleep(0.05)
     with suppress(subprocess.TimeoutExpired):
         process.wait(30)
 
