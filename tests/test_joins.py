@@ -32,7 +32,7 @@ from state_store.job import InputRole
 from state_store.subtask.exchange import PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
 from state_store.timers import TimeDomain
 from state_store.watermarks import MIN_WATERMARK
-from tests.test_task import OUT, marker, run, stats
+from tests.frames import OUT, marker, run, stats
 from tests.test_windows import Harness as WindowHarness
 
 LEFT = Types.ROW_NAMED(["k", "ts", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])

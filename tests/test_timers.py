@@ -2,7 +2,7 @@
 (no Spark), after Flink's own tests of them (``InternalTimerServiceImplTest``, ``KeyedProcessOperatorTest``,
 ``KeyedBroadcastProcessFunction``'s ``applyToKeyedState``).
 
-Runs build exchange frames with the helpers of ``tests.test_task``. A stored timer is a keyed row of state
+Runs build exchange frames with the helpers of ``tests.frames``. A stored timer is a keyed row of state
 ``<uid>.__timers_event__`` or ``<uid>.__timers_processing__`` whose ``user_key`` and ``value`` are the timestamp as
 text and whose ``expiry`` column is the timestamp; a fired or deleted stored timer is written back as a keyed row
 with value None.
@@ -28,7 +28,7 @@ from state_store.subtask.runner import RunPlan, UserFunctionError
 from state_store.timers import SubtaskTimers, TimeDomain, TimerService, is_timer_state, timer_state_names
 from state_store.types import Types
 from state_store.watermarks import MIN_WATERMARK
-from tests.test_task import (
+from tests.frames import (
     MAX_PARALLELISM,
     PARALLELISM,
     RULES,

@@ -17,7 +17,7 @@ from state_store.subtask.json_columns import decode_column, encode_column
 from state_store.subtask.reader import run_partition
 from state_store.subtask.runner import RunPlan, UserFunctionError
 from state_store.types import Types
-from tests.test_task import ARROW_TYPES, OUT, in_frame_order, keyed_changes, outputs, read_files, run_outputs, stats
+from tests.frames import ARROW_TYPES, OUT, in_frame_order, keyed_changes, outputs, read_files, run_outputs, stats
 
 EVENT_TYPE = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
 ACC_NAME = "op.acc"

@@ -38,7 +38,7 @@ from state_store import (
 from state_store.subtask.exchange import PHASE_KEYED, PHASE_RECORD, RECORD, SIDE_KEYED
 from state_store.windows.assigners import window_start_with_offset
 from state_store.windows.merging import MergingWindowSet
-from tests.test_task import OUT, marker, run, stats
+from tests.frames import OUT, marker, run, stats
 
 CLICK = Types.ROW_NAMED(["k", "v", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
 CLICK_ARROW = pa.struct([("k", pa.string()), ("v", pa.int64()), ("ts", pa.int64())])
