@@ -71,12 +71,12 @@ def two_runs(session, lake, backend: str):
 
 
 def sweep(session, lake, backend: str):
-    """tests/test_ttl_tables.py's incremental cleanup job in runs of 1, 3 and 2 microbatches: the entries each
-    run's cleanup removed, and the keyed state at the latest checkpoint."""
+    """The incremental cleanup job (tests/jobs.py's sweep_job, as tests/test_ttl_tables.py runs it) in runs of 1,
+    3 and 2 microbatches: the entries each run's cleanup removed, and the keyed state at the latest checkpoint."""
     from tests.helpers import run, state_at_latest_checkpoint
-    from tests.test_ttl_tables import _clock, _sweep
+    from tests.jobs import sweep_job, ticking_clock
 
-    spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
+    spec, clock, said = sweep_job(lake, f"sweep-{backend}", backend), ticking_clock(), []
     for n in (1, 3, 2):
         run(session, spec, lake, max_microbatches=n, clock=clock, progress=said.append)
     removed = [int(line.split("removed ")[1].split()[0]) for line in said if "TTL incremental cleanup" in line]

@@ -184,3 +184,68 @@ def events(batch: int, keys=("a", "b", "c", "d", "e"), per_key: int = 3) -> list
             op = "tag" if j == 0 else ("clear" if (k == "b" and batch == 1 and j == per_key - 1) else "add")
             rows.append({"k": k, "v": batch * 10 + j + i, "op": op, "seq": seq})
     return rows
+
+
+# -- TTL: a job whose ValueState and ListState live TTL_MS under full-snapshot cleanup (test_ttl_tables,
+# test_compaction), one whose only cleanup is incremental (sweep_job), and the clock their microbatches are
+# planned by (ticking_clock: 1000 ms apart).
+TTL_MS = 1500  # microbatches are 1000 ms apart: an entry not written for two microbatches has expired
+TTL_OUT = Types.ROW_NAMED(["k", "batch", "last", "seen"],
+                          [Types.STRING(), Types.LONG(), Types.LONG(), Types.LIST(Types.LONG())])
+
+
+class Remember(KeyedProcessFunction):
+    """Per key: the last value (ValueState) and the values seen (ListState), both under a TTL with full snapshot
+    cleanup; emits what it read before writing."""
+
+    def ttl(self):
+        return StateTtlConfig.new_builder(TTL_MS).cleanup_full_snapshot().build()
+
+    def open(self, ctx):
+        config = self.ttl()
+        last, seen = ValueStateDescriptor("last", Types.LONG()), ListStateDescriptor("seen", Types.LONG())
+        if config is not None:
+            last, seen = last.enable_time_to_live(config), seen.enable_time_to_live(config)
+        self.last, self.seen = ctx.get_state(last), ctx.get_list_state(seen)
+
+    def process(self, key, records, ctx):
+        yield {"k": key, "batch": ctx.batch_id, "last": self.last.value(), "seen": sorted(self.seen.get())}
+        for r in records:
+            self.last.update(r["v"])
+            self.seen.add(r["v"])
+
+
+def ttl_job(lake, backend, function=None, name=None):
+    name = name or f"ttl-{backend}"
+    return JobSpec(job_id=name, function=function or Remember(),
+                   source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
+                   key_type=Types.STRING(), output_type=TTL_OUT, sink=f"sinks/{name}", uid="ttl", parallelism=2,
+                   max_parallelism=8, checkpoint_interval=1, num_retained=3, backend=backend)
+
+
+def ticking_clock():
+    ticks = iter(range(0, 100_000, 1000))  # microbatch b is planned at b * 1000 ms
+    return lambda: next(ticks)
+
+
+class Sweep(KeyedProcessFunction):
+    """A ValueState under TTL whose only cleanup is incremental: one entry per subtask per microbatch."""
+
+    def open(self, ctx):
+        config = StateTtlConfig.new_builder(TTL_MS).cleanup_incrementally(1).disable_cleanup_in_background().build()
+        self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
+
+    def process(self, key, records, ctx):
+        self.last.update(records[-1]["v"])
+        return []
+
+
+def sweep_job(lake, job_id, backend):
+    # Microbatch 0 writes k0..k5, which nothing writes again (expired from 1500 ms); microbatches 1-5 write z.
+    lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(6)])
+    for batch in range(1, 6):
+        lake.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
+    return JobSpec(job_id=job_id, function=Sweep(), source=FileSource(str(lake.events), "json", EVENT,
+                                                                      max_files_per_batch=1),
+                   key="k", key_type=Types.STRING(), output_type=TTL_OUT, sink=f"sinks/{job_id}", uid="ttl",
+                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=10, backend=backend)

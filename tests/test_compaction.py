@@ -17,11 +17,11 @@ from state_store.delta.points import StatePoint
 from state_store.ops.compaction import compact_job, nothing_to_do
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import take_savepoint
+from tests.jobs import TTL_MS, Remember, ticking_clock, ttl_job
 
 from .conftest import Lake
 from .helpers import run, sink_rows, state_at_checkpoint, state_at_latest_checkpoint
 from .jobs import all_states_job, events
-from .test_ttl_tables import TTL_MS, Remember, _clock, _job
 
 QUIET = dict(say=lambda m: None)
 
@@ -184,8 +184,8 @@ def test_the_compaction_filter_drops_expired_entries_and_list_elements(spark, la
     for batch, keys in plan.items():
         lake.write_events(f"e{batch}.json", [{"k": k, "v": batch * 10 + i, "op": "add", "seq": batch * 100 + i}
                                              for i, k in enumerate(keys)])
-    spec = _job(lake, "delta", CompactionOnly())
-    run(spark, spec, lake, clock=_clock())
+    spec = ttl_job(lake, "delta", CompactionOnly())
+    run(spark, spec, lake, clock=ticking_clock())
     report = compact_job(spark, lake.settings, spec.job_id, **QUIET)
     latest = JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint()
     assert latest.processing_time == 4000

@@ -18,11 +18,11 @@ from state_store.ops.compaction import compact_job
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.state_processor import SavepointReader
 from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
+from tests.jobs import ticking_clock
 
 from .conftest import Lake
 from .fixtures.make_formats import BASE, formats_jobs, write_inputs
 from .helpers import run, sink_rows, state_at_latest_checkpoint
-from .test_ttl_tables import _clock
 
 QUIET = lambda line: None  # noqa: E731
 RELEASES = ("pre19",)
@@ -73,7 +73,7 @@ def test_an_earlier_releases_checkpoints_plans_and_savepoint_go_on_as_if_written
     run(spark, new_jobs["fmt-delta"], now, max_microbatches=1)
     compact_job(spark, now.settings, "fmt-delta", say=QUIET)
     run(spark, new_jobs["fmt-hashmap"], now, max_microbatches=2)
-    run(spark, new_jobs["fmt-ttl"], now, max_microbatches=4, clock=_clock())
+    run(spark, new_jobs["fmt-ttl"], now, max_microbatches=4, clock=ticking_clock())
     run(spark, new_jobs["fmt-counts"], now, max_microbatches=1)
 
     # Every catalog file of the old release reads.

@@ -162,12 +162,11 @@ def _sweeps_killed_after_their_cleanup(spark, tmp_path):
     a run of microbatches 1-3 killed once its cleanup is committed; ``clean`` ran them as that run did. Then two
     files more for all three, which the caller's retries replay past; ``clean`` is run to the end."""
     from state_store.run.runtime import FaultInjector, InjectedFault
-
-    from .test_ttl_tables import _clock, _sweep
+    from tests.jobs import sweep_job, ticking_clock
 
     lakes = tuple(Lake(tmp_path / name) for name in ("clean", "grouped", "compacted"))
-    specs = {id(t): _sweep(t, "sweep", "delta") for t in lakes}
-    clocks = {id(t): _clock() for t in lakes}
+    specs = {id(t): sweep_job(t, "sweep", "delta") for t in lakes}
+    clocks = {id(t): ticking_clock() for t in lakes}
     for target in lakes:
         run(spark, specs[id(target)], target, max_microbatches=1, clock=clocks[id(target)])
     for target in lakes[1:]:

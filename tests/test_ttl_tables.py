@@ -6,15 +6,6 @@ import json
 
 import pytest
 
-from state_store import (
-    FileSource,
-    JobSpec,
-    KeyedProcessFunction,
-    ListStateDescriptor,
-    StateTtlConfig,
-    Types,
-    ValueStateDescriptor,
-)
 from state_store.catalog.job_store import JobStore
 from state_store.delta.points import StatePoint
 from state_store.ops.restore import restore_job
@@ -22,45 +13,7 @@ from state_store.ops.savepoint import take_savepoint
 from state_store.ops.state_processor import SavepointReader
 
 from .helpers import run
-from .jobs import EVENT
-
-TTL_MS = 1500  # microbatches are 1000 ms apart: an entry not written for two microbatches has expired
-OUT = Types.ROW_NAMED(["k", "batch", "last", "seen"],
-                      [Types.STRING(), Types.LONG(), Types.LONG(), Types.LIST(Types.LONG())])
-
-
-class Remember(KeyedProcessFunction):
-    """Per key: the last value (ValueState) and the values seen (ListState), both under a TTL with full snapshot
-    cleanup; emits what it read before writing."""
-
-    def ttl(self):
-        return StateTtlConfig.new_builder(TTL_MS).cleanup_full_snapshot().build()
-
-    def open(self, ctx):
-        config = self.ttl()
-        last, seen = ValueStateDescriptor("last", Types.LONG()), ListStateDescriptor("seen", Types.LONG())
-        if config is not None:
-            last, seen = last.enable_time_to_live(config), seen.enable_time_to_live(config)
-        self.last, self.seen = ctx.get_state(last), ctx.get_list_state(seen)
-
-    def process(self, key, records, ctx):
-        yield {"k": key, "batch": ctx.batch_id, "last": self.last.value(), "seen": sorted(self.seen.get())}
-        for r in records:
-            self.last.update(r["v"])
-            self.seen.add(r["v"])
-
-
-def _job(lake, backend, function=None, name=None):
-    name = name or f"ttl-{backend}"
-    return JobSpec(job_id=name, function=function or Remember(),
-                   source=FileSource(str(lake.events), "json", EVENT, max_files_per_batch=1), key="k",
-                   key_type=Types.STRING(), output_type=OUT, sink=f"sinks/{name}", uid="ttl", parallelism=2,
-                   max_parallelism=8, checkpoint_interval=1, num_retained=3, backend=backend)
-
-
-def _clock():
-    ticks = iter(range(0, 100_000, 1000))  # microbatch b is planned at b * 1000 ms
-    return lambda: next(ticks)
+from .jobs import TTL_MS, Remember, sweep_job, ticking_clock, ttl_job
 
 
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
@@ -70,8 +23,8 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     for batch, keys in plan.items():
         lake.write_events(f"e{batch}.json", [{"k": k, "v": batch * 10 + i, "op": "add", "seq": batch * 100 + i}
                                              for i, k in enumerate(keys)])
-    spec = _job(lake, backend)
-    run(spark, spec, lake, clock=_clock())
+    spec = ttl_job(lake, backend)
+    run(spark, spec, lake, clock=ticking_clock())
     sink = {(r["k"], r["batch"]): (r["last"], r["seen"]) for r in
             spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect()}
     # a, written at 0 ms, expired at 1500 ms: microbatch 3 (3000 ms) reads nothing.
@@ -100,7 +53,7 @@ def test_expired_entries_are_never_read_back_and_full_snapshots_leave_them_out(s
     assert seen == {"a": [[4500, 30]], "b": [[3500, 20]], "c": [[3500, 21]]}
     assert savepoint.entries["ttl.seen"] == 3
     if backend == "delta":  # TTL turned off across a restore (Flink 2.2): every stored value is visible again
-        off = _job(lake, backend, NoTtl(), name="ttl-off")
+        off = ttl_job(lake, backend, NoTtl(), name="ttl-off")
         restore_job(spark, lake.settings, off, StatePoint(savepoint), say=lambda m: None)
         lake.write_events("e4.json", [{"k": "b", "v": 40, "op": "add", "seq": 400}])
         run(spark, off, lake, clock=lambda: 60_000)  # long after b's entries (3500 ms) expired
@@ -123,29 +76,6 @@ class NoTtl(Remember):
         return None
 
 
-class Sweep(KeyedProcessFunction):
-    """A ValueState under TTL whose only cleanup is incremental: one entry per subtask per microbatch."""
-
-    def open(self, ctx):
-        config = StateTtlConfig.new_builder(TTL_MS).cleanup_incrementally(1).disable_cleanup_in_background().build()
-        self.last = ctx.get_state(ValueStateDescriptor("last", Types.LONG()).enable_time_to_live(config))
-
-    def process(self, key, records, ctx):
-        self.last.update(records[-1]["v"])
-        return []
-
-
-def _sweep(lake, job_id, backend):
-    # Microbatch 0 writes k0..k5, which nothing writes again (expired from 1500 ms); microbatches 1-5 write z.
-    lake.write_events("e0.json", [{"k": f"k{i}", "v": i, "op": "add", "seq": i} for i in range(6)])
-    for batch in range(1, 6):
-        lake.write_events(f"e{batch}.json", [{"k": "z", "v": batch, "op": "add", "seq": batch * 100}])
-    return JobSpec(job_id=job_id, function=Sweep(), source=FileSource(str(lake.events), "json", EVENT,
-                                                                      max_files_per_batch=1),
-                   key="k", key_type=Types.STRING(), output_type=OUT, sink=f"sinks/{job_id}", uid="ttl",
-                   parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=10, backend=backend)
-
-
 def _keys_at(spark, lake, job_id, batch):
     meta = JobStore(lake.settings.job_dir(job_id))
     checkpoint = [c for c in meta.readable_checkpoints() if c.batch_id == batch][-1]
@@ -156,7 +86,7 @@ def _keys_at(spark, lake, job_id, batch):
 
 @pytest.mark.parametrize("backend", ["delta", "hashmap"])
 def test_incremental_cleanup_removes_expired_entries_a_few_per_microbatch_and_never_a_live_one(spark, lake, backend):
-    spec, clock, said = _sweep(lake, f"sweep-{backend}", backend), _clock(), []
+    spec, clock, said = sweep_job(lake, f"sweep-{backend}", backend), ticking_clock(), []
     meta = JobStore(lake.settings.job_dir(spec.job_id))
     runs = (1, 3, 2)  # microbatches 0, 1-3, 4-5; a run visits 2 entries per microbatch (1 per subtask)
     for n in runs:
