@@ -138,7 +138,6 @@ class JobSpec:
     order_by: list[str] = field(default_factory=list)
     watermark_strategy: WatermarkStrategy | None = None
     side_outputs: list[OutputTag] = field(default_factory=list)
-    # column and watermark strategy.
     further_inputs: tuple[Input, ...] = ()
 
     @property
