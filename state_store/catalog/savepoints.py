@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Callable
 
 from ..errors import ConfigError
 from ..records.metadata import SavepointMetadata, TableVersion
@@ -36,7 +35,7 @@ class SavepointStore:
         store = SavepointStore(settings, "clicks")
         work = store.begin("before-v2")           # the folder to write the tables into
         store.publish(work, "before-v2", meta)    # its metadata, last; then it is a savepoint
-        [s.name for s in store.list()]            # ["before-v2"]
+        [s.name for s in list_savepoints(settings, "clicks")]   # ["before-v2"]
     """
 
     def __init__(self, settings: Settings, job_id: str):
@@ -46,10 +45,6 @@ class SavepointStore:
     def path(self, name: str) -> Path | ObjectPath:
         """Where savepoint ``name`` of the job is (inside the savepoint root)."""
         return self.settings.in_savepoints(Path(self.job_id) / name)
-
-    def list(self, warn: Callable[[str], None] | None = None) -> list[SavepointMetadata]:
-        """The job's complete savepoints, oldest first; ``warn`` is told of unreadable ones."""
-        return list_savepoints(self.settings, self.job_id, warn)
 
     def begin(self, name: str, say=print) -> Path | ObjectPath:
         """The folder savepoint ``name`` is written in, its writer recorded: a hidden ``.inprogress-*`` folder
