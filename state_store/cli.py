@@ -439,10 +439,10 @@ def cmd_rescale(args, settings: Settings) -> int:
     checkpoint = rescale_job(spark, settings, spec, parallelism,
                              allow_non_restored_state=args.allow_non_restored_state,
                              savepoint_first=args.savepoint_first, wait_s=args.wait_for_lease, say=_quiet_say)
-    at = ", ".join(f"{u} {checkpoint.of_operator(u).parallelism}"
-                   for u in [checkpoint.uid, *(checkpoint.operators or {})])
-    print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism "
-          f"{checkpoint.parallelism if not checkpoint.operators else at}; the next run continues from it")
+    parts = checkpoint.parts
+    at = ", ".join(f"{p.uid} {p.parallelism}" for p in parts) if len(parts) > 1 else checkpoint.parallelism
+    print(f"[lakestate] job {args.job}: checkpoint {checkpoint.checkpoint_id} at parallelism {at}; the next run "
+          f"continues from it")
     if args.retain_savepoints is not None:
         from .ops.savepoint import retain_rescale_savepoints
 

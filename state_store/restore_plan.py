@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Union
 
 from .errors import ConfigError, RestoreError
 from .key_groups import check_parallelism
-from .records.layout import LAYOUT_VERSION
+from .records.layout import LAYOUT_VERSION, STATE_LAYOUTS
 from .records.metadata import CheckpointMetadata, StateInfo
 from .state.backend import backend_kind, backend_names
 from .state.descriptors import check_state_name
@@ -108,10 +108,10 @@ def plan_restore(job: JobFacts, point, descriptors: Descriptors, request: Restor
 
 def _check_layout(point, where: str, run: bool) -> None:
     layout = getattr(point, "layout", LAYOUT_VERSION)
-    if layout != LAYOUT_VERSION:
+    if layout not in STATE_LAYOUTS:
         fix = ": run the job with a new job id (or a fresh warehouse)" if run else ""
-        raise RestoreError(f"{where} was written with state layout {layout}; this release reads layout "
-                           f"{LAYOUT_VERSION}{fix}")
+        raise RestoreError(f"{where} was written with state layout {layout}; this release reads layouts "
+                           f"{' and '.join(map(str, STATE_LAYOUTS))}{fix}")
 
 
 def check_max_parallelism(job, max_parallelism: int, where: str) -> None:
@@ -153,7 +153,7 @@ def rescale_request(job_id: str, latest, parallelism: int, operator: str | None 
     ``operator`` only, or every operator of a dataflow): the one place the CLI and the Airflow operator check
     it, before Spark starts or anything is submitted. Raises ConfigError naming the range."""
     check_requested_parallelism(parallelism)
-    everyone = [latest.uid, *sorted(latest.operators or {})]
+    everyone = latest.uids
     uids = [operator] if operator else everyone
     for uid in uids:  # a dataflow's operators each have their own parallelism and key groups
         point = latest.of_operator(uid)

@@ -478,9 +478,8 @@ def test_a_parse_of_the_operation_dags_reads_the_registry_once_lists_no_savepoin
     from airflow.serialization.serialized_objects import SerializedDAG
 
     from state_store.catalog.job_store import JobStore
-    from state_store.records.metadata import SavepointMetadata
     from state_store.settings import Settings
-    from tests.test_airflow_plugin import _checkpoint
+    from tests.test_airflow_plugin import _checkpoint, _savepoint
 
     registry, root = _registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
     monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
@@ -504,9 +503,7 @@ def test_a_parse_of_the_operation_dags_reads_the_registry_once_lists_no_savepoin
     JobStore(settings.job_dir("clicks")).write_checkpoint(_checkpoint(1, 2))
     folder = settings.savepoints / "clicks" / "before-v2"
     folder.mkdir(parents=True)
-    (folder / "_metadata.json").write_text(json.dumps(SavepointMetadata.from_dict(
-        {**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {}, "created_ms": 1, "seconds": 12.9}
-    ).to_dict()))
+    (folder / "_metadata.json").write_text(json.dumps(_savepoint("before-v2", seconds=12.9).to_dict()))
     assert parse() == before
     assert not [p for p in opened if p.startswith(str(settings.savepoints))], opened
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 
 import pytest
@@ -178,14 +179,21 @@ def _checkpoint(cid: int, parallelism: int, restored_from=None, airflow_run=None
         restored_from=restored_from, airflow_run=airflow_run)
 
 
+def _savepoint(name: str, **fields):
+    """A savepoint of ``_checkpoint(1, 2)``'s fields, named ``name``, holding no tables."""
+    from state_store.records.metadata import SavepointMetadata
+
+    return SavepointMetadata.from_dict({**asdict(_checkpoint(1, 2)), "descriptors": {}, "name": name, "tables": {},
+                                        "created_ms": 1, **fields})
+
+
 def test_the_page_says_whether_a_checkpoint_came_from_a_rescale_a_restore_or_a_compaction():
     from state_store.provider.reader import JobOverview
-    from state_store.records.metadata import AirflowRun, RestoredFrom, SavepointMetadata
+    from state_store.records.metadata import AirflowRun, RestoredFrom
 
     run = AirflowRun("lakestate_clicks", "manual__1")
     job = JobOverview("clicks", "demo.clicks:job", 3, 128, "delta")
-    savepoint = SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {},
-                                             "created_ms": 1})
+    savepoint = _savepoint("before-v2")
     savepoint.path = "/sp/clicks/before-v2"
     job.savepoints = [savepoint]
     job.checkpoints = [_checkpoint(1, 2, airflow_run=run), _checkpoint(2, 3, RestoredFrom("clicks", 1)),
@@ -285,11 +293,9 @@ def test_run_links_read_in_the_timezone_the_user_picked():
 
 def test_the_savepoint_path_cell_shows_the_savepoints_own_path():
     from state_store.provider.reader import JobOverview
-    from state_store.records.metadata import SavepointMetadata
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
-    savepoint = SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": "before-v2", "tables": {},
-                                             "created_ms": 1})
+    savepoint = _savepoint("before-v2")
     savepoint.path = "/srv/lakestate/savepoints/clicks/before-v2"
     job.savepoints, job.checkpoints = [savepoint], [_checkpoint(1, 2)]
     (shown,) = re.findall(r"<span class='path' title='([^']*)'>([^<]*)</span>", _page_of(job))
@@ -371,7 +377,7 @@ def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_
     the savepoint's own seconds."""
     from state_store.provider.reader import JobOverview
     from state_store.provider.views import job_section
-    from state_store.records.metadata import AirflowRun, SavepointMetadata
+    from state_store.records.metadata import AirflowRun
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
     job.checkpoints = [_checkpoint(1, 2)]
@@ -382,8 +388,7 @@ def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_
     assert said({}).endswith("the job runs at parallelism 2, max 128 (its key groups): a new parallelism is 1 to "
                              "128. Savepoint first adds a savepoint task's time: the job has no savepoint yet.")
     runs = [AirflowRun("lakestate_savepoint", "manual__1"), AirflowRun("lakestate_savepoint", "manual__2")]
-    job.savepoints = [SavepointMetadata.from_dict({**_checkpoint(1, 2).to_dict(), "name": f"sp{i}", "tables": {},
-                                                   "created_ms": i, "seconds": 12.9, "airflow_run": r.to_dict()})
+    job.savepoints = [_savepoint(f"sp{i}", created_ms=i, seconds=12.9, airflow_run=r.to_dict())
                       for i, r in enumerate(runs)]
     seconds = {("lakestate_savepoint", "manual__1"): 40.4, ("lakestate_savepoint", "manual__2"): 38.2}
     assert said(seconds).endswith("Savepoint first adds about 38 s: the last savepoint task took 38 s for 0 B "

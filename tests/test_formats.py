@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from state_store.delta.points import StatePoint
 from state_store.ops.compaction import compact_job
 from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.state_processor import SavepointReader
-from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata
+from state_store.records.metadata import CheckpointMetadata, MicrobatchPlan, SavepointMetadata, TableVersion
 from tests.jobs import ticking_clock
 
 from .conftest import Lake
@@ -59,6 +60,35 @@ def test_every_record_an_earlier_release_wrote_reads_into_the_typed_records_and_
         assert record.from_dict(data).to_dict() == data, path
         seen.add(record.__name__)
     assert seen == {"CheckpointMetadata", "MicrobatchPlan", "SavepointMetadata"}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_checkpoint_of_an_earlier_layout_written_in_layout_3_keeps_the_jobs_fields_once_and_each_operator_by_uid(
+        tmp_path, release):
+    root = _extract(release, tmp_path).root
+    olds = [CheckpointMetadata.from_dict(json.loads(p.read_text())) for p in sorted(root.rglob("_meta/checkpoints/*"))]
+    assert olds and {c.layout for c in olds} <= {1, 2}
+    for old in olds:  # a job of one operator
+        data = replace(old, layout=3).to_dict()
+        assert list(data["operators"]) == [old.uid] == [data["uid"]] and "state" not in data
+        new = CheckpointMetadata.from_dict(json.loads(json.dumps(data)))
+        assert replace(new, layout=old.layout).to_dict() == old.to_dict() and new.to_dict() == data
+    # A job of two: the job's fields once (its sink the sink writer's), each operator's own under its uid.
+    first = olds[0]
+    later = replace(first.of_operator(first.uid), uid="later", parallelism=3, source_offsets={},
+                    sink=TableVersion("/sink", 9))
+    job = replace(CheckpointMetadata.of_operators([first.of_operator(first.uid), later], "later"), layout=3)
+    data = json.loads(json.dumps(job.to_dict(), sort_keys=True))  # as JobStore writes it
+    assert sorted(data["operators"]) == sorted([first.uid, "later"]) and data["uid"] == first.uid
+    assert data["sink"] == TableVersion("/sink", 9).to_dict()
+    assert {k for k in data if k != "operators"} <= {"job_id", "checkpoint_id", "batch_id", "uid", "completed_ms",
+                                                    "processing_time", "run_id", "sink", "status", "layout",
+                                                    "restored_from", "airflow_run"}
+    read = CheckpointMetadata.from_dict(data)
+    assert read.uids == [first.uid, "later"] and read.sink == TableVersion("/sink", 9)
+    assert read.of_operator("later").parallelism == 3 and read.of_operator("later").sink == TableVersion("/sink", 9)
+    assert read.of_operator(first.uid).source_offsets == first.source_offsets and read.of_operator("gone") is None
+    assert read.total_entries == 2 * first.total_entries and read.to_dict() == data
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -213,14 +213,16 @@ class JobStore:
         self.write_checkpoint(checkpoint)
 
     def expire(self, num_retained: int,
-               discard: Callable[[CheckpointMetadata, list[CheckpointMetadata]], None] | None = None) -> None:
-        """Forget the checkpoints before the newest ``num_retained``, and ``discard(expired, retained)`` what
-        each one alone held."""
+               discard: Callable[[str, CheckpointMetadata, list[CheckpointMetadata]], None] | None = None) -> None:
+        """Forget the checkpoints before the newest ``num_retained``, and ``discard(uid, part, retained)`` what
+        each one's part of each operator alone held (``retained``: that operator's parts of the checkpoints
+        kept). The one expiry of a job's checkpoints: a run's checkpointer and a restore call it."""
         expired = self.expire_checkpoints(num_retained)
         if expired and discard is not None:
             retained = self.readable_checkpoints()
             for old in expired:
-                discard(old, retained)
+                for part in old.parts:
+                    discard(part.uid, part, [p for c in retained if (p := c.of_operator(part.uid)) is not None])
 
     def expire_checkpoints(self, num_retained: int) -> list[CheckpointMetadata]:
         """Forget all but the newest ``num_retained`` checkpoints; return the ones removed that could be read

@@ -54,7 +54,7 @@ class StatePoint:
     @property
     def uids(self) -> list[str]:
         """The operators whose state the point holds: its first, then a dataflow's later ones."""
-        return [self.meta.uid] + sorted(self.meta.operators or {})
+        return self.meta.uids
 
     def operator(self, uid: str) -> "StatePoint | None":
         """The point's part of operator ``uid`` (a dataflow's later operators keep their tables in folders of their

@@ -26,7 +26,7 @@ def pinned_partitions(checkpoint: CheckpointMetadata, warn: Callable[[str], None
     """(part, table, partition values, bytes, files) of each partition of each state table version
     ``checkpoint`` pins, every operator's (``part``: the checkpoint or an operator's). A table whose log cannot
     be read is said to ``warn`` and skipped (the page shows the rest); without ``warn`` the error is raised."""
-    for part in [checkpoint, *(checkpoint.operators or {}).values()]:
+    for part in checkpoint.parts:
         for table in STATE_TABLES:
             recorded = part.table(table)
             if recorded.path is None or recorded.version is None:

@@ -46,7 +46,7 @@ from ..delta.backends import create_keyed_backend, delta_record
 from ..delta.log import expire_log, table_files, table_snapshot
 from ..delta.state_tables import latest_live, visible
 from ..errors import ConfigError
-from ..records.layout import KEYED_TABLE, OPERATOR_TABLE
+from ..records.layout import CHECKPOINT_LAYOUT, KEYED_TABLE, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from ..settings import Settings
 from ..state.backend import backend_kind
@@ -159,7 +159,7 @@ def _operators(store: JobStore, checkpoint: CheckpointMetadata) -> dict[str, tup
     """Each operator's part of ``checkpoint`` and the folder of its tables (a dataflow's later operators have
     their own), by uid, first first."""
     return {uid: (checkpoint.of_operator(uid), store.job_dir if uid == checkpoint.uid else store.operator_dir(uid))
-            for uid in [checkpoint.uid, *sorted(checkpoint.operators or {})]}
+            for uid in checkpoint.uids}
 
 
 def _killed_cleanup(spark: SparkSession, latest: CheckpointMetadata, job_dir) -> int | None:
@@ -186,8 +186,9 @@ def _rewrite(spark: SparkSession, store: JobStore, latest: CheckpointMetadata, r
                                                         counted[KEYED_TABLE.name]))
     fault("after_rewrite")
     first = compacted.pop(latest.uid)
-    compacted = replace(CheckpointMetadata.of_operators([first, *compacted.values()]),
-                        completed_ms=int(time.time() * 1000), airflow_run=AirflowRun.of_environment())
+    compacted = replace(CheckpointMetadata.of_operators([first, *compacted.values()]), sink=latest.sink,
+                        layout=CHECKPOINT_LAYOUT, completed_ms=int(time.time() * 1000),
+                        airflow_run=AirflowRun.of_environment())  # written in this release's layout
     store.publish(compacted)  # from now on runs continue from the compacted tables
     fault("after_checkpoint")
     return compacted.checkpoint_id

@@ -308,15 +308,15 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     ops, takes = spec.operators, _operator_takes(spec, source, parallelism, uid_map, allow_non_restored_state)
     first, latest, outputs = ops[0].uid, store.latest_checkpoint(), committed_outputs(settings, spec)
     restores = []
-    for op in ops:  # the first operator's part of the job's latest checkpoint is that checkpoint
+    for op in ops:
         part = source.operator(takes[op.uid])
         if part is None:
             say(f"[lakestate] job {spec.job_id}: operator {op.uid} is new: it starts with empty state")
             continue
-        op_store = store if op.uid == first else JobStore(store.operator_dir(op.uid))
+        op_store = _operator_store(store, first, op.uid)
         p = parallelism.get(op.uid) if isinstance(parallelism, dict) else parallelism
         moved = {takes[op.uid]: op.uid} if uid_map.get(takes[op.uid]) == op.uid else {}
-        own = latest if op.uid == first or latest is None else latest.of_operator(op.uid)
+        own = latest.of_operator(op.uid) if latest is not None else None
         restores.append((_plan(op, part, op_store, p, backend, moved, allow_non_restored_state, outputs, own),
                          op_store))
     if all(r.plan.nothing_to_do for r, _ in restores) and len(restores) == len(source.uids) == len(ops):
@@ -332,7 +332,8 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     checkpoint = CheckpointMetadata.of_operators(records)
     lease.heartbeat()  # a restore that lost the job must not publish its checkpoint
     store.publish(checkpoint)  # last: the restore exists only once this row does
-    store.expire(ops[0].num_retained, lambda old, retained: _discard_operators(spark, store, old, retained))
+    store.expire(ops[0].num_retained, lambda uid, part, kept: _discard(spark, _operator_store(store, first, uid),
+                                                                        part, kept))
     changes = "; ".join(r.plan.changes() if len(ops) == 1 else f"{r.spec.uid}: {r.plan.changes()}"
                         for r, _ in restores)
     say(f"[lakestate] job {spec.job_id}: checkpoint {checkpoint_id} restored from {source.where} at microbatch "
@@ -340,14 +341,9 @@ def _restore(spark: SparkSession, settings: Settings, spec: Job, source: StatePo
     return checkpoint
 
 
-def _discard_operators(spark: SparkSession, store: JobStore, old: CheckpointMetadata,
-                       retained: list[CheckpointMetadata]) -> None:
-    """Release what expired checkpoint ``old`` alone held, of every operator."""
-    for uid in [old.uid, *sorted(old.operators or {})]:
-        mine = old.of_operator(uid)
-        where = store if uid == old.uid else JobStore(store.operator_dir(uid))
-        kept = [r for r in (c.of_operator(uid) for c in retained) if r is not None]
-        _discard(spark, where, mine, kept)
+def _operator_store(store: JobStore, first: str, uid: str) -> JobStore:
+    """Where operator ``uid``'s tables are: the job's folder for its first operator ``first``, else its own."""
+    return store if uid == first else JobStore(store.operator_dir(uid))
 
 
 def _write_state(spark: SparkSession, restore: _Restore, store: JobStore, lease, operator_rows: DataFrame,

@@ -120,9 +120,7 @@ def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, lab
     try:
         metas = [_write_part(work, f"operators/{uid}/" if i else "", job_id, name, label, *part, spark=spark)
                  for i, (uid, part) in enumerate(parts.items())]
-        savepoint = metas[0]
-        if len(metas) > 1:
-            savepoint.operators = {m.uid: m for m in metas[1:]}
+        savepoint = SavepointMetadata.of_operators(metas)
         savepoint.seconds = round(time.time() - started, 1)  # what the rescale form says "savepoint first" adds
         store.publish(work, name, savepoint)
     except BaseException:

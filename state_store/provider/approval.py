@@ -29,7 +29,7 @@ def _point(point, kind: str) -> str:
 
 def _states(point) -> dict[str, int]:
     """Live entries per state of a checkpoint or savepoint, every operator's (names qualified by uid)."""
-    return {n: c for part in [point, *(point.operators or {}).values()] for n, c in part.entries.items()}
+    return {n: c for part in point.parts for n, c in part.entries.items()}
 
 
 def job_of(operation: str, params: dict) -> str:

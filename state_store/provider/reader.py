@@ -131,7 +131,7 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
                                                                          latest.backend)
     overview.key_group_bytes = [0] * latest.max_parallelism
     _state_sizes(overview, latest)  # state names are qualified by their operator's uid: one table of states for all
-    parts = [latest, *(latest.operators or {}).values()]
+    parts = latest.parts
     windows = [c.entries.get(f"{c.uid}.{WINDOW_CONTENTS}", 0) if f"{c.uid}.{WINDOW_CONTENTS}" in c.descriptors
                else None for c in parts]
     if len(parts) > 1 or windows[0] is not None:

@@ -348,7 +348,7 @@ def _operators(job: JobOverview) -> str:
 
 def _state(job: JobOverview) -> str:
     latest = job.latest
-    entries = {n: c for part in [latest, *(latest.operators or {}).values()] for n, c in part.entries.items()}
+    entries = {n: c for part in latest.parts for n, c in part.entries.items()}
     names = sorted(set(entries) | set(job.state_bytes))
     rows = [[n, count(entries.get(n, 0)), human_bytes(job.state_bytes.get(n, [0, 0])[0]),
              count(job.state_bytes.get(n, [0, 0])[1])] for n in names]

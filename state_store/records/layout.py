@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
-LAYOUT_VERSION = 2  # the state table layout checkpoints of this release pin (see state_tables)
+LAYOUT_VERSION = 2  # the state tables' layout, which a savepoint records (see state_tables)
+# A checkpoint record's layout: 3 keeps the job's fields once and every operator's flatly by uid under
+# ``operators``; 2 kept the first operator's at the top and nested the others; 1 is 2 before it was numbered.
+CHECKPOINT_LAYOUT = 3
+STATE_LAYOUTS = (2, 3)  # the layouts whose state tables this release reads (3 changed the record, not the tables)
 SAVEPOINT_FORMAT = 1
 
 # -- the state tables' specs -----------------------------------------------------------------------------------

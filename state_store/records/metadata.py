@@ -13,7 +13,7 @@ from ..sources import position
 from ..state.ttl.config import TtlSpec
 from ..storage import location
 from ..watermarks import MIN_WATERMARK, EventClock
-from .layout import KEYED, LAYOUT_VERSION, SAVEPOINT_FORMAT
+from .layout import CHECKPOINT_LAYOUT, KEYED, LAYOUT_VERSION, SAVEPOINT_FORMAT
 
 
 # -- table versions -------------------------------------------------------------------------------------------
@@ -222,9 +222,22 @@ class MicrobatchPlan(_Record):
         return self.batch_id, self.sources[source]["start"], self.sources[source]["end"]
 
 
+# A checkpoint's fields that are the job's: layout 3 keeps them once, at the top (``uid``: its first operator,
+# which keeps the source's offsets); every other field is an operator's, kept under ``operators`` by uid
+# (``sink`` is both: the job's, and each operator's own).
+_JOB_FIELDS = ("job_id", "checkpoint_id", "batch_id", "uid", "completed_ms", "processing_time", "run_id", "sink",
+               "status", "layout", "restored_from", "airflow_run")
+
+
 @dataclass
 class CheckpointMetadata(_Record):
-    """A completed checkpoint: the state after microbatch ``batch_id``, pinned (Flink's ``_metadata``)."""
+    """A completed checkpoint: the state after microbatch ``batch_id``, pinned (Flink's ``_metadata``).
+
+    A job's checkpoint holds every operator's part under ``operators``, by uid, the first operator's first (it
+    keeps the source offsets); its own operator fields are its first operator's, as a ``Job``'s are. A part
+    (``of_state``'s) has ``operators`` None. On disk (layout 3) the job's fields are kept once and each
+    operator's part flatly by uid; records of layouts 1 and 2 (the first operator's fields at the top, the
+    others nested) are read, and written back as they were read."""
 
     job_id: str
     checkpoint_id: int
@@ -244,17 +257,16 @@ class CheckpointMetadata(_Record):
     run_id: str | None = None
     sink: TableVersion | None = None
     status: str = "COMPLETED"
-    layout: int = LAYOUT_VERSION
+    layout: int = CHECKPOINT_LAYOUT
     restored_from: RestoredFrom | None = None  # a restore's or rescale's source
     cleanup_cursor: list | None = None  # where TTL's incremental cleanup goes on (``ttl``)
     airflow_run: AirflowRun | None = None  # the Airflow run that made it (omitted when None: older files)
-    # A dataflow's (``dataflow``): the same checkpoint of each operator after the first, by uid (omitted when None)
-    operators: dict[str, "CheckpointMetadata"] | None = None
+    operators: dict[str, "CheckpointMetadata"] | None = None  # a job's: every operator's part, by uid, first first
 
     @classmethod
     def of_state(cls, spec, checkpoint_id: int, batch_id: int, parallelism: int, max_parallelism: int,
                  **recorded) -> "CheckpointMetadata":
-        """The one builder of a checkpoint record (a run's checkpointer and a restore's both call it): the job's
+        """One operator's part of a checkpoint (a run's checkpointer and a restore's both build them): the job's
         and operator's names and backend from ``spec`` (a ``JobSpec``), the key groups of each subtask at
         ``parallelism``, and what the caller ``recorded`` (state, descriptors, entries, offsets, sink, ...)."""
         from ..key_groups import key_group_ranges
@@ -268,22 +280,36 @@ class CheckpointMetadata(_Record):
 
     @classmethod
     def of_operators(cls, records: list["CheckpointMetadata"], sink_uid: str | None = None) -> "CheckpointMetadata":
-        """The job's checkpoint of its operators' records of one microbatch (each ``of_state``'s, the first
-        operator's first), as layout 2 keeps it: the first operator's record at the top (it keeps the source
-        offsets), every other's by uid under ``operators`` (None for a job of one operator), and the job's sink
-        version from the record of operator ``sink_uid``, which writes that sink (default: the first's). The one
-        joiner of a checkpoint's parts: a run's checkpointer, a restore and a compaction call it."""
-        first, *rest = records
-        operators = {r.uid: r for r in rest} or None
-        sink = operators[sink_uid].sink if operators and sink_uid in operators else first.sink
-        return replace(first, operators=operators, sink=sink)
+        """The job's checkpoint of its operators' parts of one microbatch (each ``of_state``'s, the first
+        operator's first), and the job's sink version from the part of operator ``sink_uid``, which writes that
+        sink (default: the first's). The one joiner of a checkpoint's parts: a run's checkpointer, a restore and
+        a compaction call it."""
+        first = records[0]
+        sink = next((r.sink for r in records if r.uid == sink_uid), first.sink)
+        return replace(first, operators={r.uid: replace(r, operators=None) for r in records}, sink=sink)
+
+    @property
+    def parts(self) -> list["CheckpointMetadata"]:
+        """Every operator's part, the first operator's first (a part: itself)."""
+        return list(self.operators.values()) if self.operators else [self]
+
+    @property
+    def uids(self) -> list[str]:
+        """The operators it holds state of: its first, then the others in the order of their uids."""
+        return [self.uid, *sorted(u for u in (self.operators or {}) if u != self.uid)]
+
+    def of_operator(self, uid: str) -> "CheckpointMetadata | None":
+        """This checkpoint's part of operator ``uid`` (None for one it has no state of)."""
+        return next((p for p in self.parts if p.uid == uid), None)
 
     def table(self, name: str) -> TableVersion:
         """What this checkpoint pins of state table ``name`` (an empty record when it pins nothing)."""
         return self.state.get(name) or TableVersion()
 
-    def to_dict(self) -> dict:
-        data = asdict(self)
+    def _fields(self) -> dict:
+        """Every field but ``operators``, as JSON."""
+        data = asdict(replace(self, operators=None))
+        del data["operators"]
         data["state"] = {name: t.to_dict() for name, t in self.state.items()}
         data["descriptors"] = states_to_dict(self.descriptors)
         data["sink"] = self.sink.to_dict() if self.sink is not None else None
@@ -292,47 +318,66 @@ class CheckpointMetadata(_Record):
             del data["airflow_run"]
         else:
             data["airflow_run"] = self.airflow_run.to_dict()
-        if self.operators is None:
-            del data["operators"]
-        else:
-            data["operators"] = {uid: c.to_dict() for uid, c in self.operators.items()}
         return data
 
-    def of_operator(self, uid: str) -> "CheckpointMetadata | None":
-        """This checkpoint of operator ``uid`` (itself for its first operator; None for one it has no state of)."""
-        if uid == self.uid:
-            return self
-        return (self.operators or {}).get(uid)
+    def to_dict(self) -> dict:
+        data = self._fields()
+        if self.layout < 3:  # as layouts 1 and 2 wrote it: the first operator at the top, the others nested
+            if len(self.parts) > 1:
+                data["operators"] = {p.uid: p._fields() for p in self.parts[1:]}
+            return data
+        job = {k: data[k] for k in _JOB_FIELDS if k in data}
+        job["operators"] = {p.uid: {k: v for k, v in p._fields().items() if k == "sink" or k not in _JOB_FIELDS}
+                            for p in self.parts}
+        return job
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CheckpointMetadata":
-        data = {"layout": 1, **data}  # rows without a layout predate layout 2
+    def _read(cls, data: dict) -> "CheckpointMetadata":
+        """One record's fields (not its ``operators``)."""
         if not isinstance(data.get("state"), dict) or not isinstance(data.get("descriptors"), dict):
             raise TypeError("a checkpoint needs a 'state' and a 'descriptors' object")
+        data = {k: v for k, v in data.items() if k != "operators"}
         data["state"] = {name: TableVersion.from_dict(t) for name, t in data["state"].items()}
         data["descriptors"] = states_from_dict(data["descriptors"])
         data["sink"] = TableVersion.from_dict(data.get("sink"))
         data["restored_from"] = RestoredFrom.from_dict(data.get("restored_from"))
         data["airflow_run"] = AirflowRun.from_dict(data.get("airflow_run"))
-        if data.get("operators") is not None:
-            data["operators"] = {uid: cls.from_dict(c) for uid, c in data["operators"].items()}
         return super().from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CheckpointMetadata":
+        data = {"layout": 1, **data}  # rows without a layout predate layout 2
+        nested = data.get("operators")
+        if nested is not None and not isinstance(nested, dict):
+            raise TypeError(f"a checkpoint's 'operators' must be an object, got {nested!r}")
+        if data["layout"] < 3:
+            first = cls._read(data)
+            return replace(first, operators={first.uid: first,
+                                             **{uid: cls._read(c) for uid, c in (nested or {}).items()}})
+        if not nested:
+            raise TypeError(f"a checkpoint of layout {data['layout']} needs its operators' parts in 'operators'")
+        job = {k: data[k] for k in _JOB_FIELDS if k in data}
+        if job.get("uid") not in nested:
+            raise TypeError(f"a checkpoint of layout {data['layout']} names its first operator in 'uid', one of "
+                            f"its 'operators' {sorted(nested)}; got {job.get('uid')!r}")
+        # The first operator's part first (a JSON object's order need not hold: JobStore sorts its keys).
+        parts = sorted((cls._read({**job, **part, "uid": uid}) for uid, part in nested.items()),
+                       key=lambda p: p.uid != job["uid"])
+        return replace(cls.of_operators(parts), sink=TableVersion.from_dict(data.get("sink")))
 
     @property
     def total_entries(self) -> int:
         """Live entries it holds, every operator's."""
-        return sum(self.entries.values()) + sum(c.total_entries for c in (self.operators or {}).values())
+        return sum(sum(p.entries.values()) for p in self.parts)
 
     @property
     def size_bytes(self) -> int:
         """Bytes of state it pins, every operator's."""
-        return (sum(t.size_bytes for t in self.state.values() if t is not None)
-                + sum(c.size_bytes for c in (self.operators or {}).values()))
+        return sum(t.size_bytes for p in self.parts for t in p.state.values() if t is not None)
 
     @property
     def num_files(self) -> int:
-        return (sum(t.num_files for t in self.state.values() if t is not None)
-                + sum(c.num_files for c in (self.operators or {}).values()))
+        return sum(t.num_files for p in self.parts for t in p.state.values() if t is not None)
 
 
 @dataclass
@@ -385,9 +430,27 @@ class SavepointMetadata(_Record):
             data["operators"] = {uid: o.to_dict() for uid, o in self.operators.items()}
         return data
 
+    @classmethod
+    def of_operators(cls, parts: list["SavepointMetadata"]) -> "SavepointMetadata":
+        """The savepoint of its operators' parts (the first operator's first), as its format keeps them: the
+        first's fields at the top, every other's by uid under ``operators`` (None for a job of one operator).
+        The twin of ``CheckpointMetadata.of_operators``: a savepoint's writer calls it."""
+        first, *rest = parts
+        return replace(first, operators={p.uid: p for p in rest} or None)
+
+    @property
+    def uids(self) -> list[str]:
+        """The operators it holds state of: its first, then the others in the order of their uids."""
+        return [self.uid, *sorted(self.operators or {})]
+
+    @property
+    def parts(self) -> list["SavepointMetadata"]:
+        """Every operator's part, the first operator's first."""
+        return [self.of_operator(uid) for uid in self.uids]
+
     def of_operator(self, uid: str) -> "SavepointMetadata | None":
-        """This savepoint's part of operator ``uid`` (itself for its first operator; None for one it has no state
-        of), found where this one was."""
+        """This savepoint's part of operator ``uid`` (itself for its first operator, whose fields its format keeps
+        at the top; None for one it has no state of), found where this one was."""
         if uid == self.uid:
             return self
         found = (self.operators or {}).get(uid)

@@ -124,14 +124,7 @@ def take_checkpoints(parts: list[Checkpointer], plans: list[MicrobatchPlan], sin
         taken.append(cid)
         ctx.say(f"checkpoint {cid} at microbatch {plan.batch_id}, state {row.total_entries} entries, "
                 f"{row.size_bytes} bytes in {row.num_files} files")
-    ctx.store.expire(ctx.spec.num_retained, lambda old, retained: _discard(parts, old, retained))
+    by_uid = {part.ctx.spec.uid: part for part in parts}
+    ctx.store.expire(ctx.spec.num_retained, lambda uid, old, kept: by_uid[uid].discard(old, kept) if uid in by_uid
+                     else None)  # an operator the job no longer has: its folder stays as it was
     return taken
-
-
-def _discard(parts: list[Checkpointer], old: CheckpointMetadata, retained: list[CheckpointMetadata]) -> None:
-    """Release what expired checkpoint ``old`` alone held, of every operator."""
-    for part in parts:
-        uid = part.ctx.spec.uid
-        mine = old.of_operator(uid)
-        if mine is not None:
-            part.discard(mine, [r for r in (k.of_operator(uid) for k in retained) if r is not None])

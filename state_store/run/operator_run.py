@@ -41,7 +41,7 @@ def check_chain_restorable(specs, checkpoint: CheckpointMetadata, descriptors: l
     (``restore_plan``), and in a dataflow, state of an operator the job no longer has (Flink's non-restored
     state) or a first operator that is not the one that keeps the source's offsets."""
     uids = [op.uid for op in specs]
-    held = [checkpoint.uid] + sorted(checkpoint.operators or {})
+    held = checkpoint.uids
     if len(held) == 1 and len(specs) == 1:
         check_restorable(specs[0], checkpoint, descriptors[0])  # one operator: its uid is checked there
         return
