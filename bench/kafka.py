@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.peers import OUTPUT_SCHEMA, STATE_SCHEMA, _run, outputs_equal, read_outputs
 from bench.throughput import run_lakestate
 from bench.workload import workload_parser, workload_sizes, write_workload
-from tests.ports import free_port_pair
+from tests.support.ports import free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4

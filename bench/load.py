@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.load_jobs import input_dir  # noqa: E402
 from bench.workload import write_workload  # noqa: E402
-from tests.airflow_server import airflow_db_settings, airflow_env, airflow_ui, get, send_json, token  # noqa: E402
-from tests.ports import free_ports  # noqa: E402
+from tests.support.airflow_server import airflow_db_settings, airflow_env, airflow_ui, get, send_json, token  # noqa: E402
+from tests.support.ports import free_ports  # noqa: E402
 
 PAGE_LIMIT_S = 2.0
 

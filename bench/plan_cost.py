@@ -43,8 +43,8 @@ def jobs(lake):
     import pyarrow.parquet as pq
 
     from state_store import Dataflow, FileSource
-    from tests.jobs import count_job
-    from tests.test_joins import BY_AT, BY_TS, LEFT, PAIR, RIGHT, Pairs
+    from tests.api.test_joins import BY_AT, BY_TS, LEFT, PAIR, RIGHT, Pairs
+    from tests.support.jobs import count_job
 
     for m in range(MICROBATCHES):
         lake.write_events(f"{m:03d}.json", [{"k": "a", "ts": m, "who": "l", "v": m, "key": "a", "at": m}])
@@ -77,7 +77,7 @@ def jobs(lake):
 def main() -> None:
     from state_store.spark.session import build_spark
     from tests.conftest import Lake
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="counted rounds (after one warm-up)")

@@ -15,7 +15,7 @@ workload of fewer events per file keeps that shape: its ts are spaced ``file spa
 ``EPOCH_MS``): otherwise R's own files.
 
 1. ``lakestate R``: R's job (``bench/jobs.py``: a running count and sum per key, no timers).
-2. ``lakestate sessions``: ``Sessions`` below (the session-gap job of ``tests/time_jobs.py``): key = key, event
+2. ``lakestate sessions``: ``Sessions`` below (the session-gap job of ``tests/support/time_jobs.py``): key = key, event
    time = ts (``for_bounded_out_of_orderness(--bound-ms)``), gap 30,000 ms; one row (key, start, end, events) per
    closed session, late events to a side output. An event-time timer per session, moved as it grows.
 3. ``spark transformWithStateInPandas``: the same sessions with a ``StatefulProcessor`` in ``timeMode="EventTime"``
@@ -84,9 +84,9 @@ UID = "sessions"
 
 # -- Lakestate's side ---------------------------------------------------------------------------------------------
 class Sessions(KeyedProcessFunction):
-    """``tests/time_jobs.py``'s ``Sessions``: a session closes when the watermark passes its last event + ``gap``
-    (its event-time timer) or when the key's next event comes later than that; events at or below the watermark
-    go to the ``late`` side output."""
+    """``tests/support/time_jobs.py``'s ``Sessions``: a session closes when the watermark passes its last event
+    + ``gap`` (its event-time timer) or when the key's next event comes later than that; events at or below the
+    watermark go to the ``late`` side output."""
 
     def __init__(self, gap: int = GAP_MS):
         self.gap = gap

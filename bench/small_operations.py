@@ -4,9 +4,9 @@
     python bench/small_operations.py
 
 For each of three rounds (the first is the warm-up and is not counted) and each backend (delta, hashmap): the
-tests' all-states job (``tests/jobs.py``: every state kind, operator and broadcast state) over three small files,
-two runs of one microbatch, then a savepoint of its latest checkpoint, then a rescale 2 -> 3 (no savepoint first).
-Prints each round's seconds and the warm totals. Run it in two trees (a ``git worktree`` of the older commit),
+tests' all-states job (``tests/support/jobs.py``: every state kind, operator and broadcast state) over three small
+files, two runs of one microbatch, then a savepoint of its latest checkpoint, then a rescale 2 -> 3 (no savepoint
+first). Prints each round's seconds and the warm totals. Run it in two trees (a ``git worktree`` of the older commit),
 one after the other in turn, to compare them: it imports the tree it sits in.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ def one(spark, backend: str) -> tuple[float, float, float]:
     from state_store.ops.restore import rescale_job
     from state_store.ops.savepoint import take_savepoint
     from tests.conftest import Lake
-    from tests.helpers import run
-    from tests.jobs import all_states_job, events
+    from tests.support.helpers import run
+    from tests.support.jobs import all_states_job, events
 
     lake = Lake(Path(tempfile.mkdtemp(prefix="small-operations-")))
     spec = all_states_job(lake, backend=backend)

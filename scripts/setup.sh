@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # Reinstalled when the pins or the package's own metadata (its entry points) change. The pip that `venv` bundles
-# (23.2) takes about twice as long as this one to resolve and unpack Airflow's tree; tests/test_package.py installs
+# (23.2) takes about twice as long as this one to resolve and unpack Airflow's tree; tests/e2e/test_package.py installs
 # with the same pip, as a user installing the wheel into an Airflow would. The repository's own tree goes in with
 # uv: the same 182 packages at the same versions as pip resolves (compared on 2026-11-28), in 63 s instead of
 # 165 s from an empty cache, bytecode compiled as pip does (this machine sets PYTHONDONTWRITEBYTECODE).

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The browser test needs Debian's Chromium; if it cannot be installed, that test fails (it is not skipped).
 bash scripts/browser.sh || echo "[setup] chromium could not be installed: the browser test will fail"
-# Airflow on PostgreSQL (tests/test_postgres.py) needs Debian's postgresql; if it cannot be installed, that test fails.
+# Airflow on PostgreSQL (tests/provider/test_postgres.py) needs Debian's postgresql; if it cannot be installed, that test fails.
 bash scripts/postgres.sh install || echo "[setup] postgresql could not be installed: the PostgreSQL test will fail"
 source scripts/env.sh
 # The suite starts some hundreds of Python processes (Airflow, spark-submit, Spark's workers); where the
@@ -28,7 +28,7 @@ show_durations() {  # the head of each durations file the run wrote (tests/conft
   done
 }
 
-# Each pytest's environment carries this run's mark, which every process it starts inherits (tests/helpers.py,
+# Each pytest's environment carries this run's mark, which every process it starts inherits (tests/support/helpers.py,
 # RUN_MARK): once the pytests end, the last step finds by it what the suite left running (a failed test's
 # `airflow dags test` and its spark-submit were found 37 minutes later, issue 59), prints it, kills it and fails
 # the run. This script itself does not carry the mark, nor does the check. Allowed to stay: a PostgreSQL server
@@ -36,7 +36,7 @@ show_durations() {  # the head of each durations file the run wrote (tests/conft
 # it); the tests' own servers (Kafka, Spark's cluster, PostgreSQL, Airflow) are stopped by their fixtures.
 RUN_MARK="test.sh@$$.$(date +%s%N)"
 left_behind() {
-  env -u LAKESTATE_TEST_RUN python -c 'import sys; from tests.helpers import end_left_by_run
+  env -u LAKESTATE_TEST_RUN python -c 'import sys; from tests.support.helpers import end_left_by_run
 sys.exit(end_left_by_run(sys.argv[1], allowed=(sys.argv[2],)))' "$RUN_MARK" "$PWD/.postgres/"
 }
 

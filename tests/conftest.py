@@ -1,20 +1,19 @@
 """One SparkSession (real Spark, real Delta jars) for the whole test session, and small lakes."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from state_store.settings import Settings
-from tests.helpers import (
+from tests.support.helpers import (
     children,
     end_children_since,
     process_groups,  # noqa: F401 - a fixture of every module: a test's own process groups
 )
-from tests.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
+from tests.support.lake import Lake
+from tests.support.servers import broker, s3, standalone_cluster  # noqa: F401 - fixtures of every module
 
 
 @pytest.fixture(scope="session")
@@ -41,32 +40,9 @@ def spark():
             # note). Users' runs, and the e2e tier's spark-submits and servers, generate code as Spark does.
             "spark.sql.codegen.wholeStage": "false",
             "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-        }, s3=True)  # hadoop-aws on the classpath for tests/test_s3.py, which points s3a:// at its server
+        }, s3=True)  # hadoop-aws on the classpath for tests/e2e/test_s3.py, which points s3a:// at its server
     yield session
     session.stop()
-
-
-class Lake:
-    """A root with a warehouse and input folders, as a user would have it."""
-
-    def __init__(self, base: Path):
-        self.root = base / "root"
-        self.inputs = self.root / "input"
-        self.events = self.inputs / "events"
-        self.rules = self.inputs / "rules"
-        for d in (self.events, self.rules):
-            d.mkdir(parents=True, exist_ok=True)
-        self.settings = Settings.load(root=self.root)
-
-    def write_events(self, name: str, rows: list[dict]) -> Path:
-        path = self.events / name
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return path
-
-    def write_rules(self, name: str, rows: list[dict]) -> Path:
-        path = self.rules / name
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return path
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 from state_store.catalog.job_store import JobStore
 from state_store.cli import main
-from tests.helpers import write_stored_values
-from tests.jobs import events
+from tests.support.helpers import write_stored_values
+from tests.support.jobs import events
 
 
 @pytest.fixture
@@ -19,8 +19,8 @@ def registered(lake, monkeypatch, tmp_path):
     module = tmp_path / "cli_job_module.py"
     module.write_text(textwrap.dedent(f"""
         from pathlib import Path
-        from tests.conftest import Lake
-        from tests.jobs import count_job
+        from tests.support.lake import Lake
+        from tests.support.jobs import count_job
 
         class _L:  # the lake of this test, as the job module sees it
             events = Path({str(lake.events)!r})
@@ -92,7 +92,7 @@ def test_register_refuses_a_table_that_another_registered_job_writes(registered,
     (tmp_path / "two_tables.py").write_text(textwrap.dedent("""
         from state_store import OutputTag, Types
         from cli_job_module import _L
-        from tests.jobs import count_job
+        from tests.support.jobs import count_job
 
         def tag(name):
             return OutputTag(name, Types.ROW_NAMED(["k"], [Types.STRING()]))
@@ -144,9 +144,9 @@ def test_register_into_a_warehouse_that_cannot_be_written_is_a_clear_error(regis
 
 
 def test_a_factory_that_fails_is_named_in_one_line(capsys, lake):
-    assert main(["register", "tests.jobs:count_job", "--root", str(lake.root)]) == 2
+    assert main(["register", "tests.support.jobs:count_job", "--root", str(lake.root)]) == 2
     err = capsys.readouterr().err
-    assert "entrypoint tests.jobs:count_job failed while building the job: TypeError" in err
+    assert "entrypoint tests.support.jobs:count_job failed while building the job: TypeError" in err
     assert "Traceback" not in err
 
 
@@ -155,7 +155,7 @@ def test_state_parses_the_key_with_the_jobs_key_type_and_says_when_there_is_no_e
     (tmp_path / "cli_long_key_module.py").write_text(textwrap.dedent(f"""
         from pathlib import Path
         from state_store import Types
-        from tests.jobs import count_job
+        from tests.support.jobs import count_job
 
         class _L:
             events = Path({str(lake.events)!r})
@@ -183,7 +183,7 @@ def test_a_failed_run_prints_one_clear_line_and_keeps_the_full_trace_in_a_log(sp
                                                                                capsys):
     (tmp_path / "cli_failing_module.py").write_text(textwrap.dedent(f"""
         from pathlib import Path
-        from tests.jobs import FailingCount, count_job
+        from tests.support.jobs import FailingCount, count_job
 
         class _L:
             events = Path({str(lake.events)!r})
@@ -213,7 +213,7 @@ def test_a_run_on_a_spark_connect_address_where_nothing_listens_fails_in_seconds
     import sys
     import time
 
-    from tests.ports import free_ports
+    from tests.support.ports import free_ports
 
     url = f"sc://127.0.0.1:{free_ports()[0]}"
     root = Path(registered[1])
@@ -400,7 +400,7 @@ def test_jars_fetches_deltas_jars_once_checked_against_their_sha1_and_sessions_g
                                                                                            capsys):
     """`lakestate jars`: a jar that does not match its published SHA-1 is refused and leaves nothing; a good
     fetch puts both jars in LAKESTATE_JARS_DIR, where `fetched_jars` (delta_jars' last source) finds them; a
-    second fetch keeps them. The hook's use of them, in an installed wheel: tests/test_package.py."""
+    second fetch keeps them. The hook's use of them, in an installed wheel: tests/e2e/test_package.py."""
     from state_store.spark.jars import fetched_jars
 
     monkeypatch.setenv("LAKESTATE_JARS_DIR", str(tmp_path / "cache"))

@@ -157,7 +157,7 @@ def test_the_keyed_functions_page_keeps_every_kind_of_keyed_state_as_its_program
     five states say of all its clicks (pandas computes the same)."""
     import pandas as pd
 
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     clicks = [{"user_id": u, "page": p, "amount": a} for u, p, a in [
         (1, "home", 1.0), (2, "cart", 4.0), (1, "cart", 2.0), (1, "home", 3.5), (2, "home", 0.5), (1, "about", 1.5)]]
@@ -200,7 +200,7 @@ def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, l
     import pandas as pd
 
     from state_store import Job
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     purchases = [{"user_id": u, "country": c, "amount": a} for u, c, a in [
         (1, "DE", 60.0), (2, "DE", 10.0), (3, "FR", 5.0), (1, "DE", 50.0), (3, "FR", 120.0), (4, "FR", 1.0)]]
@@ -226,7 +226,7 @@ def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_th
                                                                                           monkeypatch, request):
     """docs/writing/operator-state.md's program: the first microbatch's limits flag user 1 (110 > 100); the second
     lowers DE's limit to 20, which flags user 3's first purchase of 30, and user 2 passes FR's 50."""
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     purchases = [[{"user_id": 1, "country": "DE", "amount": 60.0}, {"user_id": 2, "country": "FR", "amount": 40.0},
                   {"user_id": 1, "country": "DE", "amount": 50.0}],
@@ -245,7 +245,7 @@ def test_the_windows_pages_minutes_fire_when_the_watermark_passes_them_and_a_too
     """docs/writing/windows.md's program: W(1) = 130 s - 5 s - 1 ms fires DE's and FR's first minute and DE's
     second; DE's click at 40 s in the third file is past its window's end + 30 s of lateness (late); W(2) fires
     FR's third minute."""
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     page_input(lake, monkeypatch, "country-clicks", [[{"country": c, "ts": s * 1000} for c, s in events] for events in
                                                      [[("DE", 10), ("DE", 20), ("FR", 30)], [("DE", 65), ("FR", 130)],
@@ -263,7 +263,7 @@ def test_the_joins_pages_click_through_pairs_clicks_with_the_impressions_ten_min
                                                                                                   monkeypatch, request):
     """docs/writing/joins.md's program: impressions and clicks in two microbatches each; a click pairs with its
     ad's impressions 0..10 minutes before it, across microbatches (the bounds inclusive)."""
-    from tests.helpers import run
+    from tests.support.helpers import run
 
     minute = 60_000
     page_input(lake, monkeypatch, "impressions", [[{"ad": "a", "ts": 0}, {"ad": "b", "ts": minute}],
@@ -349,7 +349,7 @@ def test_lakestate_submit_prints_the_spark_submit_of_a_run_with_the_jars_the_mas
     installed package as for a checkout): spark-submit with the master's choice, the Delta jars sessions find
     (LAKESTATE_JARS here; on the workers' class paths with LAKESTATE_JARS_ON_WORKERS=1), this interpreter, and the
     package's own ``entrypoint/main.py`` running ``run`` with the arguments; a bad argument of ``run`` is refused
-    before anything is printed or started. A real run of it, from the installed wheel: tests/test_package.py."""
+    before anything is printed or started. A real run of it, from the installed wheel: tests/e2e/test_package.py."""
     import shlex
 
     from state_store.cli import main
@@ -592,7 +592,7 @@ def _defined_names(path: Path) -> dict[str, set[str]]:
 
 def _room(token: str) -> Path | None:
     """The file or folder a recipe's path names (``state/handles``, ``entrypoint/main.py``, ``state_store/ops/``,
-    ``tests/test_sources.py``), None when ``token`` is no path of the repository."""
+    ``tests/sources/test_sources.py``), None when ``token`` is no path of the repository."""
     token = token.rstrip("/")
     for base in (ROOT / "state_store", ROOT):
         for candidate in (base / f"{token}.py", base / token):

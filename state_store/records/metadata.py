@@ -2,7 +2,7 @@
 of each state (``StateInfo``, with its TTL as ``ttl.config.TtlSpec``), a microbatch's plan, a checkpoint, a
 savepoint (``MicrobatchPlan``, ``CheckpointMetadata``, ``SavepointMetadata``, with the ``AirflowRun`` that made
 them and where a restore came from, ``RestoredFrom``). Every record's ``to_dict``/``from_dict`` keeps the JSON
-that earlier releases wrote (``tests/test_formats.py``)."""
+that earlier releases wrote (``tests/ops/test_formats.py``)."""
 from __future__ import annotations
 
 import os

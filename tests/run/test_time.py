@@ -1,0 +1,229 @@
+"""Time end to end (docs/writing/time.md), on real Spark and Delta: Flink's CountWithTimeoutFunction, sessions closed by
+the watermark with late events to a side output, a processing-time heartbeat alert that fires without input,
+and timers through restores, rescales, the State Processor and compaction."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from state_store import FileSource, KeyedBroadcastProcessFunction, OutputTag, Types, ValueStateDescriptor
+from state_store.catalog.job_store import JobStore
+from state_store.delta.points import StatePoint
+from state_store.errors import ConfigError
+from state_store.ops.compaction import compact_job
+from state_store.ops.restore import restore_job
+from state_store.ops.savepoint import take_savepoint
+from state_store.ops.state_processor import SavepointReader
+from tests.support.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
+from tests.support.jobs import COUNT_OUTPUT, RULE, count_job, events
+from tests.support.lake import Lake
+from tests.support.time_jobs import MINUTE, count_with_timeout_job, heartbeat_job, sessions_job, timed
+
+S = 1000
+T0 = 1_700_000_000_000
+QUIET = {"say": lambda line: None}
+
+
+def side_rows(spark, lake, spec, tag="late") -> list[str]:
+    path = lake.settings.in_warehouse(spec.side_output_sink(tag), "sink")
+    return sorted(json.dumps(r.asDict(), sort_keys=True) for r in spark.read.format("delta").load(str(path)).collect())
+
+
+def sessions(spark, lake, spec) -> list[tuple]:
+    return sorted((r["k"], r["start"], r["end"], r["events"])
+                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+                  .collect())
+
+
+def _session_input(lake: Lake) -> None:
+    lake.write_events("000.json", [timed("a", 0), timed("a", 10 * S, 1), timed("b", 5 * S)])
+    lake.write_events("001.json", [timed("a", 20 * S), timed("c", 100 * S)])
+    lake.write_events("002.json", [timed("b", 30 * S), timed("c", 200 * S)])
+
+
+SESSIONS = [("a", 0, 80 * S, 3), ("b", 5 * S, 65 * S, 1), ("c", 100 * S, 160 * S, 1)]
+
+
+def test_count_with_timeout_emits_a_keys_count_once_it_has_been_quiet_for_a_minute_of_event_time(spark, lake):
+    lake.write_events("000.json", [timed("a", 0), timed("b", 0, 1), timed("a", 30 * S, 2)])
+    lake.write_events("001.json", [timed("b", 80 * S)])  # W = 80 s - 1 ms: the stale 60 s timers of a and b fire
+    lake.write_events("002.json", [timed("c", 100 * S)])  # W = 100 s - 1 ms: a's 90 s timer fires: a emits
+    spec = count_with_timeout_job(lake)
+    result = run(spark, spec, lake)
+    rows = sorted((r["k"], r["count"], r["_microbatch"]) for r in
+                  spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect())
+    # The 60 s timers fire after a's and b's last modification moved on: they emit nothing, as in Flink.
+    assert rows == [("a", 2, 2)]
+    assert [b.timers_fired for b in result.batches] == [0, 2, 1]
+
+
+def test_sessions_close_when_the_watermark_passes_and_late_events_go_to_the_side_output(spark, tmp_path):
+    """One run of three microbatches and three runs of one give the same sink, side output and state; in the
+    second of the three runs, b has no record but its stored timer is due: the run brings b to its subtask."""
+    together, apart = Lake(tmp_path / "together"), Lake(tmp_path / "apart")
+    for lake in (together, apart):
+        _session_input(lake)
+    spec_t, spec_a = sessions_job(together), sessions_job(apart)
+    run(spark, spec_t, together)
+    runs = [run(spark, spec_a, apart, max_microbatches=1) for _ in range(3)]
+    assert sessions(spark, together, spec_t) == SESSIONS
+    assert side_rows(spark, together, spec_t) == [json.dumps(
+        {"_microbatch": 2, "k": "b", "ts": 30 * S, "watermark": 100 * S - 1}, sort_keys=True)]
+    assert sink_rows(spark, together, spec_t) == sink_rows(spark, apart, spec_a)
+    assert side_rows(spark, together, spec_t) == side_rows(spark, apart, spec_a)
+    assert state_at_latest_checkpoint(spark, together, spec_t) == state_at_latest_checkpoint(spark, apart, spec_a)
+    second = runs[1].batches[0]
+    assert (second.timers_in, second.timers_fired) == (2, 2)  # a's and b's stored timers; b has no record
+    reader = SavepointReader.for_checkpoint(spark, spec_a.job_id, settings=apart.settings)
+    assert [tuple(r) for r in reader.timers().collect()] == [(2, "c", "", 260 * S, "EVENT_TIME")]
+
+
+def test_heartbeat_alert_fires_in_a_timer_only_microbatch_when_input_stops(spark, lake):
+    spec = heartbeat_job(lake)
+    lake.write_events("000.json", [timed("a", 0), timed("b", 0, 1)])
+    run(spark, spec, lake, clock=lambda: T0)
+    lake.write_events("001.json", [timed("a", 0, 2)])
+    run(spark, spec, lake, clock=lambda: T0 + 4 * MINUTE)  # a's timer moves to T0 + 14 min
+    store = JobStore(lake.settings.job_dir(spec.job_id))
+    offsets = store.latest_checkpoint().source_offsets
+    assert run(spark, spec, lake, clock=lambda: T0 + 9 * MINUTE).batches == []  # nothing due: nothing planned
+    quiet = run(spark, spec, lake, clock=lambda: T0 + 11 * MINUTE)
+    assert [(b.batch_id, b.records_in, b.timers_fired, b.records_out) for b in quiet.batches] == [(2, 0, 1, 1)]
+    assert store.latest_checkpoint().source_offsets == offsets  # a timer-only microbatch moves no offset
+    later = run(spark, spec, lake, clock=lambda: T0 + 15 * MINUTE)
+    alerts = sorted((r["k"], r["last_seen"], r["alerted_at"], r["_microbatch"]) for r in
+                    spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).collect())
+    assert alerts == [("a", T0 + 4 * MINUTE, T0 + 14 * MINUTE, 3), ("b", T0, T0 + 10 * MINUTE, 2)]
+    assert [b.records_in for b in later.batches] == [0]
+    assert run(spark, spec, lake, clock=lambda: T0 + 60 * MINUTE).batches == []  # every timer fired
+
+
+def test_timers_survive_a_savepoint_restore_at_another_parallelism_and_backend_and_fire_once(spark, tmp_path):
+    steady, moved = Lake(tmp_path / "steady"), Lake(tmp_path / "moved")
+    for lake in (steady, moved):
+        _session_input(lake)
+    run(spark, sessions_job(steady), steady)
+    spec = sessions_job(moved)
+    run(spark, spec, moved, max_microbatches=1)  # a and b have open sessions and timers
+    savepoint = take_savepoint(spark, moved.settings, spec.job_id, **QUIET)
+    reader = SavepointReader(spark, StatePoint(savepoint))
+    assert sorted(tuple(r) for r in reader.timers().select("key", "timestamp", "domain").collect()) == [
+        ("a", 70 * S, "EVENT_TIME"), ("b", 65 * S, "EVENT_TIME")]
+    restored = restore_job(spark, moved.settings, spec, StatePoint(savepoint), parallelism=3, backend="hashmap",
+                           **QUIET)
+    assert (restored.parallelism, restored.backend) == (3, "hashmap")
+    run(spark, spec, moved)
+    assert sessions(spark, moved, spec) == SESSIONS  # each session closed once, by its key's new owner
+    assert side_rows(spark, moved, spec) == side_rows(spark, steady, sessions_job(steady))
+    keyed, operator = state_at_latest_checkpoint(spark, moved, spec)
+    assert keyed == state_at_latest_checkpoint(spark, steady, sessions_job(steady))[0]
+    clocks = [json.loads(v) for name, _, _, v in operator if name == "__source__.watermark"]
+    assert len(clocks) == 3 and all(c[0]["watermark"] == 200 * S - 1 for c in clocks)
+
+
+def test_compaction_drops_fired_and_deleted_timers(spark, lake):
+    _session_input(lake)
+    spec = sessions_job(lake)
+    run(spark, spec, lake)
+    job_dir = lake.settings.job_dir(spec.job_id)
+    keyed_path = JobStore(job_dir).latest_checkpoint().table("keyed").path
+
+    def timer_rows():
+        return spark.read.format("delta").load(keyed_path).filter("state_name = 'timed.__timers_event__'").count()
+
+    assert timer_rows() > 1  # every registration, deletion and firing is a row
+    compact_job(spark, lake.settings, spec.job_id, say=lambda line: None)
+    keyed_path = JobStore(job_dir).latest_checkpoint().table("keyed").path
+    assert timer_rows() == 1  # only c's open timer is left
+    assert [tuple(r) for r in SavepointReader.for_checkpoint(spark, spec.job_id, settings=lake.settings)
+            .timers().select("key", "timestamp").collect()] == [("c", 260 * S)]
+
+
+def test_a_watermark_strategy_that_names_no_source_column_is_refused_before_anything_runs(spark, lake):
+    from state_store import WatermarkStrategy
+
+    spec = sessions_job(lake, watermark_strategy=WatermarkStrategy.for_monotonous_timestamps()
+                        .with_timestamp_column("event_time"))
+    with pytest.raises(ConfigError, match="timestamp column 'event_time' is not in the source schema"):
+        run(spark, spec, lake)
+    assert not lake.settings.job_dir(spec.job_id).exists()
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_records_without_an_event_time_are_refused_at_planning_naming_the_column_count_and_file(spark, lake, fmt):
+    """Issue 37 #6: null event times reached process, were never late and never moved the watermark."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from state_store.errors import InputError
+
+    rows = [timed("a", 0), {"k": "b", "ts": None, "seq": 1}, {"k": "c", "seq": 2}]
+    if fmt == "json":
+        lake.write_events("000.json", rows)
+    else:  # written by pyarrow with statistics: the footers tell, nothing is read
+        pq.write_table(pa.Table.from_pylist([{"ts": None, "seq": 0, **r} for r in rows]), lake.events / "000.parquet")
+    spec = sessions_job(lake, source=FileSource(str(lake.events), fmt, sessions_job(lake).source.schema))
+    with pytest.raises(InputError, match=r"2 record\(s\) have no event time: column 'ts' .* first in file "
+                                         rf".*000\.{fmt}\. Give every record a timestamp"):
+        run(spark, spec, lake)
+    assert not (lake.settings.warehouse / "sinks").exists()
+    assert JobStore(lake.settings.job_dir(spec.job_id)).last_commit() is None
+
+
+def test_small_json_files_give_their_watermark_without_a_spark_job_and_spark_judges_the_rest(tmp_path, monkeypatch):
+    """Issue 59 #20: a tiny run's planning was mostly a Spark job per microbatch and JSON source for the largest
+    event time (bench/plan_cost.py); small files are now read here. What only Spark's read can judge (and name in
+    its error: a record without a whole-number time, a line that does not parse) or a large input still goes to
+    Spark (``_UNKNOWN``)."""
+    from state_store.sources import files
+
+    def written(name, text):
+        (tmp_path / name).write_text(text)
+        return tmp_path / name
+
+    small = [written("a.json", '{"k": "a", "ts": 5, "nested": {"x": 1}}\n\n{"k": "b", "ts": 12}\n'),
+             written("b.json", '{"ts": -3}\n'), written("empty.json", "")]
+    assert files._json_max(small, "ts") == 12
+    assert files._json_max([small[2]], "ts") is None
+    for text in ('{"ts": 5.5}\n', '{"ts": "5"}\n', '{"ts": null}\n', '{"k": "no time"}\n', "garbage\n"):
+        assert files._json_max([written("bad.json", text)], "ts") is files._UNKNOWN, text
+    monkeypatch.setattr(files, "JSON_IN_PROCESS_BYTES", 10)
+    assert files._json_max(small, "ts") is files._UNKNOWN
+
+
+class ResetOnRule(KeyedBroadcastProcessFunction):
+    """Counts per key; a broadcast rule resets every key's count (Flink's applyToKeyedState) and reports each
+    reset to a side output."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(COUNT)
+
+    def process(self, key, records, ctx):
+        self.count.update((self.count.value() or 0) + len(records))
+        yield {"k": key, "n": self.count.value()}
+
+    def process_broadcast_element(self, value, ctx):
+        def reset(key, state):
+            ctx.output(RESETS, {"k": key, "n": state.value()})
+            state.clear()
+
+        ctx.apply_to_keyed_state(COUNT, reset)
+
+
+COUNT = ValueStateDescriptor("count", Types.LONG())
+RESETS = OutputTag("resets", COUNT_OUTPUT)
+
+
+def test_apply_to_keyed_state_reaches_every_key_of_the_subtask_not_only_those_with_records(spark, lake):
+    spec = count_job(lake, job_id="resets", function=ResetOnRule(), broadcast_source=FileSource(
+        str(lake.rules), "json", RULE), side_outputs=[RESETS])
+    lake.write_events("e0.json", events(0, keys=("a", "b", "c"), per_key=2))
+    run(spark, spec, lake)
+    lake.write_rules("r0.json", [{"name": "reset", "factor": 0}])
+    lake.write_events("e1.json", events(1, keys=("a",), per_key=1))
+    run(spark, spec, lake)
+    assert side_rows(spark, lake, spec, "resets") == [json.dumps({"_microbatch": 1, "k": k, "n": 2}, sort_keys=True)
+                                                      for k in ("a", "b", "c")]
+    keyed, _ = state_at_latest_checkpoint(spark, lake, spec)
+    assert keyed_values(keyed, "count.count") == {("a", ""): 1}  # b and c cleared without a record
