@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,31 @@ def spark():
 @pytest.fixture
 def lake(tmp_path) -> Lake:
     return Lake(tmp_path)
+
+
+@pytest.fixture
+def registered(lake, monkeypatch, tmp_path):
+    """A count job registered as 'cli-counts' from a module of its own; the CLI's root arguments."""
+    from state_store.cli import main
+
+    module = tmp_path / "cli_job_module.py"
+    module.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.support.lake import Lake
+        from tests.support.jobs import count_job
+
+        class _L:  # the lake of this test, as the job module sees it
+            events = Path({str(lake.events)!r})
+
+        def job():
+            return count_job(_L, job_id="cli-counts")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "cli_job_module", raising=False)  # each test has its own lake
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    args = ["--root", str(lake.root)]
+    assert main(["register", "cli_job_module:job", *args]) == 0
+    return args
 
 
 # --- Tiers: unit (no JVM), spark (the shared session), e2e (other processes: Airflow, a browser, a broker, a

@@ -10,30 +10,8 @@ import pytest
 
 from state_store.catalog.job_store import JobStore
 from state_store.cli import main
-from tests.support.helpers import write_stored_values
+from tests.support.helpers import maven_layout, write_stored_values
 from tests.support.jobs import events
-
-
-@pytest.fixture
-def registered(lake, monkeypatch, tmp_path):
-    module = tmp_path / "cli_job_module.py"
-    module.write_text(textwrap.dedent(f"""
-        from pathlib import Path
-        from tests.support.lake import Lake
-        from tests.support.jobs import count_job
-
-        class _L:  # the lake of this test, as the job module sees it
-            events = Path({str(lake.events)!r})
-
-        def job():
-            return count_job(_L, job_id="cli-counts")
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(__import__("sys").modules, "cli_job_module", raising=False)  # each test has its own lake
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
-    args = ["--root", str(lake.root)]
-    assert main(["register", "cli_job_module:job", *args]) == 0
-    return args
 
 
 def test_jobs_lists_registered_jobs_and_unknown_job_is_a_clear_error(lake, registered, capsys):
@@ -380,20 +358,6 @@ def test_state_takes_a_key_over_128_kib_from_a_file_or_standard_input(spark, lak
     assert main([*state, "--key-file", str(tmp_path / "nope.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lakestate: error: cannot read the key from ") and "nope.txt" in err, err
-
-
-def maven_layout(folder: Path, jars: dict[str, bytes]) -> str:
-    """A Maven repository of ``jars`` (file name -> bytes; Delta's, under io/delta/) as Maven Central serves
-    them, each with its .sha1; its file:// URL."""
-    import hashlib
-
-    for name, data in jars.items():
-        artifact, version = name[:-len(".jar")].rsplit("-", 1)
-        path = folder / "io" / "delta" / artifact / version / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        (path.parent / (name + ".sha1")).write_text(hashlib.sha1(data).hexdigest() + "  " + name + "\n")
-    return folder.as_uri()
 
 
 def test_jars_fetches_deltas_jars_once_checked_against_their_sha1_and_sessions_get_them(tmp_path, monkeypatch,

@@ -307,7 +307,6 @@ def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path,
     assert "latest checkpoint: {'ada': 3, 'bob': 1} ada: [{'value': 3}]" in said
 
 
-
 def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark_defaults_then_local(
         tmp_path, monkeypatch):
     """The master of ``lakestate run`` by hand (and of an Airflow task whose connection is not defined), as the

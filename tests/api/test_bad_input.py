@@ -17,7 +17,7 @@ from state_store.ops.savepoint import check_label
 from state_store.side_outputs import OutputTag
 from state_store.state.descriptors import ValueStateDescriptor, check_state_name
 from tests.support.helpers import run, sink_rows, write_stored_values
-from tests.support.jobs import EVENT, CountOnly, count_job, events
+from tests.support.jobs import EVENT, CountOnly, NoState, count_job, events
 
 
 def _nothing_written(lake, spec) -> None:
@@ -159,19 +159,11 @@ class _Failing(CountOnly):
         yield from super().process(key, records, ctx)
 
 
-class _NoState(CountOnly):
-    def open(self, ctx):
-        pass
-
-    def process(self, key, records, ctx):
-        yield {"k": key, "n": 0}
-
-
 def test_a_state_dropped_for_a_run_then_registered_again_is_checked_against_its_stored_type(spark, lake):
     lake.write_events("e0.json", events(0))
     run(spark, count_job(lake), lake)  # count: LONG
     lake.write_events("e1.json", events(1))
-    run(spark, count_job(lake, function=_NoState()), lake)  # a run without it; its entries stay in the tables
+    run(spark, count_job(lake, function=NoState()), lake)  # a run without it; its entries stay in the tables
     lake.write_events("e2.json", events(2))
     with pytest.raises(RestoreError, match=r"state 'count.count': type changed from LONG to STRING"):
         run(spark, count_job(lake, function=CountOnly(Types.STRING())), lake)

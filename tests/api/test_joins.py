@@ -18,7 +18,6 @@ from state_store import (
     Dataflow,
     FileSource,
     FilterFunction,
-    JoinFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ListStateDescriptor,
@@ -30,23 +29,10 @@ from state_store import (
 )
 from state_store.job import InputRole
 from state_store.subtask.exchange import PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
-from state_store.timers import TimeDomain
 from state_store.watermarks import MIN_WATERMARK
-from tests.api.test_windows import Harness as WindowHarness
 from tests.support.frames import OUT, marker, run, stats
-
-LEFT = Types.ROW_NAMED(["k", "ts", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
-RIGHT = Types.ROW_NAMED(["key", "at", "who"], [Types.STRING(), Types.LONG(), Types.STRING()])
-PAIR = Types.ROW_NAMED(["left", "right", "ts"], [Types.LONG(), Types.LONG(), Types.LONG()])
-BY_TS, BY_AT = (WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column(c) for c in ("ts", "at"))
-
-
-class Pairs(ProcessJoinFunction):
-    """Flink's ``PassthroughFunction``: the pair's two times, and the pair's time (the larger)."""
-
-    def process_element(self, left, right, ctx):
-        assert (ctx.left_timestamp(), ctx.right_timestamp()) == (left["ts"], right["at"])
-        yield {"left": left["ts"], "right": right["at"], "ts": ctx.timestamp()}
+from tests.support.joins import BY_AT, BY_TS, LEFT, OUT_ROW, PAIR, RIGHT, Count, Latest, Matched, Pairs
+from tests.support.windows import Harness as WindowHarness
 
 
 def streams(tmp_path, job_id="j"):
@@ -185,32 +171,6 @@ def test_a_record_without_event_time_and_wrong_bounds_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="late data tag 'late' holds"):
         left.key_by("k").interval_join(right.key_by("key")).between(0, 1).side_output_left_late_data(
             OutputTag("late", RIGHT))
-
-
-# -- KeyedCoProcessFunction -----------------------------------------------------------------------------------
-OUT_ROW = Types.ROW_NAMED(["k", "what"], [Types.STRING(), Types.STRING()])
-
-
-class Latest(KeyedCoProcessFunction):
-    """After Flink's ``KeyedCoProcessOperatorTest``: both inputs write one keyed state; each input's records say
-    what they saw of the other's; a timer of either input fires later for both."""
-
-    def open(self, ctx):
-        self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.STRING()))
-
-    def process_element1(self, value, ctx):
-        yield {"k": ctx.get_current_key(), "what": f"1:{value['who']}@{value['ts']} saw {self.seen.value()}"}
-        self.seen.update(f"1:{value['ts']}")
-        ctx.timer_service().register_event_time_timer(value["ts"] + 10)
-
-    def process_element2(self, value, ctx):
-        yield {"k": ctx.get_current_key(), "what": f"2:{value['who']}@{value['at']} saw {self.seen.value()}"}
-        self.seen.update(f"2:{value['at']}")
-        ctx.timer_service().register_event_time_timer(value["at"] + 10)
-
-    def on_timer(self, timestamp, ctx):
-        assert ctx.time_domain() == TimeDomain.EVENT_TIME
-        yield {"k": ctx.get_current_key(), "what": f"timer {timestamp} saw {self.seen.value()}"}
 
 
 def co_process(tmp_path):
@@ -364,16 +324,6 @@ class NotLate(FilterFunction):
         return True
 
 
-class Count(KeyedProcessFunction):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-
-    def process(self, key, records, ctx):
-        count = (self.count.value() or 0) + len(records)
-        self.count.update(count)
-        yield {"k": key, "what": f"{count} by {max(r['ts'] for r in records)}"}
-
-
 @pytest.mark.spark
 def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, lake):
     from state_store.catalog.job_store import JobStore
@@ -467,12 +417,6 @@ def test_the_demos_click_through_join_gives_what_pandas_gives(spark, lake):
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).drop("_microbatch")
     found = sorted(tuple(r) for r in rows.collect())
     assert found == expected(impressions, clicks, watermarks) and len(found) > 20
-
-
-# -- window join and co-group ------------------------------------------------------------------------------------
-class Matched(JoinFunction):
-    def join(self, left, right):
-        return {"k": left["k"], "what": f"{left['ts']}-{right['at']}"}
 
 
 class Grouped(CoGroupFunction):

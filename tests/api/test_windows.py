@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pyarrow as pa
 import pytest
 
 from state_store import (
@@ -35,77 +34,12 @@ from state_store import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from state_store.subtask.exchange import PHASE_KEYED, PHASE_RECORD, RECORD, SIDE_KEYED
 from state_store.windows.assigners import window_start_with_offset
 from state_store.windows.merging import MergingWindowSet
-from tests.support.frames import OUT, marker, run, stats
+from tests.support.windows import CLICK, STRATEGY, TIMED, Harness, S, Session, sum_of, windowed, write_window_clicks
 
-CLICK = Types.ROW_NAMED(["k", "v", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
-CLICK_ARROW = pa.struct([("k", pa.string()), ("v", pa.int64()), ("ts", pa.int64())])
 SESSION = Types.ROW_NAMED(["k", "sum", "start", "end"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
 LATE = OutputTag("late", CLICK)
-STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_column("ts")
-
-
-def sum_of(a: dict, b: dict) -> dict:
-    return {**a, "v": a["v"] + b["v"]}
-
-
-def windowed(tmp_path, assigner, *, build=None, strategy=STRATEGY):
-    """The window operator of a dataflow keyed by ``k`` over CLICK rows (``build``: what follows ``window``,
-    default a reduce summing ``v``), and the JobSpec it is in."""
-    (tmp_path / "in").mkdir(exist_ok=True)
-    stream = (Dataflow.from_source(FileSource(str(tmp_path / "in"), "json", CLICK), job_id="w",
-                                   watermark_strategy=strategy)
-              .key_by("k").window(assigner))
-    spec = (build or (lambda s: s.reduce(sum_of, uid="op")))(stream).sink_to("sinks/w")
-    return spec
-
-
-class Harness:
-    """Microbatches through a subtask, as runs: ``feed`` one run of microbatches ``(watermark, [(k, v, ts), ...])``
-    (processing time: 1,000 ms a microbatch unless given as a third item); the next ``feed`` restores from what
-    the last one wrote."""
-
-    def __init__(self, spec):
-        self.spec, self.batch, self.state, self.watermark = spec, 0, {}, None
-        self.sides: list[tuple] = []  # (tag name, microbatch, row) of every feed
-
-    def feed(self, *microbatches) -> list[tuple]:
-        rows, plan = [], []
-        for watermark, elements, *now in microbatches:
-            self.batch += 1
-            plan.append((self.batch, now[0] if now else self.batch * 1_000, watermark))
-            rows += [{"subtask": 0, "phase": PHASE_RECORD, "batch_id": self.batch, "side": SIDE_KEYED, "key": k,
-                      "key_group": 1, RECORD: {"k": k, "v": v, "ts": ts}} for k, v, ts in elements]
-        result = self.run(rows, plan, record_type=CLICK_ARROW)
-        self.sides += [(r["kind"].partition(":")[2], r["batch_id"], r[OUT]) for r in result
-                       if r["kind"].startswith("side:")]
-        self.late_dropped = sum(counters["late_dropped"] for _, _, counters in stats(result))
-        return [(r["batch_id"], r[OUT]) for r in result if r["kind"] == "out"]
-
-    def run(self, rows: list[dict], plan: list[tuple], **types) -> list[dict]:
-        """One run of the spec's operator over ``rows`` (``plan``'s microbatches) after the state the last one
-        left; the state it writes is kept for the next."""
-        stored = [{"subtask": 0, "phase": PHASE_KEYED, "state_name": name, "key": key, "key_group": 1,
-                   "namespace": ns, "user_key": user_key, "value": value, "expiry": expiry}
-                  for (name, key, ns, user_key), (value, expiry) in sorted(self.state.items(), key=str)]
-        result = run(self.spec.function, marker(0), *stored, *rows, output_type=self.spec.output_type,
-                     microbatches=plan, restored=bool(self.state), side_outputs=self.spec.side_outputs,
-                     start_watermark=self.watermark, **types)
-        self.watermark = plan[-1][2]
-        for r in result:
-            if r["kind"] == "k":
-                slot = (r["state_name"], r["key"], r["namespace"], r["user_key"])
-                if r["value"] is None:
-                    self.state.pop(slot, None)
-                else:
-                    self.state[slot] = (r["value"], r.get("expiry"))
-        return result
-
-    def open_windows(self) -> set[str]:
-        """The namespaces of the window contents in state."""
-        return {ns for (name, _, ns, _), _ in self.state.items() if name == "op.window-contents"}
 
 
 def sums(out) -> list[tuple]:
@@ -243,12 +177,6 @@ def test_tumbling_event_time_windows_fire_once_the_watermark_passes_their_end(tm
     assert sums(harness.feed((999, FLINK_ELEMENTS), (1999, []), (2999, []))) == [(3, "key1", 3), (3, "key2", 3)]
     assert harness.open_windows() == {"3000:6000"}
     assert sums(harness.feed((3999, []), (4999, []), (5999, []))) == [(6, "key2", 2)]
-
-
-class Session(ProcessWindowFunction):
-    def process(self, key, context, elements):
-        w = context.window()
-        yield {"k": key, "sum": sum(e["v"] for e in elements), "start": w.start, "end": w.end}
 
 
 def test_session_windows_merge_across_a_restore_and_fire_as_flinks(tmp_path):
@@ -452,12 +380,9 @@ class _NoMerge(CountTrigger):
         return False
 
 
-# -- windows in a dataflow, on real Spark and Delta ------------------------------------------------------------
-S = 1000
 PER_WINDOW = Types.ROW_NAMED(["k", "end", "clicks", "ts"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
 SESSION_OF_WINDOWS = Types.ROW_NAMED(["k", "start", "end", "windows", "clicks"],
                                      [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG(), Types.LONG()])
-TIMED = Types.ROW_NAMED(["k", "ts", "seq"], [Types.STRING(), Types.LONG(), Types.LONG()])
 LATE_CLICK = OutputTag("late", TIMED)
 
 
@@ -503,13 +428,6 @@ def windows_job(lake, job_id="windows"):
             .sink_to("sinks/windows"))
 
 
-def _clicks(lake) -> None:
-    lake.write_events("000.json", [{"k": "a", "ts": t, "seq": 0} for t in (0, 3 * S, 12 * S)]
-                      + [{"k": "b", "ts": 4 * S, "seq": 0}])  # W = 12 s - 1: [0, 10 s) fires, a 2, b 1
-    lake.write_events("001.json", [{"k": "a", "ts": 8 * S, "seq": 1}, {"k": "b", "ts": 25 * S, "seq": 0}])
-    lake.write_events("002.json", [{"k": "a", "ts": 1 * S, "seq": 2}, {"k": "c", "ts": 100 * S, "seq": 0}])
-
-
 def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_restore_at_another_parallelism(spark, lake):
     """Two microbatches; a savepoint (its open windows read by the State Processor); restored at parallelism 3 on
     the other backend; the third microbatch, crashed once after its sink write and run again: the sink and the late
@@ -522,7 +440,7 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     from state_store.run.runtime import FaultInjector, InjectedFault
     from tests.support.helpers import run as run_job
 
-    _clicks(lake)
+    write_window_clicks(lake)
     spec = windows_job(lake)
     run_job(spark, spec, lake, max_microbatches=2)
     savepoint = take_savepoint(spark, lake.settings, spec.job_id, say=lambda line: None)

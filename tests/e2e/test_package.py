@@ -89,7 +89,7 @@ INSTALLER = re.search(r"^INSTALLER=(\S+)$", (REPO / "scripts" / "setup.sh").read
 
 def _checkout_jars_as_maven(folder: Path) -> str:
     """The checkout's Delta jars (scripts/setup.sh's) as a Maven repository: its file:// URL."""
-    from tests.test_cli import maven_layout
+    from tests.support.helpers import maven_layout
 
     return maven_layout(folder, {j.name: j.read_bytes() for j in (REPO / ".cache" / "jars").glob("delta-*.jar")})
 

@@ -188,16 +188,16 @@ def test_airflow_pipeline_run_and_rescale_tasks_run_on_the_spark_connect_connect
     tasks' times are printed."""
     import sqlite3
 
-    from tests.provider.test_airflow import _airflow_env, _registry
+    from tests.support.airflow_files import airflow_test_env, write_registry
 
     host, port = connect_server[0][len("sc://"):].split(":")
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
     max_microbatches = 1
     checkpoint_interval = 1
     """)
-    env = _airflow_env(tmp_path, registry, tmp_path / "lakestate")
+    env = airflow_test_env(tmp_path, registry, tmp_path / "lakestate")
     subprocess.run([sys.executable, "-m", "demo.generate", "--files", "1", "--events", "10", "--keys", "5"],
                    env=env, check=True, capture_output=True, cwd=ROOT)
     migrate(env)

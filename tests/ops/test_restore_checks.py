@@ -14,7 +14,6 @@ from state_store.ops.restore import rescale_job, restore_job
 from state_store.ops.state_processor import SavepointWriter
 from tests.support.helpers import run
 from tests.support.jobs import count_job, events
-from tests.test_cli import registered  # noqa: F401 - the fixture: a count job registered as 'cli-counts'
 
 QUIET = dict(say=lambda m: None)
 

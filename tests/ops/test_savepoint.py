@@ -233,9 +233,9 @@ def test_a_changed_uid_needs_a_uid_map_and_dropped_state_needs_allow_non_restore
     after = keyed_values(state_at_latest_checkpoint(spark, lake, moved)[0], "counter.count")
     assert after[("a", "")] == counts[("a", "")] + 3
 
-    from tests.api.test_bad_input import _NoState
+    from tests.support.jobs import NoState
 
-    bare = count_job(lake, job_id="bare", function=_NoState())
+    bare = count_job(lake, job_id="bare", function=NoState())
     with pytest.raises(RestoreError, match=r"'count.count' \(keyed value, 5 entries\)"):
         restore_job(spark, lake.settings, bare.with_overrides(uid="count"), StatePoint(savepoint), **QUIET)
     dropped = restore_job(spark, lake.settings, bare.with_overrides(uid="count"), StatePoint(savepoint),

@@ -23,21 +23,12 @@ from state_store.catalog.pipelines import (
     registry_entry,
 )
 from state_store.run.runtime import FaultInjector
+from tests.support.airflow_files import ROOT, airflow_test_env, write_registry
 from tests.support.airflow_server import airflow_db_settings
 from tests.support.helpers import run
 from tests.support.jobs import count_job, events
 
-ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = ROOT / "dags" / "lakestate_pipelines.py"
-
-
-def _airflow_env(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -> dict:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow-home"), "LAKESTATE_REGISTRY": str(registry),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONWARNINGS": "ignore"}
-    if lakestate_root is not None:
-        env["LAKESTATE_ROOT"] = str(lakestate_root)
-    return env
 
 
 def _parse(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -> dict:
@@ -61,16 +52,10 @@ def _parse(tmp_path: Path, registry: Path, lakestate_root: Path | None = None) -
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "delta", "demo", "tests"))
         print(json.dumps({{"dags": dags, "errors": bag.import_errors, "seconds": seconds, "heavy": heavy}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, lakestate_root),
+    out = subprocess.run([sys.executable, "-c", code], env=airflow_test_env(tmp_path, registry, lakestate_root),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _registry(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "lakestate.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 GOOD = """
@@ -87,7 +72,7 @@ GOOD = """
 
 @pytest.mark.e2e
 def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
-    found = _parse(tmp_path, _registry(tmp_path, GOOD))
+    found = _parse(tmp_path, write_registry(tmp_path, GOOD))
     assert found["errors"] == {}
     assert sorted(found["dags"]) == ["lakestate_clicks", "lakestate_counts"]
     clicks = found["dags"]["lakestate_clicks"]
@@ -114,7 +99,7 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
 
     root = tmp_path / "root"
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
         [jobs.sessions]
         entrypoint = "demo.sessions:job"
     """)
@@ -127,7 +112,7 @@ def test_a_registered_jobs_side_outputs_are_outlet_assets_of_its_pipeline_dag(tm
     assert found["heavy"] == []
     # A DAG of one's own (the example's, whose run names only the sink as its outlet) gets the side output's
     # Asset as an outlet too: the operator adds the job's outputs to the outlets it is given.
-    env = {**_airflow_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
+    env = {**airflow_test_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
     own = _parse_examples(env)["dags"]["example_lakestate_on_asset"]
     assert own["outlets"] == ["lakestate://sessions/sink", "lakestate://sessions/side/late"]
 
@@ -162,7 +147,7 @@ def parsed_registries(tmp_path_factory) -> dict:
     registries = {}
     for i, (case, text) in enumerate(texts.items()):
         (tmp / str(i)).mkdir()
-        registries[case] = str(_registry(tmp / str(i), text))
+        registries[case] = str(write_registry(tmp / str(i), text))
     code = textwrap.dedent(f"""
         import json, os
         from airflow.models.dagbag import DagBag
@@ -175,7 +160,7 @@ def parsed_registries(tmp_path_factory) -> dict:
             found[case] = {{"dags": dags, "errors": bag.import_errors, "registry": registry}}
         print(json.dumps(found))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp, tmp / "unset.toml"),
+    out = subprocess.run([sys.executable, "-c", code], env=airflow_test_env(tmp, tmp / "unset.toml"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -194,7 +179,7 @@ def test_a_bad_entry_is_one_import_error_naming_its_field_and_the_others_still_l
 
 
 def test_the_registry_refuses_a_missing_entrypoint_and_names_the_file(tmp_path):
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.x]
     schedule = "none"
     """)
@@ -208,7 +193,7 @@ def test_the_registry_refuses_a_missing_entrypoint_and_names_the_file(tmp_path):
 
 def test_the_registry_refuses_the_memory_backend_naming_file_entry_and_field(tmp_path):
     # Memory state lives only in the process of one run: the first DAG run would succeed, every later one fail.
-    registry = _registry(tmp_path, GOOD + """
+    registry = write_registry(tmp_path, GOOD + """
     [jobs.tiny]
     entrypoint = "tests.support.jobs:count_job"
     backend = "memory"
@@ -221,7 +206,7 @@ def test_the_registry_refuses_the_memory_backend_naming_file_entry_and_field(tmp
 
 @pytest.mark.parametrize("schedule", ["a b c d e", "61 * * * *", "0 0 1 1 * 2099", "* * * *"])
 def test_a_schedule_airflow_cannot_parse_is_refused_naming_file_entry_and_field(tmp_path, schedule):
-    registry = _registry(tmp_path, GOOD + f"""
+    registry = write_registry(tmp_path, GOOD + f"""
     [jobs.odd]
     entrypoint = "tests.support.jobs:count_job"
     schedule = "{schedule}"
@@ -234,7 +219,7 @@ def test_a_schedule_airflow_cannot_parse_is_refused_naming_file_entry_and_field(
 
 def test_cron_expressions_airflow_accepts_are_accepted(tmp_path):
     schedules = ["*/10 * * * *", "0 0 * * 1-5", "0 6 1,15 * *", "@daily", "@once", "none"]
-    registry = _registry(tmp_path, "".join(f"""
+    registry = write_registry(tmp_path, "".join(f"""
     [jobs.j{i}]
     entrypoint = "tests.support.jobs:count_job"
     schedule = "{s}"
@@ -254,14 +239,14 @@ def test_the_registrys_compaction_table_sets_the_compaction_schedule_as_a_cron_o
 
     assert CRON_PRESETS == cron_presets  # a preset becomes the cron Airflow itself reads it as
     for given, cron in COMPACTION_SCHEDULES.items():
-        registry = _registry(tmp_path, GOOD + ("" if given is None else f"""
+        registry = write_registry(tmp_path, GOOD + ("" if given is None else f"""
     [compaction]
     schedule = "{given}"
     """))
         assert compaction_schedule(registry) == cron, given
         assert sorted(load_registry(registry)[0]) == ["clicks", "counts"]  # the entries load beside the table
     # A file that is not valid TOML, or none: the default schedule (the pipeline DAG file shows that error).
-    assert compaction_schedule(_registry(tmp_path, DUPLICATE + '[compaction]\nschedule = "none"\n')) == "0 3 * * *"
+    assert compaction_schedule(write_registry(tmp_path, DUPLICATE + '[compaction]\nschedule = "none"\n')) == "0 3 * * *"
     assert compaction_schedule(tmp_path / "missing.toml") == "0 3 * * *"
 
 
@@ -283,7 +268,7 @@ BAD_COMPACTIONS = {
 
 @pytest.mark.parametrize("bad", BAD_COMPACTIONS)
 def test_a_bad_compaction_table_is_refused_naming_file_field_value_and_fix_and_the_entries_still_load(tmp_path, bad):
-    registry = _registry(tmp_path, bad + "\n" + GOOD)  # before any [jobs.x]: a top-level key stays top-level
+    registry = write_registry(tmp_path, bad + "\n" + GOOD)  # before any [jobs.x]: a top-level key stays top-level
     with pytest.raises(ConfigError) as refused:
         compaction_schedule(registry)
     assert str(refused.value).startswith(f"{registry} [compaction]: "), refused.value
@@ -292,7 +277,7 @@ def test_a_bad_compaction_table_is_refused_naming_file_field_value_and_fix_and_t
 
 
 def test_a_registry_key_outside_the_jobs_and_compaction_tables_is_refused_naming_it(tmp_path):
-    registry = _registry(tmp_path, 'schedule = "@hourly"\n' + GOOD)
+    registry = write_registry(tmp_path, 'schedule = "@hourly"\n' + GOOD)
     with pytest.raises(ConfigError) as refused:
         load_registry(registry)
     assert str(refused.value) == (f"the pipeline registry {registry} must hold only [jobs.<job id>] tables and a "
@@ -315,7 +300,7 @@ def test_the_compaction_dag_runs_on_the_registrys_schedule_and_a_bad_one_takes_o
     monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))
 
     def compaction(table: str):
-        return operation_dags(_registry(tmp_path, GOOD + table))["lakestate_compaction"]
+        return operation_dags(write_registry(tmp_path, GOOD + table))["lakestate_compaction"]
 
     daily = compaction("")
     assert daily.timetable.summary == "0 3 * * *" and "`0 3 * * *` (at 03:00, in UTC)" in daily.doc_md
@@ -329,7 +314,7 @@ def test_the_compaction_dag_runs_on_the_registrys_schedule_and_a_bad_one_takes_o
     assert never.timetable.summary == "None" and "(lakestate compact), when triggered only." in never.doc_md
     for table, said in (('schedule = "every night"', "field 'schedule' must be a cron expression"),
                         ('shedule = "0 4 * * *"', "unknown field 'shedule'")):
-        registry = _registry(tmp_path, GOOD + f"[compaction]\n{table}\n")
+        registry = write_registry(tmp_path, GOOD + f"[compaction]\n{table}\n")
         assert isinstance(operation_dags(registry)["lakestate_compaction"], BrokenEntry)
         monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
         bag = DagBag(dag_folder="/nonexistent", include_examples=False)
@@ -406,10 +391,9 @@ def test_a_side_outputs_asset_event_carries_its_own_row_count_not_the_sinks(spar
     DAG's ``run`` task gives its outlet Assets' events: the side output's says the rows it got."""
     from state_store.provider.dags import side_output_asset, sink_asset
     from state_store.provider.operators import outlet_extras
-    from tests.run.test_time import _session_input, sessions, side_rows
-    from tests.support.time_jobs import sessions_job
+    from tests.support.time_jobs import session_input, sessions, sessions_job, side_rows
 
-    _session_input(lake)  # three sessions to the sink, one late event to the side output "late"
+    session_input(lake)  # three sessions to the sink, one late event to the side output "late"
     spec = sessions_job(lake)
     summary = run(spark, spec, lake).summary(spec.job_id)
     sink, late = sink_asset(spec.job_id), side_output_asset(spec.job_id, "late")
@@ -442,7 +426,7 @@ def test_the_approve_task_asks_when_the_registry_is_missing_or_broken_or_the_job
     a person, and says why and the fix; the dispose task, reached without an approver, deletes nothing."""
     from airflow.models.dagbag import DagBag
 
-    registry, root = _registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
+    registry, root = write_registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
     monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
     bag = DagBag(dag_folder="/nonexistent", include_examples=False)
@@ -479,9 +463,9 @@ def test_a_parse_of_the_operation_dags_reads_the_registry_once_lists_no_savepoin
 
     from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
-    from tests.provider.test_airflow_plugin import _checkpoint, _savepoint
+    from tests.support.records import checkpoint_record, savepoint_record
 
-    registry, root = _registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
+    registry, root = write_registry(tmp_path, '[jobs.clicks]\nentrypoint = "demo.clicks:job"\n'), tmp_path / "root"
     monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
     opened = _OPENED["paths"]
@@ -500,10 +484,10 @@ def test_a_parse_of_the_operation_dags_reads_the_registry_once_lists_no_savepoin
     before = parse()
     assert [p for p in opened if p == str(registry)] == [str(registry)], opened
     settings = Settings.load(root=root)
-    JobStore(settings.job_dir("clicks")).write_checkpoint(_checkpoint(1, 2))
+    JobStore(settings.job_dir("clicks")).write_checkpoint(checkpoint_record(1, 2))
     folder = settings.savepoints / "clicks" / "before-v2"
     folder.mkdir(parents=True)
-    (folder / "_metadata.json").write_text(json.dumps(_savepoint("before-v2", seconds=12.9).to_dict()))
+    (folder / "_metadata.json").write_text(json.dumps(savepoint_record("before-v2", seconds=12.9).to_dict()))
     assert parse() == before
     assert not [p for p in opened if p.startswith(str(settings.savepoints))], opened
 
@@ -531,7 +515,7 @@ def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispo
     from demo.sessions_per_country import write_clicks
     from tests.support.airflow_inprocess import execute
 
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
     max_microbatches = 2
@@ -661,7 +645,7 @@ def _parse_examples(env: dict) -> dict:
 def test_the_example_dags_parse_with_the_upstream_task_before_the_sensor_and_the_run(tmp_path):
     """What docs/examples/lakestate_example_dags.py wires: a job after an upstream task, a job on another job's
     sink Asset. Its tasks are the provider's own, which tests/provider/test_browser.py's Airflow runs for real."""
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
 
@@ -669,7 +653,7 @@ def test_the_example_dags_parse_with_the_upstream_task_before_the_sensor_and_the
     entrypoint = "demo.sessions:job"
     """)
     root = tmp_path / "lakestate"
-    env = {**_airflow_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
+    env = {**airflow_test_env(tmp_path, registry, root), "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLE.parent)}
     found = _parse_examples(env)
     assert found["errors"] == {}
     assert found["dags"] == {
@@ -693,7 +677,7 @@ def _assert_sessions_per_country(settings, clicks_dir: Path) -> None:
 
 @pytest.mark.e2e
 def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpausing_does_not_start(tmp_path):
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
     [jobs.orders]
@@ -724,7 +708,7 @@ def test_the_operation_dags_offer_typed_params_docs_and_a_compaction_that_unpaus
                           "compaction_wait": [compaction_wait.mode, compaction_wait.map_index_template,
                                               [t.task_id for t in compaction_wait.downstream_list]]}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, tmp_path / "root"),
+    out = subprocess.run([sys.executable, "-c", code], env=airflow_test_env(tmp_path, registry, tmp_path / "root"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
@@ -772,7 +756,7 @@ def parsed_forms(tmp_path_factory) -> dict:
     """Every Lakestate DAG's params (schema and description) and docs, as Airflow's DagBag parses the two DAG
     files, for a registry of one job (``clicks``: not run yet, max parallelism 128 once run)."""
     tmp_path = tmp_path_factory.mktemp("forms")
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks]
     entrypoint = "demo.clicks:job"
     """)
@@ -787,7 +771,7 @@ def parsed_forms(tmp_path_factory) -> dict:
                                           for k, p in dag.params.items()}} for d, dag in bag.dags.items()}},
                           "docs": {{d: dag.doc_md for d, dag in bag.dags.items()}}}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path, registry, tmp_path / "root"),
+    out = subprocess.run([sys.executable, "-c", code], env=airflow_test_env(tmp_path, registry, tmp_path / "root"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])

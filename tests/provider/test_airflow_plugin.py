@@ -12,13 +12,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 
 import pytest
 
 from state_store.cli import main as lakestate
 from tests.support.airflow_server import airflow_env, demo_input, get, running_airflow, token
+from tests.support.records import checkpoint_record, savepoint_record
 
 
 @pytest.fixture(scope="module")
@@ -167,39 +167,19 @@ def test_the_page_renders_well_under_a_second_for_a_job_with_100_checkpoints(air
     assert seconds < 0.5, seconds
 
 
-def _checkpoint(cid: int, parallelism: int, restored_from=None, airflow_run=None):
-    from state_store.key_groups import key_group_ranges
-    from state_store.records.metadata import CheckpointMetadata, TableVersion
-
-    return CheckpointMetadata(
-        job_id="clicks", checkpoint_id=cid, batch_id=4, uid="u", key_type="string", backend="delta",
-        parallelism=parallelism, max_parallelism=128,
-        key_group_ranges=[r.to_list() for r in key_group_ranges(128, parallelism)], source_offsets={},
-        state={"keyed": TableVersion("/k", cid, 4562404, 3)}, descriptors={}, entries={"s": 1}, completed_ms=1,
-        restored_from=restored_from, airflow_run=airflow_run)
-
-
-def _savepoint(name: str, **fields):
-    """A savepoint of ``_checkpoint(1, 2)``'s fields, named ``name``, holding no tables."""
-    from state_store.records.metadata import SavepointMetadata
-
-    return SavepointMetadata.from_dict({**asdict(_checkpoint(1, 2)), "descriptors": {}, "name": name, "tables": {},
-                                        "created_ms": 1, **fields})
-
-
 def test_the_page_says_whether_a_checkpoint_came_from_a_rescale_a_restore_or_a_compaction():
     from state_store.provider.reader import JobOverview
     from state_store.records.metadata import AirflowRun, RestoredFrom
 
     run = AirflowRun("lakestate_clicks", "manual__1")
     job = JobOverview("clicks", "demo.clicks:job", 3, 128, "delta")
-    savepoint = _savepoint("before-v2")
+    savepoint = savepoint_record("before-v2")
     savepoint.path = "/sp/clicks/before-v2"
     job.savepoints = [savepoint]
-    job.checkpoints = [_checkpoint(1, 2, airflow_run=run), _checkpoint(2, 3, RestoredFrom("clicks", 1)),
-                       _checkpoint(3, 3, RestoredFrom("clicks", 1, "/sp/clicks/before-v2")),
-                       _checkpoint(4, 2, RestoredFrom("clicks", 1), airflow_run=run),
-                       _checkpoint(5, 2, RestoredFrom("clicks", 1), airflow_run=run), _checkpoint(6, 2)]
+    job.checkpoints = [checkpoint_record(1, 2, airflow_run=run), checkpoint_record(2, 3, RestoredFrom("clicks", 1)),
+                       checkpoint_record(3, 3, RestoredFrom("clicks", 1, "/sp/clicks/before-v2")),
+                       checkpoint_record(4, 2, RestoredFrom("clicks", 1), airflow_run=run),
+                       checkpoint_record(5, 2, RestoredFrom("clicks", 1), airflow_run=run), checkpoint_record(6, 2)]
     job.compactions = [{"checkpoint": 4, "new_checkpoint": 5}, {"checkpoint": 5, "nothing_to_do": True}]
     assert [job.origin(c) for c in job.checkpoints] == [
         ("", ""), ("rescale", "rescale 2 → 3 from checkpoint 1"),
@@ -256,7 +236,7 @@ def test_the_airflow_run_is_recorded_from_the_task_environment_and_old_records_s
 
     run = AirflowRun.of_environment({"AIRFLOW_CTX_DAG_ID": "lakestate_clicks", "AIRFLOW_CTX_DAG_RUN_ID": "r1"})
     assert run == AirflowRun("lakestate_clicks", "r1") and AirflowRun.of_environment({}) is None
-    with_run, without = _checkpoint(1, 2, airflow_run=run).to_dict(), _checkpoint(1, 2).to_dict()
+    with_run, without = checkpoint_record(1, 2, airflow_run=run).to_dict(), checkpoint_record(1, 2).to_dict()
     assert with_run["airflow_run"] == {"dag_id": "lakestate_clicks", "run_id": "r1"}
     assert "airflow_run" not in without  # files written before stay byte-for-byte what they were
     assert CheckpointMetadata.from_dict(with_run).airflow_run == run
@@ -284,9 +264,9 @@ def test_run_links_read_in_the_timezone_the_user_picked():
     from state_store.records.metadata import AirflowRun
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
-    job.checkpoints = [_checkpoint(1, 2, airflow_run=AirflowRun("lakestate_clicks",
+    job.checkpoints = [checkpoint_record(1, 2, airflow_run=AirflowRun("lakestate_clicks",
                                                                 "manual__2026-11-24T13:05:12.123+00:00")),
-                       _checkpoint(2, 2, airflow_run=AirflowRun("lakestate_clicks", "my own run id"))]
+                       checkpoint_record(2, 2, airflow_run=AirflowRun("lakestate_clicks", "my own run id"))]
     links = re.findall(r"<span class='run'><a [^>]*>([^<]*)</a>", _page_of(job))
     assert links == ["my own run id", "manual 2026-11-24 18:35"]  # 13:05 UTC is 18:35 in Kolkata (+05:30)
 
@@ -295,9 +275,9 @@ def test_the_savepoint_path_cell_shows_the_savepoints_own_path():
     from state_store.provider.reader import JobOverview
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
-    savepoint = _savepoint("before-v2")
+    savepoint = savepoint_record("before-v2")
     savepoint.path = "/srv/lakestate/savepoints/clicks/before-v2"
-    job.savepoints, job.checkpoints = [savepoint], [_checkpoint(1, 2)]
+    job.savepoints, job.checkpoints = [savepoint], [checkpoint_record(1, 2)]
     (shown,) = re.findall(r"<span class='path' title='([^']*)'>([^<]*)</span>", _page_of(job))
     assert shown == (savepoint.path, "…/clicks/before-v2")
 
@@ -322,7 +302,7 @@ def test_housekeeping_gives_iso_times_beside_epoch_milliseconds(tmp_path):
     from state_store.settings import Settings
 
     settings = Settings.load(root=tmp_path / "root")
-    JobStore(settings.job_dir("clicks")).write_checkpoint(replace(_checkpoint(1, 2), completed_ms=1764224499123))
+    JobStore(settings.job_dir("clicks")).write_checkpoint(replace(checkpoint_record(1, 2), completed_ms=1764224499123))
     (row,) = housekeeping("clicks", settings, say=lambda m: None)["checkpoints"]
     assert (row["completed_ms"], row["completed"]) == (1764224499123, "2025-11-27T06:21:39.123+00:00")
 
@@ -336,7 +316,7 @@ def test_a_compaction_report_gives_its_start_as_an_iso_time_beside_epoch_millise
 
     settings = Settings.load(root=tmp_path / "root")
     store = JobStore(settings.job_dir("clicks"))
-    store.write_checkpoint(replace(_checkpoint(1, 2), state={}))
+    store.write_checkpoint(replace(checkpoint_record(1, 2), state={}))
     store.write_compaction({"job": "clicks", "checkpoint": 1, "started_ms": 1, "tables": {}})  # no run since
     report = compact_job(lambda: pytest.fail("nothing to do starts no Spark"), settings, "clicks",
                          say=lambda m: None)
@@ -380,7 +360,7 @@ def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_
     from state_store.records.metadata import AirflowRun
 
     job = JobOverview("clicks", "demo.clicks:job", 2, 128, "delta")
-    job.checkpoints = [_checkpoint(1, 2)]
+    job.checkpoints = [checkpoint_record(1, 2)]
 
     def said(task_seconds: dict) -> str:
         return re.search(r"<p class='meta rescale'>(.*?)</p>", job_section(job, task_seconds=task_seconds)).group(1)
@@ -388,7 +368,7 @@ def test_the_page_gives_what_a_rescale_starts_from_and_the_last_savepoint_tasks_
     assert said({}).endswith("the job runs at parallelism 2, max 128 (its key groups): a new parallelism is 1 to "
                              "128. Savepoint first adds a savepoint task's time: the job has no savepoint yet.")
     runs = [AirflowRun("lakestate_savepoint", "manual__1"), AirflowRun("lakestate_savepoint", "manual__2")]
-    job.savepoints = [_savepoint(f"sp{i}", created_ms=i, seconds=12.9, airflow_run=r.to_dict())
+    job.savepoints = [savepoint_record(f"sp{i}", created_ms=i, seconds=12.9, airflow_run=r.to_dict())
                       for i, r in enumerate(runs)]
     seconds = {("lakestate_savepoint", "manual__1"): 40.4, ("lakestate_savepoint", "manual__2"): 38.2}
     assert said(seconds).endswith("Savepoint first adds about 38 s: the last savepoint task took 38 s for 0 B "

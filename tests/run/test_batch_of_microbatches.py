@@ -112,7 +112,7 @@ def _kinds():
     """(kind, job over a lake) for every stateful operator kind: each keeps something open across microbatches
     (a window, a session, a join's buffers, a timer), so a run starts from what the run before it left."""
     from state_store import ColumnAggregate, Dataflow, EventTimeSessionWindows, TumblingEventTimeWindows
-    from tests.api.test_joins import BY_AT, BY_TS, LEFT, OUT_ROW, PAIR, RIGHT, Count, Latest, Matched, Pairs
+    from tests.support.joins import BY_AT, BY_TS, LEFT, OUT_ROW, PAIR, RIGHT, Count, Latest, Matched, Pairs
 
     def left(lake, schema=LEFT):
         return Dataflow.from_source(FileSource(str(lake.events), "json", schema, max_files_per_batch=1), job_id="n",
@@ -132,7 +132,7 @@ def _kinds():
                              .sink_to("sinks/n"))
 
     def session(lake):
-        from tests.api.test_windows import Session
+        from tests.support.windows import Session
         stream = Dataflow.from_source(FileSource(str(lake.events), "json", LEFT_V, max_files_per_batch=1),
                                       job_id="n", watermark_strategy=BY_TS)
         return (stream.key_by("k").window(EventTimeSessionWindows.with_gap(2))

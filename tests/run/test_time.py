@@ -18,28 +18,20 @@ from state_store.ops.state_processor import SavepointReader
 from tests.support.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
 from tests.support.jobs import COUNT_OUTPUT, RULE, count_job, events
 from tests.support.lake import Lake
-from tests.support.time_jobs import MINUTE, count_with_timeout_job, heartbeat_job, sessions_job, timed
+from tests.support.time_jobs import (
+    MINUTE,
+    S,
+    count_with_timeout_job,
+    heartbeat_job,
+    session_input,
+    sessions,
+    sessions_job,
+    side_rows,
+    timed,
+)
 
-S = 1000
 T0 = 1_700_000_000_000
 QUIET = {"say": lambda line: None}
-
-
-def side_rows(spark, lake, spec, tag="late") -> list[str]:
-    path = lake.settings.in_warehouse(spec.side_output_sink(tag), "sink")
-    return sorted(json.dumps(r.asDict(), sort_keys=True) for r in spark.read.format("delta").load(str(path)).collect())
-
-
-def sessions(spark, lake, spec) -> list[tuple]:
-    return sorted((r["k"], r["start"], r["end"], r["events"])
-                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
-                  .collect())
-
-
-def _session_input(lake: Lake) -> None:
-    lake.write_events("000.json", [timed("a", 0), timed("a", 10 * S, 1), timed("b", 5 * S)])
-    lake.write_events("001.json", [timed("a", 20 * S), timed("c", 100 * S)])
-    lake.write_events("002.json", [timed("b", 30 * S), timed("c", 200 * S)])
 
 
 SESSIONS = [("a", 0, 80 * S, 3), ("b", 5 * S, 65 * S, 1), ("c", 100 * S, 160 * S, 1)]
@@ -63,7 +55,7 @@ def test_sessions_close_when_the_watermark_passes_and_late_events_go_to_the_side
     second of the three runs, b has no record but its stored timer is due: the run brings b to its subtask."""
     together, apart = Lake(tmp_path / "together"), Lake(tmp_path / "apart")
     for lake in (together, apart):
-        _session_input(lake)
+        session_input(lake)
     spec_t, spec_a = sessions_job(together), sessions_job(apart)
     run(spark, spec_t, together)
     runs = [run(spark, spec_a, apart, max_microbatches=1) for _ in range(3)]
@@ -102,7 +94,7 @@ def test_heartbeat_alert_fires_in_a_timer_only_microbatch_when_input_stops(spark
 def test_timers_survive_a_savepoint_restore_at_another_parallelism_and_backend_and_fire_once(spark, tmp_path):
     steady, moved = Lake(tmp_path / "steady"), Lake(tmp_path / "moved")
     for lake in (steady, moved):
-        _session_input(lake)
+        session_input(lake)
     run(spark, sessions_job(steady), steady)
     spec = sessions_job(moved)
     run(spark, spec, moved, max_microbatches=1)  # a and b have open sessions and timers
@@ -123,7 +115,7 @@ def test_timers_survive_a_savepoint_restore_at_another_parallelism_and_backend_a
 
 
 def test_compaction_drops_fired_and_deleted_timers(spark, lake):
-    _session_input(lake)
+    session_input(lake)
     spec = sessions_job(lake)
     run(spark, spec, lake)
     job_dir = lake.settings.job_dir(spec.job_id)

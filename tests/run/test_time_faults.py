@@ -17,10 +17,9 @@ import pytest
 from state_store.cli import main as lakestate
 from state_store.run.runtime import FaultInjector, InjectedFault
 from state_store.spark.session import PROJECT_ROOT, delta_jars
-from tests.run.test_time import _session_input, side_rows
 from tests.support.helpers import run, sink_rows, state_at_latest_checkpoint
 from tests.support.lake import Lake
-from tests.support.time_jobs import sessions_job
+from tests.support.time_jobs import session_input, sessions_job, side_rows
 
 JOB = "timed-eo"
 
@@ -33,7 +32,7 @@ def _outcome(spark, lake):
 @pytest.fixture(scope="module")
 def reference(spark, tmp_path_factory):
     lake = Lake(tmp_path_factory.mktemp("clean"))
-    _session_input(lake)
+    session_input(lake)
     run(spark, sessions_job(lake, job_id=JOB), lake)
     return _outcome(spark, lake)
 
@@ -45,7 +44,7 @@ TIME_POINTS = ("after_plan", "after_sink_write", "after_state_write")
 
 @pytest.mark.parametrize("point", TIME_POINTS)
 def test_a_crash_at_each_fault_point_then_a_rerun_equals_a_clean_run(spark, lake, reference, point):
-    _session_input(lake)
+    session_input(lake)
     spec = sessions_job(lake, job_id=JOB)
     with pytest.raises(InjectedFault):
         run(spark, spec, lake, faults=FaultInjector(point, batch_id=1))
@@ -56,7 +55,7 @@ def test_a_crash_at_each_fault_point_then_a_rerun_equals_a_clean_run(spark, lake
 @pytest.mark.e2e
 def test_kill_9_of_spark_submit_mid_run_then_a_rerun_equals_a_clean_run(spark, tmp_path, reference):
     lake = Lake(tmp_path)
-    _session_input(lake)
+    session_input(lake)
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "timed_job.py").write_text(textwrap.dedent(f"""

@@ -311,15 +311,15 @@ def test_the_kafka_demo_job_runs_as_its_pipeline_dag_and_a_second_run_reads_only
 
     from state_store.catalog.job_store import JobStore
     from state_store.settings import Settings
-    from tests.provider.test_airflow import ROOT as PROJECT
-    from tests.provider.test_airflow import _airflow_env, _registry
+    from tests.support.airflow_files import ROOT as PROJECT
+    from tests.support.airflow_files import airflow_test_env, write_registry
 
-    registry = _registry(tmp_path, """
+    registry = write_registry(tmp_path, """
     [jobs.clicks_kafka]
     entrypoint = "demo.kafka_clicks:job"
     """)
     root = tmp_path / "lakestate"
-    env = {**_airflow_env(tmp_path, registry, root), "LAKESTATE_KAFKA_BOOTSTRAP": broker["bootstrap"],
+    env = {**airflow_test_env(tmp_path, registry, root), "LAKESTATE_KAFKA_BOOTSTRAP": broker["bootstrap"],
            "LAKESTATE_KAFKA_TOPIC": "demo-clicks"}
 
     def produce(events: int) -> None:

@@ -7,7 +7,6 @@ import pytest
 
 from state_store.functions import RuntimeContext
 from state_store.state.descriptors import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -16,24 +15,11 @@ from state_store.state.descriptors import (
 )
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
+from tests.support.jobs import Average
 
 POINT = Types.ROW_NAMED(["x", "y"], [Types.LONG(), Types.STRING()])
 POINT_LIST = Types.LIST(POINT)
 CREATED, UPDATED, REMOVED = 1, 0, -1
-
-
-class Average(AggregateFunction):
-    def create_accumulator(self):
-        return [0, 0]
-
-    def add(self, value, accumulator):
-        return [accumulator[0] + value, accumulator[1] + 1]
-
-    def get_result(self, accumulator):
-        return accumulator[0] / accumulator[1]
-
-    def merge(self, a, b):
-        return [a[0] + b[0], a[1] + b[1]]
 
 
 @pytest.fixture

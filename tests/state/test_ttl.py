@@ -19,7 +19,7 @@ from state_store.state.descriptors import (
 )
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
-from tests.state.test_keyed_state import Average
+from tests.support.jobs import Average
 
 TTL = 10
 ON_WRITE, ON_READ = StateTtlConfig.UpdateType.OnCreateAndWrite, StateTtlConfig.UpdateType.OnReadAndWrite
@@ -159,7 +159,6 @@ def test_list_on_read_and_write_restamps_the_live_elements_it_returns(clock):
     assert items.get() == []
 
 
-
 def test_list_add_under_on_read_and_write_stamps_only_the_new_element_as_flinks_ttl_list_state(clock):
     items = clock.ctx.get_list_state(ListStateDescriptor("l", Types.STRING()).enable_time_to_live(
         ttl(ON_READ, ms=1000)))
@@ -199,7 +198,6 @@ def test_map_return_expired_shows_an_expired_entry_once(clock):
     clock.at(TTL)
     assert m.contains("x")
     assert not m.contains("x")
-
 
 
 @pytest.mark.parametrize("update", [ON_WRITE, ON_READ])

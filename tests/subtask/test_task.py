@@ -124,8 +124,6 @@ class Lifecycle(KeyedBroadcastProcessFunction):
         self.journal.append((self.subtask, "close"))
 
 
-
-
 class Thresholds(KeyedBroadcastProcessFunction):
     OUT = Types.ROW_NAMED(["source", "key", "limit"], [Types.STRING(), Types.STRING(), Types.LONG()])
 

@@ -20,7 +20,7 @@ from state_store import (
     Types,
 )
 from state_store.vectorized import VectorizedWindowAggregate
-from tests.api.test_windows import CLICK, Harness, windowed
+from tests.support.windows import CLICK, Harness, windowed
 
 EVERY = dict(n="count(*)", nv="count(v)", total="sum(v)", lo="min(v)", hi="max(v)", mean="avg(v)", last="last(v)")
 
@@ -154,7 +154,7 @@ def test_output_type_picks_columns_of_the_window_row(tmp_path):
 def columns_job(events: str, vectorized: bool):
     """Clicks per key per 10 s as a ColumnAggregate (tests/api/test_windows.py's clicks), on either path."""
     from state_store import Dataflow, FileSource
-    from tests.api.test_windows import STRATEGY, TIMED, S
+    from tests.support.windows import STRATEGY, TIMED, S
 
     return (Dataflow.from_source(FileSource(events, "json", TIMED, max_files_per_batch=1), job_id="columns",
                                  watermark_strategy=STRATEGY)
@@ -176,11 +176,11 @@ def test_a_killed_vectorised_window_replays_and_its_savepoint_restores_rescaled_
     from state_store.ops.restore import restore_job
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
-    from tests.api.test_windows import S, _clicks
     from tests.support.helpers import run as run_job
     from tests.support.kill_harness import kill_job_of
+    from tests.support.windows import S, write_window_clicks
 
-    _clicks(lake)  # a: 0, 3 s, 12 s, then 8 s (late), 1 s (late); b: 4 s, 25 s; c: 100 s
+    write_window_clicks(lake)  # a: 0, 3 s, 12 s, then 8 s (late), 1 s (late); b: 4 s, 25 s; c: 100 s
     kill_job_of(lake, tmp_path, "columns",
                 "from tests.subtask.test_windows_vectorized import columns_job\n\n\ndef job():\n"
                 f"    return columns_job({str(lake.events)!r}, True)\n")

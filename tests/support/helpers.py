@@ -401,3 +401,17 @@ def end_left_by_run(value: str, allowed=(), grace_s: float = 30.0) -> int:
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return 1
+
+
+def maven_layout(folder: Path, jars: dict[str, bytes]) -> str:
+    """A Maven repository of ``jars`` (file name -> bytes; Delta's, under io/delta/) as Maven Central serves
+    them, each with its .sha1; its file:// URL."""
+    import hashlib
+
+    for name, data in jars.items():
+        artifact, version = name[:-len(".jar")].rsplit("-", 1)
+        path = folder / "io" / "delta" / artifact / version / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        (path.parent / (name + ".sha1")).write_text(hashlib.sha1(data).hexdigest() + "  " + name + "\n")
+    return folder.as_uri()

@@ -2,6 +2,7 @@
 session-gap job with a side output for late events, and a processing-time heartbeat alert."""
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from state_store import (
@@ -14,6 +15,7 @@ from state_store import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from tests.support.lake import Lake
 
 MINUTE = 60_000
 TIMED = Types.ROW_NAMED(["k", "ts", "seq"], [Types.STRING(), Types.LONG(), Types.LONG()])
@@ -154,3 +156,23 @@ def late_window_job():
             .key_by("country").window(TumblingEventTimeWindows.of(timedelta(minutes=1)))
             .aggregate(CountClicks(), PerMinute(), accumulator_type=ACC, uid="per-minute", output_type=PER_MINUTE)
             .sink_to("sinks/late_window"))
+
+
+S = 1000
+
+
+def side_rows(spark, lake, spec, tag="late") -> list[str]:
+    path = lake.settings.in_warehouse(spec.side_output_sink(tag), "sink")
+    return sorted(json.dumps(r.asDict(), sort_keys=True) for r in spark.read.format("delta").load(str(path)).collect())
+
+
+def sessions(spark, lake, spec) -> list[tuple]:
+    return sorted((r["k"], r["start"], r["end"], r["events"])
+                  for r in spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+                  .collect())
+
+
+def session_input(lake: Lake) -> None:
+    lake.write_events("000.json", [timed("a", 0), timed("a", 10 * S, 1), timed("b", 5 * S)])
+    lake.write_events("001.json", [timed("a", 20 * S), timed("c", 100 * S)])
+    lake.write_events("002.json", [timed("b", 30 * S), timed("c", 200 * S)])
