@@ -24,7 +24,7 @@ def human_bytes(size: int | None) -> str:
 def pinned_partitions(checkpoint: CheckpointMetadata, warn: Callable[[str], None] | None = None
                       ) -> Iterator[tuple[CheckpointMetadata, str, tuple, int, int]]:
     """(part, table, partition values, bytes, files) of each partition of each state table version
-    ``checkpoint`` pins, every operator's (``part``: the checkpoint or an operator's). A table whose log cannot
+    ``checkpoint`` pins, every operator's (``part``: an operator's part, the first's first). A table whose log cannot
     be read is said to ``warn`` and skipped (the page shows the rest); without ``warn`` the error is raised."""
     for part in checkpoint.parts:
         for table in STATE_TABLES:

@@ -190,7 +190,7 @@ def _state_sizes(overview: JobOverview, checkpoint: CheckpointMetadata) -> None:
         cell = overview.state_bytes.setdefault(name, [0, 0])
         cell[0] += size
         cell[1] += files
-        if part is checkpoint and table == KEYED and len(values) > 1 and values[1] is not None:
+        if part.uid == checkpoint.uid and table == KEYED and len(values) > 1 and values[1] is not None:
             group = int(values[1])
             if 0 <= group < len(overview.key_group_bytes):
                 overview.key_group_bytes[group] += size
