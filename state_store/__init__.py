@@ -23,6 +23,7 @@ from .job import JobSpec
 from .joins import CoGroupFunction, JoinFunction, ProcessJoinContext, ProcessJoinFunction
 from .settings import Settings
 from .side_outputs import OutputTag
+from .sinks import Sink
 from .sources import DeltaSource, FileSource, KafkaSource
 from .state.descriptors import (
     AggregateFunction,
@@ -67,7 +68,7 @@ __all__ = [
     "StateTtlConfig", "ValueStateDescriptor", "ConfigError", "InputError", "JobLocked", "JobNotFound",
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
     "KeyedProcessFunction", "JobSpec", "Settings",
-    "DeltaSource", "FileSource", "KafkaSource", "StateMigrationError", "Types", "OnTimerContext", "OutputTag",
+    "DeltaSource", "FileSource", "KafkaSource", "Sink", "StateMigrationError", "Types", "OnTimerContext", "OutputTag",
     "TimeDomain", "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
@@ -83,11 +84,16 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """The State Processor API (``SavepointReader``, ``SavepointWriter``) from here too, loaded when first asked
-    for (PEP 562): it imports pyspark, and an executor or a DAG parse imports this package without Spark."""
+    """The State Processor API (``SavepointReader``, ``SavepointWriter``) and ``DeltaSink`` from here too, loaded
+    when first asked for (PEP 562): they import the Delta wing (the State Processor pyspark), and an executor or a
+    DAG parse imports this package without them."""
     if name in ("SavepointReader", "SavepointWriter"):
         from .ops import state_processor
 
         return getattr(state_processor, name)
+    if name == "DeltaSink":
+        from .delta.sink import DeltaSink
+
+        return DeltaSink
     raise AttributeError(f"module 'state_store' has no attribute {name!r}")
 

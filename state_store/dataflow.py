@@ -38,6 +38,7 @@ from .graph import Job, as_job
 from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
+from .sinks import Sink
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
 from .types import RowTypeInfo, TypeInfo, Types
@@ -498,13 +499,14 @@ class Dataflow:
         return self._record_step("filter", function, FilterFunction, uid, None,
                                  {"parallelism": parallelism, "max_parallelism": max_parallelism})
 
-    def sink_to(self, sink: str) -> JobSpec | Job:
-        """End the job in the Delta table ``sink`` (a path inside the warehouse): a ``JobSpec`` for one operator,
-        a ``Job`` for several, validated.
+    def sink_to(self, sink: str | Sink) -> JobSpec | Job:
+        """End the job in ``sink`` (a Delta table: a path inside the warehouse, or a ``DeltaSink``): a ``JobSpec``
+        for one operator, a ``Job`` for several, validated.
 
         Example: ``.sink_to("sinks/sessions_per_country")``
 
-        :param sink: the Delta table the last operator's rows are appended to, a path inside the warehouse.
+        :param sink: where the last operator's rows go: a Delta table, as a path inside the warehouse or a
+            ``DeltaSink``, or a ``Sink`` of your own (``state_store.sinks.Sink``).
         """
         if self._key is not None:
             raise ConfigError(f"the stream is keyed by {self._key[0]!r} but not processed: add .process(...) "

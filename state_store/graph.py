@@ -16,6 +16,7 @@ from typing import Any
 from .errors import ConfigError
 from .job import Input, InputRole, JobSpec
 from .side_outputs import check_one_writer_per_table
+from .sinks import Sink, sink_name
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
 JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
@@ -79,8 +80,9 @@ class Job:
         """The operators' uids, in the order of ``operators``."""
         return [op.uid for op in self.operators]
 
-    def sink_of(self, uid: str) -> str | None:
-        """The sink operator ``uid`` writes (a path inside the warehouse), None when it feeds only operators."""
+    def sink_of(self, uid: str) -> "str | Sink | None":
+        """The sink operator ``uid`` writes (a path inside the warehouse, or a ``Sink``), None when it feeds only
+        operators."""
         if self.sinks is None:
             return self.sink if uid == self.operators[-1].uid else None
         return self.sinks.get(uid)
@@ -88,14 +90,15 @@ class Job:
     @property
     def all_sinks(self) -> list[str]:
         """Every sink of the job, the job's own (``sink``, where the side outputs are) first."""
-        return [self.sink] if self.sinks is None else list(dict.fromkeys([self.sink, *self.sinks.values()]))
+        names = [sink_name(s) for s in [self.sink, *(self.sinks or {}).values()]]
+        return list(dict.fromkeys(names))
 
     def tables(self) -> list[tuple[str, str]]:
         """(who writes it, warehouse path) of every table the job writes: each branch's sink, then every
         operator's side outputs (beside the job's own sink)."""
         if self.single:
             return self.head.tables()
-        sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink) for op in self.operators
+        sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink_name(sink)) for op in self.operators
                  if (sink := self.sink_of(op.uid)) is not None]
         return sinks + [(f"side output {t.name!r} of operator {op.uid!r}", self.side_output_sink(t))
                         for op in self.operators for t in op.side_outputs]
@@ -180,10 +183,11 @@ class Job:
                                   f".sink_to(...) and give the branch to Dataflow.graph")
             if op.uid in self.sinks and op.uid in fed:
                 raise ConfigError(f"operator {op.uid!r} feeds other operators and writes sink "
-                                  f"{self.sinks[op.uid]!r}: a sink ends a branch (Dataflow.graph adds the "
+                                  f"{sink_name(self.sinks[op.uid])!r}: a sink ends a branch (Dataflow.graph adds the "
                                   f"operator that writes it)")
-        if self.sink not in self.sinks.values():
-            raise ConfigError(f"the job's sink {self.sink!r} is no branch's; build the graph with Dataflow.graph")
+        if sink_name(self.sink) not in {sink_name(s) for s in self.sinks.values()}:
+            raise ConfigError(f"the job's sink {sink_name(self.sink)!r} is no branch's; build the graph with "
+                              f"Dataflow.graph")
 
     def describe(self) -> dict:
         """What the catalog records of this definition: the first operator's, and every operator's (each with the
@@ -195,8 +199,8 @@ class Job:
         head = {**described[0], "side_outputs": side_outputs, "operators": described}
         if self.sinks is not None:
             for d in described:
-                d["sink"] = self.sinks.get(d["uid"])
-            head.update(sink=self.sink, sinks=dict(self.sinks))
+                d["sink"] = sink_name(self.sinks[d["uid"]]) if d["uid"] in self.sinks else None
+            head.update(sink=sink_name(self.sink), sinks={uid: sink_name(s) for uid, s in self.sinks.items()})
         return head
 
 

@@ -11,6 +11,7 @@ from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
 from .keys import check_key_type
 from .side_outputs import OutputTag, side_output_sink
+from .sinks import Sink, check_sink, sink_name
 from .sources import EdgeSource, Source
 from .state.backend import DEFAULT_BACKEND, backend_kind
 from .state.descriptors import check_state_name
@@ -103,7 +104,8 @@ class JobSpec:
     :param key: the column records are keyed by.
     :param key_type: that column's type: ``Types.STRING()``, ``LONG()`` or ``INT()``.
     :param output_type: the rows ``process`` yields, ``Types.ROW_NAMED([...], [...])``.
-    :param sink: the Delta table they are appended to, a path inside the warehouse.
+    :param sink: where they go: a Delta table, as a path inside the warehouse or a ``DeltaSink``, or a ``Sink``
+        of your own (``state_store.sinks.Sink``).
     :param uid: the operator's uid: its state's names and a savepoint's part are by it (Flink's ``uid``).
     :param broadcast_source: a second source whose records every subtask sees first (a
         ``KeyedBroadcastProcessFunction``'s broadcast state).
@@ -127,7 +129,7 @@ class JobSpec:
     key: str
     key_type: TypeInfo
     output_type: RowTypeInfo
-    sink: str
+    sink: str | Sink
     uid: str = "main"
     broadcast_source: Source | None = None
     parallelism: int = 2
@@ -160,11 +162,11 @@ class JobSpec:
 
     def side_output_sink(self, tag: OutputTag | str) -> str:
         """Where side output ``tag``'s table is (a warehouse path, next to the sink)."""
-        return side_output_sink(self.sink, tag if isinstance(tag, str) else tag.name)
+        return side_output_sink(sink_name(self.sink), tag if isinstance(tag, str) else tag.name)
 
     def tables(self) -> list[tuple[str, str]]:
         """(who writes it, warehouse path) of every table the job writes: its sink, then each side output's."""
-        return [(f"the sink of operator {self.uid!r}", self.sink)] + [
+        return [(f"the sink of operator {self.uid!r}", sink_name(self.sink))] + [
             (f"side output {t.name!r} of operator {self.uid!r}", self.side_output_sink(t)) for t in self.side_outputs]
 
     def with_overrides(self, **changes: Any) -> "JobSpec":
@@ -174,6 +176,7 @@ class JobSpec:
     def validate(self) -> "JobSpec":
         """Raise ConfigError naming the first problem and its fix; return self when usable."""
         check_job_id(self.job_id)
+        check_sink(self.sink)
         try:
             check_state_name(self.uid, "operator uid")
         except ValueError as e:
@@ -324,7 +327,7 @@ class JobSpec:
             "key": self.key,
             "key_type": self.key_type.to_schema(),
             "output_type": self.output_type.to_schema(),
-            "sink": self.sink,
+            "sink": sink_name(self.sink),
             "parallelism": self.parallelism,
             "max_parallelism": self.effective_max_parallelism,
             "backend": self.backend,

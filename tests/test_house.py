@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # ops/ what a user runs; the door, the entry point and the Airflow provider parse what the user typed. A new
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
-    # ops: the State Processor API, loaded when asked for
-    "face": {"model", "sources", "state", "ops", "windows", "joins"},
+    # ops: the State Processor API, delta: DeltaSink, each loaded when asked for
+    "face": {"model", "sources", "state", "ops", "delta", "windows", "joins"},
     # windows, joins: dataflow.py's window(...), connect(...) and interval_join(...) (none of theirs imports it)
     "model": {"records", "sources", "state", "windows", "joins"},
     # The model's typed records (the state tables' layout, a run's stats, the catalog's metadata): a package of the

@@ -19,6 +19,7 @@ from ..job import JobSpec, check_job_id
 from ..registered_states import discover_descriptors
 from ..settings import Settings
 from ..side_outputs import check_one_writer_per_table
+from ..sinks import sink_name
 from .job_store import read_json, write_json_atomic
 
 # What the CLI and the Lakestate page take from a record's spec.
@@ -42,7 +43,7 @@ class JobCatalog:
         # run's start does, refuses a bad declaration before the record is written, not at the first run.
         for op in as_job(spec).operators:
             discover_descriptors(op)
-        sink = self.settings.sink(spec.sink)  # refused before the record is written
+        sink = self.settings.sink(sink_name(spec.sink))  # refused before the record is written
         spec = spec.with_overrides(sink=str(sink))
         self._check_tables_are_its_own(spec)
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),

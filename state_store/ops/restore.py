@@ -76,6 +76,7 @@ from ..restore_plan import (
 )
 from ..settings import Settings
 from ..side_outputs import side_app_id, sink_app_id
+from ..sinks import sink_name
 from ..state.backend import backend_kind
 from ..state.descriptors import qualified_name
 from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
@@ -376,7 +377,7 @@ def _write_state(spark: SparkSession, restore: _Restore, store: JobStore, lease,
 def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state: dict[str, TableVersion],
                 run_id: str) -> CheckpointMetadata:
     src, spec, plan, kept = restore.source.meta, restore.spec, restore.plan, restore.plan.kept
-    sink_path = settings.in_warehouse(spec.sink, "sink")
+    sink_path = settings.in_warehouse(sink_name(spec.sink), "sink")
     return CheckpointMetadata.of_state(
         spec, checkpoint_id, src.batch_id, plan.parallelism, src.max_parallelism, key_type=src.key_type,
         backend=plan.backend, source_offsets=src.source_offsets, state=state,

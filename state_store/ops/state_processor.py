@@ -176,7 +176,7 @@ class SavepointReader:
         if part is None:
             raise ConfigError(f"{self.source.where} holds no state of operator {uid!r}; its operators are "
                               f"{self.uids}")
-        return self if part.meta is self.meta else SavepointReader(self.spark, part)
+        return self if part.meta.uid == self.meta.uid else SavepointReader(self.spark, part)
 
     @property
     def key_type(self) -> TypeInfo:

@@ -3,14 +3,14 @@ pinning the table versions of its microbatch, written last; then older ones expi
 from __future__ import annotations
 
 from ..delta.backends import StateBackend
-from ..delta.log import sink_version
-from ..records.layout import KEYED, OPERATOR
+from ..records.layout import KEYED, OPERATOR, SINK
 from ..records.metadata import AirflowRun, CheckpointMetadata, MicrobatchPlan, StateInfo, TableVersion
 from ..records.stats import CleanupNote, MicrobatchStats
 from ..state.operator import SOURCE_OFFSETS_STATE
 from ..state.ttl.tables import count_entries, drop_expired, ttl_states
 from ..watermarks import WATERMARK_STATE
 from .context import RunContext, wall_clock_ms
+from .outputs import sink_targets
 
 
 def present(checkpoint: CheckpointMetadata | None, states: dict[str, StateInfo],
@@ -45,6 +45,7 @@ class Checkpointer:
         self.ctx, self.keyed, self.operator, self.states = ctx, keyed, operator, states
         self.checkpoint, self.stats, self.sweeps = checkpoint, stats, sweeps
         self.cleaned = ttl_states(states, "full_snapshot")
+        self._sink, self._sink_run = sink_targets(ctx)[SINK]  # what each checkpoint pins of it: its version
 
     def _state(self, cid: int, plan: MicrobatchPlan, entries: dict[str, int]) -> dict[str, TableVersion]:
         """Both tables' records for checkpoint ``cid`` of ``plan``'s microbatch; a full snapshot with TTL cleanup
@@ -66,7 +67,7 @@ class Checkpointer:
             spec, cid, plan.batch_id, ctx.p, ctx.maxp, source_offsets=plan.end_offsets if ctx.keeps_offsets else {},
             state=state, descriptors=present(checkpoint, self.states, entries),
             entries={k: v for k, v in sorted(entries.items()) if v}, completed_ms=wall_clock_ms(),
-            processing_time=plan.timestamp, run_id=ctx.run_id, sink=sink_version(ctx.sink_path),
+            processing_time=plan.timestamp, run_id=ctx.run_id, sink=self._sink.version(self._sink_run),
             cleanup_cursor=cursor, airflow_run=AirflowRun.of_environment())
 
     def start(self) -> None:

@@ -7,18 +7,15 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ..delta.backends import StateBackend
-from ..delta.log import table_metadata
-from ..delta.state_tables import append_idempotent, commit_files
 from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import CleanupNote, MicrobatchStats, WrittenFile
 from ..repartition import place_source_entries
-from ..sources import SINK_MICROBATCH
 from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..state.ttl.cleanup import run_incremental_cleanup
 from ..subtask.run_files import RunOutputs, write_rows
 from .context import RunContext, wall_clock_ms
-from .outputs import check_columns
+from .outputs import sink_targets
 from .timing import watermark_rows
 
 
@@ -48,20 +45,13 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
     ctx.lease.heartbeat()  # a run that lost its lease must not write
     files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token,
                                   source_offset_rows(ctx, plans) + watermark_rows(ctx, plans))
-    sinks = {} if ctx.edge else {SINK: (ctx.sink_path, ctx.sink_app_id)}  # an edge's rows stay staged
-    sinks.update({tag.table: (ctx.side_output_path(tag), ctx.side_app_id(tag)) for tag in ctx.spec.side_outputs})
+    sinks = {name: target for name, target in sink_targets(ctx).items()
+             if not (ctx.edge and name == SINK)}  # an edge's rows stay staged
 
     def sink(name: str) -> None:
         ctx.fault("before_sink_write", batch_ids)
-        table, (path, app_id), mine = outputs.tables[name], sinks[name], files.get(name, [])
-        if table.declared is not None and (meta := table_metadata(path)) is not None:
-            check_columns(ctx, name, path, table.ddl, table.declared, meta)  # made since the run opened it
-        if table.directory == str(path):
-            commit_files(ctx.spark, path, app_id, last, mine, table.ddl, (), table.committed, SINK_MICROBATCH)
-        else:  # a table with constraints or generated columns: Delta's own writer checks them
-            staged = (ctx.spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in mine])
-                      if mine else ctx.spark.createDataFrame([], table.ddl))
-            append_idempotent(staged, path, app_id, last, batch_column=SINK_MICROBATCH)
+        (target, run), mine = sinks[name], files.get(name, [])
+        target.commit(run, outputs.tables[name], mine, last)
         written[name] = {f.path for f in mine}
         ctx.fault("after_sink_write", batch_ids)
 

@@ -13,6 +13,7 @@ from ..catalog.lease import JobLease
 from ..job import JobSpec
 from ..settings import Settings
 from ..side_outputs import side_app_id, sink_app_id
+from ..sinks import Sink
 
 FAULT_POINTS = (
     "after_plan",
@@ -64,7 +65,7 @@ class RunContext:
     settings: Settings
     store: JobStore
     lease: JobLease
-    sink_path: Path
+    sink_path: Path  # the sink's table, resolved (an edge: the staging folder of its rows)
     clock: Callable[[], int]
     faults: FaultInjector | None
     progress: Callable[[str], None]
@@ -72,6 +73,7 @@ class RunContext:
     # for the run), not to the sink.
     edge: bool = False
     in_chain: bool = False  # one of a dataflow's operators: what it says of itself names it (``say_of_operator``)
+    sink: Sink | None = None  # the ``Sink`` at ``sink_path`` (None for an edge)
 
     @property
     def p(self) -> int:

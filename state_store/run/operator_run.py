@@ -18,7 +18,7 @@ from . import commit, timing
 from .checkpointing import Checkpointer
 from .context import RunContext
 from .frame import Frame
-from .outputs import dead_letter_files, side_outputs, sink_output
+from .outputs import dead_letter_files, open_outputs
 
 
 def _stats_and_files(plans: list[MicrobatchPlan], rows, tables) -> tuple[list[MicrobatchStats],
@@ -87,9 +87,7 @@ class OperatorRun:
         """Where this run writes: the sink (or, for an operator before the last, its edge), the side outputs;
         refuses an unfit sink before anything is planned."""
         ctx = self.ctx
-        self.outputs = RunOutputs(token, {})
-        self.outputs.tables[SINK] = sink_output(ctx, token)
-        self.outputs.tables.update(side_outputs(ctx, token))
+        self.outputs = RunOutputs(token, open_outputs(ctx, token))
 
     def process(self, plans: list[MicrobatchPlan], clock: EventClock, emitted: dict[str, list[str]]) -> list[str]:
         """This operator's Spark pass over ``plans``, fed (in a dataflow) what the operators it reads emitted in

@@ -3,74 +3,42 @@ anything is read, and the poison records of its sources' dead-letter side output
 them)."""
 from __future__ import annotations
 
-import json
-
-from ..delta.log import app_transaction_version, table_metadata
-from ..errors import InputError
+from ..delta.sink import DeltaSink
 from ..records.layout import SINK
 from ..records.metadata import MicrobatchPlan
 from ..records.stats import MicrobatchStats, WrittenFile
+from ..sinks import Sink, SinkRun
 from ..sources import SINK_MICROBATCH
-from ..spark.session import ddl_schema
-from ..storage import options_of
 from ..subtask.run_files import OutputTable, RunOutputs, SinkFiles
 from .context import RunContext
 
 
-def _shape(field_type):
-    """A Spark schema's JSON without what does not change what a column holds (nullability, metadata)."""
-    if isinstance(field_type, dict):
-        return {k: _shape(v) for k, v in field_type.items()
-                if k not in ("nullable", "metadata", "containsNull", "valueContainsNull")}
-    if isinstance(field_type, list):
-        return [_shape(v) for v in field_type]
-    return field_type
+def sink_targets(ctx: RunContext) -> dict[str, tuple[Sink, SinkRun]]:
+    """Each table the operator's subtasks write rows of, by table name, with what the run tells its ``Sink``: the
+    sink (an operator before a dataflow's last: its edge, a table staged for the next operator), then each side
+    output's table beside it (a ``DeltaSink``)."""
+    sink = ctx.sink if ctx.sink is not None else DeltaSink(str(ctx.sink_path))
+    targets = {SINK: (sink, _run(ctx, SINK, ctx.sink_path, ctx.spec.output_type.spark_schema_ddl(),
+                                 ctx.sink_app_id, "the job's output_type"))}
+    for tag in ctx.spec.side_outputs:
+        targets[tag.table] = (DeltaSink(ctx.spec.side_output_sink(tag)),
+                              _run(ctx, tag.table, ctx.side_output_path(tag), tag.type_info.spark_schema_ddl(),
+                                   ctx.side_app_id(tag), f"side output {tag.name!r}'s type"))
+    return targets
 
 
-def sink_output(ctx: RunContext, token: str) -> OutputTable:
-    """Where the subtasks write the sink rows (``sink_like_output``)."""
-    return sink_like_output(ctx, token, SINK, ctx.sink_path, ctx.spec.output_type.spark_schema_ddl(),
-                            ctx.sink_app_id, "the job's output_type")
+def _run(ctx: RunContext, table: str, location, columns: str, app_id: str, declared: str) -> SinkRun:
+    return SinkRun(table, ctx.spark, location, app_id, f"{columns}, {SINK_MICROBATCH} bigint", declared,
+                   ctx.store.staging)
 
 
-def side_outputs(ctx: RunContext, token: str) -> dict[str, OutputTable]:
-    """Where the subtasks write each side output's rows (``sink_like_output``), by table name."""
-    return {tag.table: sink_like_output(ctx, token, tag.table, ctx.side_output_path(tag),
-                                        tag.type_info.spark_schema_ddl(), ctx.side_app_id(tag),
-                                        f"side output {tag.name!r}'s type")
-            for tag in ctx.spec.side_outputs}
-
-
-def sink_like_output(ctx: RunContext, token: str, name: str, path, columns: str, app_id: str,
-                     declared: str) -> OutputTable:
-    """Where the subtasks write the rows of the sink (or a side output): the table itself when Lakestate can
-    add files to it directly, else a staging directory whose rows a Spark append then writes (see ``write``).
-    Refuses, before anything is read, a table whose columns are not the ``declared`` ones."""
-    ddl = columns + f", {SINK_MICROBATCH} bigint"
-    meta = table_metadata(path)
-    if meta is None:  # created by the run's commit
-        return OutputTable(name, str(path), ddl, (), None, SINK_MICROBATCH, options_of(path), declared)
-    check_columns(ctx, name, path, ddl, declared, meta)
-    committed = app_transaction_version(path, app_id)
-    text, conf = meta["schemaString"], meta["configuration"]
-    plain = (not any(k.startswith("delta.constraints.") for k in conf)
-             and conf.get("delta.columnMapping.mode", "none") == "none"
-             and not any(m in text for m in ("delta.generationExpression", "delta.identity", "delta.invariants")))
-    directory = path if plain else ctx.store.staging(token) / name.replace(":", "-")
-    return OutputTable(name, str(directory), ddl, (), committed, SINK_MICROBATCH, options_of(directory))
-
-
-def check_columns(ctx: RunContext, name: str, path, ddl: str, declared: str, meta: dict) -> None:
-    """Refuse a sink (or side output) table ``path`` whose columns (``meta``, its Delta metadata) are not
-    ``ddl``'s, ``declared`` naming where they were declared."""
-    actual = _shape(json.loads(meta["schemaString"]))
-    expected = _shape(ddl_schema(ctx.spark, ddl).jsonValue())
-    if actual != expected or meta.get("partitionColumns"):
-        names = [f["name"] for f in actual["fields"]]
-        raise InputError(
-            f"the {'sink' if name == SINK else 'side output table'} {path} has columns {names}"
-            f"{' partitioned' if meta.get('partitionColumns') else ''} "
-            f"that do not match {declared} ({ddl}); point the job at a new table, or change the type back")
+def open_outputs(ctx: RunContext, token: str) -> dict[str, OutputTable]:
+    """Where the subtasks write the rows of each table of ``sink_targets``, each sink checked first: an unfit
+    table is refused, naming the fix, before anything is read."""
+    targets = sink_targets(ctx)
+    for sink, run in targets.values():
+        sink.check(run)
+    return {name: sink.output(run, token) for name, (sink, run) in targets.items()}
 
 
 def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs,

@@ -40,6 +40,7 @@ from pyspark.sql import SparkSession
 
 from ..catalog.job_store import JobStore
 from ..catalog.lease import holding
+from ..delta.sink import as_sink
 from ..errors import InputError
 from ..graph import Job, as_job
 from ..job import JobSpec
@@ -49,6 +50,7 @@ from ..registered_states import discover_descriptors
 from ..restore_plan import continuing_spec
 from ..settings import Settings
 from ..side_outputs import check_one_writer_per_table
+from ..sinks import sink_name
 from ..spark.session import wait_for_running_tasks
 from ..subtask.run_files import new_token
 from . import commit, timing
@@ -135,7 +137,8 @@ class JobRunner:
 
     def __init__(self, spark: SparkSession, spec: JobSpec | Job, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,
-                 progress: Callable[[str], None] = print, lease_timeout_s: float = 60.0, lease_wait_s: float = 0.0):
+                 progress: Callable[[str], None] = print, lease_timeout_s: float = 60.0,
+                 lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, as_job(spec).validate(), settings
         self.store = JobStore(settings.job_dir(spec.job_id))
         self.clock, self.faults, self.progress = clock, faults, progress
@@ -150,7 +153,7 @@ class JobRunner:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         check_one_writer_per_table(self.spec.tables(), self.settings.sink)  # also for a job never registered
         sinks = self._sinks()
-        for path in sinks.values():
+        for path, _ in sinks.values():
             self.settings.check_writable(path)
         specs = self.spec.operators
         descriptors = [discover_descriptors(op) for op in specs]
@@ -166,18 +169,18 @@ class JobRunner:
             operators = []
             for i, op in enumerate(specs):
                 store = self.store if i == 0 else JobStore(self.store.operator_dir(op.uid))
-                sink = sinks.get(op.uid)
+                path, sink = sinks.get(op.uid, (None, None))
                 ctx = RunContext(self.spark, op, self.settings, store, lease,
-                                 sink or store.staging_dir / f"edge-{lease.run_id}", self.clock,
-                                 self.faults, self.progress, edge=sink is None, in_chain=len(specs) > 1)
+                                 path or store.staging_dir / f"edge-{lease.run_id}", self.clock, self.faults,
+                                 self.progress, edge=sink is None, in_chain=len(specs) > 1, sink=sink)
                 operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
                                              descriptors[i]))
             return _Run(operators, checkpoint).run(max_microbatches, max_records)
 
     def _sinks(self) -> dict:
-        """The table each operator that writes a sink writes, by uid (a chain's last operator; each branch's end
-        in a graph)."""
-        return {uid: self.settings.sink(sink) for uid in self.spec.uids
+        """The table each operator that writes a sink writes, resolved, and its ``Sink``, by uid (a chain's last
+        operator; each branch's end in a graph)."""
+        return {uid: (self.settings.sink(sink_name(sink)), as_sink(sink)) for uid in self.spec.uids
                 if (sink := self.spec.sink_of(uid)) is not None}
 
     def _continuing(self, spec: JobSpec, checkpoint: CheckpointMetadata | None) -> JobSpec:
@@ -203,7 +206,7 @@ class _Run:
     def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None):
         self.operators, self.head, self.checkpoint = operators, operators[0], checkpoint
         # the operator that writes the job's own sink (a chain's last; in a graph, the first branch's end)
-        own = self.head.ctx.settings.sink(self.head.ctx.spec.sink)
+        own = self.head.ctx.settings.sink(sink_name(self.head.ctx.spec.sink))
         self.sinking = next(op for op in operators if not op.ctx.edge and op.ctx.sink_path == own)
         self.ctx = self.head.ctx
         self.result = RunResult(self.ctx.run_id, checkpoint.checkpoint_id if checkpoint else None)

@@ -11,12 +11,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ..errors import InputError
+from ..sinks import SINK_MICROBATCH  # noqa: F401 - the sink's microbatch column, which the sources' face exports
 
 # Columns every source adds to its records for a run: the microbatch, and the source order
 # (file, block of the file, position), so a key's records keep the order they were written in.
 POSITION_COLUMNS = ("batch_id", "file_idx", "block", "row")
-
-SINK_MICROBATCH = "_microbatch"  # the sink's column naming each row's microbatch
 
 # An end offset in a plan also says what the plan saw of its new input (per file: size and mtime; for a Delta
 # source: its end commit file's), so a replay can refuse input that changed. It is not part of the position:

@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from state_store.errors import InputError
+from state_store.catalog.job_store import JobStore
+from state_store.delta.log import sink_version
+from state_store.errors import ConfigError, InputError
 from state_store.records.layout import OPERATOR_TABLE
 from state_store.subtask.run_files import OutputTable, remove_uncommitted, write_batches
 from tests.support.helpers import run, sink_rows
@@ -125,6 +127,55 @@ def test_a_sink_made_with_other_columns_while_the_run_processed_is_refused_at_th
     with pytest.raises(InputError, match=r"sink .* has columns \['k', 'n'\].*do not match the job's output_type"):
         run(spark, spec, lake, faults=FaultInjector("before_sink_write", 0, made))
     assert [tuple(r) for r in spark.read.format("delta").load(str(sink)).collect()] == [("a", "x")]
+
+
+def test_a_sink_is_a_plain_path_a_delta_sink_or_a_sink_of_ones_own_which_a_run_asks_in_the_contracts_order(
+        spark, lake):
+    """The Sink protocol (issue 60): ``sink="sinks/x"`` and ``sink=DeltaSink("sinks/x")`` are one sink; a sink
+    written from the base class alone (here recording what the run asks, its rows kept by a DeltaSink) is asked
+    to check, then for its output, to commit the run's microbatches once, and for its version at each
+    checkpoint; anything else as a sink is refused, naming the fix."""
+    from state_store import DeltaSink, Sink
+
+    class Recording(Sink):
+        def __init__(self, path):
+            self.rows, self.calls = DeltaSink(path), []
+
+        @property
+        def name(self):
+            return self.rows.name
+
+        def check(self, run):
+            self.calls.append("check")
+            self.rows.check(run)
+
+        def output(self, run, token):
+            self.calls.append("output")
+            return self.rows.output(run, token)
+
+        def commit(self, run, table, files, last_batch):
+            self.calls.append(("commit", last_batch))
+            self.rows.commit(run, table, files, last_batch)
+
+        def version(self, run):
+            self.calls.append("version")
+            return self.rows.version(run)
+
+    for i in range(2):
+        lake.write_events(f"e{i}.json", events(i))
+    plain, delta = count_job(lake, job_id="plain"), count_job(lake, job_id="delta", sink=DeltaSink("sinks/delta"))
+    recording = Recording("sinks/recorded")
+    own = count_job(lake, job_id="own", sink=recording)
+    for spec in (plain, delta, own):
+        run(spark, spec, lake)
+    assert sink_rows(spark, lake, plain) == sink_rows(spark, lake, delta) == sink_rows(spark, lake, own)
+    assert delta.describe()["sink"] == "sinks/delta" and own.describe()["sink"] == "sinks/recorded"
+    assert recording.calls == ["check", "output", ("commit", 1), "version", "version"]
+    latest = JobStore(lake.settings.job_dir("own")).latest_checkpoint()
+    assert latest.sink == sink_version(lake.settings.sink("sinks/recorded")) and latest.sink.version is not None
+    for bad in (42, "", None):
+        with pytest.raises(ConfigError, match=r"sink must be a path inside the warehouse .* state_store\.DeltaSink"):
+            count_job(lake, job_id="bad", sink=bad).validate()
 
 
 def test_a_runs_clean_up_keeps_every_file_a_commit_of_the_run_names_in_a_folder_two_operators_share(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from state_store.catalog.job_store import JobStore
 from state_store.delta.backends import create_keyed_backend, create_operator_backend
 from state_store.run.runtime import JobRunner
+from state_store.sinks import sink_name
 
 
 @contextmanager
@@ -47,7 +48,7 @@ def run(spark, spec, lake, max_microbatches=None, max_records=None, **options):
 
 
 def sink_rows(spark, lake, spec, with_microbatch: bool = True) -> list[str]:
-    path = lake.settings.in_warehouse(spec.sink, "sink")
+    path = lake.settings.in_warehouse(sink_name(spec.sink), "sink")
     df = spark.read.format("delta").load(str(path))
     if not with_microbatch:
         df = df.drop("_microbatch")
