@@ -38,6 +38,7 @@ from .catalog.jobs import JobCatalog
 from .catalog.lease import check_lease_timeout, first_run_note
 from .catalog.pipelines import approval_asked, registry_entry
 from .errors import ConfigError, LakestateError
+from .progress import ROOT as ROOT_LOGGER
 from .settings import Settings
 
 
@@ -76,11 +77,27 @@ class _WarningLine(logging.Handler):
             _warn(message)
 
 
-def _route_warnings() -> None:
-    logger = logging.getLogger("lakestate")
-    for old in [h for h in logger.handlers if isinstance(h, _WarningLine)]:
+class _ProgressLine(logging.Handler):
+    """Prints the library's progress (INFO of the ``lakestate`` loggers, ``progress``) as the command's own lines
+    on stdout, as it goes."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            print(record.getMessage(), flush=True)
+
+
+def _route_logging() -> None:
+    """The library's loggers (one per wing, under ``lakestate``) to the command's output: progress on stdout,
+    warnings on stderr."""
+    logger = logging.getLogger(ROOT_LOGGER)
+    for old in [h for h in logger.handlers if isinstance(h, (_WarningLine, _ProgressLine))]:
         logger.removeHandler(old)
     logger.addHandler(_WarningLine())
+    logger.addHandler(_ProgressLine())
+    logger.setLevel(logging.INFO)
     logger.propagate = False
 
 
@@ -607,7 +624,7 @@ def _add_approved_by(parser, operation: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _route_warnings()
+    _route_logging()
     for flag in ("max_microbatches", "max_records"):
         value = getattr(args, flag, None)
         if value is not None and value <= 0:

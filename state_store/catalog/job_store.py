@@ -20,13 +20,13 @@ CLI, the Airflow plugin).
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import storage
 from ..errors import ConfigError
+from ..progress import wing_logger
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 
 COMPACTION_REPORTS_KEPT = 100  # a schedule every few minutes writes one a tick, "nothing to do" ones too
@@ -57,7 +57,7 @@ class JobStore:
         self.dir = job_dir / "_meta"
         self.plans, self.commits = self.dir / "plans", self.dir / "commits"
         self.checkpoints_dir = self.dir / "checkpoints"
-        self._warn = warn or logging.getLogger("lakestate").warning
+        self._warn = warn or wing_logger(__name__).warning
         self._strays: set[str] = set()
 
     # -- paths ------------------------------------------------------------------------------------------------

@@ -49,7 +49,10 @@ from pathlib import Path
 
 from .. import storage
 from ..errors import ConfigError, JobLocked
+from ..progress import wing_logger
 from .job_store import JobStore, read_json
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 KEEP_GENERATIONS = 2  # the holder's file and the one before it; older ones are pruned on acquire
 HANDOFF_ENV = "LAKESTATE_LEASE_HANDOFF"  # the reservation a command takes the job over from (Airflow's sensor's)
@@ -192,7 +195,7 @@ class JobLease:
         else:
             storage.write_atomic(path, text)
 
-    def acquire(self, say=print, heir_of: str | None = None) -> "JobLease":
+    def acquire(self, say=_SAY, heir_of: str | None = None) -> "JobLease":
         """Take the lease or raise JobLocked; a takeover of a crashed or silent holder is told to ``say`` (the
         caller's progress callback, which names the job). The heir of reservation ``heir_of`` takes the job over
         from it while it holds."""
@@ -234,7 +237,7 @@ class JobLease:
         self._beater.start()
         return self
 
-    def acquire_waiting(self, wait_s: float, say=print, heir_of: str | None = None) -> "JobLease":
+    def acquire_waiting(self, wait_s: float, say=_SAY, heir_of: str | None = None) -> "JobLease":
         """Take the lease; while another run holds it, wait up to ``wait_s`` seconds (a second trigger of a
         pipeline, a savepoint or a rescale waits for the run in progress, it does not fail)."""
         deadline, said = time.time() + wait_s, False
@@ -395,7 +398,7 @@ def release_reservation(directory: Path, run_id: str) -> bool:
 
 
 @contextmanager
-def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=print, timeout_s: float = 60.0):
+def holding(job_dir: Path, job_id: str, purpose: str, wait_s: float = 0.0, say=_SAY, timeout_s: float = 60.0):
     """Hold job ``job_id`` for ``purpose`` (a run, a savepoint, a restore, a compaction): wait up to ``wait_s``
     for the holder to finish; yields the lease (its ``run_id`` is ``<purpose>-<time>-<random>``); a job folder
     this created and left empty is removed afterwards (a refused first run leaves no folder). The reservation

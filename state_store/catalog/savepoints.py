@@ -16,11 +16,14 @@ import uuid
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..progress import wing_logger
 from ..records.metadata import SavepointMetadata, TableVersion
 from ..settings import Settings
 from ..storage import ObjectPath, location, rmtree, write_atomic
 from .job_store import JobStore, read_json, write_json_atomic
 from .lease import owner_record, still_at_work
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 METADATA = "_metadata.json"  # a savepoint's metadata file, written last: a savepoint exists once it does
 OWNER = "_owner.json"  # who writes a savepoint in progress (``lease.owner_record``); removed once it is complete
@@ -46,7 +49,7 @@ class SavepointStore:
         """Where savepoint ``name`` of the job is (inside the savepoint root)."""
         return self.settings.in_savepoints(Path(self.job_id) / name)
 
-    def begin(self, name: str, say=print) -> Path | ObjectPath:
+    def begin(self, name: str, say=_SAY) -> Path | ObjectPath:
         """The folder savepoint ``name`` is written in, its writer recorded: a hidden ``.inprogress-*`` folder
         renamed by ``publish`` (on object storage the savepoint's own folder). Refuses, before anything is
         written, a name taken (by a savepoint, or a folder one left incomplete) and a root it cannot write;
@@ -85,7 +88,7 @@ class SavepointStore:
         """Remove a folder ``begin`` gave whose savepoint failed: a savepoint half-written never looks like one."""
         rmtree(work, ignore_errors=True)
 
-    def remove_abandoned(self, say=print) -> list[str]:
+    def remove_abandoned(self, say=_SAY) -> list[str]:
         """Delete what savepoints of the job that were cut short (killed) left: the folders of writes that no
         live process is at (``lease.still_at_work``); return their names. Housekeeping and every savepoint call
         it."""

@@ -9,8 +9,11 @@ from ..catalog.job_store import JobStore
 from ..catalog.pipelines import PipelineEntry
 from ..delta.sizes import human_bytes, pinned_partitions
 from ..errors import OverBudget
+from ..progress import wing_logger
 from ..records.metadata import CheckpointMetadata
 from ..settings import Settings
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 
 def state_bytes(checkpoint: CheckpointMetadata) -> dict[str, int]:
@@ -45,7 +48,7 @@ def over_budget(entry: PipelineEntry, late_dropped: dict[str, int], checkpoint: 
     return problems
 
 
-def check_budgets(entry: PipelineEntry | None, late_dropped: dict[str, int], settings: Settings, say=print) -> None:
+def check_budgets(entry: PipelineEntry | None, late_dropped: dict[str, int], settings: Settings, say=_SAY) -> None:
     """After a run of ``entry``'s job: nothing under budget; over, an ``OverBudget`` error, or with
     ``on_over_budget = "warn"`` a warning said per budget."""
     if entry is None or (entry.max_state_bytes is None and entry.max_late_records is None):

@@ -46,6 +46,7 @@ from ..delta.backends import create_keyed_backend, delta_record
 from ..delta.log import expire_log, table_files, table_snapshot
 from ..delta.state_tables import latest_live, visible
 from ..errors import ConfigError
+from ..progress import wing_logger
 from ..records.layout import CHECKPOINT_LAYOUT, KEYED_TABLE, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from ..settings import Settings
@@ -53,13 +54,15 @@ from ..state.backend import backend_kind
 from ..state.ttl.tables import drop_expired, ttl_states
 from ..storage import location, remove_empty_folders, rmtree, walk_files
 
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
+
 # Above this many bytes of a table's files, compaction rewrites it with Spark (more cores), though this process
 # could: its memory is one partition's (``live_arrow.PARTITION_MAX_BYTES``) whatever the table's size. At 68 MiB
 # (10M keys) this process took 15 s and 307 MB, Spark 107 s and 1.6 GB (bench/compaction_memory.py); a GiB is
 # about 4 minutes on one core.
 IN_PROCESS_MAX_BYTES = 2**30
 
-def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=print,
+def compact_job(spark, settings: Settings, job_id: str, *, wait_s: float = 0.0, say=_SAY,
                 fault=lambda step: None) -> dict:
     """Compact job ``job_id``'s state tables and delete what no retained checkpoint needs; return the report
     (entries scanned, expired and superseded entries removed, files and bytes before and after). ``spark`` is a

@@ -8,12 +8,15 @@ from __future__ import annotations
 from ..catalog.job_store import JobStore
 from ..catalog.lease import current_holder
 from ..catalog.savepoints import SavepointStore
+from ..progress import wing_logger
 from ..records.metadata import utc_iso
 from ..settings import Settings
 from ..storage import rmtree
 
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
-def housekeeping(job_id: str, settings: Settings | None = None, say=print) -> dict:
+
+def housekeeping(job_id: str, settings: Settings | None = None, say=_SAY) -> dict:
     """Print the job's retained checkpoints and remove staging folders of runs that are over and folders of
     savepoints cut short; return a summary (an Airflow task's XCom)."""
     settings = settings or Settings.load()

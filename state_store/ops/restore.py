@@ -61,6 +61,7 @@ from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
 from ..graph import Job, as_job
 from ..job import JobSpec
+from ..progress import wing_logger
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion
 from ..registered_states import discover_descriptors
@@ -81,6 +82,8 @@ from ..state.backend import backend_kind
 from ..state.descriptors import qualified_name
 from ..state.operator import BROADCAST, RAW_OPERATOR, SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE, UNION
 from .savepoint import RESCALE_PREFIX, savepoint_of_checkpoint
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 
 def redistribute(rows: DataFrame, old_parallelism: int, parallelism: int, batch_id: int,
@@ -159,7 +162,7 @@ class _Restore:
 def restore_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, source: StatePoint | None = None,
                 *, parallelism: int | dict | None = None, backend: str | None = None, uid_map=None,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
-                say=print) -> CheckpointMetadata:
+                say=_SAY) -> CheckpointMetadata:
     """Write the job's next checkpoint from ``source`` (default: the job's latest checkpoint, read once the
     job is held) with the changes asked for; return it. Everything is checked before anything is written; when
     nothing would change (the job's latest checkpoint at its own parallelism), nothing is written, not even
@@ -395,7 +398,7 @@ def _discard(spark: SparkSession, store: JobStore, old: CheckpointMetadata, reta
 
 def rescale_job(spark: SparkSession, settings: Settings, spec: JobSpec | Job, parallelism: int | dict, *,
                 allow_non_restored_state: bool = False, savepoint_first: bool = False, wait_s: float = 0.0,
-                say=print) -> CheckpointMetadata:
+                say=_SAY) -> CheckpointMetadata:
     """Rescale the job's latest checkpoint to ``parallelism`` (a dataflow: every operator, or ``{uid: parallelism}``
     for some): keyed state stays, operator state moves; with ``savepoint_first``, a savepoint of that checkpoint
     is taken first, while the job is held for both.

@@ -32,12 +32,15 @@ from ..delta.log import table_snapshot
 from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
 from ..job import check_job_id
+from ..progress import wing_logger
 from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
 from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from ..settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 SAVEPOINT_APP_ID = "lakestate:savepoint"  # the txnAppId of a savepoint table's one commit (txnVersion 0)
 POINT_FIELDS = ("checkpoint_id", "batch_id", "uid", "key_type", "backend", "parallelism", "max_parallelism",
@@ -53,7 +56,7 @@ def check_label(label: str | None) -> str | None:
 
 
 def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, checkpoint_id: int | None = None,
-                   label: str | None = None, wait_s: float = 0.0, say=print) -> SavepointMetadata:
+                   label: str | None = None, wait_s: float = 0.0, say=_SAY) -> SavepointMetadata:
     """Copy checkpoint ``checkpoint_id`` (default: the latest) of ``job_id`` into a new savepoint.
 
     Holds the job while it copies (a run in progress finishes first; runs that start meanwhile wait).
@@ -71,7 +74,7 @@ def take_savepoint(spark: "SparkSession", settings: Settings, job_id: str, check
 
 
 def savepoint_of_checkpoint(spark: "SparkSession", settings: Settings, checkpoint: CheckpointMetadata,
-                            job_dir: Path, label: str | None = None, say=print,
+                            job_dir: Path, label: str | None = None, say=_SAY,
                             prefix: str = "savepoint") -> SavepointMetadata:
     """Copy ``checkpoint`` into a new savepoint, named ``label`` or ``<prefix>-<checkpoint>-<time>`` (a
     rescale's own: ``rescale-...``, which ``retain_rescale_savepoints`` thins); the caller holds the job."""
@@ -107,7 +110,7 @@ def point_fields(point) -> dict:
 
 
 def write_savepoint(settings: Settings, job_id: str, name: str, parts: dict, label: str | None,
-                    say=print, spark=None) -> SavepointMetadata:
+                    say=_SAY, spark=None) -> SavepointMetadata:
     """Write savepoint ``<job_id>/<name>`` from ``parts``: per operator uid, first operator first, ``(tables,
     fields, recount)``: its tables ("keyed", "operator": DataFrames of live entries, or ``pyarrow.Table``s this
     process writes, with ``spark`` the session that names a new table's columns), its metadata ``fields``,
@@ -156,7 +159,7 @@ def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, ta
 RESCALE_PREFIX = "rescale"  # the name of the savepoint a rescale takes first: rescale-<checkpoint>-<time>
 
 
-def retain_rescale_savepoints(settings: Settings, job_id: str, keep: int, say=print) -> list[str]:
+def retain_rescale_savepoints(settings: Settings, job_id: str, keep: int, say=_SAY) -> list[str]:
     """Dispose the savepoints of ``job_id`` that rescales took (unlabelled, named ``rescale-...``) but the newest
     ``keep``; return their names. Labelled savepoints and those taken by hand are never touched."""
     if keep < 0:

@@ -44,6 +44,7 @@ from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
 from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_column, key_group_ranges
 from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
+from ..progress import wing_logger
 from ..records.layout import KEYED, KEYED_TABLE, LAYOUT_VERSION, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..records.metadata import SavepointMetadata, StateInfo
 from ..repartition import split_distribute, union_stored
@@ -61,6 +62,8 @@ from ..state.ttl.tables import expired
 from ..timers import TimeDomain, timer_state_names
 from ..types import TypeInfo, Types, from_schema
 from .savepoint import check_label, point_fields, write_savepoint
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 
 def _convert(rows: DataFrame, out_ddl: str, convert) -> DataFrame:
@@ -488,7 +491,7 @@ class SavepointWriter:
         fields = {**self.fields, "entries": {n: c for n, c in sorted(counts.items())}, "layout": LAYOUT_VERSION}
         return {KEYED: self.keyed, OPERATOR: self.operator}, fields, ()
 
-    def write(self, name: str, say=print) -> SavepointMetadata:
+    def write(self, name: str, say=_SAY) -> SavepointMetadata:
         """Write it as savepoint ``<job>/<name>`` (a dataflow's: every operator's part); returns its metadata."""
         check_label(name)
         parts = {self.fields["uid"]: self._part(), **{uid: w._part() for uid, w in self._later.items()}}

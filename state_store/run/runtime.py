@@ -44,6 +44,7 @@ from ..delta.sink import as_sink
 from ..errors import InputError
 from ..graph import Job, as_job
 from ..job import JobSpec
+from ..progress import wing_logger
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..records.stats import MicrobatchStats
 from ..registered_states import discover_descriptors
@@ -137,7 +138,7 @@ class JobRunner:
 
     def __init__(self, spark: SparkSession, spec: JobSpec | Job, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,
-                 progress: Callable[[str], None] = print, lease_timeout_s: float = 60.0,
+                 progress: Callable[[str], None] = wing_logger(__name__).info, lease_timeout_s: float = 60.0,
                  lease_wait_s: float = 0.0):
         self.spark, self.spec, self.settings = spark, as_job(spec).validate(), settings
         self.store = JobStore(settings.job_dir(spec.job_id))

@@ -15,6 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..progress import wing_logger
+
+_SAY = wing_logger(__name__).info  # what it says it does, unless given a say of its own (``progress``)
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 DELTA_VERSION = "4.0.0"  # delta-spark in requirements.txt
@@ -37,7 +40,7 @@ def fetched_jars() -> list[str]:
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else []
 
 
-def fetch_jars(repository: str = MAVEN_CENTRAL, say=print) -> list[str]:
+def fetch_jars(repository: str = MAVEN_CENTRAL, say=_SAY) -> list[str]:
     """Fetch Delta's jars from ``repository`` (a Maven repository's URL) into ``jars_dir()``, each checked against
     its published SHA-1; a jar already there is kept. Returns their paths."""
     folder = jars_dir()
