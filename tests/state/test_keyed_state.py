@@ -15,7 +15,7 @@ from state_store.state.descriptors import (
 )
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
-from tests.support.jobs import Average
+from tests.support.jobs import Mean
 
 POINT = Types.ROW_NAMED(["x", "y"], [Types.LONG(), Types.STRING()])
 POINT_LIST = Types.LIST(POINT)
@@ -248,7 +248,7 @@ def test_reducing_state_folds_added_values_and_is_none_when_empty(store, ctx):
 
 
 def test_aggregating_state_uses_the_aggregate_function_and_stores_the_accumulator(store, ctx):
-    avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average(), Types.LIST(Types.LONG())))
+    avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Mean(), Types.LIST(Types.LONG())))
     store.set_current_key("a", 1)
     assert avg.get() is None
     for v in (1, 2, 6):
@@ -261,7 +261,7 @@ def test_aggregating_state_uses_the_aggregate_function_and_stores_the_accumulato
 
 
 def test_aggregating_state_add_none_raises_value_error(store, ctx):
-    avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average(), Types.LIST(Types.LONG())))
+    avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Mean(), Types.LIST(Types.LONG())))
     store.set_current_key("a", 1)
     with pytest.raises(ValueError, match="None"):
         avg.add(None)
@@ -306,7 +306,7 @@ def test_flush_returns_encoded_values_that_decode_back_for_all_five_types(store,
     lst = ctx.get_list_state(ListStateDescriptor("l", POINT))
     m = ctx.get_map_state(MapStateDescriptor("m", Types.LONG(), POINT))
     r = ctx.get_reducing_state(ReducingStateDescriptor("r", max, Types.DOUBLE()))
-    a = ctx.get_aggregating_state(AggregatingStateDescriptor("a", Average(), Types.LIST(Types.LONG())))
+    a = ctx.get_aggregating_state(AggregatingStateDescriptor("a", Mean(), Types.LIST(Types.LONG())))
     store.set_current_key("k", 9)
     p = {"x": 1, "y": "one"}
     v.update(p)

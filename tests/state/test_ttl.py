@@ -19,7 +19,7 @@ from state_store.state.descriptors import (
 )
 from state_store.state.store import KeyedStateStore
 from state_store.types import Types
-from tests.support.jobs import Average
+from tests.support.jobs import Mean
 
 TTL = 10
 ON_WRITE, ON_READ = StateTtlConfig.UpdateType.OnCreateAndWrite, StateTtlConfig.UpdateType.OnReadAndWrite
@@ -249,7 +249,7 @@ def test_an_expired_reducing_value_is_dropped_unless_expired_values_are_returned
 
 @pytest.mark.parametrize("visibility, expected", [(NEVER, 6.0), (RETURN, 4.0)])
 def test_an_expired_accumulator_starts_over_unless_expired_values_are_returned(clock, visibility, expected):
-    mean = clock.ctx.get_aggregating_state(AggregatingStateDescriptor("a", Average(), Types.LIST(Types.LONG()))
+    mean = clock.ctx.get_aggregating_state(AggregatingStateDescriptor("a", Mean(), Types.LIST(Types.LONG()))
                                            .enable_time_to_live(ttl(ON_WRITE, visibility)))
     mean.add(2)
     clock.at(TTL - 1)
@@ -347,7 +347,7 @@ KINDS = [
     ("get_list_state", lambda: ListStateDescriptor("s", Types.LONG()), "ListState"),
     ("get_map_state", lambda: MapStateDescriptor("s", Types.STRING(), Types.LONG()), "MapState"),
     ("get_reducing_state", lambda: ReducingStateDescriptor("s", lambda a, b: a + b, Types.LONG()), "ReducingState"),
-    ("get_aggregating_state", lambda: AggregatingStateDescriptor("s", Average(), Types.LIST(Types.LONG())),
+    ("get_aggregating_state", lambda: AggregatingStateDescriptor("s", Mean(), Types.LIST(Types.LONG())),
      "AggregatingState"),
 ]
 

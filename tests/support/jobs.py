@@ -251,20 +251,6 @@ def sweep_job(lake, job_id, backend):
                    parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=10, backend=backend)
 
 
-class Average(AggregateFunction):
-    def create_accumulator(self):
-        return [0, 0]
-
-    def add(self, value, accumulator):
-        return [accumulator[0] + value, accumulator[1] + 1]
-
-    def get_result(self, accumulator):
-        return accumulator[0] / accumulator[1]
-
-    def merge(self, a, b):
-        return [a[0] + b[0], a[1] + b[1]]
-
-
 class NoState(CountOnly):
     def open(self, ctx):
         pass
