@@ -22,7 +22,7 @@ import time
 
 if os.environ.get("KILL_TEST_WINDOW"):
     import state_store.delta.backends as _backends
-    import state_store.run.commit as _commit
+    import state_store.delta.state_tables as _tables
 
     def _paused(commit):
         def paused(*args, **kwargs):
@@ -31,7 +31,7 @@ if os.environ.get("KILL_TEST_WINDOW"):
             return result
         return paused
 
-    _commit.commit_files = _paused(_commit.commit_files)
+    _tables.commit_files = _paused(_tables.commit_files)  # the sink's commit (DeltaSink.commit imports it when called)
     _backends.commit_state_files = _paused(_backends.commit_state_files)
 """
 
