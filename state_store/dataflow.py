@@ -35,7 +35,7 @@ from .functions import (
     RecordFunction,
 )
 from .graph import Job, as_job
-from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id
+from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id, further_input_name
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .keys import check_key_type
 from .sinks import Sink
@@ -159,16 +159,19 @@ def _graph(ends: tuple) -> Job:
     return Job(operators, sinks).validate()
 
 
-def _second_input(other: "Dataflow", key: str, role: InputRole = InputRole.KEYED) -> dict:
-    """A two-input operator's (or a union's) step options for its second input, the stream ``other``: JobSpec's
-    ``further_inputs``: another source of the job, or (later in a dataflow) what another branch's last operator
-    emits."""
-    if other._steps:
-        last = other._steps[-1]
-        second = Input("second", EdgeSource(last.uid, last.output_type), key, None, role, 2)
-    else:
-        second = Input("second", other._source, key, other._settings["watermark_strategy"], role, 2)
-    return {"further_inputs": (second,)}
+def _further_inputs(others: tuple, key: str, role: InputRole = InputRole.KEYED) -> dict:
+    """A two-input operator's (or a union's) step options for its inputs after the first, the streams ``others``:
+    JobSpec's ``further_inputs``, each another source of the job or (later in a dataflow) what another branch's
+    last operator emits, numbered from 2 (``further_input_name`` names them)."""
+    inputs = []
+    for index, other in enumerate(others, start=2):
+        name = further_input_name(index)
+        if other._steps:
+            last = other._steps[-1]
+            inputs.append(Input(name, EdgeSource(last.uid, last.output_type), key, None, role, index))
+        else:
+            inputs.append(Input(name, other._source, key, other._settings["watermark_strategy"], role, index))
+    return {"further_inputs": tuple(inputs)}
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ class _Step:
     key_type: TypeInfo
     output_type: RowTypeInfo
     options: dict
-    joined: tuple = ()  # a two-input operator's second input's steps (a branch of the same stream), if any
+    joined: tuple = ()  # the branches (each a tuple of steps of the same stream) its further inputs read, if any
 
 
 class Dataflow:
@@ -287,9 +290,9 @@ class Dataflow:
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         joined, union = (), self._pending_union()
-        if union is not None:  # the union's second stream
-            options.update(_second_input(union, self._key[0], InputRole.UNION))
-            joined = union._steps
+        if union is not None:  # the union's further streams
+            options.update(_further_inputs(union, self._key[0], InputRole.UNION))
+            joined = tuple(other._steps for other in union if other._steps)
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
@@ -334,25 +337,34 @@ class Dataflow:
         self._check_second_input(other, "connect", keyed=False)
         return ConnectedStreams(self, other)
 
-    def union(self, other: "Dataflow") -> "Dataflow":
-        """This stream and ``other`` (another source of the same job, of the same columns, with its own offsets
-        and watermark strategy) as one stream, to be keyed: ``a.union(b).key_by(k).process(...)`` (or
-        ``.window(...)``). A key's records of this stream come before those of ``other`` in a microbatch.
+    def union(self, *others: "Dataflow") -> "Dataflow":
+        """This stream and ``others`` (each another source of the same job, or another branch of its stream, of
+        the same columns, with its own offsets and watermark strategy) as one stream, to be keyed:
+        ``a.union(b, c).key_by(k).process(...)`` (or ``.window(...)``), as Flink's ``union`` of N streams. A key's
+        records come in the order of the streams in a microbatch: this stream's, then each other's in turn.
 
-        Example: ``web.union(app).key_by("user").process(Sessionize(), uid="sessions", output_type=SESSION)``
+        Example: ``web.union(app, kiosk).key_by("user").process(Sessionize(), uid="sessions", output_type=SESSION)``
         """
-        self._check_second_input(other, "union", keyed=False)
-        mine, theirs = self._fields(), other._fields()
-        if mine is None or theirs is None or list(mine.items()) != list(theirs.items()):
-            raise ConfigError(f"union(...) takes streams of the same declared columns, got {mine and list(mine)} and "
-                              f"{theirs and list(theirs)}; map one onto the other's columns in its source")
-        if (self._settings["watermark_strategy"] is None) != (other._settings["watermark_strategy"] is None):
-            raise ConfigError("union(...): a union's watermark is the least of its streams': give both a "
-                              "watermark_strategy, or neither")
-        return Dataflow(self._source, {**self._settings, "union": (other, len(self._steps))}, self._steps, self._key)
+        if not others:
+            raise ConfigError("union(...) takes at least one other stream: a.union(b[, c, ...])")
+        mine = self._fields()
+        for other in others:
+            self._check_second_input(other, "union", keyed=False)
+            theirs = other._fields()
+            if mine is None or theirs is None or list(mine.items()) != list(theirs.items()):
+                raise ConfigError(f"union(...) takes streams of the same declared columns, got "
+                                  f"{mine and list(mine)} and {theirs and list(theirs)}; map one onto the other's "
+                                  f"columns in its source")
+            if (self._settings["watermark_strategy"] is None) != (other._settings["watermark_strategy"] is None):
+                raise ConfigError("union(...): a union's watermark is the least of its streams': give both a "
+                                  "watermark_strategy, or neither (of more streams: each, or none)")
+        if len({id(o) for o in (self, *others)}) <= len(others):
+            raise ConfigError("union(...) takes each stream once; a stream unioned with itself would read its "
+                              "records twice")
+        return Dataflow(self._source, {**self._settings, "union": (others, len(self._steps))}, self._steps, self._key)
 
-    def _pending_union(self) -> "Dataflow | None":
-        """The stream ``union`` joined to this one, until the keyed operator that reads both is added."""
+    def _pending_union(self) -> "tuple[Dataflow, ...] | None":
+        """The streams ``union`` joined to this one, until the keyed operator that reads them is added."""
         union = self._settings.get("union")
         return union[0] if union is not None and union[1] == len(self._steps) else None
 
@@ -426,8 +438,9 @@ class Dataflow:
         (what ``ConnectedStreams.map``, ``flat_map`` and an unkeyed ``process`` end in)."""
         uid = uid or f"co-map-{len(self._steps) + 1}"
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
-                   "side_outputs": list(side_outputs or []), **_second_input(other, SHARE_KEY)}
-        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options, other._steps)
+                   "side_outputs": list(side_outputs or []), **_further_inputs((other,), SHARE_KEY)}
+        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options,
+                     (other._steps,) if other._steps else ())
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def two_input_process(self, other: "Dataflow", function, *, uid: str, output_type: RowTypeInfo,
@@ -440,8 +453,8 @@ class Dataflow:
             raise ConfigError(f"the two inputs are keyed by {key!r} ({key_type.name}) and {key2!r} "
                               f"({key_type2.name}): key them by columns of one type")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
-                   "side_outputs": list(side_outputs or []), **_second_input(other, key2)}
-        step = _Step(function, uid, key, key_type, output_type, options, other._steps)
+                   "side_outputs": list(side_outputs or []), **_further_inputs((other,), key2)}
+        step = _Step(function, uid, key, key_type, output_type, options, (other._steps,) if other._steps else ())
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
     def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
@@ -523,8 +536,8 @@ class Dataflow:
         def add(branch: tuple) -> None:
             nonlocal chain
             for i, step in enumerate(branch):
-                if step.joined:
-                    add(step.joined)  # the second input's branch first: an operator comes after what it reads
+                for joined in step.joined:
+                    add(joined)  # the further inputs' branches first: an operator comes after what it reads
                 known = steps.get(step.uid)
                 if known is step:
                     continue

@@ -34,6 +34,12 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def further_input_name(index: int) -> str:
+    """The name of an operator's input ``index`` (from 2: a two-input operator's second, or a union's further
+    streams) in the plans and checkpoints: "second" (as every earlier release names it), then "input3", ..."""
+    return "second" if index == 2 else f"input{index}"
+
+
 class InputRole(Enum):
     """What an operator does with an input's records: keys them (``KEYED``: each record to its key's subtask, or
     by its content for a non-keyed operator), sends each to every subtask first (``BROADCAST``: a
@@ -186,7 +192,7 @@ class JobSpec:
         check_vectorized(self)
         if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
             raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
-        self._validate_second_input()
+        self._validate_further_inputs()
         for name in ("parallelism", "checkpoint_interval", "num_retained"):
             _positive(name, getattr(self, name))
         if self.max_parallelism is not None:
@@ -224,45 +230,46 @@ class JobSpec:
         self._validate_dead_letters()
         return self
 
-    def _validate_second_input(self) -> None:
-        """A KeyedCoProcessFunction has a second input (source, key of the job's key type, and a watermark strategy
-        if the first has one, each its own: the operator's watermark is the least of both), and only it or a union
-        has one."""
+    def _validate_further_inputs(self) -> None:
+        """A KeyedCoProcessFunction has a second input, a union one or more further streams, and only they have
+        further inputs (each with its source, a key of the job's key type and a watermark strategy if the first
+        has one, its own: the operator's watermark is the least of all)."""
         two = getattr(self.function, "two_inputs", False)  # a KeyedCoProcessFunction, or a CoMap/CoFlatMap's operator
         further = self.further_inputs
-        if not isinstance(further, tuple) or len(further) > 1 or not all(isinstance(i, Input) for i in further):
-            raise ConfigError("further_inputs is a tuple of at most one state_store.job.Input (Dataflow sets it: "
-                              "a.connect(b), a.union(b))")
-        union = bool(further) and further[0].role is InputRole.UNION
+        if not isinstance(further, tuple) or not all(isinstance(i, Input) for i in further):
+            raise ConfigError("further_inputs is a tuple of state_store.job.Input (Dataflow sets it: a.connect(b), "
+                              "a.union(b, ...))")
+        union = bool(further) and all(i.role is InputRole.UNION for i in further)
         if union and two:
-            raise ConfigError("a union of two streams needs a function of one input; a KeyedCoProcessFunction "
+            raise ConfigError("a union of streams needs a function of one input; a KeyedCoProcessFunction "
                               "takes connected streams: a.connect(b).key_by(k1, k2)")
-        if not union and two != bool(further):
+        if not union and (len(further) > 1 or two != bool(further)):
             raise ConfigError(f"{type(self.function).__name__} is a KeyedCoProcessFunction: connect a second input "
                               f"(a.connect(b).key_by(key_a, key_b))" if two else
-                              "a job with a second input needs a KeyedCoProcessFunction (process_element1/2)")
-        if not further:
-            return
-        if self.broadcast_source is not None:
-            raise ConfigError("a KeyedCoProcessFunction takes no broadcast_source")
-        key, second = further[0].key, further[0].watermark_strategy
-        declared = further[0].source.declared_fields()
+                              "a job with further inputs needs a KeyedCoProcessFunction (process_element1/2) of "
+                              "one second input, or a union of streams (a.union(b, ...))")
+        if further and self.broadcast_source is not None:
+            raise ConfigError("a KeyedCoProcessFunction or a union takes no broadcast_source")
+        for input_ in further:
+            self._validate_further_input(input_)
+
+    def _validate_further_input(self, input_: Input) -> None:
+        key, strategy, which = input_.key, input_.watermark_strategy, f"the {input_.name} input's"
+        declared = input_.source.declared_fields()
         if declared is not None and key != SHARE_KEY:
             if key not in declared:
-                raise ConfigError(f"the second input's key column {key!r} is not in its source schema "
-                                  f"{list(declared)}")
+                raise ConfigError(f"{which} key column {key!r} is not in its source schema {list(declared)}")
             if declared[key].name != self.key_type.name:
-                raise ConfigError(f"the second input's key column {key!r} is {declared[key].name} but the first "
+                raise ConfigError(f"{which} key column {key!r} is {declared[key].name} but the first "
                                   f"input's key is {self.key_type.name}: both inputs' keys must be of one type")
-        first = self.watermark_strategy
-        if (first is None) != (second is None):
+        if (self.watermark_strategy is None) != (strategy is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")
-        if second is not None and second.timestamp_column is None:
-            raise ConfigError("the second input's watermark_strategy has no timestamp column: add "
+        if strategy is not None and strategy.timestamp_column is None:
+            raise ConfigError(f"{which} watermark_strategy has no timestamp column: add "
                               ".with_timestamp_column('<column of epoch milliseconds>')")
-        if second is not None and declared is not None and second.timestamp_column not in declared:
-            raise ConfigError(f"the second input's watermark timestamp column {second.timestamp_column!r} is not in "
+        if strategy is not None and declared is not None and strategy.timestamp_column not in declared:
+            raise ConfigError(f"{which} watermark timestamp column {strategy.timestamp_column!r} is not in "
                               f"its source schema {list(declared)}")
 
     def _validate_dead_letters(self) -> None:
@@ -308,12 +315,16 @@ class JobSpec:
 
     def _described_inputs(self) -> dict:
         """The catalog record's fields of a second input, as every earlier release records them: its source, its
-        key, and whether it is a union's."""
+        key, and whether it is a union's; a union of more streams adds the later ones' sources, in their order
+        (``further_sources``: inputs 3, 4, ...)."""
         if not self.further_inputs:
             return {}
-        second = self.further_inputs[0]
-        return {"second_source": second.source.describe(), "second_key": second.key,
-                "union_inputs": second.role is InputRole.UNION}
+        second, *later = self.further_inputs
+        described = {"second_source": second.source.describe(), "second_key": second.key,
+                     "union_inputs": second.role is InputRole.UNION}
+        if later:
+            described["further_sources"] = [i.source.describe() for i in later]
+        return described
 
     def describe(self) -> dict:
         """What the catalog records of this definition."""

@@ -60,8 +60,9 @@ def run_lineage(record: dict, summary: dict, sink_path, latest=None) -> Operator
     that of ``latest``, the job's latest checkpoint (a rescale changes it), else the definition's."""
     spec = record["spec"]
     operators = spec.get("operators") or [spec]
-    inputs = [d for op in operators for key in ("source", "second_source", "broadcast_source")
-              if op.get(key) for d in source_datasets(op[key])]
+    sources = [op.get(key) for op in operators for key in ("source", "second_source", "broadcast_source")]
+    sources += [s for op in operators for s in op.get("further_sources") or []]  # a union's later streams
+    inputs = [d for source in sources if source for d in source_datasets(source)]
     tables = [t for t in (spec.get("sinks") or {}).values()] or [operators[-1].get("sink") or spec.get("sink")]
     tables += [t for op in operators for t in (op.get("side_outputs") or {}).values()]
     outputs = [location_dataset(str(sink_path(t)), OutputDataset) for t in dict.fromkeys(tables) if t]

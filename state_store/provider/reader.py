@@ -154,12 +154,12 @@ def job_edges(spec: dict) -> list[tuple[str, str]]:
         return edges
     for i, op in enumerate(operators):
         two = op.get("second_source") is not None
-        for name, source in (("main", op.get("source")), ("second", op.get("second_source")),
-                             ("broadcast", op.get("broadcast_source"))):
+        later = list(enumerate(op.get("further_sources") or [], start=3))  # a union's inputs 3, 4, ...
+        for number, source in [(1, op.get("source")), (2, op.get("second_source")), *later,
+                               (None, op.get("broadcast_source"))]:
             if source is None:
                 continue
-            into = op["uid"] + (f" (input {1 if name == 'main' else 2})" if two else
-                                " (broadcast)" if name == "broadcast" else "")
+            into = op["uid"] + (f" (input {number})" if two and number else " (broadcast)" if not number else "")
             edges.append((_source_text(source), into))
         sink = (spec["sinks"].get(op["uid"]) if spec.get("sinks") else
                 op.get("sink") if i == len(operators) - 1 else None)  # a graph's each branch; a chain's last

@@ -349,6 +349,83 @@ def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, la
     assert sorted(checkpoint.source_offsets) == ["main", "second"] and checkpoint.of_operator("after").batch_id == 1
 
 
+@pytest.mark.spark
+def test_a_union_of_three_sources_counts_all_pins_each_ones_offsets_replays_a_crash_and_restores_rescaled(
+        spark, tmp_path):
+    """Flink's UnionITCase of three streams (issue 61): ``a.union(b, c)`` hands one keyed function every stream's
+    records, each source planned and pinned on its own (offsets "main", "second", "input3") and the watermark the
+    least of the three; a crash at a fault point replays to the clean run's sink and state, and a savepoint
+    restores into the job at another parallelism on the other backend, going on as the original does."""
+    from state_store.catalog.job_store import JobStore
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.run.runtime import FaultInjector, InjectedFault
+    from tests.support.helpers import run as run_job
+    from tests.support.helpers import sink_rows, state_at_latest_checkpoint
+    from tests.support.lake import Lake
+
+    inputs = {"web": [[("a", 1), ("b", 2)], [("a", 7)]], "app": [[("a", 3)], [("b", 9), ("c", 4)]],
+              "kiosk": [[("c", 5)], [("c", 6)], [("a", 11)]]}
+
+    def lake_of(name: str) -> Lake:
+        lake = Lake(tmp_path / name)
+        for source, files in inputs.items():
+            (lake.inputs / source).mkdir(exist_ok=True)
+            for i, rows in enumerate(files):
+                (lake.inputs / source / f"{i:03}.json").write_text("".join(
+                    f'{{"k": "{k}", "ts": {ts}, "who": "{source}"}}\n' for k, ts in rows))
+        return lake
+
+    def job(lake: Lake, job_id: str = "three", **overrides):
+        web, app, kiosk = (Dataflow.from_source(FileSource(str(lake.inputs / n), "json", LEFT, max_files_per_batch=1),
+                                                job_id=job_id, watermark_strategy=BY_TS) for n in inputs)
+        spec = (web.union(app, kiosk).key_by("k").process(Count(), uid="count", output_type=OUT_ROW)
+                .sink_to(f"sinks/{job_id}"))
+        return spec.with_overrides(**overrides)
+
+    clean = lake_of("clean")
+    spec = job(clean)
+    web, app = (Dataflow.from_source(FileSource(str(clean.inputs / n), "json", LEFT), job_id="three",
+                                     watermark_strategy=BY_TS) for n in ("web", "app"))
+    with pytest.raises(ConfigError, match="takes each stream once"):
+        web.union(app, app)
+    with pytest.raises(ConfigError, match="takes at least one other stream"):
+        web.union()
+    assert [(i.name, i.role, i.index) for i in spec.inputs] == [
+        ("main", InputRole.KEYED, 1), ("second", InputRole.UNION, 2), ("input3", InputRole.UNION, 3)]
+    assert spec.describe()["further_sources"] == [FileSource(str(clean.inputs / "kiosk"), "json", LEFT,
+                                                             max_files_per_batch=1).describe()]
+    run_job(spark, spec, clean)
+    rows = sorted((r["_microbatch"], r["k"], r["what"]) for r in spark.read.format("delta").load(
+        str(clean.settings.in_warehouse(spec.sink, "sink"))).collect())
+    assert rows == [(0, "a", "2 by 3"), (0, "b", "1 by 2"), (0, "c", "1 by 5"),
+                    (1, "a", "3 by 7"), (1, "b", "2 by 9"), (1, "c", "3 by 6"), (2, "a", "4 by 11")]
+    store = JobStore(clean.settings.job_dir("three"))
+    assert sorted(store.latest_checkpoint().source_offsets) == ["input3", "main", "second"]
+    # The least of the three streams' largest event times, less 1 (web's 7 holds microbatch 2 back)
+    assert [store.read_plan(b).watermark for b in (0, 1, 2)] == [1, 5, 6]
+
+    crashed = lake_of("crashed")
+    with pytest.raises(InjectedFault):
+        run_job(spark, job(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+    run_job(spark, job(crashed), crashed)
+    assert sink_rows(spark, crashed, job(crashed)) == sink_rows(spark, clean, spec)
+    assert state_at_latest_checkpoint(spark, crashed, job(crashed)) == state_at_latest_checkpoint(spark, clean, spec)
+
+    # A savepoint after microbatch 0 restored at parallelism 3 on the hashmap backend goes on as the clean run.
+    early = lake_of("early")
+    run_job(spark, job(early), early, max_microbatches=1)
+    saved = take_savepoint(spark, early.settings, "three", say=lambda line: None)
+    restore_job(spark, early.settings, job(early, "copy"), StatePoint(saved), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    run_job(spark, job(early, "copy"), early)
+    copied = sorted((r["_microbatch"], r["k"], r["what"]) for r in spark.read.format("delta").load(
+        str(early.settings.in_warehouse("sinks/copy", "sink"))).collect())
+    assert copied == [r for r in rows if r[0] >= 1]
+    assert JobStore(early.settings.job_dir("copy")).latest_checkpoint().parallelism == 3
+
+
 class BothSides(KeyedCoProcessFunction):
     """Each input's records, with what the key's state saw last (one state for both inputs)."""
 
