@@ -326,6 +326,21 @@ class Dataflow:
             raise ConfigError(f"window(...): the stream has no column {timestamp_column!r} (columns: {list(fields)})")
         return WindowedStream(self, assigner, fields, timestamp_column)
 
+    def window_all(self, assigner, *, timestamp_column: str | None = None) -> WindowedStream:
+        """Window the whole stream, not keyed (Flink's ``windowAll``, an ``AllWindowedStream``): every record goes
+        to the windows of one operator of parallelism 1, ended as a keyed window is (``.reduce``, ``.aggregate``,
+        ``.process``; a ``ProcessWindowFunction`` sees the one key, 0). Its checkpoints, savepoints, replays and
+        restores are a keyed window's of that one key.
+
+        Example: ``clicks.window_all(TumblingEventTimeWindows.of(timedelta(minutes=1))).aggregate(
+        ColumnAggregate(n="count(*)"), uid="clicks-per-minute")``
+        """
+        if self._key is not None:
+            raise ConfigError(f"window_all(...) windows a stream that is not keyed; the stream is keyed by "
+                              f"{self._key[0]!r}: window it with .window(...), or window_all before key_by")
+        return Dataflow(self._source, self._settings, self._steps, (SHARE_KEY, Types.INT())).window(
+            assigner, timestamp_column=timestamp_column)
+
     # -- two inputs (docs/writing/joins.md) ---------------------------------------------------------------
     def connect(self, other: "Dataflow") -> ConnectedStreams:
         """Connect this stream and ``other`` (another source of the same job, from ``Dataflow.from_source`` with

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ..job import SHARE_KEY
 from ..side_outputs import OutputTag
 from ..state.descriptors import AggregateFunction, AggregatingStateDescriptor
 from ..types import RowTypeInfo, Types
@@ -123,6 +124,9 @@ class WindowedStream:
                                   f"output_type= (the rows the window function emits)")
         else:
             full = function.output_type()
+            if key_name == SHARE_KEY:  # window_all: one key, not a column of the stream
+                full = Types.ROW_NAMED([n for n in full.fields if n != key_name],
+                                       [t for n, t in full.fields.items() if n != key_name])
             output_type = output_type or full
             wrong = [n for n, t in output_type.fields.items() if full.fields.get(n) != t]
             if wrong:
@@ -143,7 +147,7 @@ class WindowedStream:
             size=assigner.size, slide=slide, offset=assigner.offset % slide, timestamp_column=self._column,
             contents=contents, aggregates=list(function.aggregates), key_name=key_name,
             columns=list(output_type.fields))
-        return self._keyed.process(operator, uid=uid, output_type=output_type, **options)
+        return self._keyed.process(operator, uid=uid, output_type=output_type, **self._options(options))
 
     def _not_vectorized(self) -> str | None:
         """Why this window cannot run on the vectorised path, or None."""
@@ -181,4 +185,14 @@ class WindowedStream:
         side_outputs = list(options.pop("side_outputs", None) or [])
         if self._late_tag is not None and self._late_tag not in side_outputs:
             side_outputs.append(self._late_tag)
-        return self._keyed.process(operator, uid=uid, output_type=output_type, side_outputs=side_outputs, **options)
+        return self._keyed.process(operator, uid=uid, output_type=output_type, side_outputs=side_outputs,
+                                   **self._options(options))
+
+    def _options(self, options: dict) -> dict:
+        """The window operator's options: a ``window_all``'s runs at parallelism 1, as Flink's ``windowAll``."""
+        if self._keyed.key_column[0] != SHARE_KEY:
+            return options
+        if options.get("parallelism", 1) != 1:
+            raise ConfigError(f"window_all(...)'s operator runs at parallelism 1 (Flink's windowAll: one operator "
+                              f"sees every record); leave parallelism={options['parallelism']} out")
+        return {**options, "parallelism": 1}

@@ -13,6 +13,7 @@ import pytest
 
 from state_store import (
     AggregateFunction,
+    ColumnAggregate,
     ConfigError,
     ContinuousEventTimeTrigger,
     CountEvictor,
@@ -468,6 +469,81 @@ def test_a_dataflow_of_two_window_operators_fires_each_window_once_across_a_rest
     assert [(o["uid"], o["parallelism"], o["open_windows"]) for o in job.operators] == [("per-10s", 3, 1),
                                                                                         ("sessions", 3, 0)]
     assert "<th class='num'>open windows</th>" in job_section(job)
+
+
+class AllOfWindow(ProcessWindowFunction):
+    """A window_all's window: the one key it sees, the window's start and how many elements it holds."""
+
+    def process(self, key, context, elements):
+        yield {"key": key, "start": context.window().start, "n": len(list(elements))}
+
+
+ALL_OF_WINDOW = Types.ROW_NAMED(["key", "start", "n"], [Types.INT(), Types.LONG(), Types.LONG()])
+
+
+def all_windows_job(lake, job_id: str = "all"):
+    """Every click's 10-second window over the whole stream, in two jobs: counted on the vectorised path, and kept
+    and counted per record by a ProcessWindowFunction."""
+    def stream(job: str):
+        return Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1), job_id=job,
+                                    watermark_strategy=STRATEGY)
+    ten = TumblingEventTimeWindows.of(10 * S)
+    counted = stream(job_id).window_all(ten).aggregate(ColumnAggregate(n="count(*)"), uid="counted")
+    kept = stream(f"{job_id}-kept").window_all(ten).process(AllOfWindow(), uid="kept", output_type=ALL_OF_WINDOW)
+    return counted.sink_to(f"sinks/{job_id}"), kept.sink_to(f"sinks/{job_id}-kept")
+
+
+def test_window_all_windows_the_whole_stream_in_one_operator_replays_a_crash_and_restores_on_the_other_backend(
+        spark, tmp_path):
+    """Flink's windowAll (issue 61, item 4 in part): every record in one operator's windows at parallelism 1, the
+    vectorised ColumnAggregate and the per-record ProcessWindowFunction alike (which sees the one key, 0); late
+    records are dropped as a keyed window drops them; a crash after the sink write replays to the clean run, and a
+    savepoint restored on the hashmap backend goes on as the clean run."""
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.run.runtime import FaultInjector, InjectedFault
+    from tests.support.helpers import run as run_job
+    from tests.support.helpers import sink_rows
+    from tests.support.lake import Lake
+
+    def rows(lake, spec):
+        table = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink")))
+        return sorted(tuple(r) for r in table.collect())
+
+    clean = Lake(tmp_path / "clean")
+    write_window_clicks(clean)
+    counted, kept = all_windows_job(clean)
+    assert (counted.parallelism, kept.parallelism) == (1, 1) and list(counted.output_type.fields) == [
+        "window_start", "window_end", "n"]
+    for spec in (counted, kept):
+        run_job(spark, spec, clean)
+    # [0, 10 s) fires at W = 12 s - 1 (a 0, a 3 s, b 4 s), [10 s, 20 s) at 25 s - 1, [20 s, 30 s) at 100 s - 1;
+    # a's 8 s and 1 s clicks come after their window fired: dropped
+    assert rows(clean, counted) == [(0, 10 * S, 3, 0), (10 * S, 20 * S, 1, 1), (20 * S, 30 * S, 1, 2)]
+    assert rows(clean, kept) == [(0, 0, 3, 0), (0, 10 * S, 1, 1), (0, 20 * S, 1, 2)]
+    with pytest.raises(ConfigError, match=r"window_all\(...\)'s operator runs at parallelism 1"):
+        Dataflow.from_source(FileSource(str(clean.events), "json", TIMED), job_id="all",
+                             watermark_strategy=STRATEGY).window_all(TumblingEventTimeWindows.of(10 * S)).process(
+            AllOfWindow(), uid="kept", output_type=ALL_OF_WINDOW, parallelism=2)
+
+    crashed = Lake(tmp_path / "crashed")
+    write_window_clicks(crashed)
+    for spec in all_windows_job(crashed):
+        with pytest.raises(InjectedFault):
+            run_job(spark, spec, crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+        run_job(spark, spec, crashed)
+    assert [sink_rows(spark, crashed, s) for s in all_windows_job(crashed)] == [
+        sink_rows(spark, clean, s) for s in (counted, kept)]
+
+    moved = Lake(tmp_path / "moved")
+    write_window_clicks(moved)
+    for spec in all_windows_job(moved):
+        run_job(spark, spec, moved, max_microbatches=1)
+        saved = take_savepoint(spark, moved.settings, spec.job_id, say=lambda line: None)
+        restore_job(spark, moved.settings, spec, StatePoint(saved), backend="hashmap", say=lambda line: None)
+        run_job(spark, spec, moved)
+    assert [rows(moved, s) for s in all_windows_job(moved)] == [rows(clean, counted), rows(clean, kept)]
 
 
 def test_the_demos_clicks_per_minute_job_counts_each_closed_minute_as_pandas_does(spark, lake):
