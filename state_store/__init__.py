@@ -17,6 +17,7 @@ from .functions import (
     KeyedProcessFunction,
     MapFunction,
     OnTimerContext,
+    ProcessFunction,
 )
 from .graph import Job
 from .job import JobSpec
@@ -75,6 +76,8 @@ __all__ = [
     # two inputs (docs/writing/joins.md)
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
+    # a stream that is not keyed (docs/writing/dataflows.md)
+    "ProcessFunction",
     # windows (docs/writing/windows.md)
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows",
     "EventTimeTrigger", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",

@@ -32,6 +32,8 @@ from .functions import (
     FlatMapFunction,
     KeyedProcessFunction,
     MapFunction,
+    ProcessContext,
+    ProcessFunction,
     RecordFunction,
 )
 from .graph import Job, as_job
@@ -87,6 +89,9 @@ class RecordOperator(KeyedProcessFunction):
                     for row in ((f.process_element1 if side == 1 else f.process_element2)(r, co) or ())]
         if isinstance(f, CoFlatMapFunction):
             return [row for side, r in records for row in ((f.flat_map1 if side == 1 else f.flat_map2)(r) or ())]
+        if isinstance(f, ProcessFunction):
+            context = ProcessContext(ctx)
+            return [row for r in records for row in (f.process_element(r, context) or ())]
         if isinstance(f, MapFunction):
             return [f.map(r) for r in records]
         if isinstance(f, FilterFunction):
@@ -285,8 +290,13 @@ class Dataflow:
         :param order_by: columns that order a key's records in a microbatch.
         :param side_outputs: the ``OutputTag`` s it may emit to, each a table beside the sink.
         """
+        if self._key is None and isinstance(function, ProcessFunction):  # Flink's ProcessFunction, not keyed
+            return self._record_step("process", function, ProcessFunction, uid, output_type,
+                                     {"parallelism": parallelism, "max_parallelism": max_parallelism,
+                                      "side_outputs": side_outputs})
         if self._key is None:
-            raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it")
+            raise ConfigError(f"process(uid={uid!r}) needs a keyed stream: call .key_by(column) before it, or "
+                              f"give it a ProcessFunction (process_element) for a stream that is not keyed")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                    "order_by": list(order_by or []), "side_outputs": list(side_outputs or [])}
         joined, union = (), self._pending_union()
@@ -489,7 +499,7 @@ class Dataflow:
                 raise ConfigError(f"{kind}(uid={uid!r}): the source does not declare its columns; give output_type")
             output_type = Types.ROW_NAMED(list(fields), list(fields.values()))
         options = {"parallelism": options.get("parallelism", 2), "max_parallelism": options.get("max_parallelism"),
-                   "order_by": [], "side_outputs": []}
+                   "order_by": [], "side_outputs": list(options.get("side_outputs") or [])}
         step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 

@@ -512,7 +512,50 @@ class CoProcessFunction(RecordFunction):
         """The output rows of a record of the second input."""
 
 
-class CoProcessContext(MicrobatchTime):
+class ProcessFunction(RecordFunction):
+    """Flink's ``ProcessFunction``, on a stream that is not keyed (``stream.process(function, uid=...)``):
+    ``process_element(value, ctx)`` returns or yields the output rows of each record (or None), with side outputs
+    through ``ctx.output(tag, row)``, the microbatch's processing time and the operator's watermark; operator state
+    as any ``RecordFunction``'s. No keyed state and no timers (Flink allows them only on keyed streams): key the
+    stream for those.
+
+    Example::
+
+        class Split(ProcessFunction):
+            def process_element(self, click, ctx):
+                if click["ts"] <= ctx.current_watermark():
+                    ctx.output(LATE, click)
+                else:
+                    yield click
+    """
+
+    @abc.abstractmethod
+    def process_element(self, value: dict, ctx: "ProcessContext") -> Iterable[dict] | None:
+        """The output rows of a record."""
+
+
+class ProcessContext(MicrobatchTime):
+    """What a ``ProcessFunction`` is told: the microbatch's processing time, the operator's watermark, and side
+    outputs; timers are refused (a stream that is not keyed has none)."""
+
+    def __init__(self, ctx: Context):
+        self._ctx, self._timestamp = ctx, ctx.timestamp()
+
+    def current_watermark(self) -> int:
+        """The operator's watermark as the microbatch started."""
+        return self._ctx.current_watermark()
+
+    def output(self, tag: OutputTag, row: dict) -> None:
+        """Emit ``row`` to the side output ``tag`` (declared in ``process(..., side_outputs=[...])``)."""
+        self._ctx.output(tag, row)
+
+    def timer_service(self):
+        """Refused: a non-keyed operator has no timers."""
+        raise ConfigError("a ProcessFunction on a stream that is not keyed has no timers (as in Flink): key the "
+                          "stream, stream.key_by(k).process(KeyedProcessFunction)")
+
+
+class CoProcessContext(ProcessContext):
     """What a ``CoProcessFunction`` is told: the microbatch's processing time and watermark, its subtask, and side
     outputs; timers are refused.
 
@@ -523,16 +566,9 @@ class CoProcessContext(MicrobatchTime):
                 ctx.output(LATE_PAYMENTS, payment)
     """
 
-    def __init__(self, ctx: Context):
-        self._ctx, self._timestamp = ctx, ctx.timestamp()
-
     def current_watermark(self) -> int:
         """The operator's watermark as the microbatch started (the least of the two inputs')."""
         return self._ctx.current_watermark()
-
-    def output(self, tag: OutputTag, row: dict) -> None:
-        """Emit ``row`` to the side output ``tag`` (declared in ``process(..., side_outputs=[...])``)."""
-        self._ctx.output(tag, row)
 
     def timer_service(self):
         """Refused: a non-keyed operator has no timers."""

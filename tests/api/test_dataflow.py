@@ -34,6 +34,7 @@ from state_store import (
     MapFunction,
     MapStateDescriptor,
     OutputTag,
+    ProcessFunction,
     RestoreError,
     Types,
     ValueStateDescriptor,
@@ -41,6 +42,7 @@ from state_store import (
 from state_store.catalog.job_store import JobStore
 from state_store.run.runtime import FaultInjector, InjectedFault, run_job
 from tests.support.lake import Lake
+from tests.support.windows import STRATEGY, TIMED, S, write_window_clicks
 
 # Users of the clicks the tests write: each keeps its key group's state and timers in files of its own, so a
 # run's files (and its time) grow with them; 50 users in 7 countries still close sessions in every country
@@ -617,6 +619,87 @@ def test_non_keyed_operators_with_and_without_operator_state_in_a_chain(spark, l
         run_job(spark, _deduped(directory, "cut", "sinks/cut"), lake.settings, max_microbatches=microbatches,
                 progress=_quiet)
     assert _sink_rows(spark, lake, "sinks/cut") == _sink_rows(spark, lake, "sinks/deduped")
+
+
+class LateAside(ProcessFunction):
+    """Each click on, or (at or below the operator's watermark) to the side output: Flink's ProcessFunction."""
+
+    def process_element(self, click, ctx):
+        if click["ts"] <= ctx.current_watermark():
+            ctx.output(LATE_TIMED, click)
+        else:
+            yield click
+
+
+class CountTimed(KeyedProcessFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", Types.LONG()))
+
+    def process(self, key, records, ctx):
+        self.n.update((self.n.value() or 0) + len(records))
+        yield {"k": key, "n": self.n.value()}
+
+
+LATE_TIMED = OutputTag("late", TIMED)
+TIMED_COUNT = Types.ROW_NAMED(["k", "n"], [Types.STRING(), Types.LONG()])
+
+
+def _aside(lake, job_id="aside"):
+    return (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1), job_id=job_id,
+                                 watermark_strategy=STRATEGY)
+            .process(LateAside(), uid="aside", output_type=TIMED, side_outputs=[LATE_TIMED])
+            .key_by("k").process(CountTimed(), uid="count", output_type=TIMED_COUNT)
+            .sink_to(f"sinks/{job_id}"))
+
+
+def test_a_process_function_on_a_stream_not_keyed_sends_late_records_aside_replays_and_restores_rescaled(
+        spark, tmp_path):
+    """Flink's ProcessFunction (issue 61, item 4 in part): on a stream that is not keyed, each record's rows and
+    side outputs, with the operator's watermark; no timers. A crash after the sink write replays to the clean
+    run's sink, side output and state; a savepoint restores at parallelism 3 on the other backend and goes on
+    as the clean run."""
+    from state_store.delta.points import StatePoint
+    from state_store.functions import ProcessContext
+    from state_store.job import SHARE_KEY
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from tests.support.helpers import run as run_in
+    from tests.support.helpers import sink_rows, state_at_latest_checkpoint
+
+    def outputs(lake, spec):
+        late = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.side_output_sink(LATE_TIMED),
+                                                                               "sink")))
+        return sink_rows(spark, lake, spec), sorted((r["k"], r["ts"], r["_microbatch"]) for r in late.collect())
+
+    clean = Lake(tmp_path / "clean")
+    write_window_clicks(clean)
+    spec = _aside(clean)
+    assert spec.uids == ["aside", "count"] and spec.operator("aside").key == SHARE_KEY
+    run_in(spark, spec, clean)
+    sink, late = outputs(clean, spec)
+    assert late == [("a", 1 * S, 2), ("a", 8 * S, 1)]  # at or below W = 12 s - 1, then 25 s - 1
+    assert sorted((r["k"], r["n"], r["_microbatch"]) for r in spark.read.format("delta").load(
+        str(clean.settings.in_warehouse(spec.sink, "sink"))).collect()) == [
+        ("a", 3, 0), ("b", 1, 0), ("b", 2, 1), ("c", 1, 2)]
+
+    crashed = Lake(tmp_path / "crashed")
+    write_window_clicks(crashed)
+    with pytest.raises(InjectedFault):
+        run_in(spark, _aside(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+    run_in(spark, _aside(crashed), crashed)
+    assert outputs(crashed, _aside(crashed)) == (sink, late)
+    assert state_at_latest_checkpoint(spark, crashed, _aside(crashed)) == state_at_latest_checkpoint(spark, clean,
+                                                                                                     spec)
+    moved = Lake(tmp_path / "moved")
+    write_window_clicks(moved)
+    run_in(spark, _aside(moved), moved, max_microbatches=1)
+    saved = take_savepoint(spark, moved.settings, "aside", say=_quiet)
+    restore_job(spark, moved.settings, _aside(moved), StatePoint(saved), parallelism=3, backend="hashmap", say=_quiet)
+    run_in(spark, _aside(moved), moved)
+    assert outputs(moved, _aside(moved)) == (sink, late)
+    assert JobStore(moved.settings.job_dir("aside")).latest_checkpoint().of_operator("aside").parallelism == 3
+    with pytest.raises(ConfigError, match="a ProcessFunction on a stream that is not keyed has no timers"):
+        ProcessContext.__new__(ProcessContext).timer_service()
 
 
 def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(tmp_path):
