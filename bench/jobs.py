@@ -55,12 +55,50 @@ class RunningCountSumVectorized(VectorizedKeyedFunction):
 
 
 def count_sum_job(input_dir: str, job_id: str = "bench", backend: str = "delta", parallelism: int = 2,
-                  vectorized: bool = False) -> JobSpec:
+                  vectorized: bool = False, composite: bool = False) -> JobSpec:
+    """R's job; ``composite``: over ``split_keys``' files, keyed by (head, tail)."""
+    if composite:
+        return JobSpec(job_id=job_id, function=RunningCountSumOfPair(),
+                       source=FileSource(input_dir, "parquet", EVENT2, max_files_per_batch=1),
+                       key=["head", "tail"], key_type=[Types.STRING(), Types.STRING()], output_type=OUTPUT,
+                       sink=f"sinks/{job_id}", uid="count-sum", parallelism=parallelism, backend=backend,
+                       checkpoint_interval=1, num_retained=3)
     function = RunningCountSumVectorized() if vectorized else RunningCountSum()
     return JobSpec(job_id=job_id, function=function,
                    source=FileSource(input_dir, "parquet", EVENT, max_files_per_batch=1),
                    key="key", key_type=Types.STRING(), output_type=OUTPUT, sink=f"sinks/{job_id}", uid="count-sum",
                    parallelism=parallelism, backend=backend, checkpoint_interval=1, num_retained=3)
+
+
+# R's key as two columns whose pair is the key: ``head`` all but its last two characters, ``tail`` those two
+# (``split_keys`` writes them), for a job keyed by both (``count_sum_job(..., composite=True)``).
+EVENT2 = Types.ROW_NAMED(["head", "tail", "amount", "ts"], [Types.STRING(), Types.STRING(), Types.LONG(),
+                                                            Types.LONG()])
+
+
+class RunningCountSumOfPair(RunningCountSum):
+    """RunningCountSum keyed by (head, tail): the key it emits is the two joined, R's key."""
+
+    def process(self, key, records, ctx):
+        return super().process(key[0] + key[1], records, ctx)
+
+
+def split_keys(source_dir, target_dir) -> None:
+    """Each Parquet file of ``source_dir`` with its ``key`` split in ``head`` and ``tail`` (``EVENT2``)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    Path(target_dir).mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(source_dir).glob("*.parquet")):
+        table = pq.read_table(path)
+        key = table.column("key")
+        n = pc.utf8_length(key)
+        head = pc.utf8_slice_codeunits(key, 0, -2)
+        tail = pc.utf8_slice_codeunits(key, -2, 2**31 - 1)
+        assert pc.all(pc.equal(pc.add(pc.utf8_length(head), pc.utf8_length(tail)), n)).as_py()
+        pq.write_table(pa.table({"head": head, "tail": tail, "amount": table.column("amount"),
+                                 "ts": table.column("ts")}), Path(target_dir) / path.name)
 
 
 def count_sum_kafka_job(bootstrap: str, topic: str, per_microbatch: int, job_id: str = "bench-kafka",

@@ -6,6 +6,7 @@
     python bench/throughput.py --files 2 --events 1000 --keys 500   # a tiny run
     python bench/throughput.py --peers none --paths record,vectorized  # R per record and as a VectorizedKeyedFunction
     python bench/throughput.py --peers none --paths vectorized --rounds 3  # each engine's best of 3 rounds
+    python bench/throughput.py --peers none --paths record,composite --rounds 3 --no-floor  # R keyed by 2 columns
 
 Lakestate runs ``bench/jobs.py`` (a running (count, sum) per key in a
 ValueState, one output row per key per microbatch) with the ``delta`` backend,
@@ -50,13 +51,18 @@ def keyed_commit_bytes(table: Path) -> int:
 
 
 def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False,
-                  vectorized: bool = False) -> dict:
-    from bench.jobs import count_sum_job
+                  vectorized: bool = False, composite: bool = False) -> dict:
+    """Lakestate's R job over ``input_dir``; ``composite``: keyed by two columns whose pair is R's key, over a
+    copy of the files with the key split (``bench.jobs.split_keys``, before the timing)."""
+    from bench.jobs import count_sum_job, split_keys
     from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
-    spec = count_sum_job(str(input_dir), backend=backend, vectorized=vectorized)
+    if composite:
+        split_keys(input_dir, input_dir.parent / "split")
+        input_dir = input_dir.parent / "split"
+    spec = count_sum_job(str(input_dir), backend=backend, vectorized=vectorized, composite=composite)
     started = time.time()
     result = run_job(spark, spec, settings,
                      progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
@@ -67,7 +73,8 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
     changed = spark.read.format("delta").load(str(state / "keyed")).selectExpr(
         "sum(length(state_name) + length(key) + length(namespace) + coalesce(length(user_key), 0) "
         "+ length(value) + 4 + 8 + 8 + 8) AS raw").first()["raw"] if backend == "delta" else None
-    return {"engine": f"lakestate[{backend}{',vectorized' if vectorized else ''}]", "events": events,
+    path = ",vectorized" if vectorized else ",composite" if composite else ""
+    return {"engine": f"lakestate[{backend}{path}]", "events": events,
             "seconds": result.seconds, "events_per_s": round(events / result.seconds),
             "with_checkpoints_s": round(total, 1), "microbatches": len(result.batches), "phases": result.phases,
             "state_bytes": size, "state_files": files,
@@ -80,7 +87,9 @@ def main() -> None:
     parser = workload_parser(__doc__)
     parser.add_argument("--backends", default="delta", help="comma-separated Lakestate backends")
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
-    parser.add_argument("--paths", default="record", help="comma-separated Lakestate paths: record,vectorized")
+    parser.add_argument("--paths", default="record",
+                        help="comma-separated Lakestate paths: record,vectorized,composite (per record, keyed by two "
+                             "columns whose pair is R's key)")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
     parser.add_argument("--no-floor", action="store_true", help="skip bench/floor.py's pass in the same session")
     parser.add_argument("--rounds", type=int, default=1,
@@ -89,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     files, events, keys = workload_sizes(args)
     peers = [] if args.peers == "none" else args.peers.split(",")
-    lakestates = [(b, p == "vectorized", f"{b}-{p}") for b in args.backends.split(",") for p in args.paths.split(",")]
+    lakestates = [(b, p, f"{b}-{p}") for b in args.backends.split(",") for p in args.paths.split(",")]
 
     os.environ["PYTHONWARNINGS"] = "ignore::FutureWarning"  # the peers' pandas deprecation noise
     from state_store.spark.session import build_spark
@@ -106,10 +115,10 @@ def main() -> None:
             warm = base / "warmup"
             write_workload(warm / "input", 2, 2_000, 2_000)
             started = time.time()
-            for backend, vectorized, name in lakestates:
+            for backend, path, name in lakestates:
                 shutil.copytree(warm / "input", warm / name / "input")
                 run_lakestate(spark, warm / name / "input", warm / name / "root", backend, quiet=True,
-                              vectorized=vectorized)
+                              vectorized=path == "vectorized", composite=path == "composite")
             for name in peers:
                 shutil.copytree(warm / "input", warm / name / "input")
                 PEERS[name](spark, warm / name / "input", warm / name)
@@ -120,11 +129,11 @@ def main() -> None:
         floor_seconds, rows = [], 0
         for round_ in range(args.rounds):
             tag = f" (round {round_ + 1} of {args.rounds})" if args.rounds > 1 else ""
-            for backend, vectorized, name in lakestates:
+            for backend, path, name in lakestates:
                 shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")
-                print(f"lakestate backend={backend}{' vectorized' if vectorized else ''}{tag}", flush=True)
+                print(f"lakestate backend={backend} {path}{tag}", flush=True)
                 result = run_lakestate(spark, base / f"{name}-{round_}" / "input", base / f"{name}-{round_}" / "root",
-                                       backend, vectorized=vectorized)
+                                       backend, vectorized=path == "vectorized", composite=path == "composite")
                 rounds.setdefault(result["engine"], []).append(result)
             for name in peers:
                 shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")

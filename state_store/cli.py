@@ -238,17 +238,18 @@ def cmd_submit(args, settings: Settings) -> int:
     return subprocess.run(command, check=False).returncode
 
 
-def _key_text(args) -> str:
-    """The key of ``--key``, or read from ``--key-file`` (``-``: standard input) without one trailing newline,
-    which editors and ``echo`` add; a file is how a key over the 128 KiB of one argument is given."""
+def _key_texts(args) -> list[str]:
+    """The key of ``--key`` (one a column of a composite key, in order), or read from ``--key-file`` (``-``:
+    standard input) without one trailing newline, which editors and ``echo`` add; a file is how a key over the
+    128 KiB of one argument is given."""
     if args.key_file is None:
-        return args.key
+        return list(args.key)
     try:
         text = sys.stdin.read() if args.key_file == "-" else Path(args.key_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read the key from {args.key_file!r}: {e}; give a readable UTF-8 file, or - for "
                           f"standard input") from None
-    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    return [text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text]
 
 
 def _shown(key) -> str:
@@ -259,13 +260,14 @@ def _shown(key) -> str:
 def cmd_state(args, settings: Settings) -> int:
     from pyspark.sql import functions as F
 
-    from .keys import typed_key
+    from .keys import parsed_key
     from .ops.state_processor import SavepointReader
+    from .types import shown_type
 
     record = JobCatalog(settings).get(args.job)
     if args.savepoint is not None and args.checkpoint is not None:
         raise ConfigError("give --checkpoint or --savepoint, not both")
-    text = _key_text(args)
+    texts = _key_texts(args)
     if args.savepoint is None and JobStore(settings.job_dir(args.job)).latest_checkpoint() is None:
         raise ConfigError(f"job {args.job!r} has no checkpoint yet; run it first")
     spark = _operation_spark(args, settings, "state")
@@ -273,11 +275,20 @@ def cmd_state(args, settings: Settings) -> int:
               else SavepointReader.for_checkpoint(spark, args.job, args.checkpoint, settings))
     name = args.state if "." in args.state else f"{record['spec']['uid']}.{args.state}"
     key_type = reader.key_type
-    # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42).
-    key = spark.range(1).select(typed_key(F.lit(text), key_type, lenient=True)).first()[0]
-    if key is None:
-        raise ConfigError(f"key {_shown(text)} is not a {key_type.name}, the key type of job {args.job!r}; "
-                          f"give a key of that type")
+    # The key is parsed as the job's key type, as Spark parses text ("042" is the LONG 42, "2024-01-31 10:00:00"
+    # a TIMESTAMP in UTC); a composite key's columns are given one --key each, in order.
+    parts = list(getattr(key_type, "fields", {None: key_type}).items())
+    if len(texts) != len(parts):
+        names = [n for n, _ in parts]
+        raise ConfigError(f"job {args.job!r} is keyed by {len(parts)} column(s) {names}; give one --key each, in "
+                          f"that order, not {len(texts)}")
+    parsed = spark.range(1).select(*[parsed_key(F.lit(t), kt).alias(f"k{i}")
+                                     for i, (t, (_, kt)) in enumerate(zip(texts, parts))]).first()
+    for text, value, (_, part_type) in zip(texts, parsed, parts):
+        if value is None:
+            raise ConfigError(f"key {_shown(text)} is not a {shown_type(part_type.to_schema())}, the key type of "
+                              f"job {args.job!r}; give a key of that type")
+    key = tuple(parsed) if len(parts) > 1 or getattr(key_type, "fields", None) else parsed[0]
     rows = reader.keyed_entries(name, key, args.namespace)  # only this key's values are decoded
     where = reader.source.where
     if not rows:
@@ -549,7 +560,7 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--job", required=True)
     p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")
     key = p.add_mutually_exclusive_group(required=True)
-    key.add_argument("--key")
+    key.add_argument("--key", action="append", help="the key; a composite key's columns one --key each, in order")
     key.add_argument("--key-file", metavar="PATH",
                      help="read the key from PATH ('-': standard input) without its trailing newline: a key over "
                           "128 KiB does not fit a command-line argument")

@@ -39,7 +39,7 @@ from .functions import (
 from .graph import Job, as_job
 from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id, further_input_name
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
-from .keys import check_key_type
+from .keys import check_key, component_types, key_columns
 from .sinks import Sink
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
@@ -179,11 +179,16 @@ def _further_inputs(others: tuple, key: str, role: InputRole = InputRole.KEYED) 
     return {"further_inputs": tuple(inputs)}
 
 
+def _shown_key(key) -> "str | list[str]":
+    """A key as the user wrote it: its column, or the list of a composite key's."""
+    return key if isinstance(key, str) else list(key)
+
+
 @dataclass(frozen=True)
 class _Step:
     function: Any
     uid: str
-    key: str
+    key: "str | tuple[str, ...]"
     key_type: TypeInfo
     output_type: RowTypeInfo
     options: dict
@@ -252,27 +257,34 @@ class Dataflow:
         """The columns of the stream here: the source's, or the last operator's output."""
         return self._steps[-1].output_type.fields if self._steps else self._source.declared_fields()
 
-    def key_by(self, key: str, key_type: TypeInfo | None = None) -> "Dataflow":
-        """Key the stream by column ``key`` (its type read from the stream's declared columns, or ``key_type``:
-        Types.STRING(), LONG() or INT()). Must be followed by ``process``.
+    def key_by(self, key: "str | list[str]", key_type: "TypeInfo | list[TypeInfo] | None" = None) -> "Dataflow":
+        """Key the stream by column ``key``, or by several (a composite key: ``key_by(["user", "device"])``, whose
+        functions see a key that is the tuple of the columns' values). The key's type is read from the stream's
+        declared columns, or given (``key_type``: a type, or a list of them for a composite key): STRING, LONG,
+        INT, BOOLEAN, DATE, TIMESTAMP, DECIMAL, BYTES or a row of them. Must be followed by ``process`` (or
+        ``window``).
 
-        Example: ``.key_by("user")``
+        Example: ``.key_by("user")``, ``.key_by(["user", "device"])``
 
-        :param key: the column to key by.
-        :param key_type: its type, when the stream does not declare its columns.
+        :param key: the column to key by, or a list of them.
+        :param key_type: its type (a list of types for a list of columns), when the stream does not declare its
+            columns.
         """
+        shown = f"key_by({key!r})"
         if self._key is not None:
-            raise ConfigError(f"key_by({key!r}) follows key_by({self._key[0]!r}): a keyed stream needs "
+            raise ConfigError(f"{shown} follows key_by({_shown_key(self._key[0])!r}): a keyed stream needs "
                               f".process(...) before it is keyed again")
         fields = self._fields()
         if key_type is None:
             if fields is None:
-                raise ConfigError(f"key_by({key!r}): the source does not declare its columns; give the key's type, "
+                raise ConfigError(f"{shown}: the source does not declare its columns; give the key's type, "
                                   f"key_by({key!r}, Types.STRING())")
-            if key not in fields:
-                raise ConfigError(f"key_by({key!r}): the stream has no column {key!r} (columns: {list(fields)})")
-            key_type = fields[key]
-        return Dataflow(self._source, self._settings, self._steps, (key, check_key_type(key_type, f"key_by({key!r})")))
+            columns = key_columns(key) if isinstance(key, (str, list, tuple)) else ()
+            missing = [c for c in columns if c not in fields]
+            if missing:
+                raise ConfigError(f"{shown}: the stream has no column {missing[0]!r} (columns: {list(fields)})")
+            key_type = [fields[c] for c in columns] if isinstance(key, (list, tuple)) else fields.get(key)
+        return Dataflow(self._source, self._settings, self._steps, check_key(key, key_type, shown))
 
     def process(self, function, *, uid: str, output_type: RowTypeInfo, parallelism: int = 2,
                 max_parallelism: int | None = None, order_by: list[str] | None = None,
@@ -474,9 +486,11 @@ class Dataflow:
         """The two-input operator ``function`` (a ``KeyedCoProcessFunction``) over this keyed stream and keyed
         ``other`` (what ``ConnectedStreams.process`` and ``IntervalJoin.process`` end in)."""
         (key, key_type), (key2, key_type2) = self._key, other._key
-        if key_type.name != key_type2.name:
-            raise ConfigError(f"the two inputs are keyed by {key!r} ({key_type.name}) and {key2!r} "
-                              f"({key_type2.name}): key them by columns of one type")
+        types, types2 = component_types(key, key_type), component_types(key2, key_type2)
+        if types != types2:
+            raise ConfigError(f"the two inputs are keyed by {_shown_key(key)!r} ({[t.name for t in types]}) and "
+                              f"{_shown_key(key2)!r} ({[t.name for t in types2]}): key them by columns of the same "
+                              f"types, in the same order")
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
                    "side_outputs": list(side_outputs or []), **_further_inputs((other,), key2)}
         step = _Step(function, uid, key, key_type, output_type, options, (other._steps,) if other._steps else ())

@@ -9,7 +9,7 @@ from typing import Any
 from .errors import ConfigError
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .key_groups import check_parallelism, compute_default_max_parallelism
-from .keys import check_key_type
+from .keys import check_declared_key, check_key, component_types, is_composite, key_columns
 from .side_outputs import OutputTag, side_output_sink
 from .sinks import Sink, check_sink, sink_name
 from .sources import EdgeSource, Source
@@ -92,8 +92,9 @@ def _positive(name: str, value: Any) -> None:
 class JobSpec:
     """Everything that defines a stateful job.
 
-    ``key`` is the column records are keyed by, of ``key_type`` (STRING, LONG
-    or INT). ``output_type`` declares the rows ``process`` yields; they are
+    ``key`` is the column records are keyed by, of ``key_type`` (a STRING, LONG, INT, BOOLEAN, DATE, TIMESTAMP,
+    DECIMAL, BYTES or a row of them), or a list of columns, a composite key (``key=["user", "device"]``,
+    ``key_type=[Types.STRING(), Types.STRING()]``). ``output_type`` declares the rows ``process`` yields; they are
     appended to the Delta table ``sink`` (a path inside the warehouse).
 
     Example::
@@ -107,8 +108,11 @@ class JobSpec:
     :param job_id: the job's id: 1-64 lower-case letters, digits, ``_`` or ``-``; its folder in the warehouse.
     :param function: the ``KeyedProcessFunction`` (or a subclass: broadcast, co-process, vectorised) it runs.
     :param source: what it reads: a ``FileSource``, ``DeltaSource``, ``KafkaSource`` or a ``Source`` of your own.
-    :param key: the column records are keyed by.
-    :param key_type: that column's type: ``Types.STRING()``, ``LONG()`` or ``INT()``.
+    :param key: the column records are keyed by, or a list of them (a composite key: the function's key is a
+        tuple of their values, in order).
+    :param key_type: that column's type (``Types.STRING()``, ``LONG()``, ``INT()``, ``BOOLEAN()``, ``DATE()``,
+        ``TIMESTAMP()``, ``DECIMAL(p, s)``, ``BYTES()`` or a ``ROW_NAMED`` of them); for a composite key, a list
+        of the columns' types (or the ``ROW_NAMED`` of the columns).
     :param output_type: the rows ``process`` yields, ``Types.ROW_NAMED([...], [...])``.
     :param sink: where they go: a Delta table, as a path inside the warehouse or a ``DeltaSink``, or a ``Sink``
         of your own (``state_store.sinks.Sink``).
@@ -132,7 +136,7 @@ class JobSpec:
     job_id: str
     function: KeyedProcessFunction
     source: Source  # a FileSource, DeltaSource or KafkaSource; an EdgeSource inside a dataflow (``dataflow``)
-    key: str
+    key: str | tuple[str, ...]
     key_type: TypeInfo
     output_type: RowTypeInfo
     sink: str | Sink
@@ -192,6 +196,8 @@ class JobSpec:
         check_vectorized(self)
         if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
             raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
+        if self.key != SHARE_KEY:
+            self.key, self.key_type = check_key(self.key, self.key_type)
         self._validate_further_inputs()
         for name in ("parallelism", "checkpoint_interval", "num_retained"):
             _positive(name, getattr(self, name))
@@ -202,7 +208,6 @@ class JobSpec:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         backend_kind(self.backend)
-        check_key_type(self.key_type)
         if not isinstance(self.output_type, RowTypeInfo):
             raise ConfigError("output_type must be declared with Types.ROW_NAMED([...], [...])")
         try:
@@ -216,13 +221,7 @@ class JobSpec:
             input_.source.validate(input_.field)
         declared = self.source.declared_fields()
         if declared is not None and self.key != SHARE_KEY:
-            if self.key not in declared:
-                raise ConfigError(f"key column {self.key!r} is not in the source schema {list(declared)}")
-            if declared[self.key].name != self.key_type.name:
-                raise ConfigError(
-                    f"key column {self.key!r} is declared {declared[self.key].name} in the source schema "
-                    f"but key_type is {self.key_type.name}; make them the same"
-                )
+            check_declared_key(declared, self.key, self.key_type, "")
             missing = [c for c in self.order_by if c not in declared]
             if missing:
                 raise ConfigError(f"order_by columns {missing} are not in the source schema")
@@ -256,12 +255,11 @@ class JobSpec:
     def _validate_further_input(self, input_: Input) -> None:
         key, strategy, which = input_.key, input_.watermark_strategy, f"the {input_.name} input's"
         declared = input_.source.declared_fields()
-        if declared is not None and key != SHARE_KEY:
-            if key not in declared:
-                raise ConfigError(f"{which} key column {key!r} is not in its source schema {list(declared)}")
-            if declared[key].name != self.key_type.name:
-                raise ConfigError(f"{which} key column {key!r} is {declared[key].name} but the first "
-                                  f"input's key is {self.key_type.name}: both inputs' keys must be of one type")
+        if key != SHARE_KEY and key is not None:
+            if len(key_columns(key)) != len(component_types(self.key, self.key_type)):
+                raise ConfigError(f"{which} key {list(key_columns(key))} has not as many columns as the first "
+                                  f"input's {list(key_columns(self.key))}: key both inputs alike")
+            check_declared_key(declared, key, self.key_type, which + " ")
         if (self.watermark_strategy is None) != (strategy is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")
@@ -320,7 +318,8 @@ class JobSpec:
         if not self.further_inputs:
             return {}
         second, *later = self.further_inputs
-        described = {"second_source": second.source.describe(), "second_key": second.key,
+        second_key = list(second.key) if is_composite(second.key) else second.key
+        described = {"second_source": second.source.describe(), "second_key": second_key,
                      "union_inputs": second.role is InputRole.UNION}
         if later:
             described["further_sources"] = [i.source.describe() for i in later]
@@ -335,7 +334,7 @@ class JobSpec:
             "source": self.source.describe(),
             "broadcast_source": self.broadcast_source.describe() if self.broadcast_source else None,
             **self._described_inputs(),
-            "key": self.key,
+            "key": list(self.key) if is_composite(self.key) else self.key,
             "key_type": self.key_type.to_schema(),
             "output_type": self.output_type.to_schema(),
             "sink": sink_name(self.sink),

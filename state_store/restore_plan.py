@@ -18,7 +18,7 @@ from .records.metadata import CheckpointMetadata, StateInfo
 from .state.backend import backend_kind, backend_names
 from .state.descriptors import check_state_name
 from .state.operator import SOURCE_STATE_PREFIX
-from .types import StateMigrationError, check_compatibility
+from .types import StateMigrationError, check_compatibility, shown_type
 
 # The new definition's states, or how to find them at the planned (parallelism, max_parallelism): a dry run of
 # the user's hooks, made only once those are valid.
@@ -193,8 +193,9 @@ def check_restore_backend(backend: str | None) -> None:
 def _check_key_type(job: JobFacts, point, where: str) -> None:
     if point.key_type != job.key_type:
         raise RestoreError(
-            f"{where} keys records by {point.key_type} but the job now declares key_type {job.key_type}; a key's "
-            f"hash, and so its key group, depends on its type: keep {point.key_type}"
+            f"{where} keys records by {shown_type(point.key_type)} but the job now declares key_type "
+            f"{shown_type(job.key_type)}; a key's hash, and so its key group, depends on its type: keep "
+            f"{shown_type(point.key_type)}"
         )
 
 

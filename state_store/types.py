@@ -11,6 +11,8 @@ cross the JVM boundary as typed Arrow columns: ``arrow_type`` and
 from __future__ import annotations
 
 import base64
+import datetime
+import decimal
 import json
 import math
 from typing import Any
@@ -189,6 +191,111 @@ class _Bytes(TypeInfo):
         return bytes(value)
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+class _Date(TypeInfo):
+    """A calendar date (``datetime.date``), stored as its ISO text."""
+
+    name, spark = "DATE", "date"
+
+    def encode(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if type(value) is not datetime.date:  # a datetime is a date too: refused, it would lose its time
+            raise self._bad(value)
+        return value.isoformat()
+
+    def decode(self, data: Any) -> Any:
+        return None if data is None else datetime.date.fromisoformat(data)
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.date32()
+
+    def to_arrow(self, value: Any) -> Any:
+        self.encode(value)
+        return value
+
+
+class _Timestamp(TypeInfo):
+    """An instant (a ``datetime.datetime``; one without a time zone is taken as UTC), stored as epoch
+    microseconds and read back in UTC: Spark's ``timestamp``, which the session's UTC zone shows."""
+
+    name, spark = "TIMESTAMP", "timestamp"
+
+    def encode(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, datetime.datetime):
+            raise self._bad(value)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
+
+    def decode(self, data: Any) -> Any:
+        return None if data is None else _EPOCH + datetime.timedelta(microseconds=data)
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.timestamp("us", tz="UTC")
+
+    def to_arrow(self, value: Any) -> Any:
+        return self.decode(self.encode(value))
+
+
+class DecimalTypeInfo(TypeInfo):
+    """``Types.DECIMAL(precision, scale)``: an exact number (a ``decimal.Decimal`` or an ``int``) of at most
+    ``precision`` digits, ``scale`` of them after the point; stored as its text at that scale."""
+
+    name = "DECIMAL"
+
+    def __init__(self, precision: int, scale: int):
+        if not (isinstance(precision, int) and isinstance(scale, int) and 1 <= precision <= 38
+                and 0 <= scale <= precision):
+            raise ValueError(f"DECIMAL(precision, scale) needs 1 <= precision <= 38 and 0 <= scale <= precision, "
+                             f"got ({precision!r}, {scale!r})")
+        self.precision, self.scale = precision, scale
+        self.spark = f"decimal({precision},{scale})"
+        self._quantum = decimal.Decimal(1).scaleb(-scale)
+
+    def _exact(self, value: Any) -> decimal.Decimal:
+        if isinstance(value, bool) or not isinstance(value, (decimal.Decimal, int)):
+            raise self._bad(value)
+        try:
+            exact = decimal.Decimal(value).quantize(self._quantum, context=decimal.Context(prec=self.precision))
+        except decimal.InvalidOperation:
+            raise TypeError(f"{value!r} does not fit DECIMAL({self.precision}, {self.scale})") from None
+        if exact != value:
+            raise TypeError(f"{value!r} has more than {self.scale} digits after the point of DECIMAL("
+                            f"{self.precision}, {self.scale})")
+        return exact
+
+    @override
+    def encode(self, value: Any) -> Any:
+        return None if value is None else format(self._exact(value), "f")  # plain, as Spark casts it
+
+    @override
+    def decode(self, data: Any) -> Any:
+        return None if data is None else decimal.Decimal(data)
+
+    @override
+    def to_schema(self) -> Any:
+        return {"DECIMAL": [self.precision, self.scale]}
+
+    @override
+    def arrow_type(self):
+        import pyarrow as pa
+
+        return pa.decimal128(self.precision, self.scale)
+
+    @override
+    def to_arrow(self, value: Any) -> Any:
+        return None if value is None else self._exact(value)
+
+
 class ListTypeInfo(TypeInfo):
     """``Types.LIST(element)``: a list of values of one type."""
 
@@ -362,6 +469,8 @@ class RowTypeInfo(TypeInfo):
         if type(value) is not dict:
             if hasattr(value, "asDict"):
                 value = value.asDict()
+            elif type(value) is tuple and len(value) == len(self.fields):  # a row key's value: its fields in order
+                value = dict(zip(self.fields, value))
             if not isinstance(value, dict):
                 raise self._bad(value)
         fields = self.fields
@@ -489,6 +598,26 @@ class Types:
         return _Bytes()
 
     @staticmethod
+    def DATE() -> TypeInfo:
+        """A calendar date (a ``datetime.date``, stored as ISO text); a Spark ``date`` column."""
+        return _Date()
+
+    @staticmethod
+    def TIMESTAMP() -> TypeInfo:
+        """An instant (a ``datetime.datetime``, taken as UTC when it has no time zone; read back in UTC); a Spark
+        ``timestamp`` column."""
+        return _Timestamp()
+
+    @staticmethod
+    def DECIMAL(precision: int, scale: int) -> TypeInfo:
+        """An exact number of ``precision`` digits, ``scale`` after the point (a ``decimal.Decimal`` or ``int``);
+        a Spark ``decimal(precision, scale)`` column.
+
+        Example: ``Types.DECIMAL(10, 2)``
+        """
+        return DecimalTypeInfo(precision, scale)
+
+    @staticmethod
     def LIST(element: TypeInfo) -> TypeInfo:
         """A list (or tuple) of ``element`` values; a Spark ``array`` column.
 
@@ -517,7 +646,8 @@ class Types:
 
 
 _SCALARS = {"STRING": Types.STRING, "LONG": Types.LONG, "INT": Types.INT, "DOUBLE": Types.DOUBLE,
-            "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN, "BYTES": Types.BYTES}
+            "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN, "BYTES": Types.BYTES, "DATE": Types.DATE,
+            "TIMESTAMP": Types.TIMESTAMP}
 _WIDENINGS = {("INT", "LONG"), ("FLOAT", "DOUBLE"), ("INT", "DOUBLE"), ("INT", "FLOAT")}
 
 
@@ -532,7 +662,24 @@ def from_schema(schema: Any) -> TypeInfo:
         return Types.MAP(from_schema(arg[0]), from_schema(arg[1]))
     if kind == "ROW":
         return Types.ROW_NAMED([n for n, _ in arg], [from_schema(t) for _, t in arg])
+    if kind == "DECIMAL":
+        return Types.DECIMAL(*arg)
     raise ValueError(f"unknown type schema {schema!r}")
+
+
+def shown_type(schema: Any) -> str:
+    """A recorded type schema as messages show it: ``LONG``, ``DECIMAL(10, 2)``, ``ROW(user STRING, device INT)``,
+    ``LIST<LONG>``, ``MAP<STRING, LONG>``."""
+    if isinstance(schema, str):
+        return schema
+    (kind, arg), = schema.items()
+    if kind == "ROW":
+        return "ROW(" + ", ".join(f"{n} {shown_type(t)}" for n, t in arg) + ")"
+    if kind == "DECIMAL":
+        return f"DECIMAL({arg[0]}, {arg[1]})"
+    if kind == "MAP":
+        return f"MAP<{shown_type(arg[0])}, {shown_type(arg[1])}>"
+    return f"{kind}<{shown_type(arg)}>"
 
 
 def check_compatibility(old: Any, new: Any, where: str = "value") -> str:

@@ -175,6 +175,23 @@ def test_the_keyed_functions_page_keeps_every_kind_of_keyed_state_as_its_program
         assert dict(got["per_page"]) == mine["page"].value_counts().to_dict()
 
 
+def test_the_keyed_functions_pages_key_of_two_columns_counts_each_pair_as_pandas_does(spark, lake, monkeypatch,
+                                                                                       request):
+    """docs/writing/keyed-functions.md's ``device_clicks.py``: a key of two columns, each pair counted alone."""
+    import pandas as pd
+
+    from tests.support.helpers import run
+
+    clicks = [{"user_id": u, "device": d, "page": "home"} for u, d in [
+        (1, "phone"), (1, "laptop"), (2, "phone"), (1, "phone"), (2, "phone"), (1, "laptop"), (1, "phone")]]
+    page_input(lake, monkeypatch, "device-clicks", [clicks[:4], clicks[4:]])
+    spec = page_module("writing/keyed-functions.md", "device_clicks", request).job()
+    run(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
+    last = rows.sort_values("_microbatch").groupby(["user_id", "device"])["clicks"].last().to_dict()
+    assert last == pd.DataFrame(clicks).groupby(["user_id", "device"]).size().to_dict()
+
+
 def test_the_time_pages_count_with_timeout_fires_once_a_minute_passes_and_sends_late_records_aside(
         spark, lake, monkeypatch, capsys, request):
     """docs/writing/time.md's program and its shell lines as written (three files, register, run, both tables read

@@ -43,7 +43,17 @@ from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError, stored_value_error
 from ..job import check_job_id
 from ..key_groups import check_parallelism, compute_default_max_parallelism, key_group_column, key_group_ranges
-from ..keys import check_key_type, key_text, mistyped_key, spark_key_type, typed_key
+from ..keys import (
+    check_key,
+    check_key_type,
+    key_columns,
+    key_expression,
+    key_literal,
+    key_text_of,
+    mistyped_key,
+    spark_key_type,
+    typed_key,
+)
 from ..progress import wing_logger
 from ..records.layout import KEYED, KEYED_TABLE, LAYOUT_VERSION, OPERATOR, OPERATOR_TABLE, STATE_TABLES, KeyedRow
 from ..records.metadata import SavepointMetadata, StateInfo
@@ -271,7 +281,8 @@ class SavepointReader:
             reader.keyed_entries("count", 42)      # [{"value": 7}]
         """
         decoding = self._keyed(name, uid, descriptor)
-        mine = decoding.rows.filter((F.col("key") == F.lit(key)) & (F.col("namespace") == namespace))
+        mine = decoding.rows.filter((F.col("key") == key_literal(self.key_type, key))
+                                    & (F.col("namespace") == namespace))
         field = decoding.extra[0] if decoding.extra else None
         return [{field: x, "value": v} if field else {"value": v}
                 for row in mine.collect() for x, v in decoding.decode(row.asDict())]
@@ -402,11 +413,14 @@ class SavepointWriter:
         a MapState has one row per entry, its key in column ``user_key``). Keys must have the savepoint's key
         type; ``namespace`` (a column) defaults to the void namespace."""
         key_type = from_schema(self.fields["key_type"])
-        if key not in rows.columns or value not in rows.columns:
-            raise ConfigError(f"columns {key!r} and {value!r} must be in the rows (they have {rows.columns})")
+        if isinstance(key, (list, tuple)):
+            key, key_type = check_key(key, key_type, "with_keyed_state(key=...)")
+        missing = [c for c in (*key_columns(key), value) if c not in rows.columns]
+        if missing:
+            raise ConfigError(f"columns {[*key_columns(key), value]} must be in the rows (they have {rows.columns})")
         actual = mistyped_key(rows, key, key_type)
         if actual is not None:
-            raise ConfigError(f"key column {key!r} is {actual} but the savepoint's key type is {key_type.name} "
+            raise ConfigError(f"{actual} but the savepoint's key type is {key_type.name} "
                               f"({spark_key_type(key_type)}); cast it")
         is_map = isinstance(descriptor, MapStateDescriptor)
         if is_map and (user_key is None or user_key not in rows.columns):
@@ -416,8 +430,8 @@ class SavepointWriter:
         value_type = descriptor.value_type if is_map else stored
         batch_id = self.fields["batch_id"]
         framed = rows.select(
-            key_group_column(F.col(key), self.fields["max_parallelism"]).alias("key_group"),
-            key_text(F.col(key)).alias("key"),
+            key_group_column(key_expression(key), self.fields["max_parallelism"]).alias("key_group"),
+            key_text_of(key, key_type).alias("key"),
             (F.col(namespace).cast("string") if namespace else F.lit("")).alias("namespace"),
             (F.col(user_key) if is_map else F.lit(None)).alias("user_key"), F.col(value).alias("value"))
 

@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..functions import applies_to_keyed_state
 from ..job import SHARE_KEY, Input, InputRole
 from ..key_groups import first_key_group_column, key_group_column, subtask_column
-from ..keys import key_text, mistyped_key, spark_key_type
+from ..keys import key_columns, key_expression, key_text, key_text_of, mistyped_key, spark_key_type
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import POSITION_COLUMNS
 from ..state.descriptors import qualified_name
@@ -124,19 +124,21 @@ class Frame:
     def _keyed_records(self, input_: Input, records: DataFrame) -> DataFrame:
         ctx, spec = self.ctx, self.ctx.spec
         key, what, column = input_.key, input_.what, record_column(input_)
-        if key not in records.columns:
-            raise InputError(f"{what} has no key column {key!r} (columns: {records.columns}); fix the job's key")
+        missing = [c for c in key_columns(key) if c not in records.columns]
+        if missing:
+            raise InputError(f"{what} has no key column {missing[0]!r} (columns: {records.columns}); fix the job's "
+                             f"key")
         actual = mistyped_key(records, key, spec.key_type)
         if actual is not None:
             raise InputError(
-                f"key column {key!r} is {actual} in {what} but the job declares key_type "
+                f"{actual} in {what} but the job declares key_type "
                 f"{spec.key_type.name} ({spark_key_type(spec.key_type)}); cast it in the source or change key_type"
             )
         data = [c for c in records.columns if c not in POSITION_COLUMNS]
-        kg = key_group_column(F.col(f"`{key}`"), ctx.maxp)
+        kg = key_group_column(key_expression(key), ctx.maxp)
         return self._frame(
             records, subtask=subtask_column(kg, ctx.p, ctx.maxp), phase=F.lit(PHASE_RECORD), side=F.lit(SIDE_KEYED),
-            key=key_text(F.col(f"`{key}`")), key_group=kg,
+            key=key_text_of(key, spec.key_type), key_group=kg,
             input=None if input_.index is None else F.lit(input_.index),
             **{column: F.struct(*[F.col(f"`{c}`") for c in data])})
 

@@ -116,13 +116,17 @@ class VectorizedRun:
         if table.column("key").null_count:
             raise ConfigError("a record has a null key; filter or fill null keys in the source")
         typed = arrow_keys(key_type, table.column("key"))
-        order = record_order(table, self.runner.plan.order_by, typed)
-        table, typed = table.take(order), typed.take(order).combine_chunks()
+        # A row key (a composite key) is ordered and told apart by its text, which is as unique (Arrow does not
+        # compare structs); other keys by their value.
+        ordered = table.column("key") if pa.types.is_struct(typed.type) else typed
+        order = record_order(table, self.runner.plan.order_by, ordered)
+        table, typed, ordered = table.take(order), typed.take(order).combine_chunks(), ordered.take(order)
+        ordered = ordered.combine_chunks()
         records = pa.Table.from_struct_array(table.column("record").combine_chunks())
         n = len(typed)
         starts = pa.array([0], pa.int64())
         if n > 1:
-            changed = pc.not_equal(typed.slice(1), typed.slice(0, n - 1))
+            changed = pc.not_equal(ordered.slice(1), ordered.slice(0, n - 1))
             starts = pa.concat_arrays([starts, pc.add(pc.indices_nonzero(changed), 1)])
         keys = pa.table({"text": table.column("key").take(starts), "key": typed.take(starts),
                          "key_group": table.column("key_group").take(starts)})
@@ -200,7 +204,11 @@ class VectorizedRun:
         known = keys.column("key").combine_chunks()
         if new_keys.equals(known):  # the state table's own key column (most functions return it): no lookup
             return pa.array(np.arange(len(known), dtype=np.int32))
-        at = pc.index_in(new_keys, value_set=known)
+        if pa.types.is_struct(known.type):  # a composite key: Arrow looks up no structs, so by its values
+            where = {_row_key(k): i for i, k in enumerate(known.to_pylist())}
+            at = pa.array([where.get(_row_key(k)) for k in new_keys.to_pylist()], pa.int32())
+        else:
+            at = pc.index_in(new_keys, value_set=known)
         if at.null_count:
             stray = new_keys.filter(pc.is_null(at))[0].as_py()
             raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "
@@ -262,3 +270,8 @@ def _same(a, b):
     import pyarrow.compute as pc
 
     return pc.if_else(pc.is_null(a), pc.is_null(b), pc.fill_null(pc.equal(a, b), False))
+
+
+def _row_key(value):
+    """A composite key's value (a dict of its columns, from Arrow) as a hashable tuple."""
+    return None if value is None else tuple(_row_key(v) if isinstance(v, dict) else v for v in value.values())

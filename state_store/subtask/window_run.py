@@ -15,7 +15,7 @@ see the windows as they see the per-record operator's. No Spark here.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..keys import arrow_keys
+from ..keys import arrow_key_columns
 from ..records.layout import KeyedRow, keyed_columns
 from ..state.descriptors import qualified_name
 from ..timers import TimeDomain, timer_state_names
@@ -216,7 +216,7 @@ class WindowRun:
         fired = fired.take(pc.sort_indices(fired, [(g, "ascending") for g in ("start", "key_group", "key")]))
         fn = self.fn
         start = fired.column("start")
-        row = {fn.key_name: arrow_keys(runner.plan.key_type, fired.column("key").combine_chunks()),
+        row = {**arrow_key_columns(fn.key_name, runner.plan.key_type, fired.column("key").combine_chunks()),
                "window_start": start, "window_end": pc.add(start, fn.size)}
         for name, op, _ in fn.aggregates:
             if op == "avg":

@@ -19,6 +19,7 @@ from typing import Any
 from typing_extensions import override
 
 from ..errors import ConfigError
+from ..keys import key_columns, key_fields
 from ..state.descriptors import AggregateFunction
 from ..types import RowTypeInfo, Types
 from .functions import ProcessWindowFunction
@@ -53,7 +54,7 @@ class ColumnAggregate(AggregateFunction):
     def bind(self, fields: dict, key_name: str, key_type) -> "ColumnAggregate":
         """Check the columns against the stream's (``fields``: name -> type) and fix the accumulator's and the
         output row's types; returns self."""
-        names = {key_name, START, END}
+        names = {*key_columns(key_name), START, END}
         for name, op, column in self.aggregates:
             if name in names:
                 raise ConfigError(f"ColumnAggregate: the output already has a column {name!r} (the key is "
@@ -89,9 +90,9 @@ class ColumnAggregate(AggregateFunction):
     def output_type(self) -> RowTypeInfo:
         """The row a firing emits, once ``bind`` has run: the key (under the key column's name), ``window_start``,
         ``window_end`` and each aggregate under its name."""
-        key_name, key_type = self._key
-        return Types.ROW_NAMED([key_name, START, END] + [n for n, _, _ in self.aggregates],
-                               [key_type, Types.LONG(), Types.LONG()]
+        keys = key_fields(*self._key)
+        return Types.ROW_NAMED([*keys, START, END] + [n for n, _, _ in self.aggregates],
+                               [*keys.values(), Types.LONG(), Types.LONG()]
                                + [self.value_type(op, c) for _, op, c in self.aggregates])
 
     # -- the per-record path -----------------------------------------------------------------------------------
@@ -149,11 +150,12 @@ class WindowRow(ProcessWindowFunction):
     """A ColumnAggregate's row on the per-record path: the key, the window's bounds and the results, as the
     output type's columns."""
 
-    def __init__(self, key_name: str, columns: list[str]):
+    def __init__(self, key_name: "str | tuple[str, ...]", columns: list[str]):
         self.key_name, self.columns = key_name, columns
 
     @override
     def process(self, key, context, elements):
         w = context.window()
-        row = {self.key_name: key, START: w.start, END: w.end, **elements[0]}
+        keys = {self.key_name: key} if isinstance(self.key_name, str) else dict(zip(self.key_name, key))
+        row = {**keys, START: w.start, END: w.end, **elements[0]}
         yield {c: row[c] for c in self.columns}

@@ -102,7 +102,7 @@ def test_chain_keys_each_operator_by_a_column_of_what_the_one_before_emits(tmp_p
      .key_by("country").process(CountSessions(), uid="s", output_type=COUNTS).sink_to("sinks/x"), "given twice"),
     (lambda d: d.key_by("user_id").sink_to("sinks/x"), "not processed"),
     (lambda d: d.sink_to("sinks/x"), "at least one operator"),
-    (lambda d: d.key_by("ts", Types.DOUBLE()), "STRING, LONG or INT"),
+    (lambda d: d.key_by("ts", Types.DOUBLE()), "a key is STRING, LONG, INT, BOOLEAN, DATE, TIMESTAMP,"),
 ])
 def test_a_dataflow_built_wrong_is_refused_naming_the_fix(tmp_path, build, message):
     start = Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="bad")

@@ -206,7 +206,7 @@ def test_connected_streams_are_checked_where_the_job_is_defined(tmp_path):
         left.key_by("k").connect(right)
     mistyped = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", Types.ROW_NAMED(
         ["key", "at"], [Types.LONG(), Types.LONG()])), job_id="j", watermark_strategy=BY_AT)
-    with pytest.raises(ConfigError, match="key them by columns of one type"):
+    with pytest.raises(ConfigError, match="key them by columns of the same types"):
         left.connect(mistyped).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW)
     no_time = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
     with pytest.raises(ConfigError, match="give both inputs a watermark_strategy, or neither"):

@@ -572,19 +572,47 @@ def test_a_subtasks_sink_rows_are_held_as_arrow_and_written_once_per_flush(tmp_p
     assert [(r["key"], r["n"], r[SINK_MICROBATCH]) for r in late] == [("late", b, b) for b in range(3)]
 
 
-def test_a_key_is_string_long_or_int_and_travels_as_sparks_text_of_it():
-    """keys.py is the key's one home: its types, their Spark types, and the decoding of its text, scalar and
-    column-wise alike; any other type is refused naming the three."""
-    from state_store.errors import ConfigError
-    from state_store.keys import KEY_TYPES, arrow_keys, check_key_type, decode_key, key_decoder, spark_key_type
+def test_every_key_kind_travels_as_text_that_decodes_alike_scalar_and_column_wise():
+    """keys.py is the key's one home: its types, their Spark types, and the decoding of its text (what Spark's
+    ``key_text`` makes of a key), scalar and column-wise alike; a composite key is the row of its columns and its
+    value a tuple; any other type is refused naming the kinds a key may have."""
+    import datetime
+    import decimal
 
-    assert {n: spark_key_type(t()) for n, t in KEY_TYPES.items()} == {"STRING": "string", "LONG": "bigint",
-                                                                       "INT": "int"}
-    texts = pa.array(["42", "-7"], pa.string())
-    for key_type in (Types.LONG(), Types.INT(), Types.STRING()):
+    from state_store.errors import ConfigError
+    from state_store.keys import arrow_keys, check_key, check_key_type, decode_key, key_decoder, spark_key_type
+
+    utc = datetime.timezone.utc
+    kinds = [  # (type, its Spark type, texts as key_text makes them, the values they are)
+        (Types.STRING(), "string", ["a", ""], ["a", ""]),
+        (Types.LONG(), "bigint", ["42", "-7"], [42, -7]),
+        (Types.INT(), "int", ["42", "-7"], [42, -7]),
+        (Types.BOOLEAN(), "boolean", ["true", "false"], [True, False]),
+        (Types.DATE(), "date", ["2024-02-29", "1969-12-31"], [datetime.date(2024, 2, 29), datetime.date(1969, 12, 31)]),
+        (Types.TIMESTAMP(), "timestamp", ["1704067200123456", "-1"],
+         [datetime.datetime(2024, 1, 1, 0, 0, 0, 123456, utc),
+          datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, utc)]),
+        (Types.DECIMAL(10, 2), "decimal(10,2)", ["12.50", "-0.01"],
+         [decimal.Decimal("12.50"), decimal.Decimal("-0.01")]),
+        (Types.BYTES(), "binary", ["00FF10", ""], [b"\x00\xff\x10", b""]),
+        (Types.ROW_NAMED(["user", "n"], [Types.STRING(), Types.LONG()]), "struct<user:string,n:bigint>",
+         ['["al\\"ice",null]', '["bob","3"]'], [('al"ice', None), ("bob", 3)]),
+    ]
+    for key_type, spark_type, texts, values in kinds:
+        assert spark_key_type(key_type) == spark_type
         decode = key_decoder(key_type) or (lambda text: text)
-        scalar = [decode_key(key_type, t) for t in texts.to_pylist()]
-        assert arrow_keys(key_type, texts).to_pylist() == [decode(t) for t in texts.to_pylist()] == scalar
-    assert check_key_type(Types.LONG()) == Types.LONG()
-    with pytest.raises(ConfigError, match=r"key_by\('x'\): a key is STRING, LONG or INT .*not Types\(\"DOUBLE\"\)"):
+        assert [decode(t) for t in texts] == [decode_key(key_type, t) for t in texts] == values, key_type
+        column = arrow_keys(key_type, pa.array(texts, pa.string())).to_pylist()
+        assert [tuple(v.values()) if isinstance(v, dict) else v for v in column] == values, key_type
+        assert check_key_type(key_type) == key_type
+    row = Types.ROW_NAMED(["user", "device"], [Types.STRING(), Types.INT()])
+    assert check_key(["user", "device"], [Types.STRING(), Types.INT()]) == (("user", "device"), row)
+    assert check_key(["user"], [Types.STRING()]) == ("user", Types.STRING())
+    with pytest.raises(ConfigError, match=r"key_by\('x'\): a key is STRING, LONG, INT, BOOL.* not Types\(\"DOUBLE\"\)"):
         check_key_type(Types.DOUBLE(), "key_by('x')")
+    with pytest.raises(ConfigError, match=r"2 key columns \['a', 'b'\] but 1 key types"):
+        check_key(["a", "b"], [Types.LONG()])
+    with pytest.raises(ConfigError, match="names a column twice"):
+        check_key(["a", "a"], [Types.LONG(), Types.LONG()])
+    with pytest.raises(ConfigError, match=r"a row of them .*ROW.*DOUBLE"):
+        check_key(["a", "b"], [Types.LONG(), Types.DOUBLE()])
