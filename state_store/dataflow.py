@@ -150,7 +150,8 @@ def _graph(ends: tuple) -> Job:
         if last.uid in sinks:
             raise ConfigError(f"two branches end at operator {last.uid!r} (sinks {sinks[last.uid]!r} and {sink!r}); "
                               f"a stream is written to one sink")
-        if any(last.uid in (o.uid for o in other[:-1]) for other, _ in branches):
+        if any(i.upstream == last.uid and getattr(i.source, "output", None) is None
+               for other, _ in branches for o in other for i in o.inputs):
             # the stream is also read further on: an operator that forwards it writes the sink
             uid = f"{last.uid}-to-sink"
             last = merged[uid] = replace(
@@ -172,8 +173,10 @@ def _further_inputs(others: tuple, key: str, role: InputRole = InputRole.KEYED) 
     for index, other in enumerate(others, start=2):
         name = further_input_name(index)
         if other._steps:
-            last = other._steps[-1]
-            inputs.append(Input(name, EdgeSource(last.uid, last.output_type), key, None, role, index))
+            last, side = other._steps[-1], other._pending_side()
+            edge = (EdgeSource(last.uid, last.output_type) if side is None
+                    else EdgeSource(last.uid, side.type_info, output=side.name))
+            inputs.append(Input(name, edge, key, None, role, index))
         else:
             inputs.append(Input(name, other._source, key, other._settings["watermark_strategy"], role, index))
     return {"further_inputs": tuple(inputs)}
@@ -193,6 +196,7 @@ class _Step:
     output_type: RowTypeInfo
     options: dict
     joined: tuple = ()  # the branches (each a tuple of steps of the same stream) its further inputs read, if any
+    reads: Any = None  # the OutputTag of the step before it whose side output it reads (``get_side_output``)
 
 
 class Dataflow:
@@ -254,7 +258,10 @@ class Dataflow:
         return self._key
 
     def _fields(self) -> dict | None:
-        """The columns of the stream here: the source's, or the last operator's output."""
+        """The columns of the stream here: the source's, the last operator's output, or its side output's."""
+        side = self._pending_side()
+        if side is not None:
+            return side.type_info.fields
         return self._steps[-1].output_type.fields if self._steps else self._source.declared_fields()
 
     def key_by(self, key: "str | list[str]", key_type: "TypeInfo | list[TypeInfo] | None" = None) -> "Dataflow":
@@ -316,7 +323,7 @@ class Dataflow:
             options.update(_further_inputs(union, self._key[0], InputRole.UNION))
             joined = tuple(other._steps for other in union if other._steps)
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
-        return Dataflow(self._source, self._settings, self._steps + (step,))
+        return self._then(step)
 
     def window(self, assigner, *, timestamp_column: str | None = None) -> WindowedStream:
         """Window the keyed stream (docs/writing/windows.md): ``assigner`` puts each record in windows
@@ -400,6 +407,43 @@ class Dataflow:
                               "records twice")
         return Dataflow(self._source, {**self._settings, "union": (others, len(self._steps))}, self._steps, self._key)
 
+    def get_side_output(self, tag) -> "Dataflow":
+        """The rows the last operator emits to side output ``tag`` (one it declares in ``side_outputs``), as a
+        stream that goes on like any other (Flink's ``getSideOutput``): map, key, window, join and process it,
+        exactly once as every edge. A side output read so goes to the operators that read it, not to a table of
+        its own; one nobody reads still goes to its table beside the sink.
+
+        Example::
+
+            counted = clicks.key_by("user").window(TumblingEventTimeWindows.of(minute)).allowed_lateness(0) \
+                .side_output_late_data(LATE).aggregate(ColumnAggregate(n="count(*)"), uid="per-minute")
+            late = counted.get_side_output(LATE).key_by("user").process(CountLate(), uid="late", ...)
+        """
+        if not self._steps:
+            raise ConfigError("get_side_output(...) reads an operator's side output: call it on what "
+                              ".process(...) (or a window, join or map) returns")
+        if self._key is not None or self._pending_union() is not None or self._pending_side() is not None:
+            raise ConfigError("get_side_output(...) is read from an operator's output, before key_by, union or "
+                              "another get_side_output")
+        last = self._steps[-1]
+        declared = list(last.options.get("side_outputs") or [])
+        if tag not in declared:
+            raise ConfigError(f"get_side_output({tag!r}): operator {last.uid!r} declares side outputs "
+                              f"{[t.name for t in declared]}; add the tag to its side_outputs=[...]")
+        return Dataflow(self._source, {**self._settings, "side": (tag, len(self._steps))}, self._steps, None)
+
+    def _pending_side(self):
+        """The side output ``get_side_output`` picked, until the operator that reads it is added."""
+        side = self._settings.get("side")
+        return side[0] if side is not None and side[1] == len(self._steps) else None
+
+    def _then(self, step: _Step) -> "Dataflow":
+        """This stream with operator ``step`` added: it reads the side output picked, if one was."""
+        side = self._pending_side()
+        if side is not None:
+            step = replace(step, reads=side)
+        return Dataflow(self._source, self._settings, self._steps + (step,))
+
     def _pending_union(self) -> "tuple[Dataflow, ...] | None":
         """The streams ``union`` joined to this one, until the keyed operator that reads them is added."""
         union = self._settings.get("union")
@@ -478,7 +522,7 @@ class Dataflow:
                    "side_outputs": list(side_outputs or []), **_further_inputs((other,), SHARE_KEY)}
         step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options,
                      (other._steps,) if other._steps else ())
-        return Dataflow(self._source, self._settings, self._steps + (step,))
+        return self._then(step)
 
     def two_input_process(self, other: "Dataflow", function, *, uid: str, output_type: RowTypeInfo,
                           parallelism: int = 2, max_parallelism: int | None = None,
@@ -494,7 +538,7 @@ class Dataflow:
         options = {"parallelism": parallelism, "max_parallelism": max_parallelism, "order_by": [],
                    "side_outputs": list(side_outputs or []), **_further_inputs((other,), key2)}
         step = _Step(function, uid, key, key_type, output_type, options, (other._steps,) if other._steps else ())
-        return Dataflow(self._source, self._settings, self._steps + (step,))
+        return self._then(step)
 
     def _record_step(self, kind: str, function, expected: type, uid: str | None, output_type, options: dict
                      ) -> "Dataflow":
@@ -515,7 +559,7 @@ class Dataflow:
         options = {"parallelism": options.get("parallelism", 2), "max_parallelism": options.get("max_parallelism"),
                    "order_by": [], "side_outputs": list(options.get("side_outputs") or [])}
         step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
-        return Dataflow(self._source, self._settings, self._steps + (step,))
+        return self._then(step)
 
     def map(self, function: MapFunction, *, output_type: RowTypeInfo, uid: str | None = None, parallelism: int = 2,
             max_parallelism: int | None = None) -> "Dataflow":
@@ -565,9 +609,14 @@ class Dataflow:
                               f"before sink_to")
         if not self._steps:
             raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
+        if self._pending_side() is not None:
+            raise ConfigError(f"sink_to(...) right after get_side_output({self._pending_side()!r}): a side output "
+                              f"nobody reads goes to its own table already; process it first (.map, .key_by(...)"
+                              f".process, a window) to sink what comes of it")
         settings = dict(self._settings)
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
         settings.pop("union", None)  # in the operator's options (``process``)
+        settings.pop("side", None)  # in the steps that read it (``_then``)
         operators: dict[str, JobSpec] = {}
         steps: dict[str, _Step] = {}
         chain = True  # each operator reads the one before it
@@ -584,7 +633,9 @@ class Dataflow:
                     raise ConfigError(f"operator uid {step.uid!r} is given twice; give each operator its own uid")
                 before = branch[i - 1] if i else None
                 chain = chain and (before is None or list(steps)[-1] == before.uid) and not step.joined
-                source = self._source if before is None else EdgeSource(before.uid, before.output_type)
+                source = (self._source if before is None else EdgeSource(before.uid, before.output_type)
+                          if step.reads is None else EdgeSource(before.uid, step.reads.type_info,
+                                                                output=step.reads.name))
                 steps[step.uid] = step
                 operators[step.uid] = JobSpec(
                     function=step.function, source=source, key=step.key, key_type=step.key_type,

@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .job import Input, InputRole, JobSpec
 from .side_outputs import check_one_writer_per_table
 from .sinks import Sink, sink_name
+from .sources.edge import edge_name
 
 # What every operator of a chain shares: the job's, set once on the dataflow.
 JOB_WIDE = ("job_id", "backend", "checkpoint_interval", "num_retained", "sink")
@@ -101,7 +102,15 @@ class Job:
         sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink_name(sink)) for op in self.operators
                  if (sink := self.sink_of(op.uid)) is not None]
         return sinks + [(f"side output {t.name!r} of operator {op.uid!r}", self.side_output_sink(t))
-                        for op in self.operators for t in op.side_outputs]
+                        for op in self.operators for t in op.side_outputs
+                        if t.name not in self.streamed_side_outputs(op.uid)]  # a stream read further: no table
+
+    def streamed_side_outputs(self, uid: str) -> list[str]:
+        """The side outputs of operator ``uid`` that later operators read as streams (``get_side_output``), by tag
+        name: each staged for the run as an edge, not written to a table of its own."""
+        read = {i.source.output for op in self.operators for i in op.inputs
+                if i.upstream == uid and getattr(i.source, "output", None) is not None}
+        return [t.name for t in self.operator(uid).side_outputs if t.name in read]
 
     def inputs_of(self, uid: str) -> list[str]:
         """The operators whose output operator ``uid`` reads (none for the first)."""
@@ -138,11 +147,11 @@ class Job:
                 if getattr(op, name) != getattr(first, name):
                     raise ConfigError(f"operator {op.uid!r} has {name} {getattr(op, name)!r} but the job's is "
                                       f"{getattr(first, name)!r}: it is the whole job's, set on the dataflow")
-        emits = {first.uid: first.output_type}
+        emits = _emits(first)
         for op in self.operators[1:]:
             for input_ in op.inputs:
                 self._validate_later_input(op.uid, input_, emits)
-            emits[op.uid] = op.output_type
+            emits.update(_emits(op))
         self._validate_sinks()
         tags = [t.name for op in self.operators for t in op.side_outputs]
         twice = sorted({t for t in tags if tags.count(t) > 1})
@@ -161,14 +170,19 @@ class Job:
         if input_.role is InputRole.BROADCAST:
             raise only_first
         upstream = input_.upstream
-        if upstream not in emits:
+        edge = input_.source.edge if upstream is not None else None
+        side = getattr(input_.source, "output", None)
+        if upstream in emits and edge not in emits:
+            raise ConfigError(f"operator {uid!r} reads side output {side!r} of operator {upstream!r}, which does not "
+                              f"declare it: add it to that operator's side_outputs=[...]")
+        if edge not in emits:
             raise ConfigError(f"operator {uid!r} must read what an operator before it emits (build the job with "
                               f"Dataflow)" if input_.index in (None, 1) else
                               f"operator {uid!r}: a second source is read by the job's first operator; a later "
                               f"two-input operator reads what operators before it emit")
-        if input_.source.schema != emits[upstream]:
-            raise ConfigError(f"operator {uid!r} reads {input_.source.schema} but {upstream!r} emits "
-                              f"{emits[upstream]}")
+        if input_.source.schema != emits[edge]:
+            what = repr(upstream) if side is None else f"side output {side!r} of {upstream!r}"
+            raise ConfigError(f"operator {uid!r} reads {input_.source.schema} but {what} emits {emits[edge]}")
         if input_.watermark_strategy is not None:
             raise only_first
 
@@ -177,11 +191,13 @@ class Job:
         if self.sinks is None:
             return
         fed = {u for op in self.operators for u in self.inputs_of(op.uid)}
+        rows_fed = {i.upstream for op in self.operators for i in op.inputs  # its rows, not a side output, read on
+                    if i.upstream is not None and getattr(i.source, "output", None) is None}
         for op in self.operators:
             if op.uid not in self.sinks and op.uid not in fed:
                 raise ConfigError(f"operator {op.uid!r} feeds no operator and writes no sink: end its branch with "
                                   f".sink_to(...) and give the branch to Dataflow.graph")
-            if op.uid in self.sinks and op.uid in fed:
+            if op.uid in self.sinks and op.uid in rows_fed:
                 raise ConfigError(f"operator {op.uid!r} feeds other operators and writes sink "
                                   f"{sink_name(self.sinks[op.uid])!r}: a sink ends a branch (Dataflow.graph adds the "
                                   f"operator that writes it)")
@@ -202,6 +218,12 @@ class Job:
                 d["sink"] = sink_name(self.sinks[d["uid"]]) if d["uid"] in self.sinks else None
             head.update(sink=sink_name(self.sink), sinks={uid: sink_name(s) for uid, s in self.sinks.items()})
         return head
+
+
+def _emits(op: JobSpec) -> dict:
+    """What operator ``op`` emits that later operators may read, by ``edge_name``: its rows and its side
+    outputs, each with its type."""
+    return {edge_name(op.uid): op.output_type, **{edge_name(op.uid, t.name): t.type_info for t in op.side_outputs}}
 
 
 def as_job(definition: JobSpec | Job) -> Job:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import json
 from typing import Any, Callable
+
+import orjson
 
 from .errors import ConfigError
 from .types import RowTypeInfo, TypeInfo, Types, from_schema
@@ -119,8 +120,12 @@ def spark_key_type(key_type: TypeInfo) -> str:
 def _component_decoder(key_type: TypeInfo) -> Callable[[str], Any]:
     name = key_type.name
     if isinstance(key_type, RowTypeInfo):
-        parts = [_component_decoder(t) for t in key_type.fields.values()]
-        return lambda text: tuple(None if t is None else d(t) for d, t in zip(parts, json.loads(text)))
+        # Once per key and microbatch: orjson, and no call for a STRING column (its text is its value).
+        parts = tuple(None if t.name == "STRING" else _component_decoder(t) for t in key_type.fields.values())
+        loads = orjson.loads
+        if not any(parts):
+            return lambda text: tuple(loads(text))
+        return lambda text: tuple([v if d is None or v is None else d(v) for d, v in zip(parts, loads(text))])
     return {"STRING": str, "LONG": int, "INT": int, "BOOLEAN": lambda t: t == "true",
             "DATE": datetime.date.fromisoformat, "DECIMAL": decimal.Decimal, "BYTES": bytes.fromhex,
             "TIMESTAMP": lambda t: _EPOCH + datetime.timedelta(microseconds=int(t))}[name]

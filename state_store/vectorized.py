@@ -55,6 +55,15 @@ class BatchContext(MicrobatchTime):
                  key_offsets=None):
         self.batch_id, self._timestamp, self._watermark = batch_id, timestamp, watermark
         self.subtask, self.key_type, self.key_offsets = subtask, key_type, key_offsets
+        self.side_tables: list[tuple] = []  # (tag, rows) of each ``output`` call, written after process_batch
+
+    def output(self, tag, rows) -> None:
+        """Send ``rows`` (an Arrow table or record batch, or a pandas DataFrame, of the tag's columns) to side
+        output ``tag``, one the job declares (``side_outputs=[tag]``), as a whole table: no call per row.
+
+        Example: ``ctx.output(BIG, records.filter(pc.greater(records["amount"], 900)))``
+        """
+        self.side_tables.append((tag, rows))
 
     def current_watermark(self) -> int:
         """The event-time watermark while this microbatch's records are processed (the previous one's)."""
@@ -129,9 +138,6 @@ def check_job(spec) -> None:
     if spec.broadcast_source is not None:
         raise ConfigError(f"{name} is a VectorizedKeyedFunction, which takes no broadcast_source; use a "
                           f"KeyedBroadcastProcessFunction")
-    if spec.side_outputs:
-        raise ConfigError(f"{name} is a VectorizedKeyedFunction, which has no side outputs; drop side_outputs "
-                          f"or use a KeyedProcessFunction")
 
 
 def value_states(ctx: RuntimeContext, function) -> dict[str, Any]:

@@ -239,6 +239,24 @@ def test_the_dataflows_pages_graph_gives_what_pandas_gives_in_each_sink(spark, l
     assert sorted(zip(big["user_id"], big["total"])) == [(1, 110.0), (3, 125.0)]
 
 
+def test_the_dataflows_pages_late_clicks_are_counted_by_window_and_recounted_per_user(spark, lake, monkeypatch,
+                                                                                      request):
+    """docs/writing/dataflows.md's ``late_clicks.py``: a side output read as a stream by a later operator."""
+    from tests.support.helpers import run
+
+    files = [[("a", 1_000), ("a", 12_000)], [("a", 2_000), ("b", 3_000), ("b", 25_000)], [("a", 5_000)]]
+    page_input(lake, monkeypatch, "late-clicks", [[{"user": u, "ts": t} for u, t in f] for f in files])
+    job = page_module("writing/dataflows.md", "late_clicks", request).job()
+    run(spark, job, lake)
+
+    def rows(sink):
+        return sorted(tuple(r) for r in spark.read.format("delta").load(str(lake.settings.sink(sink))).collect())
+
+    # [0, 10 s) fires at W = 12 s - 1: a's 2 s and 5 s clicks and b's 3 s one come after it
+    assert rows("sinks/late_per_user") == [("a", 1, 1), ("a", 2, 2), ("b", 1, 1)]
+    assert [r[:4] for r in rows("sinks/clicks_per_10s")] == [("a", 0, 10_000, 1), ("a", 10_000, 20_000, 1)]
+
+
 def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_the_purchases(spark, lake,
                                                                                           monkeypatch, request):
     """docs/writing/operator-state.md's program: the first microbatch's limits flag user 1 (110 > 100); the second

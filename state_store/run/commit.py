@@ -11,6 +11,7 @@ from ..records.layout import KEYED, OPERATOR, SINK, OperatorRow
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import CleanupNote, MicrobatchStats, WrittenFile
 from ..repartition import place_source_entries
+from ..side_outputs import SIDE_PREFIX
 from ..state.operator import SOURCE_OFFSETS_STATE, SPLIT_DISTRIBUTE
 from ..state.ttl.cleanup import run_incremental_cleanup
 from ..subtask.run_files import RunOutputs, write_rows
@@ -45,8 +46,8 @@ def write(ctx: RunContext, plans: list[MicrobatchPlan], outputs: RunOutputs, fil
     ctx.lease.heartbeat()  # a run that lost its lease must not write
     files[OPERATOR] += write_rows(outputs.tables[OPERATOR], outputs.token,
                                   source_offset_rows(ctx, plans) + watermark_rows(ctx, plans))
-    sinks = {name: target for name, target in sink_targets(ctx).items()
-             if not (ctx.edge and name == SINK)}  # an edge's rows stay staged
+    staged = {SIDE_PREFIX + n for n in ctx.side_edges} | ({SINK} if ctx.edge else set())
+    sinks = {name: target for name, target in sink_targets(ctx).items() if name not in staged}  # edges stay staged
 
     def sink(name: str) -> None:
         ctx.fault("before_sink_write", batch_ids)

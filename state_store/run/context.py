@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -74,6 +74,9 @@ class RunContext:
     edge: bool = False
     in_chain: bool = False  # one of a dataflow's operators: what it says of itself names it (``say_of_operator``)
     sink: Sink | None = None  # the ``Sink`` at ``sink_path`` (None for an edge)
+    # The side outputs later operators read as streams (``get_side_output``), by tag name: each staged for the run
+    # in its folder, as an edge's rows are, not written to a table of its own.
+    side_edges: dict[str, Path] = field(default_factory=dict)
 
     @property
     def p(self) -> int:

@@ -111,7 +111,7 @@ class Frame:
         plans, or (in a dataflow) what the upstream operator emitted in this run."""
         source = input_.source
         if input_.upstream is not None:
-            source = replace(source, files=tuple(self.emitted[input_.upstream]))
+            source = replace(source, files=tuple(self.emitted[source.edge]))
         if input_.role is InputRole.BROADCAST:
             return self._broadcast_records(source.read_run(self.ctx.spark, self._ranges(input_.name)))
         records = source.read_run(self.ctx.spark, self._ranges(input_.name))

@@ -10,6 +10,8 @@ from ..records.layout import KEYED, OPERATOR, SINK
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import MicrobatchStats, WrittenFile
 from ..restore_plan import check_restorable
+from ..side_outputs import SIDE_PREFIX
+from ..sources.edge import edge_name
 from ..storage import rmtree
 from ..subtask.exchange import KIND_FILE, KIND_STAT
 from ..subtask.run_files import RunOutputs, remove_uncommitted
@@ -89,9 +91,11 @@ class OperatorRun:
         ctx = self.ctx
         self.outputs = RunOutputs(token, open_outputs(ctx, token))
 
-    def process(self, plans: list[MicrobatchPlan], clock: EventClock, emitted: dict[str, list[str]]) -> list[str]:
+    def process(self, plans: list[MicrobatchPlan], clock: EventClock,
+                emitted: dict[str, list[str]]) -> dict[str, list[str]]:
         """This operator's Spark pass over ``plans``, fed (in a dataflow) what the operators it reads emitted in
-        this run (``emitted``: each one's files by uid); returns the files it emitted, in order (by subtask)."""
+        this run (``emitted``: each one's files by ``edge_name``); returns the files it emitted, in order (by
+        subtask), by ``edge_name``: its rows, and each side output a later operator reads."""
         ctx = self.ctx
         self.outputs.tables.update({n: b.output(self.outputs.token) for n, b in self.backends.items()})
         due = timing.due_timer_keys(ctx, self.keyed, self.checkpoint, plans)
@@ -99,8 +103,14 @@ class OperatorRun:
                                                     self.outputs).collect()
         self.stats, self.files = _stats_and_files(plans, rows, self.outputs.tables)
         dead_letter_files(ctx, plans, self.outputs, self.stats, self.files)
-        sink = self.outputs.tables[SINK]
-        return [str(sink.root / f.path) for f in sorted(self.files[SINK], key=lambda f: f.path)]
+        uid = ctx.spec.uid
+        out = {edge_name(uid): self._emitted(SINK)}
+        out.update({edge_name(uid, tag): self._emitted(SIDE_PREFIX + tag) for tag in ctx.side_edges})
+        return out
+
+    def _emitted(self, table: str) -> list[str]:
+        root = self.outputs.tables[table].root
+        return [str(root / f.path) for f in sorted(self.files.get(table, []), key=lambda f: f.path)]
 
     def write(self, plans: list[MicrobatchPlan]) -> None:
         commit.write(self.ctx, plans, self.outputs, self.files, self.backends, self.written)
@@ -141,6 +151,8 @@ class OperatorRun:
             backend.end_run(self.outputs.token)
         if self.ctx.edge:
             rmtree(self.ctx.sink_path, ignore_errors=True)
+        for staged in self.ctx.side_edges.values():
+            rmtree(staged, ignore_errors=True)
 
 
 def _folder(directory) -> str:

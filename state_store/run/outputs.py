@@ -21,8 +21,10 @@ def sink_targets(ctx: RunContext) -> dict[str, tuple[Sink, SinkRun]]:
     targets = {SINK: (sink, _run(ctx, SINK, ctx.sink_path, ctx.spec.output_type.spark_schema_ddl(),
                                  ctx.sink_app_id, "the job's output_type"))}
     for tag in ctx.spec.side_outputs:
-        targets[tag.table] = (DeltaSink(ctx.spec.side_output_sink(tag)),
-                              _run(ctx, tag.table, ctx.side_output_path(tag), tag.type_info.spark_schema_ddl(),
+        staged = ctx.side_edges.get(tag.name)  # read further in the job: staged for the run, as an edge
+        location = ctx.side_output_path(tag) if staged is None else staged
+        targets[tag.table] = (DeltaSink(ctx.spec.side_output_sink(tag) if staged is None else str(staged)),
+                              _run(ctx, tag.table, location, tag.type_info.spark_schema_ddl(),
                                    ctx.side_app_id(tag), f"side output {tag.name!r}'s type"))
     return targets
 

@@ -173,7 +173,9 @@ class JobRunner:
                 path, sink = sinks.get(op.uid, (None, None))
                 ctx = RunContext(self.spark, op, self.settings, store, lease,
                                  path or store.staging_dir / f"edge-{lease.run_id}", self.clock, self.faults,
-                                 self.progress, edge=sink is None, in_chain=len(specs) > 1, sink=sink)
+                                 self.progress, edge=sink is None, in_chain=len(specs) > 1, sink=sink,
+                                 side_edges={tag: store.staging_dir / f"edge-{lease.run_id}-side-{tag}"
+                                             for tag in self.spec.streamed_side_outputs(op.uid)})
                 operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
                                              descriptors[i]))
             return _Run(operators, checkpoint).run(max_microbatches, max_records)
@@ -248,7 +250,7 @@ class _Run:
         ctx, emitted = self.ctx, {}
         try:
             for op in self.operators:
-                emitted[op.ctx.spec.uid] = op.process(plans, self.clock, emitted)
+                emitted.update(op.process(plans, self.clock, emitted))
                 phase(f"process {op.ctx.spec.uid}" if len(self.operators) > 1 else "process")
         except Exception as e:
             wait_for_running_tasks(ctx.spark)

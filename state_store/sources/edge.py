@@ -12,6 +12,12 @@ from ..types import RowTypeInfo
 from .base import SINK_MICROBATCH, Source
 
 
+def edge_name(uid: str, side_output: str | None = None) -> str:
+    """What a run calls an operator's emitted rows ("<uid>") or one of its side outputs read as a stream
+    ("<uid>/side:<tag>")."""
+    return uid if side_output is None else f"{uid}/side:{side_output}"
+
+
 @dataclass
 class EdgeSource(Source):
     """Inside a dataflow's run (``dataflow``), what operator ``upstream`` emitted: its subtasks' output files of
@@ -22,6 +28,12 @@ class EdgeSource(Source):
     upstream: str
     schema: RowTypeInfo
     files: tuple[str, ...] = ()
+    output: str | None = None  # the side output of ``upstream`` it reads (``get_side_output``); None: its rows
+
+    @property
+    def edge(self) -> str:
+        """The name of what it reads among a run's emitted outputs (``edge_name``)."""
+        return edge_name(self.upstream, self.output)
 
     @override
     def declared_fields(self) -> dict:
@@ -35,7 +47,10 @@ class EdgeSource(Source):
 
     @override
     def describe(self) -> dict:
-        return {"type": "operator", "uid": self.upstream}
+        described = {"type": "operator", "uid": self.upstream}
+        if self.output is not None:
+            described["side_output"] = self.output
+        return described
 
     @override
     def initial_offset(self) -> dict:

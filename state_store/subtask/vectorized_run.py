@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..errors import ConfigError, StoredValueError
 from ..keys import arrow_keys
 from ..records.layout import keyed_columns
+from ..side_outputs import OutputTag
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
 from ..vectorized import BatchContext, as_table, conform, value_states
 from .exchange import SORT_ONLY_COLUMNS, record_order
@@ -99,6 +100,7 @@ class VectorizedRun:
                              "return the columns of the job's output_type")
             runner.files.sink.add_table(runner.batch_id, output)
             stats.records_out += output.num_rows
+        self._side_tables()
         updates = {} if new_state is None else self._updates(keys, states, new_state)
         for qname, descriptor in states.items():
             if qname in updates or descriptor.ttl_config is not None:  # TTL: expired values go, reads restamp
@@ -155,8 +157,8 @@ class VectorizedRun:
     def _call(self, records, state):
         runner = self.runner
         function = runner.function
-        ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask, runner.plan.key_type,
-                           self._key_offsets)
+        ctx = self._ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask,
+                                       runner.plan.key_type, self._key_offsets)
         pandas = function.batch_format == "pandas"
         try:
             result = function.process_batch(records.to_pandas() if pandas else records,
@@ -169,6 +171,22 @@ class VectorizedRun:
             raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "
                               f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
         return result
+
+    def _side_tables(self) -> None:
+        """The tables ``process_batch`` sent to side outputs (``BatchContext.output``), checked and written."""
+        runner = self.runner
+        for tag, rows in self._ctx.side_tables:
+            declared = runner.plan.side_outputs.get(getattr(tag, "name", None))
+            if not isinstance(tag, OutputTag) or declared is None:
+                raise ConfigError(f"ctx.output({tag!r}, ...): the job declares no such side output; add it to "
+                                  f"side_outputs=[...] (declared: {sorted(runner.plan.side_outputs)})")
+            table = conform(rows, list(declared.arrow_type()), f"the rows of side output {tag.name!r}",
+                            "give the tag's columns")
+            if not table.num_rows:
+                continue
+            runner.files.sides[tag.table].add_table(runner.batch_id, table)
+            runner.stats.side_out += table.num_rows
+            runner.stats.side_rows[tag.name] = runner.stats.side_rows.get(tag.name, 0) + table.num_rows
 
     def _updates(self, keys, states: dict, new_state) -> dict:
         """Qualified state name -> (the positions among ``keys`` of the keys ``new_state`` writes, ascending;

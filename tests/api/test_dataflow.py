@@ -721,3 +721,84 @@ def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(
         start.map(NotEveryFifth(), output_type=CLICK)
     with pytest.raises(ConfigError, match="a keyed stream takes .process"):
         start.key_by("user_id").filter(NotEveryFifth())
+
+
+class CountLate(KeyedProcessFunction):
+    """A running count of a key's late records, with the latest one's time."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("late", Types.LONG()))
+
+    def process(self, key, records, ctx):
+        self.count.update((self.count.value() or 0) + len(records))
+        yield {"k": key, "late": self.count.value(), "ts": records[-1]["ts"]}
+
+
+LATE_COUNT = Types.ROW_NAMED(["k", "late", "ts"], [Types.STRING(), Types.LONG(), Types.LONG()])
+
+
+def _late_recounted(lake):
+    """Clicks per key and 10 s window, their late clicks a stream counted per key (Flink's SideOutputITCase's
+    late data, processed further in the job)."""
+    from state_store import ColumnAggregate, TumblingEventTimeWindows
+
+    counted = (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1),
+                                    job_id="late", watermark_strategy=STRATEGY)
+               .key_by("k").window(TumblingEventTimeWindows.of(10 * S)).side_output_late_data(LATE_TIMED)
+               .aggregate(ColumnAggregate(n="count(*)"), uid="per-window"))
+    recounted = counted.get_side_output(LATE_TIMED).key_by("k").process(CountLate(), uid="late-count",
+                                                                        output_type=LATE_COUNT)
+    return counted, recounted, Dataflow.graph(counted.sink_to("sinks/per_window"), recounted.sink_to("sinks/late"))
+
+
+def test_a_side_output_is_a_stream_the_job_processes_further_exactly_once(spark, tmp_path):
+    """``get_side_output(tag)`` (issue 61, item 3): a window's late records keyed and counted by a later operator;
+    a side output read so goes to that operator, not to a table; a crash after a sink write replays to the clean
+    run's sinks and state; a savepoint restores at parallelism 3 on the other backend and goes on as the clean
+    run. Reading a side output the operator does not declare, or sinking one unprocessed, is refused."""
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from tests.support.helpers import run as run_in
+    from tests.support.helpers import state_at_latest_checkpoint
+
+    def sinks(lake):
+        return [sorted(tuple(r) for r in spark.read.format("delta").load(
+            str(lake.settings.in_warehouse(f"sinks/{name}", "sink"))).collect()) for name in ("per_window", "late")]
+
+    clean = Lake(tmp_path / "clean")
+    write_window_clicks(clean)
+    counted, recounted, job = _late_recounted(clean)
+    assert job.uids == ["per-window", "late-count"] and job.streamed_side_outputs("per-window") == ["late"]
+    assert job.operator("late-count").describe()["source"] == {"type": "operator", "uid": "per-window",
+                                                               "side_output": "late"}
+    run_in(spark, job, clean)
+    per_window, late = sinks(clean)
+    # a's 8 s click comes in microbatch 1, after [0, 10 s) fired at W = 12 s - 1; its 1 s click in microbatch 2
+    assert late == [("a", 1, 8 * S, 1), ("a", 2, 1 * S, 2)]
+    assert [r[:3] for r in per_window] == [("a", 0, 10 * S), ("a", 10 * S, 20 * S), ("b", 0, 10 * S),
+                                           ("b", 20 * S, 30 * S)]
+    assert not clean.settings.sink(job.side_output_sink(LATE_TIMED)).exists()  # a stream, not a table
+
+    crashed = Lake(tmp_path / "crashed")
+    write_window_clicks(crashed)
+    with pytest.raises(InjectedFault):
+        run_in(spark, _late_recounted(crashed)[2], crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+    run_in(spark, _late_recounted(crashed)[2], crashed)
+    assert sinks(crashed) == [per_window, late]
+    assert state_at_latest_checkpoint(spark, crashed, job.head) == state_at_latest_checkpoint(spark, clean, job.head)
+
+    moved = Lake(tmp_path / "moved")
+    write_window_clicks(moved)
+    run_in(spark, _late_recounted(moved)[2], moved, max_microbatches=1)
+    saved = take_savepoint(spark, moved.settings, "late", say=_quiet)
+    restore_job(spark, moved.settings, _late_recounted(moved)[2], StatePoint(saved), parallelism=3,
+                backend="hashmap", say=_quiet)
+    run_in(spark, _late_recounted(moved)[2], moved)
+    assert sinks(moved) == [per_window, late]
+
+    other = OutputTag("other", TIMED)
+    with pytest.raises(ConfigError, match=r"operator 'per-window' declares side outputs \['late'\]; add the tag"):
+        counted.get_side_output(other)
+    with pytest.raises(ConfigError, match="a side output nobody reads goes to its own table already"):
+        counted.get_side_output(LATE_TIMED).sink_to("sinks/x")

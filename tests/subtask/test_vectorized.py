@@ -78,12 +78,20 @@ def frame(rows, rows_per_batch=4, vectorized=True):
             for i in range(0, len(full), rows_per_batch)]
 
 
-def run(function, rows, microbatches=3, committed=None, key_type=None):
-    """The rows ``function`` wrote and the stats it returned; microbatch m's processing time is 1000 (m + 1)."""
+def run(function, rows, microbatches=3, committed=None, key_type=None, side_outputs=()):
+    """The rows ``function`` wrote (a side output's: kind ``side:<tag name>``) and the stats it returned;
+    microbatch m's processing time is 1000 (m + 1)."""
+    from state_store.sources import SINK_MICROBATCH
+    from state_store.subtask.run_files import OutputTable
+
     with tempfile.TemporaryDirectory() as directory:
         out = run_outputs(Path(directory), committed)
+        for tag in side_outputs:
+            out.tables[tag.table] = OutputTable(tag.table, str(Path(directory) / tag.name), "", (), committed,
+                                                SINK_MICROBATCH)
         plan = RunPlan("op", function, key_type or Types.STRING(), OUTPUT, 2, 8, True,
-                       [(m, 1_000 * (m + 1)) for m in range(microbatches)], out)
+                       [(m, 1_000 * (m + 1)) for m in range(microbatches)], out,
+                       side_outputs={t.name: t.type_info for t in side_outputs})
         result = run_partition(plan, iter(frame(rows, vectorized=isinstance(function, VectorizedKeyedFunction))))
         return read_files(out, [r for batch in result for r in batch.to_pylist()])
 
@@ -346,9 +354,9 @@ def test_ttl_expires_restamps_and_stamps_as_the_per_record_ttl_handles(update_ty
     assert not [r for r in result if r["kind"] == "k" and r["key"] == "z"]  # not touched: not read
 
 
-def test_timers_side_outputs_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
+def test_timers_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
     from bench.jobs import count_sum_job
-    from state_store import FileSource, OutputTag
+    from state_store import FileSource
 
     class Timers(RunningCountSumVectorized):
         def on_timer(self, timestamp, ctx):
@@ -358,8 +366,6 @@ def test_timers_side_outputs_and_broadcast_are_refused_where_the_job_is_defined(
     assert isinstance(spec.validate().function, VectorizedKeyedFunction)
     with pytest.raises(ConfigError, match="defines on_timer, but a VectorizedKeyedFunction has no timers"):
         spec.with_overrides(function=Timers()).validate()
-    with pytest.raises(ConfigError, match="which has no side outputs"):
-        spec.with_overrides(side_outputs=[OutputTag("late", OUTPUT)]).validate()
     with pytest.raises(ConfigError, match="which takes no broadcast_source"):
         spec.with_overrides(broadcast_source=FileSource(str(tmp_path), "json", OUTPUT)).validate()
     with pytest.raises(ConfigError, match="batch_format is 'polars'"):
@@ -430,3 +436,35 @@ def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_
     assert sink_rows(spark, lake, vectorized) == sink_rows(spark, lakes["per_record"], steady)
     assert state_at_latest_checkpoint(spark, lake, vectorized)[0] == \
         state_at_latest_checkpoint(spark, lakes["per_record"], steady)[0]
+
+
+def test_side_outputs_of_a_vectorised_function_are_whole_tables_and_equal_the_per_record_paths():
+    """``ctx.output(tag, table)`` in ``process_batch`` (issue 61, items 3 and 6): no call per row, and the same
+    side rows, sink, state and stats as ``ctx.output(tag, row)`` per record; an undeclared tag or rows of other
+    columns are refused naming the fix."""
+    from bench.jobs import EVENT
+    from state_store import OutputTag
+
+    big = OutputTag("big", EVENT)
+
+    class WithBig(RunningCountSum):
+        def process(self, key, records, ctx):
+            for r in records:
+                if r["amount"] >= 5:
+                    ctx.output(big, r)
+            yield from super().process(key, records, ctx)
+
+    class WithBigVectorized(RunningCountSumVectorized):
+        tag, columns = big, ["key", "amount", "ts"]
+
+        def process_batch(self, records, state, ctx):
+            ctx.output(self.tag, records.filter(pc.greater_equal(records.column("amount"), 5)).select(self.columns))
+            return super().process_batch(records, state, ctx)
+
+    result = same_on_both_paths(WithBig(), WithBigVectorized(), RESTORED + EVENTS, side_outputs=[big])
+    sides = sorted((r["batch_id"], r[OUT]["key"], r[OUT]["amount"]) for r in result if r["kind"] == "side:big")
+    assert sides == [(1, "a", 7), (1, "c", 5), (2, "c", 8), (2, "c", 9), (2, "e", 10)]
+    with pytest.raises(ConfigError, match=r"ctx.output\(OutputTag\('other'\), ...\): the job declares no such"):
+        run(type("Other", (WithBigVectorized,), {"tag": OutputTag("other", EVENT)})(), EVENTS, side_outputs=[big])
+    with pytest.raises(ConfigError, match="the rows of side output 'big'"):
+        run(type("Wrong", (WithBigVectorized,), {"columns": ["key"]})(), EVENTS, side_outputs=[big])
