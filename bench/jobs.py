@@ -101,6 +101,34 @@ def split_keys(source_dir, target_dir) -> None:
                                  "ts": table.column("ts")}), Path(target_dir) / path.name)
 
 
+def split_sources(source_dir, target_dir, n: int = 3) -> list:
+    """Each Parquet file of ``source_dir`` dealt row by row into ``n`` sources (``target_dir/s0`` ...), a file of
+    each a microbatch: together the same events, for a union of ``n`` sources (``count_sum_union_job``)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    dirs = [Path(target_dir) / f"s{i}" for i in range(n)]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(source_dir).glob("*.parquet")):
+        table = pq.read_table(path)
+        for i, d in enumerate(dirs):
+            pq.write_table(table.take(pa.array(range(i, table.num_rows, n))), d / path.name)
+    return dirs
+
+
+def count_sum_union_job(dirs, job_id: str = "bench", backend: str = "delta", parallelism: int = 2) -> JobSpec:
+    """R's job over a union of the sources in ``dirs`` (``a.union(b, c)``), each its own offsets."""
+    from state_store import Dataflow
+
+    first, *others = [Dataflow.from_source(FileSource(str(d), "parquet", EVENT, max_files_per_batch=1),
+                                           job_id=job_id, backend=backend) for d in dirs]
+    return (first.union(*others).key_by("key")
+            .process(RunningCountSum(), uid="count-sum", output_type=OUTPUT, parallelism=parallelism)
+            .sink_to(f"sinks/{job_id}"))
+
+
 def count_sum_kafka_job(bootstrap: str, topic: str, per_microbatch: int, job_id: str = "bench-kafka",
                         parallelism: int = 2) -> JobSpec:
     """``count_sum_job`` over a Kafka topic of the events as JSON (bench/kafka.py)."""

@@ -7,6 +7,7 @@
     python bench/throughput.py --peers none --paths record,vectorized  # R per record and as a VectorizedKeyedFunction
     python bench/throughput.py --peers none --paths vectorized --rounds 3  # each engine's best of 3 rounds
     python bench/throughput.py --peers none --paths record,composite --rounds 3 --no-floor  # R keyed by 2 columns
+    python bench/throughput.py --peers none --paths record,union3 --rounds 3 --no-floor  # R as a union of 3 sources
 
 Lakestate runs ``bench/jobs.py`` (a running (count, sum) per key in a
 ValueState, one output row per key per microbatch) with the ``delta`` backend,
@@ -51,10 +52,11 @@ def keyed_commit_bytes(table: Path) -> int:
 
 
 def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool = False,
-                  vectorized: bool = False, composite: bool = False) -> dict:
+                  vectorized: bool = False, composite: bool = False, union: bool = False) -> dict:
     """Lakestate's R job over ``input_dir``; ``composite``: keyed by two columns whose pair is R's key, over a
-    copy of the files with the key split (``bench.jobs.split_keys``, before the timing)."""
-    from bench.jobs import count_sum_job, split_keys
+    copy of the files with the key split (``bench.jobs.split_keys``, before the timing); ``union``: the union of
+    three sources that hold the events between them (``bench.jobs.split_sources``, before the timing)."""
+    from bench.jobs import count_sum_job, count_sum_union_job, split_keys, split_sources
     from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
@@ -62,7 +64,8 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
     if composite:
         split_keys(input_dir, input_dir.parent / "split")
         input_dir = input_dir.parent / "split"
-    spec = count_sum_job(str(input_dir), backend=backend, vectorized=vectorized, composite=composite)
+    spec = (count_sum_union_job(split_sources(input_dir, input_dir.parent / "sources"), backend=backend) if union
+            else count_sum_job(str(input_dir), backend=backend, vectorized=vectorized, composite=composite))
     started = time.time()
     result = run_job(spark, spec, settings,
                      progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
@@ -73,7 +76,7 @@ def run_lakestate(spark, input_dir: Path, root: Path, backend: str, quiet: bool 
     changed = spark.read.format("delta").load(str(state / "keyed")).selectExpr(
         "sum(length(state_name) + length(key) + length(namespace) + coalesce(length(user_key), 0) "
         "+ length(value) + 4 + 8 + 8 + 8) AS raw").first()["raw"] if backend == "delta" else None
-    path = ",vectorized" if vectorized else ",composite" if composite else ""
+    path = ",vectorized" if vectorized else ",composite" if composite else ",union3" if union else ""
     return {"engine": f"lakestate[{backend}{path}]", "events": events,
             "seconds": result.seconds, "events_per_s": round(events / result.seconds),
             "with_checkpoints_s": round(total, 1), "microbatches": len(result.batches), "phases": result.phases,
@@ -89,7 +92,7 @@ def main() -> None:
     parser.add_argument("--peers", default="apply,transform", help="comma-separated: apply,transform, or none")
     parser.add_argument("--paths", default="record",
                         help="comma-separated Lakestate paths: record,vectorized,composite (per record, keyed by two "
-                             "columns whose pair is R's key)")
+                             "columns whose pair is R's key),union3 (per record, a union of three sources)")
     parser.add_argument("--no-warmup", action="store_true", help="time each engine in the JVM as it finds it")
     parser.add_argument("--no-floor", action="store_true", help="skip bench/floor.py's pass in the same session")
     parser.add_argument("--rounds", type=int, default=1,
@@ -118,7 +121,8 @@ def main() -> None:
             for backend, path, name in lakestates:
                 shutil.copytree(warm / "input", warm / name / "input")
                 run_lakestate(spark, warm / name / "input", warm / name / "root", backend, quiet=True,
-                              vectorized=path == "vectorized", composite=path == "composite")
+                              vectorized=path == "vectorized", composite=path == "composite",
+                              union=path == "union3")
             for name in peers:
                 shutil.copytree(warm / "input", warm / name / "input")
                 PEERS[name](spark, warm / name / "input", warm / name)
@@ -133,7 +137,8 @@ def main() -> None:
                 shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")
                 print(f"lakestate backend={backend} {path}{tag}", flush=True)
                 result = run_lakestate(spark, base / f"{name}-{round_}" / "input", base / f"{name}-{round_}" / "root",
-                                       backend, vectorized=path == "vectorized", composite=path == "composite")
+                                       backend, vectorized=path == "vectorized", composite=path == "composite",
+                                       union=path == "union3")
                 rounds.setdefault(result["engine"], []).append(result)
             for name in peers:
                 shutil.copytree(base / "input", base / f"{name}-{round_}" / "input")

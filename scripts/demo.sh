@@ -9,7 +9,8 @@
 # parallelism from the rescaled checkpoint. After each clicks run, the sessions pipeline (demo.sessions: event
 # time, timers, a side output) runs over the same files and the demo prints the sessions each microbatch closed.
 # Once, a job of two operators (demo.sessions_per_country) runs over clicks of its own and prints its result, and a
-# windowed job (demo.clicks_per_minute) counts those clicks per country and minute; a join of two streams
+# windowed job (demo.clicks_per_minute) counts those clicks per country and minute; a job keyed by (country, user)
+# (demo.busy_users) counts its busy user-minutes, a side output, per country; a join of two streams
 # (demo.click_through) pairs impressions and clicks per ad.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +80,24 @@ for minute, per in last.groupby("minute"):
 PY
 }
 
+# A composite key and a side output read further (demo.busy_users): per (country, user) and minute the clicks; the
+# busy user-minutes, a side output, counted per country by a second operator of the same job.
+busy_users() {
+  dag_run lakestate_busy-users
+  python - <<'PY'
+from deltalake import DeltaTable
+
+from state_store.settings import Settings
+
+settings = Settings.load()
+minutes = DeltaTable(str(settings.sink("sinks/user_minutes"))).to_pandas()
+busy = DeltaTable(str(settings.sink("sinks/busy_per_country"))).to_pandas()
+latest = busy.sort_values("_microbatch").groupby("country").tail(1).sort_values("country")
+print(f"[demo] busy-users: {len(minutes)} (country, user) minutes closed; busy ones per country: " + ", ".join(
+    f"{r.country} {r.busy_user_minutes}" for r in latest.itertuples()))
+PY
+}
+
 # A join of two streams (demo.click_through): per ad, each impression with its user's clicks in the 10 minutes
 # after it; impressions and clicks are two sources of one job, each with its own offsets.
 click_through() {
@@ -106,6 +125,7 @@ dag_run lakestate_clicks
 sessions
 if ls "$LAKESTATE_ROOT"/input/country-clicks/*.parquet >/dev/null 2>&1; then per_country 1; else per_country "$FILES"; fi
 per_minute
+busy_users
 click_through
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,
 # keyed state stays where it is, and the next run continues at the new parallelism.

@@ -559,3 +559,26 @@ def test_the_demos_clicks_per_minute_job_counts_each_closed_minute_as_pandas_doe
     rows = spark.read.format("delta").load(str(lake.settings.in_warehouse(spec.sink, "sink"))).drop("_microbatch")
     assert sorted(tuple(r) for r in rows.collect()) == expected(clicks, int(clicks["ts"].max()) - BOUND_MS - 1)
     assert len({r["minute"] for r in rows.collect()}) == 2  # minutes 0 and 1 closed; minute 2 still open
+
+
+def test_the_demos_busy_users_job_counts_per_user_minute_and_recounts_busy_ones_as_pandas_does(spark, lake):
+    """demo/busy_users.py: a window keyed by (country, user_id), and its side output of busy user-minutes keyed
+    by country and counted further in the same job."""
+    from demo.busy_users import dataflow, expected
+    from demo.sessions_per_country import BOUND_MS, read_clicks, write_clicks
+    from tests.support.helpers import run as run_job
+
+    clicks_dir = lake.inputs / "country-clicks"
+    write_clicks(clicks_dir, files=3, events=300, users=40)
+    job = dataflow(clicks_dir)
+    run_job(spark, job, lake)
+    clicks = read_clicks(clicks_dir)
+    minutes, busy = expected(clicks, int(clicks["ts"].max()) - BOUND_MS - 1)
+
+    def rows(sink):
+        return spark.read.format("delta").load(str(lake.settings.sink(sink))).toPandas()
+
+    got = rows("sinks/user_minutes").drop(columns="_microbatch")
+    assert sorted(tuple(r) for r in got.itertuples(index=False)) == minutes
+    latest = rows("sinks/busy_per_country").sort_values("_microbatch").groupby("country").tail(1)
+    assert dict(zip(latest["country"], latest["busy_user_minutes"])) == busy and 0 < sum(busy.values()) < len(minutes)
