@@ -5,6 +5,7 @@ from the Spark UI's REST API.
     python bench/profile_stages.py [files]    # files of 100,000 events over 100,000 keys (default 5)
     python bench/profile_stages.py tiny       # a 10-event run on 100,000 keys of state: its stages only
     python bench/profile_stages.py timers     # bench/sessions.py's 1% run after R's files, and the same file on R's job
+    python bench/profile_stages.py union3     # R's job over one source, then over a union of three holding its events
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def main() -> None:
     tiny = sys.argv[1:] == ["tiny"]
     if sys.argv[1:] == ["timers"]:
         return timers(spark, base)
+    if sys.argv[1:] == ["union3"]:
+        return union3(spark, base)
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
     spec, settings, before = count_sum_job(str(base / "input")), Settings.load(root=base / "root"), -1
     if tiny:
@@ -58,6 +61,27 @@ def print_stages(stages: list[dict], floor: float) -> None:
             print(f"stage {st['stageId']:>3}: {_at(st['completionTime']) - _at(st['submissionTime']):5.2f}s wall, "
                   f"{st['numTasks']} tasks, executor run {st['executorRunTime'] / 1000:.2f}s, JVM CPU "
                   f"{st['executorCpuTime'] / 1e9:.2f}s, {st['outputRecords']} rows out, {st['name'][:60]}")
+
+
+def union3(spark, base: Path) -> None:
+    """R's 5 files through R's job, then the same events dealt into three sources through their union, each run
+    with its stages (after a warm-up run of each on 2 small files)."""
+    from bench.jobs import count_sum_union_job, split_sources
+    from state_store.run.runtime import run_job
+    from state_store.settings import Settings
+
+    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
+    for size, files, quiet in ((2_000, 2, True), (100_000, 5, False)):
+        inputs = base / f"in-{size}"
+        write_workload(inputs, files, size, size)
+        for name, spec in (("one source", count_sum_job(str(inputs))),
+                           ("union of 3", count_sum_union_job(split_sources(inputs, base / f"split-{size}")))):
+            before = max([s["stageId"] for s in json.load(urllib.request.urlopen(url))] or [-1])
+            result = run_job(spark, spec, Settings.load(root=base / f"root-{name[:3]}-{size}"),
+                             progress=lambda line: None)
+            if not quiet:
+                print(f"{name}: {result.records_in} records in {result.seconds}s, phases {result.phases}")
+                print_stages([s for s in json.load(urllib.request.urlopen(url)) if s["stageId"] > before], 0.1)
 
 
 def timers(spark, base: Path) -> None:
