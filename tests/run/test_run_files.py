@@ -191,7 +191,7 @@ def test_a_runs_clean_up_keeps_every_file_a_commit_of_the_run_names_in_a_folder_
     operators = []
     for name in ("mine", "theirs"):
         op = object.__new__(OperatorRun)  # the real close, on what a run's open and write leave
-        op.ctx, op.backends = SimpleNamespace(edge=False), {}
+        op.ctx, op.backends = SimpleNamespace(edge=False, side_edges={}), {}
         op.outputs = RunOutputs("tok", {"sink": OutputTable("sink", f"{tmp_path}/", "", (), None)})
         op.written = {"sink": {f"part-tok-{name}.parquet"}}
         operators.append(op)
