@@ -40,7 +40,7 @@ from .state.ttl import StateTtlConfig
 from .timers import TimeDomain, TimerService
 from .types import StateMigrationError, Types
 from .vectorized import BatchContext, VectorizedKeyedFunction
-from .watermarks import WatermarkStrategy
+from .watermarks import WatermarkGenerator, WatermarkOutput, WatermarkStrategy
 from .windows import (
     ColumnAggregate,
     ContinuousEventTimeTrigger,
@@ -70,7 +70,8 @@ __all__ = [
     "LakestateError", "RestoreError", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
     "KeyedProcessFunction", "JobSpec", "Settings",
     "DeltaSource", "FileSource", "KafkaSource", "Sink", "StateMigrationError", "Types", "OnTimerContext", "OutputTag",
-    "TimeDomain", "TimerService", "WatermarkStrategy", "BatchContext", "VectorizedKeyedFunction",
+    "TimeDomain", "TimerService", "WatermarkStrategy", "WatermarkGenerator", "WatermarkOutput", "BatchContext",
+    "VectorizedKeyedFunction",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (docs/writing/joins.md)

@@ -260,6 +260,9 @@ class JobSpec:
                 raise ConfigError(f"{which} key {list(key_columns(key))} has not as many columns as the first "
                                   f"input's {list(key_columns(self.key))}: key both inputs alike")
             check_declared_key(declared, key, self.key_type, which + " ")
+        if any(getattr(s, "generator", None) is not None for s in (self.watermark_strategy, strategy)):
+            raise ConfigError("a WatermarkStrategy.for_generator serves an operator of one input with event time; "
+                              "give a union's or a two-input operator's inputs for_bounded_out_of_orderness(...)")
         if (self.watermark_strategy is None) != (strategy is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")

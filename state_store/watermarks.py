@@ -25,9 +25,11 @@ field starts from the minimum of all restored entries (FLINK-5601). No Spark her
 """
 from __future__ import annotations
 
+import abc
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any, Callable
 
 from .errors import ConfigError
 
@@ -66,6 +68,21 @@ class WatermarkStrategy:
     timestamp_column: str | None = None
     idleness_ms: int | None = None
     idle_advance: bool = False  # Lakestate's own rule (``with_idle_advance``), not Flink's
+    generator: Callable[[], "WatermarkGenerator"] | None = None  # ``for_generator``'s factory
+
+    @staticmethod
+    def for_generator(factory: Callable[[], "WatermarkGenerator"]) -> "WatermarkStrategy":
+        """Flink's ``WatermarkStrategy.forGenerator``: the watermark is what a ``WatermarkGenerator`` made by
+        ``factory`` (its class, or a function of no arguments) emits, called per record (``on_event``, in the
+        source's order) and once a microbatch (``on_periodic_emit``) as each microbatch is planned; the plan
+        pins the watermark, so every replay sees the same one. Then ``with_timestamp_column(name)``.
+
+        Example: ``WatermarkStrategy.for_generator(PunctuatedOnMarker).with_timestamp_column("ts")``
+        """
+        if not callable(factory):
+            raise ConfigError(f"for_generator takes a WatermarkGenerator class (or a function making one), got "
+                              f"{factory!r}")
+        return WatermarkStrategy(generator=factory)
 
     @staticmethod
     def for_bounded_out_of_orderness(max_out_of_orderness) -> "WatermarkStrategy":
@@ -89,7 +106,7 @@ class WatermarkStrategy:
         """The source column holding each record's event time (epoch milliseconds)."""
         if not isinstance(column, str) or not column:
             raise ConfigError(f"with_timestamp_column takes a column name, got {column!r}")
-        return WatermarkStrategy(self.bound_ms, column, self.idleness_ms, self.idle_advance)
+        return replace(self, timestamp_column=column)
 
     def with_idleness(self, idle_timeout) -> "WatermarkStrategy":
         """Flink's ``withIdleness``: a split (a Kafka partition) without records for ``idle_timeout`` of
@@ -98,7 +115,7 @@ class WatermarkStrategy:
         idle = millis(idle_timeout, "with_idleness's timeout")
         if idle <= 0:
             raise ConfigError(f"with_idleness's timeout must be positive, got {idle} ms")
-        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, self.idle_advance)
+        return replace(self, idleness_ms=idle)
 
     def with_idle_advance(self, idle_timeout) -> "WatermarkStrategy":
         """Lakestate's own rule, not Flink's (docs/flink.md, "Lakestate's own rules"): ``with_idleness``, and once the
@@ -107,13 +124,16 @@ class WatermarkStrategy:
         idle = millis(idle_timeout, "with_idle_advance's timeout")
         if idle <= 0:
             raise ConfigError(f"with_idle_advance's timeout must be positive, got {idle} ms")
-        return WatermarkStrategy(self.bound_ms, self.timestamp_column, idle, True)
+        return replace(self, idleness_ms=idle, idle_advance=True)
 
     def describe(self) -> dict:
         """What the catalog records of this strategy: its bound, timestamp column, idle timeout and whether it
         advances when idle."""
-        return {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
-                "idleness_ms": self.idleness_ms, "idle_advance": self.idle_advance}
+        described = {"bound_ms": self.bound_ms, "timestamp_column": self.timestamp_column,
+                     "idleness_ms": self.idleness_ms, "idle_advance": self.idle_advance}
+        if self.generator is not None:
+            described["generator"] = f"{self.generator.__module__}.{self.generator.__qualname__}"
+        return described
 
     def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int,
                 has_input: bool | None = None) -> "EventClock":
@@ -169,6 +189,76 @@ class WatermarkStrategy:
             return EventClock(max(clock.watermark, least), seen_all, input_ms, state)
         whole = self.advance(EventClock(clock.watermark, seen_all, input_ms), None, now)  # every split idle
         return EventClock(whole.watermark, seen_all, input_ms, state)
+
+
+class WatermarkOutput:
+    """What a ``WatermarkGenerator`` emits to (Flink's ``WatermarkOutput``): ``emit_watermark(ts)``; a watermark
+    never goes back, so one below what the generator emitted before is an error naming it."""
+
+    def __init__(self, generator: "WatermarkGenerator"):
+        self._generator, self.emitted = generator, None
+
+    def emit_watermark(self, watermark: int) -> None:
+        """The watermark is now ``watermark`` (epoch ms): no record at or before it is still to come."""
+        if not isinstance(watermark, int) or isinstance(watermark, bool):
+            raise ConfigError(f"{type(self._generator).__name__} emitted watermark {watermark!r}; a watermark is "
+                              f"epoch milliseconds as an int")
+        if self.emitted is not None and watermark < self.emitted:
+            raise ConfigError(f"{type(self._generator).__name__} emitted watermark {watermark} after {self.emitted}: "
+                              f"a watermark never goes back in time; emit the largest so far (max(...))")
+        self.emitted = watermark
+
+    def mark_idle(self) -> None:
+        """Flink's ``markIdle``: nothing to do here, the watermark stands until the generator emits again."""
+
+    def mark_active(self) -> None:
+        """Flink's ``markActive``: nothing to do here (see ``mark_idle``)."""
+
+
+class WatermarkGenerator(abc.ABC):
+    """Flink's ``WatermarkGenerator``, for ``WatermarkStrategy.for_generator``: ``on_event`` is called with each
+    record of a microbatch and its event time, in the source's order, then ``on_periodic_emit`` once for the
+    microbatch; either may emit a watermark to ``output``. One generator serves every microbatch a run plans;
+    a new run starts a new one (as Flink's after a restore), from the watermark the job had.
+
+    Example::
+
+        class PunctuatedOnMarker(WatermarkGenerator):
+            def on_event(self, event, event_timestamp, output):
+                if event["marker"]:
+                    output.emit_watermark(event_timestamp)   # a marker record says: nothing earlier is to come
+    """
+
+    @abc.abstractmethod
+    def on_event(self, event: dict, event_timestamp: int, output: WatermarkOutput) -> None:
+        """A record (a dict of its columns) and its event time."""
+
+    def on_periodic_emit(self, output: WatermarkOutput) -> None:
+        """Once a microbatch, after its records (Flink's periodic emit); by default it emits nothing."""
+        return None
+
+
+def generated_clock(generation: "GeneratorRun", clock: "EventClock", events: list[tuple[dict, int]],
+                    processing_time: int, has_input: bool) -> "EventClock":
+    """The clock after a microbatch whose records (with their event times, in the source's order) went through
+    a run's generator: the watermark the larger of the last and what it emitted."""
+    output = generation.output
+    for event, timestamp in events:
+        generation.generator.on_event(event, timestamp, output)
+    generation.generator.on_periodic_emit(output)
+    seen = [t for _, t in events] + ([clock.max_event_time] if clock.max_event_time is not None else [])
+    watermark = clock.watermark if output.emitted is None else max(clock.watermark, output.emitted)
+    return EventClock(watermark, max(seen) if seen else None, processing_time if has_input else clock.input_ms)
+
+
+class GeneratorRun:
+    """A run's generator of one input (made by the strategy's factory) and its output."""
+
+    def __init__(self, strategy: WatermarkStrategy):
+        generator: Any = strategy.generator()
+        if not isinstance(generator, WatermarkGenerator):
+            raise ConfigError(f"for_generator's factory made {generator!r}, not a state_store.WatermarkGenerator")
+        self.generator, self.output = generator, WatermarkOutput(generator)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ class RunContext:
     # The side outputs later operators read as streams (``get_side_output``), by tag name: each staged for the run
     # in its folder, as an edge's rows are, not written to a table of its own.
     side_edges: dict[str, Path] = field(default_factory=dict)
+    # A ``WatermarkGenerator`` strategy's generator of each input, made when the run plans its first microbatch.
+    generators: dict = field(default_factory=dict)
 
     @property
     def p(self) -> int:

@@ -5,13 +5,13 @@ from typing import Callable
 
 from ..catalog.job_store import CorruptCheckpoint, JobStore
 from ..delta.backends import point_damage
-from ..errors import RestoreError
+from ..errors import InputError, RestoreError
 from ..job import Input, InputRole
 from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
-from ..watermarks import NO_EVENT_TIME, EventClock
+from ..watermarks import NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
 from .context import RunContext
 
 TimersDue = Callable[[int, int], bool]
@@ -69,6 +69,8 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     event_time = None
     if len(timed) > 1:
         event_time = _inputs_clock(ctx, timed, ranges, clock, now)
+    elif timed and timed[0].watermark_strategy.generator is not None:
+        event_time = _generated(ctx, batch_id, timed[0], ranges[timed[0].name], clock, now)
     elif timed:
         strategy = timed[0].watermark_strategy
         splits, latest, has_input = _event_times(ctx, timed[0].source, ranges[timed[0].name],
@@ -81,6 +83,32 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
         ctx.say(f"no new input, timers due at processing time {now}: a timer-only microbatch {batch_id}")
     return MicrobatchPlan(batch_id, ranges, now, ctx.run_id, records if any_new else 0,
                           event_time.to_dict() if event_time is not None else None)
+
+
+def _generated(ctx: RunContext, batch_id: int, input_: Input, rng: dict, clock: EventClock, now: int) -> EventClock:
+    """The clock after a microbatch of an input whose strategy has a ``WatermarkGenerator``: its records, read
+    in the source's order (the planning process reads the range: a cost of its own), each given to the run's
+    generator with its event time (``watermarks.generated_clock``)."""
+    from ..sources.base import POSITION_COLUMNS
+
+    generation = ctx.generators.get(input_.name)
+    if generation is None:
+        generation = ctx.generators[input_.name] = GeneratorRun(input_.watermark_strategy)
+    column, has_input = input_.watermark_strategy.timestamp_column, rng["end"] != rng["start"]
+    events = []
+    if has_input:
+        records = input_.source.read_run(ctx.spark, [(batch_id, rng["start"], rng["end"])])
+        if records is not None:
+            ordered = records.orderBy(*[c for c in POSITION_COLUMNS if c in records.columns])
+            for row in ordered.collect():
+                record = {k: v for k, v in row.asDict(recursive=True).items() if k not in POSITION_COLUMNS}
+                events.append((record, record.get(column)))
+    missing = sum(1 for _, ts in events if ts is None)
+    if missing:
+        raise InputError(f"microbatch {batch_id}: {missing} records of the {input_.name} input have no event time "
+                         f"in column {column!r}; every record needs one (Flink's TimestampAssigner returns a long): "
+                         f"fill or filter them in the source")
+    return generated_clock(generation, clock, events, now, has_input)
 
 
 def _inputs_clock(ctx: RunContext, timed: list[Input], ranges: dict, clock: EventClock, now: int) -> EventClock:

@@ -219,3 +219,79 @@ def test_apply_to_keyed_state_reaches_every_key_of_the_subtask_not_only_those_wi
                                                       for k in ("a", "b", "c")]
     keyed, _ = state_at_latest_checkpoint(spark, lake, spec)
     assert keyed_values(keyed, "count.count") == {("a", ""): 1}  # b and c cleared without a record
+
+
+MARKED = Types.ROW_NAMED(["k", "ts", "marker"], [Types.STRING(), Types.LONG(), Types.BOOLEAN()])
+FIRED = Types.ROW_NAMED(["k", "what"], [Types.STRING(), Types.STRING()])
+MARKED_FILES = [[("a", 1, False), ("b", 4, False), ("m", 2, True)], [("a", 6, False), ("m", 5, True)],
+                [("b", 9, False)], [("m", 9, True)]]
+
+
+def _marked_job(lake, generator=None, **overrides):
+    """Each record's event-time timer, under the watermark a punctuated generator emits on marker records."""
+    from state_store import JobSpec, KeyedProcessFunction, WatermarkGenerator, WatermarkStrategy
+
+    class OnMarker(WatermarkGenerator):
+        def on_event(self, event, event_timestamp, output):
+            if event["marker"]:
+                output.emit_watermark(event_timestamp)
+
+    class Timers(KeyedProcessFunction):
+        def process(self, key, records, ctx):
+            for r in records:
+                ctx.timer_service().register_event_time_timer(r["ts"])
+            yield {"k": key, "what": f"{len(records)} at W {ctx.current_watermark()}"}
+
+        def on_timer(self, timestamp, ctx):
+            yield {"k": ctx.get_current_key(), "what": f"timer {timestamp}"}
+
+    if not any(lake.events.iterdir()):  # the files once: a source file rewritten after planning is refused
+        for i, rows in enumerate(MARKED_FILES):
+            lake.write_events(f"{i:03}.json", [{"k": k, "ts": ts, "marker": m} for k, ts, m in rows])
+    strategy = WatermarkStrategy.for_generator(generator or OnMarker).with_timestamp_column("ts")
+    return JobSpec(job_id="marked", function=Timers(), source=FileSource(str(lake.events), "json", MARKED,
+                                                                         max_files_per_batch=1),
+                   key="k", key_type=Types.STRING(), output_type=FIRED, sink="sinks/marked",
+                   watermark_strategy=strategy, **overrides)
+
+
+def test_a_watermark_generator_drives_event_time_replays_and_restores_rescaled(spark, tmp_path):
+    """``WatermarkStrategy.for_generator`` (issue 61, item 5, after Flink's WatermarkStrategyTest's punctuated
+    generator): the plans pin what the generator emitted ([2, 5, 5, 9]) and timers fire by it; a crash after the
+    sink write replays to the clean run; a savepoint restores at parallelism 3 on the hashmap backend and goes on
+    as the clean run; a generator that goes back in time is refused before anything is written."""
+    from state_store import WatermarkGenerator
+    from state_store.run.runtime import FaultInjector, InjectedFault
+
+    clean = Lake(tmp_path / "clean")
+    spec = _marked_job(clean)
+    run(spark, spec, clean)
+    store = JobStore(clean.settings.job_dir("marked"))
+    assert [store.read_plan(b).watermark for b in range(4)] == [2, 5, 5, 9]
+    fired = sorted((r["k"], r["what"], r["_microbatch"]) for r in spark.read.format("delta").load(
+        str(clean.settings.sink("sinks/marked"))).collect() if r["what"].startswith("timer"))
+    assert fired == [("a", "timer 1", 0), ("a", "timer 6", 3), ("b", "timer 4", 1), ("b", "timer 9", 3),
+                     ("m", "timer 2", 0), ("m", "timer 5", 1), ("m", "timer 9", 3)]
+
+    crashed = Lake(tmp_path / "crashed")
+    with pytest.raises(InjectedFault):
+        run(spark, _marked_job(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+    run(spark, _marked_job(crashed), crashed)
+    assert sink_rows(spark, crashed, spec) == sink_rows(spark, clean, spec)
+
+    moved = Lake(tmp_path / "moved")
+    run(spark, _marked_job(moved), moved, max_microbatches=2)
+    saved = take_savepoint(spark, moved.settings, "marked", say=lambda line: None)
+    restore_job(spark, moved.settings, _marked_job(moved), StatePoint(saved), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    run(spark, _marked_job(moved), moved)
+    assert sink_rows(spark, moved, spec) == sink_rows(spark, clean, spec)
+
+    class Backwards(WatermarkGenerator):
+        def on_event(self, event, event_timestamp, output):
+            output.emit_watermark(-event_timestamp)
+
+    back = Lake(tmp_path / "back")
+    with pytest.raises(ConfigError, match="Backwards emitted watermark -4 after -1: a watermark never goes back"):
+        run(spark, _marked_job(back, Backwards), back)
+    assert not back.settings.sink("sinks/marked").exists()

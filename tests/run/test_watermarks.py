@@ -295,3 +295,44 @@ def test_every_source_kind_is_a_source_and_a_job_refuses_what_is_not_one(tmp_pat
     for not_a_source in (str(tmp_path), {"path": str(tmp_path)}):
         with pytest.raises(ConfigError, match="source must be a FileSource, a DeltaSource or a KafkaSource"):
             replace(spec(tmp_path), source=not_a_source).validate()
+
+
+# -- WatermarkStrategy.for_generator (Flink's WatermarkGenerator) --------------------------------------------
+def test_a_generators_watermark_is_what_it_emits_per_record_and_per_microbatch_and_never_goes_back():
+    """After Flink's WatermarkStrategyTest: a punctuated generator emits on marked records, a periodic one once a
+    microbatch; the clock keeps the larger of the last watermark and what was emitted; one that goes back in
+    time is refused naming it."""
+    from state_store import WatermarkGenerator
+    from state_store.watermarks import GeneratorRun, generated_clock
+
+    class OnMarker(WatermarkGenerator):
+        def on_event(self, event, event_timestamp, output):
+            if event["marker"]:
+                output.emit_watermark(event_timestamp)
+
+    class Periodic(WatermarkGenerator):
+        def __init__(self):
+            self.largest = None
+
+        def on_event(self, event, event_timestamp, output):
+            self.largest = event_timestamp if self.largest is None else max(self.largest, event_timestamp)
+
+        def on_periodic_emit(self, output):
+            if self.largest is not None:
+                output.emit_watermark(self.largest - 10)
+
+    strategy = WatermarkStrategy.for_generator(OnMarker).with_timestamp_column("ts")
+    assert strategy.describe()["generator"].endswith("OnMarker") and strategy.timestamp_column == "ts"
+    run = GeneratorRun(strategy)
+    first = generated_clock(run, EventClock(), [({"marker": False}, 5), ({"marker": True}, 3)], 1, True)
+    assert first == EventClock(3, 5, 1)
+    assert generated_clock(run, first, [({"marker": False}, 9)], 2, True) == EventClock(3, 9, 2)  # no marker
+    assert generated_clock(run, first, [], 3, False) == EventClock(3, 5, 1)
+    periodic = GeneratorRun(WatermarkStrategy.for_generator(Periodic).with_timestamp_column("ts"))
+    assert generated_clock(periodic, EventClock(), [({}, 40), ({}, 25)], 1, True).watermark == 30
+    with pytest.raises(ConfigError, match="OnMarker emitted watermark 2 after 3: a watermark never goes back"):
+        generated_clock(run, first, [({"marker": True}, 2)], 4, True)
+    with pytest.raises(ConfigError, match="for_generator takes a WatermarkGenerator class"):
+        WatermarkStrategy.for_generator(42)
+    with pytest.raises(ConfigError, match="not a state_store.WatermarkGenerator"):
+        GeneratorRun(WatermarkStrategy.for_generator(dict))
