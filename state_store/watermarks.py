@@ -69,6 +69,8 @@ class WatermarkStrategy:
     idleness_ms: int | None = None
     idle_advance: bool = False  # Lakestate's own rule (``with_idle_advance``), not Flink's
     generator: Callable[[], "WatermarkGenerator"] | None = None  # ``for_generator``'s factory
+    alignment_group: str | None = None  # ``with_watermark_alignment``'s group and drift
+    max_drift_ms: int | None = None
 
     @staticmethod
     def for_generator(factory: Callable[[], "WatermarkGenerator"]) -> "WatermarkStrategy":
@@ -126,6 +128,41 @@ class WatermarkStrategy:
             raise ConfigError(f"with_idle_advance's timeout must be positive, got {idle} ms")
         return replace(self, idleness_ms=idle, idle_advance=True)
 
+    def with_watermark_alignment(self, group: str, max_drift, update_interval=None) -> "WatermarkStrategy":
+        """Flink's ``withWatermarkAlignment`` (FLIP-182): the job's sources whose strategies name ``group`` keep
+        within ``max_drift`` (a ``timedelta``, or milliseconds) of each other's watermarks. As each microbatch is
+        planned, a source whose watermark is past the group's least (over its sources that are not idle) plus
+        ``max_drift`` reads nothing in it, until the others catch up; while paused it is not counted idle. The
+        microbatch is the update interval, so ``update_interval`` is refused: plan smaller microbatches
+        (``max_files_per_batch``, KafkaSource's ``max_records_per_microbatch``) to align more finely.
+
+        Example: ``BY_TS.with_watermark_alignment("clicks", timedelta(minutes=1))``
+        """
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"with_watermark_alignment takes a group name (a non-empty string), got {group!r}")
+        drift = millis(max_drift, "with_watermark_alignment's max_drift")
+        if drift < 0:
+            raise ConfigError(f"with_watermark_alignment's max_drift must not be negative, got {drift} ms")
+        if update_interval is not None:
+            raise ConfigError("with_watermark_alignment(..., update_interval): sources align once per microbatch "
+                              "here, as it is planned; leave update_interval out and bound the microbatch instead "
+                              "(FileSource's max_files_per_batch, KafkaSource's max_records_per_microbatch)")
+        return replace(self, alignment_group=group, max_drift_ms=drift)
+
+    def input_watermark(self, clock: "EventClock", name: str, processing_time: int) -> int | None:
+        """Input ``name``'s own watermark at ``processing_time`` from a clock of several inputs' splits
+        (``advance_splits``'s, named ``<name>`` or ``<name>/<split>``): the least over its active splits of their
+        largest event time less the bound and 1 ms; no watermark yet while a split has had no record (and before
+        any microbatch); None when every split is idle (with ``with_idleness``), as Flink leaves an idle source
+        out of its alignment group."""
+        own = [v for s, v in (clock.splits or {}).items() if s == name or s.startswith(f"{name}/")]
+        active = [v for v in own if self.idleness_ms is None or processing_time - v[1] <= self.idleness_ms]
+        if own and not active:
+            return None
+        if not own or any(seen is None for seen, _ in active):
+            return MIN_WATERMARK
+        return min(seen - self.bound_ms - 1 for seen, _ in active)
+
     def describe(self) -> dict:
         """What the catalog records of this strategy: its bound, timestamp column, idle timeout and whether it
         advances when idle."""
@@ -133,6 +170,8 @@ class WatermarkStrategy:
                      "idleness_ms": self.idleness_ms, "idle_advance": self.idle_advance}
         if self.generator is not None:
             described["generator"] = f"{self.generator.__module__}.{self.generator.__qualname__}"
+        if self.alignment_group is not None:
+            described["alignment"] = {"group": self.alignment_group, "max_drift_ms": self.max_drift_ms}
         return described
 
     def advance(self, clock: "EventClock", max_event_time: int | None, processing_time: int,
@@ -154,8 +193,8 @@ class WatermarkStrategy:
         return EventClock(watermark, clock.max_event_time, clock.input_ms)
 
     def advance_splits(self, clock: "EventClock", splits: list[str], latest: dict[str, int | None],
-                       processing_time: int, strategies: dict[str, "WatermarkStrategy"] | None = None
-                       ) -> "EventClock":
+                       processing_time: int, strategies: dict[str, "WatermarkStrategy"] | None = None,
+                       paused: frozenset[str] = frozenset()) -> "EventClock":
         """The clock after a microbatch of a source of concurrent ``splits`` (every split the source reads now)
         in which the splits in ``latest`` had records, of largest event time ``latest[s]`` (None: timestamps
         all null). The watermark is the least over the active splits of their largest event time, minus the
@@ -165,7 +204,8 @@ class WatermarkStrategy:
         stands, unless ``with_idle_advance``). ``strategies`` gives a split the strategy of its own input (its
         bound and idleness; default this one): a two-input operator's watermark is then the least of its active
         inputs' own watermarks, as Flink's ``processWatermark1/2`` and ``IndexedCombinedWatermarkStatus`` combine
-        them."""
+        them. A split in ``paused`` (its input held back by watermark alignment) is not idle while paused, as
+        Flink pauses its activity clock."""
         now, old = processing_time, clock.splits or {}
         strategy = (strategies or {}).get
         state = {}
@@ -174,6 +214,8 @@ class WatermarkStrategy:
             if split in latest:
                 if latest[split] is not None:
                     seen = latest[split] if seen is None else max(seen, latest[split])
+                last_input = now
+            elif split in paused:
                 last_input = now
             state[split] = [seen, last_input]
         known = [v[0] for v in state.values() if v[0] is not None] + (

@@ -81,9 +81,13 @@ def test_the_site_builds_strict_with_no_link_outside_the_repository(tmp_path):
 
 
 def page_blocks(page: str, language: str) -> list[str]:
-    """The fenced ``language`` blocks of ``docs/<page>``, in order, without their fence lines."""
+    """The fenced ``language`` blocks of ``docs/<page>``, in order, without their fence lines (and without the
+    indent of a block inside a list item)."""
+    import textwrap
+
     text = (DOCS / page).read_text()
-    return [b.split("\n", 1)[1] for b in text.split("```")[1::2] if b.split("\n", 1)[0].strip() == language]
+    return [textwrap.dedent(b.split("\n", 1)[1]) for b in text.split("```")[1::2]
+            if b.split("\n", 1)[0].strip() == language]
 
 
 class Shell:
@@ -190,6 +194,34 @@ def test_the_keyed_functions_pages_key_of_two_columns_counts_each_pair_as_pandas
     rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
     last = rows.sort_values("_microbatch").groupby(["user_id", "device"])["clicks"].last().to_dict()
     assert last == pd.DataFrame(clicks).groupby(["user_id", "device"]).size().to_dict()
+
+
+def test_the_time_pages_aligned_clicks_pause_the_live_stream_for_the_backfill_and_count_as_pandas_does(
+        spark, lake, monkeypatch, request):
+    """docs/writing/time.md's ``aligned_clicks.py``: the live stream, minutes ahead of the backfill, reads nothing
+    until the backfill is within 30 s of it; every minute's count is pandas' over both streams."""
+    import pandas as pd
+
+    from state_store.catalog.job_store import JobStore
+    from tests.support.helpers import run
+
+    minute = 60_000
+    live = [[("a", 10 * minute), ("b", 10 * minute + 5)], [("a", 11 * minute)]]
+    backfill = [[("a", 1_000), ("b", 2_000)], [("a", 5 * minute)], [("b", 9 * minute + 45_000)],
+                [("a", 10 * minute), ("a", 11 * minute + 1)]]
+    for name, files in (("live", live), ("backfill", backfill)):
+        page_input(lake, monkeypatch, name, [[{"user": u, "ts": t} for u, t in f] for f in files])
+    spec = page_module("writing/time.md", "aligned_clicks", request).job()
+    run(spark, spec, lake)
+    store = JobStore(lake.settings.job_dir("aligned-clicks"))
+    reads = [store.read_plan(b).sources["main"] for b in range(4)]
+    assert [r["start"] != r["end"] for r in reads] == [True, False, False, True]  # paused till 9:45 - 1 ms
+    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
+    clicks = pd.DataFrame([{"user": u, "ts": t} for f in live + backfill for u, t in f])
+    expected = clicks.assign(window_start=clicks.ts // minute * minute).groupby(["user", "window_start"]).size()
+    fired = rows.set_index(["user", "window_start"])["clicks"].sort_index()
+    closed = expected[expected.index.get_level_values(1) < 11 * minute]  # the 12th minute is still open
+    assert fired.to_dict() == closed.to_dict()
 
 
 def test_the_time_pages_count_with_timeout_fires_once_a_minute_passes_and_sends_late_records_aside(

@@ -11,7 +11,7 @@ from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
-from ..watermarks import NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
+from ..watermarks import MIN_WATERMARK, NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
 from .context import RunContext
 
 TimersDue = Callable[[int, int], bool]
@@ -52,10 +52,12 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     """The next microbatch: the new input of each source, or, with none, a timer-only microbatch when timers
     are due at this processing time (``timers_due``); None when there is nothing to do."""
     ranges, records, any_new = {}, 0, False
+    now = int(ctx.clock())
+    paused = _aligned_out(ctx, batch_id, clock, now)
     for input_ in ctx.spec.inputs:
         name, source = input_.name, input_.source
         start = offsets.get(name) or source.initial_offset()
-        end = source.next_offset(ctx.spark, start)
+        end = None if name in paused else source.next_offset(ctx.spark, start)
         if end is not None:  # e.g. Kafka partitions read for the first time
             for line in source.plan_notes(start, end):
                 ctx.say(f"microbatch {batch_id}: {line}")
@@ -64,11 +66,10 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
         if input_.role is not InputRole.BROADCAST and end is not None:
             counted = source.count_records(start, end)  # None: not known without reading the range
             records = None if counted is None or records is None else records + counted
-    now = int(ctx.clock())
     timed = [i for i in ctx.spec.inputs if i.watermark_strategy is not None]
     event_time = None
     if len(timed) > 1:
-        event_time = _inputs_clock(ctx, timed, ranges, clock, now)
+        event_time = _inputs_clock(ctx, timed, ranges, clock, now, paused)
     elif timed and timed[0].watermark_strategy.generator is not None:
         event_time = _generated(ctx, batch_id, timed[0], ranges[timed[0].name], clock, now)
     elif timed:
@@ -111,13 +112,44 @@ def _generated(ctx: RunContext, batch_id: int, input_: Input, rng: dict, clock: 
     return generated_clock(generation, clock, events, now, has_input)
 
 
-def _inputs_clock(ctx: RunContext, timed: list[Input], ranges: dict, clock: EventClock, now: int) -> EventClock:
+def _aligned_out(ctx: RunContext, batch_id: int, clock: EventClock, now: int) -> frozenset[str]:
+    """The inputs watermark alignment pauses in microbatch ``batch_id`` (Flink's FLIP-182, once a microbatch):
+    those whose own watermark after the last microbatch is past the least of their alignment group's (over the
+    group's inputs not idle at ``now``) plus the group's max drift. Each is named in the run's log."""
+    groups: dict[str, list[Input]] = {}
+    for input_ in ctx.spec.inputs:
+        strategy = input_.watermark_strategy
+        if strategy is not None and strategy.alignment_group is not None:
+            groups.setdefault(strategy.alignment_group, []).append(input_)
+    paused = set()
+    for group, members in sorted(groups.items()):
+        own = {i.name: i.watermark_strategy.input_watermark(clock, i.name, now) for i in members}
+        known = [w for w in own.values() if w is not None]
+        if not known:  # every input of the group idle: nothing to align with
+            continue
+        least = min(known)
+        for input_ in members:
+            drift = input_.watermark_strategy.max_drift_ms
+            if own[input_.name] is not None and own[input_.name] - drift > least:
+                paused.add(input_.name)
+                ctx.say(f"microbatch {batch_id}: input {input_.name!r} paused by watermark alignment: its watermark "
+                        f"{own[input_.name]} is past group {group!r}'s least, {_shown(least)}, by more than "
+                        f"{drift} ms")
+    return frozenset(paused)
+
+
+def _shown(watermark: int) -> str:
+    return "none yet" if watermark == MIN_WATERMARK else str(watermark)
+
+
+def _inputs_clock(ctx: RunContext, timed: list[Input], ranges: dict, clock: EventClock, now: int,
+                  paused: frozenset[str] = frozenset()) -> EventClock:
     """The clock of an operator of several inputs with event time (``timed``): each input's splits (a Kafka
     topic's partitions, or the input as one) are splits of one clock, named ``<input>`` or ``<input>/<split>``,
     so the watermark is the least over the inputs (Flink's ``processWatermark1/2``), an input with no record yet
     holding it at none, and an idle split left out as that input's ``with_idleness`` says; each input's splits
     with its own strategy's bound and idleness."""
-    splits, latest, strategies = [], {}, {}
+    splits, latest, strategies, held = [], {}, {}, set()
     for input_ in timed:
         name, strategy = input_.name, input_.watermark_strategy
         own, found, has_input = _event_times(ctx, input_.source, ranges[name], strategy.timestamp_column)
@@ -130,7 +162,9 @@ def _inputs_clock(ctx: RunContext, timed: list[Input], ranges: dict, clock: Even
             latest.update({f"{name}/{s}": v for s, v in found.items()})
         splits += names
         strategies.update(dict.fromkeys(names, strategy))
-    return timed[0].watermark_strategy.advance_splits(clock, splits, latest, now, strategies)
+        if name in paused:
+            held.update(names)
+    return timed[0].watermark_strategy.advance_splits(clock, splits, latest, now, strategies, frozenset(held))
 
 
 def _event_times(ctx: RunContext, source, rng: dict, column: str):

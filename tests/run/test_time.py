@@ -295,3 +295,68 @@ def test_a_watermark_generator_drives_event_time_replays_and_restores_rescaled(s
     with pytest.raises(ConfigError, match="Backwards emitted watermark -4 after -1: a watermark never goes back"):
         run(spark, _marked_job(back, Backwards), back)
     assert not back.settings.sink("sinks/marked").exists()
+
+
+ALIGNED = {"web": [[("a", 1_000)], [("a", 2_000)], [("b", 3_000)]],
+           "app": [[("a", 100)], [("b", 200)], [("a", 900)], [("b", 1_900)], [("a", 2_900)]]}
+
+
+def _aligned_job(lake, job_id="aligned", **overrides):
+    """A union of a fast source (web) and a slow one (app) in one alignment group of 500 ms drift."""
+    from datetime import timedelta
+
+    from state_store import Dataflow
+    from tests.support.joins import BY_TS, LEFT, OUT_ROW, Count
+
+    if not (lake.inputs / "web").exists():
+        for source, files in ALIGNED.items():
+            (lake.inputs / source).mkdir()
+            for i, rows in enumerate(files):
+                (lake.inputs / source / f"{i:03}.json").write_text("".join(
+                    f'{{"k": "{k}", "ts": {ts}, "who": "{source}"}}\n' for k, ts in rows))
+    aligned = BY_TS.with_watermark_alignment("clicks", timedelta(milliseconds=500))
+    web, app = (Dataflow.from_source(FileSource(str(lake.inputs / n), "json", LEFT, max_files_per_batch=1),
+                                     job_id=job_id, watermark_strategy=aligned) for n in ALIGNED)
+    spec = web.union(app).key_by("k").process(Count(), uid="count", output_type=OUT_ROW).sink_to(f"sinks/{job_id}")
+    return spec.with_overrides(**overrides)
+
+
+def test_watermark_alignment_pauses_the_source_ahead_replays_a_crash_and_restores_rescaled(spark, tmp_path):
+    """Flink's watermark alignment (issue 61, item 5, after ``WatermarkAlignmentITCase``): web's watermark (999
+    after microbatch 0) is more than 500 ms past app's (99, then 199), so web reads nothing in microbatches 1 and
+    2, then goes on once app's 899 is within the drift; the pauses are in the plans, so a crash after the sink
+    write replays to the clean run, and a savepoint restored at parallelism 3 on the hashmap backend goes on as
+    the clean run does (its clock, restored, pauses web again)."""
+    from state_store.run.runtime import FaultInjector, InjectedFault
+
+    clean = Lake(tmp_path / "clean")
+    spec = _aligned_job(clean)
+    said = []
+    run(spark, spec, clean, progress=said.append)
+    store = JobStore(clean.settings.job_dir("aligned"))
+    plans = [store.read_plan(b) for b in range(5)]
+    assert [(p.sources["main"]["start"] != p.sources["main"]["end"], p.watermark) for p in plans] == [
+        (True, 99), (False, 199), (False, 899), (True, 1_899), (True, 2_899)]
+    assert sum("input 'main' paused by watermark alignment: its watermark 999 is past group 'clicks''s least" in s
+               for s in said) == 2
+    rows = sink_rows(spark, clean, spec)
+    assert sorted((r["_microbatch"], r["k"], r["what"]) for r in map(json.loads, rows)) == [
+        (0, "a", "2 by 1000"), (1, "b", "1 by 200"), (2, "a", "3 by 900"), (3, "a", "4 by 2000"),
+        (3, "b", "2 by 1900"), (4, "a", "5 by 2900"), (4, "b", "3 by 3000")]
+
+    crashed = Lake(tmp_path / "crashed")
+    with pytest.raises(InjectedFault):
+        run(spark, _aligned_job(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=2))
+    run(spark, _aligned_job(crashed), crashed)
+    assert sink_rows(spark, crashed, spec) == rows
+    assert state_at_latest_checkpoint(spark, crashed, spec) == state_at_latest_checkpoint(spark, clean, spec)
+
+    moved = Lake(tmp_path / "moved")
+    run(spark, _aligned_job(moved), moved, max_microbatches=2)
+    saved = take_savepoint(spark, moved.settings, "aligned", say=lambda line: None)
+    restore_job(spark, moved.settings, _aligned_job(moved), StatePoint(saved), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    run(spark, _aligned_job(moved), moved)
+    assert sink_rows(spark, moved, spec) == rows
+    again = JobStore(moved.settings.job_dir("aligned")).read_plan(2).sources["main"]
+    assert again["start"] == again["end"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,6 +100,8 @@ def test_the_builders_keep_each_others_settings_in_any_order():
                             "idle_advance": False}
     assert a.with_idle_advance(timedelta(seconds=4)).with_timestamp_column("ts").describe() == {
         "bound_ms": 3_000, "timestamp_column": "ts", "idleness_ms": 4_000, "idle_advance": True}
+    assert a.with_watermark_alignment("g", timedelta(seconds=2)).describe()["alignment"] == {
+        "group": "g", "max_drift_ms": 2_000}
 
 
 @pytest.mark.parametrize("make, message", [
@@ -115,6 +118,9 @@ def test_the_builders_keep_each_others_settings_in_any_order():
     (lambda: bounded().with_idle_advance(timedelta(0)), "with_idle_advance's timeout must be positive"),
     (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(""), "column name"),
     (lambda: WatermarkStrategy.for_monotonous_timestamps().with_timestamp_column(None), "column name"),
+    (lambda: bounded().with_watermark_alignment("", 5), "a group name"),
+    (lambda: bounded().with_watermark_alignment("g", -5), "max_drift must not be negative"),
+    (lambda: bounded().with_watermark_alignment("g", 5, timedelta(seconds=1)), "align once per microbatch"),
 ])
 def test_bad_strategy_settings_raise_config_error(make, message):
     with pytest.raises(ConfigError, match=message):
@@ -175,6 +181,41 @@ def test_two_inputs_each_keep_their_own_strategy_and_the_watermark_is_the_least_
     quiet = first.advance_splits(moved, ["main", "second"], {"second": 200}, 20_000, own)
     assert quiet.watermark == 599  # back, at 200 - 10 - 1; never down. The first input, without idleness,
     assert first.advance_splits(quiet, ["main", "second"], {"second": 9_000}, 10**9, own).watermark == 599  # holds
+
+
+def test_watermark_alignment_pauses_an_input_past_its_groups_least_plus_the_drift_until_the_others_catch_up():
+    """Flink's watermark alignment (FLIP-182, after ``SourceCoordinatorAlignmentTest``), once a microbatch: an
+    input whose own watermark is past the least of its group's by more than ``max_drift`` reads nothing; an input
+    with no record yet holds the group back; one idle by its ``with_idleness`` is left out; while paused an input
+    is never idle; an input of another group, or of none, is not held."""
+    from state_store.job import Input, InputRole
+    from state_store.run.planning import _aligned_out
+
+    def input_(name, strategy):
+        return Input(name, None, "k", strategy, InputRole.KEYED)
+
+    said = []
+    fast, slow = (bounded(0).with_watermark_alignment("g", 100).with_idleness(timedelta(seconds=10)) for _ in "ab")
+    ungrouped = bounded(0)
+    inputs = [input_("main", fast), input_("second", slow), input_("input3", ungrouped)]
+    ctx = SimpleNamespace(spec=SimpleNamespace(inputs=inputs), say=said.append)
+    own = {"main": fast, "second": slow, "input3": ungrouped}
+    names = list(own)
+
+    def step(clock, latest, now, paused=frozenset()):
+        return fast.advance_splits(clock, names, latest, now, own, paused)
+
+    assert _aligned_out(ctx, 0, EventClock(), 0) == frozenset()  # no watermark anywhere yet
+    first = step(EventClock(), {"main": 1_000, "input3": 9_000}, 0)  # second has had no record: none yet
+    assert _aligned_out(ctx, 1, first, 1) == {"main"}
+    assert said == ["microbatch 1: input 'main' paused by watermark alignment: its watermark 999 is past group "
+                    "'g''s least, none yet, by more than 100 ms"]
+    caught = step(first, {"second": 950}, 2, frozenset({"main"}))  # 949 + 100 >= 999: main reads again
+    assert _aligned_out(ctx, 2, caught, 2) == frozenset()
+    ahead = step(caught, {"main": 2_000}, 3)
+    assert _aligned_out(ctx, 3, ahead, 3) == {"main"}
+    held = step(ahead, {}, 30_000, frozenset({"main"}))  # paused for 27 s: not idle; second, quiet 28 s, is
+    assert held.splits["main"][1] == 30_000 and _aligned_out(ctx, 4, held, 30_000) == frozenset()
 
 
 def test_a_split_without_a_record_yet_holds_the_watermark_until_it_is_idle():
