@@ -7,6 +7,7 @@ vectorised one (one call per subtask and microbatch over Arrow tables).
 from .dataflow import Dataflow
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
@@ -77,8 +78,8 @@ __all__ = [
     # two inputs (docs/writing/joins.md)
     "CoFlatMapFunction", "CoProcessFunction", "CoGroupFunction", "CoMapFunction", "JoinFunction", "ProcessJoinContext",
     "ProcessJoinFunction",
-    # a stream that is not keyed (docs/writing/dataflows.md)
-    "ProcessFunction",
+    # a stream that is not keyed (docs/writing/dataflows.md, docs/writing/operator-state.md)
+    "ProcessFunction", "BroadcastProcessFunction",
     # windows (docs/writing/windows.md)
     "ColumnAggregate", "ContinuousEventTimeTrigger", "CountEvictor", "CountTrigger", "EventTimeSessionWindows",
     "EventTimeTrigger", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",

@@ -24,16 +24,20 @@ from typing_extensions import override
 
 from .errors import ConfigError
 from .functions import (
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessContext,
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     MapFunction,
+    NonKeyedBroadcastContext,
     ProcessContext,
     ProcessFunction,
+    ReadOnlyBroadcastContext,
     RecordFunction,
 )
 from .graph import Job, as_job
@@ -89,8 +93,8 @@ class RecordOperator(KeyedProcessFunction):
                     for row in ((f.process_element1 if side == 1 else f.process_element2)(r, co) or ())]
         if isinstance(f, CoFlatMapFunction):
             return [row for side, r in records for row in ((f.flat_map1 if side == 1 else f.flat_map2)(r) or ())]
-        if isinstance(f, ProcessFunction):
-            context = ProcessContext(ctx)
+        if isinstance(f, (ProcessFunction, BroadcastProcessFunction)):
+            context = (ReadOnlyBroadcastContext if isinstance(f, BroadcastProcessFunction) else ProcessContext)(ctx)
             return [row for r in records for row in (f.process_element(r, context) or ())]
         if isinstance(f, MapFunction):
             return [f.map(r) for r in records]
@@ -105,6 +109,24 @@ class RecordOperator(KeyedProcessFunction):
     @override
     def close(self) -> None:
         self.function.close()
+
+
+class BroadcastRecordOperator(RecordOperator, KeyedBroadcastProcessFunction):
+    """A ``BroadcastProcessFunction`` as the operator a run knows: a ``RecordOperator`` that a run hands the
+    broadcast records too (before the microbatch's others, on every subtask), without keyed state to apply to."""
+
+    applies_to_keyed_state = False
+
+    @override
+    def process_broadcast_element(self, value, ctx):
+        return self.function.process_broadcast_element(value, NonKeyedBroadcastContext(ctx))
+
+
+def record_operator(function: RecordFunction) -> RecordOperator:
+    """The operator a run knows for a non-keyed function."""
+    if isinstance(function, BroadcastProcessFunction):
+        return BroadcastRecordOperator(function)
+    return RecordOperator(function)
 
 
 class _ToSink(MapFunction):
@@ -309,6 +331,14 @@ class Dataflow:
         :param order_by: columns that order a key's records in a microbatch.
         :param side_outputs: the ``OutputTag`` s it may emit to, each a table beside the sink.
         """
+        if self._key is None and isinstance(function, BroadcastProcessFunction):
+            if self._steps or self._settings["broadcast_source"] is None:
+                raise ConfigError(f"process(uid={uid!r}): a BroadcastProcessFunction reads the job's broadcast "
+                                  f"stream, which its first operator reads: give Dataflow.from_source(..., "
+                                  f"broadcast_source=...) and make it the first operator")
+            return self._record_step("process", function, BroadcastProcessFunction, uid, output_type,
+                                     {"parallelism": parallelism, "max_parallelism": max_parallelism,
+                                      "side_outputs": side_outputs})
         if self._key is None and isinstance(function, ProcessFunction):  # Flink's ProcessFunction, not keyed
             return self._record_step("process", function, ProcessFunction, uid, output_type,
                                      {"parallelism": parallelism, "max_parallelism": max_parallelism,
@@ -558,7 +588,7 @@ class Dataflow:
             output_type = Types.ROW_NAMED(list(fields), list(fields.values()))
         options = {"parallelism": options.get("parallelism", 2), "max_parallelism": options.get("max_parallelism"),
                    "order_by": [], "side_outputs": list(options.get("side_outputs") or [])}
-        step = _Step(RecordOperator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
+        step = _Step(record_operator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
         return self._then(step)
 
     def map(self, function: MapFunction, *, output_type: RowTypeInfo, uid: str | None = None, parallelism: int = 2,

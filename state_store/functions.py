@@ -534,6 +534,36 @@ class ProcessFunction(RecordFunction):
         """The output rows of a record."""
 
 
+class BroadcastProcessFunction(RecordFunction):
+    """Flink's ``BroadcastProcessFunction``: a stream that is not keyed, connected to a broadcast stream (the
+    job's ``broadcast_source``, read by its first operator): ``process_broadcast_element(value, ctx)`` runs on
+    every subtask for each broadcast record, before the microbatch's other records, and may write broadcast state
+    (``ctx.get_broadcast_state(descriptor)``); ``process_element(value, ctx)`` handles each record of the stream,
+    reading broadcast state (read-only here) and emitting rows, or side outputs through ``ctx.output``. No keyed
+    state, no timers and no ``apply_to_keyed_state`` (Flink's has none): key the stream and use a
+    ``KeyedBroadcastProcessFunction`` for those.
+
+    Example::
+
+        class OverLimit(BroadcastProcessFunction):
+            def process_broadcast_element(self, limit, ctx):
+                ctx.get_broadcast_state(LIMITS).put(limit["country"], limit["limit"])
+
+            def process_element(self, purchase, ctx):
+                limit = ctx.get_broadcast_state(LIMITS).get(purchase["country"])
+                if limit is not None and purchase["amount"] > limit:
+                    yield purchase
+    """
+
+    @abc.abstractmethod
+    def process_element(self, value: dict, ctx: "ReadOnlyBroadcastContext") -> Iterable[dict] | None:
+        """The output rows of a record of the stream."""
+
+    @abc.abstractmethod
+    def process_broadcast_element(self, value: dict, ctx: "BroadcastContext") -> Iterable[dict] | None:
+        """Handle one broadcast record on every subtask; broadcast state is writable here."""
+
+
 class ProcessContext(MicrobatchTime):
     """What a ``ProcessFunction`` is told: the microbatch's processing time, the operator's watermark, and side
     outputs; timers are refused (a stream that is not keyed has none)."""
@@ -553,6 +583,31 @@ class ProcessContext(MicrobatchTime):
         """Refused: a non-keyed operator has no timers."""
         raise ConfigError("a ProcessFunction on a stream that is not keyed has no timers (as in Flink): key the "
                           "stream, stream.key_by(k).process(KeyedProcessFunction)")
+
+
+class ReadOnlyBroadcastContext(ProcessContext):
+    """What a ``BroadcastProcessFunction``'s ``process_element`` is told: a ``ProcessContext``, and the broadcast
+    state, read-only (Flink's ``ReadOnlyContext``)."""
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
+        """The broadcast state, read-only here."""
+        return self._ctx.get_broadcast_state(descriptor)
+
+
+class NonKeyedBroadcastContext:
+    """What a ``BroadcastProcessFunction``'s ``process_broadcast_element`` is told: a ``BroadcastContext`` without
+    ``apply_to_keyed_state`` (a stream that is not keyed has no keyed state)."""
+
+    def __init__(self, ctx: BroadcastContext):
+        self._ctx = ctx
+
+    def __getattr__(self, name: str):
+        return getattr(self._ctx, name)
+
+    def apply_to_keyed_state(self, descriptor: StateDescriptor, function) -> None:
+        """Refused: a stream that is not keyed has no keyed state."""
+        raise ConfigError("a BroadcastProcessFunction on a stream that is not keyed has no keyed state to apply "
+                          "to (as in Flink): key the stream, .key_by(k).process(KeyedBroadcastProcessFunction)")
 
 
 class CoProcessContext(ProcessContext):

@@ -195,7 +195,8 @@ class JobSpec:
             raise ConfigError("function must be an instance of a state_store.KeyedProcessFunction subclass")
         check_vectorized(self)
         if self.broadcast_source is not None and not isinstance(self.function, KeyedBroadcastProcessFunction):
-            raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction")
+            raise ConfigError("a job with a broadcast_source needs a KeyedBroadcastProcessFunction (or, on a stream "
+                              "that is not keyed, a BroadcastProcessFunction) as its first operator")
         if self.key != SHARE_KEY:
             self.key, self.key_type = check_key(self.key, self.key_type)
         self._validate_further_inputs()

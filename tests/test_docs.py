@@ -307,6 +307,66 @@ def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_th
     assert sorted(tuple(r) for r in alerts) == [(1, 110.0, 100.0, 0), (2, 60.0, 50.0, 1), (3, 30.0, 20.0, 1)]
 
 
+def test_the_operator_state_pages_big_purchases_are_flagged_by_broadcast_limits_replayed_and_restored_rescaled(
+        spark, tmp_path, monkeypatch, request):
+    """docs/writing/operator-state.md's ``big_purchases.py``, Flink's BroadcastProcessFunction (issue 61, item 4):
+    each purchase over its country's limit as the microbatch's limits stand, on a stream that is not keyed; a crash
+    after the sink write replays to the clean run's sink and state, and a savepoint after microbatch 0 restored at
+    parallelism 3 on the hashmap backend gives every new subtask the limits (FR's 50 flags 70, 80 and 90)."""
+    from state_store import Dataflow
+    from state_store.delta.points import StatePoint
+    from state_store.errors import ConfigError
+    from state_store.functions import NonKeyedBroadcastContext
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.run.runtime import FaultInjector, InjectedFault
+    from tests.support.helpers import run, sink_rows, state_at_latest_checkpoint
+    from tests.support.lake import Lake
+
+    purchases = [[(1, "DE", 60.0), (2, "FR", 40.0), (3, "DE", 50.0)],
+                 [(4, "FR", 70.0), (5, "FR", 80.0), (6, "FR", 90.0), (7, "FR", 10.0), (3, "DE", 30.0)]]
+    limits = [[("DE", 55.0), ("FR", 50.0)], [("DE", 20.0)]]
+    module = page_module("writing/operator-state.md", "big_purchases", request)
+
+    def job_in(name):
+        lake = Lake(tmp_path / name)
+        if not (lake.inputs / "limits").exists():
+            page_input(lake, monkeypatch, "purchases", [[{"user_id": u, "country": c, "amount": a} for u, c, a in f]
+                                                        for f in purchases])
+            page_input(lake, monkeypatch, "limits", [[{"country": c, "limit": x} for c, x in f] for f in limits])
+        monkeypatch.setenv("LAKESTATE_ROOT", str(lake.root))
+        return lake, module.job()
+
+    clean, spec = job_in("clean")
+    run(spark, spec, clean)
+    flagged = sorted((r["user_id"], r["amount"], r["_microbatch"]) for r in spark.read.format("delta").load(
+        str(clean.settings.sink(spec.sink))).collect())
+    assert flagged == [(1, 60.0, 0), (3, 30.0, 1), (4, 70.0, 1), (5, 80.0, 1), (6, 90.0, 1)]
+
+    crashed, again = job_in("crashed")
+    with pytest.raises(InjectedFault):
+        run(spark, again, crashed, faults=FaultInjector("after_sink_write", batch_id=1))
+    crashed, again = job_in("crashed")
+    run(spark, again, crashed)
+    assert sink_rows(spark, crashed, again) == sink_rows(spark, clean, spec)
+    assert state_at_latest_checkpoint(spark, crashed, again) == state_at_latest_checkpoint(spark, clean, spec)
+
+    moved, later = job_in("moved")
+    run(spark, later, moved, max_microbatches=1)
+    saved = take_savepoint(spark, moved.settings, "big-purchases", say=lambda line: None)
+    restore_job(spark, moved.settings, later, StatePoint(saved), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    moved, later = job_in("moved")
+    run(spark, later, moved)
+    assert sink_rows(spark, moved, later) == sink_rows(spark, clean, spec)
+
+    with pytest.raises(ConfigError, match="a BroadcastProcessFunction reads the job's broadcast stream"):
+        Dataflow.from_source(spec.source, job_id="no-broadcast").process(module.OverLimit(), uid="x",
+                                                                         output_type=module.PURCHASE)
+    with pytest.raises(ConfigError, match="has no keyed state to apply to"):
+        NonKeyedBroadcastContext(None).apply_to_keyed_state(module.LIMITS, print)
+
+
 def test_the_windows_pages_minutes_fire_when_the_watermark_passes_them_and_a_too_late_click_goes_aside(
         spark, lake, monkeypatch, request):
     """docs/writing/windows.md's program: W(1) = 130 s - 5 s - 1 ms fires DE's and FR's first minute and DE's
