@@ -101,16 +101,25 @@ class Job:
             return self.head.tables()
         sinks = [(f"the sink of the branch ending at operator {op.uid!r}", sink_name(sink)) for op in self.operators
                  if (sink := self.sink_of(op.uid)) is not None]
+        streamed = self._streamed()
         return sinks + [(f"side output {t.name!r} of operator {op.uid!r}", self.side_output_sink(t))
                         for op in self.operators for t in op.side_outputs
-                        if t.name not in self.streamed_side_outputs(op.uid)]  # a stream read further: no table
+                        if t.name not in streamed.get(op.uid, ())]  # a stream read further: no table
 
     def streamed_side_outputs(self, uid: str) -> list[str]:
         """The side outputs of operator ``uid`` that later operators read as streams (``get_side_output``), by tag
         name: each staged for the run as an edge, not written to a table of its own."""
-        read = {i.source.output for op in self.operators for i in op.inputs
-                if i.upstream == uid and getattr(i.source, "output", None) is not None}
+        read = self._streamed().get(uid, set())
         return [t.name for t in self.operator(uid).side_outputs if t.name in read]
+
+    def _streamed(self) -> dict[str, set[str]]:
+        """Every operator's side outputs read further as streams, by tag name, by the operator's uid (one pass)."""
+        read: dict[str, set[str]] = {}
+        for op in self.operators:
+            for i in op.inputs:
+                if i.upstream is not None and getattr(i.source, "output", None) is not None:
+                    read.setdefault(i.upstream, set()).add(i.source.output)
+        return read
 
     def inputs_of(self, uid: str) -> list[str]:
         """The operators whose output operator ``uid`` reads (none for the first)."""
@@ -210,7 +219,12 @@ class Job:
         sink it writes, in a graph); a one-operator job's is its operator's."""
         if self.single:
             return self.head.describe()
-        described = [op.describe() for op in self.operators]
+        described, streamed = [op.describe() for op in self.operators], self._streamed()
+        for d in described:  # a side output read further is a stream of the job, with no table of its own
+            read = streamed.get(d["uid"], set())
+            if read & set(d["side_outputs"]):
+                d["streamed_side_outputs"] = sorted(read & set(d["side_outputs"]))
+                d["side_outputs"] = {n: t for n, t in d["side_outputs"].items() if n not in read}
         side_outputs = {name: sink for d in described for name, sink in d["side_outputs"].items()}
         head = {**described[0], "side_outputs": side_outputs, "operators": described}
         if self.sinks is not None:

@@ -169,6 +169,12 @@ def _row_dict(key_type: RowTypeInfo, value: tuple) -> dict:
             for (n, t), v in zip(key_type.fields.items(), value)}
 
 
+def row_tuple(value: dict | None) -> tuple | None:
+    """A composite key's value as a dict of its columns (from Arrow) as the hashable tuple the function sees:
+    ``_row_dict``'s inverse."""
+    return None if value is None else tuple(row_tuple(v) if isinstance(v, dict) else v for v in value.values())
+
+
 def arrow_key_columns(key: Any, key_type: TypeInfo, texts) -> dict:
     """The key's columns as an operator emits them, by name, from a column of key texts: the one key column, or
     each column of a composite key."""

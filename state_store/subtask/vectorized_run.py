@@ -15,7 +15,7 @@ microbatch's changes replace rows of; no Python object per entry.
 from __future__ import annotations
 
 from ..errors import ConfigError, StoredValueError
-from ..keys import arrow_keys
+from ..keys import arrow_keys, row_tuple
 from ..records.layout import keyed_columns
 from ..side_outputs import OutputTag
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
@@ -223,8 +223,8 @@ class VectorizedRun:
         if new_keys.equals(known):  # the state table's own key column (most functions return it): no lookup
             return pa.array(np.arange(len(known), dtype=np.int32))
         if pa.types.is_struct(known.type):  # a composite key: Arrow looks up no structs, so by its values
-            where = {_row_key(k): i for i, k in enumerate(known.to_pylist())}
-            at = pa.array([where.get(_row_key(k)) for k in new_keys.to_pylist()], pa.int32())
+            where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
+            at = pa.array([where.get(row_tuple(k)) for k in new_keys.to_pylist()], pa.int32())
         else:
             at = pc.index_in(new_keys, value_set=known)
         if at.null_count:
@@ -288,8 +288,3 @@ def _same(a, b):
     import pyarrow.compute as pc
 
     return pc.if_else(pc.is_null(a), pc.is_null(b), pc.fill_null(pc.equal(a, b), False))
-
-
-def _row_key(value):
-    """A composite key's value (a dict of its columns, from Arrow) as a hashable tuple."""
-    return None if value is None else tuple(_row_key(v) if isinstance(v, dict) else v for v in value.values())

@@ -772,6 +772,8 @@ def test_a_side_output_is_a_stream_the_job_processes_further_exactly_once(spark,
     assert job.uids == ["per-window", "late-count"] and job.streamed_side_outputs("per-window") == ["late"]
     assert job.operator("late-count").describe()["source"] == {"type": "operator", "uid": "per-window",
                                                                "side_output": "late"}
+    described = job.describe()  # the catalog, the page and lineage see no table for the streamed side output
+    assert described["side_outputs"] == {} and described["operators"][0]["streamed_side_outputs"] == ["late"]
     run_in(spark, job, clean)
     per_window, late = sinks(clean)
     # a's 8 s click comes in microbatch 1, after [0, 10 s) fired at W = 12 s - 1; its 1 s click in microbatch 2
