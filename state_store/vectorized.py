@@ -11,8 +11,10 @@
 ``records`` holds the subtask's records of one microbatch (the source's
 columns), sorted by key, each key's records in the order ``process`` would get
 them. ``state`` has one row per key of ``records``, in the same order: a ``key``
-column of the job's key type and one column per ValueState, named as its
-descriptor and typed as it declares, null where the key has no value.
+column of the job's key type and one column per keyed state, named as its
+descriptor: a ValueState's typed as it declares, a ListState's a list of its
+elements, a MapState's an Arrow map of its user keys to its values; null where
+the key has no value (an empty list or map also clears it on the way back).
 ``process_batch`` returns ``(output, new_state)``: the output rows (the
 columns of the job's ``output_type``) and the values to store, a ``key`` column
 (keys of ``state`` only, each once) and any of the state columns; a null
@@ -27,9 +29,11 @@ are the per-record path's, and a job can move between the two paths through a
 savepoint. Supported: ValueState (with TTL: every touched key's value is
 read at the call, so an expired one is null (or given once, under
 ReturnExpiredIfNotCleanedUp) and removed, and a read restamps as the TTL
-config says; a write stamps its expiry), operator state, raw state. Refused
-with a clear error: other keyed state kinds, timers, side outputs, broadcast
-sources.
+config says; a write stamps its expiry), ListState and MapState (without TTL;
+a map's entries are stored one by one, and only those that change are
+written), side outputs (``ctx.output``), operator state, raw state. Refused
+with a clear error: reducing and aggregating state, lists and maps with TTL,
+timers, broadcast sources.
 """
 from __future__ import annotations
 
@@ -140,16 +144,33 @@ def check_job(spec) -> None:
                           f"KeyedBroadcastProcessFunction")
 
 
-def value_states(ctx: RuntimeContext, function) -> dict[str, Any]:
-    """Qualified name -> descriptor of the states ``open`` declared; anything but ValueState is a ConfigError
-    naming the state."""
+BATCH_STATE_KINDS = ("value", "list", "map")
+
+
+def batch_states(ctx: RuntimeContext, function) -> dict[str, Any]:
+    """Qualified name -> descriptor of the states ``open`` declared: ValueState, ListState and MapState (the last
+    two without TTL); any other is a ConfigError naming the state and the fix."""
     name = type(function).__name__
     for _qname, descriptor in ctx.descriptors.items():
-        if descriptor.kind != "value":
+        if descriptor.kind not in BATCH_STATE_KINDS:
             raise ConfigError(f"{name} declares {descriptor.kind} state {descriptor.name!r}, but a "
-                              f"VectorizedKeyedFunction keeps ValueState only; declare a ValueState (e.g. of a LIST "
-                              f"or MAP type) or use a KeyedProcessFunction")
+                              f"VectorizedKeyedFunction keeps ValueState, ListState and MapState; fold it into "
+                              f"one of those (e.g. a ValueState of the aggregate) or use a KeyedProcessFunction")
+        if descriptor.kind != "value" and descriptor.ttl_config is not None:
+            raise ConfigError(f"{name} declares {descriptor.kind} state {descriptor.name!r} with TTL, which a "
+                              f"VectorizedKeyedFunction keeps for ValueState only (a list's and a map's TTL is per "
+                              f"element); drop its TTL, or use a KeyedProcessFunction")
     return dict(ctx.descriptors)
+
+
+def state_column_type(descriptor):
+    """The Arrow type of a state's column in ``process_batch``'s tables: the value's, a list of the elements',
+    or a map of the user keys' to the values'."""
+    import pyarrow as pa
+
+    if descriptor.kind == "map":
+        return pa.map_(descriptor.key_type.arrow_type(), descriptor.value_type.arrow_type())
+    return descriptor.stored_type.arrow_type()
 
 
 def as_table(table, what: str):

@@ -155,6 +155,12 @@ class KeyedStateStore:
         return [(e[1], text, self._expiry.get(e)) for e, text in self._stored.items()
                 if e[0] == state_name and e[2] == namespace]
 
+    def stored_map_entries(self, state_name: str, namespace: str = VOID_NAMESPACE) -> list[tuple[str, str, str]]:
+        """``(key, user key, text)`` of each stored map entry of ``state_name`` in ``namespace``, as of the last
+        flush (what a vectorised run takes over from the entries loaded row by row)."""
+        return [(e[1], user_key, text) for e, entries in self._stored_maps.items()
+                if e[0] == state_name and e[2] == namespace for user_key, text in entries.items()]
+
     def stored_namespaced(self, state_name: str) -> list[tuple[str, int, str, str]]:
         """``(key, key group, namespace, text)`` of each stored single-value entry of ``state_name`` in any
         namespace (what a window run on the vectorised path takes over from the entries loaded row by row)."""

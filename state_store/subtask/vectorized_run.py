@@ -8,9 +8,10 @@ sink file and the changed values (encoded column-wise, in the per-record
 path's stored format) to the keyed table, makes them the stored values, and
 counts them in the microbatch's stats as the per-record path does.
 
-The stored values stay Arrow: each ValueState's entries are a table of key,
-text and expiry, which the state the run loaded (``load``) starts and each
-microbatch's changes replace rows of; no Python object per entry.
+The stored values stay Arrow: each ValueState's (and ListState's) entries are a
+table of key, text and expiry (a MapState's of key, user key and text), which
+the state the run loaded (``load``) starts and each microbatch's changes replace
+rows of; no Python object per entry.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..keys import arrow_keys, row_tuple
 from ..records.layout import keyed_columns
 from ..side_outputs import OutputTag
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
-from ..vectorized import BatchContext, as_table, conform, value_states
+from ..vectorized import BatchContext, as_table, batch_states, conform, state_column_type
 from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 
@@ -40,9 +41,10 @@ class VectorizedRun:
         """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
         self._loaded.append(part.select(["state_name", "key", "namespace", "user_key", "value", "expiry"]))
 
-    def _stored(self, qname: str):
-        """The state's stored entries: a table of ``key``, ``text``, ``expiry`` (made on first use from what the
-        run loaded, and any entry that reached the subtask's store row by row)."""
+    def _stored(self, qname: str, map_state: bool = False):
+        """The state's stored entries: a table of ``key``, ``text``, ``expiry`` (of ``key``, ``user_key``,
+        ``text`` for a map), made on first use from what the run loaded, and any entry that reached the subtask's
+        store row by row."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -51,6 +53,8 @@ class VectorizedRun:
             parts = [p.filter(pc.and_(pc.equal(p.column("state_name"), qname),
                                       pc.equal(p.column("namespace"), "")))
                      for p in self._loaded]
+            if map_state:  # a map's entries, each under its user key
+                return self._stored_map(qname, parts)
             parts = [pa.table({"key": p.column("key"), "text": p.column("value"), "expiry": p.column("expiry")})
                      for p in parts if p.num_rows]
             rows = self.runner.store.stored_entries(qname)
@@ -62,6 +66,20 @@ class VectorizedRun:
             table = (pa.concat_tables([p.cast(schema) for p in parts]).combine_chunks() if parts
                      else schema.empty_table())
             self._entries[qname] = table
+        return table
+
+    def _stored_map(self, qname: str, parts: list):
+        import pyarrow as pa
+
+        schema = pa.schema([("key", pa.string()), ("user_key", pa.string()), ("text", pa.string())])
+        tables = [pa.table({"key": p.column("key"), "user_key": p.column("user_key"), "text": p.column("value")})
+                  for p in parts if p.num_rows]
+        rows = self.runner.store.stored_map_entries(qname)
+        if rows:
+            tables.append(pa.table(dict(zip(schema.names, map(list, zip(*rows))))))
+        table = (pa.concat_tables([t.cast(schema) for t in tables]).combine_chunks() if tables
+                 else schema.empty_table())
+        self._entries[qname] = table
         return table
 
     def _replace(self, qname: str, keys, texts, expiries) -> None:
@@ -87,7 +105,7 @@ class VectorizedRun:
         if not slices:
             return
         runner = self.runner
-        states = value_states(runner.runtime_ctx, runner.function)
+        states = batch_states(runner.runtime_ctx, runner.function)
         keys, records = self._sorted(pa.Table.from_batches(slices))
         state, stored = self._state(keys, states)
         output, new_state = self._call(records, state)
@@ -103,7 +121,10 @@ class VectorizedRun:
         self._side_tables()
         updates = {} if new_state is None else self._updates(keys, states, new_state)
         for qname, descriptor in states.items():
-            if qname in updates or descriptor.ttl_config is not None:  # TTL: expired values go, reads restamp
+            if descriptor.kind == "map":
+                if qname in updates:
+                    self._write_map(qname, descriptor, keys, updates[qname])
+            elif qname in updates or descriptor.ttl_config is not None:  # TTL: expired values go, reads restamp
                 self._write_state(qname, descriptor, keys, stored[qname], updates.get(qname))
 
     def _sorted(self, table):
@@ -145,14 +166,83 @@ class VectorizedRun:
         text_keys = keys.column("text").combine_chunks()
         columns, stored = {"key": keys.column("key")}, {}
         for qname, descriptor in states.items():
+            if descriptor.kind == "map":
+                columns[descriptor.name] = self._map_column(qname, descriptor, text_keys)
+                continue
             entries = self._stored(qname)
             at = pc.index_in(text_keys, value_set=entries.column("key"))
             texts, expiries = entries.column("text").take(at), entries.column("expiry").take(at)
             texts, expiries = texts.combine_chunks(), expiries.combine_chunks()
             stored[qname] = texts, expiries
-            column = decode_column(descriptor.type_info, texts, text_keys, qname)
+            column = decode_column(descriptor.stored_type, texts, text_keys, qname)
             columns[descriptor.name] = read_values(descriptor.ttl_config, store.now, texts, expiries, column)
         return pa.table(columns), stored
+
+    def _map_column(self, qname: str, descriptor, text_keys):
+        """A map state's column beside ``text_keys``: each key's stored entries as an Arrow map (user keys in
+        their stored texts' order, as the per-record path's ``keys()``), null where it has none."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        entries = self._stored(qname, map_state=True)
+        mine = entries.filter(pc.is_in(entries.column("key"), value_set=text_keys))
+        mine = mine.append_column("at", pc.index_in(mine.column("key"), value_set=text_keys))
+        mine = mine.sort_by([("at", "ascending"), ("user_key", "ascending")])
+        counts = np.bincount(mine.column("at").to_numpy(), minlength=len(text_keys))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32())
+        texts = mine.column("key").combine_chunks()
+        user_keys = decode_column(descriptor.key_type, mine.column("user_key").combine_chunks(), texts, qname)
+        values = decode_column(descriptor.value_type, mine.column("text").combine_chunks(), texts, qname)
+        maps = pa.MapArray.from_arrays(offsets, user_keys, values, type=state_column_type(descriptor))
+        return pc.if_else(pa.array(counts > 0), maps, pa.scalar(None, maps.type))
+
+    def _write_map(self, qname: str, descriptor, keys, update) -> None:
+        """A map state's new maps of the keys at ``update``'s positions, each replacing the key's whole map: the
+        entries added or changed written, those gone written as removed (tombstones), the rest left alone."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        at, maps = update
+        text_keys = keys.column("text").combine_chunks().take(at)
+        entries_of = pa.StructArray.from_arrays([maps.keys, maps.items], names=["user_key", "value"])
+        maps = pa.ListArray.from_arrays(maps.offsets, entries_of, mask=maps.is_null())  # Arrow's list kernels
+        lengths = pc.fill_null(pc.list_value_length(maps), 0).to_numpy()
+        flat = pc.list_flatten(maps)
+        parent = pa.array(np.repeat(np.arange(len(maps)), lengths))
+        new = pa.table({"key": text_keys.take(parent),
+                        "user_key": encode_column(descriptor.key_type, flat.field(0)),
+                        "new": encode_column(descriptor.value_type, flat.field(1))})
+        if new.group_by(["key", "user_key"]).aggregate([]).num_rows != new.num_rows:
+            raise ConfigError(f"process_batch's new state of {descriptor.name!r} maps a user key twice in one "
+                              f"key's map; give each user key once")
+        entries = self._stored(qname, map_state=True)
+        touched = pc.is_in(entries.column("key"), value_set=text_keys)
+        old = entries.filter(touched).rename_columns(["key", "user_key", "old"])
+        both = new.join(old, keys=["key", "user_key"], join_type="full outer")
+        new_text, old_text = both.column("new"), both.column("old")
+        written = both.filter(pc.invert(_same(new_text, old_text)))
+        n = written.num_rows
+        self._entries[qname] = pa.concat_tables(
+            [entries.filter(pc.invert(touched)), new.rename_columns(["key", "user_key", "text"])]).combine_chunks()
+        if not n:
+            return
+        runner, batch_id = self.runner, self.runner.batch_id
+        key_groups = keys.column("key_group").combine_chunks().take(
+            pc.index_in(written.column("key"), value_set=keys.column("text").combine_chunks()))
+        value = written.column("new")
+        runner.files.keyed.add_columns(batch_id, keyed_columns(
+            state_name=pa.repeat(qname, n), key_group=key_groups, key=written.column("key"),
+            namespace=pa.repeat("", n), user_key=written.column("user_key"), value=value,
+            expiry=pa.nulls(n, pa.int64()), batch_id=pa.repeat(batch_id, n), generation=pa.repeat(0, n)))
+        created = pc.sum(pc.is_null(written.column("old"))).as_py() or 0
+        removed = value.null_count
+        stats = runner.stats
+        stats.state_deletes += removed
+        stats.state_upserts += n - removed
+        if created or removed:
+            stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
 
     def _call(self, records, state):
         runner = self.runner
@@ -201,15 +291,22 @@ class VectorizedRun:
         unknown = [n for n in names if n != "key" and n not in declared]
         if "key" not in names or unknown:
             raise ConfigError(f"process_batch's new state has columns {names}: it needs 'key' and columns named "
-                              f"after the declared ValueStates {sorted(declared)}" +
+                              f"after the declared states {sorted(declared)}" +
                               (f" ({unknown} are not declared)" if unknown else ""))
-        fields = [key_field] + [pa.field(n, declared[n][1].type_info.arrow_type()) for n in names if n != "key"]
-        new_state = conform(new_state, fields, "process_batch's new state", "return 'key' and ValueState columns")
+        fields = [key_field] + [pa.field(n, state_column_type(declared[n][1])) for n in names if n != "key"]
+        new_state = conform(new_state, fields, "process_batch's new state", "return 'key' and state columns")
         at = self._positions(keys, new_state.column("key").combine_chunks())
         order = pc.sort_indices(at)  # in key order, as the per-record path's flush writes them
         at = at.take(order)
-        return {declared[name][0]: (at, new_state.column(name).combine_chunks().take(order))
-                for name in names if name != "key"}
+        updates = {}
+        for name in names:
+            if name != "key":
+                column = new_state.column(name).combine_chunks().take(order)
+                if declared[name][1].kind == "list":  # an empty list clears the state, as ListState.update([])
+                    column = pc.if_else(pc.equal(pc.fill_null(pc.list_value_length(column), 0), 0),
+                                        pa.scalar(None, column.type), column)
+                updates[declared[name][0]] = at, column
+        return updates
 
     @staticmethod
     def _positions(keys, new_keys):
@@ -249,7 +346,7 @@ class VectorizedRun:
             at, values = update
             mask = np.zeros(len(old_text), dtype=bool)
             mask[at.to_numpy()] = True
-            written = encode_column(descriptor.type_info, values)
+            written = encode_column(descriptor.stored_type, values)
             new_text = pc.replace_with_mask(new_text, pa.array(mask), written)
             new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask), write_expiries(ttl, now, written))
         changed = pc.invert(pc.and_(_same(new_text, old_text), _same(new_expiry, old_expiry)))

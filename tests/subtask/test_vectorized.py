@@ -261,7 +261,7 @@ class Returns(RunningCountSumVectorized):
     (lambda out, new: (out.append_column("x", out.column("sum")), new), r"\['x'\] are not declared"),
     (lambda out, new: (out.set_column(1, "count", pa.array(["x"] * out.num_rows)), new),
      r"column 'count' is string but is declared int64"),
-    (lambda out, new: (out, new.rename_columns(["key", "accc"])), r"after the declared ValueStates \['acc'\]"),
+    (lambda out, new: (out, new.rename_columns(["key", "accc"])), r"after the declared states \['acc'\]"),
     (lambda out, new: (out, pa.table({"key": ["nope"], "acc": pa.nulls(1, ACC.arrow_type())})),
      r"new state has key 'nope', which has no record in this microbatch"),
     (lambda out, new: out, r"process_batch returned Table; return a pair"),
@@ -277,15 +277,106 @@ def test_an_exception_in_process_batch_says_where():
         run(Returns(lambda out, new: 1 / 0), EVENTS, microbatches=3)
 
 
+RECENT, BUCKETS = "op.recent", "op.buckets"
+
+
+def _list_and_map():
+    from state_store import ListStateDescriptor, MapStateDescriptor
+
+    return (ListStateDescriptor("recent", Types.LONG()), MapStateDescriptor("buckets", Types.STRING(), Types.LONG()))
+
+
+class RecentAndBuckets(RunningCountSum):
+    """A ListState of a key's last two amounts and a MapState counting its amounts by parity; a key's "odd"
+    entry is removed once it reaches 3, and both states are cleared by a microbatch whose amounts sum below 0.
+    Emits the number of map entries and the sum of the list."""
+
+    def open(self, ctx):
+        recent, buckets = _list_and_map()
+        self.recent, self.buckets = ctx.get_list_state(recent), ctx.get_map_state(buckets)
+
+    def process(self, key, records, ctx):
+        for r in records:
+            self.recent.add(r["amount"])
+            self.recent.update(self.recent.get()[-2:])
+            parity = "odd" if r["amount"] % 2 else "even"
+            self.buckets.put(parity, (self.buckets.get(parity) or 0) + 1)
+        if (self.buckets.get("odd") or 0) >= 3:
+            self.buckets.remove("odd")
+        if sum(r["amount"] for r in records) < 0:
+            self.recent.clear()
+            self.buckets.clear()
+        yield {"key": key, "count": len(self.buckets.keys()), "sum": sum(self.recent.get())}
+
+
+class RecentAndBucketsVectorized(VectorizedKeyedFunction):
+    """RecentAndBuckets over the ``state`` table's list and map columns (a loop over keys, not records)."""
+
+    def open(self, ctx):
+        recent, buckets = _list_and_map()
+        ctx.get_list_state(recent)
+        ctx.get_map_state(buckets)
+
+    def process_batch(self, records, state, ctx):
+        amounts, offsets = records.column("amount").to_pylist(), ctx.key_offsets
+        lists, maps, out = [], [], []
+        for i, (recent, buckets) in enumerate(zip(state.column("recent").to_pylist(),
+                                                  state.column("buckets").to_pylist())):
+            mine, recent, buckets = amounts[offsets[i]:offsets[i + 1]], recent or [], dict(buckets or [])
+            for amount in mine:
+                recent = (recent + [amount])[-2:]
+                parity = "odd" if amount % 2 else "even"
+                buckets[parity] = buckets.get(parity, 0) + 1
+            if buckets.get("odd", 0) >= 3:
+                del buckets["odd"]
+            if sum(mine) < 0:
+                recent, buckets = [], {}
+            lists.append(recent)
+            maps.append(list(buckets.items()))
+            out.append((len(buckets), sum(recent)))
+        new_state = pa.table({"key": state.column("key"), "recent": pa.array(lists, pa.list_(pa.int64())),
+                              "buckets": pa.array(maps, pa.map_(pa.string(), pa.int64()))})
+        output = pa.table({"key": state.column("key"), "count": pa.array([c for c, _ in out], pa.int64()),
+                           "sum": pa.array([t for _, t in out], pa.int64())})
+        return output, new_state
+
+
+def test_list_and_map_state_are_arrow_columns_with_the_per_record_paths_rows_texts_and_stats():
+    """ListState and MapState on the vectorised path (issue 61, item 6): a list is a list column, a map an Arrow
+    map column, each key's stored entries restored into them; the same sink rows, keyed changes (a map entry each,
+    removed ones as tombstones, unchanged ones not written) and stats as the per-record path's."""
+    restored = [stored("a", "[5,1]", state=RECENT), dict(stored("a", "2", state=BUCKETS), user_key='"odd"'),
+                dict(stored("a", "1", state=BUCKETS), user_key='"even"'), stored("z", "[9]", state=RECENT),
+                dict(stored("b", "3", state=BUCKETS), user_key='"even"'),
+                dict(stored("d", "5", state=BUCKETS), user_key='"odd"')]
+    result = same_on_both_paths(RecentAndBuckets(), RecentAndBucketsVectorized(), restored + EVENTS)
+    changes = sorted((r["batch_id"], r["key"], r["user_key"], r["value"]) for r in result
+                     if r["kind"] == "k" and r["state_name"] == BUCKETS)
+    assert (0, "a", '"odd"', None) in changes  # a's odd count reached 3 in microbatch 0: removed
+    assert (1, "d", '"odd"', None) in changes  # d's amounts sum below 0: its map cleared
+    assert (0, "b", '"even"', "4") in changes  # restored 3, then b's 2
+
+
 def test_state_kinds_the_vectorised_path_lacks_are_refused():
-    from state_store import ListStateDescriptor
+    from datetime import timedelta
 
-    class Lists(RunningCountSumVectorized):
+    from state_store import ReducingStateDescriptor, StateTtlConfig
+
+    class Reducing(RunningCountSumVectorized):
         def open(self, ctx):
-            ctx.get_list_state(ListStateDescriptor("seen", Types.LONG()))
+            ctx.get_reducing_state(ReducingStateDescriptor("seen", lambda a, b: a + b, Types.LONG()))
 
-    with pytest.raises(ConfigError, match="declares list state 'seen', but a VectorizedKeyedFunction keeps Value"):
-        run(Lists(), EVENTS)
+    with pytest.raises(ConfigError, match="declares reducing state 'seen', but a VectorizedKeyedFunction keeps "
+                                          "ValueState, ListState and MapState"):
+        run(Reducing(), EVENTS)
+
+    class ListWithTtl(RunningCountSumVectorized):
+        def open(self, ctx):
+            recent, _ = _list_and_map()
+            ctx.get_list_state(recent.enable_time_to_live(StateTtlConfig.new_builder(timedelta(seconds=1)).build()))
+
+    with pytest.raises(ConfigError, match="declares list state 'recent' with TTL"):
+        run(ListWithTtl(), EVENTS)
 
 
 # -- TTL ----------------------------------------------------------------------------------------------------------
@@ -406,12 +497,18 @@ def _r_job(lake, function, job_id="vec"):
                    parallelism=2, max_parallelism=8, checkpoint_interval=1, num_retained=2)
 
 
-def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_function(spark, tmp_path):
-    """The vectorised R runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record R and one
-    vectorised again: its sink and state are those of the per-record R run throughout, and the State Processor
-    reads its checkpoint's values."""
+@pytest.mark.parametrize("functions, state, value", [
+    ((RunningCountSum, RunningCountSumVectorized), "acc", [{"count": 3, "sum": 15}]),
+    ((RecentAndBuckets, RecentAndBucketsVectorized), "recent", [3, 12])])  # a list: a row per element
+def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_function(spark, tmp_path, functions,
+                                                                                        state, value):
+    """The vectorised R (and the list and map states' job, issue 61 item 6) crashes after its second microbatch's
+    sink write and replays, runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record
+    function and one vectorised again: its sink and state are those of the per-record function run throughout,
+    and the State Processor reads its checkpoint's values."""
     from state_store.ops.restore import rescale_job
     from state_store.ops.state_processor import SavepointReader
+    from state_store.run.runtime import FaultInjector, InjectedFault
     from tests.support.helpers import run as run_job
     from tests.support.helpers import sink_rows, state_at_latest_checkpoint
     from tests.support.lake import Lake
@@ -421,14 +518,16 @@ def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_
         for m in range(4):
             lake.write_events(f"e{m}.json", [{"key": k, "amount": m * 10 + i, "ts": m} for i, k in
                                              enumerate(["a", "b", "c", "a", "d", "e"][m % 2:])])
-    steady = _r_job(lakes["per_record"], RunningCountSum())
+    steady = _r_job(lakes["per_record"], functions[0]())
     run_job(spark, steady, lakes["per_record"])
     lake = lakes["vectorized"]
-    vectorized, per_record = _r_job(lake, RunningCountSumVectorized()), _r_job(lake, RunningCountSum())
+    vectorized, per_record = _r_job(lake, functions[1]()), _r_job(lake, functions[0]())
+    with pytest.raises(InjectedFault):
+        run_job(spark, vectorized, lake, max_microbatches=2, faults=FaultInjector("after_sink_write", batch_id=1))
     run_job(spark, vectorized, lake, max_microbatches=2)
     reader = SavepointReader.for_checkpoint(spark, "vec", settings=lake.settings)
-    assert {r["key"]: r["value"].asDict() for r in reader.keyed_state("acc").collect()}["a"] == {"count": 3,
-                                                                                               "sum": 15}
+    found = [r["value"] for r in reader.keyed_state(state).collect() if r["key"] == "a"]
+    assert sorted(v.asDict() if hasattr(v, "asDict") else v for v in found) == value
     assert rescale_job(spark, lake.settings, vectorized, 3, say=lambda m: None).parallelism == 3
     run_job(spark, per_record, lake, max_microbatches=1)
     result = run_job(spark, vectorized, lake)
