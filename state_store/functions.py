@@ -632,10 +632,11 @@ class CoProcessContext(ProcessContext):
 
 
 def uses_timers(function: KeyedProcessFunction) -> bool:
-    """Whether ``function`` has timers: an ``on_timer`` of its own, or timers it keeps itself (``keeps_timers``:
-    a window on the vectorised path, whose windows' ends are event-time timers). A run then brings the keys of
-    due timers to their subtasks, with or without records."""
-    return getattr(function, "keeps_timers", False) or type(function).on_timer is not KeyedProcessFunction.on_timer
+    """Whether ``function`` has timers: an ``on_timer`` (or a vectorised ``on_timer_batch``) of its own, or timers
+    it keeps itself (``keeps_timers``: a window on the vectorised path, whose windows' ends are event-time timers).
+    A run then brings the keys of due timers to their subtasks, with or without records."""
+    return (getattr(function, "keeps_timers", False) or getattr(function, "has_batch_timers", False)
+            or type(function).on_timer is not KeyedProcessFunction.on_timer)
 
 
 def _names(code) -> set[str]:

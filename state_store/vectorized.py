@@ -33,7 +33,7 @@ config says; a write stamps its expiry), ListState and MapState (without TTL;
 a map's entries are stored one by one, and only those that change are
 written), side outputs (``ctx.output``), operator state, raw state. Refused
 with a clear error: reducing and aggregating state, lists and maps with TTL,
-timers, broadcast sources.
+``on_timer`` (timers fire in ``on_timer_batch``), broadcast sources.
 """
 from __future__ import annotations
 
@@ -60,6 +60,34 @@ class BatchContext(MicrobatchTime):
         self.batch_id, self._timestamp, self._watermark = batch_id, timestamp, watermark
         self.subtask, self.key_type, self.key_offsets = subtask, key_type, key_offsets
         self.side_tables: list[tuple] = []  # (tag, rows) of each ``output`` call, written after process_batch
+        self.timers = None  # the run's ``(domain, delete, keys, timestamps)`` for the timer calls below
+
+    def register_event_time_timers(self, keys, timestamps) -> None:
+        """Register an event-time timer for each key of ``keys`` (values of the ``state`` table's ``key`` column,
+        an Arrow array or a list) at the timestamp beside it in ``timestamps`` (epoch ms): Flink's
+        ``registerEventTimeTimer`` for a column of keys; a timer registered twice is kept once. Each fires in
+        ``on_timer_batch`` once the watermark reaches it.
+
+        Example: ``ctx.register_event_time_timers(state["key"], pc.add(last_seen, GAP))``
+        """
+        self._timer_call(0, False, keys, timestamps)
+
+    def register_processing_time_timers(self, keys, timestamps) -> None:
+        """As ``register_event_time_timers``, firing once a microbatch's processing time reaches it."""
+        self._timer_call(1, False, keys, timestamps)
+
+    def delete_event_time_timers(self, keys, timestamps) -> None:
+        """Delete the event-time timer of each key at the timestamp beside it, where there is one."""
+        self._timer_call(0, True, keys, timestamps)
+
+    def delete_processing_time_timers(self, keys, timestamps) -> None:
+        """Delete the processing-time timer of each key at the timestamp beside it, where there is one."""
+        self._timer_call(1, True, keys, timestamps)
+
+    def _timer_call(self, domain: int, delete: bool, keys, timestamps) -> None:
+        if self.timers is None:
+            raise RuntimeError("timers exist only in a run's process_batch or on_timer_batch")
+        self.timers(domain, delete, keys, timestamps)
 
     def output(self, tag, rows) -> None:
         """Send ``rows`` (an Arrow table or record batch, or a pandas DataFrame, of the tag's columns) to side
@@ -96,8 +124,23 @@ class VectorizedKeyedFunction(KeyedProcessFunction):
     @abc.abstractmethod
     def process_batch(self, records, state, ctx: BatchContext):
         """Fold one microbatch of one subtask: ``records`` (sorted by key) and ``state`` (a row per key: ``key``
-        and a column per ValueState, null where absent) in; ``(output rows, new state rows)`` out, either None.
+        and a column per keyed state, null where absent) in; ``(output rows, new state rows)`` out, either None.
         In ``new_state`` a null removes a value; keys and columns left out keep theirs."""
+
+    def on_timer_batch(self, timers, state, ctx: BatchContext):
+        """The timers of one subtask that fired after a microbatch (Flink's ``onTimer``, once for all of them):
+        ``timers`` has ``key``, ``timestamp`` and ``time_domain`` (0 event time, 1 processing time), a key's timers
+        together, each key's in the order they fired (timestamp); ``state`` a row per key of ``timers`` as in
+        ``process_batch``, and ``ctx.key_offsets`` where each key's timers start. Returns ``(output, new_state)``
+        as ``process_batch``. Timers registered here at or below the clock fire in a call after it, in the same
+        microbatch (Flink's ``advanceWatermark`` loop). ``ctx.current_watermark()`` is the watermark the timers
+        fired at."""
+        raise NotImplementedError(f"{type(self).__name__} registers timers but has no on_timer_batch")
+
+    @property
+    def has_batch_timers(self) -> bool:
+        """Whether the function has timers: an ``on_timer_batch`` of its own."""
+        return type(self).on_timer_batch is not VectorizedKeyedFunction.on_timer_batch
 
 
 class VectorizedWindowAggregate(VectorizedKeyedFunction):
@@ -137,8 +180,9 @@ def check_job(spec) -> None:
         raise ConfigError(f"{name}.executor is {function.executor!r}; leave it out (a VectorizedKeyedFunction's "
                           f"is {VectorizedKeyedFunction.executor!r}) or use one of {EXECUTOR_NAMES}")
     if type(function).on_timer is not KeyedProcessFunction.on_timer:
-        raise ConfigError(f"{name} defines on_timer, but a VectorizedKeyedFunction has no timers; use a "
-                          f"KeyedProcessFunction for timers")
+        raise ConfigError(f"{name} defines on_timer, but a VectorizedKeyedFunction's timers fire in "
+                          f"on_timer_batch(timers, state, ctx), once for a microbatch's timers; rename and "
+                          f"vectorise it, or use a KeyedProcessFunction")
     if spec.broadcast_source is not None:
         raise ConfigError(f"{name} is a VectorizedKeyedFunction, which takes no broadcast_source; use a "
                           f"KeyedBroadcastProcessFunction")

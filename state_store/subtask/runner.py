@@ -224,7 +224,11 @@ class SubtaskRunner:
         self._process_group()
         if self.vectorized is not None:
             self.vectorized.run()
-        self._fire_timers()
+        if getattr(self.vectorized, "fires_timers", False):  # on_timer_batch: a call for a microbatch's timers
+            self.timer_service.watermark = self.next_watermark
+            self.vectorized.fire_timers(self.next_watermark)
+        else:
+            self._fire_timers()
         self.drain()
         batch_id, stats = self.batch_id, self.stats
         snapshot_ctx = FunctionSnapshotContext(self.operator_store, self.kg_range, batch_id)

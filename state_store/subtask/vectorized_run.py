@@ -20,6 +20,7 @@ from ..keys import arrow_keys, row_tuple
 from ..records.layout import keyed_columns
 from ..side_outputs import OutputTag
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
+from ..timers import TimeDomain
 from ..vectorized import BatchContext, as_table, batch_states, conform, state_column_type
 from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
@@ -28,7 +29,8 @@ from .json_columns import decode_column, encode_column
 class VectorizedRun:
     """The records of the microbatch being processed, and the call at its end, for one ``SubtaskRunner``."""
 
-    loads_timers = False  # stored parts with timers (a per-record run's) go to the runner's timers
+    loads_timers = False  # stored parts with timers go to the runner's timers, which this run's calls use
+    fires_timers = True  # ``fire_timers``: on_timer_batch, a call for a microbatch's due timers
 
     def __init__(self, runner):
         self.runner = runner
@@ -108,10 +110,86 @@ class VectorizedRun:
         states = batch_states(runner.runtime_ctx, runner.function)
         keys, records = self._sorted(pa.Table.from_batches(slices))
         state, stored = self._state(keys, states)
-        output, new_state = self._call(records, state)
+        output, new_state = self._call("process_batch", records, state, keys, runner.watermark)
         stats = runner.stats
         stats.records_in += records.num_rows
         stats.keys += keys.num_rows
+        self._results(keys, states, stored, output, new_state)
+
+    def fire_timers(self, watermark: int) -> None:
+        """After the microbatch's ``process_batch``: the timers due at ``watermark`` and at its processing time, in
+        one ``on_timer_batch`` call, then again for timers that call registered at or below the clocks, until
+        none is due (the per-record path's loop, a call per round instead of per timer)."""
+        import numpy as np
+        import pyarrow as pa
+
+        runner = self.runner
+        timers, function = runner.timers, runner.function
+        clocks = ((TimeDomain.EVENT_TIME, watermark),
+                  (TimeDomain.PROCESSING_TIME, runner.timer_service.processing_time))
+        while True:
+            due = []
+            for domain, now in clocks:
+                while (timer := timers.pop_due(domain, now)) is not None:
+                    due.append((domain, timer))
+            if not due:
+                return
+            runner.stats.timers_fired += len(due)
+            if not function.has_batch_timers:  # timers of a per-record run restored into one without: as on_timer
+                continue
+            by_key: dict = {}
+            for domain, (timestamp, key_group, key, _namespace) in due:
+                by_key.setdefault((key, key_group), []).append((timestamp, int(domain)))
+            texts = [k for k, _ in by_key]
+            counts = [len(v) for v in by_key.values()]
+            fired = [t for v in by_key.values() for t in v]
+            keys = pa.table({"text": pa.array(texts, pa.string()),
+                             "key": arrow_keys(runner.plan.key_type, pa.array(texts, pa.string())),
+                             "key_group": pa.array([g for _, g in by_key], pa.int32())})
+            at = pa.array(np.repeat(np.arange(len(texts)), counts))
+            table = pa.table({"key": keys.column("key").take(at),
+                              "timestamp": pa.array([t for t, _ in fired], pa.int64()),
+                              "time_domain": pa.array([d for _, d in fired], pa.int8())})
+            self._key_offsets = np.concatenate([[0], np.cumsum(counts)])
+            states = batch_states(runner.runtime_ctx, function)
+            state, stored = self._state(keys, states)
+            output, new_state = self._call("on_timer_batch", table, state, keys, watermark)
+            self._results(keys, states, stored, output, new_state)
+
+    def _timers(self, keys, domain: int, delete: bool, key_values, timestamps) -> None:
+        """``BatchContext``'s timer calls: each of ``key_values`` (keys of this call's ``state``) gets (or loses) a
+        timer of ``domain`` at the timestamp beside it."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        known = keys.column("key").combine_chunks()
+        wanted = key_values.combine_chunks() if isinstance(key_values, pa.ChunkedArray) else (
+            key_values if isinstance(key_values, pa.Array) else pa.array(list(key_values), known.type))
+        stamps = timestamps.combine_chunks() if isinstance(timestamps, pa.ChunkedArray) else (
+            timestamps if isinstance(timestamps, pa.Array) else pa.array(list(timestamps), pa.int64()))
+        what = f"ctx.{'delete' if delete else 'register'}_{('event', 'processing')[domain]}_time_timers"
+        if len(wanted) != len(stamps):
+            raise ConfigError(f"{what}: {len(wanted)} keys but {len(stamps)} timestamps; give one timestamp per key")
+        if stamps.null_count:
+            raise ConfigError(f"{what}: a timestamp is null; give every timer a timestamp (epoch ms)")
+        if pa.types.is_struct(known.type):
+            where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
+            at = pa.array([where.get(row_tuple(k)) for k in wanted.to_pylist()], pa.int32())
+        else:
+            at = pc.index_in(wanted, value_set=known)
+        if at.null_count:
+            stray = wanted.filter(pc.is_null(at))[0].as_py()
+            raise ConfigError(f"{what}: key {stray!r} is not a key of this call's state; register timers for the "
+                              f"keys of the state table")
+        call = self.runner.timers.delete if delete else self.runner.timers.register
+        time_domain = TimeDomain(domain)
+        for text, key_group, timestamp in zip(keys.column("text").take(at).to_pylist(),
+                                              keys.column("key_group").take(at).to_pylist(), stamps.to_pylist()):
+            call(time_domain, text, key_group, "", timestamp)
+
+    def _results(self, keys, states: dict, stored: dict, output, new_state) -> None:
+        """What a call returned: its output to the sink, its side outputs, its state changes written."""
+        runner, stats = self.runner, self.runner.stats
         if output is not None:
             out_type = runner.plan.output_type.arrow_type()
             output = conform(output, list(out_type), "process_batch's output",
@@ -244,21 +322,25 @@ class VectorizedRun:
         if created or removed:
             stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
 
-    def _call(self, records, state):
+    def _call(self, name: str, records, state, keys, watermark: int):
+        """The function's ``process_batch`` (or ``on_timer_batch``) over ``records`` (or the timers) and ``state``."""
+        from functools import partial
+
         runner = self.runner
         function = runner.function
-        ctx = self._ctx = BatchContext(runner.batch_id, runner.store.now, runner.watermark, runner.subtask,
+        ctx = self._ctx = BatchContext(runner.batch_id, runner.store.now, watermark, runner.subtask,
                                        runner.plan.key_type, self._key_offsets)
+        ctx.timers = partial(self._timers, keys)
         pandas = function.batch_format == "pandas"
         try:
-            result = function.process_batch(records.to_pandas() if pandas else records,
-                                            state.to_pandas() if pandas else state, ctx)
+            result = getattr(function, name)(records.to_pandas() if pandas else records,
+                                              state.to_pandas() if pandas else state, ctx)
         except (StoredValueError, ConfigError):
             raise
         except Exception as e:  # reported with where it happened
-            raise runner._user_error("process_batch", e, None) from e
+            raise runner._user_error(name, e, None) from e
         if not isinstance(result, tuple) or len(result) != 2:
-            raise ConfigError(f"process_batch returned {type(result).__name__}; return a pair (output rows, new "
+            raise ConfigError(f"{name} returned {type(result).__name__}; return a pair (output rows, new "
                               f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
         return result
 

@@ -357,6 +357,77 @@ def test_list_and_map_state_are_arrow_columns_with_the_per_record_paths_rows_tex
     assert (0, "b", '"even"', "4") in changes  # restored 3, then b's 2
 
 
+DUE = ValueStateDescriptor("due", Types.LONG())
+
+
+class CountUntilQuiet(RunningCountSum):
+    """R, and a processing-time timer a second after each microbatch of a key (the one before deleted once the
+    key's sum passes 20); a timer emits (key, -1, its timestamp), and clears ``due`` when it is the latest."""
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.due = ctx.get_state(DUE)
+
+    def process(self, key, records, ctx):
+        rows = list(super().process(key, records, ctx))
+        service, due = ctx.timer_service(), self.due.value()
+        if due is not None and rows[-1]["sum"] > 20:
+            service.delete_processing_time_timer(due)
+        service.register_processing_time_timer(ctx.timestamp() + 1_000)
+        self.due.update(ctx.timestamp() + 1_000)
+        yield from rows
+
+    def on_timer(self, timestamp, ctx):
+        if timestamp == self.due.value():
+            self.due.clear()
+        yield {"key": ctx.get_current_key(), "count": -1, "sum": timestamp}
+
+
+class CountUntilQuietVectorized(RunningCountSumVectorized):
+    def open(self, ctx):
+        super().open(ctx)
+        ctx.get_state(DUE)
+
+    def process_batch(self, records, state, ctx):
+        output, new_state = super().process_batch(records, state, ctx)
+        due = state.column("due")
+        past = pc.and_(pc.is_valid(due), pc.greater(output.column("sum"), 20))
+        ctx.delete_processing_time_timers(state.column("key").filter(past), due.filter(past))
+        at = pa.array([ctx.timestamp() + 1_000] * state.num_rows, pa.int64())
+        ctx.register_processing_time_timers(state.column("key"), at)
+        return output, new_state.append_column("due", at)
+
+    def on_timer_batch(self, timers, state, ctx):
+        fired = timers.column("timestamp").to_pylist()
+        latest = [state.column("due")[i].as_py() in fired[ctx.key_offsets[i]:ctx.key_offsets[i + 1]]
+                  for i in range(state.num_rows)]
+        output = pa.table({"key": timers.column("key"), "count": pa.array([-1] * timers.num_rows, pa.int64()),
+                           "sum": timers.column("timestamp")})
+        return output, pa.table({"key": state.column("key").filter(pa.array(latest)),
+                                 "due": pa.nulls(sum(latest), pa.int64())})
+
+
+def test_timers_of_a_vectorised_function_fire_in_on_timer_batch_as_the_per_record_paths_fire_in_on_timer():
+    """``ctx.register_processing_time_timers`` / ``delete_...`` and ``on_timer_batch`` (issue 61, item 6): the
+    same sink rows, keyed changes (timers and state) and stats (timers fired) as the per-record path's
+    ``on_timer``; a key's timer deleted once its sum passes 20 never fires; timers for keys not in the call are
+    refused naming the fix."""
+    result = same_on_both_paths(CountUntilQuiet(), CountUntilQuietVectorized(), EVENTS)
+    fired = sorted((r["batch_id"], r[OUT]["key"], r[OUT]["sum"]) for r in result
+                   if r["kind"] == "out" and r[OUT]["count"] == -1)
+    # the 2 s timers of a, b and c fire after microbatch 1's records; of the 3 s ones, c's is deleted in
+    # microbatch 2 (its sum, 26, passes 20) and a's and d's fire
+    assert fired == [(1, "a", 2_000), (1, "b", 2_000), (1, "c", 2_000), (2, "a", 3_000), (2, "d", 3_000)]
+
+    class Stray(CountUntilQuietVectorized):
+        def process_batch(self, records, state, ctx):
+            ctx.register_event_time_timers(["nobody"], [5])
+            return None, None
+
+    with pytest.raises(ConfigError, match="key 'nobody' is not a key of this call's state"):
+        run(Stray(), EVENTS)
+
+
 def test_state_kinds_the_vectorised_path_lacks_are_refused():
     from datetime import timedelta
 
@@ -445,7 +516,7 @@ def test_ttl_expires_restamps_and_stamps_as_the_per_record_ttl_handles(update_ty
     assert not [r for r in result if r["kind"] == "k" and r["key"] == "z"]  # not touched: not read
 
 
-def test_timers_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
+def test_on_timer_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
     from bench.jobs import count_sum_job
     from state_store import FileSource
 
@@ -455,7 +526,8 @@ def test_timers_and_broadcast_are_refused_where_the_job_is_defined(tmp_path):
 
     spec = count_sum_job(str(tmp_path), vectorized=True)
     assert isinstance(spec.validate().function, VectorizedKeyedFunction)
-    with pytest.raises(ConfigError, match="defines on_timer, but a VectorizedKeyedFunction has no timers"):
+    with pytest.raises(ConfigError, match="defines on_timer, but a VectorizedKeyedFunction's timers fire in "
+                                          "on_timer_batch"):
         spec.with_overrides(function=Timers()).validate()
     with pytest.raises(ConfigError, match="which takes no broadcast_source"):
         spec.with_overrides(broadcast_source=FileSource(str(tmp_path), "json", OUTPUT)).validate()
@@ -499,13 +571,14 @@ def _r_job(lake, function, job_id="vec"):
 
 @pytest.mark.parametrize("functions, state, value", [
     ((RunningCountSum, RunningCountSumVectorized), "acc", [{"count": 3, "sum": 15}]),
-    ((RecentAndBuckets, RecentAndBucketsVectorized), "recent", [3, 12])])  # a list: a row per element
+    ((RecentAndBuckets, RecentAndBucketsVectorized), "recent", [3, 12]),  # a list: a row per element
+    ((CountUntilQuiet, CountUntilQuietVectorized), "due", [1_700_000_001_000])])  # timers stored, not yet due
 def test_a_vectorised_job_checkpoints_rescales_and_restores_into_the_per_record_function(spark, tmp_path, functions,
                                                                                         state, value):
-    """The vectorised R (and the list and map states' job, issue 61 item 6) crashes after its second microbatch's
-    sink write and replays, runs two microbatches, is rescaled 2 -> 3, runs one microbatch as the per-record
-    function and one vectorised again: its sink and state are those of the per-record function run throughout,
-    and the State Processor reads its checkpoint's values."""
+    """The vectorised R (and the list and map states' job, and one with timers: issue 61 item 6) crashes after
+    its second microbatch's sink write and replays, runs two microbatches, is rescaled 2 -> 3, runs one microbatch
+    as the per-record function and one vectorised again: its sink and state are those of the per-record function
+    run throughout, and the State Processor reads its checkpoint's values."""
     from state_store.ops.restore import rescale_job
     from state_store.ops.state_processor import SavepointReader
     from state_store.run.runtime import FaultInjector, InjectedFault
