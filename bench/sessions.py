@@ -68,6 +68,7 @@ from state_store import (
     TimeDomain,
     Types,
     ValueStateDescriptor,
+    VectorizedKeyedFunction,
     WatermarkStrategy,
 )
 
@@ -125,30 +126,117 @@ class Sessions(KeyedProcessFunction):
             yield self._close(ctx.get_current_key(), s)
 
 
-def sessions_job(input_dir: str, job_id: str = "bench-sessions", bound_ms: int = 0, parallelism: int = 2) -> JobSpec:
-    """R's job's settings (``bench/jobs.py``), with event time and the sessions function."""
+class SessionsVectorized(VectorizedKeyedFunction):
+    """``Sessions`` on the vectorised path (issue 61, item 6): the same sessions, late events, state and stored
+    timers, with no Python call per record or key. A microbatch's on-time events (sorted by key, then ts: the job
+    orders by ts) split into segments where a key's next event is more than ``gap`` after its last; the first
+    continues the stored session when within its gap (its timer deleted, as each event moves it), every segment
+    but a key's last is closed, and each segment's end gets an event-time timer (a closed one's stays, stale, as
+    the per-record path leaves it); ``on_timer_batch`` closes a session whose timer is its end."""
+
+    def __init__(self, gap: int = GAP_MS):
+        self.gap = gap
+
+    def open(self, ctx):
+        ctx.get_state(ValueStateDescriptor("session", SESSION_STATE))
+
+    def process_batch(self, records, state, ctx):
+        gap, watermark, offsets = self.gap, ctx.current_watermark(), ctx.key_offsets
+        ts = records.column("ts").to_numpy()
+        owner = np.repeat(np.arange(state.num_rows), np.diff(offsets))  # each record's row of ``state``
+        late = ts <= watermark
+        if late.any():
+            ctx.output(LATE, pa.table({"key": records.column("key").filter(pa.array(late)), "ts": ts[late],
+                                       "watermark": np.full(late.sum(), watermark, dtype=np.int64)}))
+        ts, owner = ts[~late], owner[~late]
+        session = state.column("session").combine_chunks()
+        had = session.is_valid().to_numpy(zero_copy_only=False)
+        s_start, s_last, s_events = (pc.fill_null(pc.struct_field(session, f), 0).to_numpy() for f in
+                                     ("start", "last", "events"))
+        first = np.ones(len(ts), dtype=bool)
+        first[1:] = owner[1:] != owner[:-1]
+        new = first.copy()
+        new[1:] |= ts[1:] - ts[:-1] > gap
+        continues = first & had[owner] & (ts - s_last[owner] <= gap)  # joins the stored session
+        seg = np.cumsum(new) - 1  # each event's segment
+        n_seg = seg[-1] + 1 if len(seg) else 0
+        seg_owner = np.zeros(n_seg, dtype=np.int64)
+        seg_owner[seg] = owner
+        seg_start = np.full(n_seg, np.iinfo(np.int64).max)
+        np.minimum.at(seg_start, seg, ts)
+        seg_last = np.zeros(n_seg, dtype=np.int64)
+        np.maximum.at(seg_last, seg, ts)
+        seg_events = np.bincount(seg, minlength=n_seg).astype(np.int64)
+        joined = np.zeros(n_seg, dtype=bool)
+        joined[seg[continues]] = True
+        seg_start[joined] = np.minimum(seg_start[joined], s_start[seg_owner[joined]])
+        seg_events[joined] += s_events[seg_owner[joined]]
+        last_of_key = np.ones(n_seg, dtype=bool)
+        last_of_key[:-1] = seg_owner[1:] != seg_owner[:-1]
+        touched = np.zeros(state.num_rows, dtype=bool)
+        touched[owner] = True
+        continued = np.zeros(state.num_rows, dtype=bool)
+        continued[seg_owner[joined]] = True
+        ended = had & touched & ~continued  # a stored session a later event closed
+        keys = state.column("key")
+        closed = [pa.table({"key": keys.filter(pa.array(ended)), "start": s_start[ended],
+                            "end": s_last[ended] + gap, "events": s_events[ended]}),
+                  pa.table({"key": keys.take(pa.array(seg_owner[~last_of_key])), "start": seg_start[~last_of_key],
+                            "end": seg_last[~last_of_key] + gap, "events": seg_events[~last_of_key]})]
+        ctx.delete_event_time_timers(keys.filter(pa.array(continued)), s_last[continued] + gap)
+        ctx.register_event_time_timers(keys.take(pa.array(seg_owner)), seg_last + gap)
+        open_ = last_of_key
+        new_state = pa.table({"key": keys.take(pa.array(seg_owner[open_])), "session": pa.StructArray.from_arrays(
+            [pa.array(seg_start[open_]), pa.array(seg_last[open_]), pa.array(seg_events[open_])],
+            names=["start", "last", "events"])})
+        return pa.concat_tables(closed), new_state
+
+    def on_timer_batch(self, timers, state, ctx):
+        session = state.column("session").combine_chunks()
+        s_last = pc.fill_null(pc.struct_field(session, "last"), np.iinfo(np.int64).min // 2).to_numpy()
+        owner = np.repeat(np.arange(state.num_rows), np.diff(ctx.key_offsets))
+        hit = timers.column("timestamp").to_numpy() == s_last[owner] + self.gap
+        close = np.zeros(state.num_rows, dtype=bool)
+        close[owner[hit]] = True
+        close &= session.is_valid().to_numpy(zero_copy_only=False)
+        mask = pa.array(close)
+        done = session.filter(mask)
+        output = pa.table({"key": state.column("key").filter(mask), "start": pc.struct_field(done, "start"),
+                           "end": pc.add(pc.struct_field(done, "last"), self.gap),
+                           "events": pc.struct_field(done, "events")})
+        return output, pa.table({"key": state.column("key").filter(mask),
+                                 "session": pa.nulls(int(close.sum()), SESSION_STATE.arrow_type())})
+
+
+def sessions_job(input_dir: str, job_id: str = "bench-sessions", bound_ms: int = 0, parallelism: int = 2,
+                 vectorized: bool = False) -> JobSpec:
+    """R's job's settings (``bench/jobs.py``), with event time and the sessions function (``SessionsVectorized``
+    with ``vectorized``)."""
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=bound_ms)) \
         .with_timestamp_column("ts")
-    return JobSpec(job_id=job_id, function=Sessions(), source=FileSource(input_dir, "parquet", EVENT,
-                                                                         max_files_per_batch=1),
+    function = SessionsVectorized() if vectorized else Sessions()
+    return JobSpec(job_id=job_id, function=function, source=FileSource(input_dir, "parquet", EVENT,
+                                                                       max_files_per_batch=1),
                    key="key", key_type=Types.STRING(), output_type=SESSION, sink=f"sinks/{job_id}", uid=UID,
                    parallelism=parallelism, backend="delta", checkpoint_interval=1, num_retained=3,
                    order_by=["ts"], watermark_strategy=strategy, side_outputs=[LATE])
 
 
-def run_lakestate_sessions(spark, input_dir: Path, root: Path, bound_ms: int, quiet: bool = False) -> dict:
+def run_lakestate_sessions(spark, input_dir: Path, root: Path, bound_ms: int, quiet: bool = False,
+                           vectorized: bool = False) -> dict:
     from state_store.catalog.job_store import JobStore
     from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     settings = Settings.load(root=root)
-    spec = sessions_job(str(input_dir), bound_ms=bound_ms)
+    spec = sessions_job(str(input_dir), bound_ms=bound_ms, vectorized=vectorized)
     started = time.time()
     result = run_job(spark, spec, settings,
                      progress=(lambda line: None) if quiet else (lambda line: print("   ", line, flush=True)))
     total = time.time() - started
     last = JobStore(settings.job_dir(spec.job_id)).read_plan(result.batches[-1].batch_id)
-    return {"engine": "lakestate sessions", "events": result.records_in, "seconds": result.seconds,
+    return {"engine": "lakestate sessions" + (" vectorised" if vectorized else ""), "events": result.records_in,
+            "seconds": result.seconds,
             "events_per_s": round(result.records_in / result.seconds), "with_checkpoints_s": round(total, 1),
             "microbatches": len(result.batches), "phases": result.phases, "watermark": last.watermark,
             "sessions_out": sum(b.records_out for b in result.batches),

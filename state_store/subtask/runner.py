@@ -227,6 +227,7 @@ class SubtaskRunner:
         if getattr(self.vectorized, "fires_timers", False):  # on_timer_batch: a call for a microbatch's timers
             self.timer_service.watermark = self.next_watermark
             self.vectorized.fire_timers(self.next_watermark)
+            self.vectorized.flush()
         else:
             self._fire_timers()
         self.drain()

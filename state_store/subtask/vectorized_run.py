@@ -38,6 +38,7 @@ class VectorizedRun:
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
         self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded
         self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
+        self._staged: dict = {}  # state -> tables of the entries the microbatch's calls changed (``_stage``)
 
     def load(self, part) -> None:
         """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
@@ -306,21 +307,10 @@ class VectorizedRun:
             [entries.filter(pc.invert(touched)), new.rename_columns(["key", "user_key", "text"])]).combine_chunks()
         if not n:
             return
-        runner, batch_id = self.runner, self.runner.batch_id
         key_groups = keys.column("key_group").combine_chunks().take(
             pc.index_in(written.column("key"), value_set=keys.column("text").combine_chunks()))
-        value = written.column("new")
-        runner.files.keyed.add_columns(batch_id, keyed_columns(
-            state_name=pa.repeat(qname, n), key_group=key_groups, key=written.column("key"),
-            namespace=pa.repeat("", n), user_key=written.column("user_key"), value=value,
-            expiry=pa.nulls(n, pa.int64()), batch_id=pa.repeat(batch_id, n), generation=pa.repeat(0, n)))
-        created = pc.sum(pc.is_null(written.column("old"))).as_py() or 0
-        removed = value.null_count
-        stats = runner.stats
-        stats.state_deletes += removed
-        stats.state_upserts += n - removed
-        if created or removed:
-            stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+        self._stage(qname, key_groups, written.column("key"), written.column("user_key"), written.column("new"),
+                    pa.nulls(n, pa.int64()), written.column("old"), pa.nulls(n, pa.int64()))
 
     def _call(self, name: str, records, state, keys, watermark: int):
         """The function's ``process_batch`` (or ``on_timer_batch``) over ``records`` (or the timers) and ``state``."""
@@ -432,34 +422,67 @@ class VectorizedRun:
             new_text = pc.replace_with_mask(new_text, pa.array(mask), written)
             new_expiry = pc.replace_with_mask(new_expiry, pa.array(mask), write_expiries(ttl, now, written))
         changed = pc.invert(pc.and_(_same(new_text, old_text), _same(new_expiry, old_expiry)))
-        self._write_changes(qname, keys, pc.indices_nonzero(changed), old_text, new_text, new_expiry)
+        self._write_changes(qname, keys, pc.indices_nonzero(changed), old_text, new_text, new_expiry, old_expiry)
 
-    def _write_changes(self, qname: str, keys, at, old_text, new_text, new_expiry) -> None:
-        """The entries at ``at``: to the keyed table (``KeyedChange``'s columns), the store and the stats."""
+    def _write_changes(self, qname: str, keys, at, old_text, new_text, new_expiry, old_expiry) -> None:
+        """The entries at ``at``: made the stored values, and staged for the keyed table (``_stage``)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         n = len(at)
         if not n:
             return
-        runner = self.runner
-        new, old, expiry = new_text.take(at), old_text.take(at), new_expiry.take(at)
+        new, expiry = new_text.take(at), new_expiry.take(at)
         text_keys = keys.column("text").combine_chunks().take(at)
-        key_groups = keys.column("key_group").combine_chunks().take(at)
-        batch_id = runner.batch_id
-        runner.files.keyed.add_columns(batch_id, keyed_columns(
-            state_name=pa.repeat(qname, n), key_group=key_groups, key=text_keys, namespace=pa.repeat("", n),
-            user_key=pa.nulls(n, pa.string()), value=new, expiry=expiry, batch_id=pa.repeat(batch_id, n),
-            generation=pa.repeat(0, n)))
         self._replace(qname, text_keys, new, expiry)
-        deletes = new.null_count
-        stats = runner.stats
-        stats.state_deletes += deletes
-        stats.state_upserts += n - deletes
-        created = pc.sum(pc.and_(pc.is_valid(new), pc.is_null(old))).as_py() or 0
-        removed = pc.sum(pc.and_(pc.is_null(new), pc.is_valid(old))).as_py() or 0
-        if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries is listed
-            stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+        self._stage(qname, keys.column("key_group").combine_chunks().take(at), text_keys, pa.nulls(n, pa.string()),
+                    new, expiry, old_text.take(at), old_expiry.take(at))
+
+    def _stage(self, qname: str, key_groups, keys, user_keys, values, expiries, olds, old_expiries) -> None:
+        """Entries a call changed, with what they held before it: written at the microbatch's end (``flush``),
+        once each, as the per-record path's flush writes a microbatch's changes."""
+        import pyarrow as pa
+
+        self._staged.setdefault(qname, []).append(pa.table({
+            "key_group": pa.array(key_groups, pa.int32()), "key": keys, "user_key": user_keys, "value": values,
+            "expiry": pa.array(expiries, pa.int64()), "old": olds, "old_expiry": pa.array(old_expiries, pa.int64())}))
+
+    def flush(self) -> None:
+        """The microbatch's staged changes to the keyed table and the stats: an entry changed by several calls
+        (``process_batch``, then ``on_timer_batch``) once, with its last value, and not at all when that is what it
+        held before the microbatch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        staged, self._staged = self._staged, {}
+        runner = self.runner
+        for qname, parts in staged.items():
+            table = parts[0]
+            if len(parts) > 1:
+                keep = pc.ScalarAggregateOptions(skip_nulls=False)  # a null is a removal: a value like another
+                table = pa.concat_tables(parts).group_by(["key", "user_key"], use_threads=False).aggregate(
+                    [("key_group", "first"), ("value", "last", keep), ("expiry", "last", keep), ("old", "first", keep),
+                     ("old_expiry", "first", keep)]).rename_columns(
+                    ["key", "user_key", "key_group", "value", "expiry", "old", "old_expiry"])
+                same = pc.and_(_same(table.column("value"), table.column("old")),
+                               _same(table.column("expiry"), table.column("old_expiry")))
+                table = table.filter(pc.invert(same))
+            n = table.num_rows
+            if not n:
+                continue
+            value, old = table.column("value"), table.column("old")
+            batch_id = runner.batch_id
+            runner.files.keyed.add_columns(batch_id, keyed_columns(
+                state_name=pa.repeat(qname, n), key_group=table.column("key_group"), key=table.column("key"),
+                namespace=pa.repeat("", n), user_key=table.column("user_key"), value=value,
+                expiry=table.column("expiry"), batch_id=pa.repeat(batch_id, n), generation=pa.repeat(0, n)))
+            deletes = value.null_count
+            stats = runner.stats
+            stats.state_deletes += deletes
+            stats.state_upserts += n - deletes
+            created = pc.sum(pc.and_(pc.is_valid(value), pc.is_null(old))).as_py() or 0
+            removed = pc.sum(pc.and_(pc.is_null(value), pc.is_valid(old))).as_py() or 0
+            if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries
+                stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
 
 
 def _same(a, b):

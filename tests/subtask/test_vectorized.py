@@ -78,9 +78,10 @@ def frame(rows, rows_per_batch=4, vectorized=True):
             for i in range(0, len(full), rows_per_batch)]
 
 
-def run(function, rows, microbatches=3, committed=None, key_type=None, side_outputs=()):
+def run(function, rows, microbatches=3, committed=None, key_type=None, side_outputs=(), output_type=OUTPUT,
+        watermarks=None, order_by=()):
     """The rows ``function`` wrote (a side output's: kind ``side:<tag name>``) and the stats it returned;
-    microbatch m's processing time is 1000 (m + 1)."""
+    microbatch m's processing time is 1000 (m + 1), its watermark after it ``watermarks[m]`` (default none)."""
     from state_store.sources import SINK_MICROBATCH
     from state_store.subtask.run_files import OutputTable
 
@@ -89,9 +90,9 @@ def run(function, rows, microbatches=3, committed=None, key_type=None, side_outp
         for tag in side_outputs:
             out.tables[tag.table] = OutputTable(tag.table, str(Path(directory) / tag.name), "", (), committed,
                                                 SINK_MICROBATCH)
-        plan = RunPlan("op", function, key_type or Types.STRING(), OUTPUT, 2, 8, True,
-                       [(m, 1_000 * (m + 1)) for m in range(microbatches)], out,
-                       side_outputs={t.name: t.type_info for t in side_outputs})
+        plan = RunPlan("op", function, key_type or Types.STRING(), output_type, 2, 8, True,
+                       [(m, 1_000 * (m + 1)) + ((watermarks[m],) if watermarks else ()) for m in range(microbatches)],
+                       out, side_outputs={t.name: t.type_info for t in side_outputs}, order_by=tuple(order_by))
         result = run_partition(plan, iter(frame(rows, vectorized=isinstance(function, VectorizedKeyedFunction))))
         return read_files(out, [r for batch in result for r in batch.to_pylist()])
 
@@ -114,7 +115,7 @@ def sink(result):
 
 def same_on_both_paths(per_record, vectorized, rows, **options):
     expected, actual = run(per_record, rows, **options), run(vectorized, rows, **options)
-    assert sorted(keyed_changes(actual)) == sorted(keyed_changes(expected))
+    assert sorted(keyed_changes(actual), key=repr) == sorted(keyed_changes(expected), key=repr)
     assert expiries(actual) == expiries(expected)
     assert sink(actual) == sink(expected)
     assert stats(actual) == stats(expected)
@@ -426,6 +427,27 @@ def test_timers_of_a_vectorised_function_fire_in_on_timer_batch_as_the_per_recor
 
     with pytest.raises(ConfigError, match="key 'nobody' is not a key of this call's state"):
         run(Stray(), EVENTS)
+
+
+def test_the_benchs_vectorised_sessions_close_the_per_record_sessions_and_store_the_same_timers():
+    """``bench/sessions.py``'s ``SessionsVectorized`` (issue 61, item 6's bench job), gap 30: sessions closed by a
+    later event and by their timer, a late event, a stale timer left firing for nothing, each as ``Sessions``
+    writes them (rows, state, timers, stats)."""
+    from bench.sessions import LATE, SESSION, Sessions, SessionsVectorized
+
+    def at(batch_id, key, ts):
+        return dict(event(batch_id, key, 0), **{RECORD: {"key": key, "amount": 1, "ts": ts}})
+
+    rows = [at(0, "a", 10), at(0, "a", 20), at(0, "b", 15), at(0, "a", 100),
+            at(1, "a", 40), at(1, "a", 120), at(1, "b", 60), at(1, "c", 60), at(1, "c", 200),
+            at(2, "c", 210), at(2, "d", 250)]
+    result = same_on_both_paths(Sessions(30), SessionsVectorized(30), rows, output_type=SESSION, side_outputs=[LATE],
+                                watermarks=[50, 200, 300], order_by=["ts"])
+    closed = [(0, "a", 10, 50, 2), (0, "b", 15, 45, 1), (1, "c", 60, 90, 1), (1, "a", 100, 150, 2),
+              (1, "b", 60, 90, 1), (2, "c", 200, 240, 2), (2, "d", 250, 280, 1)]
+    assert sink(result) == sorted((b, sorted({"key": k, "start": s, "end": e, "events": n}.items()))
+                                  for b, k, s, e, n in closed)
+    assert [(r["batch_id"], r[OUT]["ts"]) for r in result if r["kind"] == "side:late"] == [(1, 40)]
 
 
 def test_state_kinds_the_vectorised_path_lacks_are_refused():
