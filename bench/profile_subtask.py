@@ -9,6 +9,7 @@ beside the floor: the same per-key logic as a plain Python loop over the same Ar
                                                     # gap of 30 s over ts 1 ms apart, keys shuffled per microbatch
     python bench/profile_subtask.py 100000 vectorized # R written as a VectorizedKeyedFunction (bench/jobs.py), beside
                                                       # the same floor
+    python bench/profile_subtask.py 100000 sessions vectorized  # bench/sessions.py's SessionsVectorized
 """
 from __future__ import annotations
 
@@ -91,10 +92,12 @@ def main() -> None:
     del rows
     directory = Path(tempfile.mkdtemp(prefix="lakestate-profile-"))
     if sessions:  # the watermark after microbatch m: its largest ts - 1 (bound 0)
-        from bench.sessions import SESSION, Sessions
+        from bench.sessions import SESSION, Sessions, SessionsVectorized
 
-        plan = RunPlan("u", Sessions(), Types.STRING(), SESSION, 2, 128, False,
-                       [(m, 0, (m + 1) * n - 2) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
+        vectorized = "vectorized" in sys.argv[2:]
+        plan = RunPlan("u", SessionsVectorized() if vectorized else Sessions(), Types.STRING(), SESSION, 2, 128,
+                       False, [(m, 0, (m + 1) * n - 2) for m in range(MICROBATCHES)],
+                       local_outputs(directory, "profile"), order_by=("ts",) if vectorized else ())
     else:
         plan = RunPlan("u", function, Types.STRING(), OUTPUT, 2, 128, False,
                        [(m, 0) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))

@@ -15,6 +15,9 @@ workload of fewer events per file keeps that shape: its ts are spaced ``file spa
 ``EPOCH_MS``): otherwise R's own files.
 
 1. ``lakestate R``: R's job (``bench/jobs.py``: a running count and sum per key, no timers).
+1b. ``lakestate sessions vectorised``: ``SessionsVectorized`` below, the same sessions on the vectorised path
+   (numpy over a microbatch's columns, timers registered a column at a time, closed in ``on_timer_batch``); its
+   sessions are checked equal to ``Sessions``' (every one either emitted).
 2. ``lakestate sessions``: ``Sessions`` below (the session-gap job of ``tests/support/time_jobs.py``): key = key, event
    time = ts (``for_bounded_out_of_orderness(--bound-ms)``), gap 30,000 ms; one row (key, start, end, events) per
    closed session, late events to a side output. An event-time timer per session, moved as it grows.
@@ -442,23 +445,30 @@ def main() -> None:
             warm = base / "warmup"
             write_sessions_workload(warm / "input", 2, 2_000, 2_000, args.file_span_ms, args.epoch_ms)
             started = time.time()
-            for name in ("r", "sessions") + (("transform",) if peers else ()):
+            for name in ("r", "sessions", "vectorised") + (("transform",) if peers else ()):
                 shutil.copytree(warm / "input", warm / name / "input")
             run_lakestate(spark, warm / "r" / "input", warm / "r" / "root", "delta", quiet=True)
             run_lakestate_sessions(spark, warm / "sessions" / "input", warm / "sessions" / "root", args.bound_ms,
                                    quiet=True)
+            run_lakestate_sessions(spark, warm / "vectorised" / "input", warm / "vectorised" / "root",
+                                   args.bound_ms, quiet=True, vectorized=True)
             if peers:
                 run_transform_with_state_sessions(spark, warm / "transform" / "input", warm / "transform",
                                                   args.bound_ms)
             print(f"warm-up: every engine ran 2 x 2,000 events first ({time.time() - started:.0f}s)", flush=True)
 
-        for name in ("r", "sessions") + (("transform",) if peers else ()):
+        for name in ("r", "sessions", "vectorised") + (("transform",) if peers else ()):
             shutil.copytree(base / "input", base / name / "input")
         print("lakestate R (no timers)", flush=True)
         r = run_lakestate(spark, base / "r" / "input", base / "r" / "root", "delta")
         r["engine"] = "lakestate R (no timers)"
+        print("lakestate sessions vectorised", flush=True)
+        v = run_lakestate_sessions(spark, base / "vectorised" / "input", base / "vectorised" / "root",
+                                   args.bound_ms, vectorized=True)
         print("lakestate sessions", flush=True)
         s = run_lakestate_sessions(spark, base / "sessions" / "input", base / "sessions" / "root", args.bound_ms)
+        v_equal = outputs_equal(spark, closed_sessions(spark, v["sink"], 2**62),
+                                closed_sessions(spark, s["sink"], 2**62))
         t = None
         if peers:
             print("spark transformWithStateInPandas", flush=True)
@@ -486,7 +496,7 @@ def main() -> None:
                                        args.bound_ms)
 
         print()
-        rows = [r, s] + ([t] if t else [])
+        rows = [r, s, v] + ([t] if t else [])
         for e in rows:
             print(f"{e['engine']:34s} {e['events']:>9d} events {e['seconds']:>7.1f}s {e['events_per_s']:>8d} ev/s",
                   flush=True)
@@ -500,6 +510,9 @@ def main() -> None:
                   f"{t['watermark']}; state {t['state_bytes']} bytes in {t['state_files']} files")
         ratio = s["events_per_s"] / r["events_per_s"]
         print(f"sessions / R without timers: {ratio:.2f}x (target >= 0.7x)")
+        print(f"sessions vectorised / per record: {v['events_per_s'] / s['events_per_s']:.2f}x (target >= 2x); "
+              f"the same sessions: {v_equal} ({v['sessions_out']} and {s['sessions_out']} emitted, "
+              f"{v['late']} and {s['late']} late); vectorised phases {v['phases']}")
         if t:
             print(f"lakestate sessions / transformWithStateInPandas: {s['events_per_s'] / t['events_per_s']:.1f}x "
                   f"(target >= 20x)")

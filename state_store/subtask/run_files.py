@@ -126,7 +126,7 @@ class TableFiles:
         if not n or (committed is not None and batch_id <= committed):
             return  # nothing, or a replay: the table already has this microbatch's rows
         schema = arrow_schema(self.table.ddl)
-        table = pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+        table = pa.table([_arrow_column(c, f.type) for c, f in zip(columns, schema)], schema=schema)
         parts = self.table.partition_columns
         # Ordered by the entry (partition columns first): the same files whatever order the changes came in.
         order = [(c, "ascending") for c in TABLE_SPECS[self.table.name].id_columns]
@@ -247,6 +247,18 @@ class SinkFiles(TableFiles):
 
         batches, rows = pending
         return pa.array(rows, type=self.out_type).flatten() + [pa.array(batches, type=pa.int64())], batches
+
+
+def _arrow_column(values, arrow_type):
+    """A column given as a list or an Arrow array, as an Arrow array of ``arrow_type`` (an Arrow one cast, not
+    walked value by value as ``pa.array`` walks it)."""
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values if values.type == arrow_type else values.cast(arrow_type)
+    return pa.array(values, type=arrow_type)
 
 
 def write_rows(table: OutputTable, token: str, rows: Iterable[KeyedRow | OperatorRow]) -> list[WrittenFile]:

@@ -22,6 +22,7 @@ from ..side_outputs import OutputTag
 from ..state.ttl.rules import read_baseline, read_values, write_expiries
 from ..timers import TimeDomain
 from ..vectorized import BatchContext, as_table, batch_states, conform, state_column_type
+from .batch_timers import BatchTimers
 from .exchange import SORT_ONLY_COLUMNS, record_order
 from .json_columns import decode_column, encode_column
 
@@ -29,7 +30,7 @@ from .json_columns import decode_column, encode_column
 class VectorizedRun:
     """The records of the microbatch being processed, and the call at its end, for one ``SubtaskRunner``."""
 
-    loads_timers = False  # stored parts with timers go to the runner's timers, which this run's calls use
+    loads_timers = True  # every stored keyed part comes here: state as Arrow, timers to ``BatchTimers``
     fires_timers = True  # ``fire_timers``: on_timer_batch, a call for a microbatch's due timers
 
     def __init__(self, runner):
@@ -39,9 +40,18 @@ class VectorizedRun:
         self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded
         self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
         self._staged: dict = {}  # state -> tables of the entries the microbatch's calls changed (``_stage``)
+        self.timers = BatchTimers(runner.plan.uid)
 
     def load(self, part) -> None:
-        """Stored keyed entries (a slice of an exchange batch), before the first microbatch."""
+        """Stored keyed entries (a slice of an exchange batch), before the first microbatch: state kept as Arrow,
+        timers given to ``BatchTimers``."""
+        import pyarrow.compute as pc
+
+        timer = pc.is_in(part.column("state_name"), value_set=pa_strings(list(self.timers.names.values())))
+        if pc.any(timer).as_py():
+            self.timers.load(part.filter(timer))
+            self.runner.timers.loaded = self.timers.loaded  # the first microbatch's ``timers_in``
+            part = part.filter(pc.invert(timer))
         self._loaded.append(part.select(["state_name", "key", "namespace", "user_key", "value", "expiry"]))
 
     def _stored(self, qname: str, map_state: bool = False):
@@ -123,36 +133,38 @@ class VectorizedRun:
         none is due (the per-record path's loop, a call per round instead of per timer)."""
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         runner = self.runner
-        timers, function = runner.timers, runner.function
         clocks = ((TimeDomain.EVENT_TIME, watermark),
                   (TimeDomain.PROCESSING_TIME, runner.timer_service.processing_time))
         while True:
             due = []
             for domain, now in clocks:
-                while (timer := timers.pop_due(domain, now)) is not None:
-                    due.append((domain, timer))
-            if not due:
+                popped = self.timers.pop_due(domain, now)
+                due.append(popped.append_column("time_domain", pa.array(np.full(popped.num_rows, int(domain)),
+                                                                        pa.int8())))
+            fired = pa.concat_tables(due)
+            if not fired.num_rows:
                 return
-            runner.stats.timers_fired += len(due)
-            if not function.has_batch_timers:  # timers of a per-record run restored into one without: as on_timer
+            runner.stats.timers_fired += fired.num_rows
+            if not runner.function.has_batch_timers:  # timers restored into a function without: as on_timer
                 continue
-            by_key: dict = {}
-            for domain, (timestamp, key_group, key, _namespace) in due:
-                by_key.setdefault((key, key_group), []).append((timestamp, int(domain)))
-            texts = [k for k, _ in by_key]
-            counts = [len(v) for v in by_key.values()]
-            fired = [t for v in by_key.values() for t in v]
-            keys = pa.table({"text": pa.array(texts, pa.string()),
-                             "key": arrow_keys(runner.plan.key_type, pa.array(texts, pa.string())),
-                             "key_group": pa.array([g for _, g in by_key], pa.int32())})
-            at = pa.array(np.repeat(np.arange(len(texts)), counts))
-            table = pa.table({"key": keys.column("key").take(at),
-                              "timestamp": pa.array([t for t, _ in fired], pa.int64()),
-                              "time_domain": pa.array([d for _, d in fired], pa.int8())})
-            self._key_offsets = np.concatenate([[0], np.cumsum(counts)])
-            states = batch_states(runner.runtime_ctx, function)
+            # a key's timers together (keys in key-group order), each key's in firing order: event time first
+            fired = fired.sort_by([("key_group", "ascending"), ("key", "ascending"), ("time_domain", "ascending"),
+                                   ("timestamp", "ascending")])
+            texts = fired.column("key").combine_chunks()
+            n = len(texts)
+            starts = pa.array([0], pa.int64())
+            if n > 1:
+                starts = pa.concat_arrays([starts, pc.add(pc.indices_nonzero(
+                    pc.not_equal(texts.slice(1), texts.slice(0, n - 1))), 1)])
+            keys = pa.table({"text": texts.take(starts), "key": arrow_keys(runner.plan.key_type, texts.take(starts)),
+                             "key_group": fired.column("key_group").combine_chunks().take(starts)})
+            self._key_offsets = np.append(starts.to_numpy(), n)
+            table = pa.table({"key": arrow_keys(runner.plan.key_type, texts), "timestamp": fired.column("timestamp"),
+                              "time_domain": fired.column("time_domain")})
+            states = batch_states(runner.runtime_ctx, runner.function)
             state, stored = self._state(keys, states)
             output, new_state = self._call("on_timer_batch", table, state, keys, watermark)
             self._results(keys, states, stored, output, new_state)
@@ -182,11 +194,14 @@ class VectorizedRun:
             stray = wanted.filter(pc.is_null(at))[0].as_py()
             raise ConfigError(f"{what}: key {stray!r} is not a key of this call's state; register timers for the "
                               f"keys of the state table")
-        call = self.runner.timers.delete if delete else self.runner.timers.register
-        time_domain = TimeDomain(domain)
-        for text, key_group, timestamp in zip(keys.column("text").take(at).to_pylist(),
-                                              keys.column("key_group").take(at).to_pylist(), stamps.to_pylist()):
-            call(time_domain, text, key_group, "", timestamp)
+        if pc.any(pc.or_(pc.less(stamps, -(2**63)), pc.greater(stamps, 2**63 - 1))).as_py() if len(stamps) else False:
+            raise ConfigError(f"{what}: a timestamp is beyond a 64-bit long; give epoch milliseconds")
+        texts = keys.column("text").combine_chunks().take(at)
+        if delete:
+            self.timers.delete(TimeDomain(domain), texts, pc.cast(stamps, pa.int64()))
+        else:
+            self.timers.register(TimeDomain(domain), texts, keys.column("key_group").combine_chunks().take(at),
+                                 pc.cast(stamps, pa.int64()))
 
     def _results(self, keys, states: dict, stored: dict, output, new_state) -> None:
         """What a call returned: its output to the sink, its side outputs, its state changes written."""
@@ -455,6 +470,8 @@ class VectorizedRun:
 
         staged, self._staged = self._staged, {}
         runner = self.runner
+        for columns in self.timers.flush(runner.batch_id, runner.stats):
+            runner.files.keyed.add_columns(runner.batch_id, columns)
         for qname, parts in staged.items():
             table = parts[0]
             if len(parts) > 1:
@@ -483,6 +500,12 @@ class VectorizedRun:
             removed = pc.sum(pc.and_(pc.is_null(value), pc.is_valid(old))).as_py() or 0
             if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries
                 stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+
+
+def pa_strings(values: list):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
 
 
 def _same(a, b):
