@@ -129,6 +129,7 @@ class Sessions(KeyedProcessFunction):
             yield self._close(ctx.get_current_key(), s)
 
 
+# --8<-- [start:vectorised] (docs/writing/vectorised.md shows from here to the end marker)
 class SessionsVectorized(VectorizedKeyedFunction):
     """``Sessions`` on the vectorised path (issue 61, item 6): the same sessions, late events, state and stored
     timers, with no Python call per record or key. A microbatch's on-time events (sorted by key, then ts: the job
@@ -209,6 +210,7 @@ class SessionsVectorized(VectorizedKeyedFunction):
                            "events": pc.struct_field(done, "events")})
         return output, pa.table({"key": state.column("key").filter(mask),
                                  "session": pa.nulls(int(close.sum()), SESSION_STATE.arrow_type())})
+# --8<-- [end:vectorised]
 
 
 def sessions_job(input_dir: str, job_id: str = "bench-sessions", bound_ms: int = 0, parallelism: int = 2,
