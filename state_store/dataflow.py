@@ -43,6 +43,7 @@ from .functions import (
 from .graph import Job, as_job
 from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id, further_input_name
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
+from .joins.broadcast import BroadcastConnectedStream, BroadcastStream
 from .keys import check_key, component_types, key_columns
 from .sinks import Sink
 from .sources import EdgeSource
@@ -407,9 +408,24 @@ class Dataflow:
         KeyedCoProcessFunction)``. The operator's watermark is the least of the two inputs'.
 
         Example: ``orders.connect(payments).key_by("order_id", "order_id").process(Match(), uid="match", ...)``
+
+        ``other`` may be a ``BroadcastStream`` (``rules.broadcast(DESCRIPTOR)``, Flink's spelling of a
+        ``broadcast_source``): this stream, keyed or not, then goes to a ``KeyedBroadcastProcessFunction`` or a
+        ``BroadcastProcessFunction`` (``.connect(rules.broadcast(LIMITS)).process(...)``).
         """
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self, other)
         self._check_second_input(other, "connect", keyed=False)
         return ConnectedStreams(self, other)
+
+    def broadcast(self, *descriptors) -> BroadcastStream:
+        """This source as a broadcast stream (Flink's ``broadcast(MapStateDescriptor...)``), to ``connect`` a
+        stream of the same job to: every subtask of the operator sees each of its records, before the
+        microbatch's others, and keeps them in the broadcast states ``descriptors`` declare.
+
+        Example: ``purchases.key_by("user_id").connect(limits.broadcast(LIMITS)).process(SpendLimit(), ...)``
+        """
+        return BroadcastStream(self, descriptors)
 
     def union(self, *others: "Dataflow") -> "Dataflow":
         """This stream and ``others`` (each another source of the same job, or another branch of its stream, of

@@ -723,6 +723,59 @@ def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(
         start.key_by("user_id").filter(NotEveryFifth())
 
 
+def test_flinks_broadcast_spelling_is_the_broadcast_source_of_the_first_operator_keyed_or_not(tmp_path):
+    """``stream.connect(rules.broadcast(DESCRIPTOR)).process(...)`` (Flink's spelling, issue 61 item 4) builds the
+    job the ``broadcast_source`` spelling builds, for a ``KeyedBroadcastProcessFunction`` on a keyed stream and a
+    ``BroadcastProcessFunction`` on one that is not; what it cannot do yet is refused naming the fix."""
+    from dataclasses import fields
+
+    from state_store import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+
+    limits_type = Types.ROW_NAMED(["country", "limit"], [Types.STRING(), Types.DOUBLE()])
+    limits = MapStateDescriptor("limits", Types.STRING(), Types.DOUBLE())
+    (tmp_path / "clicks").mkdir()
+    (tmp_path / "limits").mkdir()
+    clicks_source, limits_source = (FileSource(str(tmp_path / "clicks"), "json", TIMED),
+                                    FileSource(str(tmp_path / "limits"), "json", limits_type))
+
+    class Keyed(KeyedBroadcastProcessFunction):
+        def process_broadcast_element(self, value, ctx):
+            ctx.get_broadcast_state(limits).put(value["country"], value["limit"])
+
+        def process(self, key, records, ctx):
+            yield from records
+
+    class NotKeyed(BroadcastProcessFunction):
+        def process_broadcast_element(self, value, ctx):
+            ctx.get_broadcast_state(limits).put(value["country"], value["limit"])
+
+        def process_element(self, value, ctx):
+            yield value
+
+    def clicks(**settings):
+        return Dataflow.from_source(clicks_source, job_id="b", **settings)
+
+    rules = Dataflow.from_source(limits_source, job_id="b")
+    for function, keyed in ((Keyed(), True), (NotKeyed(), False)):
+        flink = (clicks().key_by("k") if keyed else clicks()).connect(rules.broadcast(limits)).process(
+            function, uid="op", output_type=TIMED).sink_to("sinks/b")
+        ours = clicks(broadcast_source=limits_source)
+        ours = (ours.key_by("k") if keyed else ours).process(function, uid="op", output_type=TIMED).sink_to("sinks/b")
+        differ = [f.name for f in fields(JobSpec) if getattr(flink, f.name) != getattr(ours, f.name)]
+        assert differ == ([] if keyed else ["function"]) and flink.broadcast_source == limits_source
+        assert getattr(flink.function, "function", flink.function) is function  # a non-keyed one: wrapped
+    with pytest.raises(ConfigError, match="each a MapStateDescriptor"):
+        rules.broadcast(ValueStateDescriptor("x", Types.LONG()))
+    with pytest.raises(ConfigError, match="no watermark_strategy"):
+        Dataflow.from_source(limits_source, job_id="b", watermark_strategy=STRATEGY).broadcast(limits)
+    later = clicks().key_by("k").process(Keyed(), uid="first", output_type=TIMED).key_by("k")
+    with pytest.raises(ConfigError, match="a broadcast stream is read by the job's first operator"):
+        later.connect(rules.broadcast(limits)).process(Keyed(), uid="op", output_type=TIMED)
+    with pytest.raises(ConfigError, match="give both the same job_id"):
+        clicks().connect(Dataflow.from_source(limits_source, job_id="other").broadcast(limits)).process(
+            NotKeyed(), uid="op", output_type=TIMED)
+
+
 class CountLate(KeyedProcessFunction):
     """A running count of a key's late records, with the latest one's time."""
 

@@ -1,0 +1,66 @@
+"""Flink's broadcast spelling: ``rules.broadcast(DESCRIPTOR)`` gives a ``BroadcastStream``, and a stream (keyed or
+not) ``connect``-ed to it a ``BroadcastConnectedStream`` whose ``process`` takes a ``KeyedBroadcastProcessFunction``
+(a keyed stream) or a ``BroadcastProcessFunction`` (one that is not)::
+
+    (Dataflow.from_source(purchases, job_id="spend-limits")
+     .key_by("user_id")
+     .connect(Dataflow.from_source(limits, job_id="spend-limits").broadcast(LIMITS))
+     .process(SpendLimit(), uid="spend", output_type=ALERT)
+     .sink_to("sinks/spend_alerts"))
+
+It is the job's ``broadcast_source``, read by its first operator (a later operator's broadcast stream is not
+here yet): every subtask sees each broadcast record before the microbatch's other records. The descriptors name
+the broadcast state the function keeps (each a ``MapStateDescriptor``), as Flink's.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..state.descriptors import MapStateDescriptor
+from ..types import RowTypeInfo
+
+
+class BroadcastStream:
+    """What ``stream.broadcast(*descriptors)`` gives: a source of the job whose records every subtask of the
+    operator it is connected to sees, and the broadcast states they fill."""
+
+    def __init__(self, stream, descriptors: tuple):
+        if not descriptors or not all(isinstance(d, MapStateDescriptor) for d in descriptors):
+            raise ConfigError(f"broadcast(...) takes the broadcast state's descriptors, each a MapStateDescriptor "
+                              f"(Flink's broadcast(MapStateDescriptor...)), got {list(descriptors)!r}")
+        if stream._steps or stream._key is not None or stream._pending_union() is not None:
+            raise ConfigError("broadcast(...) is a source's: Dataflow.from_source(rules, ...).broadcast(DESCRIPTOR); "
+                              "a stream after operators, a keyed one or a union is not broadcast here yet")
+        if stream._settings["watermark_strategy"] is not None:
+            raise ConfigError("broadcast(...): a broadcast stream's event time does not move the operator's "
+                              "watermark here; give its Dataflow.from_source(...) no watermark_strategy")
+        self.stream, self.descriptors = stream, tuple(descriptors)
+
+
+class BroadcastConnectedStream:
+    """A stream ``connect``-ed to a ``BroadcastStream``: ``process`` makes the operator that reads both."""
+
+    def __init__(self, stream, broadcast: BroadcastStream):
+        self._stream, self._broadcast = stream, broadcast
+
+    def process(self, function, *, uid: str, output_type: RowTypeInfo, **options: Any):
+        """Apply ``function`` as operator ``uid``: a ``KeyedBroadcastProcessFunction`` on a keyed stream, a
+        ``BroadcastProcessFunction`` on one that is not. ``options`` as ``Dataflow.process`` (parallelism,
+        max_parallelism, order_by, side_outputs)."""
+        from ..dataflow import Dataflow
+
+        stream, rules = self._stream, self._broadcast.stream
+        if stream._steps:
+            raise ConfigError(f"process(uid={uid!r}): a broadcast stream is read by the job's first operator; "
+                              f"connect it to the stream before any operator (a later operator's broadcast "
+                              f"stream is not here yet)")
+        if rules._settings["job_id"] != stream._settings["job_id"]:
+            raise ConfigError(f"connect(...broadcast(...)): the streams belong to jobs {stream._settings['job_id']!r} "
+                              f"and {rules._settings['job_id']!r}; give both the same job_id")
+        if stream._settings["broadcast_source"] is not None:
+            raise ConfigError("connect(...broadcast(...)): the stream already has a broadcast_source; a job's first "
+                              "operator reads one broadcast stream")
+        settings = {**stream._settings, "broadcast_source": rules._source}
+        return Dataflow(stream._source, settings, stream._steps, stream._key).process(
+            function, uid=uid, output_type=output_type, **options)
