@@ -63,6 +63,7 @@ def test_every_exported_name_and_public_method_has_a_docstring():
     assert not without, f"{len(without)} without an Example:: in their own docstring: {without}"
 
 
+@pytest.mark.e2e  # it starts mkdocs, 10 s of the unit tier's minute (conftest: a test that starts processes)
 def test_the_site_builds_strict_with_no_link_outside_the_repository(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -48,8 +48,6 @@ class BroadcastConnectedStream:
         """Apply ``function`` as operator ``uid``: a ``KeyedBroadcastProcessFunction`` on a keyed stream, a
         ``BroadcastProcessFunction`` on one that is not. ``options`` as ``Dataflow.process`` (parallelism,
         max_parallelism, order_by, side_outputs)."""
-        from ..dataflow import Dataflow
-
         stream, rules = self._stream, self._broadcast.stream
         if stream._steps:
             raise ConfigError(f"process(uid={uid!r}): a broadcast stream is read by the job's first operator; "
@@ -62,5 +60,5 @@ class BroadcastConnectedStream:
             raise ConfigError("connect(...broadcast(...)): the stream already has a broadcast_source; a job's first "
                               "operator reads one broadcast stream")
         settings = {**stream._settings, "broadcast_source": rules._source}
-        return Dataflow(stream._source, settings, stream._steps, stream._key).process(
+        return type(stream)(stream._source, settings, stream._steps, stream._key).process(  # a Dataflow
             function, uid=uid, output_type=output_type, **options)

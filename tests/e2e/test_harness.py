@@ -48,6 +48,7 @@ def test_a_test_failing_inside_a_process_group_leaves_no_process_of_the_group_ru
     assert process.returncode is not None  # the leader reaped, not a zombie
 
 
+@pytest.mark.e2e  # an inner pytest: 5 s of the unit tier's minute (conftest: a test that starts processes)
 def test_a_failed_test_leaves_none_of_the_processes_it_started_running_through_the_fixture_or_not(tmp_path):
     """An inner pytest with this suite's conftest (its hooks and fixtures) runs two failing tests: one starts a
     group through ``process_groups``, the other starts processes by ``subprocess.Popen`` alone, one leading a
