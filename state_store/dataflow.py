@@ -41,7 +41,7 @@ from .functions import (
     RecordFunction,
 )
 from .graph import Job, as_job
-from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id, further_input_name
+from .job import SHARE_KEY, Input, InputRole, JobSpec, check_job_id, check_one_job, further_input_name
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .joins.broadcast import BroadcastConnectedStream, BroadcastStream
 from .keys import check_key, component_types, key_columns
@@ -544,9 +544,7 @@ class Dataflow:
             raise ConfigError(f"{verb}(...) after operators joins two branches of one stream (each from the same "
                               f"first operator); a second source is read by the job's first operator: {verb} "
                               f"the two sources before any operator")
-        if other._settings["job_id"] != self._settings["job_id"]:
-            raise ConfigError(f"{verb}(...): the streams belong to jobs {self._settings['job_id']!r} and "
-                              f"{other._settings['job_id']!r}; two inputs of one job: give both the same job_id")
+        check_one_job(self._settings["job_id"], other._settings["job_id"], f"{verb}(...)")
         if not self._steps and (self._settings["broadcast_source"] is not None
                                 or other._settings["broadcast_source"] is not None):
             raise ConfigError(f"{verb}(...): a two-input operator takes no broadcast_source")

@@ -34,6 +34,13 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def check_one_job(first: str, second: str, verb: str) -> None:
+    """Two streams an operator reads belong to one job: a ConfigError naming both ids and the fix otherwise."""
+    if first != second:
+        raise ConfigError(f"{verb}: the streams belong to jobs {first!r} and {second!r}; two inputs of one job: "
+                          f"give both the same job_id")
+
+
 def further_input_name(index: int) -> str:
     """The name of an operator's input ``index`` (from 2: a two-input operator's second, or a union's further
     streams) in the plans and checkpoints: "second" (as every earlier release names it), then "input3", ..."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ..job import check_one_job
 from ..state.descriptors import MapStateDescriptor
 from ..types import RowTypeInfo
 
@@ -53,9 +54,7 @@ class BroadcastConnectedStream:
             raise ConfigError(f"process(uid={uid!r}): a broadcast stream is read by the job's first operator; "
                               f"connect it to the stream before any operator (a later operator's broadcast "
                               f"stream is not here yet)")
-        if rules._settings["job_id"] != stream._settings["job_id"]:
-            raise ConfigError(f"connect(...broadcast(...)): the streams belong to jobs {stream._settings['job_id']!r} "
-                              f"and {rules._settings['job_id']!r}; give both the same job_id")
+        check_one_job(stream._settings["job_id"], rules._settings["job_id"], "connect(...broadcast(...))")
         if stream._settings["broadcast_source"] is not None:
             raise ConfigError("connect(...broadcast(...)): the stream already has a broadcast_source; a job's first "
                               "operator reads one broadcast stream")

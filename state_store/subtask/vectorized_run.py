@@ -185,23 +185,20 @@ class VectorizedRun:
             raise ConfigError(f"{what}: {len(wanted)} keys but {len(stamps)} timestamps; give one timestamp per key")
         if stamps.null_count:
             raise ConfigError(f"{what}: a timestamp is null; give every timer a timestamp (epoch ms)")
-        if pa.types.is_struct(known.type):
-            where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
-            at = pa.array([where.get(row_tuple(k)) for k in wanted.to_pylist()], pa.int32())
-        else:
-            at = pc.index_in(wanted, value_set=known)
+        try:
+            stamps = pc.cast(stamps, pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ConfigError(f"{what}: the timestamps are not 64-bit longs of epoch milliseconds ({e})") from None
+        at = _key_positions(known, wanted)
         if at.null_count:
             stray = wanted.filter(pc.is_null(at))[0].as_py()
             raise ConfigError(f"{what}: key {stray!r} is not a key of this call's state; register timers for the "
                               f"keys of the state table")
-        if pc.any(pc.or_(pc.less(stamps, -(2**63)), pc.greater(stamps, 2**63 - 1))).as_py() if len(stamps) else False:
-            raise ConfigError(f"{what}: a timestamp is beyond a 64-bit long; give epoch milliseconds")
         texts = keys.column("text").combine_chunks().take(at)
         if delete:
-            self.timers.delete(TimeDomain(domain), texts, pc.cast(stamps, pa.int64()))
+            self.timers.delete(TimeDomain(domain), texts, stamps)
         else:
-            self.timers.register(TimeDomain(domain), texts, keys.column("key_group").combine_chunks().take(at),
-                                 pc.cast(stamps, pa.int64()))
+            self.timers.register(TimeDomain(domain), texts, keys.column("key_group").combine_chunks().take(at), stamps)
 
     def _results(self, keys, states: dict, stored: dict, output, new_state) -> None:
         """What a call returned: its output to the sink, its side outputs, its state changes written."""
@@ -406,11 +403,7 @@ class VectorizedRun:
         known = keys.column("key").combine_chunks()
         if new_keys.equals(known):  # the state table's own key column (most functions return it): no lookup
             return pa.array(np.arange(len(known), dtype=np.int32))
-        if pa.types.is_struct(known.type):  # a composite key: Arrow looks up no structs, so by its values
-            where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
-            at = pa.array([where.get(row_tuple(k)) for k in new_keys.to_pylist()], pa.int32())
-        else:
-            at = pc.index_in(new_keys, value_set=known)
+        at = _key_positions(known, new_keys)
         if at.null_count:
             stray = new_keys.filter(pc.is_null(at))[0].as_py()
             raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "
@@ -500,6 +493,18 @@ class VectorizedRun:
             removed = pc.sum(pc.and_(pc.is_null(value), pc.is_valid(old))).as_py() or 0
             if created or removed:  # as ``MicrobatchStats.count_writes``: a state that gained and lost entries
                 stats.entries_delta[qname] = stats.entries_delta.get(qname, 0) + created - removed
+
+
+def _key_positions(known, wanted):
+    """Where each of ``wanted`` (typed keys) is among ``known`` (a call's keys), null where it is not; a composite
+    key by its values, as Arrow looks up no structs."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_struct(known.type):
+        where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
+        return pa.array([where.get(row_tuple(k)) for k in wanted.to_pylist()], pa.int32())
+    return pc.index_in(wanted, value_set=known)
 
 
 def pa_strings(values: list):

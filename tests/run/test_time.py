@@ -15,7 +15,7 @@ from state_store.ops.compaction import compact_job
 from state_store.ops.restore import restore_job
 from state_store.ops.savepoint import take_savepoint
 from state_store.ops.state_processor import SavepointReader
-from tests.support.helpers import keyed_values, run, sink_rows, state_at_latest_checkpoint
+from tests.support.helpers import crashed_and_moved, keyed_values, run, sink_rows, state_at_latest_checkpoint
 from tests.support.jobs import COUNT_OUTPUT, RULE, count_job, events
 from tests.support.lake import Lake
 from tests.support.time_jobs import (
@@ -261,7 +261,6 @@ def test_a_watermark_generator_drives_event_time_replays_and_restores_rescaled(s
     sink write replays to the clean run; a savepoint restores at parallelism 3 on the hashmap backend and goes on
     as the clean run; a generator that goes back in time is refused before anything is written."""
     from state_store import WatermarkGenerator
-    from state_store.run.runtime import FaultInjector, InjectedFault
 
     clean = Lake(tmp_path / "clean")
     spec = _marked_job(clean)
@@ -273,18 +272,8 @@ def test_a_watermark_generator_drives_event_time_replays_and_restores_rescaled(s
     assert fired == [("a", "timer 1", 0), ("a", "timer 6", 3), ("b", "timer 4", 1), ("b", "timer 9", 3),
                      ("m", "timer 2", 0), ("m", "timer 5", 1), ("m", "timer 9", 3)]
 
-    crashed = Lake(tmp_path / "crashed")
-    with pytest.raises(InjectedFault):
-        run(spark, _marked_job(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=1))
-    run(spark, _marked_job(crashed), crashed)
+    crashed, moved = crashed_and_moved(spark, tmp_path, _marked_job, "marked", crash_batch=1, saved_after=2)
     assert sink_rows(spark, crashed, spec) == sink_rows(spark, clean, spec)
-
-    moved = Lake(tmp_path / "moved")
-    run(spark, _marked_job(moved), moved, max_microbatches=2)
-    saved = take_savepoint(spark, moved.settings, "marked", say=lambda line: None)
-    restore_job(spark, moved.settings, _marked_job(moved), StatePoint(saved), parallelism=3, backend="hashmap",
-                say=lambda line: None)
-    run(spark, _marked_job(moved), moved)
     assert sink_rows(spark, moved, spec) == sink_rows(spark, clean, spec)
 
     class Backwards(WatermarkGenerator):
@@ -327,7 +316,6 @@ def test_watermark_alignment_pauses_the_source_ahead_replays_a_crash_and_restore
     2, then goes on once app's 899 is within the drift; the pauses are in the plans, so a crash after the sink
     write replays to the clean run, and a savepoint restored at parallelism 3 on the hashmap backend goes on as
     the clean run does (its clock, restored, pauses web again)."""
-    from state_store.run.runtime import FaultInjector, InjectedFault
 
     clean = Lake(tmp_path / "clean")
     spec = _aligned_job(clean)
@@ -344,19 +332,9 @@ def test_watermark_alignment_pauses_the_source_ahead_replays_a_crash_and_restore
         (0, "a", "2 by 1000"), (1, "b", "1 by 200"), (2, "a", "3 by 900"), (3, "a", "4 by 2000"),
         (3, "b", "2 by 1900"), (4, "a", "5 by 2900"), (4, "b", "3 by 3000")]
 
-    crashed = Lake(tmp_path / "crashed")
-    with pytest.raises(InjectedFault):
-        run(spark, _aligned_job(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=2))
-    run(spark, _aligned_job(crashed), crashed)
+    crashed, moved = crashed_and_moved(spark, tmp_path, _aligned_job, "aligned", crash_batch=2, saved_after=2)
     assert sink_rows(spark, crashed, spec) == rows
     assert state_at_latest_checkpoint(spark, crashed, spec) == state_at_latest_checkpoint(spark, clean, spec)
-
-    moved = Lake(tmp_path / "moved")
-    run(spark, _aligned_job(moved), moved, max_microbatches=2)
-    saved = take_savepoint(spark, moved.settings, "aligned", say=lambda line: None)
-    restore_job(spark, moved.settings, _aligned_job(moved), StatePoint(saved), parallelism=3, backend="hashmap",
-                say=lambda line: None)
-    run(spark, _aligned_job(moved), moved)
     assert sink_rows(spark, moved, spec) == rows
     again = JobStore(moved.settings.job_dir("aligned")).read_plan(2).sources["main"]
     assert again["start"] == again["end"]

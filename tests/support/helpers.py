@@ -69,6 +69,32 @@ def state_at_latest_checkpoint(spark, lake, spec) -> tuple[list, list]:
     return state_at_checkpoint(spark, lake, spec, JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint())
 
 
+def crashed_and_moved(spark, tmp_path, job_of, job_id: str, crash_batch: int, saved_after: int):
+    """The two runs issue 61's tests make of a job beside its clean run: one crashed after the sink write of
+    microbatch ``crash_batch`` and run again, and one savepointed after ``saved_after`` microbatches, restored at
+    parallelism 3 on the hashmap backend and run on. ``job_of(lake)`` makes the job (and writes its input) in a
+    lake; returns the two lakes, "crashed" and "moved"."""
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+    from state_store.run.runtime import FaultInjector, InjectedFault
+    from tests.support.lake import Lake
+
+    crashed, moved = Lake(tmp_path / "crashed"), Lake(tmp_path / "moved")
+    try:
+        run(spark, job_of(crashed), crashed, faults=FaultInjector("after_sink_write", batch_id=crash_batch))
+        raise AssertionError(f"the fault after microbatch {crash_batch}'s sink write was not reached")
+    except InjectedFault:
+        pass
+    run(spark, job_of(crashed), crashed)
+    run(spark, job_of(moved), moved, max_microbatches=saved_after)
+    saved = take_savepoint(spark, moved.settings, job_id, say=lambda line: None)
+    restore_job(spark, moved.settings, job_of(moved), StatePoint(saved), parallelism=3, backend="hashmap",
+                say=lambda line: None)
+    run(spark, job_of(moved), moved)
+    return crashed, moved
+
+
 def keyed_values(keyed_rows, state_name: str) -> dict:
     """(key, namespace) -> value of a state; for MapState, (key, namespace, user key) -> value."""
     out = {}
