@@ -39,6 +39,7 @@ class VectorizedRun:
         self._key_offsets = None  # where each key's records start, and their end (``_sorted``)
         self._loaded: list = []  # Arrow slices of the stored keyed entries the run loaded
         self._entries: dict = {}  # state -> Arrow table of its stored key, text, expiry (``_stored``)
+        self._calling = "process_batch"  # the call whose result is being taken (``_call``)
         self._staged: dict = {}  # state -> tables of the entries the microbatch's calls changed (``_stage``)
         self.timers = BatchTimers(runner.plan.uid)
 
@@ -205,7 +206,7 @@ class VectorizedRun:
         runner, stats = self.runner, self.runner.stats
         if output is not None:
             out_type = runner.plan.output_type.arrow_type()
-            output = conform(output, list(out_type), "process_batch's output",
+            output = conform(output, list(out_type), f"{self._calling}'s output",
                              "return the columns of the job's output_type")
             runner.files.sink.add_table(runner.batch_id, output)
             stats.records_out += output.num_rows
@@ -306,7 +307,7 @@ class VectorizedRun:
                         "user_key": encode_column(descriptor.key_type, flat.field(0)),
                         "new": encode_column(descriptor.value_type, flat.field(1))})
         if new.group_by(["key", "user_key"]).aggregate([]).num_rows != new.num_rows:
-            raise ConfigError(f"process_batch's new state of {descriptor.name!r} maps a user key twice in one "
+            raise ConfigError(f"{self._calling}'s new state of {descriptor.name!r} maps a user key twice in one "
                               f"key's map; give each user key once")
         entries = self._stored(qname, map_state=True)
         touched = pc.is_in(entries.column("key"), value_set=text_keys)
@@ -330,6 +331,7 @@ class VectorizedRun:
 
         runner = self.runner
         function = runner.function
+        self._calling = name  # what errors about its result name
         ctx = self._ctx = BatchContext(runner.batch_id, runner.store.now, watermark, runner.subtask,
                                        runner.plan.key_type, self._key_offsets)
         ctx.timers = partial(self._timers, keys)
@@ -370,16 +372,17 @@ class VectorizedRun:
 
         declared = {d.name: (qname, d) for qname, d in states.items()}
         key_field = pa.field("key", keys.column("key").type)
-        new_state = as_table(new_state, "process_batch's new state")
+        what = f"{self._calling}'s new state"
+        new_state = as_table(new_state, what)
         names = new_state.column_names
         unknown = [n for n in names if n != "key" and n not in declared]
         if "key" not in names or unknown:
-            raise ConfigError(f"process_batch's new state has columns {names}: it needs 'key' and columns named "
+            raise ConfigError(f"{what} has columns {names}: it needs 'key' and columns named "
                               f"after the declared states {sorted(declared)}" +
                               (f" ({unknown} are not declared)" if unknown else ""))
         fields = [key_field] + [pa.field(n, state_column_type(declared[n][1])) for n in names if n != "key"]
-        new_state = conform(new_state, fields, "process_batch's new state", "return 'key' and state columns")
-        at = self._positions(keys, new_state.column("key").combine_chunks())
+        new_state = conform(new_state, fields, what, "return 'key' and state columns")
+        at = self._positions(keys, new_state.column("key").combine_chunks(), what)
         order = pc.sort_indices(at)  # in key order, as the per-record path's flush writes them
         at = at.take(order)
         updates = {}
@@ -393,7 +396,7 @@ class VectorizedRun:
         return updates
 
     @staticmethod
-    def _positions(keys, new_keys):
+    def _positions(keys, new_keys, what: str):
         """Where each key of the new state is among the microbatch's keys (an error for a key not there, or
         given twice)."""
         import numpy as np
@@ -406,10 +409,10 @@ class VectorizedRun:
         at = _key_positions(known, new_keys)
         if at.null_count:
             stray = new_keys.filter(pc.is_null(at))[0].as_py()
-            raise ConfigError(f"process_batch's new state has key {stray!r}, which has no record in this microbatch "
+            raise ConfigError(f"{what} has key {stray!r}, which has no record in this microbatch "
                               f"of this subtask; return values for keys of the state table only")
         if pc.count_distinct(at).as_py() != len(at):
-            raise ConfigError("process_batch's new state has a key twice; return one row per key")
+            raise ConfigError(f"{what} has a key twice; return one row per key")
         return at
 
     def _write_state(self, qname: str, descriptor, keys, stored, update) -> None:
