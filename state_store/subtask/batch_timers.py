@@ -17,7 +17,8 @@ from ..timers import TimeDomain, timer_state_names
 def _schema():
     import pyarrow as pa
 
-    return pa.schema([("timestamp", pa.int64()), ("key_group", pa.int32()), ("key", pa.string())])
+    return pa.schema([("timestamp", pa.int64()), ("key_group", pa.int32()), ("key", pa.string()),
+                      ("id", pa.string())])
 
 
 def _ids(table):
@@ -26,6 +27,16 @@ def _ids(table):
     import pyarrow.compute as pc
 
     return pc.binary_join_element_wise(pc.cast(table.column("timestamp"), pa.string()), table.column("key"), "\x1f")
+
+
+def _timers(timestamps, key_groups, keys):
+    """Timers as a table of ``_schema``, each with its id made once (the live tables keep it)."""
+    import pyarrow as pa
+
+    table = pa.table({"timestamp": pa.array(timestamps, pa.int64()) if not isinstance(timestamps, (pa.Array,
+                      pa.ChunkedArray)) else timestamps, "key_group": key_groups, "key": keys})
+    table = table.cast(pa.schema(list(_schema())[:3]))
+    return table.append_column("id", _ids(table))
 
 
 class BatchTimers:
@@ -50,8 +61,7 @@ class BatchTimers:
         for name, domain in self._domains.items():
             mine = part.filter(pc.equal(part.column("state_name"), name))
             if mine.num_rows:
-                table = pa.table({"timestamp": mine.column("expiry"), "key_group": mine.column("key_group"),
-                                  "key": mine.column("key")}).cast(_schema())
+                table = _timers(mine.column("expiry"), mine.column("key_group"), mine.column("key"))
                 self._live[domain] = pa.concat_tables([self._live[domain], table]).combine_chunks()
                 self._stored[domain] = self._live[domain]
                 self.loaded += mine.num_rows
@@ -61,13 +71,13 @@ class BatchTimers:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        new = pa.table({"timestamp": timestamps, "key_group": key_groups, "key": keys}).cast(_schema())
+        new = _timers(timestamps, key_groups, keys)
         live = self._live[domain]
-        new = new.filter(pc.invert(pc.is_in(_ids(new), value_set=_ids(live))))
+        new = new.filter(pc.invert(pc.is_in(new.column("id"), value_set=live.column("id"))))
         if new.num_rows:
-            first = new.group_by(["timestamp", "key"], use_threads=False).aggregate([("key_group", "first")])
+            first = new.group_by(["timestamp", "key", "id"], use_threads=False).aggregate([("key_group", "first")])
             if first.num_rows != new.num_rows:  # a timer given twice in one call: once
-                new = first.select(["timestamp", "key_group_first", "key"]).rename_columns(_schema().names)
+                new = first.select(["timestamp", "key_group_first", "key", "id"]).rename_columns(_schema().names)
             self._live[domain] = pa.concat_tables([live, new.cast(_schema())]).combine_chunks()
 
     def delete(self, domain: TimeDomain, keys, timestamps) -> None:
@@ -77,7 +87,7 @@ class BatchTimers:
 
         gone = pa.table({"timestamp": pa.array(timestamps, pa.int64()), "key": keys})
         live = self._live[domain]
-        self._live[domain] = live.filter(pc.invert(pc.is_in(_ids(live), value_set=_ids(gone))))
+        self._live[domain] = live.filter(pc.invert(pc.is_in(live.column("id"), value_set=_ids(gone))))
 
     def pop_due(self, domain: TimeDomain, up_to: int):
         """Every timer of ``domain`` at or below ``up_to``, removed, in firing order (timestamp, key group, key)."""
@@ -101,7 +111,7 @@ class BatchTimers:
             live, stored = self._live[domain], self._stored[domain]
             if live is stored:
                 continue
-            live_ids, stored_ids = _ids(live), _ids(stored)
+            live_ids, stored_ids = live.column("id"), stored.column("id")
             added = live.filter(pc.invert(pc.is_in(live_ids, value_set=stored_ids)))
             removed = stored.filter(pc.invert(pc.is_in(stored_ids, value_set=live_ids)))
             self._stored[domain] = live

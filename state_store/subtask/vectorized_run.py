@@ -46,9 +46,11 @@ class VectorizedRun:
     def load(self, part) -> None:
         """Stored keyed entries (a slice of an exchange batch), before the first microbatch: state kept as Arrow,
         timers given to ``BatchTimers``."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        timer = pc.is_in(part.column("state_name"), value_set=pa_strings(list(self.timers.names.values())))
+        names = pa.array(list(self.timers.names.values()), pa.string())
+        timer = pc.is_in(part.column("state_name"), value_set=names)
         if pc.any(timer).as_py():
             self.timers.load(part.filter(timer))
             self.runner.timers.loaded = self.timers.loaded  # the first microbatch's ``timers_in``
@@ -508,12 +510,6 @@ def _key_positions(known, wanted):
         where = {row_tuple(k): i for i, k in enumerate(known.to_pylist())}
         return pa.array([where.get(row_tuple(k)) for k in wanted.to_pylist()], pa.int32())
     return pc.index_in(wanted, value_set=known)
-
-
-def pa_strings(values: list):
-    import pyarrow as pa
-
-    return pa.array(values, pa.string())
 
 
 def _same(a, b):
