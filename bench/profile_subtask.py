@@ -97,10 +97,12 @@ def main() -> None:
         vectorized = "vectorized" in sys.argv[2:]
         plan = RunPlan("u", SessionsVectorized() if vectorized else Sessions(), Types.STRING(), SESSION, 2, 128,
                        False, [(m, 0, (m + 1) * n - 2) for m in range(MICROBATCHES)],
-                       local_outputs(directory, "profile"), order_by=("ts",) if vectorized else ())
+                       local_outputs(directory, "profile", key_type=Types.STRING()),
+                       order_by=("ts",) if vectorized else ())
     else:
         plan = RunPlan("u", function, Types.STRING(), OUTPUT, 2, 128, False,
-                       [(m, 0) for m in range(MICROBATCHES)], local_outputs(directory, "profile"))
+                       [(m, 0) for m in range(MICROBATCHES)],
+                       local_outputs(directory, "profile", key_type=Types.STRING()))
     profiler = cProfile.Profile()
     if profile:
         profiler.enable()

@@ -142,12 +142,24 @@ def decode_key(key_type: TypeInfo, encoded: str) -> Any:
     return encoded if decode is None else decode(encoded)
 
 
-def arrow_keys(key_type: TypeInfo, texts):
-    """``decode_key`` over an Arrow column of key texts: a column of the key's Arrow type (a struct for a row)."""
+def arrow_keys(key_type: TypeInfo, texts, lenient: bool = False):
+    """``decode_key`` over an Arrow column of key texts: a column of the key's Arrow type (a struct for a row),
+    decoded in Arrow, with no Python call per key. ``lenient``: the text "" (a raw keyed row's, which belongs to a
+    key group, not a key) is null for a key type whose text is never empty (all but STRING and BYTES)."""
+    import pyarrow as pa
+
+    if isinstance(texts, pa.ChunkedArray):  # a table's column: the same kind back
+        return pa.chunked_array([_arrow_keys(key_type, texts.combine_chunks(), lenient)])
+    return _arrow_keys(key_type, texts, lenient)
+
+
+def _arrow_keys(key_type: TypeInfo, texts, lenient: bool):
     import pyarrow as pa
     import pyarrow.compute as pc
 
     name = key_type.name
+    if lenient and name not in ("STRING", "BYTES") and len(texts):
+        texts = pc.if_else(pc.equal(texts, ""), pa.scalar(None, texts.type), texts)
     if name == "STRING":
         return texts
     if name in ("LONG", "INT", "DATE", "DECIMAL"):
@@ -156,12 +168,22 @@ def arrow_keys(key_type: TypeInfo, texts):
         return pc.cast(texts, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     if name == "BOOLEAN":
         return pc.equal(texts, "true")
-    decode = _component_decoder(key_type)
-    values = [None if t is None else decode(t) for t in texts.to_pylist()]
-    if isinstance(key_type, RowTypeInfo):
-        values = [None if v is None else _row_dict(key_type, v) for v in values]
-    typed = pa.array(values, type=key_type.arrow_type())
-    return pa.chunked_array([typed]) if isinstance(texts, pa.ChunkedArray) else typed
+    if name == "BYTES":
+        return pa.array([None if t is None else bytes.fromhex(t) for t in texts.to_pylist()], pa.binary())
+    # A row: its text is the JSON array of its fields' texts (``key_text``), parsed by Arrow's JSON reader as
+    # one document per line, each field then decoded as a column of its own.
+    fields = list(key_type.fields.items())
+    if not len(texts):
+        return pa.array([], key_type.arrow_type())
+    lines = pc.binary_join_element_wise('{"k":', pc.fill_null(texts, "null"), "}", "").cast(pa.large_string())
+    document = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(lines)], pa.int64()), lines),
+                              pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    import pyarrow.json as pj
+
+    parsed = pj.read_json(pa.BufferReader(document), parse_options=pj.ParseOptions(
+        explicit_schema=pa.schema([("k", pa.list_(pa.string()))]))).column("k").combine_chunks()
+    columns = [_arrow_keys(t, pc.list_element(parsed, i), lenient) for i, (_, t) in enumerate(fields)]
+    return pa.StructArray.from_arrays(columns, names=[n for n, _ in fields], mask=pc.is_null(parsed))
 
 
 def _row_dict(key_type: RowTypeInfo, value: tuple) -> dict:
@@ -229,8 +251,8 @@ def typed_key(column, key_type: TypeInfo, lenient: bool = False):
     name = key_type.name
     if isinstance(key_type, RowTypeInfo):
         parts = F.from_json(column, "array<string>")
-        return F.struct(*[typed_key(parts.getItem(i), t, lenient).alias(n)
-                          for i, (n, t) in enumerate(key_type.fields.items())])
+        return F.when(parts.isNotNull(), F.struct(*[typed_key(parts.getItem(i), t, lenient).alias(n)
+                                                    for i, (n, t) in enumerate(key_type.fields.items())]))
     if name == "STRING":
         return column
     if name == "TIMESTAMP":

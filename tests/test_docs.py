@@ -182,9 +182,11 @@ def test_the_keyed_functions_page_keeps_every_kind_of_keyed_state_as_its_program
 
 def test_the_keyed_functions_pages_key_of_two_columns_counts_each_pair_as_pandas_does(spark, lake, monkeypatch,
                                                                                        request):
-    """docs/writing/keyed-functions.md's ``device_clicks.py``: a key of two columns, each pair counted alone."""
+    """docs/writing/keyed-functions.md's ``device_clicks.py``: a key of two columns, each pair counted alone; the
+    page's Spark SQL reads a savepoint's counts by the key's typed columns."""
     import pandas as pd
 
+    from state_store.ops.savepoint import take_savepoint
     from tests.support.helpers import run
 
     clicks = [{"user_id": u, "device": d, "page": "home"} for u, d in [
@@ -195,6 +197,13 @@ def test_the_keyed_functions_pages_key_of_two_columns_counts_each_pair_as_pandas
     rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).toPandas()
     last = rows.sort_values("_microbatch").groupby(["user_id", "device"])["clicks"].last().to_dict()
     assert last == pd.DataFrame(clicks).groupby(["user_id", "device"]).size().to_dict()
+    # The page's Spark SQL over a savepoint's keyed table: the key's typed columns.
+    saved = take_savepoint(spark, lake.settings, spec.job_id, say=lambda line: None)
+    query = re.search(r"```sql\n(.*?)```", (DOCS / "writing/keyed-functions.md").read_text(), re.S).group(1)
+    read = spark.sql(query.replace("<savepoints>/device-clicks/<savepoint>/keyed", saved.table_path("keyed")))
+    assert read.schema.simpleString() == "struct<user_id:bigint,device:string,clicks:string>"
+    assert {(r.user_id, r.device): int(r.clicks) for r in read.collect()} == {
+        k: v for k, v in last.items() if k[1] == "phone"}
 
 
 def test_the_time_pages_aligned_clicks_pause_the_live_stream_for_the_backfill_and_count_as_pandas_does(

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from ..catalog.job_store import JobStore
 from ..errors import RestoreError
-from ..records.layout import KEYED_TABLE, OPERATOR_TABLE, STATE_TABLES, TableSpec
+from ..records.layout import OPERATOR_TABLE, STATE_TABLES, TableSpec, keyed_table
 from ..records.metadata import CheckpointMetadata, SavepointMetadata, TableVersion
 from ..records.stats import CleanupNote, WrittenFile
 from ..state.backend import DeltaKind, HashMapKind, MemoryKind, StateBackendKind, backend_kind, implemented_by
@@ -105,6 +105,7 @@ class StateBackend(StateBackendKind):
     def output(self, token: str) -> OutputTable:
         """Where run ``token``'s subtasks write this table's changes (``run_files``): by default a
         staging directory of the run, read back by ``write_run``."""
+        # Staged files are read back by their columns, not by readers of the table: no typed key.
         self._output = OutputTable(self.table.name, str(self.staging_dir(token)), self.table.schema,
                                    self.table.partition_columns, None, storage=options_of(self.job_dir))
         return self._output
@@ -203,8 +204,8 @@ class DeltaStateBackend(DeltaKind, StateBackend):
         return latest_live(restrict(df) if restrict else df, self.table)
 
     def output(self, token):
-        self._output = OutputTable(self.table.name, str(self.path), self.table.schema, self.table.partition_columns,
-                                   app_transaction_version(self.path, self.app_id), storage=options_of(self.path))
+        self._output = OutputTable.of_spec(self.table, self.path, app_transaction_version(self.path, self.app_id),
+                                           storage=options_of(self.path))
         return self._output
 
     def write_run(self, files, last_batch_id):
@@ -426,9 +427,12 @@ def _implementation(name: str) -> type[StateBackend]:
 
 
 def create_keyed_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,
-                         checkpoint: CheckpointMetadata | None = None) -> StateBackend:
-    """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it)."""
-    return _implementation(name)(spark, job_dir, job_id, KEYED_TABLE, checkpoint)
+                         checkpoint: CheckpointMetadata | None = None, key_type=None) -> StateBackend:
+    """The ``name`` backend bound to the job's keyed state table (as ``checkpoint`` left it), whose keys are of
+    ``key_type`` (the table's writes type them; None: the checkpoint's key type, if any)."""
+    if key_type is None and checkpoint is not None:
+        key_type = checkpoint.key_type
+    return _implementation(name)(spark, job_dir, job_id, keyed_table(key_type), checkpoint)
 
 
 def create_operator_backend(name: str, spark: SparkSession, job_dir: Path, job_id: str,

@@ -125,7 +125,7 @@ def rewrite_live(path, version: int, spec: TableSpec, batch_id: int, generations
     current: dict[tuple, list[tuple[str, dict]]] = {}
     for relative, add in live_adds(path, table.version()).items():
         current.setdefault(partition_of(add, spec), []).append((relative, add))
-    out = run_files.OutputTable(spec.name, str(path), spec.schema, spec.partition_columns, None)
+    out = run_files.OutputTable.of_spec(spec, path, None)
     token, now, written, removed = run_files.new_token(), int(time.time() * 1000), [], []
     scanned = live_rows = 0
     per_state: dict[str, int] = {}

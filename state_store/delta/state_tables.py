@@ -92,7 +92,7 @@ def commit_state_files(spark, path: Path, spec: TableSpec, app_id: str, version:
                        expected: int | None, batch_column: str = "batch_id") -> bool:
     """``commit_files`` for a state table of ``spec``: its columns, partitions and properties (``STATE_TABLE_CONF``)
     from the one place that knows them, so no writer of a state table can make one without them."""
-    return commit_files(spark, path, app_id, version, files, spec.schema, spec.partition_columns, expected,
+    return commit_files(spark, path, app_id, version, files, spec.ddl, spec.partition_columns, expected,
                         batch_column, STATE_TABLE_CONF)
 
 
@@ -185,8 +185,7 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     committed = app_transaction_version(path, app_id)
     if committed is not None and committed >= version:
         return False
-    table = OutputTable(spec.name, str(path), spec.schema, spec.partition_columns, committed, batch_column,
-                        options_of(path))
+    table = OutputTable.of_spec(spec, path, committed, batch_column, options_of(path))
     token = new_token()
     if isinstance(df, pa.Table):  # rows in this process
         files = write_batches(table, token, 0, df.select(spec.columns).to_batches())

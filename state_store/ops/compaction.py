@@ -46,8 +46,9 @@ from ..delta.backends import create_keyed_backend, delta_record
 from ..delta.log import expire_log, table_files, table_snapshot
 from ..delta.state_tables import latest_live, visible
 from ..errors import ConfigError
+from ..keys import typed_key
 from ..progress import wing_logger
-from ..records.layout import CHECKPOINT_LAYOUT, KEYED_TABLE, OPERATOR_TABLE
+from ..records.layout import CHECKPOINT_LAYOUT, KEYED, KEYED_TABLE, OPERATOR_TABLE, TYPED_KEY, keyed_table
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion, utc_iso
 from ..settings import Settings
 from ..state.backend import backend_kind
@@ -181,7 +182,7 @@ def _rewrite(spark: SparkSession, store: JobStore, latest: CheckpointMetadata, r
     checkpoint_id, compacted = store.next_checkpoint_id(), {}
     for uid, (part, _) in _operators(store, latest).items():  # a dataflow: each operator's tables ("uid:keyed" ...)
         state, counted = dict(part.state), {}
-        for spec in (KEYED_TABLE, OPERATOR_TABLE):
+        for spec in (keyed_table(part.key_type), OPERATOR_TABLE):
             name = spec.name if uid == latest.uid else f"{uid}:{spec.name}"
             state[spec.name], report["tables"][name], counted[spec.name] = _compact_table(spark, part, spec)
         compacted[uid] = replace(part, checkpoint_id=checkpoint_id, state=state,
@@ -201,7 +202,7 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
     recorded = checkpoint.table(spec.name)
     path, version, b = recorded.path, recorded.version, checkpoint.batch_id
     before = table_snapshot(path, version)
-    filtered = ttl_states(checkpoint.descriptors, "compaction") if spec is KEYED_TABLE else {}
+    filtered = ttl_states(checkpoint.descriptors, "compaction") if spec.name == KEYED else {}
     if checkpoint.processing_time is None:
         filtered = {}  # no time to judge expiry by: nothing is filtered
     if not filtered:  # in this process where the table is small and local
@@ -225,11 +226,15 @@ def _compact_table(spark: SparkSession, checkpoint: CheckpointMetadata, spec):
         mine = F.col("state_name").isin(sorted(filtered))
         expired_removed = live.filter(mine).count() - kept.filter(mine).count()
         live = kept
-    live = live.select(*spec.columns).cache()
+    live = live.select(*spec.columns)
+    if spec.key_type is not None:  # the typed key as the runs' writer makes it; a table made before it gets it
+        live = live.withColumn(TYPED_KEY, typed_key(F.col("key"), spec.key_type, lenient=True))
+    live = live.cache()
     try:
         count = live.count()
         (live.repartition(*spec.partition_columns).write.format("delta").mode("overwrite")
-         .option("replaceWhere", f"batch_id <= {b}").partitionBy(*spec.partition_columns).save(path))
+         .option("replaceWhere", f"batch_id <= {b}").option("mergeSchema", "true")
+         .partitionBy(*spec.partition_columns).save(path))
     finally:
         live.unpersist()
     after = table_snapshot(path)

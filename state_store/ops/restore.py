@@ -359,7 +359,7 @@ def _write_state(spark: SparkSession, restore: _Restore, store: JobStore, lease,
     (``state_tables.visible``). A rescale leaves keyed rows where they are."""
     job_id, src, plan = restore.spec.job_id, restore.source.meta, restore.plan
     bound = restore.latest if plan.rescale else None
-    keyed_backend = create_keyed_backend(plan.backend, spark, store.job_dir, job_id, bound)
+    keyed_backend = create_keyed_backend(plan.backend, spark, store.job_dir, job_id, bound, src.key_type)
     operator_backend = create_operator_backend(plan.backend, spark, store.job_dir, job_id, bound)
     generation = max(b.fresh_generation(lease.generation, checkpoint_id) for b in (keyed_backend, operator_backend))
     new_operator = redistribute(operator_rows, src.parallelism, plan.parallelism, src.batch_id, generation)

@@ -33,7 +33,7 @@ from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
 from ..job import check_job_id
 from ..progress import wing_logger
-from ..records.layout import KEYED, OPERATOR, TABLE_SPECS
+from ..records.layout import KEYED, OPERATOR, table_spec
 from ..records.metadata import AirflowRun, CheckpointMetadata, SavepointMetadata, TableVersion
 from ..settings import Settings
 
@@ -141,7 +141,7 @@ def _write_part(work, prefix: str, job_id: str, name: str, label: str | None, ta
 
     written = {}
     for table, rows in tables.items():
-        spec, path = TABLE_SPECS[table], f"{prefix}{table}"
+        spec, path = table_spec(table, fields["key_type"]), f"{prefix}{table}"
         append_state_rows(rows, work / path, SAVEPOINT_APP_ID, 0, spec, spark=spark)  # tasks write, delta-rs commits
         snap = table_snapshot(work / path)
         written[table] = TableVersion(path, snap["version"], snap["size_bytes"], snap["num_files"])

@@ -4,9 +4,9 @@ table file, in its column order), the changes a subtask hands back (``KeyedChang
 ``OperatorChange``) and the layout version checkpoints pin. What ``docs/internals/records.md`` documents."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 LAYOUT_VERSION = 2  # the state tables' layout, which a savepoint records (see state_tables)
 # A checkpoint record's layout: 3 keeps the job's fields once and every operator's flatly by uid under
@@ -21,18 +21,33 @@ STATE_TABLES = (KEYED, OPERATOR)
 KEYED_SCOPE, OPERATOR_SCOPE = KEYED, OPERATOR  # a state's scope is the table that holds it
 
 
+TYPED_KEY = "typed_key"  # the keyed table's column of each entry's key as its own type, for readers of the table
+
+
 @dataclass(frozen=True)
 class TableSpec:
-    """One state table: its columns (DDL), the columns that name an entry, its partition columns."""
+    """One state table: its columns (DDL), the columns that name an entry, its partition columns; a keyed table
+    of an operator whose key type is known (``keyed_table``) also has the column ``typed_key``."""
 
     name: str  # KEYED or OPERATOR
-    schema: str
+    schema: str  # the columns its writers give and its readers read (the typed key is neither's)
     id_columns: tuple[str, ...]
     partition_columns: tuple[str, ...]
+    key_type: Any = None  # a keyed table's key type (a TypeInfo): its files' ``typed_key`` is of it
 
     @property
     def columns(self) -> list[str]:
         return [column.split()[0] for column in self.schema.split(", ")]
+
+    @property
+    def ddl(self) -> str:
+        """The table's columns as its Delta schema has them: ``schema``, and ``typed_key`` of its key's Spark type
+        (a struct of a composite key's columns) when there is one."""
+        if self.key_type is None:
+            return self.schema
+        from ..keys import spark_key_type
+
+        return f"{self.schema}, {TYPED_KEY} {spark_key_type(self.key_type)}"
 
 
 class KeyedRow(NamedTuple):
@@ -82,6 +97,24 @@ OPERATOR_TABLE = TableSpec(
     ("state_name",),
 )
 TABLE_SPECS = {t.name: t for t in (KEYED_TABLE, OPERATOR_TABLE)}
+
+
+def keyed_table(key_type) -> TableSpec:
+    """The keyed table of an operator whose key is of ``key_type`` (a TypeInfo, or its schema as a checkpoint
+    records it; None: untyped, ``KEYED_TABLE``): its files also hold each entry's key as ``typed_key``, computed
+    from ``key`` by the writer (``run_files.TableFiles``), null for a raw keyed row."""
+    if key_type is None:
+        return KEYED_TABLE
+    if not hasattr(key_type, "to_schema"):
+        from ..types import from_schema
+
+        key_type = from_schema(key_type)
+    return replace(KEYED_TABLE, key_type=key_type)
+
+
+def table_spec(table: str, key_type=None) -> TableSpec:
+    """The spec of state table ``table`` (KEYED or OPERATOR) of an operator whose key is of ``key_type``."""
+    return keyed_table(key_type) if table == KEYED else TABLE_SPECS[table]
 
 
 

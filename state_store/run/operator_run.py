@@ -77,7 +77,8 @@ class OperatorRun:
     def __init__(self, ctx: RunContext, checkpoint: CheckpointMetadata | None, descriptors: dict[str, StateInfo]):
         self.ctx, self.checkpoint, self.descriptors = ctx, checkpoint, descriptors
         spec = ctx.spec
-        self.keyed = create_keyed_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
+        self.keyed = create_keyed_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint,
+                                          spec.key_type)
         self.operator = create_operator_backend(spec.backend, ctx.spark, ctx.job_dir, spec.job_id, checkpoint)
         self.backends: dict[str, StateBackend] = {KEYED: self.keyed, OPERATOR: self.operator}
         self.outputs: RunOutputs | None = None

@@ -16,9 +16,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-from ..records.layout import KEYED, OPERATOR, SINK, TABLE_SPECS, KeyedRow, OperatorRow
+from ..records.layout import KEYED, OPERATOR, SINK, TABLE_SPECS, TYPED_KEY, KeyedRow, OperatorRow, TableSpec
 from ..records.stats import WrittenFile
 from ..sources import SINK_MICROBATCH
 from ..storage import S3Options, location, output_stream, remove_empty_folders, walk_files
@@ -43,6 +43,14 @@ class OutputTable:
     # A sink or side output table the run's commit creates: where its columns were declared; its columns are
     # checked at the commit against a table made meanwhile.
     declared: str | None = None
+    key_type: Any = None  # a keyed table's key type (a TypeInfo): its files get the column ``typed_key`` of it
+
+    @classmethod
+    def of_spec(cls, spec: TableSpec, directory, committed: int | None, batch_column: str = "batch_id",
+                storage: S3Options | None = None) -> "OutputTable":
+        """Where a state table of ``spec`` gets a run's (or a restore's, a snapshot's) files."""
+        return cls(spec.name, str(directory), spec.schema, spec.partition_columns, committed, batch_column, storage,
+                   key_type=spec.key_type)
 
     @property
     def root(self):
@@ -56,14 +64,16 @@ class RunOutputs:
     tables: dict[str, OutputTable]
 
 
-def local_outputs(directory, token: str, committed: int | None = None) -> RunOutputs:
+def local_outputs(directory, token: str, committed: int | None = None, key_type=None) -> RunOutputs:
     """The three tables' files under ``directory`` (one folder each), as a run on the staging backends
-    writes them: for running subtasks without Spark (tests, ``bench/profile_subtask.py``)."""
+    writes them (``key_type``: the keyed table's, which types its keys): for running subtasks without Spark
+    (tests, ``bench/profile_subtask.py``)."""
+    from ..records.layout import table_spec
+
     directory = Path(directory)
     tables = {SINK: OutputTable(SINK, str(directory / SINK), "", (), committed, SINK_MICROBATCH)}
-    for spec in TABLE_SPECS.values():
-        tables[spec.name] = OutputTable(spec.name, str(directory / spec.name), spec.schema,
-                                        spec.partition_columns, committed)
+    for name in TABLE_SPECS:
+        tables[name] = OutputTable.of_spec(table_spec(name, key_type), directory / name, committed)
     return RunOutputs(token, tables)
 
 
@@ -85,6 +95,11 @@ class TableFiles:
 
     def __init__(self, table: OutputTable, token: str, subtask: int, schema):
         self.table, self.schema = table, schema
+        # A keyed table's files hold each key as its type too, decoded from its text as a file is written.
+        self._key_type = table.key_type if table.name == KEYED else None
+        self._file_schema = schema
+        if self._key_type is not None:
+            self._file_schema = schema.append(_typed_key_field(self._key_type))
         self.prefix = f"part-{token}-{subtask:05d}-{uuid.uuid4().hex[:8]}"
         # zstd, as Spark writes the tables (build_spark); no Arrow schema in the footer (Spark reads the Parquet
         # schema). A run file of a state table holds a few hundred entries of one partition, so its footer and
@@ -92,7 +107,7 @@ class TableFiles:
         # min/max statistics (Delta skips files by the log's statistics); the small columns keep both.
         self._options = {"compression": "zstd", "store_schema": False}
         if table.name != SINK:
-            small = [f.name for f in schema if f.name not in ("key", "value")]
+            small = [f.name for f in schema if f.name not in ("key", "value", TYPED_KEY)]
             self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
         self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
@@ -168,10 +183,15 @@ class TableFiles:
         import pyarrow.parquet as pq
 
         entry = self._writers.get(partition)
+        if self._key_type is not None:
+            from ..keys import arrow_keys
+
+            table = table.append_column(self._file_schema.field(TYPED_KEY),
+                                        arrow_keys(self._key_type, table.column("key"), lenient=True))
         if entry is None:
             relative = self._path(partition)
             sink = output_stream(self.table.root / relative)
-            writer = pq.ParquetWriter(sink, self.schema, **self._options)
+            writer = pq.ParquetWriter(sink, self._file_schema, **self._options)
             entry = [writer, relative, 0, None, None, sink]
             self._writers[partition] = entry
         entry[0].write_table(table)
@@ -247,6 +267,12 @@ class SinkFiles(TableFiles):
 
         batches, rows = pending
         return pa.array(rows, type=self.out_type).flatten() + [pa.array(batches, type=pa.int64())], batches
+
+
+def _typed_key_field(key_type):
+    import pyarrow as pa
+
+    return pa.field(TYPED_KEY, key_type.arrow_type())
 
 
 def _arrow_column(values, arrow_type):

@@ -50,13 +50,31 @@ def _key_groups(spark, lake, spec, source_folder, reader_format: str) -> tuple[d
     return stored, expected
 
 
+def _typed_keys(spark, path) -> tuple[str, dict]:
+    """What any Delta reader sees of the keyed table at ``path``: the type of its ``typed_key`` column, and each
+    key text's typed key (a row a tuple; a raw keyed row's ``""`` key null)."""
+    table = spark.read.format("delta").load(str(path))
+    typed = {r["key"]: r["typed_key"] for r in table.select("key", "typed_key").distinct().collect()}
+    return (table.schema["typed_key"].dataType.simpleString(),
+            {k: tuple(v) if v is not None and hasattr(v, "__fields__") else v for k, v in typed.items()})
+
+
+def _latest_keyed_table(lake, spec):
+    from state_store.catalog.job_store import JobStore
+
+    return JobStore(lake.settings.job_dir(spec.job_id)).latest_checkpoint().table("keyed").path
+
+
 @pytest.mark.spark
 def test_a_composite_key_keeps_each_pairs_state_and_timers_replays_a_crash_and_restores_rescaled(spark, tmp_path):
     """Sessions per (user, device): value, list and map state and event-time timers per pair of columns, the key
     a tuple in the function; its key groups Spark's hash of both columns; a crash after the sink write replays to
     the clean run; a savepoint restores at parallelism 3 on the hashmap backend and goes on as the clean run; the
-    State Processor reads the key as typed columns and one pair's entries; a changed key type is refused."""
+    State Processor reads the key as typed columns and one pair's entries; any Delta reader of the keyed tables
+    (the run's, the savepoint's, the hashmap snapshot's, a compacted one's) sees the key as the struct of its
+    columns, ``typed_key``; a changed key type is refused."""
     from state_store.delta.points import StatePoint
+    from state_store.ops.compaction import compact_job
     from state_store.ops.restore import restore_job
     from state_store.ops.savepoint import take_savepoint
     from state_store.ops.state_processor import SavepointReader
@@ -79,6 +97,10 @@ def test_a_composite_key_keeps_each_pairs_state_and_timers_replays_a_crash_and_r
     stored, expected = _key_groups(spark, clean, spec, folder, "json")
     assert set(stored) >= set(expected) and {k: stored[k] for k in expected} == expected
     assert '["alice","1"]' in stored
+    struct, typed = _typed_keys(spark, _latest_keyed_table(clean, spec))
+    assert struct == "struct<user:string,device:int>" and typed['["alice","1"]'] == ("alice", 1)
+    assert all(typed[k] == (json.loads(k)[0], int(json.loads(k)[1])) for k in stored)
+    typed_before_compaction = typed
 
     reader = SavepointReader.for_checkpoint(spark, spec.job_id, None, clean.settings)
     counts = {tuple(r["key"]): r["value"] for r in reader.keyed_state("count").collect()}
@@ -97,10 +119,16 @@ def test_a_composite_key_keeps_each_pairs_state_and_timers_replays_a_crash_and_r
     moved, moved_folder = lake_of("moved")
     run_job(spark, device_job(moved_folder), moved, max_microbatches=1)
     saved = take_savepoint(spark, moved.settings, spec.job_id, say=lambda line: None)
+    struct, typed = _typed_keys(spark, saved.table_path("keyed"))
+    assert struct == "struct<user:string,device:int>" and typed['["alice","1"]'] == ("alice", 1)
     wider = device_job(moved_folder, parallelism=3)
     restore_job(spark, moved.settings, wider, StatePoint(saved), backend="hashmap", say=lambda line: None)
     run_job(spark, wider.with_overrides(backend="hashmap"), moved)
     assert _rows(spark, moved, wider) == rows
+    struct, typed = _typed_keys(spark, _latest_keyed_table(moved, wider))
+    assert struct == "struct<user:string,device:int>" and typed['["carol","7"]'] == ("carol", 7)
+    compact_job(spark, clean.settings, spec.job_id, say=lambda line: None)
+    assert _typed_keys(spark, _latest_keyed_table(clean, spec))[1] == typed_before_compaction
 
     wide = Types.ROW_NAMED(list(CLICK.fields), [Types.LONG() if n == "device" else t for n, t in CLICK.fields.items()])
     retyped = device_job(folder, key_type=[Types.STRING(), Types.LONG()],
@@ -134,6 +162,9 @@ def test_a_key_of_every_typed_kind_runs_on_both_paths_and_hashes_as_spark_does(s
     assert _rows(spark, lake, spec) == sorted(expected, key=repr) and len(totals) == len(KEYS)
     stored, hashed = _key_groups(spark, lake, spec, folder, "parquet")
     assert stored == hashed
+    keyed = spark.read.format("delta").load(_latest_keyed_table(lake, spec)).filter("key != ''")
+    seen = [r["typed_key"] for r in keyed.select("typed_key").distinct().toArrow().to_pylist()]
+    assert sorted(seen, key=repr) == sorted((dict(zip(TYPED_KEY, k)) for k in KEYS), key=repr)
 
     moved = Lake(tmp_path / "moved")
     moved_folder = moved.inputs / "typed"
