@@ -539,14 +539,17 @@ class Dataflow:
                 raise ConfigError(f"{verb}(...) joins keyed streams: key {which} with .key_by(column) first")
             if not keyed and stream._key is not None:
                 raise ConfigError(f"{verb}(...) takes unkeyed streams; key them after: a.connect(b).key_by(k1, k2)")
-        if (self._steps or other._steps) and not (self._steps and other._steps and
-                                                  self._steps[0] is other._steps[0]):
+        mine, theirs = self._steps, other._steps
+        if theirs and not mine:
+            raise ConfigError(f"{verb}(...): a source's stream is read by a later operator as its second input: put "
+                              f"the processed stream first (processed.{verb}(source))")
+        if mine and theirs and mine[0] is not theirs[0]:
             raise ConfigError(f"{verb}(...) after operators joins two branches of one stream (each from the same "
-                              f"first operator); a second source is read by the job's first operator: {verb} "
-                              f"the two sources before any operator")
+                              f"first operator), or a branch and a source of the job (Dataflow.from_source(...) "
+                              f"not yet processed)")
         check_one_job(self._settings["job_id"], other._settings["job_id"], f"{verb}(...)")
-        if not self._steps and (self._settings["broadcast_source"] is not None
-                                or other._settings["broadcast_source"] is not None):
+        if other._settings["broadcast_source"] is not None or (
+                not mine and self._settings["broadcast_source"] is not None):
             raise ConfigError(f"{verb}(...): a two-input operator takes no broadcast_source")
 
     def _row_type(self) -> RowTypeInfo:

@@ -121,6 +121,15 @@ class Job:
                     read.setdefault(i.upstream, set()).add(i.source.output)
         return read
 
+    def planned_inputs(self) -> tuple[Input, ...]:
+        """Every input of the job that reads a source, as the plans name its ranges and the checkpoints its
+        offsets: the first operator's by their names ("main", "second", "broadcast"), a later operator's by
+        ``later_source_name`` ("<uid>:second"). One plan fixes them all, so one microbatch is the same records of
+        every source wherever it is read."""
+        head, *later = self.operators
+        return (*head.inputs, *(replace(i, name=later_source_name(op.uid, i.name))
+                                for op in later for i in op.inputs if i.upstream is None))
+
     def inputs_of(self, uid: str) -> list[str]:
         """The operators whose output operator ``uid`` reads (none for the first)."""
         return [i.upstream for i in self.operator(uid).inputs if i.upstream is not None]
@@ -159,7 +168,7 @@ class Job:
         emits = _emits(first)
         for op in self.operators[1:]:
             for input_ in op.inputs:
-                self._validate_later_input(op.uid, input_, emits)
+                self._validate_later_input(op.uid, input_, emits, first.watermark_strategy is not None)
             emits.update(_emits(op))
         self._validate_sinks()
         tags = [t.name for op in self.operators for t in op.side_outputs]
@@ -170,14 +179,24 @@ class Job:
         return self
 
     @staticmethod
-    def _validate_later_input(uid: str, input_: Input, emits: dict) -> None:
+    def _validate_later_input(uid: str, input_: Input, emits: dict, timed: bool) -> None:
         """An input of an operator after the first: what an operator before it emits (``emits``: their output
-        types by uid), of that type; the job's sources, a broadcast input and watermark strategies are the first
-        operator's."""
+        types by uid), of that type, or (a second input, or a union's further one) a source of the job with a
+        watermark strategy where the job has event time (``timed``: its first operator's source has one), and
+        none where it has not; a broadcast input and the first input's watermark are the first operator's."""
         only_first = ConfigError(f"operator {uid!r}: only the first operator of a dataflow takes a broadcast source "
                                  f"or a watermark strategy (the watermark flows down)")
         if input_.role is InputRole.BROADCAST:
             raise only_first
+        if input_.upstream is None and input_.index not in (None, 1):
+            if timed != (input_.watermark_strategy is not None):
+                raise ConfigError(
+                    f"operator {uid!r} reads a source as its {input_.name} input, whose watermark_strategy the "
+                    f"job's event time needs: give it one (Dataflow.from_source(..., watermark_strategy=...))"
+                    if timed else
+                    f"operator {uid!r} reads a source with a watermark_strategy in a job whose first source has "
+                    f"none: give the first source one too, or drop this one")
+            return
         upstream = input_.upstream
         edge = input_.source.edge if upstream is not None else None
         side = getattr(input_.source, "output", None)
@@ -186,9 +205,7 @@ class Job:
                               f"declare it: add it to that operator's side_outputs=[...]")
         if edge not in emits:
             raise ConfigError(f"operator {uid!r} must read what an operator before it emits (build the job with "
-                              f"Dataflow)" if input_.index in (None, 1) else
-                              f"operator {uid!r}: a second source is read by the job's first operator; a later "
-                              f"two-input operator reads what operators before it emit")
+                              f"Dataflow)")
         if input_.source.schema != emits[edge]:
             what = repr(upstream) if side is None else f"side output {side!r} of {upstream!r}"
             raise ConfigError(f"operator {uid!r} reads {input_.source.schema} but {what} emits {emits[edge]}")
@@ -232,6 +249,11 @@ class Job:
                 d["sink"] = sink_name(self.sinks[d["uid"]]) if d["uid"] in self.sinks else None
             head.update(sink=sink_name(self.sink), sinks={uid: sink_name(s) for uid, s in self.sinks.items()})
         return head
+
+
+def later_source_name(uid: str, name: str) -> str:
+    """The name in the plans and checkpoints of input ``name`` of later operator ``uid`` when it reads a source."""
+    return f"{uid}:{name}"
 
 
 def _emits(op: JobSpec) -> dict:

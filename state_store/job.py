@@ -271,7 +271,8 @@ class JobSpec:
         if any(getattr(s, "generator", None) is not None for s in (self.watermark_strategy, strategy)):
             raise ConfigError("a WatermarkStrategy.for_generator serves an operator of one input with event time; "
                               "give a union's or a two-input operator's inputs for_bounded_out_of_orderness(...)")
-        if (self.watermark_strategy is None) != (strategy is None):
+        later = self.inputs[0].upstream is not None  # a dataflow's later operator: its job's event time flows down
+        if not later and (self.watermark_strategy is None) != (strategy is None):
             raise ConfigError("a two-input operator's watermark is the least of its inputs': give both inputs a "
                               "watermark_strategy, or neither")
         if strategy is not None and strategy.timestamp_column is None:

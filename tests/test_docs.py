@@ -398,20 +398,26 @@ def test_the_windows_pages_minutes_fire_when_the_watermark_passes_them_and_a_too
 
 def test_the_joins_pages_click_through_pairs_clicks_with_the_impressions_ten_minutes_before_them(spark, lake,
                                                                                                   monkeypatch, request):
-    """docs/writing/joins.md's program: impressions and clicks in two microbatches each; a click pairs with its
-    ad's impressions 0..10 minutes before it, across microbatches (the bounds inclusive)."""
+    """docs/writing/joins.md's programs: impressions and clicks in two microbatches each; a click pairs with its
+    ad's impressions 0..10 minutes before it, across microbatches (the bounds inclusive). ``paid_click_through.py``
+    filters the impressions first, so its join reads the clicks' source as a later operator: the pairs of the
+    paid impressions, as the first program's."""
     from tests.support.helpers import run
 
     minute = 60_000
-    page_input(lake, monkeypatch, "impressions", [[{"ad": "a", "ts": 0}, {"ad": "b", "ts": minute}],
-                                                  [{"ad": "a", "ts": 5 * minute}]])
+    page_input(lake, monkeypatch, "impressions", [[{"ad": "a", "ts": 0, "paid": True},
+                                                   {"ad": "b", "ts": minute, "paid": True}],
+                                                  [{"ad": "a", "ts": 5 * minute, "paid": False}]])
     page_input(lake, monkeypatch, "ad-clicks", [[{"ad": "a", "ts": 2 * minute}],
                                                 [{"ad": "a", "ts": 10 * minute}, {"ad": "b", "ts": 12 * minute}]])
-    spec = page_module("writing/joins.md", "click_through", request).job()
-    run(spark, spec, lake)
-    rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).collect()
-    assert sorted((r["ad"], r["shown"] // minute, r["clicked"] // minute) for r in rows) == [
-        ("a", 0, 2), ("a", 0, 10), ("a", 5, 10)]  # b's click came 11 minutes after its impression
+    pairs = {}
+    for name in ("click_through", "paid_click_through"):
+        spec = page_module("writing/joins.md", name, request).job()
+        run(spark, spec, lake)
+        rows = spark.read.format("delta").load(str(lake.settings.sink(spec.sink))).collect()
+        pairs[name] = sorted((r["ad"], r["shown"] // minute, r["clicked"] // minute) for r in rows)
+    assert pairs["click_through"] == [("a", 0, 2), ("a", 0, 10), ("a", 5, 10)]  # b's click: 11 minutes after
+    assert pairs["paid_click_through"] == [p for p in pairs["click_through"] if p[1] != 5]  # a@5 is not paid
 
 
 def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path, monkeypatch, capsys, request):

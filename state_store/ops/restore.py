@@ -59,7 +59,7 @@ from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..delta.log import app_transaction_version, sink_version
 from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
-from ..graph import Job, as_job
+from ..graph import Job, as_job, later_source_name
 from ..job import JobSpec
 from ..progress import wing_logger
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
@@ -290,6 +290,13 @@ def _operator_takes(spec, source: StatePoint, parallelism, uid_map: dict[str, st
         raise RestoreError(f"{source.where}'s first operator is {source.meta.uid!r} (it keeps the source's offsets) "
                            f"but job {spec.job_id!r} starts with {first!r}: map it with --uid-map "
                            f"{source.meta.uid}={first}")
+    offsets = source.meta.source_offsets or {}
+    for op in ops[1:]:  # a later operator's sources' offsets are kept by its uid: they cannot follow a new one
+        read = [i.name for i in op.inputs if i.upstream is None]
+        if takes[op.uid] != op.uid and any(later_source_name(takes[op.uid], n) in offsets for n in read):
+            raise RestoreError(f"operator {op.uid!r} reads a source whose offsets {source.where} keeps under its old "
+                               f"uid {takes[op.uid]!r}; renamed it would read that source again from its start: "
+                               f"keep its uid {takes[op.uid]!r} (drop --uid-map {takes[op.uid]}={op.uid})")
     unknown = sorted(set(parallelism or {}) - set(takes)) if isinstance(parallelism, dict) else []
     if unknown:
         raise ConfigError(f"job {spec.job_id!r} has no operator {unknown[0]!r}; its operators are {list(takes)}")

@@ -79,6 +79,9 @@ class RunContext:
     side_edges: dict[str, Path] = field(default_factory=dict)
     # A ``WatermarkGenerator`` strategy's generator of each input, made when the run plans its first microbatch.
     generators: dict = field(default_factory=dict)
+    # The first operator's: every input of the job that reads a source (``Job.planned_inputs``: later operators'
+    # too, by their qualified names), which its plans fix; empty: its own inputs.
+    planned: tuple = ()
 
     @property
     def p(self) -> int:
@@ -90,7 +93,8 @@ class RunContext:
 
     @property
     def keeps_offsets(self) -> bool:
-        """Whether this operator keeps the source offsets (a dataflow's later operators read no source)."""
+        """Whether this operator keeps the source offsets: the first does, a later operator's sources' too
+        (``planned``); a later one keeps none."""
         return self.spec.inputs[0].upstream is None
 
     @property
@@ -114,9 +118,24 @@ class RunContext:
         """Side output ``tag``'s table, next to the sink."""
         return self.settings.sink(self.spec.side_output_sink(tag))
 
+    @property
+    def planned_inputs(self) -> tuple:
+        """The inputs this operator's plans fix the ranges of (the first operator's: every source of the job)."""
+        return self.planned or self.spec.inputs
+
+    def planned_name(self, input_) -> str:
+        """Where the plans name input ``input_``'s ranges: by its name for the first operator's inputs, by
+        ``graph.later_source_name`` for a source a later operator reads."""
+        if self.keeps_offsets or input_.upstream is not None:
+            return input_.name
+        from ..graph import later_source_name
+
+        return later_source_name(self.spec.uid, input_.name)
+
     def sources(self) -> dict:
-        """The operator's inputs' sources by their names ("main", "second", "broadcast": ``job.Input``)."""
-        return {i.name: i.source for i in self.spec.inputs}
+        """The sources of the inputs the plans fix, by their names ("main", "second", "broadcast": ``job.Input``;
+        "<uid>:second" for a later operator's)."""
+        return {i.name: i.source for i in self.planned_inputs}
 
     def fault(self, point: str, batch_ids) -> None:
         if self.faults is not None:

@@ -99,8 +99,8 @@ class Frame:
         return df.select(*cols)
 
     def _ranges(self, name: str) -> list[tuple]:
-        """Source ``name``'s range in each planned microbatch; a later operator's inputs, which the plans do not
-        name (it reads what the operators before it emitted), get none."""
+        """Source ``name``'s range in each planned microbatch; a later operator's inputs that read what operators
+        before it emitted, which the plans do not name, get none."""
         return [p.range_of(name) if name in p.sources else (p.batch_id, None, None) for p in self.plans]
 
     def _subtasks(self) -> DataFrame:
@@ -112,9 +112,10 @@ class Frame:
         source = input_.source
         if input_.upstream is not None:
             source = replace(source, files=tuple(self.emitted[source.edge]))
+        ranges = self._ranges(self.ctx.planned_name(input_))
         if input_.role is InputRole.BROADCAST:
-            return self._broadcast_records(source.read_run(self.ctx.spark, self._ranges(input_.name)))
-        records = source.read_run(self.ctx.spark, self._ranges(input_.name))
+            return self._broadcast_records(source.read_run(self.ctx.spark, ranges))
+        records = source.read_run(self.ctx.spark, ranges)
         if records is None:
             return None
         if input_.key == SHARE_KEY:  # a non-keyed operator's (a CoMapFunction's or CoFlatMapFunction's too)

@@ -51,7 +51,7 @@ def dead_letter_files(ctx: RunContext, plans: list[MicrobatchPlan], outputs: Run
     committed are left out (``SinkFiles``), so a replay writes each once. Only such jobs pay this second read."""
     by_batch = {s.batch_id: s for s in stats}
     for input_ in ctx.spec.inputs:
-        found = input_.source.read_dead_letters(ctx.spark, [p.range_of(input_.name) for p in plans]) \
+        found = input_.source.read_dead_letters(ctx.spark, [p.range_of(ctx.planned_name(input_)) for p in plans]) \
             if input_.upstream is None else None  # an upstream operator's output has none
         if found is None:
             continue

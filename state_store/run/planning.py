@@ -54,7 +54,7 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
     ranges, records, any_new = {}, 0, False
     now = int(ctx.clock())
     paused = _aligned_out(ctx, batch_id, clock, now)
-    for input_ in ctx.spec.inputs:
+    for input_ in ctx.planned_inputs:
         name, source = input_.name, input_.source
         start = offsets.get(name) or source.initial_offset()
         end = None if name in paused else source.next_offset(ctx.spark, start)
@@ -66,7 +66,7 @@ def _plan_one(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock,
         if input_.role is not InputRole.BROADCAST and end is not None:
             counted = source.count_records(start, end)  # None: not known without reading the range
             records = None if counted is None or records is None else records + counted
-    timed = [i for i in ctx.spec.inputs if i.watermark_strategy is not None]
+    timed = [i for i in ctx.planned_inputs if i.watermark_strategy is not None]
     event_time = None
     if len(timed) > 1:
         event_time = _inputs_clock(ctx, timed, ranges, clock, now, paused)
@@ -117,7 +117,7 @@ def _aligned_out(ctx: RunContext, batch_id: int, clock: EventClock, now: int) ->
     those whose own watermark after the last microbatch is past the least of their alignment group's (over the
     group's inputs not idle at ``now``) plus the group's max drift. Each is named in the run's log."""
     groups: dict[str, list[Input]] = {}
-    for input_ in ctx.spec.inputs:
+    for input_ in ctx.planned_inputs:
         strategy = input_.watermark_strategy
         if strategy is not None and strategy.alignment_group is not None:
             groups.setdefault(strategy.alignment_group, []).append(input_)

@@ -153,8 +153,7 @@ class JobRunner:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         check_one_writer_per_table(self.spec.tables(), self.settings.sink)  # also for a job never registered
-        sinks = self._sinks()
-        for path, _ in sinks.values():
+        for path, _ in (sinks := self._sinks()).values():
             self.settings.check_writable(path)
         specs = self.spec.operators
         descriptors = [discover_descriptors(op) for op in specs]
@@ -175,7 +174,8 @@ class JobRunner:
                                  path or store.staging_dir / f"edge-{lease.run_id}", self.clock, self.faults,
                                  self.progress, edge=sink is None, in_chain=len(specs) > 1, sink=sink,
                                  side_edges={tag: store.staging_dir / f"edge-{lease.run_id}-side-{tag}"
-                                             for tag in self.spec.streamed_side_outputs(op.uid)})
+                                             for tag in self.spec.streamed_side_outputs(op.uid)},
+                                 planned=self.spec.planned_inputs() if i == 0 else ())
                 operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
                                              descriptors[i]))
             return _Run(operators, checkpoint).run(max_microbatches, max_records)

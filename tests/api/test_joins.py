@@ -27,6 +27,7 @@ from state_store import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from state_store.errors import RestoreError
 from state_store.job import InputRole
 from state_store.subtask.exchange import PHASE_RECORD, RECORD, RECORD2, SIDE_KEYED
 from state_store.watermarks import MIN_WATERMARK
@@ -211,6 +212,17 @@ def test_connected_streams_are_checked_where_the_job_is_defined(tmp_path):
     no_time = Dataflow.from_source(FileSource(str(tmp_path / "right"), "json", RIGHT), job_id="j")
     with pytest.raises(ConfigError, match="give both inputs a watermark_strategy, or neither"):
         left.connect(no_time).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("s/j")
+    # A source read by a later operator: second, with the job's event time, of the job's own
+    passed = left.filter(NotLate(), uid="pass")
+    with pytest.raises(ConfigError, match=r"reads a source as its second input, whose watermark_strategy the job's "
+                                          r"event time needs: give it one"):
+        passed.connect(no_time).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("s/j")
+    with pytest.raises(ConfigError, match=r"put the processed stream first \(processed.connect\(source\)\)"):
+        right.connect(passed)
+    with pytest.raises(ConfigError, match="one job"):
+        passed.connect(streams(tmp_path, job_id="other")[1])
+    later = passed.connect(right).key_by("k", "key").process(Latest(), uid="op", output_type=OUT_ROW).sink_to("s/j")
+    assert [(i.name, i.upstream) for i in later.planned_inputs()] == [("main", None), ("op:second", None)]
 
 
 # -- a run -------------------------------------------------------------------------------------------------------
@@ -222,24 +234,31 @@ class Impression(ProcessJoinFunction):
 CLICK_THROUGH = Types.ROW_NAMED(["ad", "shown", "clicked"], [Types.STRING(), Types.LONG(), Types.LONG()])
 
 
-def click_through(lake):
+def click_through(lake, later: bool = False, uid: str = "ctr"):
     """Impressions (left: k, ts) joined with the clicks (right: key, at) 0..10 s after them, per ad; the clicks
-    with a watermark of their own, 500 ms out of order."""
+    with a watermark of their own, 500 ms out of order. ``later``: the impressions pass an operator first, so the
+    join reads the clicks' source as a later operator (issue 61, item 2)."""
     left = Dataflow.from_source(FileSource(str(lake.events), "json", LEFT, max_files_per_batch=1), job_id="ctr",
                                 watermark_strategy=BY_TS)
+    if later:
+        left = left.filter(NotLate(), uid="shown")
     right = Dataflow.from_source(FileSource(str(lake.rules), "json", RIGHT, max_files_per_batch=1), job_id="ctr",
                                  watermark_strategy=WatermarkStrategy.for_bounded_out_of_orderness(500)
                                  .with_timestamp_column("at"))
     return (left.key_by("k").interval_join(right.key_by("key")).between(0, 10_000)
-            .process(Impression(), uid="ctr", output_type=CLICK_THROUGH).sink_to("sinks/ctr"))
+            .process(Impression(), uid=uid, output_type=CLICK_THROUGH).sink_to("sinks/ctr"))
 
 
 @pytest.mark.spark
-def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_watermark_and_replays_a_crash(spark, lake):
+@pytest.mark.parametrize("later", [False, True], ids=["first-operator", "later-operator"])
+def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_watermark_and_replays_a_crash(spark, lake,
+                                                                                                         later):
     """Two file sources, a file of each a microbatch: the operator's watermark is the least of theirs (each by its
     own strategy's bound), late records
     of either are dropped and counted, each source's offsets are pinned; a crash after the sink write of the second
-    microbatch replays it; a savepoint restored at parallelism 3 joins a click with an impression of before it."""
+    microbatch replays it; a savepoint restored at parallelism 3 joins a click with an impression of before it.
+    The same when the join is a later operator (the impressions pass a filter first) that reads the clicks' source
+    itself: one plan fixes both sources' ranges, and the job's watermark is the least of both."""
     from state_store.catalog.job_store import JobStore
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
@@ -257,19 +276,24 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     clicks("000.json", ("a", 5000), ("b", 1500))  # W = min(30 s - 1, 5 s - 500 ms - 1)
     impressions("001.json", ("b", 6000), ("a", 3000))  # a@3 s is late
     clicks("001.json", ("a", 35_000), ("b", 12_000), ("a", 4000))  # a@4 s is late; b@12 s is 10 s after b@2 s
-    spec = click_through(lake)
+    spec = click_through(lake, later)
     first = run_job(spark, spec, lake, max_microbatches=1)
-    assert first.batches[0].records_in == 5
+    assert first.batches[0].records_in == (3 if later else 5)  # the first operator's records
     with pytest.raises(InjectedFault):
         run_job(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=1))
     second = run_job(spark, spec, lake)
-    assert second.batches[0].late_dropped == 2
+    assert second.late_dropped == {"ctr": 2}
     store = JobStore(lake.settings.job_dir("ctr"))
     checkpoint = store.latest_checkpoint()
     assert store.read_plan(0).watermark == 4499 and store.read_plan(1).watermark == 29_999
-    assert sorted(checkpoint.source_offsets) == ["main", "second"]
+    assert sorted(checkpoint.source_offsets) == (["ctr:second", "main"] if later else ["main", "second"])
 
     savepoint = take_savepoint(spark, lake.settings, "ctr", say=lambda line: None)
+    if later:  # the clicks' offsets are kept by the join's uid: renamed, it would read them again
+        with pytest.raises(RestoreError, match=r"operator 'joined' reads a source whose offsets .* keeps under its "
+                                               r"old uid 'ctr'.* keep its uid 'ctr'"):
+            restore_job(spark, lake.settings, click_through(lake, later, uid="joined"), StatePoint(savepoint),
+                        uid_map={"ctr": "joined"}, say=lambda line: None)
     restore_job(spark, lake.settings, spec, StatePoint(savepoint), parallelism=3, say=lambda line: None)
     impressions("002.json", ("c", 40_000))
     clicks("002.json", ("a", 40_000), ("c", 41_000))  # a@30 s is still buffered: its cleanup is at 40 s
@@ -283,8 +307,11 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     from state_store.provider.views import job_section
 
     job = job_overview(lake.settings, "ctr", {"spec": spec.describe(), "entrypoint": "tests"})
-    assert job.edges == [(f"files {lake.events.resolve()} (json)", "ctr (input 1)"),
-                         (f"files {lake.rules.resolve()} (json)", "ctr (input 2)"), ("ctr", "sink sinks/ctr")]
+    first_input = [(f"files {lake.events.resolve()} (json)", "shown"), ("operator shown", "ctr (input 1)")
+                   ] if later else [
+        (f"files {lake.events.resolve()} (json)", "ctr (input 1)")]
+    assert job.edges == [*first_input, (f"files {lake.rules.resolve()} (json)", "ctr (input 2)"),
+                         ("ctr", "sink sinks/ctr")]
     assert "Graph: where records flow" in job_section(job) and job.latest.parallelism == 3
 
 
@@ -315,8 +342,8 @@ def test_a_union_hands_one_keyed_function_the_records_of_both_streams_the_first_
     with pytest.raises(ConfigError, match="is a union not yet read by an operator"):
         left.union(more).connect(streams(tmp_path)[1])
     processed = left.key_by("k").process(Seen(), uid="seen", output_type=OUT_ROW)
-    with pytest.raises(ConfigError, match="a second source is read by the job's first operator"):
-        processed.union(more)
+    with pytest.raises(ConfigError, match=r"put the processed stream first \(processed.union\(source\)\)"):
+        more.union(processed)
 
 
 class NotLate(FilterFunction):
@@ -350,12 +377,15 @@ def test_a_union_of_two_sources_counts_both_and_pins_each_ones_offsets(spark, la
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("later", [False, True], ids=["first-operator", "later-operator"])
 def test_a_union_of_three_sources_counts_all_pins_each_ones_offsets_replays_a_crash_and_restores_rescaled(
-        spark, tmp_path):
+        spark, tmp_path, later):
     """Flink's UnionITCase of three streams (issue 61): ``a.union(b, c)`` hands one keyed function every stream's
     records, each source planned and pinned on its own (offsets "main", "second", "input3") and the watermark the
     least of the three; a crash at a fault point replays to the clean run's sink and state, and a savepoint
-    restores into the job at another parallelism on the other backend, going on as the original does."""
+    restores into the job at another parallelism on the other backend, going on as the original does. The same
+    when the first stream passes an operator first, so the union is a later operator reading two sources itself
+    (their offsets "count:second", "count:input3")."""
     from state_store.catalog.job_store import JobStore
     from state_store.delta.points import StatePoint
     from state_store.ops.restore import restore_job
@@ -380,6 +410,8 @@ def test_a_union_of_three_sources_counts_all_pins_each_ones_offsets_replays_a_cr
     def job(lake: Lake, job_id: str = "three", **overrides):
         web, app, kiosk = (Dataflow.from_source(FileSource(str(lake.inputs / n), "json", LEFT, max_files_per_batch=1),
                                                 job_id=job_id, watermark_strategy=BY_TS) for n in inputs)
+        if later:
+            web = web.filter(NotLate(), uid="web-in")
         spec = (web.union(app, kiosk).key_by("k").process(Count(), uid="count", output_type=OUT_ROW)
                 .sink_to(f"sinks/{job_id}"))
         return spec.with_overrides(**overrides)
@@ -392,17 +424,19 @@ def test_a_union_of_three_sources_counts_all_pins_each_ones_offsets_replays_a_cr
         web.union(app, app)
     with pytest.raises(ConfigError, match="takes at least one other stream"):
         web.union()
-    assert [(i.name, i.role, i.index) for i in spec.inputs] == [
+    union = spec.operator("count") if later else spec
+    assert [(i.name, i.role, i.index) for i in union.inputs] == [
         ("main", InputRole.KEYED, 1), ("second", InputRole.UNION, 2), ("input3", InputRole.UNION, 3)]
-    assert spec.describe()["further_sources"] == [FileSource(str(clean.inputs / "kiosk"), "json", LEFT,
-                                                             max_files_per_batch=1).describe()]
+    assert union.describe()["further_sources"] == [FileSource(str(clean.inputs / "kiosk"), "json", LEFT,
+                                                              max_files_per_batch=1).describe()]
     run_job(spark, spec, clean)
     rows = sorted((r["_microbatch"], r["k"], r["what"]) for r in spark.read.format("delta").load(
         str(clean.settings.in_warehouse(spec.sink, "sink"))).collect())
     assert rows == [(0, "a", "2 by 3"), (0, "b", "1 by 2"), (0, "c", "1 by 5"),
                     (1, "a", "3 by 7"), (1, "b", "2 by 9"), (1, "c", "3 by 6"), (2, "a", "4 by 11")]
     store = JobStore(clean.settings.job_dir("three"))
-    assert sorted(store.latest_checkpoint().source_offsets) == ["input3", "main", "second"]
+    assert sorted(store.latest_checkpoint().source_offsets) == (
+        ["count:input3", "count:second", "main"] if later else ["input3", "main", "second"])
     # The least of the three streams' largest event times, less 1 (web's 7 holds microbatch 2 back)
     assert [store.read_plan(b).watermark for b in (0, 1, 2)] == [1, 5, 6]
 

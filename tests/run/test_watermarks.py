@@ -198,7 +198,7 @@ def test_watermark_alignment_pauses_an_input_past_its_groups_least_plus_the_drif
     fast, slow = (bounded(0).with_watermark_alignment("g", 100).with_idleness(timedelta(seconds=10)) for _ in "ab")
     ungrouped = bounded(0)
     inputs = [input_("main", fast), input_("second", slow), input_("input3", ungrouped)]
-    ctx = SimpleNamespace(spec=SimpleNamespace(inputs=inputs), say=said.append)
+    ctx = SimpleNamespace(spec=SimpleNamespace(inputs=inputs), planned_inputs=inputs, say=said.append)
     own = {"main": fast, "second": slow, "input3": ungrouped}
     names = list(own)
 
