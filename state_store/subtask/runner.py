@@ -166,7 +166,7 @@ class SubtaskRunner:
         if self._index:
             self.watermark = (*plan.microbatches[self._index - 1], MIN_WATERMARK)[2]
         self.batch_id, self.next_watermark = batch_id, watermark
-        self.stats = MicrobatchStats(batch_id, timers_in=self.timers.loaded if self._index == 0 else 0)
+        self.stats = MicrobatchStats(batch_id, timers_in=self._timers_loaded() if self._index == 0 else 0)
         self._call("initialize_state", self.function.initialize_state, FunctionInitializationContext(
             self.operator_store, dict(self.raw_keyed), self.kg_range, plan.restored, self.subtask))
         if not self._open:
@@ -249,6 +249,12 @@ class SubtaskRunner:
             stats.descriptors = registered_states(self.runtime_ctx, self.operator_store)
             self._reported = registered
         self.results.add(KIND_STAT, batch_id, self.subtask, stats.to_json())
+
+    def _timers_loaded(self) -> int:
+        """The stored timers the run gave this subtask: its timer store's (``BatchTimers`` on the vectorised path
+        that fires them in batches, else ``SubtaskTimers``)."""
+        batch = getattr(self.vectorized, "timers", None) if getattr(self.vectorized, "loads_timers", False) else None
+        return (batch or self.timers).loaded
 
     def _write_raw_keyed(self, raw_keyed: dict[int, bytes | None]) -> None:
         """Raw keyed state is what this snapshot wrote: key groups it did not write again are dropped."""

@@ -53,7 +53,6 @@ class VectorizedRun:
         timer = pc.is_in(part.column("state_name"), value_set=names)
         if pc.any(timer).as_py():
             self.timers.load(part.filter(timer))
-            self.runner.timers.loaded = self.timers.loaded  # the first microbatch's ``timers_in``
             part = part.filter(pc.invert(timer))
         self._loaded.append(part.select(["state_name", "key", "namespace", "user_key", "value", "expiry"]))
 
@@ -141,6 +140,7 @@ class VectorizedRun:
         runner = self.runner
         clocks = ((TimeDomain.EVENT_TIME, watermark),
                   (TimeDomain.PROCESSING_TIME, runner.timer_service.processing_time))
+        states = None  # the function's states, asked once a microbatch, when a timer is first due
         while True:
             due = []
             for domain, now in clocks:
@@ -167,7 +167,7 @@ class VectorizedRun:
             self._key_offsets = np.append(starts.to_numpy(), n)
             table = pa.table({"key": arrow_keys(runner.plan.key_type, texts), "timestamp": fired.column("timestamp"),
                               "time_domain": fired.column("time_domain")})
-            states = batch_states(runner.runtime_ctx, runner.function)
+            states = states if states is not None else batch_states(runner.runtime_ctx, runner.function)
             state, stored = self._state(keys, states)
             output, new_state = self._call("on_timer_batch", table, state, keys, watermark)
             self._results(keys, states, stored, output, new_state)
