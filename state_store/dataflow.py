@@ -333,10 +333,9 @@ class Dataflow:
         :param side_outputs: the ``OutputTag`` s it may emit to, each a table beside the sink.
         """
         if self._key is None and isinstance(function, BroadcastProcessFunction):
-            if self._steps or self._settings["broadcast_source"] is None:
-                raise ConfigError(f"process(uid={uid!r}): a BroadcastProcessFunction reads the job's broadcast "
-                                  f"stream, which its first operator reads: give Dataflow.from_source(..., "
-                                  f"broadcast_source=...) and make it the first operator")
+            if self._pending_broadcast() is None and (self._steps or self._settings["broadcast_source"] is None):
+                raise ConfigError(f"process(uid={uid!r}): a BroadcastProcessFunction reads a broadcast stream: "
+                                  f"stream.connect(rules.broadcast(DESCRIPTOR)).process(...)")
             return self._record_step("process", function, BroadcastProcessFunction, uid, output_type,
                                      {"parallelism": parallelism, "max_parallelism": max_parallelism,
                                       "side_outputs": side_outputs})
@@ -353,6 +352,7 @@ class Dataflow:
         if union is not None:  # the union's further streams
             options.update(_further_inputs(union, self._key[0], InputRole.UNION))
             joined = tuple(other._steps for other in union if other._steps)
+        options, joined = self._broadcast_options(options, joined)
         step = _Step(function, uid, self._key[0], self._key[1], output_type, options, joined)
         return self._then(step)
 
@@ -490,6 +490,25 @@ class Dataflow:
             step = replace(step, reads=side)
         return Dataflow(self._source, self._settings, self._steps + (step,))
 
+    def _pending_broadcast(self) -> "Dataflow | None":
+        """The stream broadcast to the next operator after others (``connect(rules.broadcast(...))``), until it is
+        added."""
+        marked = self._settings.get("later_broadcast")
+        return marked[0] if marked is not None and marked[1] == len(self._steps) else None
+
+    def _broadcast_options(self, options: dict, joined: tuple = ()) -> tuple[dict, tuple]:
+        """``options`` and ``joined`` of the next step, with its broadcast input when one is pending: a source
+        of the job, or what a branch's last operator emits (that branch then read before it)."""
+        rules = self._pending_broadcast()
+        if rules is None:
+            return options, joined
+        if not rules._steps:
+            return {**options, "broadcast_source": rules._source}, joined
+        last, side = rules._steps[-1], rules._pending_side()
+        edge = (EdgeSource(last.uid, last.output_type) if side is None
+                else EdgeSource(last.uid, side.type_info, output=side.name))
+        return {**options, "broadcast_source": edge}, (*joined, rules._steps)
+
     def _pending_union(self) -> "tuple[Dataflow, ...] | None":
         """The streams ``union`` joined to this one, until the keyed operator that reads them is added."""
         union = self._settings.get("union")
@@ -605,7 +624,8 @@ class Dataflow:
             output_type = Types.ROW_NAMED(list(fields), list(fields.values()))
         options = {"parallelism": options.get("parallelism", 2), "max_parallelism": options.get("max_parallelism"),
                    "order_by": [], "side_outputs": list(options.get("side_outputs") or [])}
-        step = _Step(record_operator(function), uid, SHARE_KEY, Types.INT(), output_type, options)
+        options, joined = self._broadcast_options(options)
+        step = _Step(record_operator(function), uid, SHARE_KEY, Types.INT(), output_type, options, joined)
         return self._then(step)
 
     def map(self, function: MapFunction, *, output_type: RowTypeInfo, uid: str | None = None, parallelism: int = 2,
@@ -664,6 +684,7 @@ class Dataflow:
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
         settings.pop("union", None)  # in the operator's options (``process``)
         settings.pop("side", None)  # in the steps that read it (``_then``)
+        settings.pop("later_broadcast", None)  # in the step that reads it (``_broadcast_options``)
         operators: dict[str, JobSpec] = {}
         steps: dict[str, _Step] = {}
         chain = True  # each operator reads the one before it
@@ -684,11 +705,13 @@ class Dataflow:
                           if step.reads is None else EdgeSource(before.uid, step.reads.type_info,
                                                                 output=step.reads.name))
                 steps[step.uid] = step
+                options = dict(step.options)
+                own_broadcast = options.pop("broadcast_source", None)  # a later operator's (``_broadcast_options``)
                 operators[step.uid] = JobSpec(
                     function=step.function, source=source, key=step.key, key_type=step.key_type,
-                    output_type=step.output_type, sink=sink, uid=step.uid, **settings, **step.options,
+                    output_type=step.output_type, sink=sink, uid=step.uid, **settings, **options,
                     watermark_strategy=watermarks if before is None else None,
-                    broadcast_source=broadcast if before is None else None)
+                    broadcast_source=broadcast if before is None else own_broadcast)
 
         add(self._steps)
         ops = list(operators.values())

@@ -183,11 +183,12 @@ class Job:
         """An input of an operator after the first: what an operator before it emits (``emits``: their output
         types by uid), of that type, or (a second input, or a union's further one) a source of the job with a
         watermark strategy where the job has event time (``timed``: its first operator's source has one), and
-        none where it has not; a broadcast input and the first input's watermark are the first operator's."""
-        only_first = ConfigError(f"operator {uid!r}: only the first operator of a dataflow takes a broadcast source "
-                                 f"or a watermark strategy (the watermark flows down)")
-        if input_.role is InputRole.BROADCAST:
-            raise only_first
+        none where it has not; a broadcast input, a source's or an operator's; the first input's watermark is the
+        first operator's alone."""
+        only_first = ConfigError(f"operator {uid!r}: only the first operator of a dataflow takes a watermark "
+                                 f"strategy on its first input (the watermark flows down)")
+        if input_.role is InputRole.BROADCAST and input_.upstream is None:
+            return  # a source broadcast to a later operator, planned with the job's other sources
         if input_.upstream is None and input_.index not in (None, 1):
             if timed != (input_.watermark_strategy is not None):
                 raise ConfigError(

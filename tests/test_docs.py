@@ -317,12 +317,14 @@ def test_the_operator_state_pages_broadcast_limits_reach_every_subtask_before_th
     assert sorted(tuple(r) for r in alerts) == [(1, 110.0, 100.0, 0), (2, 60.0, 50.0, 1), (3, 30.0, 20.0, 1)]
 
 
+@pytest.mark.parametrize("program", ["big_purchases", "valid_big_purchases"])
 def test_the_operator_state_pages_big_purchases_are_flagged_by_broadcast_limits_replayed_and_restored_rescaled(
-        spark, tmp_path, monkeypatch, request):
+        spark, tmp_path, monkeypatch, request, program):
     """docs/writing/operator-state.md's ``big_purchases.py``, Flink's BroadcastProcessFunction (issue 61, item 4):
     each purchase over its country's limit as the microbatch's limits stand, on a stream that is not keyed; a crash
     after the sink write replays to the clean run's sink and state, and a savepoint after microbatch 0 restored at
-    parallelism 3 on the hashmap backend gives every new subtask the limits (FR's 50 flags 70, 80 and 90)."""
+    parallelism 3 on the hashmap backend gives every new subtask the limits (FR's 50 flags 70, 80 and 90). The
+    same of ``valid_big_purchases.py``, where the limits are broadcast to a later operator, after a filter."""
     from state_store import Dataflow
     from state_store.delta.points import StatePoint
     from state_store.errors import ConfigError
@@ -334,9 +336,12 @@ def test_the_operator_state_pages_big_purchases_are_flagged_by_broadcast_limits_
     from tests.support.lake import Lake
 
     purchases = [[(1, "DE", 60.0), (2, "FR", 40.0), (3, "DE", 50.0)],
-                 [(4, "FR", 70.0), (5, "FR", 80.0), (6, "FR", 90.0), (7, "FR", 10.0), (3, "DE", 30.0)]]
+                 [(4, "FR", 70.0), (5, "FR", 80.0), (6, "FR", 90.0), (7, "FR", 10.0), (3, "DE", 30.0),
+                  (8, "FR", -75.0)]]  # a refund, flagged by no limit either way
     limits = [[("DE", 55.0), ("FR", 50.0)], [("DE", 20.0)]]
     module = page_module("writing/operator-state.md", "big_purchases", request)
+    if program != "big_purchases":
+        module = page_module("writing/operator-state.md", program, request)
 
     def job_in(name):
         lake = Lake(tmp_path / name)
@@ -363,14 +368,14 @@ def test_the_operator_state_pages_big_purchases_are_flagged_by_broadcast_limits_
 
     moved, later = job_in("moved")
     run(spark, later, moved, max_microbatches=1)
-    saved = take_savepoint(spark, moved.settings, "big-purchases", say=lambda line: None)
+    saved = take_savepoint(spark, moved.settings, spec.job_id, say=lambda line: None)
     restore_job(spark, moved.settings, later, StatePoint(saved), parallelism=3, backend="hashmap",
                 say=lambda line: None)
     moved, later = job_in("moved")
     run(spark, later, moved)
     assert sink_rows(spark, moved, later) == sink_rows(spark, clean, spec)
 
-    with pytest.raises(ConfigError, match="a BroadcastProcessFunction reads the job's broadcast stream"):
+    with pytest.raises(ConfigError, match="a BroadcastProcessFunction reads a broadcast stream"):
         Dataflow.from_source(spec.source, job_id="no-broadcast").process(module.OverLimit(), uid="x",
                                                                          output_type=module.PURCHASE)
     with pytest.raises(ConfigError, match="has no keyed state to apply to"):

@@ -75,7 +75,7 @@ class Frame:
         self.emitted = emitted or {}  # in a dataflow: the files each upstream operator emitted in this run, by uid
         self._nulls: dict = {}  # exchange column -> its typed null (``_frame``)
         self.all_keyed_state = applies_to_keyed_state(spec.function) and any(
-            rng["start"] != rng["end"] for p in plans for name, rng in p.sources.items() if name == "broadcast")
+            self._has_records(i) for i in spec.inputs if i.role is InputRole.BROADCAST)
         # Each input's records in a struct column of its own (``record_column``): a union's further stream has the
         # first's columns, so its records go to ``record`` as the first's do.
         self.record_ddls = {record_column(i): i.source.record_ddl(spark) for i in reversed(spec.inputs)}
@@ -97,6 +97,14 @@ class Frame:
                     null = self._nulls[name] = F.expr(f"CAST(NULL AS {ddl}) AS `{name}`")
                 cols.append(null)
         return df.select(*cols)
+
+    def _has_records(self, input_: Input) -> bool:
+        """Whether ``input_`` may bring records to the run: a source with a range of any of the plans, an upstream
+        operator's output with any file."""
+        if input_.upstream is not None:
+            return bool(self.emitted.get(input_.source.edge))
+        name = self.ctx.planned_name(input_)
+        return any(p.sources[name]["start"] != p.sources[name]["end"] for p in self.plans if name in p.sources)
 
     def _ranges(self, name: str) -> list[tuple]:
         """Source ``name``'s range in each planned microbatch; a later operator's inputs that read what operators

@@ -22,6 +22,7 @@ from demo.sessions_per_country import (
     write_clicks,
 )
 from state_store import (
+    BroadcastProcessFunction,
     ConfigError,
     Dataflow,
     FileSource,
@@ -723,10 +724,11 @@ def test_a_non_keyed_operator_has_no_keyed_state_and_needs_its_kind_of_function(
         start.key_by("user_id").filter(NotEveryFifth())
 
 
-def test_flinks_broadcast_spelling_is_the_broadcast_source_of_the_first_operator_keyed_or_not(tmp_path):
+def test_flinks_broadcast_spelling_is_the_broadcast_input_of_the_operator_it_feeds_keyed_or_not(tmp_path):
     """``stream.connect(rules.broadcast(DESCRIPTOR)).process(...)`` (Flink's spelling, issue 61 item 4) builds the
     job the ``broadcast_source`` spelling builds, for a ``KeyedBroadcastProcessFunction`` on a keyed stream and a
-    ``BroadcastProcessFunction`` on one that is not; what it cannot do yet is refused naming the fix."""
+    ``BroadcastProcessFunction`` on one that is not; after operators, the broadcast stream is the next operator's
+    (a source, or an operator's output); what it cannot be is refused naming the fix."""
     from dataclasses import fields
 
     from state_store import BroadcastProcessFunction, KeyedBroadcastProcessFunction
@@ -768,9 +770,16 @@ def test_flinks_broadcast_spelling_is_the_broadcast_source_of_the_first_operator
         rules.broadcast(ValueStateDescriptor("x", Types.LONG()))
     with pytest.raises(ConfigError, match="no watermark_strategy"):
         Dataflow.from_source(limits_source, job_id="b", watermark_strategy=STRATEGY).broadcast(limits)
-    later = clicks().key_by("k").process(Keyed(), uid="first", output_type=TIMED).key_by("k")
-    with pytest.raises(ConfigError, match="a broadcast stream is read by the job's first operator"):
-        later.connect(rules.broadcast(limits)).process(Keyed(), uid="op", output_type=TIMED)
+    # At a later operator: a source of the job (planned with the others), or what an operator of the graph emits
+    first = clicks().key_by("k").process(Keyed(), uid="first", output_type=TIMED)
+    job = first.key_by("k").connect(rules.broadcast(limits)).process(Keyed(), uid="op", output_type=TIMED) \
+        .sink_to("sinks/b")
+    assert job.operator("op").broadcast_source == limits_source and job.operator("first").broadcast_source is None
+    assert [i.name for i in job.planned_inputs()] == ["main", "op:broadcast"]
+    fed = first.connect(first.broadcast(limits)).process(NotKeyed(), uid="op", output_type=TIMED).sink_to("s/b")
+    assert fed.operator("op").broadcast_source.upstream == "first" and fed.inputs_of("op") == ["first", "first"]
+    with pytest.raises(ConfigError, match="a stream of operators is broadcast to a later operator"):
+        clicks().connect(first.broadcast(limits)).process(NotKeyed(), uid="op", output_type=TIMED)
     with pytest.raises(ConfigError, match="give both the same job_id"):
         clicks().connect(Dataflow.from_source(limits_source, job_id="other").broadcast(limits)).process(
             NotKeyed(), uid="op", output_type=TIMED)
@@ -857,3 +866,61 @@ def test_a_side_output_is_a_stream_the_job_processes_further_exactly_once(spark,
         counted.get_side_output(other)
     with pytest.raises(ConfigError, match="a side output nobody reads goes to its own table already"):
         counted.get_side_output(LATE_TIMED).sink_to("sinks/x")
+
+
+class RunningCount(KeyedProcessFunction):
+    """Each key's running count of records, a row per microbatch."""
+
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", Types.LONG()))
+
+    def process(self, key, records, ctx):
+        self.n.update((self.n.value() or 0) + len(records))
+        yield {"k": key, "n": self.n.value()}
+
+
+LATEST_COUNTS = MapStateDescriptor("counts", Types.STRING(), Types.LONG())
+SEEN = Types.ROW_NAMED(["k", "n", "all"], [Types.STRING(), Types.LONG(), Types.STRING()])
+
+
+class EveryCount(BroadcastProcessFunction):
+    """Every key's latest count, broadcast: each count row with all the counts its subtask knows."""
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(LATEST_COUNTS).put(value["k"], value["n"])
+
+    def process_element(self, value, ctx):
+        counts = ctx.get_broadcast_state(LATEST_COUNTS)
+        yield {**value, "all": ",".join(f"{k}={counts.get(k)}" for k in sorted(counts.keys()))}
+
+
+def _broadcast_counts_job(lake):
+    if not (lake.events / "000.json").exists():  # an input rewritten after planning is refused, rightly
+        write_window_clicks(lake)
+    counted = (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1),
+                                    job_id="counts", watermark_strategy=STRATEGY)
+               .key_by("k").process(RunningCount(), uid="count", output_type=TIMED_COUNT))
+    return counted.connect(counted.broadcast(LATEST_COUNTS)).process(EveryCount(), uid="every", output_type=SEEN) \
+        .sink_to("sinks/counts")
+
+
+@pytest.mark.spark
+def test_an_operators_output_broadcast_to_a_later_operator_reaches_every_subtask_first(spark, tmp_path):
+    """Issue 61, item 4: ``counted.connect(counted.broadcast(LATEST_COUNTS))``: a stream of the graph broadcast to a
+    later operator, each microbatch's counts on every subtask before that microbatch's count rows (so each row
+    sees its own count, and every count before it); a crash replays to the clean run, a savepoint restored at
+    parallelism 3 on the hashmap backend gives every new subtask the counts."""
+    from tests.support.helpers import crashed_and_moved, sink_rows
+
+    clean = Lake(tmp_path / "clean")
+    spec = _broadcast_counts_job(clean)
+    assert spec.inputs_of("every") == ["count", "count"]
+    run_job(spark, spec, clean.settings)
+    rows = sorted((r["_microbatch"], r["k"], r["n"], r["all"]) for r in spark.read.format("delta").load(
+        str(clean.settings.sink("sinks/counts"))).collect())
+    assert rows == [(0, "a", 3, "a=3,b=1"), (0, "b", 1, "a=3,b=1"), (1, "a", 4, "a=4,b=2"),
+                    (1, "b", 2, "a=4,b=2"), (2, "a", 5, "a=5,b=2,c=1"), (2, "c", 1, "a=5,b=2,c=1")]
+    crashed, moved = crashed_and_moved(spark, tmp_path, _broadcast_counts_job, "counts", crash_batch=1,
+                                       saved_after=1)
+    assert sink_rows(spark, crashed, spec) == sink_rows(spark, clean, spec)
+    assert sink_rows(spark, moved, spec) == sink_rows(spark, clean, spec)
