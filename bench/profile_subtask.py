@@ -10,6 +10,7 @@ beside the floor: the same per-key logic as a plain Python loop over the same Ar
     python bench/profile_subtask.py 100000 vectorized # R written as a VectorizedKeyedFunction (bench/jobs.py), beside
                                                       # the same floor
     python bench/profile_subtask.py 100000 sessions vectorized  # bench/sessions.py's SessionsVectorized
+    python bench/profile_subtask.py 100000 composite  # R keyed by (head, tail), its key's text a JSON array
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumVectorized
+from bench.jobs import OUTPUT, RunningCountSum, RunningCountSumOfPair, RunningCountSumVectorized
 from state_store.subtask.exchange import EXCHANGE_COLUMNS
 from state_store.subtask.reader import column_values, run_partition
 from state_store.subtask.run_files import local_outputs
@@ -75,7 +76,10 @@ def floor(batches: list) -> int:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     sessions, profile = "sessions" in sys.argv[2:], "profile" in sys.argv[2:]
-    function = RunningCountSumVectorized() if "vectorized" in sys.argv[2:] else RunningCountSum()
+    composite = "composite" in sys.argv[2:]
+    function = (RunningCountSumVectorized() if "vectorized" in sys.argv[2:] else RunningCountSumOfPair()
+                if composite else RunningCountSum())
+    key_type = Types.ROW_NAMED(["head", "tail"], [Types.STRING(), Types.STRING()]) if composite else Types.STRING()
     types = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
     record = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
     schema = pa.schema([(name, types[t]) for name, t in EXCHANGE_COLUMNS] + [("record", record)])
@@ -85,6 +89,8 @@ def main() -> None:
         ts = (m * n + np.argsort(np.random.default_rng([11, m]).permutation(n))).tolist() if sessions else range(n)
         for k in range(n):
             key = f"user-{k:07d}"
+            if composite:  # R's key as the pair (head, tail), as its text travels: the JSON array of both
+                key = orjson.dumps([key[:-2], key[-2:]]).decode()
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
                          "record": {"key": key, "amount": k, "ts": ts[k]}})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
@@ -100,9 +106,8 @@ def main() -> None:
                        local_outputs(directory, "profile", key_type=Types.STRING()),
                        order_by=("ts",) if vectorized else ())
     else:
-        plan = RunPlan("u", function, Types.STRING(), OUTPUT, 2, 128, False,
-                       [(m, 0) for m in range(MICROBATCHES)],
-                       local_outputs(directory, "profile", key_type=Types.STRING()))
+        plan = RunPlan("u", function, key_type, OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)],
+                       local_outputs(directory, "profile", key_type=key_type))
     profiler = cProfile.Profile()
     if profile:
         profiler.enable()

@@ -152,7 +152,7 @@ class TableFiles:
             for more in changed[1:]:
                 changed[0] = pc.or_(changed[0], more)
             starts += [i + 1 for i in pc.indices_nonzero(changed[0]).to_pylist()]
-        file_columns = table.select(self.schema.names)
+        file_columns = self._typed(table.select(self.schema.names))
         for start, end in zip(starts, starts[1:] + [n]):
             partition = tuple(table.column(c)[start].as_py() for c in parts)
             self._tables.setdefault(partition, []).append((file_columns.slice(start, end - start), batch_id))
@@ -171,23 +171,28 @@ class TableFiles:
 
         for partition, pending in self._pending.items():
             arrays, batches = self._columns(pending)
-            self._write(partition, pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)]),
-                        min(batches), max(batches))
+            table = pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)])
+            self._write(partition, self._typed(table), min(batches), max(batches))
         for partition, tables in self._tables.items():
             batches = [b for _, b in tables]
             self._write(partition, pa.concat_tables([t for t, _ in tables]), min(batches), max(batches))
         self._pending, self._tables, self.pending_rows, self.pending_bytes = {}, {}, 0, 0
+
+    def _typed(self, table):
+        """A keyed table's file columns with ``typed_key``, decoded from ``key`` at once (once a microbatch's
+        changes, before they are cut into partitions); any other table's as they are."""
+        if self._key_type is None:
+            return table
+        from ..keys import arrow_keys
+
+        return table.append_column(self._file_schema.field(TYPED_KEY),
+                                   arrow_keys(self._key_type, table.column("key"), lenient=True))
 
     def _write(self, partition: tuple, table, low: int, high: int) -> None:
         """``table``'s rows (of microbatches ``low`` to ``high``) to the partition's file, opened on first use."""
         import pyarrow.parquet as pq
 
         entry = self._writers.get(partition)
-        if self._key_type is not None:
-            from ..keys import arrow_keys
-
-            table = table.append_column(self._file_schema.field(TYPED_KEY),
-                                        arrow_keys(self._key_type, table.column("key"), lenient=True))
         if entry is None:
             relative = self._path(partition)
             sink = output_stream(self.table.root / relative)
