@@ -868,17 +868,6 @@ def test_a_side_output_is_a_stream_the_job_processes_further_exactly_once(spark,
         counted.get_side_output(LATE_TIMED).sink_to("sinks/x")
 
 
-class RunningCount(KeyedProcessFunction):
-    """Each key's running count of records, a row per microbatch."""
-
-    def open(self, ctx):
-        self.n = ctx.get_state(ValueStateDescriptor("n", Types.LONG()))
-
-    def process(self, key, records, ctx):
-        self.n.update((self.n.value() or 0) + len(records))
-        yield {"k": key, "n": self.n.value()}
-
-
 LATEST_COUNTS = MapStateDescriptor("counts", Types.STRING(), Types.LONG())
 SEEN = Types.ROW_NAMED(["k", "n", "all"], [Types.STRING(), Types.LONG(), Types.STRING()])
 
@@ -899,7 +888,7 @@ def _broadcast_counts_job(lake):
         write_window_clicks(lake)
     counted = (Dataflow.from_source(FileSource(str(lake.events), "json", TIMED, max_files_per_batch=1),
                                     job_id="counts", watermark_strategy=STRATEGY)
-               .key_by("k").process(RunningCount(), uid="count", output_type=TIMED_COUNT))
+               .key_by("k").process(CountTimed(), uid="count", output_type=TIMED_COUNT))
     return counted.connect(counted.broadcast(LATEST_COUNTS)).process(EveryCount(), uid="every", output_type=SEEN) \
         .sink_to("sinks/counts")
 
