@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
-from .job import Input, InputRole, JobSpec
+from .job import Input, InputRole, JobSpec, later_source_name
 from .side_outputs import check_one_writer_per_table
 from .sinks import Sink, sink_name
 from .sources.edge import edge_name
@@ -250,11 +250,6 @@ class Job:
                 d["sink"] = sink_name(self.sinks[d["uid"]]) if d["uid"] in self.sinks else None
             head.update(sink=sink_name(self.sink), sinks={uid: sink_name(s) for uid, s in self.sinks.items()})
         return head
-
-
-def later_source_name(uid: str, name: str) -> str:
-    """The name in the plans and checkpoints of input ``name`` of later operator ``uid`` when it reads a source."""
-    return f"{uid}:{name}"
 
 
 def _emits(op: JobSpec) -> dict:

@@ -47,6 +47,12 @@ def further_input_name(index: int) -> str:
     return "second" if index == 2 else f"input{index}"
 
 
+def later_source_name(uid: str, name: str) -> str:
+    """The name in the plans and checkpoints of input ``name`` of a dataflow's later operator ``uid`` when it
+    reads a source (``Job.planned_inputs``): "click-through:second"."""
+    return f"{uid}:{name}"
+
+
 class InputRole(Enum):
     """What an operator does with an input's records: keys them (``KEYED``: each record to its key's subtask, or
     by its content for a non-keyed operator), sends each to every subtask first (``BROADCAST``: a

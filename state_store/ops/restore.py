@@ -59,8 +59,8 @@ from ..delta.backends import create_keyed_backend, create_operator_backend
 from ..delta.log import app_transaction_version, sink_version
 from ..delta.points import StatePoint
 from ..errors import ConfigError, RestoreError
-from ..graph import Job, as_job, later_source_name
-from ..job import JobSpec
+from ..graph import Job, as_job
+from ..job import JobSpec, later_source_name
 from ..progress import wing_logger
 from ..records.layout import KEYED, KEYED_TABLE, OPERATOR, OPERATOR_TABLE
 from ..records.metadata import AirflowRun, CheckpointMetadata, TableVersion

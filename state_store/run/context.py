@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from ..catalog.job_store import JobStore
 from ..catalog.lease import JobLease
-from ..job import JobSpec
+from ..job import JobSpec, later_source_name
 from ..settings import Settings
 from ..side_outputs import side_app_id, sink_app_id
 from ..sinks import Sink
@@ -93,8 +93,8 @@ class RunContext:
 
     @property
     def keeps_offsets(self) -> bool:
-        """Whether this operator keeps the source offsets: the first does, a later operator's sources' too
-        (``planned``); a later one keeps none."""
+        """Whether this operator keeps the job's source offsets: the first operator does, for every source of the
+        job (those later operators read too: ``planned``); a later operator keeps none."""
         return self.spec.inputs[0].upstream is None
 
     @property
@@ -125,11 +125,9 @@ class RunContext:
 
     def planned_name(self, input_) -> str:
         """Where the plans name input ``input_``'s ranges: by its name for the first operator's inputs, by
-        ``graph.later_source_name`` for a source a later operator reads."""
+        ``job.later_source_name`` for a source a later operator reads."""
         if self.keeps_offsets or input_.upstream is not None:
             return input_.name
-        from ..graph import later_source_name
-
         return later_source_name(self.spec.uid, input_.name)
 
     def sources(self) -> dict:
