@@ -95,7 +95,8 @@ class TableFiles:
 
     def __init__(self, table: OutputTable, token: str, subtask: int, schema):
         self.table, self.schema = table, schema
-        # A keyed table's files hold each key as its type too, decoded from its text as a file is written.
+        # A keyed table's files hold each key as its type too (``typed_key``), decoded from its text once per batch
+        # of changes (``_typed``).
         self._key_type = table.key_type if table.name == KEYED else None
         self._file_schema = schema
         if self._key_type is not None:
@@ -107,7 +108,7 @@ class TableFiles:
         # min/max statistics (Delta skips files by the log's statistics); the small columns keep both.
         self._options = {"compression": "zstd", "store_schema": False}
         if table.name != SINK:
-            small = [f.name for f in schema if f.name not in ("key", "value", TYPED_KEY)]
+            small = [f.name for f in schema if f.name not in ("key", "value")]
             self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
         self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
