@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..delta.backends import StateBackend, create_keyed_backend, create_operator_backend
 from ..errors import RestoreError
+from ..job import InputRole
 from ..records.layout import KEYED, OPERATOR, SINK
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan, StateInfo
 from ..records.stats import MicrobatchStats, WrittenFile
@@ -160,6 +161,28 @@ def _folder(directory) -> str:
     import posixpath
 
     return posixpath.normpath(str(directory))
+
+
+def records_from_sources(operators: list[OperatorRun]) -> int:
+    """The records a run read from the job's sources (a run summary's ``records_in``): its first operator's, and
+    those a later operator read from a source itself (all it took in, less what the operators before it emitted
+    to it). Broadcast records count apart (``broadcast_in``), as the first operator's do."""
+    head, *later = operators
+    total = sum(s.records_in for s in head.stats)
+    emitted: dict[str, int] = {}  # edge -> rows emitted to it in the run
+    for op in operators:
+        uid = op.ctx.spec.uid
+        emitted[edge_name(uid)] = sum(s.records_out for s in op.stats)
+        for s in op.stats:
+            for tag, rows in s.side_rows.items():
+                emitted[edge_name(uid, tag)] = emitted.get(edge_name(uid, tag), 0) + rows
+    for op in later:
+        keyed = [i for i in op.ctx.spec.inputs if i.role is not InputRole.BROADCAST]
+        if all(i.upstream is not None for i in keyed):
+            continue  # it reads operators only
+        edges = sum(emitted.get(i.source.edge, 0) for i in keyed if i.upstream is not None)
+        total += sum(s.records_in for s in op.stats) - edges
+    return total
 
 
 def close_all(operators: list[OperatorRun]) -> None:

@@ -7,15 +7,12 @@ The protocol of a run, each step durable before the next starts:
    replayed as they are), then new plans up to the run's bounds, each fixing
    its source range and processing time. Every new plan is written before
    anything is read.
-2. **process**, one Spark pass: every subtask gets its operator state, raw
-   keyed state and the keyed state of the keys the run touches (read once),
-   then its records microbatch by microbatch (``exchange``, ``subtask/reader``). The
-   subtasks write the sink rows and state changes, each row tagged with its
-   microbatch, to Parquet files (``run_files``) and return only a row per file
-   and per microbatch; every user or input error surfaces here, before
-   anything is committed. Rows of microbatches a table already committed are
-   left out, so a replay writes nothing twice however it groups the
-   microbatches.
+2. **process**, one Spark pass: every subtask gets its operator state, raw keyed state and the keyed state of
+   the keys the run touches (read once), then its records microbatch by microbatch (``exchange``,
+   ``subtask/reader``). The subtasks write the sink rows and state changes, each row tagged with its microbatch,
+   to Parquet files (``run_files``) and return only a row per file and per microbatch; every user or input error
+   surfaces here, before anything is committed. Rows of microbatches a table already committed are left out, so
+   a replay writes nothing twice however it groups the microbatches.
 3. **write**: one Delta commit per table per run adds its files (the sink,
    keyed and operator tables at once), with ``txnAppId``/``txnVersion`` (= the
    run's last microbatch). Files that no commit names are removed.
@@ -64,7 +61,7 @@ from .context import (  # noqa: F401 - the run's fault points are part of its pu
     RunContext,
     wall_clock_ms,
 )
-from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable, close_all
+from .operator_run import OperatorRun, chain_timers_due, check_chain_restorable, close_all, records_from_sources
 from .planning import plan_run, restore_point
 
 
@@ -83,10 +80,11 @@ class RunResult:
     sink_rows: dict[str, dict] = field(default_factory=dict)  # a graph's: each sink's table and rows, by uid
     side_rows: dict[str, int] = field(default_factory=dict)  # rows the run wrote to each side output, by tag
     late_dropped: dict[str, int] = field(default_factory=dict)  # records dropped as late, by operator uid
+    sources_in: int | None = None  # records read from every source (a later operator's too): records_in
 
     @property
     def records_in(self) -> int:
-        return sum(b.records_in for b in self.batches)
+        return sum(b.records_in for b in self.batches) if self.sources_in is None else self.sources_in
 
     @property
     def records_out(self) -> int:
@@ -275,6 +273,7 @@ class _Run:
         result.seconds = round(time.time() - phase.started, 2)
         phase("commit")
         result.batches, result.sink_batches = self.head.stats, self.sinking.stats
+        result.sources_in = records_from_sources(self.operators)
         result.sink_rows = {op.ctx.spec.uid: {"table": str(op.ctx.sink_path),
                                               "records_out": sum(b.records_out for b in op.stats)}
                             for op in self.operators if not op.ctx.edge}

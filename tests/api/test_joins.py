@@ -279,6 +279,7 @@ def test_an_interval_join_of_two_sources_keeps_each_ones_offsets_the_least_water
     spec = click_through(lake, later)
     first = run_job(spark, spec, lake, max_microbatches=1)
     assert first.batches[0].records_in == (3 if later else 5)  # the first operator's records
+    assert first.records_in == first.summary("ctr")["records_in"] == 5  # the job's: both sources
     with pytest.raises(InjectedFault):
         run_job(spark, spec, lake, faults=FaultInjector("after_sink_write", batch_id=1))
     second = run_job(spark, spec, lake)
