@@ -5,8 +5,8 @@ the graph of several (``sink_to``, ``Dataflow.graph``). Every room that runs, re
 job takes its ``Job`` (``as_job``): one shape, never a branch on which constructor made it. Each operator is
 a ``JobSpec`` of its own (its uid, function, key, parallelism, output type, side outputs, state tables) with
 its ``inputs`` (``job.Input``: a source, or what an operator before it emitted as a ``sources.EdgeSource``;
-its key, watermark strategy and role); the first operator reads the job's sources, and each branch's end
-writes its sink.
+its key, watermark strategy and role); the first operator reads the job's sources (a later one may read one
+of its own beside what it is fed: ``Job.planned_inputs``), and each branch's end writes its sink.
 """
 from __future__ import annotations
 
