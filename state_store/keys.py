@@ -186,14 +186,8 @@ def _arrow_keys(key_type: TypeInfo, texts, lenient: bool):
     return pa.StructArray.from_arrays(columns, names=[n for n, _ in fields], mask=pc.is_null(parsed))
 
 
-def _row_dict(key_type: RowTypeInfo, value: tuple) -> dict:
-    return {n: (_row_dict(t, v) if isinstance(t, RowTypeInfo) and v is not None else v)
-            for (n, t), v in zip(key_type.fields.items(), value)}
-
-
 def row_tuple(value: dict | None) -> tuple | None:
-    """A composite key's value as a dict of its columns (from Arrow) as the hashable tuple the function sees:
-    ``_row_dict``'s inverse."""
+    """A composite key's value as a dict of its columns (from Arrow) as the hashable tuple the function sees."""
     return None if value is None else tuple(row_tuple(v) if isinstance(v, dict) else v for v in value.values())
 
 

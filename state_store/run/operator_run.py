@@ -169,6 +169,10 @@ def records_from_sources(operators: list[OperatorRun]) -> int:
     to it). Broadcast records count apart (``broadcast_in``), as the first operator's do."""
     head, *later = operators
     total = sum(s.records_in for s in head.stats)
+    later = [op for op in later if any(i.upstream is None and i.role is not InputRole.BROADCAST
+                                       for i in op.ctx.spec.inputs)]
+    if not later:  # most jobs: only the first operator reads sources
+        return total
     emitted: dict[str, int] = {}  # edge -> rows emitted to it in the run
     for op in operators:
         uid = op.ctx.spec.uid
@@ -177,10 +181,8 @@ def records_from_sources(operators: list[OperatorRun]) -> int:
             for tag, rows in s.side_rows.items():
                 emitted[edge_name(uid, tag)] = emitted.get(edge_name(uid, tag), 0) + rows
     for op in later:
-        keyed = [i for i in op.ctx.spec.inputs if i.role is not InputRole.BROADCAST]
-        if all(i.upstream is not None for i in keyed):
-            continue  # it reads operators only
-        edges = sum(emitted.get(i.source.edge, 0) for i in keyed if i.upstream is not None)
+        edges = sum(emitted.get(i.source.edge, 0) for i in op.ctx.spec.inputs
+                    if i.upstream is not None and i.role is not InputRole.BROADCAST)
         total += sum(s.records_in for s in op.stats) - edges
     return total
 
