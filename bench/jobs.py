@@ -80,7 +80,10 @@ class RunningCountSumOfPair(RunningCountSum):
     """RunningCountSum keyed by (head, tail): the key it emits is the two joined, R's key."""
 
     def process(self, key, records, ctx):
-        return super().process(key[0] + key[1], records, ctx)
+        acc = self.acc.value() or {"count": 0, "sum": 0}
+        count, total = acc["count"] + len(records), acc["sum"] + sum(r["amount"] for r in records)
+        self.acc.update({"count": count, "sum": total})
+        yield {"key": key[0] + key[1], "count": count, "sum": total}
 
 
 def split_keys(source_dir, target_dir) -> None:

@@ -6,6 +6,7 @@ from the Spark UI's REST API.
     python bench/profile_stages.py tiny       # a 10-event run on 100,000 keys of state: its stages only
     python bench/profile_stages.py timers     # bench/sessions.py's 1% run after R's files, and the same file on R's job
     python bench/profile_stages.py union3     # R's job over one source, then over a union of three holding its events
+    python bench/profile_stages.py composite  # R's job, then R's job keyed by two columns whose pair is its key
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def main() -> None:
     tiny = sys.argv[1:] == ["tiny"]
     if sys.argv[1:] == ["timers"]:
         return timers(spark, base)
-    if sys.argv[1:] == ["union3"]:
-        return union3(spark, base)
+    if sys.argv[1:] in (["union3"], ["composite"]):
+        return beside_one_source(spark, base, sys.argv[1])
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
     spec, settings, before = count_sum_job(str(base / "input")), Settings.load(root=base / "root"), -1
     if tiny:
@@ -63,19 +64,24 @@ def print_stages(stages: list[dict], floor: float) -> None:
                   f"{st['executorCpuTime'] / 1e9:.2f}s, {st['outputRecords']} rows out, {st['name'][:60]}")
 
 
-def union3(spark, base: Path) -> None:
-    """R's 5 files through R's job, then the same events dealt into three sources through their union, each run
-    with its stages (after a warm-up run of each on 2 small files)."""
-    from bench.jobs import count_sum_union_job, split_sources
+def beside_one_source(spark, base: Path, mode: str) -> None:
+    """R's 5 files through R's job, then the same events dealt into three sources through their union
+    (``union3``) or with the key split in two columns through R's job keyed by both (``composite``), each run with
+    its stages (after warm-up runs of each: on 2 small files, then on 5 files of their own)."""
+    from bench.jobs import count_sum_union_job, split_keys, split_sources
     from state_store.run.runtime import run_job
     from state_store.settings import Settings
 
     url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/stages"
-    for size, files, quiet in ((2_000, 2, True), (100_000, 5, False)):
+    for size, files, quiet in ((2_000, 2, True), (100_000, 5, True), (100_001, 5, False)):
         inputs = base / f"in-{size}"
         write_workload(inputs, files, size, size)
-        for name, spec in (("one source", count_sum_job(str(inputs))),
-                           ("union of 3", count_sum_union_job(split_sources(inputs, base / f"split-{size}")))):
+        if mode == "union3":
+            other = ("union of 3", count_sum_union_job(split_sources(inputs, base / f"split-{size}")))
+        else:
+            split_keys(inputs, base / f"split-{size}")
+            other = ("composite", count_sum_job(str(base / f"split-{size}"), composite=True))
+        for name, spec in (("one source", count_sum_job(str(inputs))), other):
             before = max([s["stageId"] for s in json.load(urllib.request.urlopen(url))] or [-1])
             result = run_job(spark, spec, Settings.load(root=base / f"root-{name[:3]}-{size}"),
                              progress=lambda line: None)

@@ -81,7 +81,8 @@ def main() -> None:
                 if composite else RunningCountSum())
     key_type = Types.ROW_NAMED(["head", "tail"], [Types.STRING(), Types.STRING()]) if composite else Types.STRING()
     types = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}
-    record = pa.struct([("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
+    record = pa.struct([("head", pa.string()), ("tail", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())]
+                       if composite else [("key", pa.string()), ("amount", pa.int64()), ("ts", pa.int64())])
     schema = pa.schema([(name, types[t]) for name, t in EXCHANGE_COLUMNS] + [("record", record)])
     rows = [{"subtask": 0, "phase": 0}]
     for m in range(MICROBATCHES):
@@ -89,10 +90,12 @@ def main() -> None:
         ts = (m * n + np.argsort(np.random.default_rng([11, m]).permutation(n))).tolist() if sessions else range(n)
         for k in range(n):
             key = f"user-{k:07d}"
+            record = {"key": key, "amount": k, "ts": ts[k]}
             if composite:  # R's key as the pair (head, tail), as its text travels: the JSON array of both
+                record = {"head": key[:-2], "tail": key[-2:], "amount": k, "ts": ts[k]}
                 key = orjson.dumps([key[:-2], key[-2:]]).decode()
             rows.append({"subtask": 0, "phase": 4, "batch_id": m, "side": 1, "key": key, "key_group": k % 128,
-                         "record": {"key": key, "amount": k, "ts": ts[k]}})
+                         "record": record})
     batches = pa.Table.from_pylist(rows, schema=schema).to_batches(max_chunksize=10_000)
     # 400,000 dicts the garbage collector's full passes would walk in the timed loops (a Python worker has none)
     del rows
@@ -107,7 +110,8 @@ def main() -> None:
                        order_by=("ts",) if vectorized else ())
     else:
         plan = RunPlan("u", function, key_type, OUTPUT, 2, 128, False, [(m, 0) for m in range(MICROBATCHES)],
-                       local_outputs(directory, "profile", key_type=key_type))
+                       local_outputs(directory, "profile", key_type=key_type),
+                       key_columns=("head", "tail") if composite else ())
     profiler = cProfile.Profile()
     if profile:
         profiler.enable()

@@ -136,6 +136,15 @@ def key_decoder(key_type: TypeInfo):
     return None if key_type.name == "STRING" else _component_decoder(key_type)
 
 
+def record_key_columns(key: Any, key_type: TypeInfo) -> tuple[str, ...]:
+    """A composite key's columns when a record's values of them are the key's decoded values (STRING, LONG, INT
+    and BOOLEAN columns), so a subtask takes a key from its first record, with no parse of its text; () when not."""
+    if not is_composite(key) or not all(t.name in ("STRING", "LONG", "INT", "BOOLEAN")
+                                        for t in key_type.fields.values()):
+        return ()
+    return tuple(key)
+
+
 def decode_key(key_type: TypeInfo, encoded: str) -> Any:
     """A key's text back as the user's value (a row's: a tuple of its fields)."""
     decode = key_decoder(key_type)
@@ -175,6 +184,10 @@ def _arrow_keys(key_type: TypeInfo, texts, lenient: bool):
     fields = list(key_type.fields.items())
     if not len(texts):
         return pa.array([], key_type.arrow_type())
+    parts = _split_plain_rows(texts, len(fields))
+    if parts is not None:
+        columns = [_arrow_keys(t, pc.list_element(parts, i), lenient) for i, (_, t) in enumerate(fields)]
+        return pa.StructArray.from_arrays(columns, names=[n for n, _ in fields], mask=pc.is_null(texts))
     lines = pc.binary_join_element_wise('{"k":', pc.fill_null(texts, "null"), "}", "").cast(pa.large_string())
     document = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(lines)], pa.int64()), lines),
                               pa.scalar("\n", pa.large_string()))[0].as_buffer()
@@ -184,6 +197,20 @@ def _arrow_keys(key_type: TypeInfo, texts, lenient: bool):
         explicit_schema=pa.schema([("k", pa.list_(pa.string()))]))).column("k").combine_chunks()
     columns = [_arrow_keys(t, pc.list_element(parsed, i), lenient) for i, (_, t) in enumerate(fields)]
     return pa.StructArray.from_arrays(columns, names=[n for n, _ in fields], mask=pc.is_null(parsed))
+
+
+def _split_plain_rows(texts, n: int):
+    """Row keys' texts as lists of their ``n`` fields' texts, by splitting on the separator, when every text is
+    ``["…","…",…]`` with no null field and no escape (so a quote is a field's edge, never inside one: most keys),
+    a null text null; None otherwise (for the JSON reader)."""
+    import pyarrow.compute as pc
+
+    if not pc.all(pc.and_(
+            pc.and_(pc.starts_with(texts, '["'), pc.ends_with(texts, '"]')),
+            pc.and_(pc.invert(pc.match_substring(texts, "\\")),
+                    pc.equal(pc.count_substring(texts, '","'), n - 1)))).as_py():
+        return None
+    return pc.split_pattern(pc.utf8_slice_codeunits(texts, 2, -2), '","')
 
 
 def row_tuple(value: dict | None) -> tuple | None:

@@ -18,7 +18,15 @@ from ..errors import InputError
 from ..functions import applies_to_keyed_state
 from ..job import SHARE_KEY, Input, InputRole
 from ..key_groups import first_key_group_column, key_group_column, subtask_column
-from ..keys import key_columns, key_expression, key_text, key_text_of, mistyped_key, spark_key_type
+from ..keys import (
+    key_columns,
+    key_expression,
+    key_text,
+    key_text_of,
+    mistyped_key,
+    record_key_columns,
+    spark_key_type,
+)
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import POSITION_COLUMNS
 from ..state.descriptors import qualified_name
@@ -247,6 +255,14 @@ class Frame:
                 .sortWithinPartitions(*[F.col(c).asc_nulls_last() for c in order])
                 .drop(SORT_KEY, *(() if vectorized else SORT_ONLY_COLUMNS)))
 
+    def _record_key_columns(self) -> tuple:
+        """``keys.record_key_columns`` when every keyed record is keyed by the operator's own columns (one input,
+        or a union of streams of its columns); () else."""
+        spec = self.ctx.spec
+        if any(i.role is not InputRole.UNION or i.key != spec.key for i in spec.further_inputs):
+            return ()
+        return record_key_columns(spec.key, spec.key_type)
+
     def process(self, checkpoint: CheckpointMetadata | None, keyed_backend: StateBackend,
                 operator_backend: StateBackend, outputs: RunOutputs) -> DataFrame:
         """The run's one Spark pass: the subtasks' result rows (a row per file written, a stat row per subtask
@@ -259,7 +275,7 @@ class Frame:
         run_plan = RunPlan(spec.uid, spec.function, spec.key_type, spec.output_type, ctx.p, ctx.maxp,
                            checkpoint is not None, [(p.batch_id, p.timestamp, p.watermark) for p in self.plans],
                            outputs, self.start.watermark, {t.name: t.type_info for t in spec.side_outputs},
-                           self.all_keyed_state, tuple(spec.order_by))
+                           self.all_keyed_state, tuple(spec.order_by), self._record_key_columns())
 
         def subtasks(batches):
             return run_partition(run_plan, batches)

@@ -5,6 +5,7 @@ the subtask emitted and changed (``run_files``). Pure Python, no Spark: it runs,
 from __future__ import annotations
 
 import copy
+import operator
 import resource
 from dataclasses import dataclass, field
 
@@ -71,6 +72,7 @@ class RunPlan:
     side_outputs: dict[str, RowTypeInfo] = field(default_factory=dict)  # tag name -> row type
     all_keyed_state: bool = False  # every keyed entry of the subtasks loaded (for apply_to_keyed_state)
     order_by: tuple = ()  # the job's ``order_by``: a vectorised subtask orders its records by it (``record_order``)
+    key_columns: tuple = ()  # ``keys.record_key_columns`` of a one-input operator's key: its key from a record
 
 
 class ResultRows:
@@ -118,6 +120,8 @@ class SubtaskRunner:
         self._group_key: str | None = None
         self._group: list[dict] = []
         self._decode_key = key_decoder(plan.key_type)
+        # A composite key of plain columns is its first record's values of them: no parse of its text a key
+        self._record_key = operator.itemgetter(*plan.key_columns) if plan.key_columns else None
         self._to_arrow = plan.output_type.arrow_tuple_converter()  # sink rows are tuples (``SinkFiles``)
         self._out: list = []  # the microbatch's output rows not handed to the sink file yet (``drain``)
         self._reported = 0  # how many registered states the stat rows have reported
@@ -323,7 +327,10 @@ class SubtaskRunner:
         records, self._group_key, self._group = self._group, None, []
         store, ctx, stats = self.store, self.ctx, self.stats
         store.current_key, store.current_key_group = key, self._group_kg  # ``set_current_key``, inlined
-        ctx.current_key = current = key if self._decode_key is None else self._decode_key(key)
+        if self._record_key is not None:
+            ctx.current_key = current = self._record_key(records[0])
+        else:
+            ctx.current_key = current = key if self._decode_key is None else self._decode_key(key)
         self.operator_store.read_only_broadcast = True
         stats.records_in += len(records)
         stats.keys += 1

@@ -580,7 +580,15 @@ def test_every_key_kind_travels_as_text_that_decodes_alike_scalar_and_column_wis
     import decimal
 
     from state_store.errors import ConfigError
-    from state_store.keys import arrow_keys, check_key, check_key_type, decode_key, key_decoder, spark_key_type
+    from state_store.keys import (
+        arrow_keys,
+        check_key,
+        check_key_type,
+        decode_key,
+        key_decoder,
+        record_key_columns,
+        spark_key_type,
+    )
 
     utc = datetime.timezone.utc
     kinds = [  # (type, its Spark type, texts as key_text makes them, the values they are)
@@ -597,6 +605,8 @@ def test_every_key_kind_travels_as_text_that_decodes_alike_scalar_and_column_wis
         (Types.BYTES(), "binary", ["00FF10", ""], [b"\x00\xff\x10", b""]),
         (Types.ROW_NAMED(["user", "n"], [Types.STRING(), Types.LONG()]), "struct<user:string,n:bigint>",
          ['["al\\"ice",null]', '["bob","3"]'], [('al"ice', None), ("bob", 3)]),
+        (Types.ROW_NAMED(["a", "b"], [Types.STRING(), Types.INT()]), "struct<a:string,b:int>",  # no escape, no null
+         ['["a,b","1"]', '["","-2"]'], [("a,b", 1), ("", -2)]),
     ]
     for key_type, spark_type, texts, values in kinds:
         assert spark_key_type(key_type) == spark_type
@@ -607,6 +617,9 @@ def test_every_key_kind_travels_as_text_that_decodes_alike_scalar_and_column_wis
         assert check_key_type(key_type) == key_type
     row = Types.ROW_NAMED(["user", "device"], [Types.STRING(), Types.INT()])
     assert check_key(["user", "device"], [Types.STRING(), Types.INT()]) == (("user", "device"), row)
+    # a subtask takes such a key from its first record's columns, where their values are the decoded ones
+    assert record_key_columns(("user", "device"), row) == ("user", "device")
+    assert record_key_columns(("day", "n"), Types.ROW_NAMED(["day", "n"], [Types.DATE(), Types.LONG()])) == ()
     assert check_key(["user"], [Types.STRING()]) == ("user", Types.STRING())
     with pytest.raises(ConfigError, match=r"key_by\('x'\): a key is STRING, LONG, INT, BOOL.* not Types\(\"DOUBLE\"\)"):
         check_key_type(Types.DOUBLE(), "key_by('x')")
