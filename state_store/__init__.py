@@ -4,6 +4,7 @@ The whole user surface is importable from here; see ``state_store.functions``
 for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
+from .changelog import RowKind
 from .dataflow import Dataflow
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
@@ -73,6 +74,8 @@ __all__ = [
     "DeltaSource", "FileSource", "KafkaSource", "Sink", "StateMigrationError", "Types", "OnTimerContext", "OutputTag",
     "TimeDomain", "TimerService", "WatermarkStrategy", "WatermarkGenerator", "WatermarkOutput", "BatchContext",
     "VectorizedKeyedFunction",
+    # updating results (docs/writing/updating.md); UpsertDeltaSink too, loaded when asked for
+    "RowKind",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (docs/writing/joins.md)
@@ -89,7 +92,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """The State Processor API (``SavepointReader``, ``SavepointWriter``) and ``DeltaSink`` from here too, loaded
+    """The State Processor API (``SavepointReader``, ``SavepointWriter``), ``DeltaSink`` and ``UpsertDeltaSink``
+    from here too, loaded
     when first asked for (PEP 562): they import the Delta wing (the State Processor pyspark), and an executor or a
     DAG parse imports this package without them."""
     if name in ("SavepointReader", "SavepointWriter"):
@@ -100,5 +104,9 @@ def __getattr__(name: str):
         from .delta.sink import DeltaSink
 
         return DeltaSink
+    if name == "UpsertDeltaSink":
+        from .delta.upsert_sink import UpsertDeltaSink
+
+        return UpsertDeltaSink
     raise AttributeError(f"module 'state_store' has no attribute {name!r}")
 

@@ -48,8 +48,11 @@ from .keys import check_key, component_types, key_columns
 from .sinks import Sink
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
+from .state.ttl import StateTtlConfig
+from .tables.group_aggregate import GroupAggregate
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
+from .windows.columns import ColumnAggregate
 from .windows.stream import WindowedStream
 
 
@@ -401,6 +404,38 @@ class Dataflow:
         return Dataflow(self._source, self._settings, self._steps, (SHARE_KEY, Types.INT())).window(
             assigner, timestamp_column=timestamp_column)
 
+    def aggregate(self, aggregate: ColumnAggregate, *, uid: str, parallelism: int = 2,
+                  max_parallelism: int | None = None, generate_update_before: bool = True,
+                  state_ttl: StateTtlConfig | None = None) -> "Dataflow":
+        """Aggregate the keyed stream without windows, as Flink SQL's ``GROUP BY``: an updating row per key, the
+        aggregates of all its records so far (docs/writing/updating.md). The stream after it is a changelog:
+        the key's columns, each aggregate, and ``_kind`` (``+I`` a key's first row, then ``-U`` and ``+U`` in
+        each microbatch that changes it; ``-D`` when an updating input retracts all of its records). Write it
+        to an ``UpsertDeltaSink`` to keep the current rows, or to a ``DeltaSink`` to keep every change.
+
+        Example: ``.key_by("user").aggregate(ColumnAggregate(clicks="count(*)", spent="sum(amount)"),
+        uid="per-user")``
+
+        :param aggregate: the ``ColumnAggregate`` of each output column (count, sum, min, max, avg, last).
+        :param uid: the operator's uid.
+        :param parallelism: its number of subtasks.
+        :param max_parallelism: its number of key groups.
+        :param generate_update_before: emit ``-U`` before each ``+U`` (Flink's default; off: ``+U`` alone).
+        :param state_ttl: a key idle for longer loses its state (Flink's ``table.exec.state.ttl``).
+        """
+        if self._key is None:
+            raise ConfigError(f"aggregate(uid={uid!r}) needs a keyed stream: .key_by(column).aggregate(...); to "
+                              f"aggregate per window, .key_by(column).window(assigner).aggregate(...)")
+        if not isinstance(aggregate, ColumnAggregate):
+            raise ConfigError(f"aggregate(uid={uid!r}) takes a ColumnAggregate(name='op(column)', ...), got "
+                              f"{type(aggregate).__name__}")
+        fields = self._fields()
+        if fields is None:
+            raise ConfigError(f"aggregate(uid={uid!r}): the source does not declare its columns; declare its schema")
+        function = GroupAggregate(aggregate, fields, *self._key, generate_update_before, state_ttl)
+        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
+                            max_parallelism=max_parallelism)
+
     # -- two inputs (docs/writing/joins.md) ---------------------------------------------------------------
     def connect(self, other: "Dataflow") -> ConnectedStreams:
         """Connect this stream and ``other`` (another source of the same job, from ``Dataflow.from_source`` with
@@ -680,6 +715,8 @@ class Dataflow:
             raise ConfigError(f"sink_to(...) right after get_side_output({self._pending_side()!r}): a side output "
                               f"nobody reads goes to its own table already; process it first (.map, .key_by(...)"
                               f".process, a window) to sink what comes of it")
+        if isinstance(sink, Sink):
+            sink.check_rows(self._steps[-1].output_type, f"operator {self._steps[-1].uid!r}'s output")
         settings = dict(self._settings)
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
         settings.pop("union", None)  # in the operator's options (``process``)

@@ -38,7 +38,8 @@ class Sink(ABC):
     everything a job and a run ask of a sink, in the order they ask.
 
     - **Defining the job**: ``name`` (the warehouse path that names it: one writer per table, side output tables
-      beside it, lineage), ``describe`` (what the job's catalog record keeps).
+      beside it, lineage), ``describe`` (what the job's catalog record keeps), ``check_rows`` (refuse rows it
+      cannot take).
     - **Before anything is read**: ``check`` (refuse, naming the fix, a table the rows cannot go to), then
       ``output`` (where the subtasks write the rows: an ``OutputTable``).
     - **The commit**: ``commit`` (the files the subtasks wrote, added in one idempotent step: a replay of a
@@ -54,6 +55,11 @@ class Sink(ABC):
     def describe(self) -> dict:
         """What the job's catalog record keeps of the sink."""
         return {"type": type(self).__name__, "name": self.name}
+
+    def check_rows(self, row_type, what: str) -> None:
+        """Raise ``ConfigError`` naming the fix, where the job is defined, when rows of ``row_type`` (what
+        ``what`` emits) cannot go to the sink (by default: nothing to check)."""
+        return None
 
     def check(self, run: SinkRun) -> None:
         """Raise ``InputError`` naming the fix, before anything is read, when the rows cannot go to the table

@@ -1,0 +1,123 @@
+"""``GroupAggregate``: Flink SQL's unbounded ``GROUP BY`` as a keyed function (``Dataflow.aggregate``).
+
+Per key, the aggregates of every record so far (a ``ColumnAggregate``), emitted as an updating row: the first
+time a key is seen ``+I``, then, in each microbatch that changes its result, ``-U`` (the row as it was, unless
+``generate_update_before`` is off) and ``+U`` (as it is now); a microbatch that leaves it unchanged emits nothing.
+This is Flink's mini-batch group aggregation (``MiniBatchGroupAggFunction``): one change per key and microbatch,
+whatever the number of its records. Over an updating stream (one with ``_kind``), ``-U`` and ``-D`` records
+retract what they once added (``count``, ``sum`` and ``avg``), and a key whose records are all retracted is
+deleted (``-D``). With a state TTL, a key idle for longer loses its state and starts again with ``+I``, as Flink's
+``table.exec.state.ttl``; every change is then emitted, even an unchanged result (Flink's rule). No Spark here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import override
+
+from ..changelog import KIND, RETRACTS, RowKind, changelog_type
+from ..errors import ConfigError
+from ..functions import KeyedProcessFunction
+from ..keys import key_fields
+from ..state.descriptors import ValueStateDescriptor
+from ..types import RowTypeInfo, Types
+from ..windows.columns import ColumnAggregate
+
+RETRACTABLE = ("count", "sum", "avg")  # the aggregates a retraction can take back without the values themselves
+COUNTED = "__values_of_"  # an accumulator's count of a sum's values (over an updating stream)
+STATE = "group"  # the one keyed state: the key's records counted, and its accumulator
+
+INSERT, BEFORE, AFTER, DELETE = (k.value for k in (RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER,
+                                                   RowKind.DELETE))
+
+
+class GroupAggregate(KeyedProcessFunction):
+    """An unbounded group aggregation of ``aggregate`` per key of ``key_name`` (see the module docstring);
+    ``updating``: its input is a changelog. Made by ``Dataflow.aggregate``."""
+
+    def __init__(self, aggregate: ColumnAggregate, fields: dict, key_name: "str | tuple[str, ...]", key_type,
+                 generate_update_before: bool = True, ttl=None):
+        self.updating = KIND in fields
+        if self.updating:
+            kept = [f"{n}='{op}(...)'" for n, op, _ in aggregate.aggregates if op not in RETRACTABLE]
+            if kept:
+                raise ConfigError(f"aggregate(...) over an updating stream (its rows have {KIND!r}) takes back a "
+                                  f"retracted row: {', '.join(kept)} cannot (only {', '.join(RETRACTABLE)} can); "
+                                  f"aggregate the insert-only stream before it instead")
+        columns = {n: t for n, t in fields.items() if n != KIND}
+        self.shown = aggregate.bind(columns, key_name, key_type).aggregates  # (name, op, column): the output's
+        # Over an updating stream a sum counts its values too: all of them retracted, it is null again (Flink's
+        # SumWithRetractAggFunction), not 0.
+        self._counts = {n: f"{COUNTED}{n}" for n, op, _ in self.shown if op == "sum" and self.updating}
+        specs = {n: f"{op}({c or '*'})" for n, op, c in self.shown}
+        specs.update({counted: f"count({c})" for n, op, c in self.shown if (counted := self._counts.get(n))})
+        self.aggregate = ColumnAggregate(**specs).bind(columns, key_name, key_type)
+        self.key_name, self.key_type = key_name, key_type
+        self.generate_update_before, self.ttl = generate_update_before, ttl
+        self._composite = not isinstance(key_name, str)
+
+    def output_type(self) -> RowTypeInfo:
+        """The changelog's rows: the key's columns, each aggregate under its name, then ``_kind``."""
+        keys = key_fields(self.key_name, self.key_type)
+        agg = self.aggregate
+        return changelog_type(Types.ROW_NAMED([*keys] + [n for n, _, _ in self.shown],
+                                              [*keys.values()] + [agg.value_type(op, c) for _, op, c in self.shown]))
+
+    def state_type(self) -> RowTypeInfo:
+        """The key's state: how many records it holds (added less retracted), and the accumulator."""
+        return Types.ROW_NAMED(["rows", "acc"], [Types.LONG(), self.aggregate.accumulator_type()])
+
+    @override
+    def open(self, ctx) -> None:
+        descriptor = ValueStateDescriptor(STATE, self.state_type())
+        if self.ttl is not None:
+            descriptor.enable_time_to_live(self.ttl)
+        self.state = ctx.get_state(descriptor)
+
+    @override
+    def process(self, key, records, ctx):
+        agg, stored = self.aggregate, self.state.value()
+        rows, acc = (stored["rows"], stored["acc"]) if stored is not None else (0, agg.create_accumulator())
+        for record in records:
+            if self.updating and record[KIND] in RETRACTS:
+                acc, rows = retract(agg, record, acc), rows - 1
+            else:
+                acc, rows = agg.add(record, acc), rows + 1
+        keys = {self.key_name: key} if not self._composite else dict(zip(self.key_name, key))
+        before = None if stored is None else self._result(stored["acc"])
+        if rows <= 0:  # every record of the key retracted (or a retraction of a key never seen: nothing)
+            if stored is not None:
+                self.state.clear()
+                yield {**keys, **before, KIND: DELETE}
+            return
+        self.state.update({"rows": rows, "acc": acc})
+        after = self._result(acc)
+        if before is None:
+            yield {**keys, **after, KIND: INSERT}
+        elif after != before or self.ttl is not None:
+            if self.generate_update_before:
+                yield {**keys, **before, KIND: BEFORE}
+            yield {**keys, **after, KIND: AFTER}
+
+    def _result(self, acc: dict) -> dict:
+        result = self.aggregate.get_result(acc)
+        for name, counted in self._counts.items():
+            if not result.pop(counted):
+                result[name] = None
+        return result
+
+
+def retract(agg: ColumnAggregate, value: dict, acc: dict) -> dict:
+    """``acc`` without ``value``, which ``add`` once added (the aggregates of ``RETRACTABLE`` only)."""
+    acc = dict(acc)
+    for name, op, column in agg.aggregates:
+        v: Any = value.get(column) if column is not None else None
+        if op == "count":
+            acc[name] -= column is None or v is not None
+        elif v is None:
+            continue
+        elif op == "avg":
+            acc[name] = {"count": acc[name]["count"] - 1, "sum": acc[name]["sum"] - v}
+        else:  # sum (null again when its values are all retracted: ``GroupAggregate._result``)
+            acc[name] = acc[name] - v
+    return acc
