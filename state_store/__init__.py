@@ -4,7 +4,6 @@ The whole user surface is importable from here; see ``state_store.functions``
 for the contract of a keyed function, ``state_store.vectorized`` for the
 vectorised one (one call per subtask and microbatch over Arrow tables).
 """
-from .changelog import RowKind
 from .dataflow import Dataflow
 from .errors import ConfigError, InputError, JobLocked, JobNotFound, LakestateError, RestoreError
 from .functions import (
@@ -39,6 +38,7 @@ from .state.descriptors import (
 from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from .state.operator import BroadcastState, OperatorListState
 from .state.ttl import StateTtlConfig
+from .tables.changelog import RowKind
 from .timers import TimeDomain, TimerService
 from .types import StateMigrationError, Types
 from .vectorized import BatchContext, VectorizedKeyedFunction

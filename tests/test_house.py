@@ -18,14 +18,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
     # ops: the State Processor API, delta: DeltaSink, each loaded when asked for
-    "face": {"model", "sources", "state", "ops", "delta", "windows", "joins"},
-    # windows, joins: dataflow.py's window(...), connect(...) and interval_join(...) (none of theirs imports it)
-    "model": {"records", "sources", "state", "windows", "joins"},
+    "face": {"model", "sources", "state", "ops", "delta", "windows", "joins", "tables"},
+    # windows, joins, tables: dataflow.py's window(...), connect(...), interval_join(...) and aggregate(...) (none
+    # of theirs imports it)
+    "model": {"records", "sources", "state", "windows", "joins", "tables"},
     # The model's typed records (the state tables' layout, a run's stats, the catalog's metadata): a package of the
     # model, imported wherever the model is (below).
     "records": {"model", "sources", "state"},
     "windows": {"model", "state"},  # state: the windows' descriptors
     "joins": {"model", "windows", "state"},  # the window join runs a window operator
+    "tables": {"model", "windows", "state"},  # updating results: the group aggregate folds a ColumnAggregate
     # State as Flink's runtime/state: descriptors, the keyed store and handles, operator state, TTL (ttl/: its
     # Spark side, tables and cleanup, reads the records).
     "state": {"model"},
@@ -34,7 +36,8 @@ MAY_IMPORT = {
     # windows: the assigners' columnar form, which the vectorised window runs
     "catalog": {"model", "state"},  # state: the backends' kinds (which a pipeline may choose)
     "spark": {"model"},
-    "delta": {"model", "state", "catalog", "subtask", "spark"},  # state: the kinds its backends implement
+    # state: the kinds its backends implement; tables: the upsert sink reads a changelog's kinds
+    "delta": {"model", "state", "catalog", "subtask", "spark", "tables"},
     "run": {"model", "state", "sources", "subtask", "catalog", "spark", "delta"},
     "ops": {"model", "state", "catalog", "spark", "delta"},
     "door": {"model", "state", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
@@ -50,7 +53,7 @@ for _row in MAY_IMPORT.values():
 LOOP_WING = "state"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of state/ (state/ttl/tables.py and state/ttl/cleanup.py are its Spark side).
-NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins"}
+NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins", "tables"}
 NO_SPARK_MODULES = {"state", "state.backend", "state.codecs", "state.descriptors", "state.store", "state.handles",
                     "state.operator", "state.ttl", "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}

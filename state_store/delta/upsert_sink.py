@@ -13,11 +13,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 
-from ..changelog import ADDS, KIND
 from ..errors import ConfigError, InputError
 from ..sinks import SINK_MICROBATCH
 from ..storage import options_of
 from ..subtask.run_files import OutputTable
+from ..tables.changelog import ADDS, KIND
 from .log import app_transaction_version, table_metadata
 from .sink import DeltaSink
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from typing_extensions import override
 
-from ..changelog import KIND, RETRACTS, RowKind, changelog_type
 from ..errors import ConfigError
 from ..functions import KeyedProcessFunction
 from ..keys import key_fields
 from ..state.descriptors import ValueStateDescriptor
 from ..types import RowTypeInfo, Types
 from ..windows.columns import ColumnAggregate
+from .changelog import KIND, RETRACTS, RowKind, changelog_type
 
 RETRACTABLE = ("count", "sum", "avg")  # the aggregates a retraction can take back without the values themselves
 COUNTED = "__values_of_"  # an accumulator's count of a sum's values (over an updating stream)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .errors import ConfigError
-from .types import RowTypeInfo, Types
+from ..errors import ConfigError
+from ..types import RowTypeInfo, Types
 
 KIND = "_kind"  # a changelog stream's column: its row's kind, RowKind's short string
 
