@@ -206,6 +206,28 @@ def test_the_keyed_functions_pages_key_of_two_columns_counts_each_pair_as_pandas
         k: v for k, v in last.items() if k[1] == "phone"}
 
 
+def test_the_updating_pages_spend_per_user_keeps_the_table_current_and_logs_its_changes(spark, lake, monkeypatch,
+                                                                                       request):
+    """docs/writing/updating.md's ``spend_per_user.py``: the upsert table is pandas' groupby of the clicks; the
+    changelog has one +I per user, then a -U and +U pair for each microbatch that changes it."""
+    import pandas as pd
+
+    from tests.support.helpers import run
+
+    clicks = [{"user": u, "amount": a} for u, a in [("ann", 3), ("bob", 1), ("ann", 2), ("cat", 5), ("bob", 4)]]
+    page_input(lake, monkeypatch, "spend", [clicks[:3], clicks[3:]])
+    program = page_module("writing/updating.md", "spend_per_user", request)
+    for spec in (program.job(), program.changes()):
+        run(spark, spec, lake)
+    table = spark.read.format("delta").load(str(lake.settings.sink("sinks/spend_per_user"))).toPandas()
+    grouped = pd.DataFrame(clicks).groupby("user")["amount"].agg(["count", "sum"])
+    assert {r.user: (r.clicks, r.spent) for r in table.itertuples()} == {
+        u: (r["count"], r["sum"]) for u, r in grouped.iterrows()}
+    changes = spark.read.format("delta").load(str(lake.settings.sink("sinks/spend_changes"))).toPandas()
+    assert sorted(zip(changes["_microbatch"], changes["user"], changes["_kind"], changes["clicks"])) == [
+        (0, "ann", "+I", 2), (0, "bob", "+I", 1), (1, "bob", "+U", 2), (1, "bob", "-U", 1), (1, "cat", "+I", 1)]
+
+
 def test_the_time_pages_aligned_clicks_pause_the_live_stream_for_the_backfill_and_count_as_pandas_does(
         spark, lake, monkeypatch, request):
     """docs/writing/time.md's ``aligned_clicks.py``: the live stream, minutes ahead of the backfill, reads nothing
