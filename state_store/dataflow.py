@@ -49,7 +49,10 @@ from .sinks import Sink
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
 from .state.ttl import StateTtlConfig
+from .tables.changelog import KIND
+from .tables.deduplicate import KEEP, Deduplicate
 from .tables.group_aggregate import GroupAggregate
+from .tables.top_n import TopN
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
 from .windows.columns import ColumnAggregate
@@ -435,6 +438,66 @@ class Dataflow:
         function = GroupAggregate(aggregate, fields, *self._key, generate_update_before, state_ttl)
         return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
                             max_parallelism=max_parallelism)
+
+    def deduplicate(self, *, uid: str, keep: str = "first", time_column: str | None = None, parallelism: int = 2,
+                    max_parallelism: int | None = None, generate_update_before: bool = True,
+                    state_ttl: StateTtlConfig | None = None) -> "Dataflow":
+        """Keep one row per key, its first or its last, as Flink SQL's deduplication (``ROW_NUMBER() OVER
+        (PARTITION BY key ORDER BY time) = 1``; docs/writing/updating.md). In processing time (no
+        ``time_column``) the first row is emitted once and the stream stays insert-only; the last row, and either
+        row in event time (the least or greatest ``time_column``), make a changelog (``+I``, then ``-U``/``+U``).
+
+        Example: ``.key_by("order_id").deduplicate(uid="orders", keep="last", time_column="updated_at")``
+        """
+        fields, shown = self._table_input(f"deduplicate(uid={uid!r})")
+        if keep not in KEEP:
+            raise ConfigError(f"{shown}: keep is 'first' or 'last', got {keep!r}")
+        if time_column is not None and time_column not in fields:
+            raise ConfigError(f"{shown}: the stream has no column {time_column!r} (columns: {list(fields)})")
+        function = Deduplicate(Types.ROW_NAMED(list(fields), list(fields.values())), keep, time_column,
+                               generate_update_before, state_ttl)
+        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
+                            max_parallelism=max_parallelism)
+
+    def top_n(self, n: int, order_by: "list[str | tuple[str, bool]]", *, uid: str, rank_column: str | None = None,
+              parallelism: int = 2, max_parallelism: int | None = None, generate_update_before: bool = True,
+              state_ttl: StateTtlConfig | None = None) -> "Dataflow":
+        """Keep each key's first ``n`` rows by ``order_by``, as Flink SQL's Top-N (``ROW_NUMBER() OVER (PARTITION
+        BY key ORDER BY ...) <= n``; docs/writing/updating.md): a changelog of the rows entering and leaving the
+        top, or, with ``rank_column``, of each rank's row. ``order_by``: columns, ascending, or ``(column,
+        False)`` for descending; ties keep the order the rows came in.
+
+        Example: ``.key_by("auction").top_n(10, [("price", False)], uid="top-bids", rank_column="rank")``
+        """
+        fields, shown = self._table_input(f"top_n(uid={uid!r})")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"{shown}: n is how many rows a key keeps, a positive int, got {n!r}")
+        order = [(c, True) if isinstance(c, str) else tuple(c) for c in order_by or ()]
+        if not order or not all(len(o) == 2 and isinstance(o[0], str) and isinstance(o[1], bool) for o in order):
+            raise ConfigError(f"{shown}: order_by is a list of columns, each a name or (name, ascending), got "
+                              f"{order_by!r}")
+        missing = [c for c, _ in order if c not in fields]
+        if missing:
+            raise ConfigError(f"{shown}: the stream has no column {missing[0]!r} (columns: {list(fields)})")
+        if rank_column is not None and rank_column in fields:
+            raise ConfigError(f"{shown}: the stream already has a column {rank_column!r}; name the rank otherwise")
+        function = TopN(Types.ROW_NAMED(list(fields), list(fields.values())), n, order, rank_column,
+                        generate_update_before, state_ttl)
+        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
+                            max_parallelism=max_parallelism)
+
+    def _table_input(self, shown: str) -> tuple[dict, str]:
+        """The columns of the keyed, insert-only stream a deduplication or Top-N reads; a ConfigError naming the
+        fix otherwise."""
+        if self._key is None:
+            raise ConfigError(f"{shown} needs a keyed stream: .key_by(column) before it")
+        fields = self._fields()
+        if fields is None:
+            raise ConfigError(f"{shown}: the source does not declare its columns; declare its schema")
+        if KIND in fields:
+            raise ConfigError(f"{shown} reads an insert-only stream, and this one is updating (its rows have "
+                              f"{KIND!r}); apply it before the operator that makes the updates")
+        return fields, shown
 
     # -- two inputs (docs/writing/joins.md) ---------------------------------------------------------------
     def connect(self, other: "Dataflow") -> ConnectedStreams:

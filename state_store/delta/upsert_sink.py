@@ -98,9 +98,8 @@ class UpsertDeltaSink(DeltaSink):
         else:
             self._check_columns(target, meta)  # made since the run opened it
         if not files:
-            changes = spark.createDataFrame([], ddl_schema(spark, table.ddl))
-        else:
-            changes = spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in files])
+            return  # no change in the run's microbatches (the table was made above, for its readers)
+        changes = spark.read.schema(table.ddl).parquet(*[str(table.root / f.path) for f in files])
         if committed is not None:
             changes = changes.filter(F.col(SINK_MICROBATCH) > committed)
         updating = KIND in changes.columns

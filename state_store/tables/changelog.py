@@ -47,3 +47,14 @@ def result_type(row_type: RowTypeInfo) -> RowTypeInfo:
     fields = {n: t for n, t in row_type.fields.items() if n != KIND}
     return Types.ROW_NAMED(list(fields), list(fields.values()))
 
+
+
+def changes(before: dict | None, after: dict | None, update_before: bool = True) -> list[dict]:
+    """The changelog rows that turn result row ``before`` (None: none yet) into ``after`` (None: none any more):
+    ``+I``; ``-U`` (unless ``update_before`` is off) then ``+U``; or ``-D``. Nothing when both are None."""
+    if before is None:
+        return [] if after is None else [{**after, KIND: RowKind.INSERT.value}]
+    if after is None:
+        return [{**before, KIND: RowKind.DELETE.value}]
+    after = {**after, KIND: RowKind.UPDATE_AFTER.value}
+    return [{**before, KIND: RowKind.UPDATE_BEFORE.value}, after] if update_before else [after]

@@ -21,14 +21,11 @@ from ..keys import key_fields
 from ..state.descriptors import ValueStateDescriptor
 from ..types import RowTypeInfo, Types
 from ..windows.columns import ColumnAggregate
-from .changelog import KIND, RETRACTS, RowKind, changelog_type
+from .changelog import KIND, RETRACTS, changelog_type, changes
 
 RETRACTABLE = ("count", "sum", "avg")  # the aggregates a retraction can take back without the values themselves
 COUNTED = "__values_of_"  # an accumulator's count of a sum's values (over an updating stream)
 STATE = "group"  # the one keyed state: the key's records counted, and its accumulator
-
-INSERT, BEFORE, AFTER, DELETE = (k.value for k in (RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER,
-                                                   RowKind.DELETE))
 
 
 class GroupAggregate(KeyedProcessFunction):
@@ -84,20 +81,16 @@ class GroupAggregate(KeyedProcessFunction):
             else:
                 acc, rows = agg.add(record, acc), rows + 1
         keys = {self.key_name: key} if not self._composite else dict(zip(self.key_name, key))
-        before = None if stored is None else self._result(stored["acc"])
+        before = None if stored is None else {**keys, **self._result(stored["acc"])}
         if rows <= 0:  # every record of the key retracted (or a retraction of a key never seen: nothing)
             if stored is not None:
                 self.state.clear()
-                yield {**keys, **before, KIND: DELETE}
-            return
+            return changes(before, None)
         self.state.update({"rows": rows, "acc": acc})
-        after = self._result(acc)
-        if before is None:
-            yield {**keys, **after, KIND: INSERT}
-        elif after != before or self.ttl is not None:
-            if self.generate_update_before:
-                yield {**keys, **before, KIND: BEFORE}
-            yield {**keys, **after, KIND: AFTER}
+        after = {**keys, **self._result(acc)}
+        if after == before and self.ttl is None:
+            return None
+        return changes(before, after, self.generate_update_before)
 
     def _result(self, acc: dict) -> dict:
         result = self.aggregate.get_result(acc)

@@ -128,6 +128,114 @@ def test_an_aggregate_of_a_changelog_retracts_and_deletes_as_flinks(spark, tmp_p
     assert table(spark, crashed, "sinks/per_count", ["clicks", "users", "spent"]) == expected(PER_COUNT)
 
 
+ORDER = Types.ROW_NAMED(["id", "status", "updated", "seq"],
+                        [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
+ORDERS = [  # (id, status, updated): "a" updated out of time order; "c" twice at one time
+    [("a", "new", 5), ("b", "new", 1), ("a", "paid", 9)],
+    [("c", "new", 3), ("a", "sent", 7), ("c", "paid", 3)],
+    [("b", "paid", 4), ("a", "late", 2), ("d", "new", 8)],
+]
+
+
+def write_rows(folder, batches, row) -> None:
+    """``batches`` of tuples as JSON lines of ``row``'s columns, a file a microbatch, each row's ``seq`` its place
+    in the whole input (the order the rows come in)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    seq = 0
+    for i, batch in enumerate(batches):
+        lines = []
+        for values in batch:
+            lines.append(json.dumps(dict(zip(row.fields, (*values, seq)))) + "\n")
+            seq += 1
+        path = folder / f"part-{i:03d}.json"
+        if not path.exists():
+            path.write_text("".join(lines))
+
+
+def expected_rows(table_name: str, row, batches, query: str) -> list[tuple]:
+    con = duckdb.connect()
+    names = list(row.fields)
+    con.execute(f"CREATE TABLE {table_name} ({', '.join(f'{n} {DUCK[t.name]}' for n, t in row.fields.items())})")
+    seq = 0
+    for batch in batches:
+        for values in batch:
+            con.execute(f"INSERT INTO {table_name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                        [*values, seq])
+            seq += 1
+    return sorted(con.execute(query).fetchall(), key=repr)
+
+
+DUCK = {"STRING": "VARCHAR", "LONG": "BIGINT"}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("keep, time_column, order", [
+    ("first", None, "seq"), ("last", None, "seq DESC"), ("first", "updated", "updated, seq"),
+    ("last", "updated", "updated DESC, seq DESC")])
+def test_deduplication_keeps_each_keys_first_or_last_row_as_duckdbs_row_number(spark, tmp_path, keep, time_column,
+                                                                                order):
+    """After Flink's ``DeduplicateITCase``: per order id its first or last row, in processing time (the order the
+    rows come in) or event time (``updated``; ties to the later row for the last, the earlier for the first), equal to
+    DuckDB's ``ROW_NUMBER() ... = 1`` after each microbatch; the first row in processing time is insert-only (an
+    append sink holds each id once), the others a changelog kept by an upsert sink."""
+    lake = Lake(tmp_path)
+    write_rows(lake.inputs / "orders", ORDERS, ORDER)
+    deduplicated = (Dataflow.from_source(FileSource(str(lake.inputs / "orders"), "json", ORDER, max_files_per_batch=1),
+                                         job_id="orders")
+                    .key_by("id").deduplicate(uid="orders", keep=keep, time_column=time_column))
+    insert_only = keep == "first" and time_column is None
+    spec = deduplicated.sink_to("sinks/orders" if insert_only else UpsertDeltaSink("sinks/orders", key="id"))
+    assert ("_kind" in spec.output_type.fields) is not insert_only
+    for n in range(1, len(ORDERS) + 1):
+        run_job(spark, spec, lake, max_microbatches=1)
+        assert table(spark, lake, "sinks/orders", list(ORDER.fields)) == expected_rows(
+            "orders", ORDER, ORDERS[:n], f"SELECT * FROM orders QUALIFY row_number() OVER (PARTITION BY id ORDER BY "
+                                         f"{order}) = 1"), n
+
+
+BID = Types.ROW_NAMED(["auction", "bidder", "price", "seq"], [Types.STRING(), Types.STRING(), Types.LONG(),
+                                                              Types.LONG()])
+BIDS = [  # a price tie in "x" (the earlier bid ranks first), "y" pushed out of the top two and back in
+    [("x", "al", 10), ("y", "bo", 5), ("x", "cy", 12)],
+    [("x", "dee", 10), ("y", "al", 7), ("y", "eve", 9)],
+    [("x", "fay", 15), ("y", "bo", 8)],
+    [("y", "cy", 1), ("x", "al", 11)],
+]
+TOP_TWO = "SELECT *, row_number() OVER (PARTITION BY auction ORDER BY price DESC, seq) AS rank FROM bids"
+
+
+@pytest.mark.spark
+def test_top_n_keeps_each_keys_first_rows_with_or_without_their_rank_as_duckdbs_row_number(spark, tmp_path):
+    """After Flink's ``RankITCase``: the two highest bids per auction (ties to the earlier bid), by rank (an
+    upsert table keyed by auction and rank, each rank's row updated as it changes) and as rows (keyed by the
+    bid: a bid pushed out deleted), equal to DuckDB's ``ROW_NUMBER() ... <= 2`` after each microbatch; a crash
+    after the sink's commit replays to the clean table."""
+    from state_store.run.runtime import FaultInjector, InjectedFault
+
+    def top(lake, rank_column):
+        write_rows(lake.inputs / "bids", BIDS, BID)
+        ranked = (Dataflow.from_source(FileSource(str(lake.inputs / "bids"), "json", BID, max_files_per_batch=1),
+                                       job_id="top-bids")
+                  .key_by("auction").top_n(2, [("price", False)], uid="top-bids", rank_column=rank_column))
+        key = ["auction", "rank"] if rank_column else ["seq"]
+        return ranked.sink_to(UpsertDeltaSink("sinks/top", key=key))
+
+    for rank_column in ("rank", None):
+        lake = Lake(tmp_path / f"rank-{rank_column}")
+        columns = [*BID.fields] + ([rank_column] if rank_column else [])
+        for n in range(1, len(BIDS) + 1):
+            run_job(spark, top(lake, rank_column), lake, max_microbatches=1)
+            wanted = expected_rows("bids", BID, BIDS[:n],
+                                   f"SELECT {', '.join(columns)} FROM ({TOP_TWO}) WHERE rank <= 2")
+            assert table(spark, lake, "sinks/top", columns) == wanted, (rank_column, n)
+    crashed = Lake(tmp_path / "crashed")
+    with pytest.raises(InjectedFault):
+        run_job(spark, top(crashed, "rank"), crashed, faults=FaultInjector("after_commit", batch_id=2))
+    run_job(spark, top(crashed, "rank"), crashed)
+    assert table(spark, crashed, "sinks/top", [*BID.fields, "rank"]) == expected_rows(
+        "bids", BID, BIDS, f"SELECT * FROM ({TOP_TWO}) WHERE rank <= 2")
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda lake: totals(lake).key_by("clicks").aggregate(ColumnAggregate(most="max(spent)"), uid="x"),
      r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg can\)"),
@@ -136,6 +244,14 @@ def test_an_aggregate_of_a_changelog_retracts_and_deletes_as_flinks(spark, tmp_p
     (lambda lake: totals(lake).sink_to(UpsertDeltaSink("sinks/t", key="account")),
      r"operator 'per-user''s output has no column 'account' .*key the sink by the result's key columns"),
     (lambda lake: UpsertDeltaSink("sinks/t", key=[]), r"name the column \(or columns\) that names a result row"),
+    (lambda lake: totals(lake).key_by("user").deduplicate(uid="x"),
+     r"deduplicate\(uid='x'\) reads an insert-only stream, and this one is updating"),
+    (lambda lake: Dataflow.from_source(FileSource(str(lake.inputs), "json", CLICK), job_id="j").key_by("user")
+     .deduplicate(uid="x", keep="latest"), r"keep is 'first' or 'last', got 'latest'"),
+    (lambda lake: Dataflow.from_source(FileSource(str(lake.inputs), "json", CLICK), job_id="j").key_by("user")
+     .top_n(3, ["price"], uid="x"), r"top_n\(uid='x'\): the stream has no column 'price'"),
+    (lambda lake: Dataflow.from_source(FileSource(str(lake.inputs), "json", CLICK), job_id="j").key_by("user")
+     .top_n(0, ["amount"], uid="x"), r"n is how many rows a key keeps, a positive int, got 0"),
 ])
 def test_updating_results_built_wrong_are_refused_naming_the_fix(tmp_path, build, message):
     with pytest.raises(ConfigError, match=message):
