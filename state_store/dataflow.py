@@ -48,14 +48,9 @@ from .keys import check_key, component_types, key_columns
 from .sinks import Sink
 from .sources import EdgeSource
 from .state.backend import DEFAULT_BACKEND
-from .state.ttl import StateTtlConfig
-from .tables.changelog import KIND
-from .tables.deduplicate import KEEP, Deduplicate
-from .tables.group_aggregate import GroupAggregate
-from .tables.top_n import TopN
+from .tables.operators import UpdatingOperators
 from .types import RowTypeInfo, TypeInfo, Types
 from .watermarks import WatermarkStrategy
-from .windows.columns import ColumnAggregate
 from .windows.stream import WindowedStream
 
 
@@ -228,7 +223,7 @@ class _Step:
     reads: Any = None  # the OutputTag of the step before it whose side output it reads (``get_side_output``)
 
 
-class Dataflow:
+class Dataflow(UpdatingOperators):
     """A stream being built: ``Dataflow.from_source(source, job_id=...)``, then ``key_by`` / ``process`` pairs and
     non-keyed ``map`` / ``flat_map`` / ``filter`` operators, then ``sink_to``. Each call returns a new builder;
     nothing is checked until ``sink_to``, which checks all.
@@ -406,98 +401,6 @@ class Dataflow:
                               f"{self._key[0]!r}: window it with .window(...), or window_all before key_by")
         return Dataflow(self._source, self._settings, self._steps, (SHARE_KEY, Types.INT())).window(
             assigner, timestamp_column=timestamp_column)
-
-    def aggregate(self, aggregate: ColumnAggregate, *, uid: str, parallelism: int = 2,
-                  max_parallelism: int | None = None, generate_update_before: bool = True,
-                  state_ttl: StateTtlConfig | None = None) -> "Dataflow":
-        """Aggregate the keyed stream without windows, as Flink SQL's ``GROUP BY``: an updating row per key, the
-        aggregates of all its records so far (docs/writing/updating.md). The stream after it is a changelog:
-        the key's columns, each aggregate, and ``_kind`` (``+I`` a key's first row, then ``-U`` and ``+U`` in
-        each microbatch that changes it; ``-D`` when an updating input retracts all of its records). Write it
-        to an ``UpsertDeltaSink`` to keep the current rows, or to a ``DeltaSink`` to keep every change.
-
-        Example: ``.key_by("user").aggregate(ColumnAggregate(clicks="count(*)", spent="sum(amount)"),
-        uid="per-user")``
-
-        :param aggregate: the ``ColumnAggregate`` of each output column (count, sum, min, max, avg, last).
-        :param uid: the operator's uid.
-        :param parallelism: its number of subtasks.
-        :param max_parallelism: its number of key groups.
-        :param generate_update_before: emit ``-U`` before each ``+U`` (Flink's default; off: ``+U`` alone).
-        :param state_ttl: a key idle for longer loses its state (Flink's ``table.exec.state.ttl``).
-        """
-        if self._key is None:
-            raise ConfigError(f"aggregate(uid={uid!r}) needs a keyed stream: .key_by(column).aggregate(...); to "
-                              f"aggregate per window, .key_by(column).window(assigner).aggregate(...)")
-        if not isinstance(aggregate, ColumnAggregate):
-            raise ConfigError(f"aggregate(uid={uid!r}) takes a ColumnAggregate(name='op(column)', ...), got "
-                              f"{type(aggregate).__name__}")
-        fields = self._fields()
-        if fields is None:
-            raise ConfigError(f"aggregate(uid={uid!r}): the source does not declare its columns; declare its schema")
-        function = GroupAggregate(aggregate, fields, *self._key, generate_update_before, state_ttl)
-        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
-                            max_parallelism=max_parallelism)
-
-    def deduplicate(self, *, uid: str, keep: str = "first", time_column: str | None = None, parallelism: int = 2,
-                    max_parallelism: int | None = None, generate_update_before: bool = True,
-                    state_ttl: StateTtlConfig | None = None) -> "Dataflow":
-        """Keep one row per key, its first or its last, as Flink SQL's deduplication (``ROW_NUMBER() OVER
-        (PARTITION BY key ORDER BY time) = 1``; docs/writing/updating.md). In processing time (no
-        ``time_column``) the first row is emitted once and the stream stays insert-only; the last row, and either
-        row in event time (the least or greatest ``time_column``), make a changelog (``+I``, then ``-U``/``+U``).
-
-        Example: ``.key_by("order_id").deduplicate(uid="orders", keep="last", time_column="updated_at")``
-        """
-        fields, shown = self._table_input(f"deduplicate(uid={uid!r})")
-        if keep not in KEEP:
-            raise ConfigError(f"{shown}: keep is 'first' or 'last', got {keep!r}")
-        if time_column is not None and time_column not in fields:
-            raise ConfigError(f"{shown}: the stream has no column {time_column!r} (columns: {list(fields)})")
-        function = Deduplicate(Types.ROW_NAMED(list(fields), list(fields.values())), keep, time_column,
-                               generate_update_before, state_ttl)
-        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
-                            max_parallelism=max_parallelism)
-
-    def top_n(self, n: int, order_by: "list[str | tuple[str, bool]]", *, uid: str, rank_column: str | None = None,
-              parallelism: int = 2, max_parallelism: int | None = None, generate_update_before: bool = True,
-              state_ttl: StateTtlConfig | None = None) -> "Dataflow":
-        """Keep each key's first ``n`` rows by ``order_by``, as Flink SQL's Top-N (``ROW_NUMBER() OVER (PARTITION
-        BY key ORDER BY ...) <= n``; docs/writing/updating.md): a changelog of the rows entering and leaving the
-        top, or, with ``rank_column``, of each rank's row. ``order_by``: columns, ascending, or ``(column,
-        False)`` for descending; ties keep the order the rows came in.
-
-        Example: ``.key_by("auction").top_n(10, [("price", False)], uid="top-bids", rank_column="rank")``
-        """
-        fields, shown = self._table_input(f"top_n(uid={uid!r})")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ConfigError(f"{shown}: n is how many rows a key keeps, a positive int, got {n!r}")
-        order = [(c, True) if isinstance(c, str) else tuple(c) for c in order_by or ()]
-        if not order or not all(len(o) == 2 and isinstance(o[0], str) and isinstance(o[1], bool) for o in order):
-            raise ConfigError(f"{shown}: order_by is a list of columns, each a name or (name, ascending), got "
-                              f"{order_by!r}")
-        missing = [c for c, _ in order if c not in fields]
-        if missing:
-            raise ConfigError(f"{shown}: the stream has no column {missing[0]!r} (columns: {list(fields)})")
-        if rank_column is not None and rank_column in fields:
-            raise ConfigError(f"{shown}: the stream already has a column {rank_column!r}; name the rank otherwise")
-        function = TopN(Types.ROW_NAMED(list(fields), list(fields.values())), n, order, rank_column,
-                        generate_update_before, state_ttl)
-        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
-                            max_parallelism=max_parallelism)
-
-    def _table_input(self, shown: str) -> tuple[dict, str]:
-        """The columns of the keyed, insert-only stream a deduplication or Top-N reads; a ConfigError naming the
-        fix otherwise."""
-        if self._key is None:
-            raise ConfigError(f"{shown} needs a keyed stream: .key_by(column) before it")
-        fields = self._fields()
-        if fields is None:
-            raise ConfigError(f"{shown}: the source does not declare its columns; declare its schema")
-        if KIND in fields:
-            raise ConfigError(f"{shown} reads an insert-only stream, and this one is updating (its rows have "
-                              f"{KIND!r}); apply it before the operator that makes the updates")
-        return fields, shown
 
     # -- two inputs (docs/writing/joins.md) ---------------------------------------------------------------
     def connect(self, other: "Dataflow") -> ConnectedStreams:

@@ -236,6 +236,74 @@ def test_top_n_keeps_each_keys_first_rows_with_or_without_their_rank_as_duckdbs_
         "bids", BID, BIDS, f"SELECT * FROM ({TOP_TWO}) WHERE rank <= 2")
 
 
+PAYMENT = Types.ROW_NAMED(["user", "paid", "seq"], [Types.STRING(), Types.LONG(), Types.LONG()])
+USER = Types.ROW_NAMED(["id", "country", "seq"], [Types.STRING(), Types.STRING(), Types.LONG()])
+PAYMENTS = [[("al", 5), ("bo", 1)], [("cy", 2), ("al", 4)], [("zed", 9)], [("bo", 3), ("eve", 1)]]
+USERS = [[("al", "fr")], [("bo", "de"), ("dee", "it")], [("al", "uk"), ("cy", "fr")], [("eve", "es")]]
+SQL_JOIN = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}
+
+
+def materialized(spark, lake, path: str, columns: list[str]) -> list[tuple]:
+    """The rows a changelog table's changes leave (+I/+U add a row, -U/-D take one back), as a sorted multiset."""
+    from collections import Counter
+
+    left = Counter()
+    for row in spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink"))).collect():
+        values = tuple(row[c] for c in columns)
+        left[values] += 1 if row["_kind"] in ("+I", "+U") else -1
+    assert all(n >= 0 for n in left.values()), "a change retracted a row that was not there"
+    return sorted((v for v, n in left.items() for _ in range(n)), key=repr)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
+def test_a_regular_join_of_two_sources_and_of_a_changelog_leaves_duckdbs_join(spark, tmp_path, how):
+    """After Flink's ``JoinITCase``: payments joined with users by user id, each side kept whole, inner and outer
+    (null-padded rows retracted once a match comes), its changelog leaving DuckDB's join of the rows so far after
+    each microbatch; and the per-user totals' changelog joined with the users, its retractions going through."""
+    lake = Lake(tmp_path)
+    write_rows(lake.inputs / "payments", PAYMENTS, PAYMENT)
+    write_rows(lake.inputs / "users", USERS, USER)
+
+    def stream(folder, row):
+        return Dataflow.from_source(FileSource(str(lake.inputs / folder), "json", row, max_files_per_batch=1),
+                                    job_id="joined")
+
+    joined = (stream("payments", PAYMENT).key_by("user")
+              .regular_join(stream("users", USER).key_by("id"), how=how, uid="pay-users", right_prefix="u_"))
+    spec = joined.sink_to("sinks/joined")
+    columns = ["user", "paid", "u_id", "u_country"]
+    assert list(spec.output_type.fields) == ["user", "paid", "seq", "u_id", "u_country", "u_seq", "_kind"]
+    for n in range(1, len(PAYMENTS) + 1):
+        run_job(spark, spec, lake, max_microbatches=1)
+        con = duckdb.connect()
+        con.execute("CREATE TABLE p (user VARCHAR, paid BIGINT)")
+        con.execute("CREATE TABLE u (id VARCHAR, country VARCHAR)")
+        con.executemany("INSERT INTO p VALUES (?, ?)", [r for b in PAYMENTS[:n] for r in b])
+        con.executemany("INSERT INTO u VALUES (?, ?)", [r for b in USERS[:n] for r in b])
+        wanted = sorted(con.execute(f"SELECT * FROM p {SQL_JOIN[how]} u ON p.user = u.id").fetchall(), key=repr)
+        assert materialized(spark, lake, "sinks/joined", columns) == wanted, n
+
+    totals_lake = Lake(tmp_path / "totals")
+    write_clicks(totals_lake.inputs / "clicks")
+    write_rows(totals_lake.inputs / "users", USERS, USER)
+    users = Dataflow.from_source(FileSource(str(totals_lake.inputs / "users"), "json", USER, max_files_per_batch=1),
+                                 job_id="totals")
+    spec = (totals(totals_lake).key_by("user")
+            .regular_join(users.key_by("id"), how=how, uid="totals-users", right_prefix="u_")
+            .sink_to("sinks/totals_users"))
+    run_job(spark, spec, totals_lake)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE clicks (user VARCHAR, amount BIGINT)")
+    con.executemany("INSERT INTO clicks VALUES (?, ?)", [r for b in BATCHES for r in b])
+    con.execute("CREATE TABLE u (id VARCHAR, country VARCHAR)")
+    con.executemany("INSERT INTO u VALUES (?, ?)", [r for b in USERS for r in b])
+    wanted = sorted(con.execute(f"SELECT t.user, t.clicks, t.spent, u.id, u.country FROM ({TOTALS}) t "
+                                f"{SQL_JOIN[how]} u ON t.user = u.id").fetchall(), key=repr)
+    assert materialized(spark, totals_lake, "sinks/totals_users",
+                        ["user", "clicks", "spent", "u_id", "u_country"]) == wanted
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda lake: totals(lake).key_by("clicks").aggregate(ColumnAggregate(most="max(spent)"), uid="x"),
      r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg can\)"),
@@ -244,6 +312,9 @@ def test_top_n_keeps_each_keys_first_rows_with_or_without_their_rank_as_duckdbs_
     (lambda lake: totals(lake).sink_to(UpsertDeltaSink("sinks/t", key="account")),
      r"operator 'per-user''s output has no column 'account' .*key the sink by the result's key columns"),
     (lambda lake: UpsertDeltaSink("sinks/t", key=[]), r"name the column \(or columns\) that names a result row"),
+    (lambda lake: totals(lake).key_by("user").regular_join(Dataflow.from_source(
+        FileSource(str(lake.inputs), "json", CLICK), job_id="totals").key_by("user"), uid="x"),
+     r"both streams have a column 'user'; give the right stream's columns a prefix"),
     (lambda lake: totals(lake).key_by("user").deduplicate(uid="x"),
      r"deduplicate\(uid='x'\) reads an insert-only stream, and this one is updating"),
     (lambda lake: Dataflow.from_source(FileSource(str(lake.inputs), "json", CLICK), job_id="j").key_by("user")
