@@ -75,11 +75,14 @@ class GroupAggregate(KeyedProcessFunction):
     def process(self, key, records, ctx):
         agg, stored = self.aggregate, self.state.value()
         rows, acc = (stored["rows"], stored["acc"]) if stored is not None else (0, agg.create_accumulator())
-        for record in records:
-            if self.updating and record[KIND] in RETRACTS:
-                acc, rows = retract(agg, record, acc), rows - 1
-            else:
-                acc, rows = agg.add(record, acc), rows + 1
+        if not self.updating:
+            acc, rows = agg.add_all(records, acc), rows + len(records)
+        else:
+            for record in records:
+                if record[KIND] in RETRACTS:
+                    acc, rows = retract(agg, record, acc), rows - 1
+                else:
+                    acc, rows = agg.add(record, acc), rows + 1
         keys = {self.key_name: key} if not self._composite else dict(zip(self.key_name, key))
         before = None if stored is None else {**keys, **self._result(stored["acc"])}
         if rows <= 0:  # every record of the key retracted (or a retraction of a key never seen: nothing)

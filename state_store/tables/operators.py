@@ -1,6 +1,6 @@
-"""The Dataflow builder's operators of updating results (docs/writing/updating.md): ``aggregate``,
-``deduplicate``, ``top_n`` and ``regular_join``, each a keyed function of this wing given to ``Dataflow.process``
-(or ``two_input_process``). ``Dataflow`` inherits them; this module does not import it."""
+"""The Dataflow builder's operators with Flink SQL's semantics (docs/writing/updating.md): ``aggregate``,
+``deduplicate``, ``top_n``, ``regular_join`` and ``over``, each a keyed function of this wing given to
+``Dataflow.process`` (or ``two_input_process``). ``Dataflow`` inherits them; this module does not import it."""
 from __future__ import annotations
 
 from typing_extensions import Self
@@ -12,6 +12,7 @@ from ..windows.columns import ColumnAggregate
 from .changelog import KIND
 from .deduplicate import KEEP, Deduplicate
 from .group_aggregate import GroupAggregate
+from .over import FRAMES, OverAggregate
 from .regular_join import RegularJoin
 from .top_n import TopN
 
@@ -128,3 +129,38 @@ class UpdatingOperators:
         function = RegularJoin(self._row_type(), other._row_type(), how, right_prefix, state_ttl)
         return self.two_input_process(other, function, uid=uid, output_type=function.output_type(),
                                       parallelism=parallelism, max_parallelism=max_parallelism)
+
+    def over(self, aggregate: ColumnAggregate, *, uid: str, time_column: str | None = None, frame: str = "range",
+             preceding=None, parallelism: int = 2, max_parallelism: int | None = None) -> Self:
+        """Each row with aggregates of the rows before it, as Flink SQL's OVER aggregation in event time
+        (``agg(...) OVER (PARTITION BY key ORDER BY time RANGE | ROWS BETWEEN preceding PRECEDING AND CURRENT
+        ROW)``; docs/writing/updating.md): emitted once the watermark passes the row's time, insert-only.
+        ``frame``: ``range`` (``preceding`` a ``timedelta`` or milliseconds) or ``rows`` (``preceding`` a number of
+        rows); ``preceding=None``: unbounded. ``time_column``: the job's event-time column by default.
+
+        Example: ``.key_by("user").over(ColumnAggregate(spent_hour="sum(amount)"), uid="last-hour",
+        preceding=timedelta(hours=1))``
+        """
+        from datetime import timedelta
+
+        shown = f"over(uid={uid!r})"
+        fields, shown = self._table_input(shown)
+        strategy = self._settings["watermark_strategy"]
+        if strategy is None:
+            raise ConfigError(f"{shown} works in event time: give the dataflow a watermark_strategy "
+                              f"(Dataflow.from_source(..., watermark_strategy=...))")
+        time_column = time_column or strategy.timestamp_column
+        if time_column not in fields:
+            raise ConfigError(f"{shown}: the stream has no column {time_column!r} (columns: {list(fields)})")
+        if frame not in FRAMES:
+            raise ConfigError(f"{shown}: frame is 'range' or 'rows', got {frame!r}")
+        if isinstance(preceding, timedelta) and frame == "range":
+            preceding = int(preceding / timedelta(milliseconds=1))
+        if preceding is not None and (not isinstance(preceding, int) or isinstance(preceding, bool) or preceding < 0):
+            raise ConfigError(f"{shown}: preceding is how far back a row's window reaches (a number of rows for "
+                              f"frame='rows', a timedelta or milliseconds for 'range'), or None for unbounded; got "
+                              f"{preceding!r}")
+        function = OverAggregate(aggregate, Types.ROW_NAMED(list(fields), list(fields.values())), *self._key,
+                                 time_column, frame, preceding)
+        return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
+                            max_parallelism=max_parallelism)

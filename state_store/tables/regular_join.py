@@ -86,7 +86,7 @@ class RegularJoin(KeyedCoProcessFunction):
         out = []
         if kind in ADDS:
             if theirs and other_outer and not mine:  # their rows were padded: no more
-                out += [self._row(None, r, 1 - side, DELETE) for r in theirs]
+                out += [self._row(r, None, 1 - side, DELETE) for r in theirs]
             if theirs:
                 forwarded = kind if not outer and not other_outer else INSERT
                 out += [self._row(row, r, side, forwarded) for r in theirs]
@@ -101,7 +101,7 @@ class RegularJoin(KeyedCoProcessFunction):
             retracted = DELETE if outer else kind
             out += [self._row(row, r, side, retracted) for r in theirs]
             if other_outer and not mine:  # their rows have no match now: padded again
-                out += [self._row(None, r, 1 - side, INSERT) for r in theirs]
+                out += [self._row(r, None, 1 - side, INSERT) for r in theirs]
         elif outer:
             out.append(self._row(row, None, side, DELETE))
         return out

@@ -120,6 +120,27 @@ class ColumnAggregate(AggregateFunction):
                              else max(old, v))
         return acc
 
+    def add_all(self, values: list[dict], acc: dict) -> dict:
+        """``add`` of each of ``values`` in turn, a pass per aggregate over the list (a group aggregate's records
+        of a key and microbatch)."""
+        acc = dict(acc)
+        for name, op, column in self.aggregates:
+            if op == "count":
+                acc[name] += len(values) if column is None else sum(v.get(column) is not None for v in values)
+            elif op == "last":
+                if values:
+                    acc[name] = values[-1].get(column)
+            elif present := [x for v in values if (x := v.get(column)) is not None]:
+                old = acc[name]
+                if op == "avg":
+                    acc[name] = {"count": old["count"] + len(present), "sum": old["sum"] + sum(present)}
+                elif op == "sum":
+                    acc[name] = sum(present, 0 if old is None else old)
+                else:
+                    best = min(present) if op == "min" else max(present)
+                    acc[name] = best if old is None else min(old, best) if op == "min" else max(old, best)
+        return acc
+
     @override
     def get_result(self, acc: dict) -> dict:
         out = {}

@@ -128,6 +128,30 @@ def test_an_aggregate_of_a_changelog_retracts_and_deletes_as_flinks(spark, tmp_p
     assert table(spark, crashed, "sinks/per_count", ["clicks", "users", "spent"]) == expected(PER_COUNT)
 
 
+@pytest.mark.spark
+def test_a_group_aggregates_state_ttl_starts_an_idle_key_over_as_flinks(spark, tmp_path):
+    """``state_ttl`` as Flink's ``table.exec.state.ttl``: a key idle past it is seen again as new (``+I``, its
+    count from 1), and with TTL on an update is emitted even when the result is unchanged."""
+    from datetime import timedelta
+
+    from state_store import StateTtlConfig
+
+    lake = Lake(tmp_path)
+    write_clicks(lake.inputs / "clicks", [[("al", 5), ("bo", 1)], [("al", 2), ("bo", None)], [("bo", None)]])
+    ttl = StateTtlConfig.new_builder(timedelta(seconds=10)).build()
+    spec = (Dataflow.from_source(FileSource(str(lake.inputs / "clicks"), "json", CLICK, max_files_per_batch=1),
+                                 job_id="ttl")
+            .key_by("user").aggregate(ColumnAggregate(spent="sum(amount)"), uid="per-user", state_ttl=ttl)
+            .sink_to("sinks/changes"))
+    for at in (0, 60_000, 65_000):  # the second microbatch a minute after the first, the third 5 s after that
+        run_job(spark, spec, lake, max_microbatches=1, clock=lambda at=at: 1_700_000_000_000 + at)
+    changes = sorted(table(spark, lake, "sinks/changes", ["_microbatch", "user", "_kind", "spent"]),
+                     key=lambda c: (c[0], c[1], ["+I", "-U", "+U", "-D"].index(c[2])))
+    assert changes == [(0, "al", "+I", 5), (0, "bo", "+I", 1),
+                       (1, "al", "+I", 2), (1, "bo", "+I", None),  # idle past the TTL: new again
+                       (2, "bo", "-U", None), (2, "bo", "+U", None)]  # unchanged, emitted under TTL
+
+
 ORDER = Types.ROW_NAMED(["id", "status", "updated", "seq"],
                         [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
 ORDERS = [  # (id, status, updated): "a" updated out of time order; "c" twice at one time
@@ -304,6 +328,44 @@ def test_a_regular_join_of_two_sources_and_of_a_changelog_leaves_duckdbs_join(sp
                         ["user", "clicks", "spent", "u_id", "u_country"]) == wanted
 
 
+READING = Types.ROW_NAMED(["sensor", "value", "ts", "seq"], [Types.STRING(), Types.LONG(), Types.LONG(), Types.LONG()])
+READINGS = [  # (sensor, value, ts): out of order within the bound; two of "a" at one time; "zz" moves time on
+    [("a", 1, 100), ("b", 5, 105), ("a", 2, 110)],
+    [("a", 4, 108), ("a", 3, 120), ("b", 6, 125), ("a", 7, 120)],
+    [("b", 1, 131), ("a", 2, 140), ("zz", 0, 10_000)],
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("frame, preceding, window", [
+    ("range", 15, "RANGE BETWEEN 15 PRECEDING AND CURRENT ROW"),
+    ("range", None, "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"),
+    ("rows", 2, "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW"),
+    ("rows", None, "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")])
+def test_an_over_aggregation_emits_each_row_with_its_windows_aggregates_as_duckdb(spark, tmp_path, frame, preceding,
+                                                                                  window):
+    """After Flink's ``OverAggregateITCase``: each reading with the count, sum and max of its sensor's readings in
+    its RANGE or ROWS window (ties in time in the order they came), emitted once the watermark passes it, equal
+    to DuckDB's OVER over the same rows; the reading past every other's time is not emitted yet."""
+    from state_store import WatermarkStrategy
+
+    lake = Lake(tmp_path)
+    write_rows(lake.inputs / "readings", READINGS, READING)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(20).with_timestamp_column("ts")
+    spec = (Dataflow.from_source(FileSource(str(lake.inputs / "readings"), "json", READING, max_files_per_batch=1),
+                                 job_id="readings", watermark_strategy=strategy)
+            .key_by("sensor").over(ColumnAggregate(n="count(*)", total="sum(value)", top="max(value)"),
+                                   uid="readings", frame=frame, preceding=preceding)
+            .sink_to("sinks/readings"))
+    run_job(spark, spec, lake)
+    order = "ts" if frame == "range" else "ts, seq"
+    aggregates = ", ".join(f"{f}(value) OVER (PARTITION BY sensor ORDER BY {order} {window})"
+                           for f in ("count", "sum", "max"))
+    wanted = expected_rows("readings", READING, READINGS,
+                           f"SELECT *, {aggregates} FROM readings WHERE sensor != 'zz'")
+    assert table(spark, lake, "sinks/readings", [*READING.fields, "n", "total", "top"]) == wanted
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda lake: totals(lake).key_by("clicks").aggregate(ColumnAggregate(most="max(spent)"), uid="x"),
      r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg can\)"),
@@ -327,3 +389,23 @@ def test_a_regular_join_of_two_sources_and_of_a_changelog_leaves_duckdbs_join(sp
 def test_updating_results_built_wrong_are_refused_naming_the_fix(tmp_path, build, message):
     with pytest.raises(ConfigError, match=message):
         build(Lake(tmp_path))
+
+
+def test_a_keys_records_folded_at_once_equal_them_added_one_by_one():
+    """``ColumnAggregate.add_all`` (a group aggregate's fold of a key's records in a microbatch) against ``add`` of
+    each in turn, over records with nulls, from an empty and a filled accumulator."""
+    import random
+
+    fields = {"a": Types.LONG(), "b": Types.DOUBLE(), "k": Types.STRING()}
+    agg = ColumnAggregate(n="count(*)", na="count(a)", s="sum(a)", lo="min(a)", hi="max(b)", av="avg(a)",
+                          la="last(b)").bind(fields, "k", Types.STRING())
+    draw = random.Random(62)
+    for _ in range(300):
+        values = [{"a": draw.choice([None, 1, 5, -3]), "b": draw.choice([None, 1.5, 2.0])}
+                  for _ in range(draw.randint(0, 6))]
+        acc = agg.create_accumulator() if draw.random() < 0.5 else agg.add({"a": 2, "b": None},
+                                                                          agg.create_accumulator())
+        one_by_one = acc
+        for value in values:
+            one_by_one = agg.add(value, one_by_one)
+        assert agg.add_all(values, acc) == one_by_one, (values, acc)
