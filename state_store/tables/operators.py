@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from ..state.ttl import StateTtlConfig
 from ..types import Types
 from ..windows.columns import ColumnAggregate
+from ..windows.ranking import check_order
 from .changelog import KIND
 from .deduplicate import KEEP, Deduplicate
 from .group_aggregate import GroupAggregate
@@ -84,17 +85,7 @@ class UpdatingOperators:
         Example: ``.key_by("auction").top_n(10, [("price", False)], uid="top-bids", rank_column="rank")``
         """
         fields, shown = self._table_input(f"top_n(uid={uid!r})")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ConfigError(f"{shown}: n is how many rows a key keeps, a positive int, got {n!r}")
-        order = [(c, True) if isinstance(c, str) else tuple(c) for c in order_by or ()]
-        if not order or not all(len(o) == 2 and isinstance(o[0], str) and isinstance(o[1], bool) for o in order):
-            raise ConfigError(f"{shown}: order_by is a list of columns, each a name or (name, ascending), got "
-                              f"{order_by!r}")
-        missing = [c for c, _ in order if c not in fields]
-        if missing:
-            raise ConfigError(f"{shown}: the stream has no column {missing[0]!r} (columns: {list(fields)})")
-        if rank_column is not None and rank_column in fields:
-            raise ConfigError(f"{shown}: the stream already has a column {rank_column!r}; name the rank otherwise")
+        order = check_order(n, order_by, fields, rank_column, shown)
         function = TopN(Types.ROW_NAMED(list(fields), list(fields.values())), n, order, rank_column,
                         generate_update_before, state_ttl)
         return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,

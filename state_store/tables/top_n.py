@@ -19,6 +19,7 @@ from typing_extensions import override
 from ..functions import KeyedProcessFunction
 from ..state.descriptors import ListStateDescriptor
 from ..types import RowTypeInfo, Types
+from ..windows.ranking import ordered
 from .changelog import KIND, RowKind, changelog_type, changes
 
 
@@ -45,17 +46,10 @@ class TopN(KeyedProcessFunction):
             descriptor.enable_time_to_live(self.ttl)
         self.top = ctx.get_list_state(descriptor)
 
-    def _ordered(self, rows: list) -> list:
-        """``rows`` by ``order_by``: one stable sort a column, the last first (so ties keep their order)."""
-        for column, ascending in reversed(self.order_by):
-            # None as the least value: first ascending and, the sort reversed, last descending
-            rows.sort(key=lambda r, c=column: (False, 0) if r[c] is None else (True, r[c]), reverse=not ascending)
-        return rows
-
     @override
     def process(self, key, records, ctx):
         old = list(self.top.get() or [])
-        new = self._ordered(old + list(records))[:self.n]  # the stored rows first: they came first
+        new = ordered(old + list(records), self.order_by)[:self.n]  # the stored rows first: they came first
         if all(a is b for a, b in zip(old, new)) and len(old) == len(new):
             return None
         self.top.update(new)

@@ -27,6 +27,7 @@ from .assigners import SlidingEventTimeWindows, TumblingEventTimeWindows, Window
 from .columns import ColumnAggregate, WindowRow
 from .functions import Evictor, ProcessWindowFunction
 from .operator import CONTENTS, WindowOperator
+from .ranking import END, START, WindowTopN, check_order
 from .triggers import EventTimeTrigger, Trigger
 
 
@@ -167,6 +168,24 @@ class WindowedStream:
                 **options: Any):
         """Keep the window's elements; a firing runs ``window_function.process(key, context, elements)``."""
         return self._operator("process", None, window_function, uid, output_type, None, options)
+
+    def top_n(self, n: int, order_by, *, uid: str, rank_column: str | None = None, **options: Any):
+        """Keep the first ``n`` rows of each key's window by ``order_by``, as Flink SQL's window Top-N
+        (``ROW_NUMBER() OVER (PARTITION BY window_start, window_end, key ORDER BY ...) <= n``;
+        docs/writing/updating.md): emitted once when the window fires, insert-only, each row with
+        ``window_start``, ``window_end`` and (``rank_column``) its rank. ``order_by``: columns, each a name for
+        ascending or ``(name, False)``; ties keep the order the rows came in. ``options`` as ``process``'s.
+
+        Example: ``bids.key_by("category").window(TumblingEventTimeWindows.of(timedelta(minutes=10)))
+        .top_n(3, [("price", False)], uid="top-bids", rank_column="rank")``
+        """
+        shown = f"top_n(uid={uid!r})"
+        if any(c in self._fields for c in (START, END)):
+            raise ConfigError(f"{shown}: the stream already has a column {START!r} or {END!r}, which the window's "
+                              f"rows get; rename it before the window")
+        function = WindowTopN(self._row_type(), n, check_order(n, order_by, self._fields, rank_column, shown),
+                              rank_column)
+        return self.process(function, uid=uid, output_type=function.output_type(), **options)
 
     def _row_type(self) -> RowTypeInfo:
         return Types.ROW_NAMED(list(self._fields), list(self._fields.values()))

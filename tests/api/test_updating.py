@@ -366,6 +366,34 @@ def test_an_over_aggregation_emits_each_row_with_its_windows_aggregates_as_duckd
     assert table(spark, lake, "sinks/readings", [*READING.fields, "n", "total", "top"]) == wanted
 
 
+@pytest.mark.spark
+def test_a_window_top_n_emits_each_windows_first_rows_once_as_duckdbs_row_number(spark, tmp_path):
+    """After Flink's ``WindowRankITCase``: the two highest bids per auction in each 20 ms tumbling window (ties to
+    the earlier bid), emitted once as the window fires, with its bounds and rank, equal to DuckDB's
+    ``ROW_NUMBER() OVER (PARTITION BY auction, window_start ...) <= 2``; an open window emits nothing yet."""
+    from state_store import TumblingEventTimeWindows, WatermarkStrategy
+
+    timed = Types.ROW_NAMED(["auction", "price", "ts", "seq"], [Types.STRING(), Types.LONG(), Types.LONG(),
+                                                                Types.LONG()])
+    bids = [[("x", 3, 1), ("x", 9, 5), ("y", 2, 7), ("x", 9, 12)],
+            [("x", 4, 21), ("y", 8, 19), ("x", 1, 30), ("y", 5, 25)],
+            [("x", 7, 45), ("zz", 0, 1_000)]]
+    lake = Lake(tmp_path)
+    write_rows(lake.inputs / "bids", bids, timed)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_column("ts")
+    spec = (Dataflow.from_source(FileSource(str(lake.inputs / "bids"), "json", timed, max_files_per_batch=1),
+                                 job_id="window-top", watermark_strategy=strategy)
+            .key_by("auction").window(TumblingEventTimeWindows.of(20))
+            .top_n(2, [("price", False)], uid="window-top", rank_column="rank")
+            .sink_to("sinks/window_top"))
+    assert "_kind" not in spec.output_type.fields  # insert-only
+    run_job(spark, spec, lake)
+    wanted = expected_rows("bids", timed, bids, "SELECT * FROM (SELECT *, ts - ts % 20 AS window_start, "
+                           "ts - ts % 20 + 20 AS window_end, row_number() OVER (PARTITION BY auction, ts - ts % 20 "
+                           "ORDER BY price DESC, seq) AS rank FROM bids WHERE auction != 'zz') WHERE rank <= 2")
+    assert table(spark, lake, "sinks/window_top", [*timed.fields, "window_start", "window_end", "rank"]) == wanted
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda lake: totals(lake).key_by("clicks").aggregate(ColumnAggregate(most="max(spent)"), uid="x"),
      r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg can\)"),
