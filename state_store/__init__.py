@@ -27,6 +27,7 @@ from .settings import Settings
 from .side_outputs import OutputTag
 from .sinks import Sink
 from .sources import DeltaSource, FileSource, KafkaSource
+from .sql.compile import SqlJob, SqlTable
 from .state.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -76,6 +77,8 @@ __all__ = [
     "VectorizedKeyedFunction",
     # updating results (docs/writing/updating.md); UpsertDeltaSink too, loaded when asked for
     "RowKind",
+    # SQL jobs (docs/writing/sql.md)
+    "SqlJob", "SqlTable",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (docs/writing/joins.md)

@@ -18,7 +18,7 @@ PACKAGE = REPO / "state_store"
 DISTRIBUTIONS = {
     "pyspark": "pyspark", "delta": "delta-spark", "deltalake": "deltalake", "pyarrow": "pyarrow",
     "pandas": "pandas", "numpy": "numpy", "orjson": "orjson", "croniter": "croniter", "yaml": "pyyaml",
-    "typing_extensions": "typing-extensions",
+    "typing_extensions": "typing-extensions", "sqlglot": "sqlglot",
     "airflow": "apache-airflow", "airflow.providers.apache.spark": "apache-airflow-providers-apache-spark",
     "airflow.providers.standard": "apache-airflow-providers-standard",
     "airflow.providers.openlineage": "apache-airflow-providers-openlineage", "openlineage": "openlineage-python",

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "state_store"
 # module in a wing needs no edit here; a new wing needs a row.
 MAY_IMPORT = {
     # ops: the State Processor API, delta: DeltaSink, each loaded when asked for
-    "face": {"model", "sources", "state", "ops", "delta", "windows", "joins", "tables"},
+    "face": {"model", "sources", "state", "ops", "delta", "windows", "joins", "tables", "sql"},
     # windows, joins, tables: dataflow.py's window(...), connect(...), interval_join(...) and aggregate(...) (none
     # of theirs imports it)
     "model": {"records", "sources", "state", "windows", "joins", "tables"},
@@ -28,6 +28,8 @@ MAY_IMPORT = {
     "windows": {"model", "state"},  # state: the windows' descriptors
     "joins": {"model", "windows", "state"},  # the window join runs a window operator
     "tables": {"model", "windows", "state"},  # updating results: the group aggregate folds a ColumnAggregate
+    # SQL: compiled to the model's operators (windows', tables'); an updating result's sink is delta's upsert sink
+    "sql": {"model", "sources", "state", "windows", "tables", "delta"},
     # State as Flink's runtime/state: descriptors, the keyed store and handles, operator state, TTL (ttl/: its
     # Spark side, tables and cleanup, reads the records).
     "state": {"model"},
@@ -53,7 +55,8 @@ for _row in MAY_IMPORT.values():
 LOOP_WING = "state"
 # Loaded without Spark, Delta or py4j (a subtask's executor, a JVM-less test, a DAG parse): these wings, and
 # these modules of state/ (state/ttl/tables.py and state/ttl/cleanup.py are its Spark side).
-NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins", "tables"}
+NO_SPARK_WINGS = {"face", "model", "records", "sources", "subtask", "catalog", "windows", "joins", "tables",
+                  "sql"}
 NO_SPARK_MODULES = {"state", "state.backend", "state.codecs", "state.descriptors", "state.store", "state.handles",
                     "state.operator", "state.ttl", "state.ttl.config", "state.ttl.handles", "state.ttl.rules"}
 SPARK = {"pyspark", "delta", "py4j"}

@@ -1,0 +1,304 @@
+"""SQL text compiled to Lakestate's operators (docs/writing/sql.md): ``SqlJob`` gives the job a query defines,
+``explain`` its operators and state.
+
+One ``SELECT`` over one table, in Flink's dialect (``dialect``), of three shapes:
+
+- **stateless**: ``SELECT <expressions> FROM t [WHERE ...]``: Spark evaluates both as it reads (``QuerySource``),
+  and the rows pass through one operator to the sink;
+- **window aggregation**: ``... FROM TABLE(TUMBLE | HOP(TABLE t, DESCRIPTOR(ts), ...)) [WHERE ...] GROUP BY
+  window_start, window_end[, k ...]``: a window of ``ColumnAggregate`` (the vectorised path where it applies),
+  insert-only;
+- **group aggregation**: ``... FROM t [WHERE ...] GROUP BY k ...``: ``Dataflow.aggregate``, a changelog, which a
+  sink given as a path keeps by the group's columns (an ``UpsertDeltaSink``).
+
+The aggregates are ``COUNT(*)``, ``COUNT(c)``, ``SUM``, ``MIN``, ``MAX`` and ``AVG`` of a column, each a column of
+the output. Anything else is refused, naming the construct, before anything runs. Each stateful operator's uid
+comes from the query's structure (its kind, table, keys and window), not its text, so a changed filter or
+output column keeps the state. No Spark here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from ..errors import ConfigError
+from ..functions import MapFunction
+from ..sources.base import Source
+from ..types import TypeInfo, Types
+from ..watermarks import WatermarkStrategy
+from ..windows.columns import ColumnAggregate
+from .dialect import Descriptor, WindowTVF, parse
+from .query_source import QuerySource
+
+AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
+START, END = "window_start", "window_end"
+_SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
+                "TEXT": Types.STRING, "DOUBLE": Types.DOUBLE, "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN,
+                "DATE": Types.DATE, "TIMESTAMP": Types.TIMESTAMP}
+_UNITS = {"MILLISECOND": 1, "SECOND": 1_000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+@dataclass(frozen=True)
+class SqlTable:
+    """A table of a SQL job: its ``source`` and, for event time, Flink's watermark declaration on an epoch
+    milliseconds column (``watermark="ts - INTERVAL '4' SECOND"``, or ``"ts"``)."""
+
+    source: Source
+    watermark: str | None = None
+
+
+class Rename(MapFunction):
+    """A query's output columns from the operator's (``names``: output name -> the operator's column)."""
+
+    def __init__(self, names: dict):
+        self.names = names
+
+    def map(self, record: dict) -> dict:
+        """The record with the output's names."""
+        return {out: record[name] for out, name in self.names.items()}
+
+
+def _refuse(construct: str, fix: str = "") -> ConfigError:
+    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
+                       f"lists what is)")
+
+
+def _millis(interval: Any) -> int:
+    if not isinstance(interval, exp.Interval) or not isinstance(interval.this, exp.Literal):
+        raise _refuse(f"the window size {interval.sql() if interval is not None else None!r}",
+                      "write it as INTERVAL '10' SECOND")
+    unit = interval.args["unit"].name.upper().rstrip("S") if interval.args.get("unit") else "MILLISECOND"
+    if unit not in _UNITS:
+        raise _refuse(f"the interval unit {unit}")
+    return int(float(interval.this.name) * _UNITS[unit])
+
+
+def watermark_strategy(declared: str) -> tuple[str, WatermarkStrategy]:
+    """The event-time column and strategy of Flink's ``WATERMARK FOR c AS c - INTERVAL ...``: the watermark is
+    the largest time less the interval, as Flink SQL's (``for_bounded_out_of_orderness`` trails by 1 ms more)."""
+    node = parse(f"SELECT {declared}")[0].expressions[0]
+    delay = 0
+    if isinstance(node, exp.Sub):
+        node, delay = node.this, _millis(node.expression)
+    if not isinstance(node, exp.Column):
+        raise ConfigError(f"SQL: a watermark is 'column' or 'column - INTERVAL ...', got {declared!r}")
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(max(delay - 1, 0)).with_timestamp_column(node.name)
+    return node.name, strategy
+
+
+def _type(data_type: exp.DataType) -> TypeInfo:
+    name = data_type.this.name if hasattr(data_type.this, "name") else str(data_type.this)
+    if name == "DECIMAL" and data_type.expressions:
+        precision, scale = (int(e.name) for e in data_type.expressions)
+        return Types.DECIMAL(precision, scale)
+    maker = _SPARK_TYPES.get(name.upper())
+    if maker is None:
+        raise _refuse(f"a column of type {data_type.sql()}")
+    return maker()
+
+
+def _columns_of(source: Source) -> dict:
+    fields = source.declared_fields()
+    if fields is None:
+        raise ConfigError("SQL: a table's source must declare its columns (a schema)")
+    return dict(fields)
+
+
+@dataclass
+class _Query:
+    """What the compiler read from the SELECT."""
+
+    table: str
+    window: tuple | None  # (kind, time column, size ms, slide ms)
+    where: str | None
+    keys: list[str]
+    aggregates: dict  # output name -> "op(column)"
+    outputs: dict  # output name -> what it is: a key column, START / END, an aggregate, or a Spark expression
+
+
+def _window_of(table) -> tuple:
+    """The table a FROM reads, and its windowing function as ``(kind, time column, size ms, slide ms)`` (None:
+    the table itself)."""
+    if not (isinstance(table, exp.Table) and isinstance(table.this, WindowTVF)):
+        return table, None
+    tvf = table.this
+    kind, args = tvf.args["kind"].name, tvf.expressions
+    if kind not in ("TUMBLE", "HOP") or not args or not isinstance(args[0], Descriptor):
+        raise _refuse(f"{kind}(...)" if kind not in ("TUMBLE", "HOP") else "a window without DESCRIPTOR(...)")
+    sizes = [_millis(a) for a in args[1:]]
+    if kind == "TUMBLE" and len(sizes) == 1:
+        return tvf.this, ("tumble", args[0].this.name, sizes[0], sizes[0])
+    if kind == "HOP" and len(sizes) == 2:
+        return tvf.this, ("hop", args[0].this.name, sizes[1], sizes[0])  # HOP(..., slide, size)
+    raise _refuse(f"{kind} with {len(sizes)} intervals (an offset)")
+
+
+def _read(select: exp.Select, tables: dict) -> _Query:
+    for arg, construct in (("joins", "a JOIN"), ("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT"),
+                           ("distinct", "SELECT DISTINCT"), ("with_", "WITH")):
+        if select.args.get(arg):
+            raise _refuse(construct)
+    source = select.args.get("from_") or select.args.get("from")
+    table, window = _window_of(source.this if source is not None else None)
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        raise _refuse(f"FROM {source.sql() if source is not None else 'nothing'}", "read one table by its name")
+    name = table.name
+    if name not in tables:
+        raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(tables)}")
+    where = select.args.get("where")
+    if where is not None and where.find(exp.AggFunc, exp.Window, exp.Subquery):
+        raise _refuse("an aggregate, window function or subquery in WHERE")
+    group = select.args.get("group")
+    keys = [g.name for g in (group.expressions if group else [])]
+    if group and not all(isinstance(g, exp.Column) for g in group.expressions):
+        raise _refuse("GROUP BY of an expression (or SESSION)", "group by columns")
+    outputs, aggregates = {}, {}
+    for item in select.expressions:
+        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
+        if isinstance(node, exp.Star):
+            if group:
+                raise _refuse("SELECT * with GROUP BY")
+            for column in _columns_of(tables[name].source):
+                outputs[column] = ("expr", f"`{column}`")
+            continue
+        agg = next((a for t, a in AGGREGATES.items() if isinstance(node, t)), None)
+        if agg is not None:
+            argument = node.this
+            if isinstance(argument, exp.Distinct) or node.args.get("distinct"):
+                raise _refuse(f"{node.sql()}: an aggregate of DISTINCT values")
+            column = "*" if isinstance(argument, exp.Star) else argument.name if isinstance(argument, exp.Column) \
+                else None
+            if column is None or (column == "*" and agg != "count"):
+                raise _refuse(f"{node.sql()}: an aggregate of an expression", "aggregate a column")
+            out = alias or f"{agg}_{'all' if column == '*' else column}"
+            aggregates[out] = f"{agg}({column})"
+            outputs[out] = ("aggregate", out)
+        elif node.find(exp.AggFunc):
+            raise _refuse(f"{node.sql()}: an aggregate inside an expression", "select the aggregate itself")
+        elif keys or aggregates or window:
+            if not isinstance(node, exp.Column) or (node.name not in keys):
+                raise ConfigError(f"SQL: {node.sql()} is neither a GROUP BY column nor an aggregate")
+            outputs[alias or node.name] = ("column", node.name)
+        else:
+            outputs[alias or (node.name if isinstance(node, exp.Column) else node.sql(dialect="spark"))] = (
+                "expr", node.sql(dialect="spark"))
+    if window is not None and not {START, END} <= set(keys):
+        raise ConfigError("SQL: a windowing function's rows are grouped by window_start and window_end (GROUP BY "
+                          "window_start, window_end, ...)")
+    if aggregates and not keys:
+        raise _refuse("an aggregate without GROUP BY")
+    return _Query(name, window, None if where is None else where.this.sql(dialect="spark"),
+                  [k for k in keys if k not in (START, END)], aggregates, outputs)
+
+
+def _spark_types(fields: dict, outputs: dict) -> dict:
+    """Each stateless output column's type, as sqlglot types the Spark expression over the table's columns."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    schema = {"t": {n: t.spark_ddl() for n, t in fields.items()}}
+    types = {}
+    for out, (_, expression) in outputs.items():
+        node = qualify(parse(f"SELECT {expression} AS x FROM t")[0], schema=schema, dialect="spark")
+        node = annotate_types(node, schema=schema, dialect="spark")
+        data_type = node.expressions[0].type
+        if data_type is None or data_type.this == exp.DataType.Type.UNKNOWN:
+            raise _refuse(f"the expression {expression}, whose type sqlglot cannot tell", "CAST it")
+        types[out] = _type(data_type)
+    return types
+
+
+def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
+    """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
+    ``SqlJob`` validates and returns."""
+    from ..dataflow import Dataflow  # the builder; the model does not import this wing at load
+    from ..delta.upsert_sink import UpsertDeltaSink
+    from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+    statements = parse(sql)
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise _refuse("SQL other than one SELECT (INSERT, CREATE, UNION, several statements)",
+                      "give the SELECT; tables= names its tables and sink= where it goes")
+    tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
+    query = _read(statements[0], tables)
+    table = tables[query.table]
+    fields = _columns_of(table.source)
+    strategy = None
+    if table.watermark is not None:
+        column, strategy = watermark_strategy(table.watermark)
+        if column not in fields:
+            raise ConfigError(f"SQL: table {query.table!r}'s watermark is on {column!r}, not one of its columns "
+                              f"{list(fields)}")
+    if query.window is not None and (strategy is None or strategy.timestamp_column != query.window[1]):
+        raise ConfigError(f"SQL: the window's DESCRIPTOR({query.window[1]}) must be table {query.table!r}'s "
+                          f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "
+                          f"'4' SECOND\")")
+    stateless = not query.aggregates
+    columns = {o: e for o, (_, e) in query.outputs.items()} if stateless else {n: f"`{n}`" for n in fields}
+    types = _spark_types(fields, query.outputs) if stateless else fields
+    row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
+    source = QuerySource(table.source, query.where, tuple(columns.items()), row_type)
+    flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
+    if stateless:
+        out = flow.map(Rename({n: n for n in columns}), output_type=row_type, uid="sql-select",
+                       parallelism=parallelism)
+        return out.sink_to(sink)
+    keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
+    aggregate = ColumnAggregate(**query.aggregates)
+    structure = "-".join([query.table, *query.keys])
+    if query.window is not None:
+        kind, _, size, slide = query.window
+        assigner = (TumblingEventTimeWindows.of(size) if kind == "tumble"
+                    else SlidingEventTimeWindows.of(size, slide))
+        out = keyed.window(assigner).aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
+                                               parallelism=parallelism)
+    else:
+        out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
+    wanted = {o: w for o, (_, w) in query.outputs.items()}
+    if query.window is None:
+        missing = [k for k in query.keys if k not in wanted.values()]
+        if missing:
+            raise ConfigError(f"SQL: an updating result is kept by its GROUP BY columns: select {missing[0]!r} too")
+        wanted["_kind"] = "_kind"
+    produced = out._fields()
+    if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
+        out_type = Types.ROW_NAMED(list(wanted), [produced[n] for n in wanted.values()])
+        out = out.map(Rename(wanted), output_type=out_type, uid="sql-select", parallelism=parallelism)
+    if query.window is None and isinstance(sink, str):
+        sink = UpsertDeltaSink(sink, key=[o for o, (k, w) in query.outputs.items() if k == "column"])
+    return out.sink_to(sink)
+
+
+def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, **settings):  # noqa: N802
+    """The job a SQL query defines (docs/writing/sql.md): ``sql`` one ``SELECT`` in Flink's dialect over
+    ``tables`` (name -> a ``Source``, or an ``SqlTable`` with its watermark), its rows to ``sink`` (a warehouse
+    path: a Delta table; an updating result's path, an ``UpsertDeltaSink`` keyed by its group's columns). Returns
+    the job (a ``JobSpec`` or ``Job``), which runs as any other. ``settings``: ``backend``,
+    ``checkpoint_interval``, ``num_retained``.
+
+    Example::
+
+        SqlJob("clicks-per-minute", \"\"\"
+            SELECT country, window_start, window_end, COUNT(*) AS clicks
+            FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+            GROUP BY country, window_start, window_end\"\"\",
+            tables={"clicks": SqlTable(FileSource("input/clicks", "json", CLICK), watermark="ts")},
+            sink="sinks/clicks_per_minute")
+    """
+    return compile_query(job_id, sql, tables, sink, parallelism, **settings)
+
+
+def explain(job) -> str:
+    """The operators of a compiled job (``SqlJob``'s), one line each: its uid, what it runs, its key and the
+    state it registers (each state's name and type, as a checkpoint records it)."""
+    from ..graph import as_job
+    from ..registered_states import discover_descriptors
+
+    lines = []
+    for op in as_job(job).operators:
+        states = ", ".join(f"state {name}" for name in sorted(discover_descriptors(op))) or "no state"
+        key = "not keyed" if op.key == "__share__" else f"keyed by {op.key!r}"
+        lines.append(f"{op.uid}: {type(op.function).__name__}, {key}; {states}")
+    return "\n".join(lines)

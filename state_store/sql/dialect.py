@@ -1,0 +1,81 @@
+"""Flink SQL's dialect for sqlglot: Spark's (whose scalar expressions Lakestate keeps), with what Flink's
+streaming SQL adds that sqlglot's Spark parser lacks: the windowing table-valued functions
+(``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``) and the group
+window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP BY``. No Spark here."""
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.tokens import TokenType
+
+TVFS = ("TUMBLE", "HOP", "CUMULATE")
+
+
+class WindowTVF(exp.Expression, exp.Func):
+    """``TUMBLE`` / ``HOP`` / ``CUMULATE`` over a table: ``this`` the table, ``kind`` the function, ``expressions``
+    its arguments after the table (the ``DESCRIPTOR`` and the intervals)."""
+
+    arg_types = {"this": True, "kind": True, "expressions": False}
+
+
+class Descriptor(exp.Expression, exp.Func):
+    """``DESCRIPTOR(column)``: the time column a windowing function reads."""
+
+    arg_types = {"this": True}
+
+
+class GroupWindow(exp.Expression, exp.Func):
+    """A group window of a ``GROUP BY`` (``SESSION(column, gap)``): ``kind``, the time column, its interval."""
+
+    arg_types = {"kind": True, "this": True, "expressions": False}
+
+
+def _window_tvf(kind: str):
+    def parse(self):
+        self._match(TokenType.TABLE)
+        table = self._parse_table_parts()
+        args = []
+        while self._match(TokenType.COMMA):
+            args.append(self._parse_assignment())
+        return self.expression(WindowTVF(this=table, kind=exp.Var(this=kind), expressions=args))
+    return parse
+
+
+def _group_window(kind: str):
+    def parse(self):
+        column = self._parse_column()
+        args = [self._parse_assignment()] if self._match(TokenType.COMMA) else []
+        return self.expression(GroupWindow(kind=exp.Var(this=kind), this=column, expressions=args))
+    return parse
+
+
+class Flink(Spark):
+    """sqlglot's Spark dialect with Flink's windowing syntax (see the module docstring)."""
+
+    class Parser(Spark.Parser):
+        """Spark's parser, with the windowing functions and ``TABLE(...)`` of one in ``FROM``."""
+
+        FUNC_TOKENS = {*Spark.Parser.FUNC_TOKENS, *((TokenType.SESSION,) if hasattr(TokenType, "SESSION") else ())}
+        FUNCTION_PARSERS = {**Spark.Parser.FUNCTION_PARSERS, **{k: _window_tvf(k) for k in TVFS},
+                            "DESCRIPTOR": lambda self: self.expression(Descriptor(this=self._parse_column())),
+                            "SESSION": _group_window("SESSION")}
+
+        def _parse_table(self, *args, **kwargs):
+            """``TABLE(<windowing function>) [AS alias]`` as a table, else Spark's tables."""
+            if (self._curr is not None and self._curr.token_type == TokenType.TABLE and self._next is not None
+                    and self._next.token_type == TokenType.L_PAREN):
+                self._advance(2)
+                function = self._parse_function()
+                self._match_r_paren()
+                table = self.expression(exp.Table(this=function))
+                alias = self._parse_table_alias()
+                if alias:
+                    table.set("alias", alias)
+                return table
+            return super()._parse_table(*args, **kwargs)
+
+
+def parse(sql: str) -> list:
+    """The statements of ``sql`` in Flink's dialect (sqlglot expressions); sqlglot's ParseError as it is."""
+    return [s for s in sqlglot.parse(sql, read=Flink) if s is not None]
