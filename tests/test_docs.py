@@ -228,6 +228,28 @@ def test_the_updating_pages_spend_per_user_keeps_the_table_current_and_logs_its_
         (0, "ann", "+I", 2), (0, "bob", "+I", 1), (1, "bob", "+U", 2), (1, "bob", "-U", 1), (1, "cat", "+I", 1)]
 
 
+def test_the_sql_pages_clicks_per_minute_counts_each_closed_minute_as_pandas_does(spark, lake, monkeypatch,
+                                                                                   request):
+    """docs/writing/sql.md's ``clicks_per_minute.py``: a TUMBLE aggregation in SQL; its table is pandas' count
+    and sum per country and minute of the positive clicks, for the minutes the watermark closed."""
+    import pandas as pd
+
+    from tests.support.helpers import run
+
+    clicks = [{"user": u, "country": c, "amount": a, "ts": t} for u, c, a, t in [
+        ("ann", "fr", 3, 1_000), ("bob", "de", 2, 30_000), ("ann", "fr", -1, 59_999), ("cat", "fr", 4, 61_000),
+        ("bob", "de", 5, 90_000), ("dan", "it", 1, 200_000)]]
+    page_input(lake, monkeypatch, "sql-clicks", [clicks[:3], clicks[3:]])
+    spec = page_module("writing/sql.md", "clicks_per_minute", request).job()
+    run(spark, spec, lake)
+    rows = spark.read.format("delta").load(str(lake.settings.sink("sinks/clicks_per_minute"))).toPandas()
+    frame = pd.DataFrame(clicks)
+    closed = frame[(frame.amount > 0) & (frame.ts // 60_000 * 60_000 + 60_000 <= 200_000 - 5_000 + 1)]
+    wanted = closed.assign(window_start=closed.ts // 60_000 * 60_000).groupby(["country", "window_start"])
+    assert {(r.country, r.window_start): (r.clicks, r.spent) for r in rows.itertuples()} == {
+        k: (len(g), g.amount.sum()) for k, g in wanted}
+
+
 def test_the_time_pages_aligned_clicks_pause_the_live_stream_for_the_backfill_and_count_as_pandas_does(
         spark, lake, monkeypatch, request):
     """docs/writing/time.md's ``aligned_clicks.py``: the live stream, minutes ahead of the backfill, reads nothing

@@ -172,9 +172,10 @@ def _read(select: exp.Select, tables: dict) -> _Query:
                 else None
             if column is None or (column == "*" and agg != "count"):
                 raise _refuse(f"{node.sql()}: an aggregate of an expression", "aggregate a column")
-            out = alias or f"{agg}_{'all' if column == '*' else column}"
-            aggregates[out] = f"{agg}({column})"
-            outputs[out] = ("aggregate", out)
+            # The state's name of it is the aggregate's own, not its alias: renaming an output keeps the state.
+            internal = f"{agg}_{'all' if column == '*' else column}"
+            aggregates[internal] = f"{agg}({column})"
+            outputs[alias or internal] = ("aggregate", internal)
         elif node.find(exp.AggFunc):
             raise _refuse(f"{node.sql()}: an aggregate inside an expression", "select the aggregate itself")
         elif keys or aggregates or window:
@@ -245,16 +246,18 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
         out = flow.map(Rename({n: n for n in columns}), output_type=row_type, uid="sql-select",
                        parallelism=parallelism)
         return out.sink_to(sink)
-    keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
     aggregate = ColumnAggregate(**query.aggregates)
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
         kind, _, size, slide = query.window
         assigner = (TumblingEventTimeWindows.of(size) if kind == "tumble"
                     else SlidingEventTimeWindows.of(size, slide))
-        out = keyed.window(assigner).aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
-                                               parallelism=parallelism)
+        windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
+                    if query.keys else flow.window_all(assigner))
+        out = windowed.aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
+                                 parallelism=parallelism if query.keys else 1)
     else:
+        keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
         out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
     wanted = {o: w for o, (_, w) in query.outputs.items()}
     if query.window is None:

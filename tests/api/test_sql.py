@@ -31,7 +31,7 @@ CLICK = Types.ROW_NAMED(["user", "country", "amount", "ts"],
                         [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
 CLICKS = [  # a file a microbatch; ts in ms: windows of 10 s; the last click closes every window before it
     [("al", "fr", 5, 1_000), ("bo", "de", 1, 2_500), ("al", "fr", -2, 9_999)],
-    [("cy", "fr", 7, 10_000), ("bo", "de", 4, 6_000), ("dee", "it", None, 15_000)],
+    [("cy", "fr", 7, 10_000), ("bo", "de", 4, 6_000), ("dee", "it", None, 15_000), ("bo", "de", -1, 7_000)],
     [("al", "fr", 3, 21_000), ("eve", "de", 2, 29_999), ("zz", "xx", 0, 100_000)],
 ]
 PER_WINDOW = """
@@ -96,8 +96,36 @@ def test_a_window_aggregation_in_sql_is_the_hand_written_dataflow_and_duckdbs_gr
     changed = SqlJob("per-window", PER_WINDOW.replace("amount > 0", "amount > 1").replace(
         "MAX(amount) AS top", "MAX(amount) AS top, MIN(amount) AS least"), tables={"clicks": clicks_table(lake)},
         sink="sinks/other")
-    assert changed.uid == job.uid == "sql-window-clicks-country-tumble-10000-10000"
-    assert explain(job) == f"{job.uid}: VectorizedWindowAggregate, keyed by 'country'; state {job.uid}.window-contents"
+    uid = "sql-window-clicks-country-tumble-10000-10000"
+    assert [o.uid for o in changed.operators] == [o.uid for o in job.operators] == [uid, "sql-select"]
+    assert explain(job).splitlines() == [f"{uid}: VectorizedWindowAggregate, keyed by 'country'; state "
+                                         f"{uid}.window-contents", "sql-select: RecordOperator, not keyed; no state"]
+
+    # A savepoint taken before any window closed restores into the query with another filter and a column renamed
+    # (the same operator and state), at parallelism 3: it goes on from the savepoint's windows.
+    from state_store.delta.points import StatePoint
+    from state_store.ops.restore import restore_job
+    from state_store.ops.savepoint import take_savepoint
+
+    moved = Lake(tmp_path / "moved")
+    run_job(spark, SqlJob("per-window", PER_WINDOW, tables={"clicks": clicks_table(moved)},
+                          sink="sinks/per_window"), moved, max_microbatches=1)
+    saved = take_savepoint(spark, moved.settings, "per-window", say=lambda line: None)
+    renamed = SqlJob("per-window", PER_WINDOW.replace("amount > 0", "amount > -5").replace(
+        "COUNT(*) AS clicks", "COUNT(*) AS n"), tables={"clicks": clicks_table(moved)}, sink="sinks/renamed",
+        parallelism=3)  # a sink of its own: the renamed column is another table's
+    restore_job(spark, moved.settings, renamed, StatePoint(saved), say=lambda line: None)
+    run_job(spark, renamed, moved)
+    later = table(spark, moved, "sinks/renamed", ["country", "window_start", "n"])
+    # de's first window: bo's 1 before the savepoint, then bo's 4 and bo's -1, which only the new filter keeps
+    assert later == sorted([("fr", 0, 1), ("de", 0, 3), ("fr", 10_000, 1), ("it", 10_000, 1), ("fr", 20_000, 1),
+                            ("de", 20_000, 1)], key=repr)
+
+    all_windows = SqlJob("all", "SELECT window_start, COUNT(*) AS clicks FROM TABLE(TUMBLE(TABLE clicks, "
+                                "DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
+                         tables={"clicks": clicks_table(Lake(tmp_path / "all"))}, sink="sinks/all")
+    first = all_windows.operators[0]
+    assert first.parallelism == 1 and first.uid == "sql-window-clicks-tumble-10000-10000"
 
 
 @pytest.mark.spark
