@@ -211,12 +211,42 @@ def _spark_types(fields: dict, outputs: dict) -> dict:
     return types
 
 
+def _stateful(flow, query: _Query, parallelism: int):
+    """The query's window or group aggregation of ``flow``, then (when its names are not the operator's) the
+    renaming step to its output columns."""
+    from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+    aggregate = ColumnAggregate(**query.aggregates)
+    structure = "-".join([query.table, *query.keys])
+    if query.window is not None:
+        kind, _, size, slide = query.window
+        assigner = (TumblingEventTimeWindows.of(size) if kind == "tumble"
+                    else SlidingEventTimeWindows.of(size, slide))
+        windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
+                    if query.keys else flow.window_all(assigner))
+        out = windowed.aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
+                                 parallelism=parallelism if query.keys else 1)
+    else:
+        keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
+        out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
+    wanted = {o: w for o, (_, w) in query.outputs.items()}
+    if query.window is None:
+        missing = [k for k in query.keys if k not in wanted.values()]
+        if missing:
+            raise ConfigError(f"SQL: an updating result is kept by its GROUP BY columns: select {missing[0]!r} too")
+        wanted["_kind"] = "_kind"
+    produced = out._fields()
+    if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
+        out_type = Types.ROW_NAMED(list(wanted), [produced[n] for n in wanted.values()])
+        out = out.map(Rename(wanted), output_type=out_type, uid="sql-select", parallelism=parallelism)
+    return out
+
+
 def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
     """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
     ``SqlJob`` validates and returns."""
     from ..dataflow import Dataflow  # the builder; the model does not import this wing at load
     from ..delta.upsert_sink import UpsertDeltaSink
-    from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 
     statements = parse(sql)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
@@ -246,29 +276,7 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
         out = flow.map(Rename({n: n for n in columns}), output_type=row_type, uid="sql-select",
                        parallelism=parallelism)
         return out.sink_to(sink)
-    aggregate = ColumnAggregate(**query.aggregates)
-    structure = "-".join([query.table, *query.keys])
-    if query.window is not None:
-        kind, _, size, slide = query.window
-        assigner = (TumblingEventTimeWindows.of(size) if kind == "tumble"
-                    else SlidingEventTimeWindows.of(size, slide))
-        windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
-                    if query.keys else flow.window_all(assigner))
-        out = windowed.aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
-                                 parallelism=parallelism if query.keys else 1)
-    else:
-        keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
-        out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
-    wanted = {o: w for o, (_, w) in query.outputs.items()}
-    if query.window is None:
-        missing = [k for k in query.keys if k not in wanted.values()]
-        if missing:
-            raise ConfigError(f"SQL: an updating result is kept by its GROUP BY columns: select {missing[0]!r} too")
-        wanted["_kind"] = "_kind"
-    produced = out._fields()
-    if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
-        out_type = Types.ROW_NAMED(list(wanted), [produced[n] for n in wanted.values()])
-        out = out.map(Rename(wanted), output_type=out_type, uid="sql-select", parallelism=parallelism)
+    out = _stateful(flow, query, parallelism)
     if query.window is None and isinstance(sink, str):
         sink = UpsertDeltaSink(sink, key=[o for o, (k, w) in query.outputs.items() if k == "column"])
     return out.sink_to(sink)
