@@ -31,6 +31,7 @@ from ..watermarks import WatermarkStrategy
 from ..windows.columns import ColumnAggregate
 from .dialect import Descriptor, WindowTVF, parse
 from .query_source import QuerySource
+from .rank import RankQuery, read_rank
 
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
@@ -242,6 +243,57 @@ def _stateful(flow, query: _Query, parallelism: int):
     return out
 
 
+def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | None]:
+    """A table's columns and its watermark strategy (None: no event time)."""
+    fields = _columns_of(table.source)
+    if table.watermark is None:
+        return fields, None
+    column, strategy = watermark_strategy(table.watermark)
+    if column not in fields:
+        raise ConfigError(f"SQL: table {name!r}'s watermark is on {column!r}, not one of its columns {list(fields)}")
+    return fields, strategy
+
+
+def _ranked(job_id: str, rank: RankQuery, tables: dict, sink, parallelism: int, settings: dict):
+    """A Top-N or deduplication (``rank``): the table's rows through ``deduplicate`` or ``top_n`` to ``sink``
+    (a path: an ``UpsertDeltaSink`` by the partition's columns, and the rank when it is selected)."""
+    from ..dataflow import Dataflow
+    from ..delta.upsert_sink import UpsertDeltaSink
+
+    if rank.table not in tables:
+        raise ConfigError(f"SQL: the query reads table {rank.table!r} but tables= has {sorted(tables)}")
+    fields, strategy = _event_time(rank.table, tables[rank.table])
+    row_type = Types.ROW_NAMED(list(fields), list(fields.values()))
+    source = QuerySource(tables[rank.table].source, rank.where, tuple((n, f"`{n}`") for n in fields), row_type)
+    flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
+    keyed = flow.key_by(rank.keys if len(rank.keys) != 1 else rank.keys[0])
+    structure = "-".join([rank.table, *rank.keys])
+    (column, ascending), time_column = rank.order[0], strategy.timestamp_column if strategy else None
+    if rank.n == 1 and rank.rank_column is None and len(rank.order) == 1 and column in (None, time_column):
+        out = keyed.deduplicate(uid=f"sql-dedup-{structure}", keep="first" if ascending else "last",
+                                time_column=column, parallelism=parallelism)
+    elif any(c is None for c, _ in rank.order):
+        raise _refuse("a Top-N ordered by PROCTIME() (a deduplication orders by it alone, keeping row 1)")
+    else:
+        out = keyed.top_n(rank.n, rank.order, uid=f"sql-top-{structure}", rank_column=rank.rank_column,
+                          parallelism=parallelism)
+    produced = out._fields()
+    if rank.columns is not None:
+        wanted = {c: c for c in rank.columns} | ({"_kind": "_kind"} if "_kind" in produced else {})
+        if list(wanted) != list(produced):
+            missing = [c for c in rank.columns if c not in produced]
+            if missing:
+                raise ConfigError(f"SQL: the query selects {missing[0]!r}, not a column of {rank.table!r}")
+            out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in wanted]),
+                          uid="sql-select", parallelism=parallelism)
+    if isinstance(sink, str) and "_kind" in produced:
+        if rank.n > 1 and rank.rank_column is None:
+            raise ConfigError("SQL: a Top-N's rows without their row number have no key to upsert by: select the "
+                              "row number, or give sink=UpsertDeltaSink(path, key=[a column naming a row])")
+        sink = UpsertDeltaSink(sink, key=rank.keys + ([rank.rank_column] if rank.rank_column else []))
+    return out.sink_to(sink)
+
+
 def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
     """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
     ``SqlJob`` validates and returns."""
@@ -253,15 +305,12 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
         raise _refuse("SQL other than one SELECT (INSERT, CREATE, UNION, several statements)",
                       "give the SELECT; tables= names its tables and sink= where it goes")
     tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
+    ranked = read_rank(statements[0])
+    if ranked is not None:
+        return _ranked(job_id, ranked, tables, sink, parallelism, settings)
     query = _read(statements[0], tables)
     table = tables[query.table]
-    fields = _columns_of(table.source)
-    strategy = None
-    if table.watermark is not None:
-        column, strategy = watermark_strategy(table.watermark)
-        if column not in fields:
-            raise ConfigError(f"SQL: table {query.table!r}'s watermark is on {column!r}, not one of its columns "
-                              f"{list(fields)}")
+    fields, strategy = _event_time(query.table, table)
     if query.window is not None and (strategy is None or strategy.timestamp_column != query.window[1]):
         raise ConfigError(f"SQL: the window's DESCRIPTOR({query.window[1]}) must be table {query.table!r}'s "
                           f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "

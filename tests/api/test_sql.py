@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-import duckdb
 import pytest
 
 from state_store import (
@@ -24,6 +23,8 @@ from state_store import (
 )
 from state_store.sql.compile import explain, watermark_strategy
 from state_store.sql.dialect import parse
+from tests.support.helpers import delta_rows as table
+from tests.support.helpers import duckdb_rows
 from tests.support.helpers import run as run_job
 from tests.support.lake import Lake
 
@@ -50,15 +51,8 @@ def write_clicks(folder, batches=CLICKS) -> None:
 
 
 def duck(query: str, batches=CLICKS) -> list[tuple]:
-    con = duckdb.connect()
-    con.execute('CREATE TABLE clicks ("user" VARCHAR, country VARCHAR, amount BIGINT, ts BIGINT)')
-    con.executemany("INSERT INTO clicks VALUES (?, ?, ?, ?)", [r for b in batches for r in b])
-    return sorted(con.execute(query).fetchall(), key=repr)
-
-
-def table(spark, lake, path: str, columns: list[str]) -> list[tuple]:
-    df = spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink")))
-    return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
+    return duckdb_rows('CREATE TABLE clicks ("user" VARCHAR, country VARCHAR, amount BIGINT, ts BIGINT)',
+                       [r for b in batches for r in b], query)
 
 
 def clicks_table(lake, watermark: str | None = "ts - INTERVAL '4' SECOND"):
@@ -151,6 +145,32 @@ def test_a_group_by_in_sql_keeps_an_upsert_table_equal_to_duckdbs(spark, tmp_pat
         "SELECT \"user\", amount * 2 + 1, upper(country) FROM clicks WHERE amount >= 3 AND country <> 'it'")
 
 
+@pytest.mark.spark
+def test_top_n_and_deduplication_in_sql_keep_duckdbs_row_numbers(spark, tmp_path):
+    """After Flink's ``RankITCase`` and ``DeduplicateITCase``: ``ROW_NUMBER() ... <= 2`` with the row number
+    selected is a Top-N kept by (country, rank); ``= 1`` ordered by the event time, the number not selected, is a
+    deduplication keeping each user's last click; each table equals DuckDB's ``QUALIFY`` after each microbatch."""
+    top = Lake(tmp_path / "top")
+    job = SqlJob("top", "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY country ORDER BY amount DESC) "
+                        "AS rn FROM clicks WHERE country <> 'xx') WHERE rn <= 2",
+                 tables={"clicks": clicks_table(top)}, sink="sinks/top")
+    assert explain(job).startswith("sql-top-clicks-country: TopN")
+    last = Lake(tmp_path / "last")
+    dedup = SqlJob("last", "SELECT user, country, amount, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user "
+                           "ORDER BY ts DESC) AS rn FROM clicks) WHERE rn = 1",
+                   tables={"clicks": clicks_table(last)}, sink="sinks/last")
+    assert explain(dedup).startswith("sql-dedup-clicks-user: Deduplicate")
+    for n in range(1, len(CLICKS) + 1):
+        run_job(spark, job, top, max_microbatches=1)
+        assert table(spark, top, "sinks/top", ["user", "country", "amount", "ts", "rn"]) == duck(
+            "SELECT *, row_number() OVER (PARTITION BY country ORDER BY amount DESC NULLS LAST) AS rn FROM clicks "
+            "WHERE country <> 'xx' QUALIFY rn <= 2", CLICKS[:n]), n
+        run_job(spark, dedup, last, max_microbatches=1)
+        assert table(spark, last, "sinks/last", ["user", "country", "amount", "ts"]) == duck(
+            'SELECT * FROM clicks QUALIFY row_number() OVER (PARTITION BY "user" ORDER BY ts DESC) = 1',
+            CLICKS[:n]), n
+
+
 def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     """The dialect parses the windowing functions of every Nexmark-style query shape (TUMBLE, HOP with an
     alias, SESSION in a GROUP BY); ``ts - INTERVAL '4' SECOND`` is a watermark 4 s behind the largest time, as
@@ -175,6 +195,10 @@ def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     ("SELECT country, count(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND)) "
      "GROUP BY country", r"grouped by window_start and window_end"),
     ("INSERT INTO x SELECT * FROM clicks", r"SQL other than one SELECT"),
+    ("SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY user ORDER BY ts) AS r FROM clicks) WHERE r <= 3",
+     r"a window function other than one ROW_NUMBER\(\) \.\.\. AS name"),
+    ("SELECT user, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user ORDER BY ts) AS r FROM clicks) "
+     "WHERE r <= 3", r"without their row number have no key to upsert by"),
 ])
 def test_unsupported_sql_is_refused_naming_the_construct(tmp_path, sql, message):
     lake = Lake(tmp_path)

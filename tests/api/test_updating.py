@@ -11,7 +11,8 @@ import pytest
 
 from state_store import ColumnAggregate, ConfigError, Dataflow, FileSource, Types
 from state_store.delta.upsert_sink import UpsertDeltaSink
-from tests.support.helpers import crashed_and_moved
+from tests.support.helpers import crashed_and_moved, duckdb_rows
+from tests.support.helpers import delta_rows as table
 from tests.support.helpers import run as run_job
 from tests.support.lake import Lake
 
@@ -52,15 +53,7 @@ def per_count(lake):
 
 
 def expected(query: str, batches=BATCHES) -> list[tuple]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE clicks (user VARCHAR, amount BIGINT)")
-    con.executemany("INSERT INTO clicks VALUES (?, ?)", [r for batch in batches for r in batch])
-    return sorted(con.execute(query).fetchall(), key=repr)
-
-
-def table(spark, lake, path: str, columns: list[str]) -> list[tuple]:
-    df = spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink")))
-    return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
+    return duckdb_rows("CREATE TABLE clicks (user VARCHAR, amount BIGINT)", [r for b in batches for r in b], query)
 
 
 @pytest.mark.spark

@@ -442,3 +442,21 @@ def maven_layout(folder: Path, jars: dict[str, bytes]) -> str:
         path.write_bytes(data)
         (path.parent / (name + ".sha1")).write_text(hashlib.sha1(data).hexdigest() + "  " + name + "\n")
     return folder.as_uri()
+
+
+def delta_rows(spark, lake, path: str, columns: list[str]) -> list[tuple]:
+    """The rows of the warehouse's Delta table ``path``, as tuples of ``columns``, sorted (a multiset)."""
+    df = spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink")))
+    return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
+
+
+def duckdb_rows(ddl: str, rows: list[tuple], query: str) -> list[tuple]:
+    """DuckDB's answer to ``query`` (sorted, a multiset) over one table made by ``ddl`` (``CREATE TABLE t (...)``)
+    holding ``rows``: an independent batch engine's expected result for a streaming job's."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(ddl)
+    if rows:
+        con.executemany(f"INSERT INTO {ddl.split()[2]} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return sorted(con.execute(query).fetchall(), key=repr)
