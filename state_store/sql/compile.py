@@ -30,11 +30,13 @@ from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.columns import ColumnAggregate
 from .dialect import Descriptor, WindowTVF, parse
+from .join import JoinQuery, read_join
 from .query_source import QuerySource
 from .rank import RankQuery, read_rank
 
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
+RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
 _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
                 "TEXT": Types.STRING, "DOUBLE": Types.DOUBLE, "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN,
                 "DATE": Types.DATE, "TIMESTAMP": Types.TIMESTAMP}
@@ -137,8 +139,8 @@ def _window_of(table) -> tuple:
 
 
 def _read(select: exp.Select, tables: dict) -> _Query:
-    for arg, construct in (("joins", "a JOIN"), ("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT"),
-                           ("distinct", "SELECT DISTINCT"), ("with_", "WITH")):
+    for arg, construct in (("joins", "a JOIN with GROUP BY"), ("having", "HAVING"), ("order", "ORDER BY"),
+                           ("limit", "LIMIT"), ("distinct", "SELECT DISTINCT"), ("with_", "WITH")):
         if select.args.get(arg):
             raise _refuse(construct)
     source = select.args.get("from_") or select.args.get("from")
@@ -294,6 +296,30 @@ def _ranked(job_id: str, rank: RankQuery, tables: dict, sink, parallelism: int, 
     return out.sink_to(sink)
 
 
+def _joined(job_id: str, join: JoinQuery, tables: dict, sink, parallelism: int, settings: dict):
+    """A regular join (``join``): each table read with its pushed-down filter, ``regular_join`` of the two, and
+    the selected columns (an inner join's without ``_kind``: it only inserts)."""
+    from ..dataflow import Dataflow
+
+    streams = []
+    for i, name in enumerate(join.tables):
+        fields, strategy = _event_time(name, tables[name])
+        row_type = Types.ROW_NAMED(list(fields), list(fields.values()))
+        source = QuerySource(tables[name].source, join.where[i], tuple((n, f"`{n}`") for n in fields), row_type)
+        flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
+        streams.append(flow.key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0]))
+    structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
+    out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
+                                  parallelism=parallelism)
+    produced = out._fields()
+    wanted = {o: (c if side == 0 else RIGHT + c) for o, (side, c) in join.outputs.items()}
+    if join.how != "inner":
+        wanted["_kind"] = "_kind"
+    out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in wanted.values()]),
+                  uid="sql-select", parallelism=parallelism)
+    return out.sink_to(sink)
+
+
 def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
     """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
     ``SqlJob`` validates and returns."""
@@ -308,6 +334,9 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
     ranked = read_rank(statements[0])
     if ranked is not None:
         return _ranked(job_id, ranked, tables, sink, parallelism, settings)
+    joined = read_join(statements[0], {n: list(_columns_of(t.source)) for n, t in tables.items()})
+    if joined is not None:
+        return _joined(job_id, joined, tables, sink, parallelism, settings)
     query = _read(statements[0], tables)
     table = tables[query.table]
     fields, strategy = _event_time(query.table, table)
