@@ -11,7 +11,7 @@ import pytest
 
 from state_store import ColumnAggregate, ConfigError, Dataflow, FileSource, Types
 from state_store.delta.upsert_sink import UpsertDeltaSink
-from tests.support.helpers import crashed_and_moved, duckdb_rows
+from tests.support.helpers import crashed_and_moved, duckdb_rows, materialized
 from tests.support.helpers import delta_rows as table
 from tests.support.helpers import run as run_job
 from tests.support.lake import Lake
@@ -258,18 +258,6 @@ USER = Types.ROW_NAMED(["id", "country", "seq"], [Types.STRING(), Types.STRING()
 PAYMENTS = [[("al", 5), ("bo", 1)], [("cy", 2), ("al", 4)], [("zed", 9)], [("bo", 3), ("eve", 1)]]
 USERS = [[("al", "fr")], [("bo", "de"), ("dee", "it")], [("al", "uk"), ("cy", "fr")], [("eve", "es")]]
 SQL_JOIN = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}
-
-
-def materialized(spark, lake, path: str, columns: list[str]) -> list[tuple]:
-    """The rows a changelog table's changes leave (+I/+U add a row, -U/-D take one back), as a sorted multiset."""
-    from collections import Counter
-
-    left = Counter()
-    for row in spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink"))).collect():
-        values = tuple(row[c] for c in columns)
-        left[values] += 1 if row["_kind"] in ("+I", "+U") else -1
-    assert all(n >= 0 for n in left.values()), "a change retracted a row that was not there"
-    return sorted((v for v, n in left.items() for _ in range(n)), key=repr)
 
 
 @pytest.mark.spark

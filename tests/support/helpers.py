@@ -460,3 +460,16 @@ def duckdb_rows(ddl: str, rows: list[tuple], query: str) -> list[tuple]:
     if rows:
         con.executemany(f"INSERT INTO {ddl.split()[2]} VALUES ({', '.join('?' * len(rows[0]))})", rows)
     return sorted(con.execute(query).fetchall(), key=repr)
+
+
+def materialized(spark, lake, path: str, columns: list[str]) -> list[tuple]:
+    """The rows a changelog table's changes leave (+I/+U add a row, -U/-D take one back; a table without
+    ``_kind`` only inserts), as tuples of ``columns``, a sorted multiset."""
+    from collections import Counter
+
+    left = Counter()
+    for row in spark.read.format("delta").load(str(lake.settings.in_warehouse(path, "sink"))).collect():
+        kind = row["_kind"] if "_kind" in row.asDict() else "+I"
+        left[tuple(row[c] for c in columns)] += 1 if kind in ("+I", "+U") else -1
+    assert all(n >= 0 for n in left.values()), "a change retracted a row that was not there"
+    return sorted((v for v, n in left.items() for _ in range(n)), key=repr)
