@@ -11,7 +11,8 @@
 # Once, a job of two operators (demo.sessions_per_country) runs over clicks of its own and prints its result, and a
 # windowed job (demo.clicks_per_minute) counts those clicks per country and minute; a job keyed by (country, user)
 # (demo.busy_users) counts its busy user-minutes, a side output, per country; a join of two streams
-# (demo.click_through) pairs impressions and clicks per ad.
+# (demo.click_through) pairs impressions and clicks per ad; two SQL jobs of the registry count clicks per country and
+# minute (a windowing TVF) and keep the top 3 pages (an updating Top-N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -121,10 +122,31 @@ print("[demo] click-throughs per ad (top 5): " + ", ".join(f"{ad} {n}" for ad, n
 PY
 }
 
+# Two SQL jobs of the registry (lakestate.toml; docs/writing/sql.md): per country, clicks per minute as a windowing
+# TVF over the clicks per_country wrote, and the top 3 pages by clicks over the clicks, an updating Top-N.
+sql_jobs() {
+  dag_run lakestate_sql-clicks-per-minute
+  dag_run lakestate_sql-top-pages
+  python - <<'PY'
+from deltalake import DeltaTable
+
+from state_store.settings import Settings
+
+settings = Settings.load()
+minutes = DeltaTable(str(settings.sink("sinks/sql_clicks_per_minute"))).to_pandas()
+for start, per in sorted(minutes.groupby("window_start"))[-2:]:
+    print(f"[demo] SQL clicks-per-minute, minute {start // 60_000}: " + ", ".join(
+        f"{r.country} {r.clicks}" for r in per.sort_values("country").itertuples()))
+top = DeltaTable(str(settings.sink("sinks/sql_top_pages"))).to_pandas().sort_values("place")
+print("[demo] SQL top pages: " + ", ".join(f"{r.place}. {r.page} ({r.clicks} clicks)" for r in top.itertuples()))
+PY
+}
+
 dag_run lakestate_clicks
 sessions
 if ls "$LAKESTATE_ROOT"/input/country-clicks/*.parquet >/dev/null 2>&1; then per_country 1; else per_country "$FILES"; fi
 per_minute
+sql_jobs
 busy_users
 click_through
 # A rescale in the middle: the job is held meanwhile (a pipeline run would wait), a savepoint is taken first,

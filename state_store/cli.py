@@ -13,6 +13,8 @@
     lakestate restore clicks (--savepoint clicks/<name> | --checkpoint N [--from-job J]) [--parallelism N]
                       [--backend B] [--uid-map OLD=NEW ...] [--allow-non-restored-state] [--approved-by NAME]
     lakestate rescale clicks --parallelism N [--savepoint-first] [--retain-savepoints N] [--approved-by NAME]
+    lakestate sql explain|register JOB [--registry PATH]   a SQL job of the pipeline registry (docs/writing/sql.md)
+    lakestate sql run JOB [the options of run]
 
 A job whose pipeline registry entry lists ``rescale``, ``restore`` or ``dispose`` in ``require_approval`` is
 refused that operation without ``--approved-by NAME`` (who approved it), as its Airflow DAG asks a person first;
@@ -177,7 +179,7 @@ def _run(args, settings: Settings):
     max_microbatches, entry = args.max_microbatches, None
     if args.registry is not None:  # the pipeline registry is the job's definition: record it, then run it
         entry = registry_entry(args.job, args.registry or None)
-        spec = catalog.register(entry.entrypoint, overrides=entry.overrides())
+        spec = catalog.register(entry.entrypoint, overrides=entry.overrides(), arguments=entry.sql)
         if spec.job_id != args.job:
             raise ConfigError(f"registry entry [jobs.{args.job}] builds job {spec.job_id!r} from {entry.entrypoint}; "
                               f"the entry's name and the JobSpec's job_id must be the same")
@@ -495,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_commands(sub, common)
     _add_savepoint_commands(sub, common, lease)
     _add_rewrite_commands(sub, common, lease)
+    _add_sql_commands(sub, common)
     return parser
 
 
@@ -529,6 +532,14 @@ def _add_run_commands(sub, common) -> None:
     p = sub.add_parser("run", parents=[common],
                        help="run a job's microbatches (what jobs/run_microbatches.py does under spark-submit)")
     p.add_argument("--job", required=True)
+    _add_run_options(p)
+    p.set_defaults(func=cmd_run)
+    _add_submit_command(sub, common)
+    _add_state_command(sub, common)
+
+
+def _add_run_options(p) -> None:
+    """What a run takes (``run``, ``sql run``)."""
     p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
@@ -541,7 +552,9 @@ def _add_run_commands(sub, common) -> None:
                    help="seconds to wait for another run of the job to finish instead of failing (default 0)")
     p.add_argument("--lease-timeout", type=float, default=60.0,
                    help="seconds of this run's silence after which another run may take the job over (> 0)")
-    p.set_defaults(func=cmd_run)
+
+
+def _add_submit_command(sub, common) -> None:
     p = sub.add_parser("submit", parents=[common],
                        help="run `lakestate run` under spark-submit, with the Delta jars and the package's "
                             "entrypoint (--print: print the command instead)",
@@ -556,6 +569,9 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("run_args", nargs=argparse.REMAINDER, metavar="-- RUN ARGS",
                    help="the arguments of `lakestate run`, after --: --job <job> [--max-microbatches N] ...")
     p.set_defaults(func=cmd_submit)
+
+
+def _add_state_command(sub, common) -> None:
     p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
     p.add_argument("--job", required=True)
     p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")
@@ -570,6 +586,51 @@ def _add_run_commands(sub, common) -> None:
     p.add_argument("--spark-master", default=None)
     _add_remote(p)
     p.set_defaults(func=cmd_state)
+
+
+def _add_sql_commands(sub, common) -> None:
+    """sql explain | register | run: a SQL job of the pipeline registry."""
+    p = sub.add_parser("sql", help="explain, register or run a SQL job of the pipeline registry (docs/writing/sql.md)")
+    actions = p.add_subparsers(dest="sql_command", required=True)
+    for name, help_text in (("explain", "print the query and the operators it compiles to, each uid and its state"),
+                            ("register", "record the job the query defines in the warehouse's catalog"),
+                            ("run", "register the job, then run its microbatches (as `lakestate run --registry`)")):
+        q = actions.add_parser(name, parents=[common], help=help_text)
+        q.add_argument("job", help="the job's id: its [jobs.<id>] entry in the registry")
+        if name == "run":
+            _add_run_options(q)
+        else:
+            q.add_argument("--registry", default="", help="the pipeline registry file (default: "
+                                                          "$LAKESTATE_REGISTRY or ./lakestate.toml)")
+        q.set_defaults(func=cmd_sql)
+
+
+def _sql_entry(job_id: str, registry: str | None):
+    entry = registry_entry(job_id, registry or None)
+    if entry.sql is None:
+        raise ConfigError(f"registry entry [jobs.{job_id}] is a job of {entry.entrypoint}, not a SQL job (field "
+                          f"'sql'): use lakestate run --job {job_id} --registry")
+    return entry
+
+
+def cmd_sql(args, settings: Settings) -> int:
+    from .catalog.jobs import build_spec
+    from .sql.compile import explain
+
+    if args.sql_command == "run":
+        args.registry = args.registry or ""
+        _sql_entry(args.job, args.registry)
+        return cmd_run(args, settings)
+    entry = _sql_entry(args.job, args.registry)
+    if args.sql_command == "register":
+        JobCatalog(settings).register(entry.entrypoint, overrides=entry.overrides(), arguments=entry.sql)
+        print(f"registered SQL job {args.job!r} in {settings.warehouse}")
+        return 0
+    job = build_spec(entry.entrypoint, entry.sql)
+    print(entry.sql["sql"].strip())
+    print()
+    print(explain(job))
+    return 0
 
 
 def _add_savepoint_commands(sub, common, lease) -> None:

@@ -28,8 +28,9 @@ MAY_IMPORT = {
     "windows": {"model", "state"},  # state: the windows' descriptors
     "joins": {"model", "windows", "state"},  # the window join runs a window operator
     "tables": {"model", "windows", "state"},  # updating results: the group aggregate folds a ColumnAggregate
-    # SQL: compiled to the model's operators (windows', tables'); an updating result's sink is delta's upsert sink
-    "sql": {"model", "sources", "state", "windows", "tables", "delta"},
+    # SQL: compiled to the model's operators (windows', tables'); an updating result's sink is delta's upsert sink;
+    # catalog: a registry entry's table of another source names its factory
+    "sql": {"model", "sources", "state", "windows", "tables", "delta", "catalog"},
     # State as Flink's runtime/state: descriptors, the keyed store and handles, operator state, TTL (ttl/: its
     # Spark side, tables and cleanup, reads the records).
     "state": {"model"},
@@ -42,7 +43,7 @@ MAY_IMPORT = {
     "delta": {"model", "state", "catalog", "subtask", "spark", "tables"},
     "run": {"model", "state", "sources", "subtask", "catalog", "spark", "delta"},
     "ops": {"model", "state", "catalog", "spark", "delta"},
-    "door": {"model", "state", "sources", "subtask", "catalog", "spark", "delta", "run", "ops"},
+    "door": {"model", "state", "sources", "subtask", "catalog", "spark", "delta", "run", "ops", "sql"},
     "entrypoint": {"door"},
     "provider": {"model", "door", "entrypoint", "catalog", "delta", "ops", "spark"},
 }

@@ -33,11 +33,13 @@ class JobCatalog:
         self.settings = settings
         self.dir = settings.catalog_dir / "jobs"
 
-    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None) -> JobSpec | Job:
-        """Record the job ``entrypoint`` builds, with ``overrides`` of its JobSpec fields (the pipeline
-        registry's parallelism, backend, ...) applied now and whenever it is loaded."""
+    def register(self, entrypoint: str, replace: bool = False, overrides: dict | None = None,
+                 arguments: dict | None = None) -> JobSpec | Job:
+        """Record the job ``entrypoint`` builds (given ``arguments``: a SQL job's declaration), with ``overrides``
+        of its JobSpec fields (the pipeline registry's parallelism, backend, ...) applied now and whenever it is
+        loaded."""
         overrides = dict(overrides or {})
-        spec = build_spec(entrypoint).with_overrides(**overrides)
+        spec = build_spec(entrypoint, arguments).with_overrides(**overrides)
         spec.validate()
         # States (and their TTL) are declared in the user's open(): calling the hooks once on the driver, as a
         # run's start does, refuses a bad declaration before the record is written, not at the first run.
@@ -47,7 +49,7 @@ class JobCatalog:
         spec = spec.with_overrides(sink=str(sink))
         self._check_tables_are_its_own(spec)
         record = {"entrypoint": entrypoint, "registered_at": int(time.time() * 1000), "spec": spec.describe(),
-                  "overrides": overrides}
+                  "overrides": overrides, **({"arguments": arguments} if arguments is not None else {})}
         existing = self.dir / f"{spec.job_id}.json"
         if existing.exists():
             try:
@@ -145,7 +147,7 @@ class JobCatalog:
 
     def load(self, job_id: str) -> JobSpec:
         record = self.get(job_id)
-        spec = build_spec(record["entrypoint"]).with_overrides(**record.get("overrides", {}))
+        spec = build_spec(record["entrypoint"], record.get("arguments")).with_overrides(**record.get("overrides", {}))
         if spec.job_id != job_id:
             raise ConfigError(f"{record['entrypoint']} now builds job {spec.job_id!r}, not {job_id!r}; "
                               "register it again")
@@ -174,20 +176,28 @@ def registered_branch_sinks(job_id: str, settings: Settings | None = None) -> li
     return [uid for uid, sink in (spec.get("sinks") or {}).items() if sink != spec.get("sink")]
 
 
-def build_spec(entrypoint: str) -> JobSpec | Job:
-    """Import ``module:factory`` and call it; the factory returns a JobSpec (or a dataflow's Job)."""
+def import_factory(entrypoint: str, what: str = "entrypoint"):
+    """The object ``module:factory`` names (``what``: what it is for, in the errors)."""
     module_name, _, attr = entrypoint.partition(":")
     if not module_name or not attr:
-        raise ConfigError(f"entrypoint {entrypoint!r} must look like 'package.module:factory'")
+        raise ConfigError(f"{what} {entrypoint!r} must look like 'package.module:factory'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"cannot import {module_name!r} for entrypoint {entrypoint!r}: {e}; check PYTHONPATH") from e
+        raise ConfigError(f"cannot import {module_name!r} for {what} {entrypoint!r}: {e}; check PYTHONPATH") from e
     factory = getattr(module, attr, None)
     if factory is None:
-        raise ConfigError(f"{module_name!r} has no {attr!r} (entrypoint {entrypoint!r})")
+        raise ConfigError(f"{module_name!r} has no {attr!r} ({what} {entrypoint!r})")
+    return factory
+
+
+def build_spec(entrypoint: str, arguments: dict | None = None) -> JobSpec | Job:
+    """Import ``module:factory`` and call it (with ``arguments``, recorded with it: a SQL job's declaration); the
+    factory returns a JobSpec (or a dataflow's Job)."""
+    factory = import_factory(entrypoint)
     try:
-        spec = factory() if callable(factory) and not isinstance(factory, (JobSpec, Job)) else factory
+        spec = (factory(**(arguments or {})) if callable(factory) and not isinstance(factory, (JobSpec, Job))
+                else factory)
     except LakestateError:
         raise
     except Exception as e:  # the user's factory failed: name it, keep the cause for the trace

@@ -40,11 +40,13 @@ from ..errors import ConfigError
 from ..job import check_job_id
 from ..key_groups import UPPER_BOUND_MAX_PARALLELISM
 from ..state.backend import BACKENDS, DEFAULT_BACKEND, backend_names
+from .sql_entries import SQL_ENTRYPOINT, SQL_FIELDS, check_definition
 
 _PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 _OVERRIDES = ("parallelism", "backend", "checkpoint_interval", "num_retained")
 BUDGETS = ("max_state_bytes", "max_late_records")
-FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget", "require_approval")
+FIELDS = ("entrypoint", "schedule", "max_microbatches", *_OVERRIDES, *BUDGETS, "on_over_budget", "require_approval",
+          *SQL_FIELDS)
 # What an entry's require_approval may name: the operation DAGs that change or delete a job's state.
 APPROVABLE = ("rescale", "restore", "dispose")
 # state_store/provider/dags.py's DAG ids: an entry whose pipeline DAG would take one of them is refused.
@@ -74,10 +76,13 @@ class PipelineEntry:
     max_late_records: int | None = None
     on_over_budget: str = "fail"
     require_approval: tuple[str, ...] = ()
+    sql: dict | None = None  # a SQL job's declaration (sql_entries), the arguments of its entrypoint
 
     def overrides(self) -> dict:
-        """What this entry sets of the JobSpec (fields left out keep the factory's values)."""
-        return {name: getattr(self, name) for name in _OVERRIDES if getattr(self, name) is not None}
+        """What this entry sets of the JobSpec (fields left out keep the factory's values; a SQL job's
+        parallelism is its operators', given to the compiler)."""
+        return {name: getattr(self, name) for name in _OVERRIDES
+                if getattr(self, name) is not None and not (self.sql is not None and name == "parallelism")}
 
     @property
     def dag_id(self) -> str:
@@ -160,9 +165,17 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
     unknown = sorted(set(table) - set(FIELDS))
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}")
-    entrypoint = table.get("entrypoint")
-    if not isinstance(entrypoint, str) or not re.fullmatch(r"[\w.]+:[\w.]+", entrypoint):
-        raise ConfigError(f"{where}: field 'entrypoint' must look like 'package.module:factory', got {entrypoint!r}")
+    entrypoint, sql = table.get("entrypoint"), None
+    if "sql" in table:
+        if entrypoint is not None:
+            raise ConfigError(f"{where}: give either 'entrypoint' (a factory) or 'sql' (a query), not both")
+        entrypoint, sql = SQL_ENTRYPOINT, check_definition(where, job_id, table)
+    elif set(table) & {"sink", "tables"}:
+        raise ConfigError(f"{where}: fields 'sink' and 'tables' belong to a SQL job (field 'sql'); an entrypoint's "
+                          f"factory gives its own")
+    elif not isinstance(entrypoint, str) or not re.fullmatch(r"[\w.]+:[\w.]+", entrypoint):
+        raise ConfigError(f"{where}: field 'entrypoint' must look like 'package.module:factory' (or give a query "
+                          f"as field 'sql'), got {entrypoint!r}")
     schedule = _schedule(where, table.get("schedule", "none"))
     values = {}
     for name, limit in (("max_microbatches", None), ("parallelism", UPPER_BOUND_MAX_PARALLELISM),
@@ -177,8 +190,10 @@ def parse_entry(job_id: str, table, path: Path) -> PipelineEntry:
     if not isinstance(approval, list) or not set(approval) <= set(APPROVABLE):
         raise ConfigError(f"{where}: field 'require_approval' must be a list of operations among "
                           f"{', '.join(APPROVABLE)}, got {approval!r}")
+    if sql is not None:
+        sql["parallelism"] = values.get("parallelism")
     return PipelineEntry(job_id, entrypoint, schedule, backend=_backend(where, table.get("backend")),
-                         on_over_budget=on_over, require_approval=tuple(approval), **values)
+                         on_over_budget=on_over, require_approval=tuple(approval), sql=sql, **values)
 
 
 def registry_text(path: str | os.PathLike | None = None) -> str | None:

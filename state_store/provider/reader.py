@@ -9,6 +9,7 @@ from state_store.catalog.job_store import JobStore as JobStore
 from state_store.catalog.jobs import JobCatalog
 from state_store.catalog.pipelines import load_registry
 from state_store.catalog.savepoints import list_savepoints
+from state_store.catalog.sql_entries import SQL_ENTRYPOINT
 from state_store.delta.sizes import human_bytes, pinned_partitions  # noqa: F401 - human_bytes: the page's, from here
 from state_store.errors import ConfigError
 from state_store.records.layout import KEYED
@@ -39,6 +40,7 @@ class JobOverview:
     operators: list[dict] = field(default_factory=list)
     # The budgets of its pipeline registry entry (``catalog.pipelines``; none set: None), checked after each run
     budget: dict | None = None
+    sql: str | None = None  # a SQL job's query (its entrypoint is then the SQL compiler's)
 
     @property
     def latest(self):
@@ -116,6 +118,8 @@ def job_overview(settings: Settings, job_id: str, record: dict) -> JobOverview:
     spec = record["spec"]
     overview = JobOverview(job_id, record["entrypoint"], spec["parallelism"], spec["max_parallelism"], spec["backend"])
     overview.edges = job_edges(spec)
+    if record["entrypoint"] == SQL_ENTRYPOINT:
+        overview.entrypoint, overview.sql = "SQL", (record.get("arguments") or {}).get("sql")
     store = JobStore(settings.job_dir(job_id), warn=overview.problems.append)
     overview.checkpoints = store.readable_checkpoints(warn=overview.problems.append)
     overview.savepoints = list_savepoints(settings, job_id, warn=overview.problems.append)

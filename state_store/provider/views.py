@@ -206,6 +206,8 @@ def _header(job: JobOverview, dags: dict) -> str:
             f"{job.max_parallelism} · backend {html.escape(job.backend)} · latest checkpoint "
             f"{latest.checkpoint_id if latest else '-'} · {_dag_link(job.dag_id)}{paused}</p>"
             f"<p class='meta'>Operations (each DAG's Trigger form asks for the job): {operations}</p>"
+            + (f"<details class='sql'><summary>Its SQL</summary><pre>{html.escape(job.sql.strip())}</pre></details>"
+               if job.sql else "")
             + _paused_note(job, dags))
 
 

@@ -18,7 +18,7 @@ output column keeps the state. No Spark here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
@@ -28,12 +28,14 @@ from ..functions import MapFunction
 from ..sources.base import Source
 from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
+from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import ColumnAggregate
 from .dialect import Descriptor, WindowTVF, parse
 from .join import JoinQuery, read_join
 from .query_source import QuerySource
 from .rank import RankQuery, read_rank
 
+ALL = "_all"  # the constant key of a query without one
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
 RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
@@ -91,7 +93,8 @@ def watermark_strategy(declared: str) -> tuple[str, WatermarkStrategy]:
     return node.name, strategy
 
 
-def _type(data_type: exp.DataType) -> TypeInfo:
+def column_type(data_type: exp.DataType) -> TypeInfo:
+    """Lakestate's type of a SQL column type (``BIGINT``, ``STRING``, ``DECIMAL(10, 2)``, ...)."""
     name = data_type.this.name if hasattr(data_type.this, "name") else str(data_type.this)
     if name == "DECIMAL" and data_type.expressions:
         precision, scale = (int(e.name) for e in data_type.expressions)
@@ -210,11 +213,11 @@ def _spark_types(fields: dict, outputs: dict) -> dict:
         data_type = node.expressions[0].type
         if data_type is None or data_type.this == exp.DataType.Type.UNKNOWN:
             raise _refuse(f"the expression {expression}, whose type sqlglot cannot tell", "CAST it")
-        types[out] = _type(data_type)
+        types[out] = column_type(data_type)
     return types
 
 
-def _stateful(flow, query: _Query, parallelism: int):
+def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     """The query's window or group aggregation of ``flow``, then (when its names are not the operator's) the
     renaming step to its output columns."""
     from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -241,7 +244,7 @@ def _stateful(flow, query: _Query, parallelism: int):
     produced = out._fields()
     if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
         out_type = Types.ROW_NAMED(list(wanted), [produced[n] for n in wanted.values()])
-        out = out.map(Rename(wanted), output_type=out_type, uid="sql-select", parallelism=parallelism)
+        out = out.map(Rename(wanted), output_type=out_type, uid=fresh("sql-select"), parallelism=parallelism)
     return out
 
 
@@ -256,74 +259,189 @@ def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | N
     return fields, strategy
 
 
-def _ranked(job_id: str, rank: RankQuery, tables: dict, sink, parallelism: int, settings: dict):
-    """A Top-N or deduplication (``rank``): the table's rows through ``deduplicate`` or ``top_n`` to ``sink``
-    (a path: an ``UpsertDeltaSink`` by the partition's columns, and the rank when it is selected)."""
-    from ..dataflow import Dataflow
-    from ..delta.upsert_sink import UpsertDeltaSink
+class Constant(MapFunction):
+    """The record with one more column, ``name``, of one value: the key of a query without one (a Top-N without
+    ``PARTITION BY``), whose rows all go to one subtask."""
 
-    if rank.table not in tables:
-        raise ConfigError(f"SQL: the query reads table {rank.table!r} but tables= has {sorted(tables)}")
-    fields, strategy = _event_time(rank.table, tables[rank.table])
-    row_type = Types.ROW_NAMED(list(fields), list(fields.values()))
-    source = QuerySource(tables[rank.table].source, rank.where, tuple((n, f"`{n}`") for n in fields), row_type)
-    flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
-    keyed = flow.key_by(rank.keys if len(rank.keys) != 1 else rank.keys[0])
-    structure = "-".join([rank.table, *rank.keys])
-    (column, ascending), time_column = rank.order[0], strategy.timestamp_column if strategy else None
-    if rank.n == 1 and rank.rank_column is None and len(rank.order) == 1 and column in (None, time_column):
-        out = keyed.deduplicate(uid=f"sql-dedup-{structure}", keep="first" if ascending else "last",
-                                time_column=column, parallelism=parallelism)
-    elif any(c is None for c, _ in rank.order):
-        raise _refuse("a Top-N ordered by PROCTIME() (a deduplication orders by it alone, keeping row 1)")
-    else:
-        out = keyed.top_n(rank.n, rank.order, uid=f"sql-top-{structure}", rank_column=rank.rank_column,
-                          parallelism=parallelism)
-    produced = out._fields()
-    if rank.columns is not None:
-        wanted = {c: c for c in rank.columns} | ({"_kind": "_kind"} if "_kind" in produced else {})
-        if list(wanted) != list(produced):
-            missing = [c for c in rank.columns if c not in produced]
-            if missing:
-                raise ConfigError(f"SQL: the query selects {missing[0]!r}, not a column of {rank.table!r}")
-            out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in wanted]),
-                          uid="sql-select", parallelism=parallelism)
-    if isinstance(sink, str) and "_kind" in produced:
+    def __init__(self, name: str):
+        self.name = name
+
+    def map(self, record: dict) -> dict:
+        """The record and the constant."""
+        return {**record, self.name: 0}
+
+
+class WindowColumns(WindowAssigner):
+    """Each row in the window its columns ``start`` and ``end`` name: the rows of a windowing function's query
+    (Flink's windows attached to the rows, which a window Top-N after a window aggregation ranks)."""
+
+    def __init__(self, start: str, end: str):
+        self.start, self.end = start, end
+
+    def assign_windows(self, element, timestamp, processing_time) -> list:
+        """The row's own window."""
+        return [TimeWindow(element[self.start], element[self.end])]
+
+
+@dataclass
+class _Rel:
+    """A query's rows: the stream (not keyed), the upsert key of an updating result (None: insert-only, or a
+    changelog kept as it is; []: one without a key), and the window whose ``window_start`` and ``window_end``
+    the rows carry (a window aggregation's)."""
+
+    flow: Any
+    key: list[str] | None = None
+    window: tuple | None = None
+    structure: str = ""  # what names its stateful operator: a query over it names its own after it
+
+
+@dataclass
+class _Compiler:
+    """What every part of one query is compiled with: the job's id, its tables, parallelism and settings."""
+
+    job_id: str
+    tables: dict
+    parallelism: int
+    settings: dict
+    used: set = field(default_factory=set)
+
+    def fresh(self, uid: str) -> str:
+        """``uid``, or (given already, in a query of several parts) ``uid-2``, ``uid-3``, ...: a stateless step's."""
+        n, found = 1, uid
+        while found in self.used:
+            n += 1
+            found = f"{uid}-{n}"
+        self.used.add(found)
+        return found
+
+    def scan(self, name: str, where: str | None, columns: dict | None = None, types: dict | None = None):
+        """Table ``name``'s rows that ``where`` keeps, as ``columns`` (name -> Spark SQL; None: all as they are),
+        evaluated by Spark as they are read: a Dataflow from its source, with the table's watermark."""
+        from ..dataflow import Dataflow  # the builder; the model does not import this wing at load
+
+        if name not in self.tables:
+            raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(self.tables)}")
+        fields, strategy = _event_time(name, self.tables[name])
+        columns = columns or {n: f"`{n}`" for n in fields}
+        types = types or fields
+        row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
+        source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type)
+        return Dataflow.from_source(source, job_id=self.job_id, watermark_strategy=strategy, **self.settings)
+
+    def relation(self, select: exp.Select) -> _Rel:
+        """The rows of ``select``, compiled (the module docstring's shapes)."""
+        ranked = read_rank(select)
+        if ranked is not None:
+            return self.ranked(ranked)
+        joined = read_join(select, {n: list(_columns_of(t.source)) for n, t in self.tables.items()})
+        if joined is not None:
+            return self.joined(joined)
+        return self.selected(_read(select, self.tables))
+
+    def selected(self, query: _Query) -> _Rel:
+        """A stateless SELECT, or a window or group aggregation, of one table."""
+        fields, strategy = _event_time(query.table, self.tables[query.table])
+        if query.window is not None and (strategy is None or strategy.timestamp_column != query.window[1]):
+            raise ConfigError(f"SQL: the window's DESCRIPTOR({query.window[1]}) must be table {query.table!r}'s "
+                              f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "
+                              f"'4' SECOND\")")
+        if query.aggregates:
+            out = _stateful(self.scan(query.table, query.where), query, self.parallelism, self.fresh)
+            key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
+            return _Rel(out, key, query.window, "-".join(["window" if query.window else "group", query.table,
+                                                          *query.keys]))
+        columns = {o: e for o, (_, e) in query.outputs.items()}
+        flow = self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs))
+        return _Rel(flow.map(Rename({n: n for n in columns}), output_type=flow._row_type(),
+                             uid=self.fresh("sql-select"), parallelism=self.parallelism))
+
+    def ranked(self, rank: RankQuery) -> _Rel:
+        """A Top-N or deduplication (``rank``) of a table's rows, or of a query's (``rank.inner``)."""
+        up = self.relation(rank.inner) if rank.inner is not None else None
+        if up is not None and up.window is not None and {START, END} <= set(rank.keys):
+            return self.window_ranked(rank, up)
+        flow = up.flow if up is not None else self.scan(rank.table, rank.where)
+        strategy = self.tables[rank.table] if rank.table is not None else None
+        time_column = _event_time(rank.table, strategy)[1] if strategy is not None else None
+        time_column = time_column.timestamp_column if time_column is not None else None
+        keys, structure = rank.keys, "-".join([rank.table or up.structure, *rank.keys])
+        if not keys:
+            fields = flow._fields()
+            keys = [ALL]
+            flow = flow.map(Constant(ALL), output_type=Types.ROW_NAMED([*fields, ALL], [*fields.values(),
+                            Types.INT()]), uid=self.fresh("sql-all"), parallelism=self.parallelism)
+        keyed = flow.key_by(keys if len(keys) != 1 else keys[0])
+        (column, ascending) = rank.order[0]
+        parallelism = self.parallelism if rank.keys else 1
+        if (up is None and rank.n == 1 and rank.rank_column is None and len(rank.order) == 1
+                and column in (None, time_column)):
+            out = keyed.deduplicate(uid=f"sql-dedup-{structure}", keep="first" if ascending else "last",
+                                    time_column=column, parallelism=parallelism)
+        elif any(c is None for c, _ in rank.order):
+            raise _refuse("a Top-N ordered by PROCTIME() (a deduplication orders by it alone, keeping row 1)")
+        else:
+            out = keyed.top_n(rank.n, rank.order, uid=f"sql-top-{structure}", rank_column=rank.rank_column,
+                              parallelism=parallelism)
+        out = _select(out, rank, [c for c in out._fields() if c != ALL], parallelism, self.fresh)
+        if "_kind" not in out._fields():
+            return _Rel(out)
         if rank.n > 1 and rank.rank_column is None:
-            raise ConfigError("SQL: a Top-N's rows without their row number have no key to upsert by: select the "
-                              "row number, or give sink=UpsertDeltaSink(path, key=[a column naming a row])")
-        sink = UpsertDeltaSink(sink, key=rank.keys + ([rank.rank_column] if rank.rank_column else []))
-    return out.sink_to(sink)
+            return _Rel(out, [])
+        return _Rel(out, rank.keys + ([rank.rank_column] if rank.rank_column else []))
+
+    def window_ranked(self, rank: RankQuery, up: _Rel) -> _Rel:
+        """A window Top-N over a window aggregation's rows (``up``): each window's rows ranked once it fires,
+        insert-only (Flink's ``WindowRank`` after a ``WindowAggregate``)."""
+        fields = up.flow._fields()
+        hidden = {c: c for c in fields if c not in (START, END)} | {"_start": START, "_end": END}
+        flow = up.flow.map(Rename(hidden), output_type=Types.ROW_NAMED(list(hidden), [fields[c] for c in
+                           hidden.values()]), uid=self.fresh("sql-window-rows"), parallelism=self.parallelism)
+        keys = [k for k in rank.keys if k not in (START, END)]
+        assigner = WindowColumns("_start", "_end")
+        windowed = (flow.key_by(keys if len(keys) != 1 else keys[0]).window(assigner, timestamp_column="_start")
+                    if keys else flow.window_all(assigner, timestamp_column="_start"))
+        kind, _, size, slide = up.window
+        out = windowed.top_n(rank.n, rank.order, uid="-".join(["sql-window-top", *keys, kind, str(size), str(slide)]),
+                             rank_column=rank.rank_column, parallelism=self.parallelism if keys else 1)
+        return _Rel(_select(out, rank, list(fields) + ([rank.rank_column] if rank.rank_column else []),
+                            self.parallelism, self.fresh))
+
+    def joined(self, join: JoinQuery) -> _Rel:
+        """A regular join (``join``): each table read with its pushed-down filter, ``regular_join`` of the two,
+        and the selected columns (an inner join's without ``_kind``: it only inserts)."""
+        streams = [self.scan(name, join.where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
+                   for i, name in enumerate(join.tables)]
+        structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
+        out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
+                                      parallelism=self.parallelism)
+        produced = out._fields()
+        wanted = {o: (c if side == 0 else RIGHT + c) for o, (side, c) in join.outputs.items()}
+        if join.how != "inner":
+            wanted["_kind"] = "_kind"
+        out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
+                      wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
+        return _Rel(out)  # an outer join's changelog is kept as it is: its rows have no key
 
 
-def _joined(job_id: str, join: JoinQuery, tables: dict, sink, parallelism: int, settings: dict):
-    """A regular join (``join``): each table read with its pushed-down filter, ``regular_join`` of the two, and
-    the selected columns (an inner join's without ``_kind``: it only inserts)."""
-    from ..dataflow import Dataflow
-
-    streams = []
-    for i, name in enumerate(join.tables):
-        fields, strategy = _event_time(name, tables[name])
-        row_type = Types.ROW_NAMED(list(fields), list(fields.values()))
-        source = QuerySource(tables[name].source, join.where[i], tuple((n, f"`{n}`") for n in fields), row_type)
-        flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
-        streams.append(flow.key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0]))
-    structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
-    out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
-                                  parallelism=parallelism)
+def _select(out, rank: RankQuery, available: list[str], parallelism: int, fresh):
+    """A Top-N's rows as its outer query selects them (``available``: its columns, in order, for ``*``)."""
     produced = out._fields()
-    wanted = {o: (c if side == 0 else RIGHT + c) for o, (side, c) in join.outputs.items()}
-    if join.how != "inner":
-        wanted["_kind"] = "_kind"
-    out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in wanted.values()]),
-                  uid="sql-select", parallelism=parallelism)
-    return out.sink_to(sink)
+    wanted = {c: c for c in (rank.columns if rank.columns is not None else available)}
+    missing = [c for c in wanted if c not in produced]
+    if missing:
+        raise ConfigError(f"SQL: the query selects {missing[0]!r}, not a column of the rows it ranks "
+                          f"({[c for c in available if c != '_kind']})")
+    wanted |= {"_kind": "_kind"} if "_kind" in produced else {}
+    if list(wanted) == list(produced):
+        return out
+    return out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in wanted]),
+                   uid=fresh("sql-select"), parallelism=parallelism)
 
 
 def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
     """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
-    ``SqlJob`` validates and returns."""
-    from ..dataflow import Dataflow  # the builder; the model does not import this wing at load
+    ``SqlJob`` validates and returns. An updating result's sink given as a path is an ``UpsertDeltaSink`` by the
+    result's key."""
     from ..delta.upsert_sink import UpsertDeltaSink
 
     statements = parse(sql)
@@ -331,33 +449,14 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
         raise _refuse("SQL other than one SELECT (INSERT, CREATE, UNION, several statements)",
                       "give the SELECT; tables= names its tables and sink= where it goes")
     tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
-    ranked = read_rank(statements[0])
-    if ranked is not None:
-        return _ranked(job_id, ranked, tables, sink, parallelism, settings)
-    joined = read_join(statements[0], {n: list(_columns_of(t.source)) for n, t in tables.items()})
-    if joined is not None:
-        return _joined(job_id, joined, tables, sink, parallelism, settings)
-    query = _read(statements[0], tables)
-    table = tables[query.table]
-    fields, strategy = _event_time(query.table, table)
-    if query.window is not None and (strategy is None or strategy.timestamp_column != query.window[1]):
-        raise ConfigError(f"SQL: the window's DESCRIPTOR({query.window[1]}) must be table {query.table!r}'s "
-                          f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "
-                          f"'4' SECOND\")")
-    stateless = not query.aggregates
-    columns = {o: e for o, (_, e) in query.outputs.items()} if stateless else {n: f"`{n}`" for n in fields}
-    types = _spark_types(fields, query.outputs) if stateless else fields
-    row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
-    source = QuerySource(table.source, query.where, tuple(columns.items()), row_type)
-    flow = Dataflow.from_source(source, job_id=job_id, watermark_strategy=strategy, **settings)
-    if stateless:
-        out = flow.map(Rename({n: n for n in columns}), output_type=row_type, uid="sql-select",
-                       parallelism=parallelism)
-        return out.sink_to(sink)
-    out = _stateful(flow, query, parallelism)
-    if query.window is None and isinstance(sink, str):
-        sink = UpsertDeltaSink(sink, key=[o for o, (k, w) in query.outputs.items() if k == "column"])
-    return out.sink_to(sink)
+    rel = _Compiler(job_id, tables, parallelism, settings).relation(statements[0])
+    if isinstance(sink, str) and rel.key is not None:
+        if not rel.key:
+            raise ConfigError("SQL: this updating result's rows have no key to upsert by (a Top-N without its row "
+                              "number): select the row number, or give sink=UpsertDeltaSink(path, "
+                              "key=[columns naming a row]), or a DeltaSink to keep every change")
+        sink = UpsertDeltaSink(sink, key=rel.key)
+    return rel.flow.sink_to(sink)
 
 
 def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, **settings):  # noqa: N802

@@ -1,8 +1,12 @@
 """Flink SQL's Top-N and deduplication, read from their one SQL shape (docs/writing/sql.md):
 
     SELECT <columns | *> FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY k ... ORDER BY c [ASC | DESC] ...) AS rn FROM t [WHERE ...])
+        SELECT *, ROW_NUMBER() OVER ([PARTITION BY k ...] ORDER BY c [ASC | DESC] ...) AS rn
+        FROM t [WHERE ...] | FROM (<a query>))
     WHERE rn <= N        -- or rn < N, rn = 1, rn BETWEEN 1 AND N
+
+Over a query's rows, the Top-N ranks what that query gives: an updating result (a ``GROUP BY``'s, Flink's
+retracting Top-N) or a window aggregation's rows partitioned by ``window_start, window_end`` (window Top-N).
 
 ``rn <= 1`` ordered by the table's event-time column (or ``PROCTIME()``) and not selected is a deduplication
 (``Dataflow.deduplicate``: ascending keeps the first row, descending the last); any other is a Top-N
@@ -21,17 +25,19 @@ from ..errors import ConfigError
 class RankQuery:
     """A Top-N or deduplication read from the SQL (see the module docstring)."""
 
-    table: str
+    table: str | None  # None: over ``inner``, a subquery
     where: str | None
     keys: list[str]
     order: list[tuple[str, bool]]  # (column, ascending); the column None for PROCTIME()
     n: int
     rank_column: str | None  # the row number's name when the outer query selects it
     columns: list[str] | None  # the outer query's columns (None: all of the table's, and the rank if named)
+    inner: exp.Select | None = None  # the query it ranks the rows of, when not a table
 
 
-def _refuse(construct: str) -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet (docs/writing/sql.md lists what is)")
+def _refuse(construct: str, fix: str = "") -> ConfigError:
+    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
+                       f"lists what is)")
 
 
 def _bound(where, name: str) -> int:
@@ -73,14 +79,18 @@ def read_rank(select: exp.Select) -> RankQuery | None:
         raise _refuse("a Top-N's inner query selecting columns (select * and the row number)")
     alias, window = ranked[0][0].alias, ranked[0][1]
     table = inner.args.get("from_") or inner.args.get("from")
-    if not isinstance(table.this, exp.Table) or not isinstance(table.this.this, exp.Identifier):
-        raise _refuse("a Top-N over anything but a table")
+    nested = table.this.this if isinstance(table.this, exp.Subquery) else None
+    if not isinstance(nested, exp.Select) and not (isinstance(table.this, exp.Table)
+                                                    and isinstance(table.this.this, exp.Identifier)):
+        raise _refuse("a Top-N over anything but a table or a query")
+    if nested is not None and inner.args.get("where"):
+        raise _refuse("a WHERE beside ROW_NUMBER() over a query's rows", "filter them in that query")
     for arg in ("joins", "group", "having", "order", "limit"):
         if inner.args.get(arg) or select.args.get(arg):
             raise _refuse(f"{arg.upper()} in a Top-N")
     keys = [p.name for p in window.args.get("partition_by") or []]
-    if not keys or not all(isinstance(p, exp.Column) for p in window.args["partition_by"]):
-        raise _refuse("a ROW_NUMBER() without PARTITION BY columns")
+    if not all(isinstance(p, exp.Column) for p in window.args.get("partition_by") or []):
+        raise _refuse("a ROW_NUMBER() PARTITION BY an expression (partition by columns)")
     order = []
     for o in (window.args.get("order").expressions if window.args.get("order") else []):
         node = o.this
@@ -99,5 +109,7 @@ def read_rank(select: exp.Select) -> RankQuery | None:
     columns = None if star else [c.name for c in outer]
     rank_column = alias if star or alias in (columns or []) else None
     where = inner.args.get("where")
-    return RankQuery(table.this.name, None if where is None else where.this.sql(dialect="spark"), keys, order,
-                     _bound(select.args.get("where") and select.args["where"].this, alias), rank_column, columns)
+    return RankQuery(None if nested is not None else table.this.name,
+                     None if where is None else where.this.sql(dialect="spark"), keys, order,
+                     _bound(select.args.get("where") and select.args["where"].this, alias), rank_column, columns,
+                     nested)

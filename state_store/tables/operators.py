@@ -15,7 +15,7 @@ from .deduplicate import KEEP, Deduplicate
 from .group_aggregate import GroupAggregate
 from .over import FRAMES, OverAggregate
 from .regular_join import RegularJoin
-from .top_n import TopN
+from .top_n import RetractTopN, TopN
 
 
 class UpdatingOperators:
@@ -79,27 +79,29 @@ class UpdatingOperators:
               state_ttl: StateTtlConfig | None = None) -> Self:
         """Keep each key's first ``n`` rows by ``order_by``, as Flink SQL's Top-N (``ROW_NUMBER() OVER (PARTITION
         BY key ORDER BY ...) <= n``; docs/writing/updating.md): a changelog of the rows entering and leaving the
-        top, or, with ``rank_column``, of each rank's row. ``order_by``: columns, ascending, or ``(column,
-        False)`` for descending; ties keep the order the rows came in.
+        top, or, with ``rank_column``, of each rank's row. Over an updating stream (a ``GROUP BY``'s result) each
+        key keeps all its rows, and a retracted row leaves the top (Flink's retracting Top-N). ``order_by``:
+        columns, ascending, or ``(column, False)`` for descending; ties keep the order the rows came in.
 
         Example: ``.key_by("auction").top_n(10, [("price", False)], uid="top-bids", rank_column="rank")``
         """
-        fields, shown = self._table_input(f"top_n(uid={uid!r})")
-        order = check_order(n, order_by, fields, rank_column, shown)
-        function = TopN(Types.ROW_NAMED(list(fields), list(fields.values())), n, order, rank_column,
-                        generate_update_before, state_ttl)
+        fields, shown = self._table_input(f"top_n(uid={uid!r})", updating=True)
+        rows = {c: t for c, t in fields.items() if c != KIND}
+        order = check_order(n, order_by, rows, rank_column, shown)
+        function = (RetractTopN if KIND in fields else TopN)(Types.ROW_NAMED(list(rows), list(rows.values())), n,
+                                                             order, rank_column, generate_update_before, state_ttl)
         return self.process(function, uid=uid, output_type=function.output_type(), parallelism=parallelism,
                             max_parallelism=max_parallelism)
 
-    def _table_input(self, shown: str) -> tuple[dict, str]:
-        """The columns of the keyed, insert-only stream a deduplication or Top-N reads; a ConfigError naming the
-        fix otherwise."""
+    def _table_input(self, shown: str, updating: bool = False) -> tuple[dict, str]:
+        """The columns of the keyed stream a deduplication or Top-N reads (insert-only unless ``updating``); a
+        ConfigError naming the fix otherwise."""
         if self._key is None:
             raise ConfigError(f"{shown} needs a keyed stream: .key_by(column) before it")
         fields = self._fields()
         if fields is None:
             raise ConfigError(f"{shown}: the source does not declare its columns; declare its schema")
-        if KIND in fields:
+        if KIND in fields and not updating:
             raise ConfigError(f"{shown} reads an insert-only stream, and this one is updating (its rows have "
                               f"{KIND!r}); apply it before the operator that makes the updates")
         return fields, shown

@@ -20,7 +20,7 @@ from ..functions import KeyedProcessFunction
 from ..state.descriptors import ListStateDescriptor
 from ..types import RowTypeInfo, Types
 from ..windows.ranking import ordered
-from .changelog import KIND, RowKind, changelog_type, changes
+from .changelog import ADDS, KIND, RowKind, changelog_type, changes
 
 
 class TopN(KeyedProcessFunction):
@@ -63,4 +63,49 @@ class TopN(KeyedProcessFunction):
             if was is not row:
                 out += changes(None if was is None else {**was, rank: i + 1}, {**row, rank: i + 1},
                                self.generate_update_before)
+        return out
+
+
+class RetractTopN(TopN):
+    """Flink's ``RetractableTopNFunction``: the Top-N of an updating stream (a changelog, a ``GROUP BY``'s
+    result). Per key the state is every row that holds (a ListState, ``rows``): ``+I`` and ``+U`` add a row,
+    ``-U`` and ``-D`` take out one equal to it (one the state no longer has, after TTL, is ignored, as Flink's
+    is). The changes of the top ``n`` are emitted as ``TopN``'s, rows compared by their values."""
+
+    @override
+    def open(self, ctx) -> None:
+        descriptor = ListStateDescriptor("rows", self.row_type)
+        if self.ttl is not None:
+            descriptor.enable_time_to_live(self.ttl)
+        self.rows = ctx.get_list_state(descriptor)
+
+    @override
+    def process(self, key, records, ctx):
+        held = list(self.rows.get() or [])
+        old = ordered(list(held), self.order_by)[:self.n]
+        for record in records:
+            row = {c: record[c] for c in self.row_type.fields}
+            if record[KIND] in ADDS:
+                held.append(row)
+            elif row in held:
+                held.remove(row)
+        self.rows.update(held)
+        new = ordered(list(held), self.order_by)[:self.n]
+        if old == new:
+            return None
+        if self.rank_column is None:
+            gone, came = list(old), []
+            for row in new:
+                if row in gone:
+                    gone.remove(row)
+                else:
+                    came.append(row)
+            return ([{**r, KIND: RowKind.DELETE.value} for r in gone]
+                    + [{**r, KIND: RowKind.INSERT.value} for r in came])
+        out, rank = [], self.rank_column
+        for i in range(max(len(old), len(new))):
+            was, now = (old[i] if i < len(old) else None), (new[i] if i < len(new) else None)
+            if was != now:
+                out += changes(None if was is None else {**was, rank: i + 1},
+                               None if now is None else {**now, rank: i + 1}, self.generate_update_before)
         return out

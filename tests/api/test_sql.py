@@ -6,6 +6,7 @@ the construct."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import duckdb
@@ -171,6 +172,35 @@ def test_top_n_and_deduplication_in_sql_keep_duckdbs_row_numbers(spark, tmp_path
             'SELECT * FROM clicks QUALIFY row_number() OVER (PARTITION BY "user" ORDER BY ts DESC) = 1',
             CLICKS[:n]), n
 
+    # Over a query's rows: the top country of each window by its clicks (a window Top-N after a window
+    # aggregation, insert-only), and the top two users by their sum (a retracting Top-N over a GROUP BY's
+    # updating rows, without PARTITION BY: one subtask), each equal to DuckDB's.
+    windows = Lake(tmp_path / "windows")
+    per_window = SqlJob("top-window", "SELECT window_start, country, clicks, rn FROM (SELECT *, ROW_NUMBER() OVER "
+                        "(PARTITION BY window_start, window_end ORDER BY clicks DESC, country) AS rn FROM (SELECT "
+                        "window_start, window_end, country, COUNT(*) AS clicks FROM TABLE(TUMBLE(TABLE clicks, "
+                        "DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, country)) "
+                        "WHERE rn <= 1", tables={"clicks": clicks_table(windows)}, sink="sinks/top_window")
+    assert [o.uid for o in per_window.operators][2:4] == ["sql-window-rows", "sql-window-top-tumble-10000-10000"]
+    run_job(spark, per_window, windows)
+    assert table(spark, windows, "sinks/top_window", ["window_start", "country", "clicks", "rn"]) == duck(
+        "SELECT ws, country, n, 1 FROM (SELECT ts - ts % 10000 AS ws, country, count(*) AS n FROM clicks WHERE "
+        "country <> 'xx' GROUP BY ws, country) QUALIFY row_number() OVER (PARTITION BY ws ORDER BY n DESC, "
+        "country) = 1")
+    spenders = Lake(tmp_path / "spenders")
+    top_spenders = SqlJob("spenders", "SELECT user, spent, rn FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY spent "
+                          "DESC) AS rn FROM (SELECT user, SUM(amount) AS spent FROM clicks WHERE amount IS NOT NULL "
+                          "GROUP BY user)) WHERE rn <= 2", tables={"clicks": clicks_table(spenders, None)},
+                          sink="sinks/spenders")
+    assert explain(top_spenders).splitlines()[3] == ("sql-top-group-clicks-user: RetractTopN, keyed by '_all'; state "
+                                                     "sql-top-group-clicks-user.rows")
+    for n in range(1, len(CLICKS) + 1):
+        run_job(spark, top_spenders, spenders, max_microbatches=1)
+        assert table(spark, spenders, "sinks/spenders", ["user", "spent", "rn"]) == duck(
+            'SELECT "user", s, row_number() OVER (ORDER BY s DESC) FROM (SELECT "user", sum(amount) AS s FROM '
+            'clicks WHERE amount IS NOT NULL GROUP BY "user") QUALIFY row_number() OVER (ORDER BY s DESC) <= 2',
+            CLICKS[:n]), n
+
 
 AUCTION = Types.ROW_NAMED(["id", "seller", "category"], [Types.LONG(), Types.LONG(), Types.LONG()])
 PERSON = Types.ROW_NAMED(["id", "name", "state"], [Types.LONG(), Types.STRING(), Types.STRING()])
@@ -234,9 +264,73 @@ def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     ("SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY user ORDER BY ts) AS r FROM clicks) WHERE r <= 3",
      r"a window function other than one ROW_NUMBER\(\) \.\.\. AS name"),
     ("SELECT user, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user ORDER BY ts) AS r FROM clicks) "
-     "WHERE r <= 3", r"without their row number have no key to upsert by"),
+     "WHERE r <= 3", r"rows have no key to upsert by \(a Top-N without its row number"),
 ])
 def test_unsupported_sql_is_refused_naming_the_construct(tmp_path, sql, message):
     lake = Lake(tmp_path)
     with pytest.raises(ConfigError, match=message):
         SqlJob("bad", sql, tables={"clicks": clicks_table(lake)}, sink="sinks/bad")
+
+
+SQL_ENTRY = '''
+[jobs.per-country]
+sql = "SELECT country, COUNT(*) AS clicks FROM clicks GROUP BY country"
+sink = "sinks/per_country"
+parallelism = 3
+{extra}
+[jobs.per-country.tables.clicks]
+path = "input/clicks"
+format = "json"
+schema = "user STRING, country STRING, amount BIGINT, ts BIGINT"
+{table}
+'''
+
+
+@pytest.mark.parametrize("extra, table, message", [
+    ("", "", None),
+    ('entrypoint = "demo.clicks:job"', "", r"either 'entrypoint' \(a factory\) or 'sql' \(a query\), not both"),
+    ("", 'source = "demo.clicks:job"', r"either source = .* or path, format and schema, not both"),
+    ("", 'watermark = ""', r"table 'clicks': field 'watermark' must be a non-empty string"),
+    ("", "max_files_per_batch = 0", r"'max_files_per_batch' must be a positive integer"),
+    ("", "columns = 2", r"table 'clicks': unknown field 'columns'"),
+])
+def test_a_sql_job_in_the_registry_is_checked_field_by_field_and_explained_by_the_cli(tmp_path, capsys, monkeypatch,
+                                                                                      extra, table, message):
+    """A registry entry with ``sql``, ``sink`` and ``tables``: each bad field refused naming the entry and the
+    field, the other entries still loading; a good one explained by ``lakestate sql explain`` (the query, then each
+    operator's uid and state) with its parallelism the operators'; its record rebuilds the job."""
+    from state_store.catalog.jobs import build_spec
+    from state_store.catalog.pipelines import load_registry
+    from state_store.cli import main
+
+    registry = tmp_path / "lakestate.toml"
+    registry.write_text(SQL_ENTRY.format(extra=extra, table=table) + '\n[jobs.other]\nentrypoint = "demo.clicks:job"\n')
+    entries, errors = load_registry(registry)
+    assert "other" in entries
+    if message is not None:
+        assert list(errors) == ["per-country"] and "[jobs.per-country]" in errors["per-country"]
+        assert re.search(message, errors["per-country"]), errors
+        return
+    write_clicks(tmp_path / "root" / "input" / "clicks")
+    monkeypatch.setenv("LAKESTATE_ROOT", str(tmp_path / "root"))  # a table's relative path is under the root
+    entry = entries["per-country"]
+    assert entry.overrides() == {} and entry.sql["parallelism"] == 3
+    job = build_spec(entry.entrypoint, entry.sql)
+    assert [o.parallelism for o in job.operators] == [3, 3]
+    assert main(["sql", "explain", "per-country", "--registry", str(registry)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "SELECT country, COUNT(*) AS clicks FROM clicks GROUP BY country"
+    assert said[2] == ("sql-group-clicks-country: GroupAggregate, keyed by 'country'; state "
+                       "sql-group-clicks-country.group")
+    assert main(["sql", "explain", "other", "--registry", str(registry)]) == 2
+    assert "not a SQL job (field 'sql'): use lakestate run --job other --registry" in capsys.readouterr().err
+    # The demo's SQL Top-N (lakestate.toml) compiles to what docs/writing/sql.md says it does.
+    from pathlib import Path
+
+    from state_store.catalog.pipelines import registry_entry
+
+    top = registry_entry("sql-top-pages", Path(__file__).parents[2] / "lakestate.toml")
+    (tmp_path / "root" / "input" / "clicks").mkdir(exist_ok=True)
+    page = (Path(__file__).parents[2] / "docs" / "writing" / "sql.md").read_text()
+    assert explain(build_spec(top.entrypoint, top.sql)) + "\n" == re.search(
+        r"`explain` prints, for the entry above:\n\n```\n(.*?)```", page, re.S).group(1)

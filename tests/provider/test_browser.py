@@ -243,7 +243,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
     from state_store.settings import Settings
 
     registry = tmp_path / "lakestate.toml"
-    registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\ncheckpoint_interval = 1\n')
+    registry.write_text('[jobs.clicks]\nentrypoint = "demo.clicks:job"\ncheckpoint_interval = 1\n' + SQL_JOB)
     env = {**airflow_env(tmp_path, tmp_path / "lakestate", registry),
            "PYTHONWARNINGS": "default"}  # the tasks' logs show every warning they raise
     demo_input(env)
@@ -265,6 +265,7 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         airflow.trigger_from_dag_page("1-trigger-form.png")
         run = airflow.wait_for_success("lakestate_clicks")
         _check_the_runs_summary_and_log(airflow, run)
+        _check_a_sql_job(airflow)
 
         # From the UI's navigation to the page: rendered in the UI, not in a frame.
         browser.get(f"{url}/dags/lakestate_clicks/runs")
@@ -302,6 +303,46 @@ def test_the_lakestate_page_in_the_airflow_ui_reads_well_and_its_links_move_the_
         said = stop_ui(env)
     assert "airflow scheduler" in said and "stopped" in said, said
     assert still_running(started) == [] and listening(port) == [], (still_running(started), listening(port))
+
+
+# The demo's SQL Top-N (lakestate.toml): the top 3 pages of the clicks by their count, an updating result.
+SQL_JOB = """
+[jobs.sql-top-pages]
+sql = \"\"\"SELECT page, clicks, place FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY clicks DESC) AS place
+  FROM (SELECT page, COUNT(*) AS clicks FROM clicks GROUP BY page)) WHERE place <= 3\"\"\"
+sink = "sinks/sql_top_pages"
+
+[jobs.sql-top-pages.tables.clicks]
+path = "input/clicks"
+format = "parquet"
+schema = "user_id BIGINT, page STRING, amount DOUBLE, seq BIGINT"
+"""
+
+
+def _check_a_sql_job(airflow: Airflow) -> None:
+    """A SQL job of the registry runs through its pipeline DAG, and the page shows its query and its operators:
+    the sink holds the top 3 pages of the clicks, as pandas counts them."""
+    import pandas as pd
+    from deltalake import DeltaTable
+    from selenium.webdriver.common.by import By
+
+    dag = "lakestate_sql-top-pages"
+    _wait(lambda: get(f"{airflow.url}/api/v2/dags/{dag}", airflow.api)[0] == 200, 180, f"{dag} parsed")
+    assert send_json(f"{airflow.url}/api/v2/dags/{dag}", airflow.api, {"is_paused": False})[0] == 200
+    status, body = send_json(f"{airflow.url}/api/v2/dags/{dag}/dagRuns", airflow.api, {"logical_date": None},
+                             method="POST")
+    assert status == 200, body
+    airflow.wait_for_success(dag)
+    root = airflow.home.parent / "lakestate"
+    counts = pd.read_parquet(root / "input" / "clicks").groupby("page").size().sort_values(ascending=False)
+    top = DeltaTable(str(root / "warehouse" / "sinks" / "sql_top_pages")).to_pandas().sort_values("place")
+    assert top["clicks"].tolist() == counts.head(3).tolist() and top["place"].tolist() == [1, 2, 3]
+    airflow.lakestate_view()
+    section = airflow.browser.find_element(By.CSS_SELECTOR, "#lakestate-view section#job-sql-top-pages")
+    assert "SQL" in section.find_element(By.CSS_SELECTOR, "p.meta").text
+    query = section.find_element(By.CSS_SELECTOR, "details.sql pre")
+    assert "ROW_NUMBER() OVER (ORDER BY clicks DESC)" in query.get_attribute("textContent")
+    assert "sql-top-group-clicks-page" in section.text
 
 
 def _check_it_listens_on_this_machine_only(port: int, home: Path) -> None:
