@@ -149,15 +149,17 @@ class VectorizedWindowAggregate(VectorizedKeyedFunction):
     no Python call per record or window. ``contents`` is the AggregatingStateDescriptor the per-record window
     operator keeps its windows in (each window in its namespace ``"start:end"``, an event-time timer at its end - 1
     beside it), so either path restores the other's savepoints; ``aggregates`` the ColumnAggregate's (name, op,
-    column) triples; ``columns`` the output row's columns."""
+    column) triples; ``columns`` the output row's columns; ``names`` an aggregate's output column, when not its
+    name (``ColumnAggregate.named``)."""
 
     keeps_timers = True  # a window fires at its end's timer in a run that has no records of its key
     executor = "windows"  # subtask/window_run.py
 
     def __init__(self, *, size: int, slide: int, offset: int, timestamp_column: str, contents, aggregates: list,
-                 key_name: str, columns: list[str]):
+                 key_name: str, columns: list[str], names: dict | None = None):
         self.size, self.slide, self.offset, self.timestamp_column = size, slide, offset, timestamp_column
         self.contents, self.aggregates, self.key_name, self.columns = contents, aggregates, key_name, columns
+        self.names = dict(names or {})  # an aggregate's output column, when not its name
 
     @override
     def open(self, ctx) -> None:

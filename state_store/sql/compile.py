@@ -222,7 +222,11 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     renaming step to its output columns."""
     from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 
-    aggregate = ColumnAggregate(**query.aggregates)
+    names: dict[str, str] = {}  # an aggregate's output column: its first AS name (its state keeps its own)
+    for out, (kind, what) in query.outputs.items():
+        if kind == "aggregate":
+            names.setdefault(what, out)
+    aggregate = ColumnAggregate(**query.aggregates).named(**names)
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
         kind, _, size, slide = query.window
@@ -230,12 +234,19 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
                     else SlidingEventTimeWindows.of(size, slide))
         windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
                     if query.keys else flow.window_all(assigner))
-        out = windowed.aggregate(aggregate, uid=f"sql-window-{structure}-{kind}-{size}-{slide}",
-                                 parallelism=parallelism if query.keys else 1)
+        uid = f"sql-window-{structure}-{kind}-{size}-{slide}"
+        options = {"parallelism": parallelism if query.keys else 1}
+        out = windowed.aggregate(aggregate, uid=uid, **options)
+        wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in query.outputs.items()}
+        produced = out._fields()
+        if all(o == n for o, n in wanted.items()) and [c for c in produced if c in wanted] == list(wanted):
+            # The columns selected are some of the window's, in its order: the window emits those alone.
+            out = windowed.aggregate(aggregate, uid=uid, output_type=Types.ROW_NAMED(
+                list(wanted), [produced[c] for c in wanted]), **options)
     else:
         keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
         out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
-    wanted = {o: w for o, (_, w) in query.outputs.items()}
+    wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in query.outputs.items()}
     if query.window is None:
         missing = [k for k in query.keys if k not in wanted.values()]
         if missing:

@@ -219,13 +219,14 @@ class WindowRun:
         row = {**arrow_key_columns(fn.key_name, runner.plan.key_type, fired.column("key").combine_chunks()),
                "window_start": start, "window_end": pc.add(start, fn.size)}
         for name, op, _ in fn.aggregates:
+            out = fn.names.get(name, name)
             if op == "avg":
                 count = fired.column(name + "\0count")
-                row[name] = pc.if_else(pc.greater(count, 0), pc.divide(fired.column(name + "\0sum"),
+                row[out] = pc.if_else(pc.greater(count, 0), pc.divide(fired.column(name + "\0sum"),
                                                                          pc.cast(count, pa.float64())),
                                        pa.scalar(None, pa.float64()))
             else:
-                row[name] = fired.column(name)
+                row[out] = fired.column(name)
         out_type = runner.plan.output_type.arrow_type()
         output = pa.table([row[f.name] for f in out_type], schema=pa.schema(list(out_type)))
         runner.files.sink.add_table(runner.batch_id, output)

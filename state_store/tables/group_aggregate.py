@@ -48,7 +48,7 @@ class GroupAggregate(KeyedProcessFunction):
         self._counts = {n: f"{COUNTED}{n}" for n, op, _ in self.shown if op == "sum" and self.updating}
         specs = {n: f"{op}({c or '*'})" for n, op, c in self.shown}
         specs.update({counted: f"count({c})" for n, op, c in self.shown if (counted := self._counts.get(n))})
-        self.aggregate = ColumnAggregate(**specs).bind(columns, key_name, key_type)
+        self.aggregate = ColumnAggregate(**specs).named(**aggregate.names).bind(columns, key_name, key_type)
         self.key_name, self.key_type = key_name, key_type
         self.generate_update_before, self.ttl = generate_update_before, ttl
         self._composite = not isinstance(key_name, str)
@@ -57,7 +57,7 @@ class GroupAggregate(KeyedProcessFunction):
         """The changelog's rows: the key's columns, each aggregate under its name, then ``_kind``."""
         keys = key_fields(self.key_name, self.key_type)
         agg = self.aggregate
-        return changelog_type(Types.ROW_NAMED([*keys] + [n for n, _, _ in self.shown],
+        return changelog_type(Types.ROW_NAMED([*keys] + [agg.output_name(n) for n, _, _ in self.shown],
                                               [*keys.values()] + [agg.value_type(op, c) for _, op, c in self.shown]))
 
     def state_type(self) -> RowTypeInfo:
@@ -99,7 +99,7 @@ class GroupAggregate(KeyedProcessFunction):
         result = self.aggregate.get_result(acc)
         for name, counted in self._counts.items():
             if not result.pop(counted):
-                result[name] = None
+                result[self.aggregate.output_name(name)] = None
         return result
 
 

@@ -30,14 +30,15 @@ class OverAggregate(KeyedProcessFunction):
                  frame: str, preceding: int | None):
         self.row_type, self.time_column, self.frame, self.preceding = row_type, time_column, frame, preceding
         self.aggregate = aggregate.bind(dict(row_type.fields), key_name, key_type)
-        clash = [n for n, _, _ in self.aggregate.aggregates if n in row_type.fields]
+        clash = [self.aggregate.output_name(n) for n, _, _ in self.aggregate.aggregates
+                 if self.aggregate.output_name(n) in row_type.fields]
         if clash:
             raise ConfigError(f"over(...): the stream already has a column {clash[0]!r}; name the aggregate otherwise")
 
     def output_type(self) -> RowTypeInfo:
         """The input's columns, then each aggregate under its name."""
         agg, fields = self.aggregate, self.row_type.fields
-        return Types.ROW_NAMED([*fields] + [n for n, _, _ in agg.aggregates],
+        return Types.ROW_NAMED([*fields] + [agg.output_name(n) for n, _, _ in agg.aggregates],
                                [*fields.values()] + [agg.value_type(op, c) for _, op, c in agg.aggregates])
 
     @override

@@ -49,6 +49,24 @@ class ColumnAggregate(AggregateFunction):
                 raise ConfigError(f"ColumnAggregate({name}={spec!r}): only count takes '*'; name a column")
             self.aggregates.append((name, op, None if column == "*" else column))
         self._types: dict[str, Any] | None = None
+        self.names: dict[str, str] = {}  # an aggregate's output column, when not its name (``named``)
+
+    def named(self, **outputs: str) -> "ColumnAggregate":
+        """Emit aggregate ``name`` as column ``outputs[name]``, its state keeping the aggregate's own name: a
+        renamed output column keeps the state (a SQL query's ``AS`` names). Returns self.
+
+        Example: ``ColumnAggregate(count_all="count(*)").named(count_all="clicks")``
+        """
+        unknown = sorted(set(outputs) - {n for n, _, _ in self.aggregates})
+        if unknown:
+            raise ConfigError(f"ColumnAggregate.named({unknown[0]}=...): no aggregate is named {unknown[0]!r} "
+                              f"(aggregates: {[n for n, _, _ in self.aggregates]})")
+        self.names = {**self.names, **outputs}
+        return self
+
+    def output_name(self, name: str) -> str:
+        """The output column of aggregate ``name``."""
+        return self.names.get(name, name)
 
     # -- types, from the stream's columns ----------------------------------------------------------------------
     def bind(self, fields: dict, key_name: str, key_type) -> "ColumnAggregate":
@@ -56,10 +74,11 @@ class ColumnAggregate(AggregateFunction):
         output row's types; returns self."""
         names = {*key_columns(key_name), START, END}
         for name, op, column in self.aggregates:
-            if name in names:
-                raise ConfigError(f"ColumnAggregate: the output already has a column {name!r} (the key is "
-                                  f"{key_name!r}, then {START!r} and {END!r}); name the aggregate otherwise")
-            names.add(name)
+            if self.output_name(name) in names:
+                raise ConfigError(f"ColumnAggregate: the output already has a column {self.output_name(name)!r} "
+                                  f"(the key is {key_name!r}, then {START!r} and {END!r}); name the aggregate "
+                                  f"otherwise")
+            names.add(self.output_name(name))
             if column is not None and column not in fields:
                 raise ConfigError(f"ColumnAggregate({name}='{op}({column})'): the stream has no column {column!r} "
                                   f"(columns: {list(fields)})")
@@ -91,7 +110,7 @@ class ColumnAggregate(AggregateFunction):
         """The row a firing emits, once ``bind`` has run: the key (under the key column's name), ``window_start``,
         ``window_end`` and each aggregate under its name."""
         keys = key_fields(*self._key)
-        return Types.ROW_NAMED([*keys, START, END] + [n for n, _, _ in self.aggregates],
+        return Types.ROW_NAMED([*keys, START, END] + [self.output_name(n) for n, _, _ in self.aggregates],
                                [*keys.values(), Types.LONG(), Types.LONG()]
                                + [self.value_type(op, c) for _, op, c in self.aggregates])
 
@@ -148,7 +167,7 @@ class ColumnAggregate(AggregateFunction):
             value = acc[name]
             if op == "avg":
                 value = value["sum"] / value["count"] if value["count"] else None
-            out[name] = value
+            out[self.names.get(name, name)] = value
         return out
 
     @override

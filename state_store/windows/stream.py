@@ -147,7 +147,7 @@ class WindowedStream:
         operator = VectorizedWindowAggregate(
             size=assigner.size, slide=slide, offset=assigner.offset % slide, timestamp_column=self._column,
             contents=contents, aggregates=list(function.aggregates), key_name=key_name,
-            columns=list(output_type.fields))
+            columns=list(output_type.fields), names=function.names)
         return self._keyed.process(operator, uid=uid, output_type=output_type, **self._options(options))
 
     def _not_vectorized(self) -> str | None:

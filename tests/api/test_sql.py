@@ -23,6 +23,7 @@ from state_store import (
     Types,
     WatermarkStrategy,
 )
+from state_store.graph import as_job
 from state_store.sql.compile import explain, watermark_strategy
 from state_store.sql.dialect import parse
 from tests.support.helpers import delta_rows as table
@@ -93,9 +94,10 @@ def test_a_window_aggregation_in_sql_is_the_hand_written_dataflow_and_duckdbs_gr
         "MAX(amount) AS top", "MAX(amount) AS top, MIN(amount) AS least"), tables={"clicks": clicks_table(lake)},
         sink="sinks/other")
     uid = "sql-window-clicks-country-tumble-10000-10000"
-    assert [o.uid for o in changed.operators] == [o.uid for o in job.operators] == [uid, "sql-select"]
+    # The aggregates' AS names are the window's columns: one operator, no renaming step.
+    assert [o.uid for o in as_job(changed).operators] == [o.uid for o in as_job(job).operators] == [uid]
     assert explain(job).splitlines() == [f"{uid}: VectorizedWindowAggregate, keyed by 'country'; state "
-                                         f"{uid}.window-contents", "sql-select: RecordOperator, not keyed; no state"]
+                                         f"{uid}.window-contents"]
 
     # A savepoint taken before any window closed restores into the query with another filter and a column renamed
     # (the same operator and state), at parallelism 3: it goes on from the savepoint's windows.
@@ -120,7 +122,7 @@ def test_a_window_aggregation_in_sql_is_the_hand_written_dataflow_and_duckdbs_gr
     all_windows = SqlJob("all", "SELECT window_start, COUNT(*) AS clicks FROM TABLE(TUMBLE(TABLE clicks, "
                                 "DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
                          tables={"clicks": clicks_table(Lake(tmp_path / "all"))}, sink="sinks/all")
-    first = all_windows.operators[0]
+    first = as_job(all_windows).operators[0]
     assert first.parallelism == 1 and first.uid == "sql-window-clicks-tumble-10000-10000"
 
 
@@ -192,7 +194,7 @@ def test_top_n_and_deduplication_in_sql_keep_duckdbs_row_numbers(spark, tmp_path
                           "DESC) AS rn FROM (SELECT user, SUM(amount) AS spent FROM clicks WHERE amount IS NOT NULL "
                           "GROUP BY user)) WHERE rn <= 2", tables={"clicks": clicks_table(spenders, None)},
                           sink="sinks/spenders")
-    assert explain(top_spenders).splitlines()[3] == ("sql-top-group-clicks-user: RetractTopN, keyed by '_all'; state "
+    assert explain(top_spenders).splitlines()[2] == ("sql-top-group-clicks-user: RetractTopN, keyed by '_all'; state "
                                                      "sql-top-group-clicks-user.rows")
     for n in range(1, len(CLICKS) + 1):
         run_job(spark, top_spenders, spenders, max_microbatches=1)
@@ -316,7 +318,7 @@ def test_a_sql_job_in_the_registry_is_checked_field_by_field_and_explained_by_th
     entry = entries["per-country"]
     assert entry.overrides() == {} and entry.sql["parallelism"] == 3
     job = build_spec(entry.entrypoint, entry.sql)
-    assert [o.parallelism for o in job.operators] == [3, 3]
+    assert [o.parallelism for o in as_job(job).operators] == [3]  # the aggregate's AS name is its column
     assert main(["sql", "explain", "per-country", "--registry", str(registry)]) == 0
     said = capsys.readouterr().out.splitlines()
     assert said[0] == "SELECT country, COUNT(*) AS clicks FROM clicks GROUP BY country"
