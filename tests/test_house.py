@@ -29,8 +29,8 @@ MAY_IMPORT = {
     "joins": {"model", "windows", "state"},  # the window join runs a window operator
     "tables": {"model", "windows", "state"},  # updating results: the group aggregate folds a ColumnAggregate
     # SQL: compiled to the model's operators (windows', tables'); an updating result's sink is delta's upsert sink;
-    # catalog: a registry entry's table of another source names its factory
-    "sql": {"model", "sources", "state", "windows", "tables", "delta", "catalog"},
+    # joins: the interval join; catalog: a registry entry's table of another source names its factory
+    "sql": {"model", "sources", "state", "windows", "joins", "tables", "delta", "catalog"},
     # State as Flink's runtime/state: descriptors, the keyed store and handles, operator state, TTL (ttl/: its
     # Spark side, tables and cleanup, reads the records).
     "state": {"model"},

@@ -25,12 +25,14 @@ from sqlglot import exp
 
 from ..errors import ConfigError
 from ..functions import MapFunction
+from ..joins.interval import ProcessJoinFunction
 from ..sources.base import Source
 from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import ColumnAggregate
 from .dialect import Descriptor, WindowTVF, parse
+from .dialect import interval_millis as _millis
 from .join import JoinQuery, read_join
 from .query_source import QuerySource
 from .rank import RankQuery, read_rank
@@ -42,7 +44,6 @@ RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before t
 _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
                 "TEXT": Types.STRING, "DOUBLE": Types.DOUBLE, "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN,
                 "DATE": Types.DATE, "TIMESTAMP": Types.TIMESTAMP}
-_UNITS = {"MILLISECOND": 1, "SECOND": 1_000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -68,16 +69,6 @@ class Rename(MapFunction):
 def _refuse(construct: str, fix: str = "") -> ConfigError:
     return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
                        f"lists what is)")
-
-
-def _millis(interval: Any) -> int:
-    if not isinstance(interval, exp.Interval) or not isinstance(interval.this, exp.Literal):
-        raise _refuse(f"the window size {interval.sql() if interval is not None else None!r}",
-                      "write it as INTERVAL '10' SECOND")
-    unit = interval.args["unit"].name.upper().rstrip("S") if interval.args.get("unit") else "MILLISECOND"
-    if unit not in _UNITS:
-        raise _refuse(f"the interval unit {unit}")
-    return int(float(interval.this.name) * _UNITS[unit])
 
 
 def watermark_strategy(declared: str) -> tuple[str, WatermarkStrategy]:
@@ -270,6 +261,17 @@ def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | N
     return fields, strategy
 
 
+class JoinedRows(ProcessJoinFunction):
+    """An interval join's pair as one row: the left's columns, then the right's after ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def process_element(self, left: dict, right: dict, ctx):
+        """The joined row."""
+        yield {**left, **{self.prefix + c: v for c, v in right.items()}}
+
+
 class Constant(MapFunction):
     """The record with one more column, ``name``, of one value: the key of a query without one (a Top-N without
     ``PARTITION BY``), whose rows all go to one subtask."""
@@ -344,7 +346,8 @@ class _Compiler:
         ranked = read_rank(select)
         if ranked is not None:
             return self.ranked(ranked)
-        joined = read_join(select, {n: list(_columns_of(t.source)) for n, t in self.tables.items()})
+        times = {n: watermark_strategy(t.watermark)[0] if t.watermark else None for n, t in self.tables.items()}
+        joined = read_join(select, {n: list(_columns_of(t.source)) for n, t in self.tables.items()}, times)
         if joined is not None:
             return self.joined(joined)
         return self.selected(_read(select, self.tables))
@@ -418,13 +421,25 @@ class _Compiler:
                             self.parallelism, self.fresh))
 
     def joined(self, join: JoinQuery) -> _Rel:
-        """A regular join (``join``): each table read with its pushed-down filter, ``regular_join`` of the two,
-        and the selected columns (an inner join's without ``_kind``: it only inserts)."""
+        """A regular or interval join (``join``): each table read with its pushed-down filter, ``regular_join`` or
+        ``interval_join`` of the two, and the selected columns (an inner join's without ``_kind``: it only
+        inserts)."""
         streams = [self.scan(name, join.where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
                    for i, name in enumerate(join.tables)]
         structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
-        out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
-                                      parallelism=self.parallelism)
+        if join.interval is not None:
+            lower, upper, lower_inclusive, upper_inclusive = join.interval
+            paired = streams[0].interval_join(streams[1]).between(lower, upper)
+            paired = paired if lower_inclusive else paired.lower_bound_exclusive()
+            paired = paired if upper_inclusive else paired.upper_bound_exclusive()
+            left, right = streams[0]._fields(), streams[1]._fields()
+            both = {**left, **{RIGHT + c: t for c, t in right.items()}}
+            out = paired.process(JoinedRows(RIGHT), uid=f"sql-interval-join-{structure}-{lower}-{upper}",
+                                 output_type=Types.ROW_NAMED(list(both), list(both.values())),
+                                 parallelism=self.parallelism)
+        else:
+            out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
+                                          parallelism=self.parallelism)
         produced = out._fields()
         wanted = {o: (c if side == 0 else RIGHT + c) for o, (side, c) in join.outputs.items()}
         if join.how != "inner":

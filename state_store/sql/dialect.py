@@ -79,3 +79,22 @@ class Flink(Spark):
 def parse(sql: str) -> list:
     """The statements of ``sql`` in Flink's dialect (sqlglot expressions); sqlglot's ParseError as it is."""
     return [s for s in sqlglot.parse(sql, read=Flink) if s is not None]
+
+
+_UNITS = {"MILLISECOND": 1, "SECOND": 1_000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def interval_millis(interval) -> int:
+    """The milliseconds of ``INTERVAL '10' SECOND`` (a ConfigError naming the fix for anything else)."""
+    from ..errors import ConfigError
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"SQL: {what} is not supported yet; write it as INTERVAL '10' SECOND (docs/writing/sql.md "
+                           f"lists what is)")
+
+    if not isinstance(interval, exp.Interval) or not isinstance(interval.this, exp.Literal):
+        raise refuse(f"the interval {interval.sql() if interval is not None else None!r}")
+    unit = interval.args["unit"].name.upper().rstrip("S") if interval.args.get("unit") else "MILLISECOND"
+    if unit not in _UNITS:
+        raise refuse(f"the interval unit {unit}")
+    return int(float(interval.this.name) * _UNITS[unit])

@@ -6,7 +6,17 @@
 It compiles to ``Dataflow.regular_join``. An inner join's ``WHERE`` conjuncts each read one table, and Spark
 evaluates them as it reads that table. An outer join takes no ``WHERE`` yet. The output is the selected columns.
 An inner join of insert-only tables only inserts, so it is a plain stream; an outer join is a changelog (its
-null-padded rows retracted once a match comes). No Spark here.
+null-padded rows retracted once a match comes).
+
+An inner join whose conditions (in ``ON`` or ``WHERE``) also bound one table's event time by the other's is
+Flink SQL's interval join, ``Dataflow.interval_join``:
+
+    ... FROM a JOIN b ON a.k = b.k AND a.ts BETWEEN b.ts - INTERVAL '10' SECOND AND b.ts
+    ... FROM a, b WHERE a.k = b.k AND b.ts >= a.ts AND b.ts < a.ts + INTERVAL '1' MINUTE
+
+Each bound is ``<time> <op> <time> [+|- INTERVAL ...]`` (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``) over the
+two tables' event-time columns, and both a lower and an upper bound are needed. Its rows are insert-only. No Spark
+here.
 """
 from __future__ import annotations
 
@@ -15,6 +25,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..errors import ConfigError
+from .dialect import interval_millis
 
 HOW = {None: "inner", "": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
 
@@ -29,6 +40,9 @@ class JoinQuery:
     where: tuple[str | None, str | None]
     how: str
     outputs: dict
+    # An interval join's bounds of the right table's time less the left's: (lower, upper, lower inclusive, upper
+    # inclusive); None: a regular join.
+    interval: tuple[int, int, bool, bool] | None = None
 
 
 def _refuse(construct: str) -> ConfigError:
@@ -39,15 +53,67 @@ def _conjuncts(node) -> list:
     return _conjuncts(node.this) + _conjuncts(node.expression) if isinstance(node, exp.And) else [node]
 
 
-def read_join(select: exp.Select, columns: dict) -> JoinQuery | None:
-    """The join ``select`` is (``columns``: each table's column names by table name), or None without a JOIN."""
+_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+def _time_term(node, side_of, times: tuple) -> tuple[int, int] | None:
+    """``(side, offset ms)`` of ``t``, ``t + INTERVAL ...`` or ``t - INTERVAL ...`` where ``t`` is a table's
+    event-time column (``times``: each side's), else None."""
+    offset = 0
+    if isinstance(node, (exp.Add, exp.Sub)) and isinstance(node.expression, exp.Interval):
+        offset = interval_millis(node.expression) * (1 if isinstance(node, exp.Add) else -1)
+        node = node.this
+    if not isinstance(node, exp.Column):
+        return None
+    side = side_of(node)
+    return (side, offset) if times[side] == node.name else None
+
+
+def _time_bounds(condition, side_of, times: tuple) -> list[tuple[type, int]] | None:
+    """A condition bounding one side's event time by the other's, as bounds of ``d`` = right's time less left's:
+    ``[(exp.GTE, -5000), ...]``; None for any other condition."""
+    if isinstance(condition, exp.Between):
+        parts = [exp.GTE(this=condition.this, expression=condition.args["low"]),
+                 exp.LTE(this=condition.this, expression=condition.args["high"])]
+        bounds = [_time_bounds(p, side_of, times) for p in parts]
+        return None if None in bounds else [b for found in bounds for b in found]
+    if type(condition) not in _FLIPPED:
+        return None
+    terms = _time_term(condition.this, side_of, times), _time_term(condition.expression, side_of, times)
+    if None in terms or terms[0][0] == terms[1][0]:
+        return None
+    (side, first), (_, second) = terms
+    # first side's time + first OP the other's + second
+    if side == 1:  # right + first op left + second: d op second - first
+        return [(type(condition), second - first)]
+    return [(_FLIPPED[type(condition)], first - second)]  # left + first op right + second: d flipped first - second
+
+
+def _interval(bounds: list) -> tuple[int, int, bool, bool]:
+    """The tightest lower and upper bound of ``bounds`` (``_time_bounds``'), each with whether it is inclusive."""
+    lower = max(((v, op is exp.GTE) for op, v in bounds if op in (exp.GT, exp.GTE)), default=None,
+                key=lambda b: (b[0], not b[1]))
+    upper = min(((v, op is exp.LTE) for op, v in bounds if op in (exp.LT, exp.LTE)), default=None,
+                key=lambda b: (b[0], b[1]))
+    if lower is None or upper is None:
+        raise _refuse("an interval join bounded on one side only (give a lower and an upper bound of the "
+                      "time, as BETWEEN ... AND ...)")
+    return lower[0], upper[0], lower[1], upper[1]
+
+
+def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> JoinQuery | None:
+    """The join ``select`` is (``columns``: each table's column names by table name; ``times``: its event-time
+    column, if any), or None without a JOIN."""
     joins = select.args.get("joins") or []
     if not joins:
         return None
     if len(joins) != 1:
         raise _refuse("a join of more than two tables")
     join, source = joins[0], select.args.get("from_") or select.args.get("from")
-    if join.args.get("kind") not in (None, "", "INNER", "OUTER") or join.args.get("using") or not join.args.get("on"):
+    # FROM a, b (sqlglot's CROSS join): an inner join whose equalities are in WHERE
+    comma = not join.args.get("on") and join.args.get("kind") == "CROSS" and not join.args.get("side")
+    if (join.args.get("kind") not in (None, "", "INNER", "OUTER", "CROSS" if comma else "")
+            or join.args.get("using") or not (join.args.get("on") or comma)):
         raise _refuse(f"a {join.args.get('kind') or ''} JOIN without ON equalities (CROSS, SEMI, ANTI, USING)")
     sides = []
     for table in (source.this, join.this):
@@ -67,26 +133,35 @@ def read_join(select: exp.Select, columns: dict) -> JoinQuery | None:
                               f"{sides[1][1]}: qualify it (a.column)")
         return found[0]
 
+    how, times = HOW.get(join.args.get("side") or None), tuple((times or {}).get(name) for name, _ in sides)
     keys: tuple[list, list] = ([], [])
-    for condition in _conjuncts(join.args["on"]):
-        ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
-        if not ends or not all(isinstance(e, exp.Column) for e in ends) or side_of(ends[0]) == side_of(ends[1]):
-            raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table)")
-        left, right = sorted(ends, key=side_of)
-        keys[0].append(left.name)
-        keys[1].append(right.name)
-    how = HOW.get(join.args.get("side") or None)
+    bounds: list = []
+    on = _conjuncts(join.args["on"]) if join.args.get("on") else []
+    if how != "inner" and select.args.get("where") is not None:
+        raise _refuse("WHERE with an outer join")
+    where_conditions = _conjuncts(select.args["where"].this) if select.args.get("where") is not None else []
     where: list[list[str]] = [[], []]
-    if select.args.get("where") is not None:
-        if how != "inner":
-            raise _refuse("WHERE with an outer join")
-        for condition in _conjuncts(select.args["where"].this):
-            touched = {side_of(c) for c in condition.find_all(exp.Column)}
-            if len(touched) != 1:
-                raise _refuse(f"the condition {condition.sql()}, which reads both tables")
+    for condition in on + where_conditions:
+        in_on = any(condition is c for c in on)
+        ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
+        touched = {side_of(c) for c in condition.find_all(exp.Column)}
+        if ends and all(isinstance(e, exp.Column) for e in ends) and side_of(ends[0]) != side_of(ends[1]):
+            left, right = sorted(ends, key=side_of)
+            keys[0].append(left.name)
+            keys[1].append(right.name)
+            continue
+        found = _time_bounds(condition, side_of, times) if how == "inner" else None
+        if found is not None:
+            bounds += found
+        elif (in_on and how != "inner") or len(touched) != 1:
+            raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table, and an inner "
+                          f"join's bounds of one table's event time by the other's)")
+        else:
             unqualified = condition.copy().transform(
                 lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
             where[touched.pop()].append(f"({unqualified.sql(dialect='spark')})")
+    if not keys[0]:
+        raise _refuse("a join without an equality of a column of each table (a cross join)")
     outputs = {}
     for item in select.expressions:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
@@ -97,4 +172,4 @@ def read_join(select: exp.Select, columns: dict) -> JoinQuery | None:
             raise ConfigError(f"SQL: the join's output has two columns {name!r}; name one otherwise (AS ...)")
         outputs[name] = (side_of(node), node.name)
     return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where), how,
-                     outputs)
+                     outputs, _interval(bounds) if bounds else None)

@@ -239,6 +239,43 @@ def test_a_join_in_sql_is_a_regular_join_equal_to_duckdbs(spark, tmp_path, how):
         assert materialized(spark, lake, "sinks/q3", ["name", "state", "id"]) == wanted, n
 
 
+SHOW = Types.ROW_NAMED(["ad", "ts"], [Types.STRING(), Types.LONG()])
+SHOWS = [[("a", 1_000), ("b", 2_000)], [("a", 9_000), ("c", 12_000)], [("b", 30_000), ("a", 31_000)]]
+TAPS = [[("a", 1_500), ("b", 1_000)], [("a", 10_500), ("a", 19_000), ("c", 11_000)], [("a", 30_000), ("b", 45_000)]]
+
+
+@pytest.mark.spark
+def test_an_interval_join_in_sql_pairs_what_duckdbs_join_pairs(spark, tmp_path):
+    """After Flink's ``IntervalJoinITCase``: a join whose conditions bound one table's event time by the other's,
+    in ``ON`` with ``BETWEEN`` (inclusive) or in ``WHERE`` with ``<`` and ``>`` (exclusive), is an interval join;
+    its pairs equal DuckDB's join of all the rows (none is late)."""
+    lake = Lake(tmp_path)
+    for folder, batches in (("shows", SHOWS), ("taps", TAPS)):
+        (lake.inputs / folder).mkdir(parents=True)
+        for i, batch in enumerate(batches):
+            (lake.inputs / folder / f"{i:03d}.json").write_text(
+                "".join(json.dumps(dict(zip(SHOW.fields, r))) + "\n" for r in batch))
+    tables = {n: SqlTable(FileSource(str(lake.inputs / n), "json", SHOW, max_files_per_batch=1),
+                          "ts - INTERVAL '4' SECOND") for n in ("shows", "taps")}
+    con = duckdb.connect()
+    for n, batches in (("shows", SHOWS), ("taps", TAPS)):
+        con.execute(f"CREATE TABLE {n} (ad VARCHAR, ts BIGINT)")
+        con.executemany(f"INSERT INTO {n} VALUES (?, ?)", [r for b in batches for r in b])
+    for i, (sql, ms) in enumerate([
+        ("SELECT s.ad, s.ts AS shown, t.ts AS tapped FROM shows AS s JOIN taps AS t ON s.ad = t.ad AND t.ts "
+         "BETWEEN s.ts - INTERVAL '1' SECOND AND s.ts + INTERVAL '10' SECOND", (-1_000, 10_000, True, True)),
+        ("SELECT s.ad, s.ts AS shown, t.ts AS tapped FROM shows AS s, taps AS t WHERE t.ad = s.ad AND s.ts < t.ts "
+         "AND t.ts - INTERVAL '10' SECOND < s.ts AND s.ad <> 'c'", (0, 10_000, False, False)),
+    ]):
+        job = SqlJob(f"tapped-{i}", sql, tables=tables, sink=f"sinks/tapped_{i}")
+        assert explain(job).startswith(f"sql-interval-join-shows-taps-inner-ad-ad-{ms[0]}-{ms[1]}: "
+                                       f"IntervalJoinOperator")
+        run_job(spark, job, lake)
+        batch = sql.replace("INTERVAL '1' SECOND", "1000").replace("INTERVAL '10' SECOND", "10000")
+        assert table(spark, lake, f"sinks/tapped_{i}", ["ad", "shown", "tapped"]) == sorted(
+            con.execute(batch).fetchall(), key=repr), sql
+
+
 def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     """The dialect parses the windowing functions of every Nexmark-style query shape (TUMBLE, HOP with an
     alias, SESSION in a GROUP BY); ``ts - INTERVAL '4' SECOND`` is a watermark 4 s behind the largest time, as
