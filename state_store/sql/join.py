@@ -101,6 +101,36 @@ def _interval(bounds: list) -> tuple[int, int, bool, bool]:
     return lower[0], upper[0], lower[1], upper[1]
 
 
+def _conditions(on: list, where_conditions: list, how: str, side_of, times: tuple) -> tuple:
+    """The join's keys (each side's columns), its time bounds (``_time_bounds``') and each side's own conditions
+    (Spark SQL, read with its table), from the conjuncts of ``ON`` and ``WHERE``."""
+    keys: tuple[list, list] = ([], [])
+    bounds: list = []
+    where: list[list[str]] = [[], []]
+    for condition in on + where_conditions:
+        in_on = any(condition is c for c in on)
+        ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
+        touched = {side_of(c) for c in condition.find_all(exp.Column)}
+        if ends and all(isinstance(e, exp.Column) for e in ends) and side_of(ends[0]) != side_of(ends[1]):
+            left, right = sorted(ends, key=side_of)
+            keys[0].append(left.name)
+            keys[1].append(right.name)
+            continue
+        found = _time_bounds(condition, side_of, times) if how == "inner" else None
+        if found is not None:
+            bounds += found
+        elif (in_on and how != "inner") or len(touched) != 1:
+            raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table, and an inner "
+                          f"join's bounds of one table's event time by the other's)")
+        else:
+            unqualified = condition.copy().transform(
+                lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
+            where[touched.pop()].append(f"({unqualified.sql(dialect='spark')})")
+    if not keys[0]:
+        raise _refuse("a join without an equality of a column of each table (a cross join)")
+    return keys, bounds, where
+
+
 def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> JoinQuery | None:
     """The join ``select`` is (``columns``: each table's column names by table name; ``times``: its event-time
     column, if any), or None without a JOIN."""
@@ -134,34 +164,11 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         return found[0]
 
     how, times = HOW.get(join.args.get("side") or None), tuple((times or {}).get(name) for name, _ in sides)
-    keys: tuple[list, list] = ([], [])
-    bounds: list = []
-    on = _conjuncts(join.args["on"]) if join.args.get("on") else []
     if how != "inner" and select.args.get("where") is not None:
         raise _refuse("WHERE with an outer join")
+    on = _conjuncts(join.args["on"]) if join.args.get("on") else []
     where_conditions = _conjuncts(select.args["where"].this) if select.args.get("where") is not None else []
-    where: list[list[str]] = [[], []]
-    for condition in on + where_conditions:
-        in_on = any(condition is c for c in on)
-        ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
-        touched = {side_of(c) for c in condition.find_all(exp.Column)}
-        if ends and all(isinstance(e, exp.Column) for e in ends) and side_of(ends[0]) != side_of(ends[1]):
-            left, right = sorted(ends, key=side_of)
-            keys[0].append(left.name)
-            keys[1].append(right.name)
-            continue
-        found = _time_bounds(condition, side_of, times) if how == "inner" else None
-        if found is not None:
-            bounds += found
-        elif (in_on and how != "inner") or len(touched) != 1:
-            raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table, and an inner "
-                          f"join's bounds of one table's event time by the other's)")
-        else:
-            unqualified = condition.copy().transform(
-                lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
-            where[touched.pop()].append(f"({unqualified.sql(dialect='spark')})")
-    if not keys[0]:
-        raise _refuse("a join without an equality of a column of each table (a cross join)")
+    keys, bounds, where = _conditions(on, where_conditions, how, side_of, times)
     outputs = {}
     for item in select.expressions:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
