@@ -187,6 +187,8 @@ def _read(select: exp.Select, tables: dict) -> _Query:
                           "window_start, window_end, ...)")
     if aggregates and not keys:
         raise _refuse("an aggregate without GROUP BY")
+    if keys and not aggregates:  # the groups themselves (SELECT DISTINCT): a count of each, not selected
+        aggregates["count_all"] = "count(*)"
     return _Query(name, window, None if where is None else where.this.sql(dialect="spark"),
                   [k for k in keys if k not in (START, END)], aggregates, outputs)
 

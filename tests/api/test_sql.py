@@ -135,10 +135,16 @@ def test_a_group_by_in_sql_keeps_an_upsert_table_equal_to_duckdbs(spark, tmp_pat
     job = SqlJob("per-user", "SELECT user AS who, COUNT(amount) AS paid, SUM(amount) AS spent FROM clicks "
                              "GROUP BY user", tables={"clicks": clicks_table(lake, None)}, sink="sinks/per_user")
     assert list(job.operators[-1].output_type.fields) == ["who", "paid", "spent", "_kind"]
+    # A GROUP BY without aggregates is the groups themselves (SELECT DISTINCT), not the rows.
+    groups = SqlJob("groups", "SELECT country FROM clicks WHERE amount > 0 GROUP BY country",
+                    tables={"clicks": clicks_table(lake, None)}, sink="sinks/groups")
     for n in range(1, len(CLICKS) + 1):
         run_job(spark, job, lake, max_microbatches=1)
         assert table(spark, lake, "sinks/per_user", ["who", "paid", "spent"]) == duck(
             'SELECT "user", count(amount), sum(amount) FROM clicks GROUP BY "user"', CLICKS[:n]), n
+        run_job(spark, groups, lake, max_microbatches=1)
+        assert table(spark, lake, "sinks/groups", ["country"]) == duck(
+            "SELECT DISTINCT country FROM clicks WHERE amount > 0", CLICKS[:n]), n
 
     plain = Lake(tmp_path / "plain")
     job = SqlJob("big", "SELECT user, amount * 2 + 1 AS twice, upper(country) AS c FROM clicks "
