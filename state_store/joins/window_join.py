@@ -50,10 +50,19 @@ class CoGroupFunction:
 class _Pairs(ProcessWindowFunction):
     """The window's records split by input, handed to the join or co-group function."""
 
-    def __init__(self, function):
-        self.function = function
+    def __init__(self, function, window_columns: tuple[str, str] | None = None):
+        self.function, self.window_columns = function, window_columns
 
     def process(self, key, context, elements):
+        if self.window_columns is None:
+            yield from self._rows(elements)
+            return
+        start, end = self.window_columns
+        window = context.window()
+        for row in self._rows(elements):
+            yield {**row, start: window.start, end: window.end}
+
+    def _rows(self, elements):
         lefts = [e["left"] for e in elements if e["input"] == 1]
         rights = [e["right"] for e in elements if e["input"] == 2]
         if isinstance(self.function, CoGroupFunction):
@@ -124,9 +133,12 @@ class JoinedStreams:
         self._assigner = assigner
         return self
 
-    def apply(self, function, *, uid: str, output_type: RowTypeInfo, **options: Any):
+    def apply(self, function, *, uid: str, output_type: RowTypeInfo, window_columns: tuple[str, str] | None = None,
+              **options: Any):
         """Run ``function`` (a ``JoinFunction`` for ``join``, a ``CoGroupFunction`` for ``co_group``) on each window
-        as it fires, as operator ``uid`` emitting ``output_type`` rows; ``options`` as ``Dataflow.process``'s."""
+        as it fires, as operator ``uid`` emitting ``output_type`` rows; ``options`` as ``Dataflow.process``'s.
+        ``window_columns`` (start, end): each row also gets its window's bounds under these names (Flink SQL's
+        window join's ``window_start`` and ``window_end``)."""
         verb = "co_group" if self._co_group else "join"
         if None in self._keys:
             raise ConfigError(f"{verb}(...) needs both keys: .where(key_a).equal_to(key_b)")
@@ -138,7 +150,7 @@ class JoinedStreams:
         element = Types.ROW_NAMED(["ts", "input", "left", "right"],
                                   [Types.LONG(), Types.INT(), self._types[0], self._types[1]])
         window = WindowOperator(assigner=self._assigner, trigger=self._assigner.default_trigger(), kind="process",
-                                function=None, window_function=_Pairs(function), element_type=element,
+                                function=None, window_function=_Pairs(function, window_columns), element_type=element,
                                 timestamp_column="ts" if self._assigner.is_event_time else None)
         operator = WindowJoinOperator(window, self._columns)
         return self._first.key_by(self._keys[0]).two_input_process(

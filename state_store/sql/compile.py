@@ -26,13 +26,15 @@ from sqlglot import exp
 from ..errors import ConfigError
 from ..functions import MapFunction
 from ..joins.interval import ProcessJoinFunction
+from ..joins.window_join import JoinFunction
 from ..sources.base import Source
 from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import ColumnAggregate
-from .dialect import Descriptor, WindowTVF, parse
 from .dialect import interval_millis as _millis
+from .dialect import parse
+from .dialect import window_of as _window_of
 from .join import JoinQuery, read_join
 from .query_source import QuerySource
 from .rank import RankQuery, read_rank
@@ -113,23 +115,6 @@ class _Query:
     keys: list[str]
     aggregates: dict  # output name -> "op(column)"
     outputs: dict  # output name -> what it is: a key column, START / END, an aggregate, or a Spark expression
-
-
-def _window_of(table) -> tuple:
-    """The table a FROM reads, and its windowing function as ``(kind, time column, size ms, slide ms)`` (None:
-    the table itself)."""
-    if not (isinstance(table, exp.Table) and isinstance(table.this, WindowTVF)):
-        return table, None
-    tvf = table.this
-    kind, args = tvf.args["kind"].name, tvf.expressions
-    if kind not in ("TUMBLE", "HOP") or not args or not isinstance(args[0], Descriptor):
-        raise _refuse(f"{kind}(...)" if kind not in ("TUMBLE", "HOP") else "a window without DESCRIPTOR(...)")
-    sizes = [_millis(a) for a in args[1:]]
-    if kind == "TUMBLE" and len(sizes) == 1:
-        return tvf.this, ("tumble", args[0].this.name, sizes[0], sizes[0])
-    if kind == "HOP" and len(sizes) == 2:
-        return tvf.this, ("hop", args[0].this.name, sizes[1], sizes[0])  # HOP(..., slide, size)
-    raise _refuse(f"{kind} with {len(sizes)} intervals (an offset)")
 
 
 def _read(select: exp.Select, tables: dict) -> _Query:
@@ -272,6 +257,17 @@ class JoinedRows(ProcessJoinFunction):
     def process_element(self, left: dict, right: dict, ctx):
         """The joined row."""
         yield {**left, **{self.prefix + c: v for c, v in right.items()}}
+
+
+class PairRows(JoinFunction):
+    """A window join's pair as one row: the left's columns, then the right's after ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def join(self, left: dict, right: dict) -> dict:
+        """The joined row."""
+        return {**left, **{self.prefix + c: v for c, v in right.items()}}
 
 
 class Constant(MapFunction):
@@ -429,7 +425,9 @@ class _Compiler:
         streams = [self.scan(name, join.where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
                    for i, name in enumerate(join.tables)]
         structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
-        if join.interval is not None:
+        if join.window is not None:
+            out = self.window_joined(join, structure)
+        elif join.interval is not None:
             lower, upper, lower_inclusive, upper_inclusive = join.interval
             paired = streams[0].interval_join(streams[1]).between(lower, upper)
             paired = paired if lower_inclusive else paired.lower_bound_exclusive()
@@ -443,12 +441,28 @@ class _Compiler:
             out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
                                           parallelism=self.parallelism)
         produced = out._fields()
-        wanted = {o: (c if side == 0 else RIGHT + c) for o, (side, c) in join.outputs.items()}
+        wanted = {o: (c if side == 0 or c in (START, END) else RIGHT + c) for o, (side, c) in join.outputs.items()}
         if join.how != "inner":
             wanted["_kind"] = "_kind"
         out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
                       wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
         return _Rel(out)  # an outer join's changelog is kept as it is: its rows have no key
+
+    def window_joined(self, join: JoinQuery, structure: str):
+        """A window join: each table's rows of one key and window joined when the window fires (Flink SQL's
+        window join), each joined row with the window's ``window_start`` and ``window_end``; insert-only."""
+        from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+        kind, _, size, slide = join.window
+        streams = [self.scan(name, join.where[i]) for i, name in enumerate(join.tables)]
+        left, right = streams[0]._fields(), streams[1]._fields()
+        both = {**left, **{RIGHT + c: t for c, t in right.items()}, START: Types.LONG(), END: Types.LONG()}
+        assigner = TumblingEventTimeWindows.of(size) if kind == "tumble" else SlidingEventTimeWindows.of(size, slide)
+        keys = [k if len(k) != 1 else k[0] for k in join.keys]
+        return (streams[0].join(streams[1]).where(keys[0]).equal_to(keys[1]).window(assigner)
+                .apply(PairRows(RIGHT), uid=f"sql-window-join-{structure}-{kind}-{size}-{slide}",
+                       output_type=Types.ROW_NAMED(list(both), list(both.values())), window_columns=(START, END),
+                       parallelism=self.parallelism))
 
 
 def _select(out, rank: RankQuery, available: list[str], parallelism: int, fresh):

@@ -98,3 +98,25 @@ def interval_millis(interval) -> int:
     if unit not in _UNITS:
         raise refuse(f"the interval unit {unit}")
     return int(float(interval.this.name) * _UNITS[unit])
+
+
+def window_of(table) -> tuple:
+    """The table a FROM reads, and its windowing function as ``(kind, time column, size ms, slide ms)`` (None:
+    the table itself)."""
+    from ..errors import ConfigError
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"SQL: {what} is not supported yet (docs/writing/sql.md lists what is)")
+
+    if not (isinstance(table, exp.Table) and isinstance(table.this, WindowTVF)):
+        return table, None
+    tvf = table.this
+    kind, args = tvf.args["kind"].name, tvf.expressions
+    if kind not in ("TUMBLE", "HOP") or not args or not isinstance(args[0], Descriptor):
+        raise refuse(f"{kind}(...)" if kind not in ("TUMBLE", "HOP") else "a window without DESCRIPTOR(...)")
+    sizes = [interval_millis(a) for a in args[1:]]
+    if kind == "TUMBLE" and len(sizes) == 1:
+        return tvf.this, ("tumble", args[0].this.name, sizes[0], sizes[0])
+    if kind == "HOP" and len(sizes) == 2:
+        return tvf.this, ("hop", args[0].this.name, sizes[1], sizes[0])  # HOP(..., slide, size)
+    raise refuse(f"{kind} with {len(sizes)} intervals (an offset)")

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..errors import ConfigError
-from .dialect import interval_millis
+from .dialect import interval_millis, window_of
+
+START, END = "window_start", "window_end"
 
 HOW = {None: "inner", "": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
 
@@ -43,6 +45,7 @@ class JoinQuery:
     # An interval join's bounds of the right table's time less the left's: (lower, upper, lower inclusive, upper
     # inclusive); None: a regular join.
     interval: tuple[int, int, bool, bool] | None = None
+    window: tuple | None = None  # a window join's window (kind, time column, size, slide): both sides'
 
 
 def _refuse(construct: str) -> ConfigError:
@@ -101,6 +104,12 @@ def _interval(bounds: list) -> tuple[int, int, bool, bool]:
     return lower[0], upper[0], lower[1], upper[1]
 
 
+def _unqualified(condition) -> str:
+    """``condition`` in Spark SQL over its table's columns alone (``a.x > 1``: ```x` > 1``)."""
+    return condition.copy().transform(
+        lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n).sql(dialect="spark")
+
+
 def _conditions(on: list, where_conditions: list, how: str, side_of, times: tuple) -> tuple:
     """The join's keys (each side's columns), its time bounds (``_time_bounds``') and each side's own conditions
     (Spark SQL, read with its table), from the conjuncts of ``ON`` and ``WHERE``."""
@@ -123,12 +132,53 @@ def _conditions(on: list, where_conditions: list, how: str, side_of, times: tupl
             raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table, and an inner "
                           f"join's bounds of one table's event time by the other's)")
         else:
-            unqualified = condition.copy().transform(
-                lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
-            where[touched.pop()].append(f"({unqualified.sql(dialect='spark')})")
+            where[touched.pop()].append(f"({_unqualified(condition)})")
     if not keys[0]:
         raise _refuse("a join without an equality of a column of each table (a cross join)")
     return keys, bounds, where
+
+
+def _side(node, columns: dict) -> tuple:
+    """One side of a join: ``(table, alias, window, WHERE)`` of a table by its name, a windowing function of one
+    (``TABLE(TUMBLE(TABLE t, ...)) AS a``) or ``(SELECT * FROM TABLE(TUMBLE(...)) [WHERE ...]) AS a``."""
+    alias, where = node.alias, None
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+        query = node.this
+        star = len(query.expressions) == 1 and isinstance(query.expressions[0], exp.Star)
+        if not star or any(query.args.get(a) for a in ("joins", "group", "having", "order", "limit")):
+            raise _refuse("a join of a query other than SELECT * FROM TABLE(<windowing function>) [WHERE ...]")
+        node = (query.args.get("from_") or query.args.get("from")).this
+        where = query.args["where"].this if query.args.get("where") is not None else None
+        if where is not None and any(c.name in (START, END) for c in where.find_all(exp.Column)):
+            raise _refuse("a condition on window_start or window_end in a window join's input")
+    table, window = window_of(node)
+    if (where is not None or isinstance(node, exp.Subquery)) and window is None:
+        raise _refuse("a join of a query other than SELECT * FROM TABLE(<windowing function>) [WHERE ...]")
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        raise _refuse("a join of anything but two tables by their names (or their windowing functions)")
+    if table.name not in columns:
+        raise ConfigError(f"SQL: the query reads table {table.name!r} but tables= has {sorted(columns)}")
+    return table.name, alias or table.alias_or_name, window, where
+
+
+def _window_pair(sides: list, keys: tuple, how: str) -> tuple | None:
+    """A window join's window, its ``window_start`` and ``window_end`` equalities taken out of ``keys``; None
+    when neither side is windowed."""
+    windows = [side[2] for side in sides]
+    if windows == [None, None]:
+        return None
+    pairs = list(zip(*keys))
+    if None in windows or windows[0][0::2] != windows[1][0::2] or windows[0][3] != windows[1][3]:
+        raise _refuse("a join of windowed rows with rows of another window (a window join joins the same "
+                      "windowing function of each table)")
+    if (START, START) not in pairs or (END, END) not in pairs or how != "inner":
+        raise _refuse("a window join other than an inner one ON l.window_start = r.window_start AND l.window_end = "
+                      "r.window_end AND ...")
+    kept = [(a, b) for a, b in pairs if (a, b) not in ((START, START), (END, END))]
+    if not kept or any(c in (START, END) for pair in kept for c in pair):
+        raise _refuse("a window join without an equality of a column of each table besides the window's")
+    keys[0][:], keys[1][:] = [a for a, _ in kept], [b for _, b in kept]
+    return windows[0]
 
 
 def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> JoinQuery | None:
@@ -145,30 +195,33 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
     if (join.args.get("kind") not in (None, "", "INNER", "OUTER", "CROSS" if comma else "")
             or join.args.get("using") or not (join.args.get("on") or comma)):
         raise _refuse(f"a {join.args.get('kind') or ''} JOIN without ON equalities (CROSS, SEMI, ANTI, USING)")
-    sides = []
-    for table in (source.this, join.this):
-        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
-            raise _refuse("a join of anything but two tables by their names")
-        if table.name not in columns:
-            raise ConfigError(f"SQL: the query reads table {table.name!r} but tables= has {sorted(columns)}")
-        sides.append((table.name, table.alias_or_name))
+    sides = [_side(table, columns) for table in (source.this, join.this)]  # (table, alias, window, its WHERE)
+    names = [columns[name] + ([START, END] if window else []) for name, _, window, _ in sides]
 
     def side_of(column: exp.Column) -> int:
         if column.table:
-            found = [i for i, (_, alias) in enumerate(sides) if alias == column.table]
+            found = [i for i, side in enumerate(sides) if side[1] == column.table]
         else:
-            found = [i for i, (name, _) in enumerate(sides) if column.name in columns[name]]
-        if len(found) != 1 or column.name not in columns[sides[found[0]][0]]:
+            found = [i for i in range(2) if column.name in names[i]]
+        if len(found) != 1 or column.name not in names[found[0]]:
             raise ConfigError(f"SQL: the column {column.sql()} is not one column of {sides[0][1]} or "
                               f"{sides[1][1]}: qualify it (a.column)")
         return found[0]
 
-    how, times = HOW.get(join.args.get("side") or None), tuple((times or {}).get(name) for name, _ in sides)
+    how, times = HOW.get(join.args.get("side") or None), tuple((times or {}).get(side[0]) for side in sides)
     if how != "inner" and select.args.get("where") is not None:
         raise _refuse("WHERE with an outer join")
     on = _conjuncts(join.args["on"]) if join.args.get("on") else []
     where_conditions = _conjuncts(select.args["where"].this) if select.args.get("where") is not None else []
     keys, bounds, where = _conditions(on, where_conditions, how, side_of, times)
+    for i, side in enumerate(sides):  # a windowed side's own WHERE, read with its table
+        if side[3] is not None:
+            where[i].append(f"({_unqualified(side[3])})")
+    window = _window_pair(sides, keys, how)
+    for i, side in enumerate(sides):
+        if window is not None and side[2][1] != times[i]:
+            raise ConfigError(f"SQL: the window's DESCRIPTOR({side[2][1]}) must be table {side[0]!r}'s event time: "
+                              f"declare it, SqlTable(source, watermark=\"{side[2][1]} - INTERVAL '4' SECOND\")")
     outputs = {}
     for item in select.expressions:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
@@ -178,5 +231,7 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         if name in outputs:
             raise ConfigError(f"SQL: the join's output has two columns {name!r}; name one otherwise (AS ...)")
         outputs[name] = (side_of(node), node.name)
+    if window is not None and bounds:
+        raise _refuse("a window join with bounds of event time (an interval join of windowed rows)")
     return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where), how,
-                     outputs, _interval(bounds) if bounds else None)
+                     outputs, _interval(bounds) if bounds else None, window)

@@ -282,6 +282,38 @@ def test_an_interval_join_in_sql_pairs_what_duckdbs_join_pairs(spark, tmp_path):
             con.execute(batch).fetchall(), key=repr), sql
 
 
+@pytest.mark.spark
+def test_a_window_join_in_sql_pairs_each_windows_rows_as_duckdb_does(spark, tmp_path):
+    """After Flink's ``WindowJoinITCase``: two tables' TUMBLE windows joined on their key and window (one side a
+    windowing function, the other a query of one with its own WHERE), each pair once its window closes, with the
+    window's bounds; equal to DuckDB's join of the rows by key and window for every closed window."""
+    lake = Lake(tmp_path)
+    for folder, batches in (("shows", SHOWS), ("taps", TAPS)):
+        (lake.inputs / folder).mkdir(parents=True)
+        for i, batch in enumerate(batches):
+            (lake.inputs / folder / f"{i:03d}.json").write_text(
+                "".join(json.dumps(dict(zip(SHOW.fields, r))) + "\n" for r in batch))
+    tables = {n: SqlTable(FileSource(str(lake.inputs / n), "json", SHOW, max_files_per_batch=1),
+                          "ts - INTERVAL '4' SECOND") for n in ("shows", "taps")}
+    sql = ("SELECT s.ad, s.window_start, t.window_end, s.ts AS shown, t.ts AS tapped "
+           "FROM TABLE(TUMBLE(TABLE shows, DESCRIPTOR(ts), INTERVAL '10' SECOND)) AS s "
+           "JOIN (SELECT * FROM TABLE(TUMBLE(TABLE taps, DESCRIPTOR(ts), INTERVAL '10' SECOND)) WHERE ad <> 'c') AS t "
+           "ON s.window_start = t.window_start AND s.window_end = t.window_end AND s.ad = t.ad")
+    job = SqlJob("window-join", sql, tables=tables, sink="sinks/window_join")
+    assert explain(job).startswith("sql-window-join-shows-taps-inner-ad-ad-tumble-10000-10000: WindowJoinOperator")
+    run_job(spark, job, lake)
+    con = duckdb.connect()
+    for n, batches in (("shows", SHOWS), ("taps", TAPS)):
+        con.execute(f"CREATE TABLE {n} (ad VARCHAR, ts BIGINT)")
+        con.executemany(f"INSERT INTO {n} VALUES (?, ?)", [r for b in batches for r in b])
+    # The job's watermark is the lower of its tables' (shows: 31,000 - 4,000): windows up to [10 s, 20 s) closed.
+    wanted = con.execute("SELECT s.ad, s.ts - s.ts % 10000 AS ws, s.ts - s.ts % 10000 + 10000, s.ts, t.ts FROM shows "
+                         "s JOIN taps t ON s.ad = t.ad AND s.ts // 10000 = t.ts // 10000 WHERE t.ad <> 'c' AND "
+                         "s.ts < 20000").fetchall()
+    got = table(spark, lake, "sinks/window_join", ["ad", "window_start", "window_end", "shown", "tapped"])
+    assert got == sorted(wanted, key=repr) and len(got) == 3
+
+
 def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     """The dialect parses the windowing functions of every Nexmark-style query shape (TUMBLE, HOP with an
     alias, SESSION in a GROUP BY); ``ts - INTERVAL '4' SECOND`` is a watermark 4 s behind the largest time, as
