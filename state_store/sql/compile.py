@@ -36,6 +36,7 @@ from .dialect import interval_millis as _millis
 from .dialect import parse
 from .dialect import window_of as _window_of
 from .join import JoinQuery, read_join
+from .over import OverQuery, read_over
 from .query_source import QuerySource
 from .rank import RankQuery, read_rank
 
@@ -345,6 +346,9 @@ class _Compiler:
         if ranked is not None:
             return self.ranked(ranked)
         times = {n: watermark_strategy(t.watermark)[0] if t.watermark else None for n, t in self.tables.items()}
+        over = read_over(select, times)
+        if over is not None:
+            return self.overed(over)
         joined = read_join(select, {n: list(_columns_of(t.source)) for n, t in self.tables.items()}, times)
         if joined is not None:
             return self.joined(joined)
@@ -366,6 +370,25 @@ class _Compiler:
         flow = self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs))
         return _Rel(flow.map(Rename({n: n for n in columns}), output_type=flow._row_type(),
                              uid=self.fresh("sql-select"), parallelism=self.parallelism))
+
+    def overed(self, over: OverQuery) -> _Rel:
+        """An OVER aggregation: the table's rows, each with the aggregates of its window (``Dataflow.over``)."""
+        names: dict[str, str] = {}
+        for out, (kind, what) in over.outputs.items():
+            if kind == "aggregate":
+                names.setdefault(what, out)
+        keyed = self.scan(over.table, over.where).key_by(over.keys if len(over.keys) != 1 else over.keys[0])
+        reach = "unbounded" if over.preceding is None else str(over.preceding)
+        out = keyed.over(ColumnAggregate(**over.aggregates).named(**names),
+                         uid="-".join(["sql-over", over.table, *over.keys, over.frame, reach]),
+                         time_column=over.time_column, frame=over.frame, preceding=over.preceding,
+                         parallelism=self.parallelism)
+        produced = out._fields()
+        wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in over.outputs.items()}
+        if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
+            out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[n] for n in
+                          wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
+        return _Rel(out)
 
     def ranked(self, rank: RankQuery) -> _Rel:
         """A Top-N or deduplication (``rank``) of a table's rows, or of a query's (``rank.inner``)."""

@@ -245,6 +245,28 @@ def test_a_join_in_sql_is_a_regular_join_equal_to_duckdbs(spark, tmp_path, how):
         assert materialized(spark, lake, "sinks/q3", ["name", "state", "id"]) == wanted, n
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("frame, batch", [
+    ("ROWS BETWEEN 1 PRECEDING AND CURRENT ROW", "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"),
+    ("RANGE BETWEEN INTERVAL '10' SECOND PRECEDING AND CURRENT ROW", "RANGE BETWEEN 10000 PRECEDING AND CURRENT ROW"),
+])
+def test_an_over_aggregation_in_sql_gives_each_row_duckdbs_window_aggregates(spark, tmp_path, frame, batch):
+    """After Flink's ``OverAggregateITCase``: SUM, COUNT and MAX OVER one window of ROWS or RANGE preceding, each
+    row emitted once the watermark passes it (all but "zz", whose time the watermark never reaches), equal to
+    DuckDB's window functions over the same rows."""
+    lake = Lake(tmp_path)
+    over = f"OVER (PARTITION BY user ORDER BY ts {frame})"
+    job = SqlJob("over", f"SELECT user, ts, SUM(amount) {over} AS spent, COUNT(amount) {over} AS paid, MAX(amount) "
+                         f"{over} AS top FROM clicks WHERE country <> 'it'", tables={"clicks": clicks_table(lake)},
+                 sink="sinks/over")
+    assert explain(job).startswith("sql-over-clicks-user-")
+    run_job(spark, job, lake)
+    window = f'OVER (PARTITION BY "user" ORDER BY ts {batch})'
+    assert table(spark, lake, "sinks/over", ["user", "ts", "spent", "paid", "top"]) == duck(
+        f'SELECT "user", ts, sum(amount) {window}, count(amount) {window}, max(amount) {window} FROM clicks '
+        f"WHERE country <> 'it' AND \"user\" <> 'zz'")
+
+
 SHOW = Types.ROW_NAMED(["ad", "ts"], [Types.STRING(), Types.LONG()])
 SHOWS = [[("a", 1_000), ("b", 2_000)], [("a", 9_000), ("c", 12_000)], [("b", 30_000), ("a", 31_000)]]
 TAPS = [[("a", 1_500), ("b", 1_000)], [("a", 10_500), ("a", 19_000), ("c", 11_000)], [("a", 30_000), ("b", 45_000)]]
