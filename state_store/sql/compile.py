@@ -24,7 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from ..errors import ConfigError
-from ..functions import MapFunction
+from ..functions import KeyedProcessFunction, MapFunction
 from ..joins.interval import ProcessJoinFunction
 from ..joins.window_join import JoinFunction
 from ..sources.base import Source
@@ -41,6 +41,7 @@ from .query_source import QuerySource
 from .rank import RankQuery, read_rank
 
 ALL = "_all"  # the constant key of a query without one
+PART = "_part"  # a union's key: a hash of each row's columns
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
 RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
@@ -271,6 +272,17 @@ class PairRows(JoinFunction):
         return {**left, **{self.prefix + c: v for c, v in right.items()}}
 
 
+class Rows(KeyedProcessFunction):
+    """A key's records as they came, with ``columns`` alone (a union's, without the column it was keyed by)."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+
+    def process(self, key, records, ctx):
+        """The records."""
+        return [{c: r[c] for c in self.columns} for r in records]
+
+
 class Constant(MapFunction):
     """The record with one more column, ``name``, of one value: the key of a query without one (a Top-N without
     ``PARTITION BY``), whose rows all go to one subtask."""
@@ -366,10 +378,43 @@ class _Compiler:
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
             return _Rel(out, key, query.window, "-".join(["window" if query.window else "group", query.table,
                                                           *query.keys]))
-        columns = {o: e for o, (_, e) in query.outputs.items()}
-        flow = self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs))
-        return _Rel(flow.map(Rename({n: n for n in columns}), output_type=flow._row_type(),
+        flow = self.stateless(query)
+        return _Rel(flow.map(Rename({n: n for n in flow._fields()}), output_type=flow._row_type(),
                              uid=self.fresh("sql-select"), parallelism=self.parallelism))
+
+    def stateless(self, query: _Query):
+        """A stateless SELECT's rows as Spark reads them (its columns computed and its WHERE applied)."""
+        fields = _event_time(query.table, self.tables[query.table])[0]
+        columns = {o: e for o, (_, e) in query.outputs.items()}
+        return self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs))
+
+    def union_all(self, union: exp.Union) -> _Rel:
+        """``SELECT ... UNION ALL SELECT ...`` of stateless SELECTs: each read as Spark evaluates it, one stream of
+        their rows (``Dataflow.union``), in the order of the SELECTs in each microbatch; insert-only."""
+        branches, node = [], union
+        while isinstance(node, exp.Union):
+            if node.args.get("distinct") or not isinstance(node.expression, exp.Select):
+                raise _refuse("UNION (DISTINCT), INTERSECT or EXCEPT", "write UNION ALL of SELECTs")
+            branches.insert(0, node.expression)
+            node = node.this
+        if not isinstance(node, exp.Select):
+            raise _refuse("UNION ALL of anything but SELECTs")
+        queries = [_read(b, self.tables) for b in [node, *branches]]
+        if any(q.aggregates for q in queries):
+            raise _refuse("UNION ALL of a SELECT with an aggregate", "union the rows, then aggregate them")
+        for q in queries:  # a union is keyed: by a hash of each row's columns, which Spark computes as it reads
+            q.outputs[PART] = ("expr", f"CAST(pmod(hash({', '.join(e for _, e in q.outputs.values())}), 1024) AS INT)")
+        flows = [self.stateless(q) for q in queries]
+        shapes = [list(f._fields().items()) for f in flows]
+        if any(s != shapes[0] for s in shapes):
+            raise ConfigError(f"SQL: UNION ALL of SELECTs whose columns differ: "
+                              f"{[{c: str(t) for c, t in s if c != PART} for s in shapes]}; give each the same names "
+                              f"and types, in the same order (CAST, AS)")
+        fields = {c: t for c, t in shapes[0] if c != PART}
+        out = flows[0].union(*flows[1:]).key_by(PART).process(
+            Rows(list(fields)), uid=self.fresh("sql-union"), parallelism=self.parallelism,
+            output_type=Types.ROW_NAMED(list(fields), list(fields.values())))
+        return _Rel(out)
 
     def overed(self, over: OverQuery) -> _Rel:
         """An OVER aggregation: the table's rows, each with the aggregates of its window (``Dataflow.over``)."""
@@ -510,11 +555,13 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
     from ..delta.upsert_sink import UpsertDeltaSink
 
     statements = parse(sql)
-    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
-        raise _refuse("SQL other than one SELECT (INSERT, CREATE, UNION, several statements)",
+    if len(statements) != 1 or not isinstance(statements[0], (exp.Select, exp.Union)):
+        raise _refuse("SQL other than one SELECT (INSERT, CREATE, several statements)",
                       "give the SELECT; tables= names its tables and sink= where it goes")
     tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
-    rel = _Compiler(job_id, tables, parallelism, settings).relation(statements[0])
+    compiler = _Compiler(job_id, tables, parallelism, settings)
+    rel = (compiler.union_all(statements[0]) if isinstance(statements[0], exp.Union)
+           else compiler.relation(statements[0]))
     if isinstance(sink, str) and rel.key is not None:
         if not rel.key:
             raise ConfigError("SQL: this updating result's rows have no key to upsert by (a Top-N without its row "

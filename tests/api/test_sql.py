@@ -153,6 +153,14 @@ def test_a_group_by_in_sql_keeps_an_upsert_table_equal_to_duckdbs(spark, tmp_pat
     run_job(spark, job, plain)
     assert table(spark, plain, "sinks/big", ["user", "twice", "c"]) == duck(
         "SELECT \"user\", amount * 2 + 1, upper(country) FROM clicks WHERE amount >= 3 AND country <> 'it'")
+    # UNION ALL of two stateless SELECTs (the same table read twice): both SELECTs' rows, as DuckDB's.
+    both = SqlJob("both", "SELECT user, amount FROM clicks WHERE amount > 3 UNION ALL SELECT upper(country) AS user, "
+                          "amount FROM clicks WHERE amount < 0", tables={"clicks": clicks_table(plain, None)},
+                  sink="sinks/both")
+    run_job(spark, both, plain)
+    assert table(spark, plain, "sinks/both", ["user", "amount"]) == duck(
+        'SELECT "user", amount FROM clicks WHERE amount > 3 UNION ALL SELECT upper(country), amount FROM clicks '
+        "WHERE amount < 0")
 
 
 @pytest.mark.spark
