@@ -204,12 +204,26 @@ def test_top_n_and_deduplication_in_sql_keep_duckdbs_row_numbers(spark, tmp_path
         "country <> 'xx' GROUP BY ws, country) QUALIFY row_number() OVER (PARTITION BY ws ORDER BY n DESC, "
         "country) = 1")
     spenders = Lake(tmp_path / "spenders")
-    top_spenders = SqlJob("spenders", "SELECT user, spent, rn FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY spent "
-                          "DESC) AS rn FROM (SELECT user, SUM(amount) AS spent FROM clicks WHERE amount IS NOT NULL "
-                          "GROUP BY user)) WHERE rn <= 2", tables={"clicks": clicks_table(spenders, None)},
+    top_spenders_sql = ("SELECT user, spent, rn FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY spent DESC) AS rn FROM "
+                        "(SELECT user, SUM(amount) AS spent FROM clicks WHERE amount IS NOT NULL GROUP BY user)) "
+                        "WHERE rn <= 2")
+    top_spenders = SqlJob("spenders", top_spenders_sql, tables={"clicks": clicks_table(spenders, None)},
                           sink="sinks/spenders")
     assert explain(top_spenders).splitlines()[2] == ("sql-top-group-clicks-user: RetractTopN, keyed by '_all'; state "
                                                      "sql-top-group-clicks-user.rows")
+    # A crash at each fault point of the second microbatch's run, then a rerun: the clean run's table.
+    from state_store.run.runtime import FaultInjector, InjectedFault
+
+    for point in ("after_sink_write", "after_commit", "before_checkpoint"):
+        crashed = Lake(tmp_path / f"crashed-{point}")
+        job_of = lambda lake: SqlJob("spenders", top_spenders_sql, tables={  # noqa: E731
+            "clicks": clicks_table(lake, None)}, sink="sinks/spenders")
+        with pytest.raises(InjectedFault):
+            run_job(spark, job_of(crashed), crashed, faults=FaultInjector(point, batch_id=1))
+        run_job(spark, job_of(crashed), crashed)
+        assert table(spark, crashed, "sinks/spenders", ["user", "spent", "rn"]) == duck(
+            'SELECT "user", s, row_number() OVER (ORDER BY s DESC) FROM (SELECT "user", sum(amount) AS s FROM '
+            'clicks WHERE amount IS NOT NULL GROUP BY "user") QUALIFY row_number() OVER (ORDER BY s DESC) <= 2'), point
     for n in range(1, len(CLICKS) + 1):
         run_job(spark, top_spenders, spenders, max_microbatches=1)
         assert table(spark, spenders, "sinks/spenders", ["user", "spent", "rn"]) == duck(

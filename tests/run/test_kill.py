@@ -59,3 +59,33 @@ def test_kill_9_of_spark_submit_then_a_rerun_equals_a_run_that_was_never_killed(
     sink, state = reference
     assert sink_rows(spark, lake, _spec(lake)) == sink  # nothing lost, nothing twice
     assert state_at_latest_checkpoint(spark, lake, _spec(lake)) == state
+
+
+@pytest.mark.e2e
+def test_kill_9_of_a_sql_job_then_a_rerun_equals_a_run_that_was_never_killed(spark, tmp_path):
+    """A SQL job of three operators (tests/support/jobs.py's window Top-N) killed by ``kill -9`` once its sink
+    committed, then run again: its table is the clean run's."""
+    import textwrap
+
+    from tests.api.test_sql import write_clicks
+    from tests.support.helpers import delta_rows
+    from tests.support.jobs import sql_window_top
+
+    columns = ["window_start", "country", "clicks", "rn"]
+    clean = Lake(tmp_path / "clean")
+    write_clicks(clean.inputs / "clicks")
+    run(spark, sql_window_top(clean.inputs / "clicks", "sql-killed"), clean)
+    lake = Lake(tmp_path / "killed")
+    write_clicks(lake.inputs / "clicks")
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "sql_killed.py").write_text(textwrap.dedent(f"""
+        from tests.support.jobs import sql_window_top
+
+        def job():
+            return sql_window_top({str(lake.inputs / "clicks")!r}, "sql-killed")
+    """))
+    register_module(lake, tmp_path / "modules", "sql_killed")
+    kill_spark_submit_at(lake, "sql-killed", "sink_committed", tmp_path / "modules", tmp_path / "spark-submit.log")
+    assert run(spark, sql_window_top(lake.inputs / "clicks", "sql-killed"), lake, lease_wait_s=20).batches
+    assert delta_rows(spark, lake, "sinks/sql-killed", columns) == delta_rows(spark, clean, "sinks/sql-killed",
+                                                                             columns)

@@ -257,3 +257,21 @@ class NoState(CountOnly):
 
     def process(self, key, records, ctx):
         yield {"k": key, "n": 0}
+
+
+# A SQL job of three operators (a window aggregation, then a window Top-N over its rows): per window of 10 s, the
+# two countries with the most clicks. Its rows are tests/api/test_sql.py's CLICK.
+SQL_WINDOW_TOP = ("SELECT window_start, country, clicks, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+                  "window_start, window_end ORDER BY clicks DESC, country) AS rn FROM (SELECT window_start, "
+                  "window_end, country, COUNT(*) AS clicks FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), "
+                  "INTERVAL '10' SECOND)) GROUP BY window_start, window_end, country)) WHERE rn <= 2")
+
+
+def sql_window_top(clicks_dir, job_id: str):
+    """``SQL_WINDOW_TOP`` over the JSON files of ``clicks_dir``, a file a microbatch, into ``sinks/<job_id>``."""
+    from state_store import SqlJob, SqlTable
+
+    click = Types.ROW_NAMED(["user", "country", "amount", "ts"],
+                            [Types.STRING(), Types.STRING(), Types.LONG(), Types.LONG()])
+    return SqlJob(job_id, SQL_WINDOW_TOP, sink=f"sinks/{job_id}", tables={"clicks": SqlTable(
+        FileSource(str(clicks_dir), "json", click, max_files_per_batch=1), "ts - INTERVAL '4' SECOND")})
