@@ -17,6 +17,7 @@ from state_store import (
     ConfigError,
     Dataflow,
     FileSource,
+    LakestateError,
     SqlJob,
     SqlTable,
     TumblingEventTimeWindows,
@@ -112,6 +113,17 @@ def test_a_window_aggregation_in_sql_is_the_hand_written_dataflow_and_duckdbs_gr
     renamed = SqlJob("per-window", PER_WINDOW.replace("amount > 0", "amount > -5").replace(
         "COUNT(*) AS clicks", "COUNT(*) AS n"), tables={"clicks": clicks_table(moved)}, sink="sinks/renamed",
         parallelism=3)  # a sink of its own: the renamed column is another table's
+    # A change the state cannot follow, an aggregate taken out of the window's accumulator (or the window's size
+    # changed: another operator), is refused naming the operator and what changed, before anything is written.
+    for changed_sql, said in (
+            (PER_WINDOW.replace(", MAX(amount) AS top", ""), rf"state '{uid}\.window-contents': row fields "
+                                                             rf"\['max_amount'\] were removed"),
+            (PER_WINDOW.replace("'10' SECOND", "'20' SECOND"), rf"would not restore: '{uid}\.__timers_event__'.*"
+                                                                 rf"--uid-map {uid}=sql-window-[\w-]+-20000")):
+        with pytest.raises(LakestateError, match=said):
+            restore_job(spark, moved.settings, SqlJob("per-window", changed_sql, tables={"clicks": clicks_table(
+                moved)}, sink="sinks/other_change"), StatePoint(saved), say=lambda line: None)
+        assert not (moved.settings.warehouse / "sinks" / "other_change").exists()
     restore_job(spark, moved.settings, renamed, StatePoint(saved), say=lambda line: None)
     run_job(spark, renamed, moved)
     later = table(spark, moved, "sinks/renamed", ["country", "window_start", "n"])
