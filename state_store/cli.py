@@ -7,6 +7,7 @@
     lakestate checkpoints --job clicks
     lakestate state --job clicks --state events (--key 42 | --key-file PATH|-)
                     [--checkpoint N | --savepoint clicks/<name>] [--namespace NS]
+    lakestate state edit --savepoint clicks/<name> [--into NAME] [--dry-run] "UPDATE events SET value = 0 WHERE ..."
     lakestate savepoint clicks [--checkpoint N] [--label L]
     lakestate savepoints [--job clicks]
     lakestate dispose clicks/<savepoint name> [--approved-by NAME]
@@ -266,6 +267,9 @@ def cmd_state(args, settings: Settings) -> int:
     from .ops.state_processor import SavepointReader
     from .types import shown_type
 
+    if args.job is None or args.state is None or (args.key is None and args.key_file is None):
+        raise ConfigError("lakestate state needs --job, --state and --key (or --key-file); to change a savepoint's "
+                          "state: lakestate state edit --savepoint <job>/<name> \"<UPDATE | DELETE | INSERT>\"")
     record = JobCatalog(settings).get(args.job)
     if args.savepoint is not None and args.checkpoint is not None:
         raise ConfigError("give --checkpoint or --savepoint, not both")
@@ -310,6 +314,23 @@ def cmd_state(args, settings: Settings) -> int:
         result["checkpoint"] = reader.meta.checkpoint_id
     print(json.dumps(result, default=lambda v: v.hex() if isinstance(v, bytes) else
                      v.asDict(recursive=True) if hasattr(v, "asDict") else str(v)))
+    return 0
+
+
+def cmd_state_edit(args, settings: Settings) -> int:
+    from .catalog.savepoints import load_savepoint
+    from .ops.state_edit import edit_state, parse_statement
+
+    parse_statement(args.statement)  # a statement that is not one is refused before Spark starts
+    args.job = load_savepoint(settings, args.savepoint).job_id
+    spark = _operation_spark(args, settings, "state-edit")
+    done = edit_state(spark, settings, args.savepoint, args.statement, into=args.into, dry_run=args.dry_run,
+                      say=_quiet_say)
+    result = {"state": done.state, "statement": done.verb, "touched": done.touched, "entries": done.entries,
+              "savepoint": None if done.savepoint is None else f"{done.savepoint.job_id}/{done.savepoint.name}"}
+    print(json.dumps(result))
+    if done.savepoint is not None:
+        print(f"[lakestate] restore a job from it: lakestate restore {args.job} --savepoint {result['savepoint']}")
     return 0
 
 
@@ -572,10 +593,12 @@ def _add_submit_command(sub, common) -> None:
 
 
 def _add_state_command(sub, common) -> None:
-    p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint")
-    p.add_argument("--job", required=True)
-    p.add_argument("--state", required=True, help="state name (qualified 'uid.name' or plain, for the job's uid)")
-    key = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("state", parents=[common], help="show one key's value of a keyed state at a checkpoint "
+                                                       "(state edit: change a savepoint's state with SQL)")
+    p.add_argument("--job", default=None, help="the job (required)")
+    p.add_argument("--state", default=None, help="state name (qualified 'uid.name' or plain, for the job's uid; "
+                                                 "required)")
+    key = p.add_mutually_exclusive_group()
     key.add_argument("--key", action="append", help="the key; a composite key's columns one --key each, in order")
     key.add_argument("--key-file", metavar="PATH",
                      help="read the key from PATH ('-': standard input) without its trailing newline: a key over "
@@ -586,6 +609,18 @@ def _add_state_command(sub, common) -> None:
     p.add_argument("--spark-master", default=None)
     _add_remote(p)
     p.set_defaults(func=cmd_state)
+    actions = p.add_subparsers(dest="state_command", metavar="edit")
+    e = actions.add_parser("edit", parents=[common], help="write a new savepoint with one UPDATE, DELETE or INSERT on "
+                                                          "a keyed state's table (docs/operating/state-processor.md)")
+    e.add_argument("--savepoint", required=True, help="the savepoint to edit (<job>/<name>); it stays as it is")
+    e.add_argument("--into", default=None, help="the new savepoint's name (default: <name>-edited)")
+    e.add_argument("--dry-run", action="store_true", help="check the statement and count what it changes; write "
+                                                          "nothing")
+    e.add_argument("statement", help="UPDATE <state> SET ... [WHERE ...] | DELETE FROM <state> [WHERE ...] | "
+                                     "INSERT INTO <state> [(columns)] VALUES ... | SELECT ...")
+    e.add_argument("--spark-master", default=None)
+    _add_remote(e)
+    e.set_defaults(func=cmd_state_edit)
 
 
 def _add_sql_commands(sub, common) -> None:

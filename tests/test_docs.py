@@ -101,8 +101,6 @@ class Shell:
         self.cwd, self.env, self.said = cwd, {**os.environ, "PWD": str(cwd)}, []
 
     def run(self, block: str, capsys, monkeypatch) -> None:
-        import shlex
-
         from state_store.cli import main
 
         for line in block.splitlines():
@@ -118,9 +116,8 @@ class Shell:
                 sys.modules[Path(command.split()[1]).stem].main()
                 self.said.append(capsys.readouterr().out)
             elif command.startswith("lakestate "):
-                args = shlex.split(subprocess.run(["bash", "-c", f'printf "%s\\n" {command[len("lakestate "):]}'],
-                                                  env=self.env, capture_output=True, text=True,
-                                                  check=True).stdout.strip().replace("\n", " "))
+                args = subprocess.run(["bash", "-c", f'printf "%s\\0" {command[len("lakestate "):]}'], env=self.env,
+                                      capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
                 assert main(args) == 0, (command, capsys.readouterr())
                 self.said.append(capsys.readouterr().out)
             else:
@@ -492,11 +489,19 @@ def test_the_first_job_and_state_processor_pages_run_as_written(spark, tmp_path,
     assert json.loads(run[0].split(":", 1)[1])["records_in"] == 1
     # docs/operating/state-processor.md, on the job as the page leaves it: a savepoint, then its program
     page_module("operating/state-processor.md", "inspect_first_job", request)
-    (commands,) = page_blocks("operating/state-processor.md", "bash")
+    commands, edits = page_blocks("operating/state-processor.md", "bash")
     shell.run(commands, capsys, monkeypatch)
     said = shell.said[-1]
     assert "savepoint: {'ada': 3, 'bob': 1}" in said and "'main.count'" in said
     assert "latest checkpoint: {'ada': 3, 'bob': 1} ada: [{'value': 3}]" in said
+    # Its state edited with SQL, into a savepoint the job restores: ada credited, bob taken out.
+    shell.run(edits, capsys, monkeypatch)
+    dry_run, _, _, ada, _ = shell.said[-5:]
+    assert json.loads(dry_run.strip().splitlines()[-1])["touched"] == 1
+    assert json.loads(ada.strip().splitlines()[-1])["value"] == 13
+    from state_store.ops.state_processor import SavepointReader
+    restored = SavepointReader.for_checkpoint(spark, "first-job").keyed_state("count").collect()
+    assert {r["key"]: r["value"] for r in restored} == {"ada": 13}
 
 
 def test_a_spark_of_this_process_takes_the_argument_then_the_variable_then_spark_defaults_then_local(
@@ -646,6 +651,9 @@ def test_every_command_a_page_shows_exists_can_be_run_and_takes_the_arguments_sh
                 if sub is None:
                     wrong.append(f"{where}: lakestate {words[0]} is not a subcommand ({line.strip()!r})")
                     continue
+                nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+                if nested and len(words) > 1 and words[1] in nested[0].choices:  # lakestate state edit ...
+                    sub = nested[0].choices[words[1]]
                 options = set(sub._option_string_actions)
                 unknown = [o for o in re.findall(r"(?<![\w-])--[a-z][a-z-]*", command.split(" -- ")[0])
                            if o not in options]
