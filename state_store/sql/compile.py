@@ -5,9 +5,10 @@ One ``SELECT`` over one table, in Flink's dialect (``dialect``), of three shapes
 
 - **stateless**: ``SELECT <expressions> FROM t [WHERE ...]``: Spark evaluates both as it reads (``QuerySource``),
   and the rows pass through one operator to the sink;
-- **window aggregation**: ``... FROM TABLE(TUMBLE | HOP(TABLE t, DESCRIPTOR(ts), ...)) [WHERE ...] GROUP BY
-  window_start, window_end[, k ...]``: a window of ``ColumnAggregate`` (the vectorised path where it applies),
-  insert-only;
+- **window aggregation**: ``... FROM TABLE(TUMBLE | HOP | CUMULATE | SESSION(TABLE t, DESCRIPTOR(ts), ...))
+  [WHERE ...] GROUP BY window_start, window_end[, k ...]`` (or a GROUP BY window: Flink's ``SESSION(ts, gap)``,
+  Spark's ``window()`` and ``session_window()``): a window of ``ColumnAggregate`` (the vectorised path where it
+  applies), insert-only;
 - **group aggregation**: ``... FROM t [WHERE ...] GROUP BY k ...``: ``Dataflow.aggregate``, a changelog, which a
   sink given as a path keeps by the group's columns (an ``UpsertDeltaSink``).
 
@@ -32,8 +33,8 @@ from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import ColumnAggregate
+from .dialect import group_window, parse
 from .dialect import interval_millis as _millis
-from .dialect import parse
 from .dialect import window_of as _window_of
 from .join import JoinQuery, read_join
 from .over import OverQuery, read_over
@@ -126,6 +127,8 @@ def _read(select: exp.Select, tables: dict) -> _Query:
             raise _refuse(construct)
     source = select.args.get("from_") or select.args.get("from")
     table, window = _window_of(source.this if source is not None else None)
+    partition = window[4] if window is not None and len(window) > 4 else None
+    window = window[:4] if window is not None else None
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise _refuse(f"FROM {source.sql() if source is not None else 'nothing'}", "read one table by its name")
     name = table.name
@@ -135,9 +138,7 @@ def _read(select: exp.Select, tables: dict) -> _Query:
     if where is not None and where.find(exp.AggFunc, exp.Window, exp.Subquery):
         raise _refuse("an aggregate, window function or subquery in WHERE")
     group = select.args.get("group")
-    keys = [g.name for g in (group.expressions if group else [])]
-    if group and not all(isinstance(g, exp.Column) for g in group.expressions):
-        raise _refuse("GROUP BY of an expression (or SESSION)", "group by columns")
+    keys, window, struct = _grouped_window(list(group.expressions) if group else [], window, partition)
     outputs, aggregates = {}, {}
     for item in select.expressions:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
@@ -147,18 +148,12 @@ def _read(select: exp.Select, tables: dict) -> _Query:
             for column in _columns_of(tables[name].source):
                 outputs[column] = ("expr", f"`{column}`")
             continue
+        bound = _window_bound(node, struct)
         agg = next((a for t, a in AGGREGATES.items() if isinstance(node, t)), None)
-        if agg is not None:
-            argument = node.this
-            if isinstance(argument, exp.Distinct) or node.args.get("distinct"):
-                raise _refuse(f"{node.sql()}: an aggregate of DISTINCT values")
-            column = "*" if isinstance(argument, exp.Star) else argument.name if isinstance(argument, exp.Column) \
-                else None
-            if column is None or (column == "*" and agg != "count"):
-                raise _refuse(f"{node.sql()}: an aggregate of an expression", "aggregate a column")
-            # The state's name of it is the aggregate's own, not its alias: renaming an output keeps the state.
-            internal = f"{agg}_{'all' if column == '*' else column}"
-            aggregates[internal] = f"{agg}({column})"
+        if bound is not None:
+            outputs[alias or (node.name if isinstance(node, exp.Column) else bound)] = ("column", bound)
+        elif agg is not None:
+            internal, aggregates[internal] = _aggregate(node, agg)
             outputs[alias or internal] = ("aggregate", internal)
         elif node.find(exp.AggFunc):
             raise _refuse(f"{node.sql()}: an aggregate inside an expression", "select the aggregate itself")
@@ -178,6 +173,72 @@ def _read(select: exp.Select, tables: dict) -> _Query:
         aggregates["count_all"] = "count(*)"
     return _Query(name, window, None if where is None else where.this.sql(dialect="spark"),
                   [k for k in keys if k not in (START, END)], aggregates, outputs)
+
+
+def _aggregate(node, agg: str) -> tuple[str, str]:
+    """An aggregate's name in the state and its ``ColumnAggregate`` spec (``count(*)``, ``sum(amount)``): its own
+    name, not its alias, so that renaming an output keeps the state."""
+    argument = node.this
+    if isinstance(argument, exp.Distinct) or node.args.get("distinct"):
+        raise _refuse(f"{node.sql()}: an aggregate of DISTINCT values")
+    column = "*" if isinstance(argument, exp.Star) else argument.name if isinstance(argument, exp.Column) else None
+    if column is None or (column == "*" and agg != "count"):
+        raise _refuse(f"{node.sql()}: an aggregate of an expression", "aggregate a column")
+    return f"{agg}_{'all' if column == '*' else column}", f"{agg}({column})"
+
+
+def _grouped_window(items: list, window: tuple | None, partition: tuple | None) -> tuple[list, tuple | None, Any]:
+    """A GROUP BY's columns (``window_start`` and ``window_end`` among them when it has a window: Flink's
+    ``SESSION(ts, gap)``, Spark's ``window()`` and ``session_window()``), the query's window, and the name of the
+    struct Spark's window is selected by (``window.start``; None for Flink's ``SESSION``; False: no window in the
+    GROUP BY). A session windowing function's ``partition`` must be the columns grouped by."""
+    found = [(item, group_window(item)) for item in items]
+    windows = [w for _, w in found if w is not None]
+    if windows and (window is not None or len(windows) > 1):
+        raise _refuse("two windows in one query (a windowing function and a GROUP BY window, or two of those)")
+    columns = [item for item, w in found if w is None]
+    if not all(isinstance(c, exp.Column) for c in columns):
+        raise _refuse("GROUP BY of an expression", "group by columns")
+    keys = [c.name for c in columns]
+    if partition is not None and sorted(partition) != sorted(k for k in keys if k not in (START, END)):
+        raise _refuse(f"a SESSION window grouped by {[k for k in keys if k not in (START, END)]}, not by its "
+                      f"PARTITION BY columns {list(partition)}", "GROUP BY window_start, window_end and the "
+                      "PARTITION BY columns")
+    if not windows:
+        return keys, window, False
+    return keys + [START, END], windows[0][:4], windows[0][5]  # its rows are grouped by their window too
+
+
+def _window_bound(node, struct) -> str | None:
+    """START or END when ``node`` selects a bound of the GROUP BY's window: Flink's ``SESSION_START(ts, gap)``
+    and ``SESSION_END``, Spark's ``window.start`` and ``window.end`` (``session_window.start`` ...)."""
+    if struct is None and isinstance(node, exp.Anonymous) and node.name.upper() in ("SESSION_START", "SESSION_END"):
+        return START if node.name.upper() == "SESSION_START" else END
+    if struct and isinstance(node, exp.Column) and node.table == struct:
+        if node.name not in ("start", "end"):
+            raise _refuse(f"{node.sql()}", f"select {struct}.start and {struct}.end")
+        return START if node.name == "start" else END
+    if struct and isinstance(node, exp.Column) and not node.table and node.name == struct:
+        raise _refuse(f"the struct {struct}", f"select {struct}.start and {struct}.end")
+    return None
+
+
+def _assigner(kind: str, size: int, slide: int) -> WindowAssigner:
+    """The window assigner of a query's window (``dialect.window_of``'s kind, size and slide)."""
+    from ..windows.assigners import (
+        CumulativeEventTimeWindows,
+        EventTimeSessionWindows,
+        SlidingEventTimeWindows,
+        TumblingEventTimeWindows,
+    )
+
+    if kind == "tumble":
+        return TumblingEventTimeWindows.of(size)
+    if kind == "hop":
+        return SlidingEventTimeWindows.of(size, slide)
+    if kind == "cumulate":
+        return CumulativeEventTimeWindows.of(size, slide)
+    return EventTimeSessionWindows.with_gap(size)
 
 
 def _spark_types(fields: dict, outputs: dict) -> dict:
@@ -200,8 +261,6 @@ def _spark_types(fields: dict, outputs: dict) -> dict:
 def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     """The query's window or group aggregation of ``flow``, then (when its names are not the operator's) the
     renaming step to its output columns."""
-    from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
-
     names: dict[str, str] = {}  # an aggregate's output column: its first AS name (its state keeps its own)
     for out, (kind, what) in query.outputs.items():
         if kind == "aggregate":
@@ -210,8 +269,7 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
         kind, _, size, slide = query.window
-        assigner = (TumblingEventTimeWindows.of(size) if kind == "tumble"
-                    else SlidingEventTimeWindows.of(size, slide))
+        assigner = _assigner(kind, size, slide)
         windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
                     if query.keys else flow.window_all(assigner))
         uid = f"sql-window-{structure}-{kind}-{size}-{slide}"
@@ -519,13 +577,11 @@ class _Compiler:
     def window_joined(self, join: JoinQuery, structure: str):
         """A window join: each table's rows of one key and window joined when the window fires (Flink SQL's
         window join), each joined row with the window's ``window_start`` and ``window_end``; insert-only."""
-        from ..windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
-
         kind, _, size, slide = join.window
         streams = [self.scan(name, join.where[i]) for i, name in enumerate(join.tables)]
         left, right = streams[0]._fields(), streams[1]._fields()
         both = {**left, **{RIGHT + c: t for c, t in right.items()}, START: Types.LONG(), END: Types.LONG()}
-        assigner = TumblingEventTimeWindows.of(size) if kind == "tumble" else SlidingEventTimeWindows.of(size, slide)
+        assigner = _assigner(kind, size, slide)
         keys = [k if len(k) != 1 else k[0] for k in join.keys]
         return (streams[0].join(streams[1]).where(keys[0]).equal_to(keys[1]).window(assigner)
                 .apply(PairRows(RIGHT), uid=f"sql-window-join-{structure}-{kind}-{size}-{slide}",

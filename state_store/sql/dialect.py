@@ -1,7 +1,10 @@
 """Flink SQL's dialect for sqlglot: Spark's (whose scalar expressions Lakestate keeps), with what Flink's
 streaming SQL adds that sqlglot's Spark parser lacks: the windowing table-valued functions
-(``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``) and the group
-window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP BY``. No Spark here."""
+(``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``, ``SESSION(TABLE
+bid PARTITION BY bidder, ...)``) and the group window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP
+BY``; and Spark's ``window(ts, '10 seconds')`` first in a ``GROUP BY``, where sqlglot stops at ``WINDOW``, a
+clause's keyword. ``group_window`` reads a ``GROUP BY``'s window: Flink's ``SESSION``, Spark's ``window()`` and
+``session_window()``. No Spark here."""
 from __future__ import annotations
 
 import sqlglot
@@ -13,10 +16,11 @@ TVFS = ("TUMBLE", "HOP", "CUMULATE")
 
 
 class WindowTVF(exp.Expression, exp.Func):
-    """``TUMBLE`` / ``HOP`` / ``CUMULATE`` over a table: ``this`` the table, ``kind`` the function, ``expressions``
-    its arguments after the table (the ``DESCRIPTOR`` and the intervals)."""
+    """``TUMBLE`` / ``HOP`` / ``CUMULATE`` / ``SESSION`` over a table: ``this`` the table, ``kind`` the function,
+    ``expressions`` its arguments after the table (the ``DESCRIPTOR`` and the intervals), ``partition_by`` a
+    session's ``PARTITION BY`` columns."""
 
-    arg_types = {"this": True, "kind": True, "expressions": False}
+    arg_types = {"this": True, "kind": True, "expressions": False, "partition_by": False}
 
 
 class Descriptor(exp.Expression, exp.Func):
@@ -35,15 +39,22 @@ def _window_tvf(kind: str):
     def parse(self):
         self._match(TokenType.TABLE)
         table = self._parse_table_parts()
+        partition = []
+        if self._match(TokenType.PARTITION_BY):  # one column, or (k1, k2, ...)
+            partition = self._parse_wrapped_csv(self._parse_column) if self._match(TokenType.L_PAREN, advance=False) \
+                else [self._parse_column()]
         args = []
         while self._match(TokenType.COMMA):
             args.append(self._parse_assignment())
-        return self.expression(WindowTVF(this=table, kind=exp.Var(this=kind), expressions=args))
+        return self.expression(WindowTVF(this=table, kind=exp.Var(this=kind), expressions=args,
+                                         partition_by=partition))
     return parse
 
 
 def _group_window(kind: str):
     def parse(self):
+        if self._curr is not None and self._curr.token_type == TokenType.TABLE:  # SESSION(TABLE t ...): the TVF
+            return _window_tvf(kind)(self)
         column = self._parse_column()
         args = [self._parse_assignment()] if self._match(TokenType.COMMA) else []
         return self.expression(GroupWindow(kind=exp.Var(this=kind), this=column, expressions=args))
@@ -75,6 +86,19 @@ class Flink(Spark):
                 return table
             return super()._parse_table(*args, **kwargs)
 
+        def _parse_group(self, skip_group_by_token: bool = False):
+            """Spark's ``GROUP BY window(ts, ...), k``: its first ``window(...)`` parsed as the function it is."""
+            if not (self._curr is not None and self._curr.token_type == TokenType.GROUP_BY and self._next is not None
+                    and self._next.token_type == TokenType.WINDOW):
+                return super()._parse_group(skip_group_by_token)
+            self._advance()
+            first = self._parse_disjunction()
+            if not self._match(TokenType.COMMA):
+                return self.expression(exp.Group(expressions=[first]))
+            group = super()._parse_group(skip_group_by_token=True)
+            group.set("expressions", [first, *group.expressions])
+            return group
+
 
 def parse(sql: str) -> list:
     """The statements of ``sql`` in Flink's dialect (sqlglot expressions); sqlglot's ParseError as it is."""
@@ -100,23 +124,74 @@ def interval_millis(interval) -> int:
     return int(float(interval.this.name) * _UNITS[unit])
 
 
-def window_of(table) -> tuple:
-    """The table a FROM reads, and its windowing function as ``(kind, time column, size ms, slide ms)`` (None:
-    the table itself)."""
+def _refuse_window(what: str):
     from ..errors import ConfigError
 
-    def refuse(what: str) -> ConfigError:
-        return ConfigError(f"SQL: {what} is not supported yet (docs/writing/sql.md lists what is)")
+    return ConfigError(f"SQL: {what} is not supported yet (docs/writing/sql.md lists what is)")
 
+
+def window_of(table) -> tuple:
+    """The table a FROM reads, and its windowing function as ``(kind, time column, size ms, slide ms)`` (None:
+    the table itself): "tumble", "hop", "cumulate" (its max size, its step) or "session" (its gap twice, and a
+    fifth item: its PARTITION BY columns)."""
     if not (isinstance(table, exp.Table) and isinstance(table.this, WindowTVF)):
         return table, None
     tvf = table.this
     kind, args = tvf.args["kind"].name, tvf.expressions
-    if kind not in ("TUMBLE", "HOP") or not args or not isinstance(args[0], Descriptor):
-        raise refuse(f"{kind}(...)" if kind not in ("TUMBLE", "HOP") else "a window without DESCRIPTOR(...)")
-    sizes = [interval_millis(a) for a in args[1:]]
+    if not args or not isinstance(args[0], Descriptor):
+        raise _refuse_window("a window without DESCRIPTOR(...)")
+    sizes, column = [interval_millis(a) for a in args[1:]], args[0].this.name
     if kind == "TUMBLE" and len(sizes) == 1:
-        return tvf.this, ("tumble", args[0].this.name, sizes[0], sizes[0])
+        return tvf.this, ("tumble", column, sizes[0], sizes[0])
     if kind == "HOP" and len(sizes) == 2:
-        return tvf.this, ("hop", args[0].this.name, sizes[1], sizes[0])  # HOP(..., slide, size)
-    raise refuse(f"{kind} with {len(sizes)} intervals (an offset)")
+        return tvf.this, ("hop", column, sizes[1], sizes[0])  # HOP(..., slide, size)
+    if kind == "CUMULATE" and len(sizes) == 2:
+        return tvf.this, ("cumulate", column, sizes[1], sizes[0])  # CUMULATE(..., step, max size)
+    if kind == "SESSION" and len(sizes) == 1:
+        return tvf.this, ("session", column, sizes[0], sizes[0],
+                          tuple(c.name for c in tvf.args.get("partition_by") or []))
+    raise _refuse_window(f"{kind} with {len(sizes)} intervals (an offset)")
+
+
+_SPARK_UNITS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+                "week": 604_800_000}
+
+
+def spark_duration(node) -> int:
+    """The milliseconds of a duration of Spark's ``window()``: '10 seconds', '1 minute 30 seconds', or an
+    ``INTERVAL``."""
+    if isinstance(node, exp.Interval):
+        return interval_millis(node)
+    words = node.name.lower().split() if isinstance(node, exp.Literal) and node.is_string else []
+    if not words or len(words) % 2:
+        raise _refuse_window(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
+    total = 0
+    for amount, unit in zip(words[::2], words[1::2]):
+        unit = unit.rstrip("s") if unit not in ("ms",) else "millisecond"
+        if unit not in _SPARK_UNITS or not amount.isdigit():
+            raise _refuse_window(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
+        total += int(amount) * _SPARK_UNITS[unit]
+    return total
+
+
+def group_window(node) -> tuple | None:
+    """A ``GROUP BY`` item's window as ``(kind, time column, size, slide, partition, name)``, ``name`` the
+    struct Spark's functions give (``window``, ``session_window``; None for Flink's ``SESSION``); None for
+    another item."""
+    if isinstance(node, GroupWindow) and node.args["kind"].name == "SESSION" and len(node.expressions) == 1:
+        gap = interval_millis(node.expressions[0])
+        return "session", node.this.name, gap, gap, None, None
+    name = node.name.lower() if isinstance(node, exp.Anonymous) else None
+    if name not in ("window", "session_window"):
+        return None
+    args = node.expressions
+    if not args or not isinstance(args[0], exp.Column):
+        raise _refuse_window(f"{node.sql()} (the first argument is the table's event time column)")
+    if name == "session_window" and len(args) == 2:
+        gap = spark_duration(args[1])
+        return "session", args[0].name, gap, gap, None, name
+    if name == "window" and len(args) in (2, 3):
+        size = spark_duration(args[1])
+        slide = spark_duration(args[2]) if len(args) == 3 else size
+        return ("tumble" if slide == size else "hop"), args[0].name, size, slide, None, name
+    raise _refuse_window(f"{node.sql()} with {len(args)} arguments (a start time)")

@@ -168,6 +168,9 @@ def _window_pair(sides: list, keys: tuple, how: str) -> tuple | None:
     if windows == [None, None]:
         return None
     pairs = list(zip(*keys))
+    kinds = sorted({w[0] for w in windows if w is not None} - {"tumble", "hop"})
+    if kinds:
+        raise _refuse(f"a window join of {kinds[0].upper()} windows", "join TUMBLE or HOP windows")
     if None in windows or windows[0][0::2] != windows[1][0::2] or windows[0][3] != windows[1][3]:
         raise _refuse("a join of windowed rows with rows of another window (a window join joins the same "
                       "windowing function of each table)")

@@ -223,6 +223,35 @@ class SlidingProcessingTimeWindows(SlidingEventTimeWindows):
         return processing_time
 
 
+class CumulativeEventTimeWindows(WindowAssigner):
+    """Windows that grow by ``step`` from the start of each window of ``max_size`` until they are it
+    (``CumulativeEventTimeWindows.of(max_size, step)``; Flink SQL's ``CUMULATE``, its ``CumulativeWindowAssigner``):
+    an element is in each of them that ends after it, the smallest first."""
+
+    def __init__(self, max_size: int, step: int, offset: int = 0):
+        self.max_size, self.step, self.offset = max_size, step, offset
+
+    @classmethod
+    def of(cls, max_size, step, offset=0) -> "CumulativeEventTimeWindows":
+        """Windows [start, start + step), [start, start + 2 step), ... [start, start + max_size) at each multiple
+        of ``max_size`` shifted by ``offset`` (each a ``timedelta`` or milliseconds). ConfigError unless step > 0
+        and ``max_size`` is a multiple of it, as Flink requires."""
+        max_size, step = millis(max_size, f"{cls.__name__}'s max size"), millis(step, f"{cls.__name__}'s step")
+        offset = millis(offset, f"{cls.__name__}'s offset")
+        if step <= 0 or max_size <= 0 or max_size % step:
+            raise ConfigError(f"{cls.__name__}'s max size must be a multiple of its step, both above 0: got max "
+                              f"size {max_size} ms, step {step} ms")
+        _check_offset(max_size, offset, cls.__name__)
+        return cls(max_size, step, offset)
+
+    @override
+    def assign_windows(self, element, timestamp, processing_time) -> list[TimeWindow]:
+        ts = _event_timestamp(timestamp, type(self).__name__)
+        start = window_start_with_offset(ts, self.offset % self.max_size, self.max_size)
+        return [TimeWindow(start, end) for end in range(start + self.step, start + self.max_size + 1, self.step)
+                if end > ts]
+
+
 class EventTimeSessionWindows(WindowAssigner):
     """Sessions: each element opens the window [ts, ts + gap), and windows that meet merge
     (``EventTimeSessionWindows.with_gap(gap)``, or ``with_dynamic_gap(extractor)``: the gap from each element)."""

@@ -370,6 +370,53 @@ def test_a_window_join_in_sql_pairs_each_windows_rows_as_duckdb_does(spark, tmp_
     assert got == sorted(wanted, key=repr) and len(got) == 3
 
 
+SESSIONS = """
+    WITH o AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY country ORDER BY ts) <= 5000 THEN 0 ELSE 1 END
+                         AS new FROM clicks WHERE country != 'xx'),
+         s AS (SELECT *, sum(new) OVER (PARTITION BY country ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM o)
+    SELECT country, min(ts), max(ts) + 5000, count(*), sum(amount) FROM s GROUP BY country, sid"""
+
+
+@pytest.mark.spark
+def test_cumulate_and_session_windows_and_sparks_window_grouping_give_duckdbs_groups(spark, tmp_path):
+    """CUMULATE and SESSION (the windowing function with PARTITION BY, and the GROUP BY window of Nexmark's q11
+    with SESSION_START / SESSION_END), and Spark's window() / session_window() grouping: each the rows of
+    DuckDB's GROUP BY of the same windows closed by the final watermark (after Flink's WindowAggregateITCase)."""
+    lake = Lake(tmp_path)
+    clicks = clicks_table(lake)
+    queries = {
+        "cumulate": ("SELECT country, window_start, window_end, COUNT(*) AS n, SUM(amount) AS spent FROM TABLE("
+                     "CUMULATE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '5' SECOND, INTERVAL '20' SECOND)) "
+                     "GROUP BY country, window_start, window_end"),
+        "session": ("SELECT country, window_start, window_end, COUNT(*) AS n, SUM(amount) AS spent FROM TABLE("
+                    "SESSION(TABLE clicks PARTITION BY country, DESCRIPTOR(ts), INTERVAL '5' SECOND)) "
+                    "GROUP BY country, window_start, window_end"),
+        "legacy": ("SELECT country, SESSION_START(ts, INTERVAL '5' SECOND) AS s, SESSION_END(ts, INTERVAL '5' SECOND) "
+                   "AS e, COUNT(*) AS n, SUM(amount) AS spent FROM clicks GROUP BY country, SESSION(ts, INTERVAL '5' "
+                   "SECOND)"),
+        "spark-session": ("SELECT country, session_window.start AS s, session_window.end AS e, COUNT(*) AS n, "
+                          "SUM(amount) AS spent FROM clicks GROUP BY session_window(ts, '5 seconds'), country"),
+        "spark-window": ("SELECT country, window.start AS s, window.end AS e, COUNT(*) AS n, SUM(amount) AS spent "
+                         "FROM clicks GROUP BY window(ts, '10 seconds', '5 seconds'), country"),
+    }
+    got = {}
+    for name, sql in queries.items():
+        run_job(spark, SqlJob(name, sql, tables={"clicks": clicks}, sink=f"sinks/{name}"), lake)
+        got[name] = table(spark, lake, f"sinks/{name}", ["country", *(["window_start", "window_end"] if name in (
+            "cumulate", "session") else ["s", "e"]), "n", "spent"])
+    assert got["cumulate"] == duck(
+        "SELECT country, ts - ts % 20000 AS ws, ts - ts % 20000 + k * 5000 AS we, count(*), sum(amount) FROM "
+        "clicks, (SELECT range AS k FROM range(1, 5)) WHERE ts - ts % 20000 + k * 5000 > ts AND country != 'xx' "
+        "GROUP BY country, ws, we")
+    assert got["session"] == got["legacy"] == got["spark-session"] == duck(SESSIONS)
+    assert ("de", 2500, 12000, 3, 4) in got["session"]  # three clicks 2.5 s apart at most: one session
+    assert got["spark-window"] == duck(
+        "SELECT country, s, s + 10000, count(*), sum(amount) FROM clicks, (SELECT range * 5000 AS s FROM "
+        "range(-1, 21)) WHERE s <= ts AND ts < s + 10000 AND country != 'xx' GROUP BY country, s")
+    assert "sql-window-clicks-country-session-5000-5000: WindowOperator" in explain(SqlJob(
+        "x", queries["legacy"], tables={"clicks": clicks}, sink="sinks/x"))
+
+
 def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     """The dialect parses the windowing functions of every Nexmark-style query shape (TUMBLE, HOP with an
     alias, SESSION in a GROUP BY); ``ts - INTERVAL '4' SECOND`` is a watermark 4 s behind the largest time, as
@@ -389,8 +436,13 @@ def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     ("SELECT user, max(amount + 1) FROM clicks GROUP BY user", r"an aggregate of an expression"),
     ("SELECT count(*) AS n FROM clicks GROUP BY user", r"kept by its GROUP BY columns: select 'user' too"),
     ("SELECT * FROM other", r"reads table 'other' but tables= has \['clicks'\]"),
-    ("SELECT country, count(*) FROM TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND, "
-     "INTERVAL '4' SECOND)) GROUP BY country, window_start, window_end", r"CUMULATE\(\.\.\.\) is not supported yet"),
+    ("SELECT country, count(*) FROM TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '3' SECOND, "
+     "INTERVAL '4' SECOND)) GROUP BY country, window_start, window_end", r"max size must be a multiple of its step"),
+    ("SELECT country, count(*) FROM TABLE(SESSION(TABLE clicks, DESCRIPTOR(ts), INTERVAL '4' SECOND)) GROUP BY "
+     "country, window_start, window_end", r"a SESSION window grouped by \['country'\], not by its PARTITION BY"),
+    ("SELECT country, window, count(*) FROM clicks GROUP BY window(ts, '1 minute'), country",
+     r"the struct window is not supported yet; select window.start and window.end"),
+    ("SELECT country, count(*) FROM clicks GROUP BY window(ts, '1 fortnight'), country", r"the duration '1 fortnight'"),
     ("SELECT country, count(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND)) "
      "GROUP BY country", r"grouped by window_start and window_end"),
     ("INSERT INTO x SELECT * FROM clicks", r"SQL other than one SELECT"),
