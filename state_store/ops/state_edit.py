@@ -391,6 +391,8 @@ def edit_state(spark: "SparkSession", settings: "Settings", ref: str, text: str,
     edited, touched = _edited(spark, state, statement)
     edited = _spark(lambda: edited.withColumn("_seq", F.monotonically_increasing_id()).localCheckpoint(),
                     statement.verb)
+    for view in (_VIEW, f"{_VIEW}_hit", f"{_VIEW}_new"):  # the session may be a server's, shared by later work
+        spark.catalog.dropTempView(view)
     _checked(state, edited)
     entries = edited.count()
     say(f"[lakestate] {statement.verb} of state {state.qname!r} of savepoint {ref}: {touched} entries touched, "
