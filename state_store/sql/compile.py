@@ -46,15 +46,17 @@ PART = "_part"  # a union's key: a hash of each row's columns
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
 RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
+ROWTIME = "_rowtime"  # a TIMESTAMP event time in epoch milliseconds, which the operators' event time is
 _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
                 "TEXT": Types.STRING, "DOUBLE": Types.DOUBLE, "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN,
-                "DATE": Types.DATE, "TIMESTAMP": Types.TIMESTAMP}
+                "DATE": Types.DATE, "TIMESTAMP": Types.TIMESTAMP, "TIMESTAMPTZ": Types.TIMESTAMP,
+                "TIMESTAMPLTZ": Types.TIMESTAMP}  # Flink's TIMESTAMP(3) and TIMESTAMP_LTZ(3): an instant, as Spark's
 
 
 @dataclass(frozen=True)
 class SqlTable:
-    """A table of a SQL job: its ``source`` and, for event time, Flink's watermark declaration on an epoch
-    milliseconds column (``watermark="ts - INTERVAL '4' SECOND"``, or ``"ts"``)."""
+    """A table of a SQL job: its ``source`` and, for event time, Flink's watermark declaration on a column of
+    epoch milliseconds or a ``TIMESTAMP`` (``watermark="ts - INTERVAL '4' SECOND"``, or ``"ts"``)."""
 
     source: Source
     watermark: str | None = None
@@ -130,7 +132,7 @@ def _read(select: exp.Select, tables: dict) -> _Query:
     partition = window[4] if window is not None and len(window) > 4 else None
     window = window[:4] if window is not None else None
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
-        raise _refuse(f"FROM {source.sql() if source is not None else 'nothing'}", "read one table by its name")
+        raise _refuse(source.sql() if source is not None else "FROM nothing", "read one table by its name")
     name = table.name
     if name not in tables:
         raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(tables)}")
@@ -298,7 +300,7 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
 
 
 def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | None]:
-    """A table's columns and its watermark strategy (None: no event time)."""
+    """A table's columns and its watermark strategy (None: no event time), on the declared column."""
     fields = _columns_of(table.source)
     if table.watermark is None:
         return fields, None
@@ -306,6 +308,26 @@ def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | N
     if column not in fields:
         raise ConfigError(f"SQL: table {name!r}'s watermark is on {column!r}, not one of its columns {list(fields)}")
     return fields, strategy
+
+
+def _is_instant(fields: dict, column: str | None) -> bool:
+    return column is not None and fields[column].name == "TIMESTAMP"
+
+
+class Instants(MapFunction):
+    """The record with its columns ``names`` (epoch milliseconds: a window's bounds in a TIMESTAMP event time)
+    as the instants they are, as Flink's ``TIMESTAMP(3)`` window_start and window_end."""
+
+    def __init__(self, names: tuple):
+        self.names = names
+
+    def map(self, record: dict) -> dict:
+        """The record, those columns as UTC datetimes (exact: a millisecond is a whole number of microseconds)."""
+        import datetime
+
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        return {**record, **{n: None if record[n] is None else epoch + datetime.timedelta(milliseconds=record[n])
+                             for n in self.names}}
 
 
 class JoinedRows(ProcessJoinFunction):
@@ -375,6 +397,7 @@ class _Rel:
     key: list[str] | None = None
     window: tuple | None = None
     structure: str = ""  # what names its stateful operator: a query over it names its own after it
+    instants: tuple = ()  # its columns of epoch milliseconds that are instants (``Instants``): TIMESTAMP windows'
 
 
 @dataclass
@@ -404,11 +427,25 @@ class _Compiler:
         if name not in self.tables:
             raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(self.tables)}")
         fields, strategy = _event_time(name, self.tables[name])
-        columns = columns or {n: f"`{n}`" for n in fields}
-        types = types or fields
+        columns = dict(columns or {n: f"`{n}`" for n in fields})
+        types = dict(types or fields)
+        if strategy is not None:  # the event time the operators see: epoch milliseconds, always read
+            column = strategy.timestamp_column
+            if _is_instant(fields, column) or columns.get(column) != f"`{column}`":
+                expression = f"unix_millis(`{column}`)" if _is_instant(fields, column) else f"`{column}`"
+                columns[ROWTIME], types[ROWTIME] = expression, Types.LONG()
+                strategy = strategy.with_timestamp_column(ROWTIME)
         row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
         source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type)
         return Dataflow.from_source(source, job_id=self.job_id, watermark_strategy=strategy, **self.settings)
+
+    def time_column(self, name: str | None) -> str | None:
+        """The column table ``name``'s event time is in as its operators see it (None: it has none)."""
+        if name is None or self.tables[name].watermark is None:
+            return None
+        fields, strategy = _event_time(name, self.tables[name])
+        column = strategy.timestamp_column
+        return ROWTIME if _is_instant(fields, column) else column
 
     def relation(self, select: exp.Select) -> _Rel:
         """The rows of ``select``, compiled (the module docstring's shapes)."""
@@ -434,11 +471,15 @@ class _Compiler:
         if query.aggregates:
             out = _stateful(self.scan(query.table, query.where), query, self.parallelism, self.fresh)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
+            instants = tuple(o for o, (k, w) in query.outputs.items() if k == "column" and w in (START, END)
+                             and query.window is not None and _is_instant(fields, query.window[1]))
             return _Rel(out, key, query.window, "-".join(["window" if query.window else "group", query.table,
-                                                          *query.keys]))
+                                                          *query.keys]), instants)
         flow = self.stateless(query)
-        return _Rel(flow.map(Rename({n: n for n in flow._fields()}), output_type=flow._row_type(),
-                             uid=self.fresh("sql-select"), parallelism=self.parallelism))
+        produced = flow._fields()
+        return _Rel(flow.map(Rename({n: n for n in query.outputs}), output_type=Types.ROW_NAMED(
+            list(query.outputs), [produced[n] for n in query.outputs]), uid=self.fresh("sql-select"),
+            parallelism=self.parallelism))
 
     def stateless(self, query: _Query):
         """A stateless SELECT's rows as Spark reads them (its columns computed and its WHERE applied)."""
@@ -468,7 +509,7 @@ class _Compiler:
             raise ConfigError(f"SQL: UNION ALL of SELECTs whose columns differ: "
                               f"{[{c: str(t) for c, t in s if c != PART} for s in shapes]}; give each the same names "
                               f"and types, in the same order (CAST, AS)")
-        fields = {c: t for c, t in shapes[0] if c != PART}
+        fields = {c: t for c, t in shapes[0] if c not in (PART, ROWTIME)}
         out = flows[0].union(*flows[1:]).key_by(PART).process(
             Rows(list(fields)), uid=self.fresh("sql-union"), parallelism=self.parallelism,
             output_type=Types.ROW_NAMED(list(fields), list(fields.values())))
@@ -484,7 +525,7 @@ class _Compiler:
         reach = "unbounded" if over.preceding is None else str(over.preceding)
         out = keyed.over(ColumnAggregate(**over.aggregates).named(**names),
                          uid="-".join(["sql-over", over.table, *over.keys, over.frame, reach]),
-                         time_column=over.time_column, frame=over.frame, preceding=over.preceding,
+                         time_column=self.time_column(over.table), frame=over.frame, preceding=over.preceding,
                          parallelism=self.parallelism)
         produced = out._fields()
         wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in over.outputs.items()}
@@ -514,15 +555,15 @@ class _Compiler:
         if (up is None and rank.n == 1 and rank.rank_column is None and len(rank.order) == 1
                 and column in (None, time_column)):
             out = keyed.deduplicate(uid=f"sql-dedup-{structure}", keep="first" if ascending else "last",
-                                    time_column=column, parallelism=parallelism)
+                                    time_column=column and self.time_column(rank.table), parallelism=parallelism)
         elif any(c is None for c, _ in rank.order):
             raise _refuse("a Top-N ordered by PROCTIME() (a deduplication orders by it alone, keeping row 1)")
         else:
             out = keyed.top_n(rank.n, rank.order, uid=f"sql-top-{structure}", rank_column=rank.rank_column,
                               parallelism=parallelism)
-        out = _select(out, rank, [c for c in out._fields() if c != ALL], parallelism, self.fresh)
+        out = _select(out, rank, [c for c in out._fields() if c not in (ALL, ROWTIME)], parallelism, self.fresh)
         if "_kind" not in out._fields():
-            return _Rel(out)
+            return _Rel(out, instants=tuple(c for c in (up.instants if up else ()) if c in out._fields()))
         if rank.n > 1 and rank.rank_column is None:
             return _Rel(out, [])
         return _Rel(out, rank.keys + ([rank.rank_column] if rank.rank_column else []))
@@ -541,8 +582,9 @@ class _Compiler:
         kind, _, size, slide = up.window
         out = windowed.top_n(rank.n, rank.order, uid="-".join(["sql-window-top", *keys, kind, str(size), str(slide)]),
                              rank_column=rank.rank_column, parallelism=self.parallelism if keys else 1)
-        return _Rel(_select(out, rank, list(fields) + ([rank.rank_column] if rank.rank_column else []),
-                            self.parallelism, self.fresh))
+        out = _select(out, rank, list(fields) + ([rank.rank_column] if rank.rank_column else []), self.parallelism,
+                      self.fresh)
+        return _Rel(out, instants=tuple(c for c in up.instants if c in out._fields()))
 
     def joined(self, join: JoinQuery) -> _Rel:
         """A regular or interval join (``join``): each table read with its pushed-down filter, ``regular_join`` or
@@ -572,7 +614,9 @@ class _Compiler:
             wanted["_kind"] = "_kind"
         out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
                       wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
-        return _Rel(out)  # an outer join's changelog is kept as it is: its rows have no key
+        instant = join.window is not None and self.time_column(join.tables[0]) == ROWTIME
+        # an outer join's changelog is kept as it is: its rows have no key
+        return _Rel(out, instants=tuple(o for o, c in wanted.items() if instant and c in (START, END)))
 
     def window_joined(self, join: JoinQuery, structure: str):
         """A window join: each table's rows of one key and window joined when the window fires (Flink SQL's
@@ -624,7 +668,13 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
                               "number): select the row number, or give sink=UpsertDeltaSink(path, "
                               "key=[columns naming a row]), or a DeltaSink to keep every change")
         sink = UpsertDeltaSink(sink, key=rel.key)
-    return rel.flow.sink_to(sink)
+    flow = rel.flow
+    if rel.instants:
+        fields = flow._fields()
+        flow = flow.map(Instants(rel.instants), output_type=Types.ROW_NAMED(list(fields), [
+            Types.TIMESTAMP() if c in rel.instants else t for c, t in fields.items()]),
+            uid=compiler.fresh("sql-instants"), parallelism=parallelism)
+    return flow.sink_to(sink)
 
 
 def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, **settings):  # noqa: N802

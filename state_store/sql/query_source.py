@@ -58,13 +58,39 @@ class QuerySource(Source):
     def event_time_splits(self, end: dict) -> list[str] | None:
         return self.source.event_time_splits(end)
 
+    def _source_column(self, column: str) -> str | None:
+        """The source's column that ``column`` is as it is (None: one this query computes)."""
+        expression = dict(self.columns).get(column)
+        return column if expression is None else expression[1:-1] if expression == f"`{column}`" else None
+
     @override
     def max_event_time(self, spark, start: dict, end: dict, column: str) -> int | None:
-        return self.source.max_event_time(spark, start, end, column)
+        """The source's, for a column of its own; for one computed here (a TIMESTAMP's epoch milliseconds), the
+        largest of the expression over every record of the range, before the WHERE (as Flink's watermark)."""
+        from pyspark.sql import functions as F
+
+        from ..sources.base import checked_max_event_time
+
+        own = self._source_column(column)
+        if own is not None:
+            return self.source.max_event_time(spark, start, end, own)
+        records = self.source.read_run(spark, [(0, start, end)])
+        if records is None:
+            return None
+        records = records.select(F.expr(dict(self.columns)[column]).alias(column), *POSITION_COLUMNS)
+        at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
+        return checked_max_event_time(records, column, at, f"{self.source.describe().get('type', 'source')} record at")
 
     @override
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
-        return self.source.split_max_event_times(spark, start, end, column)
+        own = self._source_column(column)
+        if own is None:
+            from ..errors import ConfigError
+
+            raise ConfigError("SQL: a TIMESTAMP event time over a source of several splits (a Kafka topic's "
+                              "partitions) is not supported yet; give the table its event time as epoch "
+                              "milliseconds (a BIGINT column) and declare the watermark on it")
+        return self.source.split_max_event_times(spark, start, end, own)
 
     @override
     def record_ddl(self, spark) -> str:

@@ -417,6 +417,47 @@ def test_cumulate_and_session_windows_and_sparks_window_grouping_give_duckdbs_gr
         "x", queries["legacy"], tables={"clicks": clicks}, sink="sinks/x"))
 
 
+@pytest.mark.spark
+def test_an_event_time_of_type_timestamp_windows_and_deduplicates_as_epoch_milliseconds_do(spark, tmp_path):
+    """Nexmark's dateTime is a TIMESTAMP(3): the clicks with their times as TIMESTAMPs (in a JSON file as ISO
+    text) give the windows of the same times in epoch milliseconds, window_start and window_end TIMESTAMPs as
+    Flink's; a deduplication by that time keeps DuckDB's rows with their TIMESTAMPs; and a stateless query that
+    leaves the time column out (Nexmark's q2) still has the table's watermark."""
+    import datetime
+
+    base = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
+    at = lambda ms: base + datetime.timedelta(milliseconds=ms)  # noqa: E731
+    stamped = Types.ROW_NAMED(CLICK.fields, [*list(CLICK.fields.values())[:3], Types.TIMESTAMP()])
+    lake = Lake(tmp_path)
+    folder = lake.inputs / "stamped"
+    folder.mkdir(parents=True)
+    for i, batch in enumerate(CLICKS):
+        (folder / f"part-{i:03d}.json").write_text("".join(json.dumps(dict(zip(CLICK.fields, (*row[:3], at(
+            row[3]).isoformat(timespec="milliseconds"))))) + "\n" for row in batch))
+    clicks = SqlTable(FileSource(str(folder), "json", stamped, max_files_per_batch=1), "ts - INTERVAL '4' SECOND")
+    window = ("SELECT country, window_start, window_end, COUNT(*) AS n, SUM(amount) AS spent FROM TABLE(TUMBLE("
+              "TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY country, window_start, window_end")
+    queries = {"window": window, "last": "SELECT user, amount, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+               "user ORDER BY ts DESC) AS rn FROM clicks) WHERE rn = 1", "q2": "SELECT user, amount FROM clicks "
+               "WHERE amount > 0"}
+    got = {}
+    for name, sql in queries.items():
+        job = SqlJob(name, sql, tables={"clicks": clicks}, sink=f"sinks/{name}")
+        run_job(spark, job, lake)
+        got[name] = spark.read.format("delta").load(str(lake.settings.in_warehouse(f"sinks/{name}", "sink")))
+    assert dict(got["window"].dtypes)["window_start"] == dict(got["last"].dtypes)["ts"] == "timestamp"
+    rows = got["window"].selectExpr("country", "unix_millis(window_start)", "unix_millis(window_end)", "n",
+                                    "spent").collect()
+    assert sorted((r[0], r[1] - at(0).timestamp() * 1000, r[2] - r[1], *r[3:]) for r in rows) == duck(
+        "SELECT country, ts - ts % 10000 AS ws, 10000, count(*), sum(amount) FROM clicks WHERE country != 'xx' "
+        "GROUP BY country, ws")
+    last = got["last"].selectExpr("user", "amount", "unix_millis(ts)").collect()
+    assert sorted((r[0], r[1], r[2] - at(0).timestamp() * 1000) for r in last) == duck(
+        'SELECT "user", amount, ts FROM clicks QUALIFY row_number() OVER (PARTITION BY "user" ORDER BY ts DESC) = 1')
+    assert sorted(map(tuple, got["q2"].select("user", "amount").collect())) == duck(
+        'SELECT "user", amount FROM clicks WHERE amount > 0')
+
+
 def test_flinks_windowing_syntax_parses_and_its_watermark_is_flink_sqls():
     """The dialect parses the windowing functions of every Nexmark-style query shape (TUMBLE, HOP with an
     alias, SESSION in a GROUP BY); ``ts - INTERVAL '4' SECOND`` is a watermark 4 s behind the largest time, as
