@@ -230,7 +230,9 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
         if not isinstance(node, exp.Column):
             raise _refuse(f"{node.sql()} in a join's SELECT (select columns, each of one table)")
-        name = alias or node.name
+        name, n = alias or node.name, 0
+        while name in outputs and not alias:  # Calcite's names of a repeated column, as Flink's: dateTime0, ...
+            name, n = f"{node.name}{n}", n + 1
         if name in outputs:
             raise ConfigError(f"SQL: the join's output has two columns {name!r}; name one otherwise (AS ...)")
         outputs[name] = (side_of(node), node.name)
