@@ -19,6 +19,7 @@ output column keeps the state. No Spark here.
 """
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ PART = "_part"  # a union's key: a hash of each row's columns
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
 RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 ROWTIME = "_rowtime"  # a TIMESTAMP event time in epoch milliseconds, which the operators' event time is
 _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
                 "TEXT": Types.STRING, "DOUBLE": Types.DOUBLE, "FLOAT": Types.FLOAT, "BOOLEAN": Types.BOOLEAN,
@@ -314,6 +316,14 @@ def _is_instant(fields: dict, column: str | None) -> bool:
     return column is not None and fields[column].name == "TIMESTAMP"
 
 
+def _rowtime(fields: dict, column: str, columns: dict) -> str | None:
+    """The Spark expression of ``ROWTIME`` when a scan of ``columns`` needs it for event time ``column`` (a
+    ``TIMESTAMP``'s epoch milliseconds, or the column not read as itself), None when the column itself is it."""
+    if _is_instant(fields, column):
+        return f"unix_millis(`{column}`)"
+    return None if columns.get(column) == f"`{column}`" else f"`{column}`"
+
+
 class Instants(MapFunction):
     """The record with its columns ``names`` (epoch milliseconds: a window's bounds in a TIMESTAMP event time)
     as the instants they are, as Flink's ``TIMESTAMP(3)`` window_start and window_end."""
@@ -323,10 +333,7 @@ class Instants(MapFunction):
 
     def map(self, record: dict) -> dict:
         """The record, those columns as UTC datetimes (exact: a millisecond is a whole number of microseconds)."""
-        import datetime
-
-        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-        return {**record, **{n: None if record[n] is None else epoch + datetime.timedelta(milliseconds=record[n])
+        return {**record, **{n: None if record[n] is None else _EPOCH + datetime.timedelta(milliseconds=record[n])
                              for n in self.names}}
 
 
@@ -430,9 +437,8 @@ class _Compiler:
         columns = dict(columns or {n: f"`{n}`" for n in fields})
         types = dict(types or fields)
         if strategy is not None:  # the event time the operators see: epoch milliseconds, always read
-            column = strategy.timestamp_column
-            if _is_instant(fields, column) or columns.get(column) != f"`{column}`":
-                expression = f"unix_millis(`{column}`)" if _is_instant(fields, column) else f"`{column}`"
+            expression = _rowtime(fields, strategy.timestamp_column, columns)
+            if expression is not None:
                 columns[ROWTIME], types[ROWTIME] = expression, Types.LONG()
                 strategy = strategy.with_timestamp_column(ROWTIME)
         row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
@@ -440,12 +446,13 @@ class _Compiler:
         return Dataflow.from_source(source, job_id=self.job_id, watermark_strategy=strategy, **self.settings)
 
     def time_column(self, name: str | None) -> str | None:
-        """The column table ``name``'s event time is in as its operators see it (None: it has none)."""
+        """The column table ``name``'s event time is in as its operators see it in a scan of all its columns
+        (``scan``'s rule, ``_rowtime``; None: it has none)."""
         if name is None or self.tables[name].watermark is None:
             return None
         fields, strategy = _event_time(name, self.tables[name])
         column = strategy.timestamp_column
-        return ROWTIME if _is_instant(fields, column) else column
+        return column if _rowtime(fields, column, {n: f"`{n}`" for n in fields}) is None else ROWTIME
 
     def relation(self, select: exp.Select) -> _Rel:
         """The rows of ``select``, compiled (the module docstring's shapes)."""
