@@ -12,14 +12,17 @@ One ``SELECT`` over one table, in Flink's dialect (``dialect``), of three shapes
 - **group aggregation**: ``... FROM t [WHERE ...] GROUP BY k ...``: ``Dataflow.aggregate``, a changelog, which a
   sink given as a path keeps by the group's columns (an ``UpsertDeltaSink``).
 
-The aggregates are ``COUNT(*)``, ``COUNT(c)``, ``SUM``, ``MIN``, ``MAX`` and ``AVG`` of a column, each a column of
-the output. Anything else is refused, naming the construct, before anything runs. Each stateful operator's uid
-comes from the query's structure (its kind, table, keys and window), not its text, so a changed filter or
-output column keeps the state. No Spark here.
+The aggregates are ``COUNT(*)``, ``COUNT(c)``, ``SUM``, ``MIN``, ``MAX`` and ``AVG``, and (without a window)
+``COUNT(DISTINCT c)``, each a column of the output; an aggregate of an expression, one with ``FILTER (WHERE
+...)`` and a ``GROUP BY`` expression aggregate or group a column the scan computes (``_Query.computed``).
+Anything else is refused, naming the construct, before anything runs. Each stateful operator's uid comes from
+the query's structure (its kind, table, keys and window), not its text, so a changed filter or output column
+keeps the state. No Spark here.
 """
 from __future__ import annotations
 
 import datetime
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +36,7 @@ from ..sources.base import Source
 from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
-from ..windows.columns import ColumnAggregate
+from ..windows.columns import DISTINCT, ColumnAggregate
 from .dialect import group_window, parse
 from .dialect import interval_millis as _millis
 from .dialect import window_of as _window_of
@@ -122,30 +125,42 @@ class _Query:
     keys: list[str]
     aggregates: dict  # output name -> "op(column)"
     outputs: dict  # output name -> what it is: a key column, START / END, an aggregate, or a Spark expression
+    computed: dict = field(default_factory=dict)  # the columns the scan adds for a GROUP BY's or an aggregate's
+    # expressions (name -> Spark SQL)
 
 
-def _read(select: exp.Select, tables: dict) -> _Query:
+def _from_table(select: exp.Select, tables: dict) -> tuple[str, tuple | None, tuple | None]:
+    """The table a one-table SELECT reads, its windowing function's window (``window_of``'s first four items)
+    and a session's PARTITION BY columns."""
     for arg, construct in (("joins", "a JOIN with GROUP BY"), ("having", "HAVING"), ("order", "ORDER BY"),
                            ("limit", "LIMIT"), ("distinct", "SELECT DISTINCT"), ("with_", "WITH")):
         if select.args.get(arg):
             raise _refuse(construct)
     source = select.args.get("from_") or select.args.get("from")
     table, window = _window_of(source.this if source is not None else None)
-    partition = window[4] if window is not None and len(window) > 4 else None
-    window = window[:4] if window is not None else None
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise _refuse(source.sql() if source is not None else "FROM nothing", "read one table by its name")
-    name = table.name
-    if name not in tables:
-        raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(tables)}")
+    if table.name not in tables:
+        raise ConfigError(f"SQL: the query reads table {table.name!r} but tables= has {sorted(tables)}")
+    partition = window[4] if window is not None and len(window) > 4 else None
+    return table.name, window[:4] if window is not None else None, partition
+
+
+def _read(select: exp.Select, tables: dict) -> _Query:
+    name, window, partition = _from_table(select, tables)
     where = select.args.get("where")
     if where is not None and where.find(exp.AggFunc, exp.Window, exp.Subquery):
         raise _refuse("an aggregate, window function or subquery in WHERE")
     group = select.args.get("group")
-    keys, window, struct = _grouped_window(list(group.expressions) if group else [], window, partition)
+    items, computed = _group_items(list(group.expressions) if group else [], select.expressions)
+    keys, window, struct = _grouped_window(items, window, partition)
+    grouped = {e: n for n, e in computed.items()}  # a GROUP BY expression (Spark SQL) -> its column
     outputs, aggregates = {}, {}
     for item in select.expressions:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
+        condition = None
+        if isinstance(node, exp.Filter):  # agg(...) FILTER (WHERE condition)
+            node, condition = node.this, node.expression.this
         if isinstance(node, exp.Star):
             if group:
                 raise _refuse("SELECT * with GROUP BY")
@@ -154,11 +169,15 @@ def _read(select: exp.Select, tables: dict) -> _Query:
             continue
         bound = _window_bound(node, struct)
         agg = next((a for t, a in AGGREGATES.items() if isinstance(node, t)), None)
+        if condition is not None and agg is None:
+            raise _refuse(f"FILTER (WHERE ...) on {node.sql()}", "filter an aggregate: COUNT(*) FILTER (WHERE ...)")
         if bound is not None:
             outputs[alias or (node.name if isinstance(node, exp.Column) else bound)] = ("column", bound)
         elif agg is not None:
-            internal, aggregates[internal] = _aggregate(node, agg)
+            internal, aggregates[internal] = _aggregate(node, agg, condition, computed)
             outputs[alias or internal] = ("aggregate", internal)
+        elif node.sql(dialect="spark") in grouped:
+            outputs[alias or grouped[node.sql(dialect="spark")]] = ("column", grouped[node.sql(dialect="spark")])
         elif node.find(exp.AggFunc):
             raise _refuse(f"{node.sql()}: an aggregate inside an expression", "select the aggregate itself")
         elif keys or aggregates or window:
@@ -176,19 +195,50 @@ def _read(select: exp.Select, tables: dict) -> _Query:
     if keys and not aggregates:  # the groups themselves (SELECT DISTINCT): a count of each, not selected
         aggregates["count_all"] = "count(*)"
     return _Query(name, window, None if where is None else where.this.sql(dialect="spark"),
-                  [k for k in keys if k not in (START, END)], aggregates, outputs)
+                  [k for k in keys if k not in (START, END)], aggregates, outputs, computed)
 
 
-def _aggregate(node, agg: str) -> tuple[str, str]:
+def _group_items(items: list, selected: list) -> tuple[list, dict]:
+    """A GROUP BY's items with each expression (``DATE_FORMAT(ts, 'yyyy-MM-dd')``; not a window) replaced by a
+    column the scan computes: named as the SELECT's item of that expression is (``AS day``), else ``_group<i>``.
+    Returns the items and the computed columns (name -> Spark SQL)."""
+    aliases = {i.this.sql(dialect="spark"): i.alias for i in selected if isinstance(i, exp.Alias)}
+    out, computed = [], {}
+    for i, item in enumerate(items):
+        if isinstance(item, exp.Column) or group_window(item) is not None:
+            out.append(item)
+            continue
+        if item.find(exp.AggFunc, exp.Window, exp.Subquery):
+            raise _refuse(f"GROUP BY {item.sql()}: an aggregate, window function or subquery in GROUP BY")
+        expression = item.sql(dialect="spark")
+        name = aliases.get(expression) or f"_group{i}"
+        computed[name] = expression
+        out.append(exp.column(name))
+    return out, computed
+
+
+def _aggregate(node, agg: str, condition, computed: dict) -> tuple[str, str]:
     """An aggregate's name in the state and its ``ColumnAggregate`` spec (``count(*)``, ``sum(amount)``): its own
-    name, not its alias, so that renaming an output keeps the state."""
+    name, not its alias, so that renaming an output keeps the state. An aggregate of an expression, or one with
+    ``FILTER (WHERE condition)``, aggregates a column the scan computes (added to ``computed``): the expression,
+    or ``CASE WHEN condition THEN <the value, or 1 for COUNT(*)> END``, whose nulls every aggregate skips."""
     argument = node.this
-    if isinstance(argument, exp.Distinct) or node.args.get("distinct"):
-        raise _refuse(f"{node.sql()}: an aggregate of DISTINCT values")
-    column = "*" if isinstance(argument, exp.Star) else argument.name if isinstance(argument, exp.Column) else None
-    if column is None or (column == "*" and agg != "count"):
-        raise _refuse(f"{node.sql()}: an aggregate of an expression", "aggregate a column")
-    return f"{agg}_{'all' if column == '*' else column}", f"{agg}({column})"
+    if isinstance(argument, exp.Distinct):
+        if agg != "count" or len(argument.expressions) != 1:
+            raise _refuse(f"{node.sql()}: an aggregate of DISTINCT values other than COUNT(DISTINCT value)")
+        agg, argument = DISTINCT, argument.expressions[0]
+    if isinstance(argument, exp.Star) and agg != "count":
+        raise _refuse(f"{node.sql()}", f"{agg} takes a column")
+    if condition is None and isinstance(argument, (exp.Star, exp.Column)):
+        column = "*" if isinstance(argument, exp.Star) else argument.name
+        return f"{agg}_{'all' if column == '*' else column}", f"{agg}({column})"
+    if argument.find(exp.AggFunc, exp.Window, exp.Subquery):
+        raise _refuse(f"{node.sql()}: an aggregate of an aggregate, window function or subquery")
+    value = "1" if isinstance(argument, exp.Star) else argument.sql(dialect="spark")
+    expression = value if condition is None else f"CASE WHEN {condition.sql(dialect='spark')} THEN {value} END"
+    column = f"_x{zlib.crc32(expression.encode()):08x}"  # from the expression: a changed one is a new state
+    computed[column] = expression
+    return f"{agg}{column}", f"{agg}({column})"
 
 
 def _grouped_window(items: list, window: tuple | None, partition: tuple | None) -> tuple[list, tuple | None, Any]:
@@ -200,9 +250,7 @@ def _grouped_window(items: list, window: tuple | None, partition: tuple | None) 
     windows = [w for _, w in found if w is not None]
     if windows and (window is not None or len(windows) > 1):
         raise _refuse("two windows in one query (a windowing function and a GROUP BY window, or two of those)")
-    columns = [item for item, w in found if w is None]
-    if not all(isinstance(c, exp.Column) for c in columns):
-        raise _refuse("GROUP BY of an expression", "group by columns")
+    columns = [item for item, w in found if w is None]  # each a column (``_group_items``)
     keys = [c.name for c in columns]
     if partition is not None and sorted(partition) != sorted(k for k in keys if k not in (START, END)):
         raise _refuse(f"a SESSION window grouped by {[k for k in keys if k not in (START, END)]}, not by its "
@@ -272,6 +320,9 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     aggregate = ColumnAggregate(**query.aggregates).named(**names)
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
+        if any(spec.startswith(DISTINCT) for spec in query.aggregates.values()):
+            raise _refuse("COUNT(DISTINCT ...) in a window aggregation", "count distinct values in a GROUP BY "
+                          "without a window")
         kind, _, size, slide = query.window
         assigner = _assigner(kind, size, slide)
         windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
@@ -476,7 +527,10 @@ class _Compiler:
                               f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "
                               f"'4' SECOND\")")
         if query.aggregates:
-            out = _stateful(self.scan(query.table, query.where), query, self.parallelism, self.fresh)
+            columns = {n: f"`{n}`" for n in fields} | query.computed
+            types = fields | _spark_types(fields, {n: ("expr", e) for n, e in query.computed.items()})
+            out = _stateful(self.scan(query.table, query.where, columns, types), query, self.parallelism,
+                            self.fresh)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
             instants = tuple(o for o, (k, w) in query.outputs.items() if k == "column" and w in (START, END)
                              and query.window is not None and _is_instant(fields, query.window[1]))

@@ -3,7 +3,8 @@ streaming SQL adds that sqlglot's Spark parser lacks: the windowing table-valued
 (``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``, ``SESSION(TABLE
 bid PARTITION BY bidder, ...)``) and the group window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP
 BY``; and Spark's ``window(ts, '10 seconds')`` first in a ``GROUP BY``, where sqlglot stops at ``WINDOW``, a
-clause's keyword. ``group_window`` reads a ``GROUP BY``'s window: Flink's ``SESSION``, Spark's ``window()`` and
+clause's keyword. Flink's functions that Spark lacks are read as their Spark equivalent (``SPLIT_INDEX``).
+``group_window`` reads a ``GROUP BY``'s window: Flink's ``SESSION``, Spark's ``window()`` and
 ``session_window()``. No Spark here."""
 from __future__ import annotations
 
@@ -61,6 +62,22 @@ def _group_window(kind: str):
     return parse
 
 
+def _split_index(args: list):
+    """Flink's ``SPLIT_INDEX(s, separator, i)``: the i-th (from 0) piece of ``s`` split at each ``separator``,
+    every piece kept (empty ones too); null for a negative or too large ``i``, an empty or null ``s`` (Flink's
+    ``SqlFunctionUtils.splitIndex``), as Spark's ``split`` (of the separator quoted as a regular expression)
+    and ``try_element_at``."""
+    from ..errors import ConfigError
+
+    if len(args) != 3 or not (isinstance(args[1], exp.Literal) and args[1].is_string and args[1].name):
+        raise ConfigError("SQL: SPLIT_INDEX(s, separator, index) takes a non-empty string separator, such as "
+                          "SPLIT_INDEX(url, '/', 3)")
+    text, index = args[0].sql(dialect="spark"), args[2].sql(dialect="spark")
+    pattern = exp.Literal.string(f"\\Q{args[1].name}\\E").sql(dialect="spark")
+    return sqlglot.parse_one(f"CAST(CASE WHEN {index} >= 0 AND {text} <> '' THEN try_element_at(split({text}, "
+                             f"{pattern}, -1), {index} + 1) END AS STRING)", read="spark")
+
+
 class Flink(Spark):
     """sqlglot's Spark dialect with Flink's windowing syntax (see the module docstring)."""
 
@@ -71,6 +88,7 @@ class Flink(Spark):
         FUNCTION_PARSERS = {**Spark.Parser.FUNCTION_PARSERS, **{k: _window_tvf(k) for k in TVFS},
                             "DESCRIPTOR": lambda self: self.expression(Descriptor(this=self._parse_column())),
                             "SESSION": _group_window("SESSION")}
+        FUNCTIONS = {**Spark.Parser.FUNCTIONS, "SPLIT_INDEX": _split_index}
 
         def _parse_table(self, *args, **kwargs):
             """``TABLE(<windowing function>) [AS alias]`` as a table, else Spark's tables."""

@@ -172,6 +172,11 @@ class MapState(_KeyedState):
         """The value mapped to ``key``, or None."""
         return _copy(self._read([key]).get(key))
 
+    def get_all(self, keys) -> dict:
+        """The values (copies) of those of ``keys`` that are mapped, in one read (a Lakestate addition: many
+        ``get`` s at once)."""
+        return _copy(self._read(list(keys)))
+
     def put(self, key: Any, value: Any) -> None:
         """Map ``key`` to ``value`` (writes one entry)."""
         self._store.map_put(self._name, self._namespace, self._descriptor, key, value)

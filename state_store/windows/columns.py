@@ -7,9 +7,10 @@ tumbling or sliding event-time window runs on the vectorised path (docs/writing/
 Each firing emits one row: the key (under the key column's name), ``window_start``, ``window_end`` and each
 aggregate under its name. ``count(*)`` counts records and ``count(c)`` those where ``c`` is not null; ``sum``,
 ``min``, ``max`` and ``avg`` skip nulls (null when every value was null, as SQL's); ``last(c)`` is the value of
-the window's last record, null included. The accumulator (a row of one field per aggregate; ``avg``'s a row of
-``count`` and ``sum``) is stored as any AggregatingState's, so the per-record and the vectorised path read each
-other's windows through a savepoint. No Spark here.
+the window's last record, null included; ``count_distinct(c)``, the number of distinct non-null values, is a
+group aggregation's alone (``GroupAggregate`` keeps the values). The accumulator (a row of one field per
+aggregate; ``avg``'s a row of ``count`` and ``sum``) is stored as any AggregatingState's, so the per-record and
+the vectorised path read each other's windows through a savepoint. No Spark here.
 """
 from __future__ import annotations
 
@@ -24,16 +25,17 @@ from ..state.descriptors import AggregateFunction
 from ..types import RowTypeInfo, Types
 from .functions import ProcessWindowFunction
 
-OPS = ("count", "sum", "min", "max", "avg", "last")
+OPS = ("count", "sum", "min", "max", "avg", "last", "count_distinct")
+DISTINCT = "count_distinct"  # a group aggregation's only (``GroupAggregate``): it keeps the values it has seen
 START, END = "window_start", "window_end"
 _SPEC = re.compile(r"\s*(\w+)\s*\(\s*(\*|[A-Za-z_][\w]*)\s*\)\s*")
 _NUMERIC = ("LONG", "INT", "DOUBLE", "FLOAT")
 
 
 class ColumnAggregate(AggregateFunction):
-    """Aggregates of columns, each ``name="op(column)"`` with op one of count, sum, min, max, avg, last (see the
-    module docstring). Give it to ``WindowedStream.aggregate``; it needs no ``accumulator_type`` nor
-    ``output_type``: both follow from the stream's columns."""
+    """Aggregates of columns, each ``name="op(column)"`` with op one of count, sum, min, max, avg, last (and a
+    group aggregation's count_distinct; see the module docstring). Give it to ``WindowedStream.aggregate``; it
+    needs no ``accumulator_type`` nor ``output_type``: both follow from the stream's columns."""
 
     def __init__(self, **aggregates: str):
         if not aggregates:
@@ -45,7 +47,7 @@ class ColumnAggregate(AggregateFunction):
                 raise ConfigError(f"ColumnAggregate({name}={spec!r}): write an aggregate as 'op(column)' with op one "
                                   f"of {', '.join(OPS)} (or 'count(*)')")
             op, column = match.group(1).lower(), match.group(2)
-            if column == "*" and op != "count":
+            if column == "*" and op != "count":  # count_distinct(*) too: name the column
                 raise ConfigError(f"ColumnAggregate({name}={spec!r}): only count takes '*'; name a column")
             self.aggregates.append((name, op, None if column == "*" else column))
         self._types: dict[str, Any] | None = None
@@ -69,11 +71,15 @@ class ColumnAggregate(AggregateFunction):
         return self.names.get(name, name)
 
     # -- types, from the stream's columns ----------------------------------------------------------------------
-    def bind(self, fields: dict, key_name: str, key_type) -> "ColumnAggregate":
+    def bind(self, fields: dict, key_name: str, key_type, distinct: bool = False) -> "ColumnAggregate":
         """Check the columns against the stream's (``fields``: name -> type) and fix the accumulator's and the
-        output row's types; returns self."""
+        output row's types; returns self. ``distinct``: ``count_distinct`` is allowed (a group aggregation's)."""
         names = {*key_columns(key_name), START, END}
         for name, op, column in self.aggregates:
+            if op == DISTINCT and not distinct:
+                raise ConfigError(f"ColumnAggregate({name}='{op}({column})'): count_distinct is a group "
+                                  f"aggregation's (.key_by(...).aggregate(...)), not a window's nor an OVER's; "
+                                  f"count the distinct values of a window with a ProcessWindowFunction")
             if self.output_name(name) in names:
                 raise ConfigError(f"ColumnAggregate: the output already has a column {self.output_name(name)!r} "
                                   f"(the key is {key_name!r}, then {START!r} and {END!r}); name the aggregate "
@@ -90,7 +96,7 @@ class ColumnAggregate(AggregateFunction):
 
     def value_type(self, op: str, column: str | None):
         """The type of an aggregate's result (and, but for avg, of its accumulator field)."""
-        if op == "count":
+        if op in ("count", DISTINCT):
             return Types.LONG()
         if op == "avg":
             return Types.DOUBLE()

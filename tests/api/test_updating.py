@@ -24,7 +24,8 @@ BATCHES = [  # a file a microbatch; "cy" never spends (its sum null), "al" sits 
     [("al", 9), ("fay", 1)],
 ]
 TOTALS = "SELECT user, count(*) AS clicks, sum(amount) AS spent, max(amount) AS top FROM clicks GROUP BY user"
-PER_COUNT = f"SELECT clicks, count(*) AS users, sum(spent) AS spent FROM ({TOTALS}) GROUP BY clicks"
+PER_COUNT = (f"SELECT clicks, count(*) AS users, sum(spent) AS spent, count(DISTINCT top) AS tops FROM ({TOTALS}) "
+             f"GROUP BY clicks")
 
 
 def write_clicks(folder, batches=BATCHES) -> None:
@@ -46,9 +47,10 @@ def totals(lake, parallelism: int = 2):
 
 def per_count(lake):
     """Users per number of clicks: an aggregation of the per-user changelog, which moves a user from one count
-    to the next (-U to the old, +U to the new) and deletes a count no user has any more."""
-    return (totals(lake).key_by("clicks").aggregate(ColumnAggregate(users="count(*)", spent="sum(spent)"),
-                                                    uid="per-count")
+    to the next (-U to the old, +U to the new) and deletes a count no user has any more; its distinct top
+    amounts lose a user's old top with its -U."""
+    return (totals(lake).key_by("clicks").aggregate(ColumnAggregate(users="count(*)", spent="sum(spent)",
+                                                                    tops="count_distinct(top)"), uid="per-count")
             .sink_to(UpsertDeltaSink("sinks/per_count", key="clicks")))
 
 
@@ -112,13 +114,13 @@ def test_an_aggregate_of_a_changelog_retracts_and_deletes_as_flinks(spark, tmp_p
     lake = Lake(tmp_path / "steps")
     for n in range(1, len(BATCHES) + 1):
         run_job(spark, per_count(lake), lake, max_microbatches=1)
-        assert table(spark, lake, "sinks/per_count", ["clicks", "users", "spent"]) == expected(
+        assert table(spark, lake, "sinks/per_count", ["clicks", "users", "spent", "tops"]) == expected(
             PER_COUNT, BATCHES[:n]), n
     crashed = Lake(tmp_path / "crashed")
     with pytest.raises(InjectedFault):
         run_job(spark, per_count(crashed), crashed, faults=FaultInjector("after_commit", batch_id=1))
     run_job(spark, per_count(crashed), crashed)
-    assert table(spark, crashed, "sinks/per_count", ["clicks", "users", "spent"]) == expected(PER_COUNT)
+    assert table(spark, crashed, "sinks/per_count", ["clicks", "users", "spent", "tops"]) == expected(PER_COUNT)
 
 
 @pytest.mark.spark
@@ -377,7 +379,7 @@ def test_a_window_top_n_emits_each_windows_first_rows_once_as_duckdbs_row_number
 
 @pytest.mark.parametrize("build, message", [
     (lambda lake: totals(lake).key_by("clicks").aggregate(ColumnAggregate(most="max(spent)"), uid="x"),
-     r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg can\)"),
+     r"over an updating stream .* most='max\(\.\.\.\)' cannot \(only count, sum, avg, count_distinct can\)"),
     (lambda lake: Dataflow.from_source(FileSource(str(lake.inputs), "json", CLICK), job_id="j")
      .aggregate(ColumnAggregate(n="count(*)"), uid="x"), r"aggregate\(uid='x'\) needs a keyed stream"),
     (lambda lake: totals(lake).sink_to(UpsertDeltaSink("sinks/t", key="account")),
