@@ -47,6 +47,7 @@ from .joins.broadcast import BroadcastConnectedStream, BroadcastStream
 from .keys import check_key, component_types, key_columns
 from .sinks import Sink
 from .sources import EdgeSource
+from .sources.query import QuerySource
 from .state.backend import DEFAULT_BACKEND
 from .tables.operators import UpdatingOperators
 from .types import RowTypeInfo, TypeInfo, Types
@@ -197,13 +198,29 @@ def _further_inputs(others: tuple, key: str, role: InputRole = InputRole.KEYED) 
     for index, other in enumerate(others, start=2):
         name = further_input_name(index)
         if other._steps:
-            last, side = other._steps[-1], other._pending_side()
-            edge = (EdgeSource(last.uid, last.output_type) if side is None
-                    else EdgeSource(last.uid, side.type_info, output=side.name))
+            edge = projected(_edge(other._steps[-1], other._pending_side()), other._pending_select())
             inputs.append(Input(name, edge, key, None, role, index))
         else:
-            inputs.append(Input(name, other._source, key, other._settings["watermark_strategy"], role, index))
+            inputs.append(Input(name, projected(other._source, other._pending_select()), key,
+                                other._settings["watermark_strategy"], role, index))
     return {"further_inputs": tuple(inputs)}
+
+
+def _edge(last: _Step, side) -> EdgeSource:
+    """What operator ``last`` emits, or its side output ``side`` (an OutputTag; None: its rows)."""
+    return (EdgeSource(last.uid, last.output_type) if side is None
+            else EdgeSource(last.uid, side.type_info, output=side.name))
+
+
+def projected(source, projection: tuple | None):
+    """``source`` with ``select_expr``'s ``projection`` (where, columns, row type) applied as it is read: an edge's
+    own, or a ``QuerySource`` of a source (None: ``source`` as it is)."""
+    if projection is None:
+        return source
+    where, columns, row_type = projection
+    if isinstance(source, EdgeSource):
+        return replace(source, where=where, columns=columns, row_type=row_type)
+    return QuerySource(source, where, columns, row_type)
 
 
 def _shown_key(key) -> "str | list[str]":
@@ -221,6 +238,7 @@ class _Step:
     options: dict
     joined: tuple = ()  # the branches (each a tuple of steps of the same stream) its further inputs read, if any
     reads: Any = None  # the OutputTag of the step before it whose side output it reads (``get_side_output``)
+    projection: tuple | None = None  # Spark SQL on what it reads (``select_expr``): (where, columns, row type)
 
 
 class Dataflow(UpdatingOperators):
@@ -283,7 +301,9 @@ class Dataflow(UpdatingOperators):
 
     def _fields(self) -> dict | None:
         """The columns of the stream here: the source's, the last operator's output, or its side output's."""
-        side = self._pending_side()
+        select, side = self._pending_select(), self._pending_side()
+        if select is not None:
+            return select[2].fields
         if side is not None:
             return side.type_info.fields
         return self._steps[-1].output_type.fields if self._steps else self._source.declared_fields()
@@ -486,10 +506,17 @@ class Dataflow(UpdatingOperators):
 
     def _then(self, step: _Step) -> "Dataflow":
         """This stream with operator ``step`` added: it reads the side output picked, if one was."""
-        side = self._pending_side()
+        side, select = self._pending_side(), self._pending_select()
         if side is not None:
             step = replace(step, reads=side)
+        if select is not None:
+            step = replace(step, projection=select)
         return Dataflow(self._source, self._settings, self._steps + (step,))
+
+    def _pending_select(self) -> tuple | None:
+        """The Spark SQL ``select_expr`` put on the stream, until the operator that reads it is added."""
+        select = self._settings.get("select")
+        return select[0] if select is not None and select[1] == len(self._steps) else None
 
     def _pending_broadcast(self) -> "Dataflow | None":
         """The stream broadcast to the next operator after others (``connect(rules.broadcast(...))``), until it is
@@ -505,9 +532,7 @@ class Dataflow(UpdatingOperators):
             return options, joined
         if not rules._steps:
             return {**options, "broadcast_source": rules._source}, joined
-        last, side = rules._steps[-1], rules._pending_side()
-        edge = (EdgeSource(last.uid, last.output_type) if side is None
-                else EdgeSource(last.uid, side.type_info, output=side.name))
+        edge = _edge(rules._steps[-1], rules._pending_side())
         return {**options, "broadcast_source": edge}, (*joined, rules._steps)
 
     def _pending_union(self) -> "tuple[Dataflow, ...] | None":
@@ -663,6 +688,23 @@ class Dataflow(UpdatingOperators):
         return self._record_step("filter", function, FilterFunction, uid, None,
                                  {"parallelism": parallelism, "max_parallelism": max_parallelism})
 
+    def select_expr(self, columns: dict, *, output_type: RowTypeInfo, where: str | None = None) -> "Dataflow":
+        """The stream's rows as Spark SQL makes them, between an operator (or the source) and the next (Spark's
+        ``where`` and ``selectExpr``): those ``where`` keeps, as ``columns`` (name -> a Spark SQL expression over
+        the stream's columns) of ``output_type``. Spark evaluates both as the next operator reads the rows, so
+        scalar expressions keep Spark SQL's semantics (nulls, casts, overflow); each row keeps its place. It is
+        no operator of its own: the SQL layer's filters and computed columns over an operator's rows.
+
+        Example: ``.select_expr({"user": "user", "big": "amount > 100"}, output_type=FLAGGED, where="amount > 0")``
+        """
+        if self._key is not None or self._pending_union() is not None or self._pending_select() is not None:
+            raise ConfigError("select_expr(...) takes a stream before key_by, union or another select_expr")
+        if not isinstance(output_type, RowTypeInfo) or list(output_type.fields) != list(columns):
+            raise ConfigError(f"select_expr(...): output_type is Types.ROW_NAMED of its columns {list(columns)}, "
+                              f"in that order")
+        select = (where, tuple(columns.items()), output_type)
+        return Dataflow(self._source, {**self._settings, "select": (select, len(self._steps))}, self._steps, None)
+
     def sink_to(self, sink: str | Sink) -> JobSpec | Job:
         """End the job in ``sink`` (a Delta table: a path inside the warehouse, or a ``DeltaSink``): a ``JobSpec``
         for one operator, a ``Job`` for several, validated.
@@ -675,6 +717,9 @@ class Dataflow(UpdatingOperators):
         if self._key is not None:
             raise ConfigError(f"the stream is keyed by {self._key[0]!r} but not processed: add .process(...) "
                               f"before sink_to")
+        if self._pending_select() is not None:  # the rows as Spark computes them, forwarded to the sink
+            return self.map(_ToSink(), output_type=self._pending_select()[2],
+                            uid=f"select-{len(self._steps) + 1}").sink_to(sink)
         if not self._steps:
             raise ConfigError("a dataflow needs at least one operator: .key_by(...).process(...) before sink_to")
         if self._pending_side() is not None:
@@ -687,6 +732,7 @@ class Dataflow(UpdatingOperators):
         watermarks, broadcast = settings.pop("watermark_strategy"), settings.pop("broadcast_source")
         settings.pop("union", None)  # in the operator's options (``process``)
         settings.pop("side", None)  # in the steps that read it (``_then``)
+        settings.pop("select", None)  # in the steps that read it (``_then``)
         settings.pop("later_broadcast", None)  # in the step that reads it (``_broadcast_options``)
         operators: dict[str, JobSpec] = {}
         steps: dict[str, _Step] = {}
@@ -704,9 +750,7 @@ class Dataflow(UpdatingOperators):
                     raise ConfigError(f"operator uid {step.uid!r} is given twice; give each operator its own uid")
                 before = branch[i - 1] if i else None
                 chain = chain and (before is None or list(steps)[-1] == before.uid) and not step.joined
-                source = (self._source if before is None else EdgeSource(before.uid, before.output_type)
-                          if step.reads is None else EdgeSource(before.uid, step.reads.type_info,
-                                                                output=step.reads.name))
+                source = projected(self._source if before is None else _edge(before, step.reads), step.projection)
                 steps[step.uid] = step
                 options = dict(step.options)
                 own_broadcast = options.pop("broadcast_source", None)  # a later operator's (``_broadcast_options``)

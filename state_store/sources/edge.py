@@ -9,7 +9,7 @@ from typing_extensions import override
 
 from ..errors import ConfigError
 from ..types import RowTypeInfo
-from .base import SINK_MICROBATCH, Source
+from .base import POSITION_COLUMNS, SINK_MICROBATCH, Source
 
 
 def edge_name(uid: str, side_output: str | None = None) -> str:
@@ -29,6 +29,11 @@ class EdgeSource(Source):
     schema: RowTypeInfo
     files: tuple[str, ...] = ()
     output: str | None = None  # the side output of ``upstream`` it reads (``get_side_output``); None: its rows
+    # Spark SQL between the operators (``Dataflow.select_expr``): the rows ``where`` keeps, as ``columns`` (name ->
+    # expression over ``schema``'s columns) of ``row_type``; none: the rows as they were emitted.
+    where: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    row_type: RowTypeInfo | None = None
 
     @property
     def edge(self) -> str:
@@ -37,7 +42,7 @@ class EdgeSource(Source):
 
     @override
     def declared_fields(self) -> dict:
-        return self.schema.fields
+        return (self.row_type or self.schema).fields
 
     @override
     def validate(self, what: str) -> None:
@@ -50,6 +55,8 @@ class EdgeSource(Source):
         described = {"type": "operator", "uid": self.upstream}
         if self.output is not None:
             described["side_output"] = self.output
+        if self.row_type is not None:
+            described |= {"where": self.where, "select": dict(self.columns)}
         return described
 
     @override
@@ -66,11 +73,12 @@ class EdgeSource(Source):
 
     @override
     def record_ddl(self, spark) -> str:
-        return self.schema.spark_ddl()
+        return (self.row_type or self.schema).spark_ddl()
 
     def read_run(self, spark, ranges: list[tuple[int, dict, dict]]):
         """The upstream operator's rows of this run (every microbatch of ``ranges``), with
-        ``POSITION_COLUMNS``; None when it emitted nothing."""
+        ``POSITION_COLUMNS`` (the places of the rows as emitted, so a filter keeps the order); None when it
+        emitted nothing."""
         from pyspark.sql import functions as F
 
         if not self.files:
@@ -78,10 +86,16 @@ class EdgeSource(Source):
         names = [Path(f).name for f in self.files]
         df = spark.read.schema(f"{self.schema.spark_schema_ddl()}, `{SINK_MICROBATCH}` bigint").parquet(*self.files)
         index_map = F.create_map(*[x for i, n in enumerate(names) for x in (F.lit(n), F.lit(i))])
-        return df.select(
+        df = df.select(
             *[F.col(f"`{c}`") for c in self.schema.fields],
             F.col(f"`{SINK_MICROBATCH}`").alias("batch_id"),
             F.element_at(index_map, F.col("_metadata.file_name")).cast("int").alias("file_idx"),
             F.col("_metadata.file_block_start").cast("bigint").alias("block"),
             F.monotonically_increasing_id().alias("row"),
         )
+        if self.row_type is None:
+            return df
+        if self.where is not None:
+            df = df.filter(F.expr(self.where))
+        return df.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n) for n, e in self.columns],
+                         *POSITION_COLUMNS)

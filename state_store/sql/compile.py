@@ -33,6 +33,8 @@ from ..functions import KeyedProcessFunction, MapFunction
 from ..joins.interval import ProcessJoinFunction
 from ..joins.window_join import JoinFunction
 from ..sources.base import Source
+from ..sources.query import QuerySource
+from ..tables.changelog import KIND
 from ..types import TypeInfo, Types
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
@@ -40,16 +42,14 @@ from ..windows.columns import DISTINCT, ColumnAggregate
 from .dialect import group_window, parse
 from .dialect import interval_millis as _millis
 from .dialect import window_of as _window_of
-from .join import JoinQuery, read_join
+from .join import RIGHT, JoinQuery, read_join
 from .over import OverQuery, read_over
-from .query_source import QuerySource
 from .rank import RankQuery, read_rank
 
 ALL = "_all"  # the constant key of a query without one
 PART = "_part"  # a union's key: a hash of each row's columns
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 START, END = "window_start", "window_end"
-RIGHT = "_right_"  # a join's right columns' prefix in the joined rows, before the output's names
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 ROWTIME = "_rowtime"  # a TIMESTAMP event time in epoch milliseconds, which the operators' event time is
 _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, "VARCHAR": Types.STRING,
@@ -310,13 +310,18 @@ def _spark_types(fields: dict, outputs: dict) -> dict:
     return types
 
 
-def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
+def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shared: dict | None = None):
     """The query's window or group aggregation of ``flow``, then (when its names are not the operator's) the
-    renaming step to its output columns."""
+    renaming step to its output columns. ``shared``: the aggregations compiled so far by what they compute, so
+    that two parts of a query that aggregate alike (Nexmark's q5) read one operator, whose branches a join can
+    then join."""
     names: dict[str, str] = {}  # an aggregate's output column: its first AS name (its state keeps its own)
     for out, (kind, what) in query.outputs.items():
         if kind == "aggregate":
             names.setdefault(what, out)
+    signature = repr((query.table, query.window, query.where, query.keys, query.aggregates, query.computed, names))
+    if shared is not None and signature in shared:
+        return _renamed(shared[signature], query, names, parallelism, fresh)
     aggregate = ColumnAggregate(**query.aggregates).named(**names)
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
@@ -339,11 +344,15 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid):
     else:
         keyed = flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0])
         out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
+    if shared is not None:
+        shared[signature] = out
+    return _renamed(out, query, names, parallelism, fresh)
+
+
+def _renamed(out, query: _Query, names: dict, parallelism: int, fresh):
+    """An aggregation's rows (``out``) as the query's output columns: a renaming step when they differ."""
     wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in query.outputs.items()}
     if query.window is None:
-        missing = [k for k in query.keys if k not in wanted.values()]
-        if missing:
-            raise ConfigError(f"SQL: an updating result is kept by its GROUP BY columns: select {missing[0]!r} too")
         wanted["_kind"] = "_kind"
     produced = out._fields()
     if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
@@ -456,6 +465,27 @@ class _Rel:
     window: tuple | None = None
     structure: str = ""  # what names its stateful operator: a query over it names its own after it
     instants: tuple = ()  # its columns of epoch milliseconds that are instants (``Instants``): TIMESTAMP windows'
+    unkeyed: str | list = ""  # why an updating result has no key (``key`` []), when it is not a Top-N's
+
+
+@dataclass(frozen=True)
+class Subquery:
+    """A query's rows read as a table by the query around it (``FROM (SELECT ...) AS q``, ``JOIN (SELECT ...) AS
+    q``): ``rel``, what the query compiled to; a table's source to the compiler (``_columns_of``, ``scan``)."""
+
+    rel: Any
+
+    def declared_fields(self) -> dict:
+        """The query's columns."""
+        return dict(self.rel.flow._fields())
+
+
+def _windowed_rows(node) -> bool:
+    """``(SELECT * FROM TABLE(<windowing function>) [WHERE ...])``: a window join's input, which it reads itself."""
+    inner = node.this
+    source = (inner.args.get("from_") or inner.args.get("from")) if isinstance(inner, exp.Select) else None
+    return (source is not None and _window_of(source.this)[1] is not None and not inner.args.get("group")
+            and not inner.args.get("joins"))
 
 
 @dataclass
@@ -467,6 +497,7 @@ class _Compiler:
     parallelism: int
     settings: dict
     used: set = field(default_factory=set)
+    shared: dict = field(default_factory=dict)  # the aggregations compiled, by what they compute (``_stateful``)
 
     def fresh(self, uid: str) -> str:
         """``uid``, or (given already, in a query of several parts) ``uid-2``, ``uid-3``, ...: a stateless step's."""
@@ -484,6 +515,8 @@ class _Compiler:
 
         if name not in self.tables:
             raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(self.tables)}")
+        if isinstance(self.tables[name].source, Subquery):
+            return _rows_of(self.tables[name].source.rel.flow, where, columns, types)
         fields, strategy = _event_time(name, self.tables[name])
         columns = dict(columns or {n: f"`{n}`" for n in fields})
         types = dict(types or fields)
@@ -510,6 +543,7 @@ class _Compiler:
         ranked = read_rank(select)
         if ranked is not None:
             return self.ranked(ranked)
+        select = self.subqueries_as_tables(_join_then_aggregate(select))
         times = {n: watermark_strategy(t.watermark)[0] if t.watermark else None for n, t in self.tables.items()}
         over = read_over(select, times)
         if over is not None:
@@ -518,6 +552,54 @@ class _Compiler:
         if joined is not None:
             return self.joined(joined)
         return self.selected(_read(select, self.tables))
+
+    def subqueries_as_tables(self, select: exp.Select) -> exp.Select:
+        """``select`` with each query it reads in ``FROM`` or ``JOIN`` compiled and read as a table of its rows (a
+        ``Subquery`` named as its alias), but a window join's input (``_windowed_rows``)."""
+        source = select.args.get("from_") or select.args.get("from")
+        nodes = [source.this] if source is not None else []
+        nodes += [join.this for join in select.args.get("joins") or []]
+        if not any(isinstance(n, exp.Subquery) and not _windowed_rows(n) for n in nodes):
+            return select
+        select = select.copy()
+        source = select.args.get("from_") or select.args.get("from")
+        for node in [source.this] + [join.this for join in select.args.get("joins") or []]:
+            if not isinstance(node, exp.Subquery) or _windowed_rows(node):
+                continue
+            rel = self.union_all(node.this) if isinstance(node.this, exp.Union) else self.relation(node.this)
+            name = node.alias or "subquery"
+            while name in self.tables:
+                name = f"{name}_"
+            self.tables[name] = SqlTable(Subquery(self.with_instants(rel)))
+            table = exp.Table(this=exp.to_identifier(name))
+            if node.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(node.alias)))
+            node.replace(table)
+        joins = select.args.get("joins") or []
+        if len(joins) == 1 and self.is_query(joins[0].this) and not self.is_query(source.this):
+            # a query's rows first: a table's records are read by the join itself (a later operator's source)
+            first, second = source.this.copy(), joins[0].this.copy()
+            source.this.replace(second)
+            joins[0].this.replace(first)
+            side = joins[0].args.get("side")
+            if side:
+                joins[0].set("side", {"LEFT": "RIGHT", "RIGHT": "LEFT"}.get(side.upper(), side))
+        return select
+
+    def is_query(self, node) -> bool:
+        """``node`` reads a query's rows (a ``Subquery`` table of ``subqueries_as_tables``)."""
+        return isinstance(node, exp.Table) and isinstance(getattr(self.tables.get(node.name), "source", None),
+                                                          Subquery)
+
+    def with_instants(self, rel: _Rel) -> _Rel:
+        """``rel`` with its columns of instants (``_Rel.instants``) as ``TIMESTAMP`` s (``Instants``)."""
+        if not rel.instants:
+            return rel
+        fields = rel.flow._fields()
+        flow = rel.flow.map(Instants(rel.instants), output_type=Types.ROW_NAMED(list(fields), [
+            Types.TIMESTAMP() if c in rel.instants else t for c, t in fields.items()]),
+            uid=self.fresh("sql-instants"), parallelism=self.parallelism)
+        return _Rel(flow, rel.key, rel.window, rel.structure)
 
     def selected(self, query: _Query) -> _Rel:
         """A stateless SELECT, or a window or group aggregation, of one table."""
@@ -530,17 +612,27 @@ class _Compiler:
             columns = {n: f"`{n}`" for n in fields} | query.computed
             types = fields | _spark_types(fields, {n: ("expr", e) for n, e in query.computed.items()})
             out = _stateful(self.scan(query.table, query.where, columns, types), query, self.parallelism,
-                            self.fresh)
+                            self.fresh, self.shared)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
+            missing = [k for k in query.keys if query.window is None and ("column", k) not in query.outputs.values()]
+            unkeyed = missing and f"an updating result is kept by its GROUP BY columns: select {missing[0]!r} too"
+            key = [] if missing else key
             instants = tuple(o for o, (k, w) in query.outputs.items() if k == "column" and w in (START, END)
                              and query.window is not None and _is_instant(fields, query.window[1]))
             return _Rel(out, key, query.window, "-".join(["window" if query.window else "group", query.table,
-                                                          *query.keys]), instants)
+                                                          *query.keys]), instants, unkeyed)
         flow = self.stateless(query)
         produced = flow._fields()
-        return _Rel(flow.map(Rename({n: n for n in query.outputs}), output_type=Types.ROW_NAMED(
-            list(query.outputs), [produced[n] for n in query.outputs]), uid=self.fresh("sql-select"),
-            parallelism=self.parallelism))
+        names = [*query.outputs, *([KIND] if KIND in produced else [])]  # an updating query's rows stay changes
+        out = flow.map(Rename({n: n for n in names}), output_type=Types.ROW_NAMED(names, [produced[n] for n in names]),
+                       uid=self.fresh("sql-select"), parallelism=self.parallelism)
+        inner = self.tables[query.table].source
+        if KIND not in produced or not isinstance(inner, Subquery) or inner.rel.key is None:
+            return _Rel(out)
+        key = inner.rel.key  # kept when the outer query selects it as it is
+        kept = bool(key) and all(query.outputs.get(k) in (("expr", k), ("expr", f"`{k}`")) for k in key)
+        return _Rel(out, key if kept else [], unkeyed="" if kept else inner.rel.unkeyed or
+                    f"a query over an updating result keeps its key: select {key} as they are")
 
     def stateless(self, query: _Query):
         """A stateless SELECT's rows as Spark reads them (its columns computed and its WHERE applied)."""
@@ -651,8 +743,16 @@ class _Compiler:
         """A regular or interval join (``join``): each table read with its pushed-down filter, ``regular_join`` or
         ``interval_join`` of the two, and the selected columns (an inner join's without ``_kind``: it only
         inserts)."""
-        streams = [self.scan(name, join.where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
+        # A null key joins nothing (SQL's equality): the rows of a side not kept unmatched are dropped as read.
+        dropped = {"inner": (0, 1), "left": (1,), "right": (0,)}.get(join.how, ())
+        where = [" AND ".join([*([join.where[i]] if join.where[i] else []),
+                               *(f"`{k}` IS NOT NULL" for k in (join.keys[i] if i in dropped else []))]) or None
+                 for i in range(2)]
+        streams = [self.scan(name, where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
                    for i, name in enumerate(join.tables)]
+        if streams[0]._steps and streams[1]._steps and streams[0]._steps[0] is not streams[1]._steps[0]:
+            raise _refuse("a join of two queries over different tables (each query's operators before the join)",
+                          "join the tables first, then aggregate their joined rows")
         structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
         if join.window is not None:
             out = self.window_joined(join, structure)
@@ -669,10 +769,14 @@ class _Compiler:
         else:
             out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
                                           parallelism=self.parallelism)
+        if join.residual is not None:  # the conditions over both tables, on the joined rows as Spark reads them
+            out = out.select_expr({c: f"`{c}`" for c in out._fields()}, output_type=out._row_type(),
+                                  where=join.residual)
         produced = out._fields()
         wanted = {o: (c if side == 0 or c in (START, END) else RIGHT + c) for o, (side, c) in join.outputs.items()}
-        if join.how != "inner":
-            wanted["_kind"] = "_kind"
+        updating = any(KIND in stream._fields() for stream in streams)  # a query's changelog joined
+        if join.how != "inner" or updating:  # an outer join, or a join of an updating query's rows
+            wanted[KIND] = KIND
         out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
                       wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
         instant = join.window is not None and self.time_column(join.tables[0]) == ROWTIME
@@ -692,6 +796,47 @@ class _Compiler:
                 .apply(PairRows(RIGHT), uid=f"sql-window-join-{structure}-{kind}-{size}-{slide}",
                        output_type=Types.ROW_NAMED(list(both), list(both.values())), window_columns=(START, END),
                        parallelism=self.parallelism))
+
+
+def _join_then_aggregate(select: exp.Select) -> exp.Select:
+    """A ``GROUP BY`` (or aggregate) of a join's rows (Nexmark's q4) as the aggregation of a query, the join's rows
+    as a subquery ``joined`` of each column the rest reads (``a.x`` as ``x``, or ``a_x`` where two tables' columns
+    share a name); ``select`` as it is for anything else."""
+    group = select.args.get("group")
+    if not select.args.get("joins") or not (group or any(e.find(exp.AggFunc) for e in select.expressions)):
+        return select
+    parts = [*select.expressions, *(group.expressions if group else [])]
+    read = {(c.table, c.name): c for part in parts for c in part.find_all(exp.Column)}
+    clash = {n for (_, n) in read if sum(name == n for _, name in read) > 1}
+    names = {k: f"{k[0]}_{k[1]}" if k[1] in clash else k[1] for k in read}
+    inner = select.copy()
+    inner.set("expressions", [exp.alias_(column.copy(), names[k], quoted=True) for k, column in read.items()])
+    for arg in ("group", "having", "order", "limit"):
+        inner.set(arg, None)
+    outer = select.copy()
+    key = "from_" if outer.args.get("from_") is not None else "from"
+    outer.set(key, exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("joined")))))
+    outer.set("joins", None)
+    outer.set("where", None)
+    for part in [*outer.expressions, *(outer.args["group"].expressions if group else [])]:
+        for column in list(part.find_all(exp.Column)):
+            column.replace(exp.column(names[(column.table, column.name)], quoted=True))
+    return outer
+
+
+def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None):
+    """A subquery's rows (``flow``) that ``where`` keeps, as ``columns`` (name -> Spark SQL; None: all as they are),
+    computed by Spark as the next operator reads them (``Dataflow.select_expr``); an updating query's keep their
+    ``_kind``."""
+    fields = flow._fields()
+    columns = dict(columns or {n: f"`{n}`" for n in fields})
+    if KIND in fields:
+        columns[KIND] = f"`{KIND}`"
+    if where is None and list(columns.items()) == [(n, f"`{n}`") for n in fields]:
+        return flow
+    types = {**fields, **(types or {})}
+    return flow.select_expr(columns, output_type=Types.ROW_NAMED(list(columns), [types[n] for n in columns]),
+                            where=where)
 
 
 def _select(out, rank: RankQuery, available: list[str], parallelism: int, fresh):
@@ -724,18 +869,14 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
     rel = (compiler.union_all(statements[0]) if isinstance(statements[0], exp.Union)
            else compiler.relation(statements[0]))
     if isinstance(sink, str) and rel.key is not None:
+        if not rel.key and rel.unkeyed:
+            raise ConfigError(f"SQL: {rel.unkeyed}")
         if not rel.key:
             raise ConfigError("SQL: this updating result's rows have no key to upsert by (a Top-N without its row "
                               "number): select the row number, or give sink=UpsertDeltaSink(path, "
                               "key=[columns naming a row]), or a DeltaSink to keep every change")
         sink = UpsertDeltaSink(sink, key=rel.key)
-    flow = rel.flow
-    if rel.instants:
-        fields = flow._fields()
-        flow = flow.map(Instants(rel.instants), output_type=Types.ROW_NAMED(list(fields), [
-            Types.TIMESTAMP() if c in rel.instants else t for c, t in fields.items()]),
-            uid=compiler.fresh("sql-instants"), parallelism=parallelism)
-    return flow.sink_to(sink)
+    return compiler.with_instants(rel).flow.sink_to(sink)
 
 
 def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, **settings):  # noqa: N802

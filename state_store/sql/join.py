@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from .dialect import interval_millis, window_of
 
 START, END = "window_start", "window_end"
+RIGHT = "_right_"  # a joined row's right columns' prefix (``compile``'s joins)
 
 HOW = {None: "inner", "": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
 
@@ -46,6 +47,7 @@ class JoinQuery:
     # inclusive); None: a regular join.
     interval: tuple[int, int, bool, bool] | None = None
     window: tuple | None = None  # a window join's window (kind, time column, size, slide): both sides'
+    residual: str | None = None  # an inner join's conditions over both tables, on its joined rows (Spark SQL)
 
 
 def _refuse(construct: str) -> ConfigError:
@@ -110,12 +112,21 @@ def _unqualified(condition) -> str:
         lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n).sql(dialect="spark")
 
 
+def _joined(condition, side_of, prefix: str) -> str:
+    """``condition`` in Spark SQL over a joined row's columns: the left table's as they are, the right's with
+    ``prefix``."""
+    return condition.copy().transform(
+        lambda n: exp.column(n.name if side_of(n) == 0 else prefix + n.name, quoted=True)
+        if isinstance(n, exp.Column) else n).sql(dialect="spark")
+
+
 def _conditions(on: list, where_conditions: list, how: str, side_of, times: tuple) -> tuple:
-    """The join's keys (each side's columns), its time bounds (``_time_bounds``') and each side's own conditions
-    (Spark SQL, read with its table), from the conjuncts of ``ON`` and ``WHERE``."""
+    """The join's keys (each side's columns), its time bounds (``_time_bounds``'), each side's own conditions
+    (Spark SQL, read with its table) and an inner join's conditions over both (on the joined rows), from the
+    conjuncts of ``ON`` and ``WHERE``."""
     keys: tuple[list, list] = ([], [])
     bounds: list = []
-    where: list[list[str]] = [[], []]
+    where: list[list[str]] = [[], [], []]  # the left table's, the right table's, and both tables' conditions
     for condition in on + where_conditions:
         in_on = any(condition is c for c in on)
         ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
@@ -128,6 +139,8 @@ def _conditions(on: list, where_conditions: list, how: str, side_of, times: tupl
         found = _time_bounds(condition, side_of, times) if how == "inner" else None
         if found is not None:
             bounds += found
+        elif how == "inner" and len(touched) == 2 and not condition.find(exp.AggFunc, exp.Window, exp.Subquery):
+            where[2].append(f"({_joined(condition, side_of, RIGHT)})")
         elif (in_on and how != "inner") or len(touched) != 1:
             raise _refuse(f"the join condition {condition.sql()} (equalities of a column of each table, and an inner "
                           f"join's bounds of one table's event time by the other's)")
@@ -238,5 +251,5 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         outputs[name] = (side_of(node), node.name)
     if window is not None and bounds:
         raise _refuse("a window join with bounds of event time (an interval join of windowed rows)")
-    return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where), how,
-                     outputs, _interval(bounds) if bounds else None, window)
+    return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where[:2]), how,
+                     outputs, _interval(bounds) if bounds else None, window, " AND ".join(where[2]) or None)

@@ -92,6 +92,15 @@ def test_chain_keys_each_operator_by_a_column_of_what_the_one_before_emits(tmp_p
     assert (second.key, second.key_type.name, second.parallelism) == ("country", "STRING", 3)
     assert second.source.schema == SESSION and second.watermark_strategy is None
     assert chain.with_overrides(backend="hashmap").operators[1].backend == "hashmap"
+    # Spark SQL between two operators (select_expr) is the later one's reading of the edge; at the end, a step
+    # forwards the rows as Spark computed them to the sink.
+    wide = Types.ROW_NAMED(["country", "long"], [Types.STRING(), Types.BOOLEAN()])
+    sessions = (Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="sql-between")
+                .key_by("user_id").process(CountrySessions(), uid="sessions", output_type=SESSION))
+    edge = sessions.select_expr({"country": "upper(country)", "long": "clicks > 3"}, output_type=wide,
+                                where="country IS NOT NULL").sink_to("sinks/x").operators[-1].source
+    assert (edge.upstream, edge.where, dict(edge.columns), edge.declared_fields()) == (
+        "sessions", "country IS NOT NULL", {"country": "upper(country)", "long": "clicks > 3"}, wide.fields)
 
 
 @pytest.mark.parametrize("build, message", [
@@ -104,6 +113,10 @@ def test_chain_keys_each_operator_by_a_column_of_what_the_one_before_emits(tmp_p
     (lambda d: d.key_by("user_id").sink_to("sinks/x"), "not processed"),
     (lambda d: d.sink_to("sinks/x"), "at least one operator"),
     (lambda d: d.key_by("ts", Types.DOUBLE()), "a key is STRING, LONG, INT, BOOLEAN, DATE, TIMESTAMP,"),
+    (lambda d: d.key_by("user_id").select_expr({"u": "user_id"}, output_type=Types.ROW_NAMED(["u"], [Types.LONG()])),
+     "select_expr\\(...\\) takes a stream before key_by"),
+    (lambda d: d.select_expr({"u": "user_id", "p": "page"}, output_type=Types.ROW_NAMED(["p"], [Types.STRING()])),
+     "output_type is Types.ROW_NAMED of its columns \\['u', 'p'\\]"),
 ])
 def test_a_dataflow_built_wrong_is_refused_naming_the_fix(tmp_path, build, message):
     start = Dataflow.from_source(FileSource(str(tmp_path), "parquet", CLICK), job_id="bad")

@@ -23,14 +23,15 @@ SCHEMAS = {  # ddl_views.sql's three views of the generator's events; dateTime i
            "extra STRING",
 }
 COMPILED = {  # the query: its first operator's kind
-    0: "RecordOperator", 1: "RecordOperator", 2: "RecordOperator", 3: "RegularJoin", 10: "RecordOperator",
+    0: "RecordOperator", 1: "RecordOperator", 2: "RecordOperator", 3: "RegularJoin", 4: "RegularJoin",
+    5: "VectorizedWindowAggregate", 7: "VectorizedWindowAggregate", 10: "RecordOperator",
     11: "WindowOperator", 18: "Deduplicate", 19: "TopN", 20: "RegularJoin",
     15: "GroupAggregate", 16: "GroupAggregate", 17: "GroupAggregate", 21: "RecordOperator", 22: "RecordOperator",
 }
 REFUSED = {  # what is not supported yet, as the refusal names it
-    4: "FROM (SELECT", 5: "a join of a query", 6: "a WHERE beside ROW_NUMBER()", 7: "a join of a query",
-    8: "a join of a query", 9: "a Top-N's inner query selecting columns", 12: "table 'B'",
-    13: "a join of a query", 14: "COUNT_CHAR", 23: "more than two tables",
+    6: "a WHERE beside ROW_NUMBER()", 8: "a join of two queries over different tables",
+    9: "a Top-N's inner query selecting columns", 12: "table 'B'", 13: "PROCTIME()", 14: "COUNT_CHAR",
+    23: "more than two tables",
 }
 
 

@@ -1,15 +1,16 @@
-"""``QuerySource``: a table's source with the stateless part of a query over it (a ``WHERE`` and the columns a
-``SELECT`` computes), evaluated by Spark as the run reads the records, so that scalar expressions keep Spark
-SQL's semantics (nulls, casts, overflow). Everything else (offsets, plans, event time) is the source's own: a
-watermark is computed on the records before the filter, as Flink's is at its table."""
+"""``QuerySource``: a source with the stateless part of a query over it (a ``WHERE`` and the columns a ``SELECT``
+computes: SQL's, or ``Dataflow.select_expr``'s on a source), evaluated by Spark as the run reads the records, so
+that scalar expressions keep Spark SQL's semantics (nulls, casts, overflow). Everything else (offsets, plans,
+event time) is the source's own: a watermark is computed on the records before the filter, as Flink's is at its
+table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from typing_extensions import override
 
-from ..sources.base import POSITION_COLUMNS, Source
 from ..types import RowTypeInfo
+from .base import POSITION_COLUMNS, Source
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class QuerySource(Source):
         largest of the expression over every record of the range, before the WHERE (as Flink's watermark)."""
         from pyspark.sql import functions as F
 
-        from ..sources.base import checked_max_event_time
+        from .base import checked_max_event_time
 
         own = self._source_column(column)
         if own is not None:
