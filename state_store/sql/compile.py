@@ -544,6 +544,8 @@ class _Compiler:
         if ranked is not None:
             return self.ranked(ranked)
         select = self.subqueries_as_tables(_join_then_aggregate(select))
+        while len(select.args.get("joins") or []) > 1:
+            select = self.cascade_joins(select)
         times = {n: watermark_strategy(t.watermark)[0] if t.watermark else None for n, t in self.tables.items()}
         over = read_over(select, times)
         if over is not None:
@@ -585,6 +587,34 @@ class _Compiler:
             if side:
                 joins[0].set("side", {"LEFT": "RIGHT", "RIGHT": "LEFT"}.get(side.upper(), side))
         return select
+
+    def cascade_joins(self, select: exp.Select) -> exp.Select:
+        """A join of more than two tables (``a JOIN b ON ... JOIN c ON ...``, Nexmark's q23) with its first two
+        tables' join as a query (``joined``) of all their columns (``a.x`` as ``x``, or ``a_x`` where both have an
+        ``x``), which the next table joins."""
+        source, joins = select.args.get("from_") or select.args.get("from"), select.args["joins"]
+        tables = [source.this, joins[0].this]
+        if not all(isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) for t in tables):
+            raise _refuse("a join of more than two tables but tables by their names")
+        for table in tables:
+            if table.name not in self.tables:
+                raise ConfigError(f"SQL: the query reads table {table.name!r} but tables= has {sorted(self.tables)}")
+        columns = [(t.alias_or_name, list(_columns_of(self.tables[t.name].source))) for t in tables]
+        clash = set(columns[0][1]) & set(columns[1][1])
+        names = {(alias, c): f"{alias}_{c}" if c in clash else c for alias, cs in columns for c in cs}
+        inner = exp.select(*[exp.alias_(exp.column(c, table=alias, quoted=True), name, quoted=True)
+                             for (alias, c), name in names.items()]).from_(tables[0].copy())
+        inner.set("joins", [joins[0].copy()])
+        outer = _named_outputs(select.copy())
+        later = outer.args["joins"][1:]
+        for part in [*outer.expressions, *later, *(outer.args[a] for a in ("where", "group") if outer.args.get(a))]:
+            for column in list(part.find_all(exp.Column)):
+                if (column.table, column.name) in names:
+                    column.replace(exp.column(names[(column.table, column.name)], table="joined", quoted=True))
+        key = "from_" if outer.args.get("from_") is not None else "from"
+        outer.set(key, exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("joined")))))
+        outer.set("joins", later)
+        return self.subqueries_as_tables(outer)
 
     def is_query(self, node) -> bool:
         """``node`` reads a query's rows (a ``Subquery`` table of ``subqueries_as_tables``)."""
@@ -813,7 +843,7 @@ def _join_then_aggregate(select: exp.Select) -> exp.Select:
     inner.set("expressions", [exp.alias_(column.copy(), names[k], quoted=True) for k, column in read.items()])
     for arg in ("group", "having", "order", "limit"):
         inner.set(arg, None)
-    outer = select.copy()
+    outer = _named_outputs(select.copy())
     key = "from_" if outer.args.get("from_") is not None else "from"
     outer.set(key, exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("joined")))))
     outer.set("joins", None)
@@ -822,6 +852,15 @@ def _join_then_aggregate(select: exp.Select) -> exp.Select:
         for column in list(part.find_all(exp.Column)):
             column.replace(exp.column(names[(column.table, column.name)], quoted=True))
     return outer
+
+
+def _named_outputs(select: exp.Select) -> exp.Select:
+    """``select`` with each column it selects without ``AS`` named as it is (``a.x AS x``; a name selected twice
+    is left to the join's naming), so that reading it from a rewritten query keeps the output's names."""
+    bare = [e.name for e in select.expressions if isinstance(e, exp.Column)]
+    select.set("expressions", [exp.alias_(e, e.name, quoted=True) if isinstance(e, exp.Column)
+                               and bare.count(e.name) == 1 else e for e in select.expressions])
+    return select
 
 
 def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None):

@@ -279,6 +279,11 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
     "having": ("SELECT user, n FROM (SELECT user, COUNT(*) AS n, SUM(amount) AS s FROM clicks GROUP BY user) "
                "WHERE s > 3", 'SELECT "user", count(*) FROM clicks GROUP BY "user" HAVING sum(amount) > 3',
                ["user", "n"]),
+    # q23: a join of three tables, the first two's join joined with the third
+    "q23": ("SELECT a.user, b.amount, c.user AS other, c.ts FROM clicks a JOIN clicks b ON a.user = b.user JOIN "
+            "clicks c ON c.country = b.country WHERE a.amount > 0 AND c.ts > a.ts",
+            'SELECT a."user", b.amount, c."user", c.ts FROM clicks a JOIN clicks b ON a."user" = b."user" JOIN '
+            "clicks c ON c.country = b.country WHERE a.amount > 0 AND c.ts > a.ts", ["user", "amount", "other", "ts"]),
     # q4: the mean per country of each user's largest amount in reach of a click: a GROUP BY of a join's rows
     # (a condition over both tables on them), then a GROUP BY of that updating result
     "q4": ("SELECT Q.country, AVG(Q.top) AS mean FROM (SELECT MAX(b.amount) AS top, a.country FROM clicks a, clicks b "
@@ -293,7 +298,7 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
 @pytest.mark.spark
 @pytest.mark.parametrize("shape", sorted(OVER_QUERIES))
 def test_a_query_over_a_querys_rows_joins_and_aggregates_them_as_duckdb(spark, tmp_path, shape):
-    """After Nexmark's q4, q5 and q7, and a HAVING: a subquery's rows read as a table (``FROM (SELECT ...) q``,
+    """After Nexmark's q4, q5, q7 and q23, and a HAVING: a subquery's rows read as a table (``FROM (SELECT ...) q``,
     ``JOIN (SELECT ...) q``), its filter and conditions evaluated by Spark on the rows between the operators; the
     table the changes leave equals DuckDB's batch query (over the windows the watermark closed)."""
     sql, expected, columns = OVER_QUERIES[shape]
