@@ -540,7 +540,7 @@ class _Compiler:
 
     def relation(self, select: exp.Select) -> _Rel:
         """The rows of ``select``, compiled (the module docstring's shapes)."""
-        ranked = read_rank(select)
+        ranked = read_rank(_rank_of_rows(select))
         if ranked is not None:
             return self.ranked(ranked)
         select = self.subqueries_as_tables(_join_then_aggregate(select))
@@ -811,7 +811,8 @@ class _Compiler:
                       wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
         instant = join.window is not None and self.time_column(join.tables[0]) == ROWTIME
         # an outer join's changelog is kept as it is: its rows have no key
-        return _Rel(out, instants=tuple(o for o, c in wanted.items() if instant and c in (START, END)))
+        return _Rel(out, structure=f"join-{structure}",
+                    instants=tuple(o for o, c in wanted.items() if instant and c in (START, END)))
 
     def window_joined(self, join: JoinQuery, structure: str):
         """A window join: each table's rows of one key and window joined when the window fires (Flink SQL's
@@ -852,6 +853,48 @@ def _join_then_aggregate(select: exp.Select) -> exp.Select:
         for column in list(part.find_all(exp.Column)):
             column.replace(exp.column(names[(column.table, column.name)], quoted=True))
     return outer
+
+
+def _rank_of_rows(select: exp.Select) -> exp.Select:
+    """A Top-N whose ``ROW_NUMBER()`` query selects columns of its own, reads a join or filters a query's rows
+    (Nexmark's q9) as the row number of that query's rows (less the row number) read as a query of their own:
+    ``SELECT *, ROW_NUMBER() OVER (...) AS rn FROM (SELECT <its columns> FROM ... [WHERE ...])``, its PARTITION BY
+    and ORDER BY columns as that query names them; ``select`` as it is for any other."""
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None or not isinstance(source.this, exp.Subquery) or not isinstance(source.this.this, exp.Select):
+        return select
+    inner = source.this.this
+    ranked = [e for e in inner.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window)]
+    others = [e for e in inner.expressions if not (isinstance(e, exp.Alias) and isinstance(e.this, exp.Window))]
+    read = inner.args.get("from_") or inner.args.get("from")
+    nested = read is not None and isinstance(read.this, exp.Subquery)
+    plain = all(isinstance(e, exp.Star) for e in others) and not inner.args.get("joins")
+    if len(ranked) != 1 or len(others) + 1 != len(inner.expressions) or (plain and not (nested and inner.args.get(
+            "where"))):
+        return select
+    rows = inner.copy()
+    rows.set("expressions", [e.copy() for e in others])
+    window = ranked[0].this.copy()
+    for column in list(window.find_all(exp.Column)):
+        column.replace(exp.column(_selected_name(column, others), quoted=True))
+    numbered = exp.select(exp.Star(), exp.alias_(window, ranked[0].alias, quoted=True)).from_(
+        exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
+    out = select.copy()
+    (out.args.get("from_") or out.args.get("from")).this.set("this", numbered)
+    return out
+
+
+def _selected_name(column: exp.Column, items: list) -> str:
+    """The name under which ``items`` (a SELECT's) select ``column`` (``b.ts AS bid_ts``: bid_ts; ``a.*``: its
+    name)."""
+    for item in items:
+        node = item.this if isinstance(item, exp.Alias) else item
+        star = isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
+                                               and node.table == column.table)
+        if star or (isinstance(node, exp.Column) and node.name == column.name
+                    and (node.table == column.table or not column.table)):
+            return column.name if star else item.alias_or_name
+    raise _refuse(f"a ROW_NUMBER() over {column.sql()}, a column its query does not select", "select it too")
 
 
 def _named_outputs(select: exp.Select) -> exp.Select:

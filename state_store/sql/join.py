@@ -197,6 +197,33 @@ def _window_pair(sides: list, keys: tuple, how: str) -> tuple | None:
     return windows[0]
 
 
+def _outputs(items: list, sides: list, names: list, side_of) -> dict:
+    """A join's output columns (name -> (side, column)) from its SELECT's ``items``: columns of one table each,
+    or ``a.*``; a name selected twice without ``AS`` named as Calcite names it (``ts``, ``ts0``)."""
+    outputs = {}
+    for item in items:
+        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
+        if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):  # a.*: each of a's columns
+            side = [i for i, found in enumerate(sides) if found[1] == node.table]
+            if len(side) != 1:
+                raise ConfigError(f"SQL: {node.sql()} names no table of the join ({sides[0][1]}, {sides[1][1]})")
+            for column in names[side[0]]:
+                if column in outputs:
+                    raise ConfigError(f"SQL: the join's output has two columns {column!r}; select them one by one "
+                                      f"and name one otherwise (AS ...)")
+                outputs[column] = (side[0], column)
+            continue
+        if not isinstance(node, exp.Column):
+            raise _refuse(f"{node.sql()} in a join's SELECT (select columns, each of one table)")
+        name, n = alias or node.name, 0
+        while name in outputs and not alias:  # Calcite's names of a repeated column, as Flink's: dateTime0, ...
+            name, n = f"{node.name}{n}", n + 1
+        if name in outputs:
+            raise ConfigError(f"SQL: the join's output has two columns {name!r}; name one otherwise (AS ...)")
+        outputs[name] = (side_of(node), node.name)
+    return outputs
+
+
 def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> JoinQuery | None:
     """The join ``select`` is (``columns``: each table's column names by table name; ``times``: its event-time
     column, if any), or None without a JOIN."""
@@ -238,17 +265,7 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         if window is not None and side[2][1] != times[i]:
             raise ConfigError(f"SQL: the window's DESCRIPTOR({side[2][1]}) must be table {side[0]!r}'s event time: "
                               f"declare it, SqlTable(source, watermark=\"{side[2][1]} - INTERVAL '4' SECOND\")")
-    outputs = {}
-    for item in select.expressions:
-        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
-        if not isinstance(node, exp.Column):
-            raise _refuse(f"{node.sql()} in a join's SELECT (select columns, each of one table)")
-        name, n = alias or node.name, 0
-        while name in outputs and not alias:  # Calcite's names of a repeated column, as Flink's: dateTime0, ...
-            name, n = f"{node.name}{n}", n + 1
-        if name in outputs:
-            raise ConfigError(f"SQL: the join's output has two columns {name!r}; name one otherwise (AS ...)")
-        outputs[name] = (side_of(node), node.name)
+    outputs = _outputs(select.expressions, sides, names, side_of)
     if window is not None and bounds:
         raise _refuse("a window join with bounds of event time (an interval join of windowed rows)")
     return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where[:2]), how,

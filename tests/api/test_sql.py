@@ -284,6 +284,13 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
             "clicks c ON c.country = b.country WHERE a.amount > 0 AND c.ts > a.ts",
             'SELECT a."user", b.amount, c."user", c.ts FROM clicks a JOIN clicks b ON a."user" = b."user" JOIN '
             "clicks c ON c.country = b.country WHERE a.amount > 0 AND c.ts > a.ts", ["user", "amount", "other", "ts"]),
+    # q9: each user's best click in reach of one of theirs, a Top-N of a join's rows that selects its columns
+    "q9": ("SELECT user, bamount, bts FROM (SELECT a.*, b.amount AS bamount, b.ts AS bts, ROW_NUMBER() OVER "
+           "(PARTITION BY a.user ORDER BY b.amount DESC, b.ts ASC) AS rn FROM clicks a, clicks b WHERE a.user = "
+           "b.user AND b.ts BETWEEN a.ts AND a.ts + 10000) WHERE rn <= 1",
+           'SELECT "user", bamount, bts FROM (SELECT a."user", b.amount AS bamount, b.ts AS bts FROM clicks a, '
+           'clicks b WHERE a."user" = b."user" AND b.ts BETWEEN a.ts AND a.ts + 10000) QUALIFY row_number() OVER '
+           '(PARTITION BY "user" ORDER BY bamount DESC NULLS LAST, bts) = 1', ["user", "bamount", "bts"]),
     # q4: the mean per country of each user's largest amount in reach of a click: a GROUP BY of a join's rows
     # (a condition over both tables on them), then a GROUP BY of that updating result
     "q4": ("SELECT Q.country, AVG(Q.top) AS mean FROM (SELECT MAX(b.amount) AS top, a.country FROM clicks a, clicks b "
@@ -298,7 +305,7 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
 @pytest.mark.spark
 @pytest.mark.parametrize("shape", sorted(OVER_QUERIES))
 def test_a_query_over_a_querys_rows_joins_and_aggregates_them_as_duckdb(spark, tmp_path, shape):
-    """After Nexmark's q4, q5, q7 and q23, and a HAVING: a subquery's rows read as a table (``FROM (SELECT ...) q``,
+    """After Nexmark's q4, q5, q7, q9 and q23, and a HAVING: a subquery's rows read as a table (``FROM (SELECT ...) q``,
     ``JOIN (SELECT ...) q``), its filter and conditions evaluated by Spark on the rows between the operators; the
     table the changes leave equals DuckDB's batch query (over the windows the watermark closed)."""
     sql, expected, columns = OVER_QUERIES[shape]
