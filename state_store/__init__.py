@@ -28,6 +28,7 @@ from .side_outputs import OutputTag
 from .sinks import Sink
 from .sources import DeltaSource, FileSource, KafkaSource
 from .sql.compile import SqlJob, SqlTable
+from .sql.functions import udf
 from .state.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -78,7 +79,7 @@ __all__ = [
     # updating results (docs/writing/updating.md); UpsertDeltaSink too, loaded when asked for
     "RowKind",
     # SQL jobs (docs/writing/sql.md)
-    "SqlJob", "SqlTable",
+    "SqlJob", "SqlTable", "udf",
     # the state handles' types, for annotations (``self.count: ValueState``)
     "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState", "OperatorListState", "BroadcastState",
     # two inputs (docs/writing/joins.md)

@@ -213,14 +213,14 @@ def _edge(last: _Step, side) -> EdgeSource:
 
 
 def projected(source, projection: tuple | None):
-    """``source`` with ``select_expr``'s ``projection`` (where, columns, row type) applied as it is read: an edge's
-    own, or a ``QuerySource`` of a source (None: ``source`` as it is)."""
+    """``source`` with ``select_expr``'s ``projection`` (where, columns, row type, functions) applied as it is read:
+    an edge's own, or a ``QuerySource`` of a source (None: ``source`` as it is)."""
     if projection is None:
         return source
-    where, columns, row_type = projection
+    where, columns, row_type, functions = projection
     if isinstance(source, EdgeSource):
-        return replace(source, where=where, columns=columns, row_type=row_type)
-    return QuerySource(source, where, columns, row_type)
+        return replace(source, where=where, columns=columns, row_type=row_type, functions=functions)
+    return QuerySource(source, where, columns, row_type, functions)
 
 
 def _shown_key(key) -> "str | list[str]":
@@ -238,7 +238,7 @@ class _Step:
     options: dict
     joined: tuple = ()  # the branches (each a tuple of steps of the same stream) its further inputs read, if any
     reads: Any = None  # the OutputTag of the step before it whose side output it reads (``get_side_output``)
-    projection: tuple | None = None  # Spark SQL on what it reads (``select_expr``): (where, columns, row type)
+    projection: tuple | None = None  # Spark SQL on what it reads (``select_expr``): (where, columns, type, functions)
 
 
 class Dataflow(UpdatingOperators):
@@ -688,12 +688,15 @@ class Dataflow(UpdatingOperators):
         return self._record_step("filter", function, FilterFunction, uid, None,
                                  {"parallelism": parallelism, "max_parallelism": max_parallelism})
 
-    def select_expr(self, columns: dict, *, output_type: RowTypeInfo, where: str | None = None) -> "Dataflow":
+    def select_expr(self, columns: dict, *, output_type: RowTypeInfo, where: str | None = None,
+                    functions: tuple = ()) -> "Dataflow":
         """The stream's rows as Spark SQL makes them, between an operator (or the source) and the next (Spark's
         ``where`` and ``selectExpr``): those ``where`` keeps, as ``columns`` (name -> a Spark SQL expression over
         the stream's columns) of ``output_type``. Spark evaluates both as the next operator reads the rows, so
         scalar expressions keep Spark SQL's semantics (nulls, casts, overflow); each row keeps its place. It is
         no operator of its own: the SQL layer's filters and computed columns over an operator's rows.
+
+        ``functions``: the Python functions the expressions call, (name, function, Spark type) each.
 
         Example: ``.select_expr({"user": "user", "big": "amount > 100"}, output_type=FLAGGED, where="amount > 0")``
         """
@@ -702,7 +705,7 @@ class Dataflow(UpdatingOperators):
         if not isinstance(output_type, RowTypeInfo) or list(output_type.fields) != list(columns):
             raise ConfigError(f"select_expr(...): output_type is Types.ROW_NAMED of its columns {list(columns)}, "
                               f"in that order")
-        select = (where, tuple(columns.items()), output_type)
+        select = (where, tuple(columns.items()), output_type, tuple(functions))
         return Dataflow(self._source, {**self._settings, "select": (select, len(self._steps))}, self._steps, None)
 
     def sink_to(self, sink: str | Sink) -> JobSpec | Job:

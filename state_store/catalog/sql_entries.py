@@ -7,7 +7,7 @@ import re
 
 from ..errors import ConfigError
 
-SQL_FIELDS = ("sql", "sink", "tables")
+SQL_FIELDS = ("sql", "sink", "tables", "functions")
 TABLE_FIELDS = ("source", "path", "format", "schema", "watermark", "max_files_per_batch")
 SQL_ENTRYPOINT = "state_store.sql.definition:build_sql_job"  # a SQL job's factory, given the declaration
 
@@ -54,5 +54,11 @@ def check_definition(where: str, job_id: str, entry: dict) -> dict:
     if not isinstance(tables, dict) or not tables:
         raise ConfigError(f"{where}: a SQL job needs its tables, each under [{where.split('[', 1)[-1].rstrip(']')}"
                           f".tables.<name>] (path, format, schema, watermark; or source)")
+    functions = entry.get("functions", {})
+    if not isinstance(functions, dict) or not all(isinstance(f, str) and re.fullmatch(r"[\w.]+:[\w.]+", f)
+                                                  for f in functions.values()):
+        raise ConfigError(f"{where}: field 'functions' names each scalar function the query calls and where it is "
+                          f"(count_char = \"package.module:count_char\", made with @udf), got {functions!r}")
     return {"job_id": job_id, "sql": sql, "sink": sink, "parallelism": entry.get("parallelism"),
-            "tables": {n: _check_table(where, n, t) for n, t in tables.items()}}
+            "tables": {n: _check_table(where, n, t) for n, t in tables.items()},
+            **({"functions": dict(functions)} if functions else {})}

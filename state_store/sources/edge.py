@@ -34,6 +34,7 @@ class EdgeSource(Source):
     where: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
     row_type: RowTypeInfo | None = None
+    functions: tuple = ()  # the scalar functions they call: (name, Python function, Spark type) each
 
     @property
     def edge(self) -> str:
@@ -95,6 +96,9 @@ class EdgeSource(Source):
         )
         if self.row_type is None:
             return df
+        from .query import register_functions
+
+        register_functions(spark, self.functions)
         if self.where is not None:
             df = df.filter(F.expr(self.where))
         return df.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n) for n, e in self.columns],

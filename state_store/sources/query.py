@@ -13,6 +13,15 @@ from ..types import RowTypeInfo
 from .base import POSITION_COLUMNS, Source
 
 
+def register_functions(spark, functions: tuple) -> None:
+    """Make ``functions`` ((name, Python function, Spark type) each) callable in Spark SQL by their names, as
+    Arrow-optimised Python UDFs."""
+    from pyspark.sql import functions as F
+
+    for name, function, result_type in functions:
+        spark.udf.register(name, F.udf(function, result_type, useArrow=True))
+
+
 @dataclass(frozen=True)
 class QuerySource(Source):
     """``source``'s records that ``where`` (Spark SQL, None: all) keeps, as the columns ``columns`` (name -> Spark
@@ -22,6 +31,7 @@ class QuerySource(Source):
     where: str | None
     columns: tuple[tuple[str, str], ...]
     row_type: RowTypeInfo
+    functions: tuple = ()  # the scalar functions the expressions call: (name, Python function, Spark type) each
 
     @override
     def validate(self, what: str) -> None:
@@ -29,7 +39,8 @@ class QuerySource(Source):
 
     @override
     def describe(self) -> dict:
-        return {**self.source.describe(), "where": self.where, "select": dict(self.columns)}
+        return {**self.source.describe(), "where": self.where, "select": dict(self.columns),
+                **({"functions": [n for n, _, _ in self.functions]} if self.functions else {})}
 
     @override
     def declared_fields(self) -> dict:
@@ -78,6 +89,7 @@ class QuerySource(Source):
         records = self.source.read_run(spark, [(0, start, end)])
         if records is None:
             return None
+        register_functions(spark, self.functions)
         records = records.select(F.expr(dict(self.columns)[column]).alias(column), *POSITION_COLUMNS)
         at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
         return checked_max_event_time(records, column, at, f"{self.source.describe().get('type', 'source')} record at")
@@ -104,6 +116,7 @@ class QuerySource(Source):
         records = self.source.read_run(spark, ranges)
         if records is None:
             return None
+        register_functions(spark, self.functions)
         if self.where is not None:
             records = records.filter(F.expr(self.where))
         return records.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n)

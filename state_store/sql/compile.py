@@ -42,6 +42,7 @@ from ..windows.columns import DISTINCT, ColumnAggregate
 from .dialect import group_window, parse
 from .dialect import interval_millis as _millis
 from .dialect import window_of as _window_of
+from .functions import checked
 from .join import RIGHT, JoinQuery, read_join
 from .over import OverQuery, read_over
 from .rank import RankQuery, read_rank
@@ -293,15 +294,20 @@ def _assigner(kind: str, size: int, slide: int) -> WindowAssigner:
     return EventTimeSessionWindows.with_gap(size)
 
 
-def _spark_types(fields: dict, outputs: dict) -> dict:
-    """Each stateless output column's type, as sqlglot types the Spark expression over the table's columns."""
+def _spark_types(fields: dict, outputs: dict, functions: tuple = ()) -> dict:
+    """Each stateless output column's type, as sqlglot types the Spark expression over the table's columns (a
+    call of one of ``functions``, a user's, of its declared type)."""
     from sqlglot.optimizer.annotate_types import annotate_types
     from sqlglot.optimizer.qualify import qualify
 
     schema = {"t": {n: t.spark_ddl() for n, t in fields.items()}}
+    declared = {name: ddl for name, _, ddl in functions}
     types = {}
     for out, (_, expression) in outputs.items():
-        node = qualify(parse(f"SELECT {expression} AS x FROM t")[0], schema=schema, dialect="spark")
+        node = parse(f"SELECT {expression} AS x FROM t")[0].transform(
+            lambda n: exp.cast(exp.null(), declared[n.name.lower()], dialect="spark")
+            if isinstance(n, exp.Anonymous) and n.name.lower() in declared else n)
+        node = qualify(node, schema=schema, dialect="spark")
         node = annotate_types(node, schema=schema, dialect="spark")
         data_type = node.expressions[0].type
         if data_type is None or data_type.this == exp.DataType.Type.UNKNOWN:
@@ -496,6 +502,7 @@ class _Compiler:
     tables: dict
     parallelism: int
     settings: dict
+    functions: tuple = ()  # the user's scalar functions (``functions.checked``)
     used: set = field(default_factory=set)
     shared: dict = field(default_factory=dict)  # the aggregations compiled, by what they compute (``_stateful``)
 
@@ -516,7 +523,7 @@ class _Compiler:
         if name not in self.tables:
             raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(self.tables)}")
         if isinstance(self.tables[name].source, Subquery):
-            return _rows_of(self.tables[name].source.rel.flow, where, columns, types)
+            return _rows_of(self.tables[name].source.rel.flow, where, columns, types, self.functions)
         fields, strategy = _event_time(name, self.tables[name])
         columns = dict(columns or {n: f"`{n}`" for n in fields})
         types = dict(types or fields)
@@ -526,7 +533,7 @@ class _Compiler:
                 columns[ROWTIME], types[ROWTIME] = expression, Types.LONG()
                 strategy = strategy.with_timestamp_column(ROWTIME)
         row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
-        source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type)
+        source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type, self.functions)
         return Dataflow.from_source(source, job_id=self.job_id, watermark_strategy=strategy, **self.settings)
 
     def time_column(self, name: str | None) -> str | None:
@@ -640,7 +647,7 @@ class _Compiler:
                               f"'4' SECOND\")")
         if query.aggregates:
             columns = {n: f"`{n}`" for n in fields} | query.computed
-            types = fields | _spark_types(fields, {n: ("expr", e) for n, e in query.computed.items()})
+            types = fields | _spark_types(fields, {n: ("expr", e) for n, e in query.computed.items()}, self.functions)
             out = _stateful(self.scan(query.table, query.where, columns, types), query, self.parallelism,
                             self.fresh, self.shared)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
@@ -668,7 +675,7 @@ class _Compiler:
         """A stateless SELECT's rows as Spark reads them (its columns computed and its WHERE applied)."""
         fields = _event_time(query.table, self.tables[query.table])[0]
         columns = {o: e for o, (_, e) in query.outputs.items()}
-        return self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs))
+        return self.scan(query.table, query.where, columns, _spark_types(fields, query.outputs, self.functions))
 
     def union_all(self, union: exp.Union) -> _Rel:
         """``SELECT ... UNION ALL SELECT ...`` of stateless SELECTs: each read as Spark evaluates it, one stream of
@@ -801,7 +808,7 @@ class _Compiler:
                                           parallelism=self.parallelism)
         if join.residual is not None:  # the conditions over both tables, on the joined rows as Spark reads them
             out = out.select_expr({c: f"`{c}`" for c in out._fields()}, output_type=out._row_type(),
-                                  where=join.residual)
+                                  where=join.residual, functions=self.functions)
         produced = out._fields()
         wanted = {o: (c if side == 0 or c in (START, END) else RIGHT + c) for o, (side, c) in join.outputs.items()}
         updating = any(KIND in stream._fields() for stream in streams)  # a query's changelog joined
@@ -906,7 +913,7 @@ def _named_outputs(select: exp.Select) -> exp.Select:
     return select
 
 
-def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None):
+def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None, functions: tuple = ()):
     """A subquery's rows (``flow``) that ``where`` keeps, as ``columns`` (name -> Spark SQL; None: all as they are),
     computed by Spark as the next operator reads them (``Dataflow.select_expr``); an updating query's keep their
     ``_kind``."""
@@ -918,7 +925,7 @@ def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None):
         return flow
     types = {**fields, **(types or {})}
     return flow.select_expr(columns, output_type=Types.ROW_NAMED(list(columns), [types[n] for n in columns]),
-                            where=where)
+                            where=where, functions=functions)
 
 
 def _select(out, rank: RankQuery, available: list[str], parallelism: int, fresh):
@@ -936,7 +943,8 @@ def _select(out, rank: RankQuery, available: list[str], parallelism: int, fresh)
                    uid=fresh("sql-select"), parallelism=parallelism)
 
 
-def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, **settings):
+def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 2, functions: dict | None = None,
+                  **settings):
     """The Dataflow of ``sql`` over ``tables`` (name -> ``SqlTable`` or ``Source``), ended in ``sink``: what
     ``SqlJob`` validates and returns. An updating result's sink given as a path is an ``UpsertDeltaSink`` by the
     result's key."""
@@ -947,7 +955,7 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
         raise _refuse("SQL other than one SELECT (INSERT, CREATE, several statements)",
                       "give the SELECT; tables= names its tables and sink= where it goes")
     tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
-    compiler = _Compiler(job_id, tables, parallelism, settings)
+    compiler = _Compiler(job_id, tables, parallelism, settings, checked(functions))
     rel = (compiler.union_all(statements[0]) if isinstance(statements[0], exp.Union)
            else compiler.relation(statements[0]))
     if isinstance(sink, str) and rel.key is not None:
@@ -961,12 +969,14 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
     return compiler.with_instants(rel).flow.sink_to(sink)
 
 
-def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, **settings):  # noqa: N802
+def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2,  # noqa: N802
+           functions: dict | None = None, **settings):
     """The job a SQL query defines (docs/writing/sql.md): ``sql`` one ``SELECT`` in Flink's dialect over
     ``tables`` (name -> a ``Source``, or an ``SqlTable`` with its watermark), its rows to ``sink`` (a warehouse
     path: a Delta table; an updating result's path, an ``UpsertDeltaSink`` keyed by its group's columns). Returns
-    the job (a ``JobSpec`` or ``Job``), which runs as any other. ``settings``: ``backend``,
-    ``checkpoint_interval``, ``num_retained``.
+    the job (a ``JobSpec`` or ``Job``), which runs as any other. ``functions``: the user's scalar functions the
+    query calls (name -> ``@udf(result_type=...)``). ``settings``: ``backend``, ``checkpoint_interval``,
+    ``num_retained``.
 
     Example::
 
@@ -977,7 +987,7 @@ def SqlJob(job_id: str, sql: str, *, tables: dict, sink, parallelism: int = 2, *
             tables={"clicks": SqlTable(FileSource("input/clicks", "json", CLICK), watermark="ts")},
             sink="sinks/clicks_per_minute")
     """
-    return compile_query(job_id, sql, tables, sink, parallelism, **settings)
+    return compile_query(job_id, sql, tables, sink, parallelism, functions, **settings)
 
 
 def explain(job) -> str:

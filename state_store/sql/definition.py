@@ -15,6 +15,9 @@
     max_files_per_batch = 1                    # optional
     # or, for any other source: source = "package.module:factory" (returning a Source)
 
+    [jobs.clicks-per-minute-sql.functions]     # optional: the scalar functions the query calls (@udf)
+    count_char = "package.module:count_char"
+
 The catalog's ``sql_entries`` checks the declaration's shape with the standard library alone (a DAG file parses
 it); ``build_sql_job`` compiles it, where its errors name the SQL's construct. The catalog records the declaration
 as the arguments of ``build_sql_job``, its entrypoint, so a registered SQL job is rebuilt from it as any
@@ -64,12 +67,16 @@ def _source(name: str, table: dict, root):
                       max_files_per_batch=table.get("max_files_per_batch"))
 
 
-def build_sql_job(job_id: str, sql: str, sink: str, tables: dict, parallelism: int | None = None):
+def build_sql_job(job_id: str, sql: str, sink: str, tables: dict, parallelism: int | None = None,
+                  functions: dict | None = None):
     """The job of a recorded SQL declaration (``catalog.sql_entries.check_definition``'s), compiled by
-    ``SqlJob``: the SQL entrypoint, called with the declaration as its arguments."""
+    ``SqlJob``: the SQL entrypoint, called with the declaration as its arguments (``functions``: each scalar
+    function's name and "package.module:name")."""
+    from ..catalog.jobs import import_factory
     from ..settings import Settings
     from .compile import SqlJob, SqlTable
 
     root = Settings.load().root
     declared = {name: SqlTable(_source(name, t, root), t.get("watermark")) for name, t in tables.items()}
-    return SqlJob(job_id, sql, tables=declared, sink=sink, parallelism=parallelism or 2)
+    imported = {name: import_factory(where, f"function {name!r}") for name, where in (functions or {}).items()}
+    return SqlJob(job_id, sql, tables=declared, sink=sink, parallelism=parallelism or 2, functions=imported)

@@ -23,6 +23,7 @@ from state_store import (
     TumblingEventTimeWindows,
     Types,
     WatermarkStrategy,
+    udf,
 )
 from state_store.graph import as_job
 from state_store.sql.compile import explain, watermark_strategy
@@ -44,6 +45,12 @@ PER_WINDOW = """
     FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' SECOND))
     WHERE amount IS NULL OR amount > 0
     GROUP BY country, window_start, window_end"""
+
+
+@udf(result_type=Types.LONG())
+def count_char(text, char):
+    """Nexmark's q14 function: how many times ``char`` is in ``text``."""
+    return None if text is None else text.count(char)
 
 
 def write_clicks(folder, batches=CLICKS) -> None:
@@ -291,6 +298,11 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
            'SELECT "user", bamount, bts FROM (SELECT a."user", b.amount AS bamount, b.ts AS bts FROM clicks a, '
            'clicks b WHERE a."user" = b."user" AND b.ts BETWEEN a.ts AND a.ts + 10000) QUALIFY row_number() OVER '
            '(PARTITION BY "user" ORDER BY bamount DESC NULLS LAST, bts) = 1', ["user", "bamount", "bts"]),
+    # q14: a user's scalar function, in a table's filter and on a query's rows between two operators
+    "udf": ("SELECT user, count_char(user, 'l') AS ls, n FROM (SELECT user, COUNT(*) AS n FROM clicks WHERE "
+            "count_char(country, 'r') > 0 GROUP BY user) q",
+            "SELECT \"user\", length(\"user\") - length(replace(\"user\", 'l', '')), count(*) FROM clicks WHERE "
+            "length(country) - length(replace(country, 'r', '')) > 0 GROUP BY \"user\"", ["user", "ls", "n"]),
     # q4: the mean per country of each user's largest amount in reach of a click: a GROUP BY of a join's rows
     # (a condition over both tables on them), then a GROUP BY of that updating result
     "q4": ("SELECT Q.country, AVG(Q.top) AS mean FROM (SELECT MAX(b.amount) AS top, a.country FROM clicks a, clicks b "
@@ -305,12 +317,14 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
 @pytest.mark.spark
 @pytest.mark.parametrize("shape", sorted(OVER_QUERIES))
 def test_a_query_over_a_querys_rows_joins_and_aggregates_them_as_duckdb(spark, tmp_path, shape):
-    """After Nexmark's q4, q5, q7, q9 and q23, and a HAVING: a subquery's rows read as a table (``FROM (SELECT ...) q``,
-    ``JOIN (SELECT ...) q``), its filter and conditions evaluated by Spark on the rows between the operators; the
-    table the changes leave equals DuckDB's batch query (over the windows the watermark closed)."""
+    """After Nexmark's q4, q5, q7, q9, q14 and q23, and a HAVING: a subquery's rows read as a table (``FROM
+    (SELECT ...) q``, ``JOIN (SELECT ...) q``), its filter, conditions and a user's function evaluated by Spark on
+    the rows between the operators; the table the changes leave equals DuckDB's batch query (over the windows the
+    watermark closed)."""
     sql, expected, columns = OVER_QUERIES[shape]
     lake = Lake(tmp_path)
-    job = SqlJob(shape, sql, tables={"clicks": clicks_table(lake)}, sink=f"sinks/{shape}")
+    job = SqlJob(shape, sql, tables={"clicks": clicks_table(lake)}, sink=f"sinks/{shape}",
+                 functions={"count_char": count_char})
     run_job(spark, job, lake)
     assert materialized(spark, lake, f"sinks/{shape}", columns) == duck(expected)
 
@@ -588,7 +602,8 @@ schema = "user STRING, country STRING, amount BIGINT, ts BIGINT"
 
 
 @pytest.mark.parametrize("extra, table, message", [
-    ("", "", None),
+    ('[jobs.per-country.functions]\ncount_char = "tests.api.test_sql:count_char"', "", None),
+    ('functions = {count_char = "nowhere"}', "", r"field 'functions' names each scalar function the query calls"),
     ('entrypoint = "demo.clicks:job"', "", r"either 'entrypoint' \(a factory\) or 'sql' \(a query\), not both"),
     ("", 'source = "demo.clicks:job"', r"either source = .* or path, format and schema, not both"),
     ("", 'watermark = ""', r"table 'clicks': field 'watermark' must be a non-empty string"),
