@@ -32,6 +32,7 @@ class QuerySource(Source):
     columns: tuple[tuple[str, str], ...]
     row_type: RowTypeInfo
     functions: tuple = ()  # the scalar functions the expressions call: (name, Python function, Spark type) each
+    proctime: str | None = None  # a column of the records' processing time (Flink's PROCTIME()), for the rest
 
     @override
     def validate(self, what: str) -> None:
@@ -40,7 +41,8 @@ class QuerySource(Source):
     @override
     def describe(self) -> dict:
         return {**self.source.describe(), "where": self.where, "select": dict(self.columns),
-                **({"functions": [n for n, _, _ in self.functions]} if self.functions else {})}
+                **({"functions": [n for n, _, _ in self.functions]} if self.functions else {}),
+                **({"proctime": self.proctime} if self.proctime else {})}
 
     @override
     def declared_fields(self) -> dict:
@@ -117,6 +119,8 @@ class QuerySource(Source):
         if records is None:
             return None
         register_functions(spark, self.functions)
+        if self.proctime is not None:
+            records = records.withColumn(self.proctime, F.current_timestamp())
         if self.where is not None:
             records = records.filter(F.expr(self.where))
         return records.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -46,6 +46,7 @@ from .functions import checked
 from .join import RIGHT, JoinQuery, read_join
 from .over import OverQuery, read_over
 from .rank import RankQuery, read_rank
+from .views import proctime_of, with_views
 
 ALL = "_all"  # the constant key of a query without one
 PART = "_part"  # a union's key: a hash of each row's columns
@@ -62,10 +63,12 @@ _SPARK_TYPES = {"BIGINT": Types.LONG, "INT": Types.INT, "STRING": Types.STRING, 
 @dataclass(frozen=True)
 class SqlTable:
     """A table of a SQL job: its ``source`` and, for event time, Flink's watermark declaration on a column of
-    epoch milliseconds or a ``TIMESTAMP`` (``watermark="ts - INTERVAL '4' SECOND"``, or ``"ts"``)."""
+    epoch milliseconds or a ``TIMESTAMP`` (``watermark="ts - INTERVAL '4' SECOND"``, or ``"ts"``); ``proctime``:
+    a column of its processing time (Flink's ``PROCTIME()``; a view's, ``views``)."""
 
     source: Source
     watermark: str | None = None
+    proctime: str | None = None
 
 
 class Rename(MapFunction):
@@ -107,6 +110,11 @@ def column_type(data_type: exp.DataType) -> TypeInfo:
     if maker is None:
         raise _refuse(f"a column of type {data_type.sql()}")
     return maker()
+
+
+def _columns(table: "SqlTable") -> list:
+    """A table's column names: its source's, and its processing-time column, if any."""
+    return [*_columns_of(table.source), *([table.proctime] if table.proctime else [])]
 
 
 def _columns_of(source: Source) -> dict:
@@ -165,7 +173,7 @@ def _read(select: exp.Select, tables: dict) -> _Query:
         if isinstance(node, exp.Star):
             if group:
                 raise _refuse("SELECT * with GROUP BY")
-            for column in _columns_of(tables[name].source):
+            for column in _columns(tables[name]):
                 outputs[column] = ("expr", f"`{column}`")
             continue
         bound = _window_bound(node, struct)
@@ -276,15 +284,24 @@ def _window_bound(node, struct) -> str | None:
     return None
 
 
-def _assigner(kind: str, size: int, slide: int) -> WindowAssigner:
-    """The window assigner of a query's window (``dialect.window_of``'s kind, size and slide)."""
+def _assigner(kind: str, size: int, slide: int, processing: bool = False) -> WindowAssigner:
+    """The window assigner of a query's window (``dialect.window_of``'s kind, size and slide), in processing time
+    when its ``DESCRIPTOR`` is a ``PROCTIME()`` column."""
     from ..windows.assigners import (
         CumulativeEventTimeWindows,
         EventTimeSessionWindows,
+        ProcessingTimeSessionWindows,
         SlidingEventTimeWindows,
+        SlidingProcessingTimeWindows,
         TumblingEventTimeWindows,
+        TumblingProcessingTimeWindows,
     )
 
+    if processing:
+        if kind == "cumulate":
+            raise _refuse("CUMULATE in processing time", "window by the table's event time")
+        return (TumblingProcessingTimeWindows.of(size) if kind == "tumble" else SlidingProcessingTimeWindows.of(
+            size, slide) if kind == "hop" else ProcessingTimeSessionWindows.with_gap(size))
     if kind == "tumble":
         return TumblingEventTimeWindows.of(size)
     if kind == "hop":
@@ -316,7 +333,8 @@ def _spark_types(fields: dict, outputs: dict, functions: tuple = ()) -> dict:
     return types
 
 
-def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shared: dict | None = None):
+def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shared: dict | None = None,
+              processing: bool = False):
     """The query's window or group aggregation of ``flow``, then (when its names are not the operator's) the
     renaming step to its output columns. ``shared``: the aggregations compiled so far by what they compute, so
     that two parts of a query that aggregate alike (Nexmark's q5) read one operator, whose branches a join can
@@ -325,7 +343,8 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shar
     for out, (kind, what) in query.outputs.items():
         if kind == "aggregate":
             names.setdefault(what, out)
-    signature = repr((query.table, query.window, query.where, query.keys, query.aggregates, query.computed, names))
+    signature = repr((query.table, query.window, processing, query.where, query.keys, query.aggregates,
+                      query.computed, names))
     if shared is not None and signature in shared:
         return _renamed(shared[signature], query, names, parallelism, fresh)
     aggregate = ColumnAggregate(**query.aggregates).named(**names)
@@ -335,10 +354,10 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shar
             raise _refuse("COUNT(DISTINCT ...) in a window aggregation", "count distinct values in a GROUP BY "
                           "without a window")
         kind, _, size, slide = query.window
-        assigner = _assigner(kind, size, slide)
+        assigner = _assigner(kind, size, slide, processing)
         windowed = (flow.key_by(query.keys if len(query.keys) != 1 else query.keys[0]).window(assigner)
                     if query.keys else flow.window_all(assigner))
-        uid = f"sql-window-{structure}-{kind}-{size}-{slide}"
+        uid = f"sql-window-{structure}-{kind}-{size}-{slide}{'-proctime' if processing else ''}"
         options = {"parallelism": parallelism if query.keys else 1}
         out = windowed.aggregate(aggregate, uid=uid, **options)
         wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in query.outputs.items()}
@@ -370,6 +389,8 @@ def _renamed(out, query: _Query, names: dict, parallelism: int, fresh):
 def _event_time(name: str, table: SqlTable) -> tuple[dict, WatermarkStrategy | None]:
     """A table's columns and its watermark strategy (None: no event time), on the declared column."""
     fields = _columns_of(table.source)
+    if table.proctime is not None:
+        fields[table.proctime] = Types.TIMESTAMP()
     if table.watermark is None:
         return fields, None
     column, strategy = watermark_strategy(table.watermark)
@@ -533,7 +554,8 @@ class _Compiler:
                 columns[ROWTIME], types[ROWTIME] = expression, Types.LONG()
                 strategy = strategy.with_timestamp_column(ROWTIME)
         row_type = Types.ROW_NAMED(list(columns), [types[n] for n in columns])
-        source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type, self.functions)
+        source = QuerySource(self.tables[name].source, where, tuple(columns.items()), row_type, self.functions,
+                             self.tables[name].proctime)
         return Dataflow.from_source(source, job_id=self.job_id, watermark_strategy=strategy, **self.settings)
 
     def time_column(self, name: str | None) -> str | None:
@@ -557,7 +579,7 @@ class _Compiler:
         over = read_over(select, times)
         if over is not None:
             return self.overed(over)
-        joined = read_join(select, {n: list(_columns_of(t.source)) for n, t in self.tables.items()}, times)
+        joined = read_join(select, {n: _columns(t) for n, t in self.tables.items()}, times)
         if joined is not None:
             return self.joined(joined)
         return self.selected(_read(select, self.tables))
@@ -575,11 +597,15 @@ class _Compiler:
         for node in [source.this] + [join.this for join in select.args.get("joins") or []]:
             if not isinstance(node, exp.Subquery) or _windowed_rows(node):
                 continue
-            rel = self.union_all(node.this) if isinstance(node.this, exp.Union) else self.relation(node.this)
             name = node.alias or "subquery"
             while name in self.tables:
                 name = f"{name}_"
-            self.tables[name] = SqlTable(Subquery(self.with_instants(rel)))
+            proctime = proctime_of(node.this, self.tables)
+            if proctime is not None:  # SELECT *, PROCTIME() AS p FROM t: the table, with its processing time
+                self.tables[name] = replace(self.tables[proctime[0]], proctime=proctime[1])
+            else:
+                rel = self.union_all(node.this) if isinstance(node.this, exp.Union) else self.relation(node.this)
+                self.tables[name] = SqlTable(Subquery(self.with_instants(rel)))
             table = exp.Table(this=exp.to_identifier(name))
             if node.alias:
                 table.set("alias", exp.TableAlias(this=exp.to_identifier(node.alias)))
@@ -606,7 +632,7 @@ class _Compiler:
         for table in tables:
             if table.name not in self.tables:
                 raise ConfigError(f"SQL: the query reads table {table.name!r} but tables= has {sorted(self.tables)}")
-        columns = [(t.alias_or_name, list(_columns_of(self.tables[t.name].source))) for t in tables]
+        columns = [(t.alias_or_name, _columns(self.tables[t.name])) for t in tables]
         clash = set(columns[0][1]) & set(columns[1][1])
         names = {(alias, c): f"{alias}_{c}" if c in clash else c for alias, cs in columns for c in cs}
         inner = exp.select(*[exp.alias_(exp.column(c, table=alias, quoted=True), name, quoted=True)
@@ -641,7 +667,9 @@ class _Compiler:
     def selected(self, query: _Query) -> _Rel:
         """A stateless SELECT, or a window or group aggregation, of one table."""
         fields, strategy = _event_time(query.table, self.tables[query.table])
-        if query.window is not None and (strategy is None or strategy.timestamp_column != query.window[1]):
+        processing = query.window is not None and query.window[1] == self.tables[query.table].proctime
+        if query.window is not None and not processing and (strategy is None
+                                                            or strategy.timestamp_column != query.window[1]):
             raise ConfigError(f"SQL: the window's DESCRIPTOR({query.window[1]}) must be table {query.table!r}'s "
                               f"event time: declare it, SqlTable(source, watermark=\"{query.window[1]} - INTERVAL "
                               f"'4' SECOND\")")
@@ -649,7 +677,7 @@ class _Compiler:
             columns = {n: f"`{n}`" for n in fields} | query.computed
             types = fields | _spark_types(fields, {n: ("expr", e) for n, e in query.computed.items()}, self.functions)
             out = _stateful(self.scan(query.table, query.where, columns, types), query, self.parallelism,
-                            self.fresh, self.shared)
+                            self.fresh, self.shared, processing)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
             missing = [k for k in query.keys if query.window is None and ("column", k) not in query.outputs.values()]
             unkeyed = missing and f"an updating result is kept by its GROUP BY columns: select {missing[0]!r} too"
@@ -777,20 +805,33 @@ class _Compiler:
         return _Rel(out, instants=tuple(c for c in up.instants if c in out._fields()))
 
     def joined(self, join: JoinQuery) -> _Rel:
-        """A regular or interval join (``join``): each table read with its pushed-down filter, ``regular_join`` or
-        ``interval_join`` of the two, and the selected columns (an inner join's without ``_kind``: it only
-        inserts)."""
-        # A null key joins nothing (SQL's equality): the rows of a side not kept unmatched are dropped as read.
-        dropped = {"inner": (0, 1), "left": (1,), "right": (0,)}.get(join.how, ())
-        where = [" AND ".join([*([join.where[i]] if join.where[i] else []),
-                               *(f"`{k}` IS NOT NULL" for k in (join.keys[i] if i in dropped else []))]) or None
-                 for i in range(2)]
-        streams = [self.scan(name, where[i]).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
-                   for i, name in enumerate(join.tables)]
+        """A join (``join``: regular, interval, window or temporal), then its conditions over both tables and the
+        selected columns (an inner join's of insert-only rows without ``_kind``: it only inserts)."""
+        structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
+        out, updating = (self.lookup_joined(join, structure) if join.as_of is not None
+                         else self.paired(join, structure))
+        if join.residual is not None:  # the conditions over both tables, on the joined rows as Spark reads them
+            out = out.select_expr({c: f"`{c}`" for c in out._fields()}, output_type=out._row_type(),
+                                  where=join.residual, functions=self.functions)
+        produced = out._fields()
+        wanted = {o: (c if side == 0 or c in (START, END) else RIGHT + c) for o, (side, c) in join.outputs.items()}
+        if join.how != "inner" or updating:  # an outer join, or a join of an updating query's rows
+            wanted[KIND] = KIND
+        out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
+                      wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
+        instant = join.window is not None and self.time_column(join.tables[0]) == ROWTIME
+        # an outer join's changelog is kept as it is: its rows have no key
+        return _Rel(out, structure=f"join-{structure}",
+                    instants=tuple(o for o, c in wanted.items() if instant and c in (START, END)))
+
+    def paired(self, join: JoinQuery, structure: str) -> tuple:
+        """The joined rows of a regular, interval or window join, each table read with its pushed-down filter,
+        and whether they are changes (an updating query's joined)."""
+        streams = [self.join_input(join, i).key_by(join.keys[i] if len(join.keys[i]) != 1 else join.keys[i][0])
+                   for i in range(2)]
         if streams[0]._steps and streams[1]._steps and streams[0]._steps[0] is not streams[1]._steps[0]:
             raise _refuse("a join of two queries over different tables (each query's operators before the join)",
                           "join the tables first, then aggregate their joined rows")
-        structure = "-".join([*join.tables, join.how, *join.keys[0], *join.keys[1]])
         if join.window is not None:
             out = self.window_joined(join, structure)
         elif join.interval is not None:
@@ -806,26 +847,49 @@ class _Compiler:
         else:
             out = streams[0].regular_join(streams[1], how=join.how, uid=f"sql-join-{structure}", right_prefix=RIGHT,
                                           parallelism=self.parallelism)
-        if join.residual is not None:  # the conditions over both tables, on the joined rows as Spark reads them
-            out = out.select_expr({c: f"`{c}`" for c in out._fields()}, output_type=out._row_type(),
-                                  where=join.residual, functions=self.functions)
-        produced = out._fields()
-        wanted = {o: (c if side == 0 or c in (START, END) else RIGHT + c) for o, (side, c) in join.outputs.items()}
-        updating = any(KIND in stream._fields() for stream in streams)  # a query's changelog joined
-        if join.how != "inner" or updating:  # an outer join, or a join of an updating query's rows
-            wanted[KIND] = KIND
-        out = out.map(Rename(wanted), output_type=Types.ROW_NAMED(list(wanted), [produced[c] for c in
-                      wanted.values()]), uid=self.fresh("sql-select"), parallelism=self.parallelism)
-        instant = join.window is not None and self.time_column(join.tables[0]) == ROWTIME
-        # an outer join's changelog is kept as it is: its rows have no key
-        return _Rel(out, structure=f"join-{structure}",
-                    instants=tuple(o for o, c in wanted.items() if instant and c in (START, END)))
+        return out, any(KIND in stream._fields() for stream in streams)
+
+    def lookup_joined(self, join: JoinQuery, structure: str) -> tuple:
+        """A processing-time temporal join (``lookup``): the looked-up table broadcast to every subtask of an
+        operator that joins each row of the first table with its key's rows (``LookupRows``)."""
+        from .lookup import LookupRows
+
+        if join.as_of != self.tables[join.tables[0]].proctime:
+            raise _refuse(f"a temporal join AS OF {join.as_of}, not a PROCTIME() column (an event-time temporal "
+                          f"join of a versioned table)", "look the table up AS OF the processing time: FROM "
+                          "(SELECT *, PROCTIME() AS p FROM t) a JOIN s FOR SYSTEM_TIME AS OF a.p")
+        if join.how != "inner" or len(join.keys[0]) != 1:
+            raise _refuse("a temporal join other than an inner one ON one equality")
+        left, right = self.join_input(join, 0), self.join_input(join, 1)
+        if right._steps:
+            raise _refuse("a temporal join of a query's rows", "look up a table")
+        rows, (key,), (looked_up,) = right._row_type(), *join.keys
+        function = LookupRows(f"sql-lookup-{join.tables[1]}", key, looked_up, rows.fields[looked_up], rows, RIGHT)
+        both = {**left._fields(), **{RIGHT + c: t for c, t in rows.fields.items()}}
+        out = left.connect(right.broadcast(function.descriptor)).process(
+            function, uid=f"sql-lookup-join-{structure}", output_type=Types.ROW_NAMED(list(both), list(both.values())),
+            parallelism=self.parallelism)
+        return out, KIND in left._fields()
+
+    def join_input(self, join: JoinQuery, i: int):
+        """Side ``i`` of ``join`` as the join reads it: its table's rows that its conditions keep, with the key
+        columns it computes. A null key joins nothing (SQL's equality), so the rows of a side not kept unmatched
+        are dropped as read."""
+        name, computed = join.tables[i], join.computed[i]
+        dropped = i in {"inner": (0, 1), "left": (1,), "right": (0,)}.get(join.how, ())
+        where = " AND ".join([*([join.where[i]] if join.where[i] else []), *(
+            f"({computed.get(k, f'`{k}`')}) IS NOT NULL" for k in (join.keys[i] if dropped else []))]) or None
+        if not computed:
+            return self.scan(name, where)
+        fields = _event_time(name, self.tables[name])[0]
+        types = fields | _spark_types(fields, {n: ("expr", e) for n, e in computed.items()}, self.functions)
+        return self.scan(name, where, {n: f"`{n}`" for n in fields} | computed, types)
 
     def window_joined(self, join: JoinQuery, structure: str):
         """A window join: each table's rows of one key and window joined when the window fires (Flink SQL's
         window join), each joined row with the window's ``window_start`` and ``window_end``; insert-only."""
         kind, _, size, slide = join.window
-        streams = [self.scan(name, join.where[i]) for i, name in enumerate(join.tables)]
+        streams = [self.join_input(join, i) for i in range(2)]
         left, right = streams[0]._fields(), streams[1]._fields()
         both = {**left, **{RIGHT + c: t for c, t in right.items()}, START: Types.LONG(), END: Types.LONG()}
         assigner = _assigner(kind, size, slide)
@@ -950,14 +1014,10 @@ def compile_query(job_id: str, sql: str, tables: dict, sink, parallelism: int = 
     result's key."""
     from ..delta.upsert_sink import UpsertDeltaSink
 
-    statements = parse(sql)
-    if len(statements) != 1 or not isinstance(statements[0], (exp.Select, exp.Union)):
-        raise _refuse("SQL other than one SELECT (INSERT, CREATE, several statements)",
-                      "give the SELECT; tables= names its tables and sink= where it goes")
-    tables = {n: t if isinstance(t, SqlTable) else SqlTable(t) for n, t in tables.items()}
+    query, tables = with_views(parse(sql), {n: t if isinstance(t, SqlTable) else SqlTable(t)
+                                            for n, t in tables.items()})
     compiler = _Compiler(job_id, tables, parallelism, settings, checked(functions))
-    rel = (compiler.union_all(statements[0]) if isinstance(statements[0], exp.Union)
-           else compiler.relation(statements[0]))
+    rel = compiler.union_all(query) if isinstance(query, exp.Union) else compiler.relation(query)
     if isinstance(sink, str) and rel.key is not None:
         if not rel.key and rel.unkeyed:
             raise ConfigError(f"SQL: {rel.unkeyed}")

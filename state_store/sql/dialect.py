@@ -3,7 +3,8 @@ streaming SQL adds that sqlglot's Spark parser lacks: the windowing table-valued
 (``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``, ``SESSION(TABLE
 bid PARTITION BY bidder, ...)``) and the group window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP
 BY``; and Spark's ``window(ts, '10 seconds')`` first in a ``GROUP BY``, where sqlglot stops at ``WINDOW``, a
-clause's keyword. Flink's functions that Spark lacks are read as their Spark equivalent (``SPLIT_INDEX``).
+clause's keyword. Flink's functions that Spark lacks are read as their Spark equivalent (``SPLIT_INDEX``, and
+``PROCTIME()`` as ``CURRENT_TIMESTAMP()``).
 ``group_window`` reads a ``GROUP BY``'s window: Flink's ``SESSION``, Spark's ``window()`` and
 ``session_window()``. No Spark here."""
 from __future__ import annotations
@@ -88,7 +89,8 @@ class Flink(Spark):
         FUNCTION_PARSERS = {**Spark.Parser.FUNCTION_PARSERS, **{k: _window_tvf(k) for k in TVFS},
                             "DESCRIPTOR": lambda self: self.expression(Descriptor(this=self._parse_column())),
                             "SESSION": _group_window("SESSION")}
-        FUNCTIONS = {**Spark.Parser.FUNCTIONS, "SPLIT_INDEX": _split_index}
+        FUNCTIONS = {**Spark.Parser.FUNCTIONS, "SPLIT_INDEX": _split_index,
+                     "PROCTIME": lambda args: exp.CurrentTimestamp()}  # processing time: Spark's current_timestamp()
 
         def _parse_table(self, *args, **kwargs):
             """``TABLE(<windowing function>) [AS alias]`` as a table, else Spark's tables."""

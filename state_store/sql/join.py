@@ -48,6 +48,8 @@ class JoinQuery:
     interval: tuple[int, int, bool, bool] | None = None
     window: tuple | None = None  # a window join's window (kind, time column, size, slide): both sides'
     residual: str | None = None  # an inner join's conditions over both tables, on its joined rows (Spark SQL)
+    computed: tuple = ({}, {})  # each side's key columns computed as it is read (name -> Spark SQL)
+    as_of: str | None = None  # a temporal join's FOR SYSTEM_TIME AS OF column (the left table's)
 
 
 def _refuse(construct: str) -> ConfigError:
@@ -120,21 +122,30 @@ def _joined(condition, side_of, prefix: str) -> str:
         if isinstance(n, exp.Column) else n).sql(dialect="spark")
 
 
+def _sides_of(node, side_of) -> set:
+    return {side_of(c) for c in node.find_all(exp.Column)}
+
+
 def _conditions(on: list, where_conditions: list, how: str, side_of, times: tuple) -> tuple:
     """The join's keys (each side's columns), its time bounds (``_time_bounds``'), each side's own conditions
-    (Spark SQL, read with its table) and an inner join's conditions over both (on the joined rows), from the
+    (Spark SQL, read with its table), an inner join's conditions over both (on the joined rows), and the key
+    columns each side computes (``mod(b.auction, 10) = s.key``: ``_key0`` of ``mod(auction, 10)``), from the
     conjuncts of ``ON`` and ``WHERE``."""
     keys: tuple[list, list] = ([], [])
     bounds: list = []
     where: list[list[str]] = [[], [], []]  # the left table's, the right table's, and both tables' conditions
+    computed: tuple[dict, dict] = ({}, {})
     for condition in on + where_conditions:
         in_on = any(condition is c for c in on)
         ends = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else ()
-        touched = {side_of(c) for c in condition.find_all(exp.Column)}
-        if ends and all(isinstance(e, exp.Column) for e in ends) and side_of(ends[0]) != side_of(ends[1]):
-            left, right = sorted(ends, key=side_of)
-            keys[0].append(left.name)
-            keys[1].append(right.name)
+        touched = _sides_of(condition, side_of)
+        sides = [_sides_of(e, side_of) for e in ends]
+        if ends and all(len(t) == 1 for t in sides) and sides[0] != sides[1]:
+            for end, (side,) in sorted(zip(ends, sides), key=lambda pair: min(pair[1])):
+                name = end.name if isinstance(end, exp.Column) else f"_key{len(keys[side])}"
+                if not isinstance(end, exp.Column):  # an expression of one table's columns: computed as it is read
+                    computed[side][name] = _unqualified(end)
+                keys[side].append(name)
             continue
         found = _time_bounds(condition, side_of, times) if how == "inner" else None
         if found is not None:
@@ -148,7 +159,7 @@ def _conditions(on: list, where_conditions: list, how: str, side_of, times: tupl
             where[touched.pop()].append(f"({_unqualified(condition)})")
     if not keys[0]:
         raise _refuse("a join without an equality of a column of each table (a cross join)")
-    return keys, bounds, where
+    return keys, bounds, where, computed
 
 
 def _side(node, columns: dict) -> tuple:
@@ -239,6 +250,9 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
             or join.args.get("using") or not (join.args.get("on") or comma)):
         raise _refuse(f"a {join.args.get('kind') or ''} JOIN without ON equalities (CROSS, SEMI, ANTI, USING)")
     sides = [_side(table, columns) for table in (source.this, join.this)]  # (table, alias, window, its WHERE)
+    if source.this.args.get("version") is not None:
+        raise _refuse("FOR SYSTEM_TIME AS OF on the first table of a join", "put the table looked up second")
+    version = join.this.args.get("version")
     names = [columns[name] + ([START, END] if window else []) for name, _, window, _ in sides]
 
     def side_of(column: exp.Column) -> int:
@@ -256,7 +270,7 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
         raise _refuse("WHERE with an outer join")
     on = _conjuncts(join.args["on"]) if join.args.get("on") else []
     where_conditions = _conjuncts(select.args["where"].this) if select.args.get("where") is not None else []
-    keys, bounds, where = _conditions(on, where_conditions, how, side_of, times)
+    keys, bounds, where, computed = _conditions(on, where_conditions, how, side_of, times)
     for i, side in enumerate(sides):  # a windowed side's own WHERE, read with its table
         if side[3] is not None:
             where[i].append(f"({_unqualified(side[3])})")
@@ -268,5 +282,14 @@ def read_join(select: exp.Select, columns: dict, times: dict | None = None) -> J
     outputs = _outputs(select.expressions, sides, names, side_of)
     if window is not None and bounds:
         raise _refuse("a window join with bounds of event time (an interval join of windowed rows)")
+    as_of = None
+    if version is not None:
+        column = version.expression
+        if str(version.args.get("kind")).upper() != "AS OF" or not isinstance(column, exp.Column) or side_of(
+                column) != 0 or bounds or window is not None:
+            raise _refuse(f"the temporal join FOR SYSTEM_TIME {version.args.get('kind')} {column.sql()}",
+                          "look the table up AS OF a column of the first table's, without bounds of time")
+        as_of = column.name
     return JoinQuery((sides[0][0], sides[1][0]), keys, tuple(" AND ".join(w) or None for w in where[:2]), how,
-                     outputs, _interval(bounds) if bounds else None, window, " AND ".join(where[2]) or None)
+                     outputs, _interval(bounds) if bounds else None, window, " AND ".join(where[2]) or None,
+                     computed, as_of)

@@ -94,7 +94,7 @@ def read_rank(select: exp.Select) -> RankQuery | None:
     order = []
     for o in (window.args.get("order").expressions if window.args.get("order") else []):
         node = o.this
-        if isinstance(node, exp.Anonymous) and node.name.upper() == "PROCTIME":
+        if isinstance(node, exp.CurrentTimestamp):  # PROCTIME() (``dialect``)
             order.append((None, not o.args.get("desc")))
         elif isinstance(node, exp.Column):
             order.append((node.name, not o.args.get("desc")))

@@ -503,6 +503,66 @@ def test_cumulate_and_session_windows_and_sparks_window_grouping_give_duckdbs_gr
 
 
 @pytest.mark.spark
+def test_a_temporal_join_looks_each_row_up_in_the_table_as_it_is_when_the_row_is_processed(spark, tmp_path):
+    """Nexmark's q13: ``FROM (SELECT *, PROCTIME() AS p FROM t) a JOIN s FOR SYSTEM_TIME AS OF a.p`` on a key
+    the first table computes: each click joined with the looked-up rows that came in its microbatch or before,
+    not with those that come later (a regular join's would), as DuckDB's join of the rows so read."""
+    lake = Lake(tmp_path)
+    side = [[(0, "zero"), (1, "one"), (1, "uno")], [(2, "two")]]  # a file a microbatch, beside the clicks'
+    (lake.inputs / "side").mkdir(parents=True)
+    for i, rows in enumerate(side):
+        (lake.inputs / "side" / f"{i:03d}.json").write_text("".join(json.dumps({"key": k, "value": v}) + "\n"
+                                                                  for k, v in rows))
+    lookup = Types.ROW_NAMED(["key", "value"], [Types.LONG(), Types.STRING()])
+    tables = {"clicks": clicks_table(lake), "side": FileSource(str(lake.inputs / "side"), "json", lookup,
+                                                                 max_files_per_batch=1)}
+    sql = ("SELECT c.user, c.amount, s.value FROM (SELECT *, PROCTIME() AS p FROM clicks) c JOIN side FOR "
+           "SYSTEM_TIME AS OF c.p AS s ON mod(c.amount, 3) = s.key")
+    job = SqlJob("q13", sql, tables=tables, sink="sinks/q13")
+    assert explain(job).startswith("sql-lookup-join-c-side-inner-_key0-key: BroadcastRecordOperator")
+    run_job(spark, job, lake)
+    con = duckdb.connect()
+    con.execute('CREATE TABLE clicks ("user" VARCHAR, amount BIGINT, batch INT)')
+    con.execute("CREATE TABLE side (key BIGINT, value VARCHAR, batch INT)")
+    con.executemany("INSERT INTO clicks VALUES (?, ?, ?)",
+                    [(u, a, i) for i, b in enumerate(CLICKS) for u, _, a, _ in b])
+    con.executemany("INSERT INTO side VALUES (?, ?, ?)", [(k, v, i) for i, b in enumerate(side) for k, v in b])
+    expected = sorted(con.execute('SELECT c."user", c.amount, s.value FROM clicks c JOIN side s ON c.amount % 3 = '
+                                  "s.key AND s.batch <= c.batch").fetchall(), key=repr)
+    assert table(spark, lake, "sinks/q13", ["user", "amount", "value"]) == expected
+    # al's 5 came before the key 2 was looked up: a regular join would pair them, a lookup join does not
+    assert ("cy", 7, "one") in expected and ("al", 5, "two") not in expected
+
+
+@pytest.mark.spark
+def test_a_processing_time_window_of_a_view_counts_each_run_once_its_window_has_passed(spark, tmp_path):
+    """Nexmark's q12: ``CREATE VIEW v AS SELECT *, PROCTIME() AS p FROM t`` then a TUMBLE of ``DESCRIPTOR(p)``, a
+    window in processing time: a microbatch's clicks are in the window of its processing time, which fires once a
+    later microbatch's processing time has passed it (a run with no input fires it too), never before."""
+    from datetime import datetime, timezone
+
+    lake = Lake(tmp_path)
+    sql = ("CREATE VIEW v AS SELECT *, PROCTIME() AS p FROM clicks; SELECT user, COUNT(*) AS n, window_start, "
+           "window_end FROM TABLE(TUMBLE(TABLE v, DESCRIPTOR(p), INTERVAL '1' SECOND)) GROUP BY user, window_start, "
+           "window_end")
+    job = SqlJob("q12", sql, tables={"clicks": clicks_table(lake)}, sink="sinks/q12")
+    assert explain(job).startswith("sql-window-v-user-tumble-1000-1000-proctime: WindowOperator")
+    t0 = 1_700_000_000_000  # a whole second: the processing time of the first run
+    columns = ["user", "n", "window_start", "window_end"]
+
+    def counted(batches, start: int) -> list[tuple]:
+        at = [datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None) for ms in (start, start + 1000)]
+        return [(u, n, *at) for u, n in duck('SELECT "user", count(*) FROM clicks GROUP BY "user"', batches)]
+
+    run_job(spark, job, lake, max_microbatches=1, clock=lambda: t0)  # microbatch 0 in [t0, t0 + 1 s)
+    run_job(spark, job, lake, clock=lambda: t0 + 1500)  # 1 and 2 in the next second; the first window fires
+    assert table(spark, lake, "sinks/q12", columns) == sorted(counted(CLICKS[:1], t0), key=repr)
+    run_job(spark, job, lake, clock=lambda: t0 + 5000)  # no input: a timer-only microbatch fires the second
+    assert table(spark, lake, "sinks/q12", columns) == sorted(counted(CLICKS[:1], t0) + counted(CLICKS[1:], t0 + 1000),
+                                                               key=repr)
+
+
+@pytest.mark.spark
 def test_an_event_time_of_type_timestamp_windows_and_deduplicates_as_epoch_milliseconds_do(spark, tmp_path):
     """Nexmark's dateTime is a TIMESTAMP(3): the clicks with their times as TIMESTAMPs (in a JSON file as ISO
     text) give the windows of the same times in epoch milliseconds, window_start and window_end TIMESTAMPs as
