@@ -522,8 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_remote(parser) -> None:
-    parser.add_argument("--remote", default=os.environ.get("LAKESTATE_SPARK_REMOTE") or None,
+def _add_remote(parser, default=None) -> None:
+    parser.add_argument("--remote", default=default or os.environ.get("LAKESTATE_SPARK_REMOTE") or None,
                         help="work on the Spark Connect server at sc://HOST:PORT (scripts/spark-connect.sh) instead "
                              "of a Spark of this process (default: $LAKESTATE_SPARK_REMOTE)")
 
@@ -610,16 +610,21 @@ def _add_state_command(sub, common) -> None:
     _add_remote(p)
     p.set_defaults(func=cmd_state)
     actions = p.add_subparsers(dest="state_command", metavar="edit")
-    e = actions.add_parser("edit", parents=[common], help="write a new savepoint with one UPDATE, DELETE or INSERT on "
-                                                          "a keyed state's table (docs/operating/state-processor.md)")
+    # The options `state` takes too, kept when given before `edit` (lakestate state --root R edit ...): no default
+    # of edit's overwrites them.
+    inherited = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    for action in common._actions:
+        inherited.add_argument(*action.option_strings, help=action.help)
+    e = actions.add_parser("edit", parents=[inherited], help="write a new savepoint with one UPDATE, DELETE or "
+                           "INSERT on a keyed state's table (docs/operating/state-processor.md)")
     e.add_argument("--savepoint", required=True, help="the savepoint to edit (<job>/<name>); it stays as it is")
     e.add_argument("--into", default=None, help="the new savepoint's name (default: <name>-edited)")
     e.add_argument("--dry-run", action="store_true", help="check the statement and count what it changes; write "
                                                           "nothing")
     e.add_argument("statement", help="UPDATE <state> SET ... [WHERE ...] | DELETE FROM <state> [WHERE ...] | "
                                      "INSERT INTO <state> [(columns)] VALUES ... | SELECT ...")
-    e.add_argument("--spark-master", default=None)
-    _add_remote(e)
+    e.add_argument("--spark-master", default=argparse.SUPPRESS)
+    _add_remote(e, default=argparse.SUPPRESS)
     e.set_defaults(func=cmd_state_edit)
 
 

@@ -100,6 +100,9 @@ def test_a_root_or_warehouse_that_is_a_file_is_named(tmp_path, capsys):
     root.write_text("x")
     assert main(["jobs", "--root", str(root)]) == 2
     assert f"the root {root} is a file, not a folder" in capsys.readouterr().err
+    # state's options before its edit are edit's too (no default of edit's overwrites them)
+    assert main(["state", "--root", str(root), "edit", "--savepoint", "j/x", "DELETE FROM s"]) == 2
+    assert f"the root {root} is a file, not a folder" in capsys.readouterr().err
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "wh").write_text("x")
     assert main(["jobs", "--root", str(tmp_path / "r"), "--warehouse", str(tmp_path / "r" / "wh")]) == 2
