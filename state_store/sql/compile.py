@@ -526,6 +526,7 @@ class _Compiler:
     functions: tuple = ()  # the user's scalar functions (``functions.checked``)
     used: set = field(default_factory=set)
     shared: dict = field(default_factory=dict)  # the aggregations compiled, by what they compute (``_stateful``)
+    scans: dict = field(default_factory=dict)  # tables read as one stream with another (``share_tables``)
 
     def fresh(self, uid: str) -> str:
         """``uid``, or (given already, in a query of several parts) ``uid-2``, ``uid-3``, ...: a stateless step's."""
@@ -545,6 +546,11 @@ class _Compiler:
             raise ConfigError(f"SQL: the query reads table {name!r} but tables= has {sorted(self.tables)}")
         if isinstance(self.tables[name].source, Subquery):
             return _rows_of(self.tables[name].source.rel.flow, where, columns, types, self.functions)
+        if name in self.scans:  # a table read as one stream with another (``share_tables``)
+            flow = self.scans[name]
+            if columns is not None and ROWTIME in flow._fields():
+                columns, types = {**columns, ROWTIME: f"`{ROWTIME}`"}, {**(types or {}), ROWTIME: Types.LONG()}
+            return _rows_of(flow, where, columns, types, self.functions)
         fields, strategy = _event_time(name, self.tables[name])
         columns = dict(columns or {n: f"`{n}`" for n in fields})
         types = dict(types or fields)
@@ -592,6 +598,10 @@ class _Compiler:
         nodes += [join.this for join in select.args.get("joins") or []]
         if not any(isinstance(n, exp.Subquery) and not _windowed_rows(n) for n in nodes):
             return select
+        read = [self.base_tables(n) for n in nodes if isinstance(n, exp.Subquery) and not _windowed_rows(n)]
+        if len(nodes) == len(read) == 2 and all(len(r) == 1 for r in read) and read[0] != read[1] and not (
+                (read[0] | read[1]) & set(self.scans)):
+            self.share_tables([*read[0], *read[1]])  # two queries over two tables joined: one stream of both
         select = select.copy()
         source = select.args.get("from_") or select.args.get("from")
         for node in [source.this] + [join.this for join in select.args.get("joins") or []]:
@@ -620,6 +630,40 @@ class _Compiler:
             if side:
                 joins[0].set("side", {"LEFT": "RIGHT", "RIGHT": "LEFT"}.get(side.upper(), side))
         return select
+
+    def base_tables(self, node) -> set:
+        """The tables of ``tables=`` that ``node`` (a query) reads."""
+        return {t.name for t in node.find_all(exp.Table) if t.name in self.tables
+                and not isinstance(self.tables[t.name].source, Subquery)}
+
+    def share_tables(self, names: list) -> None:
+        """Tables whose queries are joined to each other (Nexmark's q8: a window aggregation of each), read as one
+        stream, so that the queries' operators branch from one first operator, as a join's inputs do: a union of
+        their rows (each table's columns under ``_<i>_``, the others' null; its side; its event time) by an
+        operator of its own, then each table's rows again (``scans``), which its queries read as the table. The
+        union's watermark is the least of the tables', so a window of one fires once both have passed it."""
+        fields = {name: _event_time(name, self.tables[name])[0] for name in names}
+        if len({self.tables[name].watermark is None for name in names}) > 1:
+            raise _refuse(f"a join of queries over {names[0]!r} and {names[1]!r}, one with event time and one "
+                          f"without", "declare a watermark on both tables, or on neither")
+        every = [(i, n, t) for i, name in enumerate(names) for n, t in fields[name].items()]
+        types = {f"_{j}_{n}": t for j, n, t in every} | {"_side": Types.INT(), PART: Types.INT()}
+        branches = []
+        for i, name in enumerate(names):
+            columns = {f"_{j}_{n}": f"`{n}`" if j == i else f"CAST(NULL AS {t.spark_ddl()})" for j, n, t in every}
+            own = ", ".join(f"`{n}`" for n in fields[name])
+            columns |= {"_side": str(i), PART: f"CAST(pmod(hash({own}), 1024) AS INT)"}
+            branches.append(self.scan(name, None, columns, types))
+        union = branches[0]._fields()
+        both = branches[0].union(branches[1]).key_by(PART).process(
+            Rows(list(union)), uid=self.fresh("sql-union-" + "-".join(names)), parallelism=self.parallelism,
+            output_type=Types.ROW_NAMED(list(union), list(union.values())))
+        for i, name in enumerate(names):
+            own = {n: f"`_{i}_{n}`" for n in fields[name]} | ({ROWTIME: f"`{ROWTIME}`"} if ROWTIME in union else {})
+            row_type = Types.ROW_NAMED(list(own), [fields[name].get(n) or Types.LONG() for n in own])
+            self.scans[name] = both.select_expr(own, output_type=row_type, where=f"`_side` = {i}").map(
+                Rename({n: n for n in own}), output_type=row_type, uid=self.fresh(f"sql-rows-{name}"),
+                parallelism=self.parallelism)
 
     def cascade_joins(self, select: exp.Select) -> exp.Select:
         """A join of more than two tables (``a JOIN b ON ... JOIN c ON ...``, Nexmark's q23) with its first two

@@ -503,6 +503,39 @@ def test_cumulate_and_session_windows_and_sparks_window_grouping_give_duckdbs_gr
 
 
 @pytest.mark.spark
+def test_a_join_of_window_aggregations_of_two_tables_pairs_their_windows_as_duckdb(spark, tmp_path):
+    """Nexmark's q8: a window aggregation of each of two tables, joined on their groups and windows; the tables
+    read as one stream (the queries' operators branch from one first operator), whose watermark is the least
+    of theirs; the joined windows those closed, as DuckDB's."""
+    lake = Lake(tmp_path)
+    visit = Types.ROW_NAMED(["who", "ts"], [Types.STRING(), Types.LONG()])
+    visits = [[("al", 3000), ("bo", 12000)], [("cy", 11000), ("al", 25000)], [("zz", 101000)]]
+    (lake.inputs / "visits").mkdir(parents=True)
+    for i, rows in enumerate(visits):
+        (lake.inputs / "visits" / f"{i:03d}.json").write_text("".join(json.dumps(dict(zip(visit.fields, r))) + "\n"
+                                                                    for r in rows))
+    tables = {"clicks": clicks_table(lake), "visits": SqlTable(FileSource(
+        str(lake.inputs / "visits"), "json", visit, max_files_per_batch=1), "ts - INTERVAL '4' SECOND")}
+    tumble = "FROM TABLE(TUMBLE(TABLE {}, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY {}, window_start, window_end"
+    sql = (f"SELECT P.user, P.s FROM (SELECT user, window_start AS s, window_end AS e {tumble.format('clicks', 'user')}"
+           f") P JOIN (SELECT who, window_start AS s, window_end AS e {tumble.format('visits', 'who')}) A ON P.user = "
+           f"A.who AND P.s = A.s AND P.e = A.e")
+    job = SqlJob("q8", sql, tables=tables, sink="sinks/q8")
+    assert explain(job).startswith("sql-union-clicks-visits: Rows")
+    run_job(spark, job, lake)
+    con = duckdb.connect()
+    con.execute('CREATE TABLE clicks ("user" VARCHAR, ts BIGINT)')
+    con.execute("CREATE TABLE visits (who VARCHAR, ts BIGINT)")
+    con.executemany("INSERT INTO clicks VALUES (?, ?)", [(u, t) for b in CLICKS for u, _, _, t in b])
+    con.executemany("INSERT INTO visits VALUES (?, ?)", [r for b in visits for r in b])
+    closed = "ts // 10000 * 10000 + 10000 <= 96000"  # the least of the two watermarks: 100 s - 4 s
+    expected = sorted(con.execute(
+        f'SELECT DISTINCT c."user", c.ts // 10000 * 10000 FROM clicks c JOIN visits v ON c."user" = v.who AND '
+        f"c.ts // 10000 = v.ts // 10000 WHERE c.{closed} AND v.{closed}").fetchall(), key=repr)
+    assert table(spark, lake, "sinks/q8", ["user", "s"]) == expected and len(expected) == 3
+
+
+@pytest.mark.spark
 def test_a_temporal_join_looks_each_row_up_in_the_table_as_it_is_when_the_row_is_processed(spark, tmp_path):
     """Nexmark's q13: ``FROM (SELECT *, PROCTIME() AS p FROM t) a JOIN s FOR SYSTEM_TIME AS OF a.p`` on a key
     the first table computes: each click joined with the looked-up rows that came in its microbatch or before,
