@@ -1,7 +1,9 @@
 """SQL text compiled to Lakestate's operators (docs/writing/sql.md): ``SqlJob`` gives the job a query defines,
 ``explain`` its operators and state.
 
-One ``SELECT`` over one table, in Flink's dialect (``dialect``), of three shapes:
+A ``SELECT`` (after its ``CREATE VIEW`` s: ``views``) in Flink's dialect (``dialect``) is read by the shape it
+has (``_Compiler.relation``): a Top-N or deduplication (``rank``), an OVER aggregation (``over``), a join
+(``join``: regular, interval, window, lookup), or one table's rows (``_read``):
 
 - **stateless**: ``SELECT <expressions> FROM t [WHERE ...]``: Spark evaluates both as it reads (``QuerySource``),
   and the rows pass through one operator to the sink;
@@ -12,9 +14,12 @@ One ``SELECT`` over one table, in Flink's dialect (``dialect``), of three shapes
 - **group aggregation**: ``... FROM t [WHERE ...] GROUP BY k ...``: ``Dataflow.aggregate``, a changelog, which a
   sink given as a path keeps by the group's columns (an ``UpsertDeltaSink``).
 
-The aggregates are ``COUNT(*)``, ``COUNT(c)``, ``SUM``, ``MIN``, ``MAX`` and ``AVG``, and (without a window)
-``COUNT(DISTINCT c)``, each a column of the output; an aggregate of an expression, one with ``FILTER (WHERE
-...)`` and a ``GROUP BY`` expression aggregate or group a column the scan computes (``_Query.computed``).
+A query read by another (``FROM (SELECT ...)``, ``JOIN (SELECT ...)``) compiles first and is read as a table of
+its rows (``Subquery``), its filters and computed columns Spark SQL on the edge into the next operator
+(``Dataflow.select_expr``); a join of several tables, a GROUP BY of a join and a Top-N of a query's own columns
+are rewritten to such queries first. The aggregates are ``COUNT(*)``, ``COUNT(c)``, ``SUM``, ``MIN``, ``MAX``
+and ``AVG``, and (without a window) ``COUNT(DISTINCT c)``; an aggregate of an expression, one with ``FILTER
+(WHERE ...)`` and a ``GROUP BY`` expression aggregate or group a column the scan computes (``_Query.computed``).
 Anything else is refused, naming the construct, before anything runs. Each stateful operator's uid comes from
 the query's structure (its kind, table, keys and window), not its text, so a changed filter or output column
 keeps the state. No Spark here.
@@ -46,6 +51,7 @@ from .functions import checked
 from .join import RIGHT, JoinQuery, read_join
 from .over import OverQuery, read_over
 from .rank import RankQuery, read_rank
+from .rewrites import join_then_aggregate, named_outputs, rank_of_rows, windowed_rows
 from .views import proctime_of, with_views
 
 ALL = "_all"  # the constant key of a query without one
@@ -507,12 +513,6 @@ class Subquery:
         return dict(self.rel.flow._fields())
 
 
-def _windowed_rows(node) -> bool:
-    """``(SELECT * FROM TABLE(<windowing function>) [WHERE ...])``: a window join's input, which it reads itself."""
-    inner = node.this
-    source = (inner.args.get("from_") or inner.args.get("from")) if isinstance(inner, exp.Select) else None
-    return (source is not None and _window_of(source.this)[1] is not None and not inner.args.get("group")
-            and not inner.args.get("joins"))
 
 
 @dataclass
@@ -575,10 +575,10 @@ class _Compiler:
 
     def relation(self, select: exp.Select) -> _Rel:
         """The rows of ``select``, compiled (the module docstring's shapes)."""
-        ranked = read_rank(_rank_of_rows(select))
+        ranked = read_rank(rank_of_rows(select))
         if ranked is not None:
             return self.ranked(ranked)
-        select = self.subqueries_as_tables(_join_then_aggregate(select))
+        select = self.subqueries_as_tables(join_then_aggregate(select))
         while len(select.args.get("joins") or []) > 1:
             select = self.cascade_joins(select)
         times = {n: watermark_strategy(t.watermark)[0] if t.watermark else None for n, t in self.tables.items()}
@@ -592,20 +592,20 @@ class _Compiler:
 
     def subqueries_as_tables(self, select: exp.Select) -> exp.Select:
         """``select`` with each query it reads in ``FROM`` or ``JOIN`` compiled and read as a table of its rows (a
-        ``Subquery`` named as its alias), but a window join's input (``_windowed_rows``)."""
+        ``Subquery`` named as its alias), but a window join's input (``windowed_rows``)."""
         source = select.args.get("from_") or select.args.get("from")
         nodes = [source.this] if source is not None else []
         nodes += [join.this for join in select.args.get("joins") or []]
-        if not any(isinstance(n, exp.Subquery) and not _windowed_rows(n) for n in nodes):
+        if not any(isinstance(n, exp.Subquery) and not windowed_rows(n) for n in nodes):
             return select
-        read = [self.base_tables(n) for n in nodes if isinstance(n, exp.Subquery) and not _windowed_rows(n)]
+        read = [self.base_tables(n) for n in nodes if isinstance(n, exp.Subquery) and not windowed_rows(n)]
         if len(nodes) == len(read) == 2 and all(len(r) == 1 for r in read) and read[0] != read[1] and not (
                 (read[0] | read[1]) & set(self.scans)):
             self.share_tables([*read[0], *read[1]])  # two queries over two tables joined: one stream of both
         select = select.copy()
         source = select.args.get("from_") or select.args.get("from")
         for node in [source.this] + [join.this for join in select.args.get("joins") or []]:
-            if not isinstance(node, exp.Subquery) or _windowed_rows(node):
+            if not isinstance(node, exp.Subquery) or windowed_rows(node):
                 continue
             name = node.alias or "subquery"
             while name in self.tables:
@@ -682,7 +682,7 @@ class _Compiler:
         inner = exp.select(*[exp.alias_(exp.column(c, table=alias, quoted=True), name, quoted=True)
                              for (alias, c), name in names.items()]).from_(tables[0].copy())
         inner.set("joins", [joins[0].copy()])
-        outer = _named_outputs(select.copy())
+        outer = named_outputs(select.copy())
         later = outer.args["joins"][1:]
         for part in [*outer.expressions, *later, *(outer.args[a] for a in ("where", "group") if outer.args.get(a))]:
             for column in list(part.find_all(exp.Column)):
@@ -944,81 +944,12 @@ class _Compiler:
                        parallelism=self.parallelism))
 
 
-def _join_then_aggregate(select: exp.Select) -> exp.Select:
-    """A ``GROUP BY`` (or aggregate) of a join's rows (Nexmark's q4) as the aggregation of a query, the join's rows
-    as a subquery ``joined`` of each column the rest reads (``a.x`` as ``x``, or ``a_x`` where two tables' columns
-    share a name); ``select`` as it is for anything else."""
-    group = select.args.get("group")
-    if not select.args.get("joins") or not (group or any(e.find(exp.AggFunc) for e in select.expressions)):
-        return select
-    parts = [*select.expressions, *(group.expressions if group else [])]
-    read = {(c.table, c.name): c for part in parts for c in part.find_all(exp.Column)}
-    clash = {n for (_, n) in read if sum(name == n for _, name in read) > 1}
-    names = {k: f"{k[0]}_{k[1]}" if k[1] in clash else k[1] for k in read}
-    inner = select.copy()
-    inner.set("expressions", [exp.alias_(column.copy(), names[k], quoted=True) for k, column in read.items()])
-    for arg in ("group", "having", "order", "limit"):
-        inner.set(arg, None)
-    outer = _named_outputs(select.copy())
-    key = "from_" if outer.args.get("from_") is not None else "from"
-    outer.set(key, exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("joined")))))
-    outer.set("joins", None)
-    outer.set("where", None)
-    for part in [*outer.expressions, *(outer.args["group"].expressions if group else [])]:
-        for column in list(part.find_all(exp.Column)):
-            column.replace(exp.column(names[(column.table, column.name)], quoted=True))
-    return outer
 
 
-def _rank_of_rows(select: exp.Select) -> exp.Select:
-    """A Top-N whose ``ROW_NUMBER()`` query selects columns of its own, reads a join or filters a query's rows
-    (Nexmark's q9) as the row number of that query's rows (less the row number) read as a query of their own:
-    ``SELECT *, ROW_NUMBER() OVER (...) AS rn FROM (SELECT <its columns> FROM ... [WHERE ...])``, its PARTITION BY
-    and ORDER BY columns as that query names them; ``select`` as it is for any other."""
-    source = select.args.get("from_") or select.args.get("from")
-    if source is None or not isinstance(source.this, exp.Subquery) or not isinstance(source.this.this, exp.Select):
-        return select
-    inner = source.this.this
-    ranked = [e for e in inner.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Window)]
-    others = [e for e in inner.expressions if not (isinstance(e, exp.Alias) and isinstance(e.this, exp.Window))]
-    read = inner.args.get("from_") or inner.args.get("from")
-    nested = read is not None and isinstance(read.this, exp.Subquery)
-    plain = all(isinstance(e, exp.Star) for e in others) and not inner.args.get("joins")
-    if len(ranked) != 1 or len(others) + 1 != len(inner.expressions) or (plain and not (nested and inner.args.get(
-            "where"))):
-        return select
-    rows = inner.copy()
-    rows.set("expressions", [e.copy() for e in others])
-    window = ranked[0].this.copy()
-    for column in list(window.find_all(exp.Column)):
-        column.replace(exp.column(_selected_name(column, others), quoted=True))
-    numbered = exp.select(exp.Star(), exp.alias_(window, ranked[0].alias, quoted=True)).from_(
-        exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
-    out = select.copy()
-    (out.args.get("from_") or out.args.get("from")).this.set("this", numbered)
-    return out
 
 
-def _selected_name(column: exp.Column, items: list) -> str:
-    """The name under which ``items`` (a SELECT's) select ``column`` (``b.ts AS bid_ts``: bid_ts; ``a.*``: its
-    name)."""
-    for item in items:
-        node = item.this if isinstance(item, exp.Alias) else item
-        star = isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
-                                               and node.table == column.table)
-        if star or (isinstance(node, exp.Column) and node.name == column.name
-                    and (node.table == column.table or not column.table)):
-            return column.name if star else item.alias_or_name
-    raise _refuse(f"a ROW_NUMBER() over {column.sql()}, a column its query does not select", "select it too")
 
 
-def _named_outputs(select: exp.Select) -> exp.Select:
-    """``select`` with each column it selects without ``AS`` named as it is (``a.x AS x``; a name selected twice
-    is left to the join's naming), so that reading it from a rewritten query keeps the output's names."""
-    bare = [e.name for e in select.expressions if isinstance(e, exp.Column)]
-    select.set("expressions", [exp.alias_(e, e.name, quoted=True) if isinstance(e, exp.Column)
-                               and bare.count(e.name) == 1 else e for e in select.expressions])
-    return select
 
 
 def _rows_of(flow, where: str | None, columns: dict | None, types: dict | None, functions: tuple = ()):
