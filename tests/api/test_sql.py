@@ -66,6 +66,24 @@ def duck(query: str, batches=CLICKS) -> list[tuple]:
                        [r for b in batches for r in b], query)
 
 
+def input_table(lake, name: str, row_type, batches: list) -> FileSource:
+    """Table ``name`` of ``batches`` (a JSON file a microbatch) under the inputs, read a file a microbatch."""
+    (lake.inputs / name).mkdir(parents=True, exist_ok=True)
+    for i, rows in enumerate(batches):
+        (lake.inputs / name / f"{i:03d}.json").write_text("".join(json.dumps(dict(zip(row_type.fields, r))) + "\n"
+                                                                for r in rows))
+    return FileSource(str(lake.inputs / name), "json", row_type, max_files_per_batch=1)
+
+
+def duck_tables(tables: dict, query: str) -> list[tuple]:
+    """DuckDB's answer to ``query`` (sorted) over ``tables`` (name -> (its columns' DDL, its rows))."""
+    con = duckdb.connect()
+    for name, (columns, rows) in tables.items():
+        con.execute(f"CREATE TABLE {name} ({columns})")
+        con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return sorted(con.execute(query).fetchall(), key=repr)
+
+
 def clicks_table(lake, watermark: str | None = "ts - INTERVAL '4' SECOND"):
     write_clicks(lake.inputs / "clicks")
     return SqlTable(FileSource(str(lake.inputs / "clicks"), "json", CLICK, max_files_per_batch=1), watermark)
@@ -510,12 +528,8 @@ def test_a_join_of_window_aggregations_of_two_tables_pairs_their_windows_as_duck
     lake = Lake(tmp_path)
     visit = Types.ROW_NAMED(["who", "ts"], [Types.STRING(), Types.LONG()])
     visits = [[("al", 3000), ("bo", 12000)], [("cy", 11000), ("al", 25000)], [("zz", 101000)]]
-    (lake.inputs / "visits").mkdir(parents=True)
-    for i, rows in enumerate(visits):
-        (lake.inputs / "visits" / f"{i:03d}.json").write_text("".join(json.dumps(dict(zip(visit.fields, r))) + "\n"
-                                                                    for r in rows))
-    tables = {"clicks": clicks_table(lake), "visits": SqlTable(FileSource(
-        str(lake.inputs / "visits"), "json", visit, max_files_per_batch=1), "ts - INTERVAL '4' SECOND")}
+    tables = {"clicks": clicks_table(lake),
+              "visits": SqlTable(input_table(lake, "visits", visit, visits), "ts - INTERVAL '4' SECOND")}
     tumble = "FROM TABLE(TUMBLE(TABLE {}, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY {}, window_start, window_end"
     sql = (f"SELECT P.user, P.s FROM (SELECT user, window_start AS s, window_end AS e {tumble.format('clicks', 'user')}"
            f") P JOIN (SELECT who, window_start AS s, window_end AS e {tumble.format('visits', 'who')}) A ON P.user = "
@@ -523,15 +537,12 @@ def test_a_join_of_window_aggregations_of_two_tables_pairs_their_windows_as_duck
     job = SqlJob("q8", sql, tables=tables, sink="sinks/q8")
     assert explain(job).startswith("sql-union-clicks-visits: Rows")
     run_job(spark, job, lake)
-    con = duckdb.connect()
-    con.execute('CREATE TABLE clicks ("user" VARCHAR, ts BIGINT)')
-    con.execute("CREATE TABLE visits (who VARCHAR, ts BIGINT)")
-    con.executemany("INSERT INTO clicks VALUES (?, ?)", [(u, t) for b in CLICKS for u, _, _, t in b])
-    con.executemany("INSERT INTO visits VALUES (?, ?)", [r for b in visits for r in b])
     closed = "ts // 10000 * 10000 + 10000 <= 96000"  # the least of the two watermarks: 100 s - 4 s
-    expected = sorted(con.execute(
+    expected = duck_tables({
+        "clicks": ('"user" VARCHAR, ts BIGINT', [(u, t) for b in CLICKS for u, _, _, t in b]),
+        "visits": ("who VARCHAR, ts BIGINT", [r for b in visits for r in b])},
         f'SELECT DISTINCT c."user", c.ts // 10000 * 10000 FROM clicks c JOIN visits v ON c."user" = v.who AND '
-        f"c.ts // 10000 = v.ts // 10000 WHERE c.{closed} AND v.{closed}").fetchall(), key=repr)
+        f"c.ts // 10000 = v.ts // 10000 WHERE c.{closed} AND v.{closed}")
     assert table(spark, lake, "sinks/q8", ["user", "s"]) == expected and len(expected) == 3
 
 
@@ -542,26 +553,18 @@ def test_a_temporal_join_looks_each_row_up_in_the_table_as_it_is_when_the_row_is
     not with those that come later (a regular join's would), as DuckDB's join of the rows so read."""
     lake = Lake(tmp_path)
     side = [[(0, "zero"), (1, "one"), (1, "uno")], [(2, "two")]]  # a file a microbatch, beside the clicks'
-    (lake.inputs / "side").mkdir(parents=True)
-    for i, rows in enumerate(side):
-        (lake.inputs / "side" / f"{i:03d}.json").write_text("".join(json.dumps({"key": k, "value": v}) + "\n"
-                                                                  for k, v in rows))
     lookup = Types.ROW_NAMED(["key", "value"], [Types.LONG(), Types.STRING()])
-    tables = {"clicks": clicks_table(lake), "side": FileSource(str(lake.inputs / "side"), "json", lookup,
-                                                                 max_files_per_batch=1)}
+    tables = {"clicks": clicks_table(lake), "side": input_table(lake, "side", lookup, side)}
     sql = ("SELECT c.user, c.amount, s.value FROM (SELECT *, PROCTIME() AS p FROM clicks) c JOIN side FOR "
            "SYSTEM_TIME AS OF c.p AS s ON mod(c.amount, 3) = s.key")
     job = SqlJob("q13", sql, tables=tables, sink="sinks/q13")
     assert explain(job).startswith("sql-lookup-join-c-side-inner-_key0-key: BroadcastRecordOperator")
     run_job(spark, job, lake)
-    con = duckdb.connect()
-    con.execute('CREATE TABLE clicks ("user" VARCHAR, amount BIGINT, batch INT)')
-    con.execute("CREATE TABLE side (key BIGINT, value VARCHAR, batch INT)")
-    con.executemany("INSERT INTO clicks VALUES (?, ?, ?)",
-                    [(u, a, i) for i, b in enumerate(CLICKS) for u, _, a, _ in b])
-    con.executemany("INSERT INTO side VALUES (?, ?, ?)", [(k, v, i) for i, b in enumerate(side) for k, v in b])
-    expected = sorted(con.execute('SELECT c."user", c.amount, s.value FROM clicks c JOIN side s ON c.amount % 3 = '
-                                  "s.key AND s.batch <= c.batch").fetchall(), key=repr)
+    expected = duck_tables({
+        "clicks": ('"user" VARCHAR, amount BIGINT, batch INT', [(u, a, i) for i, b in enumerate(CLICKS)
+                                                                for u, _, a, _ in b]),
+        "side": ("key BIGINT, value VARCHAR, batch INT", [(k, v, i) for i, b in enumerate(side) for k, v in b])},
+        'SELECT c."user", c.amount, s.value FROM clicks c JOIN side s ON c.amount % 3 = s.key AND s.batch <= c.batch')
     assert table(spark, lake, "sinks/q13", ["user", "amount", "value"]) == expected
     # al's 5 came before the key 2 was looked up: a regular join would pair them, a lookup join does not
     assert ("cy", 7, "one") in expected and ("al", 5, "two") not in expected
