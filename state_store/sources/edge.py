@@ -9,7 +9,7 @@ from typing_extensions import override
 
 from ..errors import ConfigError
 from ..types import RowTypeInfo
-from .base import POSITION_COLUMNS, SINK_MICROBATCH, Source
+from .base import SINK_MICROBATCH, Source
 
 
 def edge_name(uid: str, side_output: str | None = None) -> str:
@@ -96,10 +96,6 @@ class EdgeSource(Source):
         )
         if self.row_type is None:
             return df
-        from .query import register_functions
+        from .query import queried
 
-        register_functions(spark, self.functions)
-        if self.where is not None:
-            df = df.filter(F.expr(self.where))
-        return df.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n) for n, e in self.columns],
-                         *POSITION_COLUMNS)
+        return queried(spark, df, self.where, self.columns, self.row_type, self.functions)

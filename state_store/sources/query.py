@@ -13,13 +13,18 @@ from ..types import RowTypeInfo
 from .base import POSITION_COLUMNS, Source
 
 
-def register_functions(spark, functions: tuple) -> None:
-    """Make ``functions`` ((name, Python function, Spark type) each) callable in Spark SQL by their names, as
-    Arrow-optimised Python UDFs."""
+def queried(spark, records, where: str | None, columns: tuple, row_type: RowTypeInfo, functions: tuple = ()):
+    """``records`` (a DataFrame with ``POSITION_COLUMNS``) that ``where`` keeps, as ``columns`` (name -> Spark SQL)
+    cast to ``row_type``, each keeping its place; ``functions`` ((name, Python function, Spark type) each) made
+    callable by their names first, as Arrow-optimised Python UDFs."""
     from pyspark.sql import functions as F
 
     for name, function, result_type in functions:
         spark.udf.register(name, F.udf(function, result_type, useArrow=True))
+    if where is not None:
+        records = records.filter(F.expr(where))
+    return records.select(*[F.expr(e).cast(row_type.fields[n].spark_ddl()).alias(n) for n, e in columns],
+                          *POSITION_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,6 @@ class QuerySource(Source):
         records = self.source.read_run(spark, [(0, start, end)])
         if records is None:
             return None
-        register_functions(spark, self.functions)
         records = records.select(F.expr(dict(self.columns)[column]).alias(column), *POSITION_COLUMNS)
         at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
         return checked_max_event_time(records, column, at, f"{self.source.describe().get('type', 'source')} record at")
@@ -118,13 +122,9 @@ class QuerySource(Source):
         records = self.source.read_run(spark, ranges)
         if records is None:
             return None
-        register_functions(spark, self.functions)
         if self.proctime is not None:
             records = records.withColumn(self.proctime, F.current_timestamp())
-        if self.where is not None:
-            records = records.filter(F.expr(self.where))
-        return records.select(*[F.expr(e).cast(self.row_type.fields[n].spark_ddl()).alias(n)
-                                for n, e in self.columns], *POSITION_COLUMNS)
+        return queried(spark, records, self.where, self.columns, self.row_type, self.functions)
 
     @override
     def read_dead_letters(self, spark, ranges):
