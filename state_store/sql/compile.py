@@ -498,7 +498,7 @@ class _Rel:
     window: tuple | None = None
     structure: str = ""  # what names its stateful operator: a query over it names its own after it
     instants: tuple = ()  # its columns of epoch milliseconds that are instants (``Instants``): TIMESTAMP windows'
-    unkeyed: str | list = ""  # why an updating result has no key (``key`` []), when it is not a Top-N's
+    unkeyed: str = ""  # why an updating result has no key (``key`` []), when it is not a Top-N's
 
 
 @dataclass(frozen=True)
@@ -724,7 +724,8 @@ class _Compiler:
                             self.fresh, self.shared, processing)
             key = None if query.window else [o for o, (k, _) in query.outputs.items() if k == "column"]
             missing = [k for k in query.keys if query.window is None and ("column", k) not in query.outputs.values()]
-            unkeyed = missing and f"an updating result is kept by its GROUP BY columns: select {missing[0]!r} too"
+            unkeyed = (f"an updating result is kept by its GROUP BY columns: select {missing[0]!r} too"
+                       if missing else "")
             key = [] if missing else key
             instants = tuple(o for o, (k, w) in query.outputs.items() if k == "column" and w in (START, END)
                              and query.window is not None and _is_instant(fields, query.window[1]))
