@@ -58,7 +58,9 @@ members() {
 
 # "pid:start time" of each of these processes, and which of them still run (not a pid used again since).
 started_at() { { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1,20; } 2>/dev/null; }
-stamped() { local p t; for p in "$@"; do t=$(started_at "$p") && [ -n "$t" ] && echo "$p:${t#* }"; done; }
+# (A process gone since it was listed is left out; the function succeeds, or set -e would end the script at
+# found=$(stamped ...) when the last one listed is such a one.)
+stamped() { local p t; for p in "$@"; do t=$(started_at "$p") && [ -n "$t" ] && echo "$p:${t#* }"; done; return 0; }
 still() {
   local e t
   for e in "$@"; do

@@ -309,3 +309,16 @@ def _a_rescale_asks_first_and_a_rejection_writes_nothing(url: str, api: str, hom
         if answer == "Reject":  # nothing written: the same latest checkpoint, no savepoint
             assert latest == before and not (root / "savepoints" / "clicks").exists()
     assert (latest.parallelism, latest.batch_id) == (3, before.batch_id)
+
+
+def test_the_ui_scripts_stop_leaves_out_a_process_that_ended_while_it_was_listed():
+    """scripts/airflow-ui.sh runs under ``set -e``: ``stamped`` (the start times of the processes ``stop_ui`` ends)
+    leaves out one gone since it was listed, and succeeds. It once ended the script there, when the DAG processor
+    a PostgreSQL restart had stopped was exiting as the script listed it."""
+    script = (ROOT / "scripts" / "airflow-ui.sh").read_text().splitlines()
+    functions = "\n".join(line for line in script if line.startswith(("started_at()", "stamped()")))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    shown = subprocess.run(["bash", "-c", f"set -euo pipefail\n{functions}\nfound=$(stamped $$ {ended.pid})\n"
+                                          f"echo \"$found\""], capture_output=True, text=True)
+    assert shown.returncode == 0 and re.fullmatch(r"\d+:\d+", shown.stdout.strip()), shown
