@@ -46,6 +46,7 @@ from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import DISTINCT, ColumnAggregate
 from .dialect import group_window, parse
 from .dialect import interval_millis as _millis
+from .dialect import refuse as _refuse
 from .dialect import window_of as _window_of
 from .functions import checked
 from .join import RIGHT, JoinQuery, read_join
@@ -87,10 +88,6 @@ class Rename(MapFunction):
         """The record with the output's names."""
         return {out: record[name] for out, name in self.names.items()}
 
-
-def _refuse(construct: str, fix: str = "") -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
-                       f"lists what is)")
 
 
 def watermark_strategy(declared: str) -> tuple[str, WatermarkStrategy]:

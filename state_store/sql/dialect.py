@@ -144,10 +144,12 @@ def interval_millis(interval) -> int:
     return int(float(interval.this.name) * _UNITS[unit])
 
 
-def _refuse_window(what: str):
+def refuse(construct: str, fix: str = ""):
+    """The ConfigError of SQL that is not supported yet, naming the construct (and the fix, if any)."""
     from ..errors import ConfigError
 
-    return ConfigError(f"SQL: {what} is not supported yet (docs/writing/sql.md lists what is)")
+    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
+                       f"lists what is)")
 
 
 def window_of(table) -> tuple:
@@ -159,7 +161,7 @@ def window_of(table) -> tuple:
     tvf = table.this
     kind, args = tvf.args["kind"].name, tvf.expressions
     if not args or not isinstance(args[0], Descriptor):
-        raise _refuse_window("a window without DESCRIPTOR(...)")
+        raise refuse("a window without DESCRIPTOR(...)")
     sizes, column = [interval_millis(a) for a in args[1:]], args[0].this.name
     if kind == "TUMBLE" and len(sizes) == 1:
         return tvf.this, ("tumble", column, sizes[0], sizes[0])
@@ -170,7 +172,7 @@ def window_of(table) -> tuple:
     if kind == "SESSION" and len(sizes) == 1:
         return tvf.this, ("session", column, sizes[0], sizes[0],
                           tuple(c.name for c in tvf.args.get("partition_by") or []))
-    raise _refuse_window(f"{kind} with {len(sizes)} intervals (an offset)")
+    raise refuse(f"{kind} with {len(sizes)} intervals (an offset)")
 
 
 _SPARK_UNITS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
@@ -184,12 +186,12 @@ def spark_duration(node) -> int:
         return interval_millis(node)
     words = node.name.lower().split() if isinstance(node, exp.Literal) and node.is_string else []
     if not words or len(words) % 2:
-        raise _refuse_window(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
+        raise refuse(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
     total = 0
     for amount, unit in zip(words[::2], words[1::2]):
         unit = unit.rstrip("s") if unit not in ("ms",) else "millisecond"
         if unit not in _SPARK_UNITS or not amount.isdigit():
-            raise _refuse_window(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
+            raise refuse(f"the duration {node.sql()} (give '10 seconds', '5 minutes', ...)")
         total += int(amount) * _SPARK_UNITS[unit]
     return total
 
@@ -206,7 +208,7 @@ def group_window(node) -> tuple | None:
         return None
     args = node.expressions
     if not args or not isinstance(args[0], exp.Column):
-        raise _refuse_window(f"{node.sql()} (the first argument is the table's event time column)")
+        raise refuse(f"{node.sql()} (the first argument is the table's event time column)")
     if name == "session_window" and len(args) == 2:
         gap = spark_duration(args[1])
         return "session", args[0].name, gap, gap, None, name
@@ -214,4 +216,4 @@ def group_window(node) -> tuple | None:
         size = spark_duration(args[1])
         slide = spark_duration(args[2]) if len(args) == 3 else size
         return ("tumble" if slide == size else "hop"), args[0].name, size, slide, None, name
-    raise _refuse_window(f"{node.sql()} with {len(args)} arguments (a start time)")
+    raise refuse(f"{node.sql()} with {len(args)} arguments (a start time)")

@@ -26,6 +26,7 @@ from sqlglot import exp
 
 from ..errors import ConfigError
 from .dialect import interval_millis, window_of
+from .dialect import refuse as _refuse
 
 START, END = "window_start", "window_end"
 RIGHT = "_right_"  # a joined row's right columns' prefix (``compile``'s joins)
@@ -51,9 +52,6 @@ class JoinQuery:
     computed: tuple = ({}, {})  # each side's key columns computed as it is read (name -> Spark SQL)
     as_of: str | None = None  # a temporal join's FOR SYSTEM_TIME AS OF column (the left table's)
 
-
-def _refuse(construct: str) -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet (docs/writing/sql.md lists what is)")
 
 
 def _conjuncts(node) -> list:

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from ..errors import ConfigError
 from .dialect import interval_millis
+from .dialect import refuse as _refuse
 
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 
@@ -35,9 +36,6 @@ class OverQuery:
     outputs: dict
     aggregates: dict
 
-
-def _refuse(construct: str) -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet (docs/writing/sql.md lists what is)")
 
 
 def _frame(window: exp.Window) -> tuple[str, int | None]:

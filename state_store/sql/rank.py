@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import ConfigError
+from .dialect import refuse as _refuse
 
 
 @dataclass
@@ -34,10 +34,6 @@ class RankQuery:
     columns: list[str] | None  # the outer query's columns (None: all of the table's, and the rank if named)
     inner: exp.Select | None = None  # the query it ranks the rows of, when not a table
 
-
-def _refuse(construct: str, fix: str = "") -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
-                       f"lists what is)")
 
 
 def _bound(where, name: str) -> int:

@@ -7,13 +7,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..errors import ConfigError
+from .dialect import refuse as _refuse
 from .dialect import window_of
-
-
-def _refuse(construct: str, fix: str = "") -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
-                       f"lists what is)")
 
 
 def windowed_rows(node) -> bool:

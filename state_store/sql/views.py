@@ -10,11 +10,7 @@ from sqlglot import exp
 
 from ..errors import ConfigError
 from .dialect import WindowTVF
-
-
-def _refuse(construct: str, fix: str = "") -> ConfigError:
-    return ConfigError(f"SQL: {construct} is not supported yet{'; ' + fix if fix else ''} (docs/writing/sql.md "
-                       f"lists what is)")
+from .dialect import refuse as _refuse
 
 
 def with_views(statements: list, tables: dict) -> tuple:
