@@ -189,7 +189,7 @@ def _run(args, settings: Settings):
     spark = build_spark(f"lakestate-{args.job}", master=args.spark_master, s3=settings.on_object_storage or None,
                         remote=args.remote, job_id=args.job)
     return run_job(spark, spec, settings, max_microbatches, args.max_records, lease_timeout_s=args.lease_timeout,
-                   lease_wait_s=args.wait_for_lease), entry
+                   lease_wait_s=args.wait_for_lease, end_of_input=args.end_of_input), entry
 
 
 def submit_command(run_args: list[str], master: str | None = None, driver_memory: str | None = None,
@@ -564,6 +564,9 @@ def _add_run_options(p) -> None:
     p.add_argument("--max-microbatches", type=int, default=None, help="stop after N microbatches (default: drain)")
     p.add_argument("--max-records", type=int, default=None,
                    help="plan no more microbatches once the run holds about N input records (Parquet footers)")
+    p.add_argument("--end-of-input", action="store_true",
+                   help="the inputs are bounded and end here: once drained, the watermark goes to its end, firing "
+                        "every event-time window and timer (Flink's end of a bounded input); later records are late")
     p.add_argument("--spark-master", default=None)
     _add_remote(p)
     p.add_argument("--registry", nargs="?", const="", default=None,

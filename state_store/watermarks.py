@@ -34,6 +34,7 @@ from typing import Any, Callable
 from .errors import ConfigError
 
 MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no watermark yet (Flink's)
+MAX_WATERMARK = (1 << 63) - 1  # Long.MAX_VALUE: the end of event time, at the end of a bounded input (Flink's)
 WATERMARK_STATE = "__source__.watermark"  # the union list operator state holding each subtask's EventClock
 
 

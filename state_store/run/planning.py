@@ -11,7 +11,7 @@ from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
-from ..watermarks import MIN_WATERMARK, NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
+from ..watermarks import MAX_WATERMARK, MIN_WATERMARK, NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
 from .context import RunContext
 
 TimersDue = Callable[[int, int], bool]
@@ -180,9 +180,25 @@ def _event_times(ctx: RunContext, source, rng: dict, column: str):
     return splits, latest, has_input
 
 
+def _timed(ctx: RunContext) -> bool:
+    return any(i.watermark_strategy is not None for i in ctx.planned_inputs)
+
+
+def _ended(ctx: RunContext, batch_id: int, offsets: dict, clock: EventClock) -> MicrobatchPlan:
+    """The microbatch that ends bounded inputs: no records, the watermark at its end."""
+    ctx.say(f"end of input: microbatch {batch_id} takes the watermark to its end, firing every event-time window "
+            f"and timer")
+    ranges = {}
+    for input_ in ctx.planned_inputs:
+        start = offsets.get(input_.name) or input_.source.initial_offset()
+        ranges[input_.name] = {"start": start, "end": start}
+    ended = EventClock(MAX_WATERMARK, clock.max_event_time, clock.input_ms, clock.splits)
+    return MicrobatchPlan(batch_id, ranges, int(ctx.clock()), ctx.run_id, 0, ended.to_dict())
+
+
 def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microbatches: int | None,
-             max_records: int | None, clock: EventClock = NO_EVENT_TIME, timers_due: TimersDue | None = None
-             ) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
+             max_records: int | None, clock: EventClock = NO_EVENT_TIME, timers_due: TimersDue | None = None,
+             end_of_input: bool = False) -> tuple[list[MicrobatchPlan], list[MicrobatchPlan]]:
     """The run's microbatches (recorded plans first, then new ones) and which of them are new; the new ones
     are written before this returns (write-ahead: every range is fixed before anything is read). ``clock`` is
     where event time stood at ``checkpoint``; ``timers_due(now, watermark)`` tells whether a run without new
@@ -198,6 +214,8 @@ def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microba
         plan = ctx.store.read_plan(batch_id)
         if plan is None:
             plan = _plan_one(ctx, batch_id, offsets, clock, None if plans else timers_due)
+            if plan is None and end_of_input and clock.watermark != MAX_WATERMARK and _timed(ctx):
+                plan = _ended(ctx, batch_id, offsets, clock)
             if plan is None:
                 ctx.say(f"source drained: no new input after microbatch {batch_id - 1}" if batch_id
                         else "source drained: no input yet")

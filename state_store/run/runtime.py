@@ -137,11 +137,11 @@ class JobRunner:
     def __init__(self, spark: SparkSession, spec: JobSpec | Job, settings: Settings, *,
                  clock: Callable[[], int] = wall_clock_ms, faults: FaultInjector | None = None,
                  progress: Callable[[str], None] = wing_logger(__name__).info, lease_timeout_s: float = 60.0,
-                 lease_wait_s: float = 0.0):
+                 lease_wait_s: float = 0.0, end_of_input: bool = False):
         self.spark, self.spec, self.settings = spark, as_job(spec).validate(), settings
         self.store = JobStore(settings.job_dir(spec.job_id))
         self.clock, self.faults, self.progress = clock, faults, progress
-        self.lease_timeout_s, self.lease_wait_s = lease_timeout_s, lease_wait_s
+        self.lease_timeout_s, self.lease_wait_s, self.end_of_input = lease_timeout_s, lease_wait_s, end_of_input
 
     def _say(self, message: str) -> None:
         self.progress(f"[lakestate] job {self.spec.job_id}: {message}")
@@ -176,7 +176,7 @@ class JobRunner:
                                  planned=self.spec.planned_inputs() if i == 0 else ())
                 operators.append(OperatorRun(ctx, checkpoint.of_operator(op.uid) if checkpoint else None,
                                              descriptors[i]))
-            return _Run(operators, checkpoint).run(max_microbatches, max_records)
+            return _Run(operators, checkpoint, self.end_of_input).run(max_microbatches, max_records)
 
     def _sinks(self) -> dict:
         """The table each operator that writes a sink writes, resolved, and its ``Sink``, by uid (a chain's last
@@ -204,8 +204,8 @@ class _Run:
     """One run, from its restore point (``checkpoint``): the protocol's steps in order, through each operator
     in turn (one for most jobs; a dataflow's chain, ``operators[0]`` reading the source)."""
 
-    def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None):
-        self.operators, self.head, self.checkpoint = operators, operators[0], checkpoint
+    def __init__(self, operators: list[OperatorRun], checkpoint: CheckpointMetadata | None, end_of_input: bool):
+        self.operators, self.head, self.checkpoint, self.ends = operators, operators[0], checkpoint, end_of_input
         # the operator that writes the job's own sink (a chain's last; in a graph, the first branch's end)
         own = self.head.ctx.settings.sink(sink_name(self.head.ctx.spec.sink))
         self.sinking = next(op for op in operators if not op.ctx.edge and op.ctx.sink_path == own)
@@ -222,7 +222,7 @@ class _Run:
             op.open(token)
         self.clock = timing.restored_clock(ctx, head.operator, head.checkpoint)
         plans, new = plan_run(ctx, head.checkpoint, max_microbatches, max_records, self.clock,
-                              chain_timers_due(self.operators))
+                              chain_timers_due(self.operators), self.ends)
         if not plans:
             return result
         batch_ids = [p.batch_id for p in plans]
@@ -294,5 +294,6 @@ class _Run:
 
 def run_job(spark: SparkSession, spec: JobSpec | Job, settings: Settings, max_microbatches: int | None = None,
             max_records: int | None = None, **options) -> RunResult:
-    """Run ``spec`` for at most ``max_microbatches`` / about ``max_records`` (or until its sources are drained)."""
+    """Run ``spec`` for at most ``max_microbatches`` / about ``max_records`` (or until its sources are drained);
+    ``end_of_input=True``: its inputs are bounded and end here (``planning.plan_run``)."""
     return JobRunner(spark, spec, settings, **options).run(max_microbatches, max_records)

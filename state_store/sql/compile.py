@@ -320,6 +320,8 @@ def _spark_types(fields: dict, outputs: dict, functions: tuple = ()) -> dict:
     from sqlglot.optimizer.annotate_types import annotate_types
     from sqlglot.optimizer.qualify import qualify
 
+    from .decimals import with_decimal_types
+
     schema = {"t": {n: t.spark_ddl() for n, t in fields.items()}}
     declared = {name: ddl for name, _, ddl in functions}
     types = {}
@@ -328,7 +330,7 @@ def _spark_types(fields: dict, outputs: dict, functions: tuple = ()) -> dict:
             lambda n: exp.cast(exp.null(), declared[n.name.lower()], dialect="spark")
             if isinstance(n, exp.Anonymous) and n.name.lower() in declared else n)
         node = qualify(node, schema=schema, dialect="spark")
-        node = annotate_types(node, schema=schema, dialect="spark")
+        node = with_decimal_types(annotate_types(node, schema=schema, dialect="spark"))
         data_type = node.expressions[0].type
         if data_type is None or data_type.this == exp.DataType.Type.UNKNOWN:
             raise _refuse(f"the expression {expression}, whose type sqlglot cannot tell", "CAST it")

@@ -1,28 +1,19 @@
-"""Nexmark's 24 queries (``tests/fixtures/nexmark``: the Flink SQL texts of the nexmark/nexmark repository on
+"""Nexmark's 24 queries (``bench/nexmark/queries``: the Flink SQL texts of the nexmark/nexmark repository on
 GitHub at commit 6b3646c, Apache License 2.0) through ``SqlJob`` as written, apart from their ``CREATE TABLE``
 and ``INSERT INTO`` (issue 62): the ones SQL compiles give their operators; every other is refused naming the
 construct it lacks, before anything runs, never run with other semantics. Issue 63 runs them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from bench.nexmark.tables import VIEWS, count_char, select_text
 from state_store import ConfigError, FileSource, SqlJob, SqlTable
 from state_store.sql.compile import explain
 from state_store.sql.definition import row_type
-from tests.api.test_sql import count_char  # Nexmark's UDF (q14)
 
-QUERIES = Path(__file__).parent.parent / "fixtures" / "nexmark"
-SCHEMAS = {  # ddl_views.sql's three views of the generator's events; dateTime is a TIMESTAMP(3)
-    "person": "id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING, state STRING, "
-              "`dateTime` TIMESTAMP(3), extra STRING",
-    "auction": "id BIGINT, itemName STRING, description STRING, initialBid BIGINT, reserve BIGINT, `dateTime` "
-               "TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT, extra STRING",
-    "bid": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, `dateTime` TIMESTAMP(3), "
-           "extra STRING",
-}
+SCHEMAS = {view: schema for view, (_, schema) in VIEWS.items()}  # ddl_views.sql's three views, flat
 COMPILED = {  # the query: its first operator's kind
     0: "RecordOperator", 1: "RecordOperator", 2: "RecordOperator", 3: "RegularJoin", 4: "RegularJoin",
     5: "VectorizedWindowAggregate", 7: "VectorizedWindowAggregate", 8: "Rows", 9: "RegularJoin",
@@ -36,15 +27,6 @@ REFUSED = {  # what is not supported yet, as the refusal names it
 }
 
 
-def nexmark_select(n: int) -> str:
-    """Query ``n`` as written, less its comments, its CREATE TABLE statements and INSERT INTO: its views, if any,
-    then its SELECT."""
-    text = "\n".join(line for line in (QUERIES / f"q{n}.sql").read_text().splitlines()
-                     if not line.strip().startswith("--"))
-    views = re.findall(r"(CREATE VIEW .*?;)", text, re.S)
-    return "\n".join([*views, re.search(r"INSERT INTO \w+\s+(.*)$", text, re.S).group(1).strip().rstrip(";")])
-
-
 @pytest.mark.parametrize("n", range(24))
 def test_each_nexmark_query_compiles_or_is_refused_naming_what_it_lacks(n, tmp_path):
     tables = {}
@@ -56,9 +38,9 @@ def test_each_nexmark_query_compiles_or_is_refused_naming_what_it_lacks(n, tmp_p
     tables["side_input"] = FileSource(str(tmp_path / "side_input"), "json", row_type("key BIGINT, `value` STRING"))
     assert set(COMPILED) | set(REFUSED) == set(range(24))
     if n in COMPILED:
-        job = SqlJob(f"q{n}", nexmark_select(n), tables=tables, sink=str(tmp_path / "sink"),
+        job = SqlJob(f"q{n}", select_text(n), tables=tables, sink=str(tmp_path / "sink"),
                      functions={"count_char": count_char})
         assert explain(job).split(": ")[1].startswith(COMPILED[n]), explain(job)
     else:
         with pytest.raises(ConfigError, match=re.escape(REFUSED[n])):
-            SqlJob(f"q{n}", nexmark_select(n), tables=tables, sink=str(tmp_path / "sink"))
+            SqlJob(f"q{n}", select_text(n), tables=tables, sink=str(tmp_path / "sink"))

@@ -12,6 +12,7 @@ from datetime import timedelta
 import duckdb
 import pytest
 
+from bench.nexmark.tables import count_char  # Nexmark's q14 function
 from state_store import (
     ColumnAggregate,
     ConfigError,
@@ -23,7 +24,6 @@ from state_store import (
     TumblingEventTimeWindows,
     Types,
     WatermarkStrategy,
-    udf,
 )
 from state_store.graph import as_job
 from state_store.sql.compile import explain, watermark_strategy
@@ -45,12 +45,6 @@ PER_WINDOW = """
     FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '10' SECOND))
     WHERE amount IS NULL OR amount > 0
     GROUP BY country, window_start, window_end"""
-
-
-@udf(result_type=Types.LONG())
-def count_char(text, char):
-    """Nexmark's q14 function: how many times ``char`` is in ``text``."""
-    return None if text is None else text.count(char)
 
 
 def write_clicks(folder, batches=CLICKS) -> None:

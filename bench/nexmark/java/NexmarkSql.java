@@ -1,0 +1,157 @@
+// Flink SQL running one Nexmark query for bench/nexmark/run.py (issue 63): the script's statements (Nexmark's own,
+// with its CREATE TABLE of the events a filesystem table of the generator's JSON files, written by run.py) in a
+// local environment of the given parallelism, streaming mode, its default (hashmap) state backend.
+//
+//     java -cp '.cache/flink/lib/*:CLASSES' NexmarkSql run|collect SCRIPT PARALLELISM [OUT [KEY]]
+//
+// run: the last statement (the query's INSERT INTO its blackhole sink) executed to its end; prints its net runtime.
+// collect: the last statement (the query's SELECT) collected and its changes applied (+I/+U add a row, -U/-D take
+// one back), the rows left written to OUT as JSON arrays, one a line, each value as a string (timestamps
+// yyyy-MM-dd HH:mm:ss.SSS, decimals plain). KEY (column positions, "0,1"): where the changes come as upserts (+U
+// without -U, as Flink's Top-1 gives them), each key's last row is its row.
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.table.api.TableResult;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.types.Row;
+import org.apache.flink.types.RowKind;
+import org.apache.flink.util.CloseableIterator;
+
+import java.io.BufferedWriter;
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+public class NexmarkSql {
+    private static final DateTimeFormatter TIME = DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm:ss.SSS");
+
+    public static void main(String[] args) throws Exception {
+        String mode = args[0];
+        String script = new String(Files.readAllBytes(Paths.get(args[1])), StandardCharsets.UTF_8);
+        int parallelism = Integer.parseInt(args[2]);
+        Configuration conf = new Configuration();
+        conf.set(ConfigOptions.key("rest.bind-port").stringType().noDefaultValue(), "0");
+        conf.set(ConfigOptions.key("table.local-time-zone").stringType().noDefaultValue(), "UTC");
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
+        StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+        String[] statements = script.split(";\\s*\\n");
+        for (int i = 0; i < statements.length - 1; i++) {
+            tEnv.executeSql(statements[i]);
+        }
+        String last = statements[statements.length - 1].trim();
+        long started = System.nanoTime();
+        if (mode.equals("run")) {
+            TableResult result = tEnv.executeSql(last);
+            result.await();
+            JobExecutionResult done = result.getJobClient().get().getJobExecutionResult().get();
+            System.out.printf("flink-job net_ms=%d execute_ms=%d%n", done.getNetRuntime(),
+                    (System.nanoTime() - started) / 1_000_000);
+            return;
+        }
+        Map<List<String>, Integer> rows = new HashMap<>();
+        // an upsert changelog (+U without -U: a Top-1 gives its changes so), applied by the key's columns
+        int[] key = args.length > 4 && !args[4].isEmpty() ? java.util.Arrays.stream(args[4].split(",")).mapToInt(Integer::parseInt).toArray()
+                : new int[0];
+        Map<List<String>, List<String>> upserted = new HashMap<>();
+        long changes = 0;
+        Map<RowKind, Long> kinds = new java.util.EnumMap<>(RowKind.class);
+        // a changelog stream of every kind: retractions as -U/-D of the rows they take back, whatever upsert key the
+        // planner finds (a TableResult's collect() may give +U alone, an upsert of a key it does not name)
+        try (CloseableIterator<Row> it = tEnv.toChangelogStream(tEnv.sqlQuery(last), org.apache.flink.table.api.Schema.derived(),
+                org.apache.flink.table.connector.ChangelogMode.all()).executeAndCollect()) {
+            while (it.hasNext()) {
+                Row row = it.next();
+                List<String> values = new ArrayList<>(row.getArity());
+                for (int i = 0; i < row.getArity(); i++) {
+                    values.add(text(row.getField(i)));
+                }
+                RowKind kind = row.getKind();
+                int delta = kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER ? 1 : -1;
+                rows.merge(values, delta, Integer::sum);
+                if (key.length > 0) {
+                    List<String> k = new ArrayList<>();
+                    for (int i : key) {
+                        k.add(values.get(i));
+                    }
+                    if (delta > 0) {
+                        upserted.put(k, values);
+                    } else {
+                        upserted.remove(k);
+                    }
+                }
+                changes++;
+                kinds.merge(kind, 1L, Long::sum);
+            }
+        }
+        if (key.length > 0 && !kinds.containsKey(RowKind.UPDATE_BEFORE)) {
+            rows.clear();
+            for (List<String> values : upserted.values()) {
+                rows.merge(values, 1, Integer::sum);
+            }
+        }
+        try (BufferedWriter out = Files.newBufferedWriter(Paths.get(args[3]), StandardCharsets.UTF_8)) {
+            for (Map.Entry<List<String>, Integer> entry : rows.entrySet()) {
+                if (entry.getValue() < 0) {
+                    throw new IllegalStateException("a change retracted a row that was not there: " + entry);
+                }
+                String line = json(entry.getKey());
+                for (int n = 0; n < entry.getValue(); n++) {
+                    out.write(line);
+                    out.write('\n');
+                }
+            }
+        }
+        System.out.printf("flink-collect changes=%d kinds=%s execute_ms=%d%n", changes, kinds,
+                (System.nanoTime() - started) / 1_000_000);
+    }
+
+    private static String text(Object value) {
+        if (value == null) {
+            return null;
+        } else if (value instanceof LocalDateTime) {
+            return TIME.format((LocalDateTime) value);
+        } else if (value instanceof Instant) {
+            return TIME.format(LocalDateTime.ofInstant((Instant) value, ZoneOffset.UTC));
+        } else if (value instanceof BigDecimal) {
+            return ((BigDecimal) value).toPlainString();
+        }
+        return value.toString();
+    }
+
+    private static String json(List<String> values) {
+        StringBuilder sb = new StringBuilder("[");
+        for (int i = 0; i < values.size(); i++) {
+            if (i > 0) {
+                sb.append(',');
+            }
+            String s = values.get(i);
+            if (s == null) {
+                sb.append("null");
+                continue;
+            }
+            sb.append('"');
+            for (char c : s.toCharArray()) {
+                if (c == '"' || c == '\\') {
+                    sb.append('\\').append(c);
+                } else if (c < 0x20) {
+                    sb.append(String.format("\\u%04x", (int) c));
+                } else {
+                    sb.append(c);
+                }
+            }
+            sb.append('"');
+        }
+        return sb.append(']').toString();
+    }
+}
