@@ -79,14 +79,20 @@ class SqlTable:
 
 
 class Rename(MapFunction):
-    """A query's output columns from the operator's (``names``: output name -> the operator's column)."""
+    """A query's output columns from the operator's (``names``: output name -> the operator's column);
+    ``integral``: the outputs that are an ``AVG`` of an integer column, whose value is Flink's, of the column's
+    type: the mean truncated toward zero (``SUM / COUNT`` in integers)."""
 
-    def __init__(self, names: dict):
-        self.names = names
+    def __init__(self, names: dict, integral: tuple = ()):
+        self.names, self.integral = names, integral
 
     def map(self, record: dict) -> dict:
         """The record with the output's names."""
-        return {out: record[name] for out, name in self.names.items()}
+        out = {out: record[name] for out, name in self.names.items()}
+        for name in self.integral:
+            if out[name] is not None:
+                out[name] = int(out[name])
+        return out
 
 
 
@@ -168,7 +174,7 @@ def _read(select: exp.Select, tables: dict) -> _Query:
     keys, window, struct = _grouped_window(items, window, partition)
     grouped = {e: n for n, e in computed.items()}  # a GROUP BY expression (Spark SQL) -> its column
     outputs, aggregates = {}, {}
-    for item in select.expressions:
+    for position, item in enumerate(select.expressions):
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
         condition = None
         if isinstance(node, exp.Filter):  # agg(...) FILTER (WHERE condition)
@@ -197,7 +203,8 @@ def _read(select: exp.Select, tables: dict) -> _Query:
                 raise ConfigError(f"SQL: {node.sql()} is neither a GROUP BY column nor an aggregate")
             outputs[alias or node.name] = ("column", node.name)
         else:
-            outputs[alias or (node.name if isinstance(node, exp.Column) else node.sql(dialect="spark"))] = (
+            # an expression without AS is named as Flink names it, EXPR$<its place in the SELECT>
+            outputs[alias or (node.name if isinstance(node, exp.Column) else f"EXPR${position}")] = (
                 "expr", node.sql(dialect="spark"))
     if window is not None and not {START, END} <= set(keys):
         raise ConfigError("SQL: a windowing function's rows are grouped by window_start and window_end (GROUP BY "
@@ -351,7 +358,7 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shar
     signature = repr((query.table, query.window, processing, query.where, query.keys, query.aggregates,
                       query.computed, names))
     if shared is not None and signature in shared:
-        return _renamed(shared[signature], query, names, parallelism, fresh)
+        return _renamed(shared[signature], query, names, parallelism, fresh, flow._fields())
     aggregate = ColumnAggregate(**query.aggregates).named(**names)
     structure = "-".join([query.table, *query.keys])
     if query.window is not None:
@@ -376,18 +383,26 @@ def _stateful(flow, query: _Query, parallelism: int, fresh=lambda uid: uid, shar
         out = keyed.aggregate(aggregate, uid=f"sql-group-{structure}", parallelism=parallelism)
     if shared is not None:
         shared[signature] = out
-    return _renamed(out, query, names, parallelism, fresh)
+    return _renamed(out, query, names, parallelism, fresh, flow._fields())
 
 
-def _renamed(out, query: _Query, names: dict, parallelism: int, fresh):
-    """An aggregation's rows (``out``) as the query's output columns: a renaming step when they differ."""
+def _renamed(out, query: _Query, names: dict, parallelism: int, fresh, fields: dict):
+    """An aggregation's rows (``out``) as the query's output columns: a renaming step when they differ, or when
+    an ``AVG`` of an integer column (of ``fields``, the aggregation's input) is of the column's type, as Flink's
+    ``AVG`` (a mean truncated toward zero)."""
     wanted = {o: names[w] if k == "aggregate" else w for o, (k, w) in query.outputs.items()}
     if query.window is None:
         wanted["_kind"] = "_kind"
-    produced = out._fields()
-    if list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
-        out_type = Types.ROW_NAMED(list(wanted), [produced[n] for n in wanted.values()])
-        out = out.map(Rename(wanted), output_type=out_type, uid=fresh("sql-select"), parallelism=parallelism)
+    produced = dict(out._fields())
+    integral = {}
+    for o, (k, w) in query.outputs.items():
+        spec = query.aggregates.get(w, "") if k == "aggregate" else ""
+        if spec.startswith("avg(") and fields[spec[4:-1]].name in ("LONG", "INT"):
+            integral[o] = fields[spec[4:-1]]
+    if integral or list(wanted) != list(produced) or any(o != n for o, n in wanted.items()):
+        out_type = Types.ROW_NAMED(list(wanted), [integral.get(o) or produced[n] for o, n in wanted.items()])
+        out = out.map(Rename(wanted, tuple(integral)), output_type=out_type, uid=fresh("sql-select"),
+                      parallelism=parallelism)
     return out
 
 

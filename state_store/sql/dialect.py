@@ -3,8 +3,8 @@ streaming SQL adds that sqlglot's Spark parser lacks: the windowing table-valued
 (``TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))``, ``HOP``, ``CUMULATE``, ``SESSION(TABLE
 bid PARTITION BY bidder, ...)``) and the group window ``SESSION(dateTime, INTERVAL '10' SECOND)`` of a ``GROUP
 BY``; and Spark's ``window(ts, '10 seconds')`` first in a ``GROUP BY``, where sqlglot stops at ``WINDOW``, a
-clause's keyword. Flink's functions that Spark lacks are read as their Spark equivalent (``SPLIT_INDEX``, and
-``PROCTIME()`` as ``CURRENT_TIMESTAMP()``).
+clause's keyword. Flink's functions that Spark lacks or has otherwise are read as their Spark equivalent
+(``SPLIT_INDEX``, ``REGEXP_EXTRACT``'s null where nothing matches, and ``PROCTIME()`` as ``CURRENT_TIMESTAMP()``).
 ``group_window`` reads a ``GROUP BY``'s window: Flink's ``SESSION``, Spark's ``window()`` and
 ``session_window()``. No Spark here."""
 from __future__ import annotations
@@ -79,6 +79,20 @@ def _split_index(args: list):
                              f"{pattern}, -1), {index} + 1) END AS STRING)", read="spark")
 
 
+def _regexp_extract(args: list):
+    """Flink's ``REGEXP_EXTRACT(s, regex[, group])``: the group (default 0, the whole match) of the first match,
+    null where nothing matches (Spark's ``regexp_extract`` gives ``''`` then, and takes group 1 by default)."""
+    from ..errors import ConfigError
+
+    if len(args) not in (2, 3):
+        raise ConfigError("SQL: REGEXP_EXTRACT(s, regex[, group]) takes two or three arguments, such as "
+                          "REGEXP_EXTRACT(url, 'id=([^&]*)', 1)")
+    text, pattern = args[0].sql(dialect="spark"), args[1].sql(dialect="spark")
+    group = args[2].sql(dialect="spark") if len(args) == 3 else "0"
+    return sqlglot.parse_one(f"CASE WHEN {text} RLIKE {pattern} THEN regexp_extract({text}, {pattern}, {group}) END",
+                             read="spark")
+
+
 class Flink(Spark):
     """sqlglot's Spark dialect with Flink's windowing syntax (see the module docstring)."""
 
@@ -89,7 +103,7 @@ class Flink(Spark):
         FUNCTION_PARSERS = {**Spark.Parser.FUNCTION_PARSERS, **{k: _window_tvf(k) for k in TVFS},
                             "DESCRIPTOR": lambda self: self.expression(Descriptor(this=self._parse_column())),
                             "SESSION": _group_window("SESSION")}
-        FUNCTIONS = {**Spark.Parser.FUNCTIONS, "SPLIT_INDEX": _split_index,
+        FUNCTIONS = {**Spark.Parser.FUNCTIONS, "SPLIT_INDEX": _split_index, "REGEXP_EXTRACT": _regexp_extract,
                      "PROCTIME": lambda args: exp.CurrentTimestamp()}  # processing time: Spark's current_timestamp()
 
         def _parse_table(self, *args, **kwargs):

@@ -316,11 +316,13 @@ OVER_QUERIES = {  # Nexmark's shapes over the clicks: a query reading a query's 
             "SELECT \"user\", length(\"user\") - length(replace(\"user\", 'l', '')), count(*) FROM clicks WHERE "
             "length(country) - length(replace(country, 'r', '')) > 0 GROUP BY \"user\"", ["user", "ls", "n"]),
     # q4: the mean per country of each user's largest amount in reach of a click: a GROUP BY of a join's rows
-    # (a condition over both tables on them), then a GROUP BY of that updating result
+    # (a condition over both tables on them), then a GROUP BY of that updating result; AVG of a BIGINT is a
+    # BIGINT, truncated toward zero (Flink's)
     "q4": ("SELECT Q.country, AVG(Q.top) AS mean FROM (SELECT MAX(b.amount) AS top, a.country FROM clicks a, clicks b "
            "WHERE a.user = b.user AND b.ts BETWEEN a.ts AND a.ts + a.amount * 1000 GROUP BY a.user, a.country) Q "
            "GROUP BY Q.country",
-           'SELECT country, avg(top) FROM (SELECT max(b.amount) AS top, a.country FROM clicks a, clicks b WHERE '
+           'SELECT country, CAST(trunc(avg(top)) AS BIGINT) FROM (SELECT max(b.amount) AS top, a.country FROM '
+           'clicks a, clicks b WHERE '
            'a."user" = b."user" AND b.ts BETWEEN a.ts AND a.ts + a.amount * 1000 GROUP BY a."user", a.country) '
            "GROUP BY country", ["country", "mean"]),
 }
