@@ -5,10 +5,10 @@
 //     java -cp '.cache/flink/lib/*:CLASSES' NexmarkSql run|collect SCRIPT PARALLELISM [OUT [KEY]]
 //
 // run: the last statement (the query's INSERT INTO its blackhole sink) executed to its end; prints its net runtime.
-// collect: the last statement (the query's SELECT) collected and its changes applied (+I/+U add a row, -U/-D take
-// one back), the rows left written to OUT as JSON arrays, one a line, each value as a string (timestamps
-// yyyy-MM-dd HH:mm:ss.SSS, decimals plain). KEY (column positions, "0,1"): where the changes come as upserts (+U
-// without -U, as Flink's Top-1 gives them), each key's last row is its row.
+// collect: the last statement (the query's SELECT) collected as a changelog stream, each change written to OUT
+// as a JSON array, one a line: "+" (+I, +U) or "-" (-U, -D), then each value as a string (timestamps
+// yyyy-MM-dd HH:mm:ss.SSS, decimals plain). KEY (column positions, "0,1"): the changes come as upserts (+U
+// without -U, as Flink's Top-1 gives them): each key's last row is written, once the stream ends.
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
@@ -59,57 +59,49 @@ public class NexmarkSql {
                     (System.nanoTime() - started) / 1_000_000);
             return;
         }
-        Map<List<String>, Integer> rows = new HashMap<>();
-        // an upsert changelog (+U without -U: a Top-1 gives its changes so), applied by the key's columns
-        int[] key = args.length > 4 && !args[4].isEmpty() ? java.util.Arrays.stream(args[4].split(",")).mapToInt(Integer::parseInt).toArray()
-                : new int[0];
+        // KEY: an upsert changelog (+U without -U: a Top-1 gives its changes so), kept as each key's last row
+        int[] key = args.length > 4 && !args[4].isEmpty()
+                ? java.util.Arrays.stream(args[4].split(",")).mapToInt(Integer::parseInt).toArray() : new int[0];
         Map<List<String>, List<String>> upserted = new HashMap<>();
         long changes = 0;
         Map<RowKind, Long> kinds = new java.util.EnumMap<>(RowKind.class);
-        // a changelog stream of every kind: retractions as -U/-D of the rows they take back, whatever upsert key the
-        // planner finds (a TableResult's collect() may give +U alone, an upsert of a key it does not name)
-        try (CloseableIterator<Row> it = tEnv.toChangelogStream(tEnv.sqlQuery(last), org.apache.flink.table.api.Schema.derived(),
-                org.apache.flink.table.connector.ChangelogMode.all()).executeAndCollect()) {
+        // a changelog stream of every kind: retractions as -U/-D of the rows they take back
+        try (CloseableIterator<Row> it = tEnv.toChangelogStream(tEnv.sqlQuery(last),
+                org.apache.flink.table.api.Schema.derived(),
+                org.apache.flink.table.connector.ChangelogMode.all()).executeAndCollect();
+             BufferedWriter out = Files.newBufferedWriter(Paths.get(args[3]), StandardCharsets.UTF_8)) {
             while (it.hasNext()) {
                 Row row = it.next();
-                List<String> values = new ArrayList<>(row.getArity());
+                RowKind kind = row.getKind();
+                boolean adds = kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER;
+                List<String> values = new ArrayList<>(row.getArity() + 1);
+                values.add(adds ? "+" : "-");
                 for (int i = 0; i < row.getArity(); i++) {
                     values.add(text(row.getField(i)));
                 }
-                RowKind kind = row.getKind();
-                int delta = kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER ? 1 : -1;
-                rows.merge(values, delta, Integer::sum);
                 if (key.length > 0) {
                     List<String> k = new ArrayList<>();
                     for (int i : key) {
-                        k.add(values.get(i));
+                        k.add(values.get(i + 1));
                     }
-                    if (delta > 0) {
+                    if (adds) {
                         upserted.put(k, values);
                     } else {
                         upserted.remove(k);
                     }
+                } else {
+                    out.write(json(values));
+                    out.write('\n');
                 }
                 changes++;
                 kinds.merge(kind, 1L, Long::sum);
             }
-        }
-        if (key.length > 0 && !kinds.containsKey(RowKind.UPDATE_BEFORE)) {
-            rows.clear();
-            for (List<String> values : upserted.values()) {
-                rows.merge(values, 1, Integer::sum);
+            if (key.length > 0 && kinds.containsKey(RowKind.UPDATE_BEFORE)) {
+                throw new IllegalStateException("KEY given, but the changes are not upserts: " + kinds);
             }
-        }
-        try (BufferedWriter out = Files.newBufferedWriter(Paths.get(args[3]), StandardCharsets.UTF_8)) {
-            for (Map.Entry<List<String>, Integer> entry : rows.entrySet()) {
-                if (entry.getValue() < 0) {
-                    throw new IllegalStateException("a change retracted a row that was not there: " + entry);
-                }
-                String line = json(entry.getKey());
-                for (int n = 0; n < entry.getValue(); n++) {
-                    out.write(line);
-                    out.write('\n');
-                }
+            for (List<String> values : upserted.values()) {
+                out.write(json(values));
+                out.write('\n');
             }
         }
         System.out.printf("flink-collect changes=%d kinds=%s execute_ms=%d%n", changes, kinds,
