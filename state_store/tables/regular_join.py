@@ -80,20 +80,21 @@ class RegularJoin(KeyedCoProcessFunction):
     def _element(self, value: dict, side: int) -> list[dict]:
         kind = value.get(KIND, INSERT)
         row = {n: value[n] for n in self._types[side].fields}
-        mine, theirs = list(self.sides[side].get() or []), list(self.sides[1 - side].get() or [])
+        theirs = self.sides[1 - side].get()
         outer = self.left_outer if side == 0 else self.right_outer
         other_outer = self.right_outer if side == 0 else self.left_outer
         out = []
-        if kind in ADDS:
-            if theirs and other_outer and not mine:  # their rows were padded: no more
+        if kind in ADDS:  # this side's rows are read only where an outer join asks whether there were any
+            if theirs and other_outer and not self.sides[side].get():  # their rows were padded: no more
                 out += [self._row(r, None, 1 - side, DELETE) for r in theirs]
             if theirs:
                 forwarded = kind if not outer and not other_outer else INSERT
                 out += [self._row(row, r, side, forwarded) for r in theirs]
             elif outer:
                 out.append(self._row(row, None, side, INSERT))
-            self.sides[side].update(mine + [row])
+            self.sides[side].add(row)  # appended, not the key's rows read, copied and written back
             return out
+        mine = self.sides[side].get()
         if row in mine:
             mine.remove(row)
             self.sides[side].update(mine)

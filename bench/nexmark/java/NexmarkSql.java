@@ -35,6 +35,8 @@ import java.util.Map;
 
 public class NexmarkSql {
     private static final DateTimeFormatter TIME = DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm:ss.SSS");
+    private static final org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper JSON =
+            new org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper();
 
     public static void main(String[] args) throws Exception {
         String mode = args[0];
@@ -121,29 +123,7 @@ public class NexmarkSql {
         return value.toString();
     }
 
-    private static String json(List<String> values) {
-        StringBuilder sb = new StringBuilder("[");
-        for (int i = 0; i < values.size(); i++) {
-            if (i > 0) {
-                sb.append(',');
-            }
-            String s = values.get(i);
-            if (s == null) {
-                sb.append("null");
-                continue;
-            }
-            sb.append('"');
-            for (char c : s.toCharArray()) {
-                if (c == '"' || c == '\\') {
-                    sb.append('\\').append(c);
-                } else if (c < 0x20) {
-                    sb.append(String.format("\\u%04x", (int) c));
-                } else {
-                    sb.append(c);
-                }
-            }
-            sb.append('"');
-        }
-        return sb.append(']').toString();
+    private static String json(List<String> values) throws java.io.IOException {
+        return JSON.writeValueAsString(values);
     }
 }
