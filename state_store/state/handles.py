@@ -149,7 +149,7 @@ class ListState(_MergingState):
         self._put(_elements(values, "update") or None)
 
     def _add(self, values: list) -> None:
-        self._put((self._get() or []) + values)
+        self._store.append(self._name, self._namespace, self._descriptor, values)
 
 
 class MapState(_KeyedState):

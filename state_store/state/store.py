@@ -28,6 +28,7 @@ from .descriptors import (
 
 VOID_NAMESPACE = ""
 _ABSENT = object()
+_PENDING = "<the text of a list appended to, written at the flush>"  # a ``_dirty`` text ``append`` leaves
 
 
 def _same_entry(text: str | None, old: str | None, expiry: int | None, old_expiry: int | None) -> bool:
@@ -95,6 +96,9 @@ class KeyedStateStore:
         self._decoded: dict[tuple, Any] = {}
         self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
         self._dirty: dict[tuple, str | None] = {}
+        # Lists ``append`` changed since the last flush: their text is ``_PENDING`` in ``_dirty`` and is written
+        # once, at the flush, from the decoded list (entry -> the list's stored type).
+        self._pending: dict[tuple, TypeInfo] = {}
         # The key group of each ``_dirty`` entry, in its insertion order: appended when a write adds an entry
         # (``_stage``), so no per-key dict keeps the key groups of the keys a microbatch touches.
         self._dirty_groups: list[int] = []
@@ -261,6 +265,8 @@ class KeyedStateStore:
                 write = self._writers[descriptor] = value_writer(descriptor.stored_type)
             value, text = write(value)
         self._decoded[entry] = value
+        if self._pending:
+            self._pending.pop(entry, None)
         dirty = self._dirty  # ``_stage``, inlined: once per write
         n = len(dirty)
         dirty[entry] = text
@@ -271,6 +277,35 @@ class KeyedStateStore:
             self._dirty_expiry[entry] = expiry if text is not None else None
         if self._list_expiry:
             self._list_expiry.pop(entry, None)
+
+    def append(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
+        """Append ``values`` to the current key's list (a ListState's ``add``): each element is encoded now (so
+        checked where the user's call is) and the list's text is written once, at the flush, so that n adds to
+        a list cost n, not n times its length. A list with expiries anywhere in the store goes through ``put``."""
+        current = self.get(state_name, namespace, descriptor)
+        if self._expiry or self._dirty_expiry or self._list_expiry:
+            self.put(state_name, namespace, descriptor, (current or []) + values)
+            return
+        list_type = descriptor.stored_type
+        element = list_type.element
+        encoded = [element.encode(v) for v in values]
+        if None in encoded:
+            raise ValueError("you cannot add None to a ListState")
+        decoded = encoded if element.encoding_is_value else [element.decode(e) for e in encoded]
+        entry = (state_name, self.current_key, namespace)
+        if entry in self._pending:  # this microbatch's own copy of the list
+            current.extend(decoded)
+            return
+        self._decoded[entry] = decoded if current is None else current + decoded
+        self._pending[entry] = list_type
+        self._stage(entry, _PENDING)
+
+    def _write_pending(self) -> None:
+        """The text of each list ``append`` changed, from its decoded elements, once a microbatch."""
+        dumps, sort_keys, dirty, decoded = orjson.dumps, orjson.OPT_SORT_KEYS, self._dirty, self._decoded
+        for entry, list_type in self._pending.items():
+            dirty[entry] = dumps(list_type.encode(decoded[entry]), option=sort_keys).decode()
+        self._pending.clear()
 
     def put_list(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list,
                  expiries: list[int]) -> None:
@@ -399,6 +434,8 @@ class KeyedStateStore:
 
     def _flush_values(self) -> ChangeColumns:
         """The single-value entries' changes, column by column with C-level maps; they become stored."""
+        if self._pending:
+            self._write_pending()
         dirty, stored_texts, groups = self._dirty, self._stored, self._dirty_groups
         entries, texts = list(dirty), list(dirty.values())
         olds = list(map(stored_texts.get, entries))

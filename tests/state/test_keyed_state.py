@@ -92,6 +92,8 @@ def test_each_change_carries_its_keys_group_across_flushes_and_in_keys_of(store,
 
 # -- list state -------------------------------------------------------------------------------------------------
 def test_list_state_is_empty_list_when_empty_and_grows_with_add_and_add_all(store, ctx):
+    """An add checks its element at once and the list's text is written at the flush, whole, from what the adds,
+    updates and clears of the microbatch left; the next microbatch's adds go on from the stored list."""
     items = ctx.get_list_state(ListStateDescriptor("items", Types.LONG()))
     store.set_current_key("a", 1)
     assert items.get() == []
@@ -99,8 +101,21 @@ def test_list_state_is_empty_list_when_empty_and_grows_with_add_and_add_all(stor
     items.add_all([2, 3])
     items.add_all([])
     assert items.get() == [1, 2, 3]
+    with pytest.raises(TypeError):
+        items.add("four")
+    assert items.get() == [1, 2, 3]
     items.update([9])
-    assert items.get() == [9]
+    items.add(10)
+    assert items.get() == [9, 10]
+    store.set_current_key("b", 2)
+    items.add(5)
+    items.clear()
+    assert store.flush() == [("op.items", 1, "a", "", None, "[9,10]", CREATED, None)]
+    store.set_current_key("a", 1)
+    items.add(11)
+    items.add(12)
+    assert items.get() == [9, 10, 11, 12]
+    assert store.flush() == [("op.items", 1, "a", "", None, "[9,10,11,12]", UPDATED, None)]
 
 
 def test_list_state_created_and_emptied_in_one_microbatch_flushes_nothing(store, ctx):
