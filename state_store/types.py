@@ -417,12 +417,19 @@ _SCALAR_CHECKS = {
 }
 
 
-def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False):
-    """A fast encoder (or Arrow converter) for a row of scalar fields: one generated function that checks
-    each field inline and builds the result (a dict, or with ``as_tuple`` the values in field order), falling
-    back to ``slow`` (which raises the precise error, or handles what the fast path does not: non-dict rows,
-    non-finite floats, int subclasses). None when the row has a field that is not a scalar."""
-    if not all(isinstance(t, _Scalar) for t in row.fields.values()):
+# A TIMESTAMP field in a compiled row: its check, and what ``encode`` makes of it (``to_arrow`` passes a datetime
+# as it is: pyarrow takes an aware one at its instant and a naive one as UTC, as ``_Timestamp.encode`` does).
+_TIMESTAMP_CHECK = "type({v}) is _datetime"
+_TIMESTAMP_ENCODE = "{v} = (({v} if {v}.tzinfo is not None else {v}.replace(tzinfo=_utc)) - _EPOCH) // _MICROSECOND"
+
+
+def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False, convert: str = "encode"):
+    """A fast encoder (or Arrow converter: ``convert`` "to_arrow") for a row of scalar and timestamp fields: one
+    generated function that checks each field inline and builds the result (a dict, or with ``as_tuple`` the
+    values in field order), falling back to ``slow`` (which raises the precise error, or handles what the fast path
+    does not: non-dict rows, non-finite floats, int subclasses, datetime subclasses). None when the row has a field
+    of another type."""
+    if not all(isinstance(t, (_Scalar, _Timestamp)) for t in row.fields.values()):
         return None
     # A dict of as many fields as declared that has each declared one has no other (one with fewer, which
     # reads as None, goes the slow way).
@@ -437,14 +444,18 @@ def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False):
     out = []
     for i, (name, t) in enumerate(row.fields.items()):
         v = f"v{i}"
+        timestamp = isinstance(t, _Timestamp)
         lines.append(f"    if {v} is not None:")
-        lines.append(f"        if not ({_SCALAR_CHECKS[t.name].format(v=v)}):")
+        lines.append(f"        if not ({(_TIMESTAMP_CHECK if timestamp else _SCALAR_CHECKS[t.name]).format(v=v)}):")
         lines.append("            return _slow(row)")
-        if t.floating:
+        if timestamp and convert == "encode":
+            lines.append("        " + _TIMESTAMP_ENCODE.format(v=v))
+        elif not timestamp and t.floating:
             lines.append(f"        {v} = float({v})")
         out.append(v if as_tuple else f"{name!r}: {v}")
     lines.append("    return (" + ", ".join(out) + ",)" if as_tuple else "    return {" + ", ".join(out) + "}")
-    namespace = {"_slow": slow}
+    namespace = {"_slow": slow, "_datetime": datetime.datetime, "_utc": datetime.timezone.utc, "_EPOCH": _EPOCH,
+                 "_MICROSECOND": datetime.timedelta(microseconds=1)}
     exec("\n".join(lines), namespace)  # generated from declared field names (repr-quoted) only
     return namespace["fast"]
 
@@ -485,7 +496,7 @@ class RowTypeInfo(TypeInfo):
 
     def _compile(self, convert: str):
         """The compiled form of ``convert`` for a row of scalars, or None for other rows."""
-        return _compile_flat_row(self, lambda v: self._by_field(v, convert))
+        return _compile_flat_row(self, lambda v: self._by_field(v, convert), convert=convert)
 
     @override
     def encode(self, value: Any) -> Any:
@@ -550,7 +561,7 @@ class RowTypeInfo(TypeInfo):
         def slow(value: Any) -> tuple | None:
             converted = self._by_field(value, "to_arrow")
             return None if converted is None else tuple(converted.values())
-        return _compile_flat_row(self, slow, as_tuple=True) or slow
+        return _compile_flat_row(self, slow, as_tuple=True, convert="to_arrow") or slow
 
     def spark_schema_ddl(self) -> str:
         """``a long, b string``: the DDL of a table with these columns."""

@@ -96,9 +96,9 @@ class KeyedStateStore:
         self._decoded: dict[tuple, Any] = {}
         self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
         self._dirty: dict[tuple, str | None] = {}
-        # Lists ``append`` changed since the last flush: their text is ``_PENDING`` in ``_dirty`` and is written
-        # once, at the flush, from the decoded list (entry -> the list's stored type).
-        self._pending: dict[tuple, TypeInfo] = {}
+        # Lists ``append`` changed since the last flush: their text is ``_PENDING`` in ``_dirty`` until the flush
+        # writes it (entry -> (its text before the first append, the appended elements encoded)).
+        self._pending: dict[tuple, tuple[str | None, list]] = {}
         # The key group of each ``_dirty`` entry, in its insertion order: appended when a write adds an entry
         # (``_stage``), so no per-key dict keeps the key groups of the keys a microbatch touches.
         self._dirty_groups: list[int] = []
@@ -280,31 +280,36 @@ class KeyedStateStore:
 
     def append(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
         """Append ``values`` to the current key's list (a ListState's ``add``): each element is encoded now (so
-        checked where the user's call is) and the list's text is written once, at the flush, so that n adds to
-        a list cost n, not n times its length. A list with expiries anywhere in the store goes through ``put``."""
+        checked where the user's call is), and at the flush the list's text is its text before plus the new
+        elements' (``_write_pending``): n adds to a list cost n, not n times its length. A store with expiries
+        anywhere goes through ``put`` (a list with element expiries is stored otherwise)."""
         current = self.get(state_name, namespace, descriptor)
         if self._expiry or self._dirty_expiry or self._list_expiry:
             self.put(state_name, namespace, descriptor, (current or []) + values)
             return
-        list_type = descriptor.stored_type
-        element = list_type.element
+        element = descriptor.stored_type.element
         encoded = [element.encode(v) for v in values]
         if None in encoded:
             raise ValueError("you cannot add None to a ListState")
         decoded = encoded if element.encoding_is_value else [element.decode(e) for e in encoded]
         entry = (state_name, self.current_key, namespace)
-        if entry in self._pending:  # this microbatch's own copy of the list
+        pending = self._pending.get(entry)
+        if pending is not None:  # the microbatch's own copy of the list
             current.extend(decoded)
+            pending[1].extend(encoded)
             return
-        self._decoded[entry] = decoded if current is None else current + decoded
-        self._pending[entry] = list_type
+        self._pending[entry] = (self._text(entry), encoded)
+        self._decoded[entry] = (current or []) + decoded  # never ``encoded`` itself, which the flush writes
         self._stage(entry, _PENDING)
 
     def _write_pending(self) -> None:
-        """The text of each list ``append`` changed, from its decoded elements, once a microbatch."""
-        dumps, sort_keys, dirty, decoded = orjson.dumps, orjson.OPT_SORT_KEYS, self._dirty, self._decoded
-        for entry, list_type in self._pending.items():
-            dirty[entry] = dumps(list_type.encode(decoded[entry]), option=sort_keys).decode()
+        """The text of each list ``append`` changed: the text it had (stored, or put in this microbatch) with the
+        appended elements' text after its last element, once a microbatch."""
+        dumps, sort_keys, dirty = orjson.dumps, orjson.OPT_SORT_KEYS, self._dirty
+        for entry, (before, encoded) in self._pending.items():
+            added = dumps(encoded, option=sort_keys).decode()
+            head = None if before is None else before.rstrip()[:-1].rstrip()  # without its closing bracket
+            dirty[entry] = added if head is None else head + ("" if head.endswith("[") else ",") + added[1:]
         self._pending.clear()
 
     def put_list(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list,

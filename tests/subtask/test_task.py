@@ -20,7 +20,7 @@ from state_store.state.operator import BROADCAST, RAW, SPLIT_DISTRIBUTE, UNION
 from state_store.subtask.exchange import (
     RESULT_COLUMNS,
 )
-from state_store.subtask.reader import run_partition
+from state_store.subtask.reader import column_values, run_partition
 from state_store.subtask.run_files import SINK, SINK_MICROBATCH, local_outputs
 from state_store.subtask.runner import RAW_KEYED, RunPlan, UserFunctionError
 from state_store.types import Types
@@ -373,6 +373,15 @@ def test_is_restored_equals_the_plans_restored_flag_on_every_microbatch(restored
 
 
 # -- records ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("nulls", [False, True])
+def test_a_timestamp_column_reads_as_aware_utc_datetimes_equal_to_pyarrows(nulls):
+    micros = [0, 1_735_689_590_123_456, -1, 253_402_300_799_999_999] + ([None] if nulls else [])
+    array = pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    values = column_values(array)
+    assert values == array.to_pylist() and all(v is None or v.utcoffset().total_seconds() == 0 for v in values)
+    assert (values[-1] is None) == nulls
+
+
 def test_a_keys_records_arrive_in_source_order_not_sorted_by_content():
     result = run(Echo(), marker(0), record(0, 1, "a", "c"), record(0, 1, "a", "a"), record(0, 1, "a", "b"))
     assert [o["v"] for o in outputs(result)] == ["c", "a", "b"]
