@@ -27,6 +27,7 @@ import datetime
 from datetime import timedelta
 
 from bench.nexmark.tables import DATE_TIME, EVENT, VIEWS
+from bench.windows import Count
 from state_store import (
     AggregateFunction,
     CoGroupFunction,
@@ -189,20 +190,6 @@ def q8(events_dir: str, sink: str = "sinks/q8"):
 
 # -- q11 ---------------------------------------------------------------------------------------------------------
 Q11 = row_type("bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP(3), endtime TIMESTAMP(3)")
-
-
-class Count(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + 1
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return a + b
 
 
 class Session(ProcessWindowFunction):
