@@ -15,6 +15,7 @@ import gc
 from typing import Iterator
 
 from ..records.layout import STORED_KEYED_COLUMNS
+from ..types import _EPOCH
 from ..vectorized import VectorizedKeyedFunction
 from .exchange import (
     BROADCAST_RECORD,
@@ -52,9 +53,6 @@ def column_values(array) -> list:
     if pa.types.is_timestamp(t) and t.tz in ("UTC", "+00:00") and t.unit == "us":  # Spark's timestamp: 8x faster
         return _timestamps(array)
     return array.to_pylist()
-
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def _timestamps(array) -> list:
