@@ -11,10 +11,12 @@ for i below its row count).
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
-from state_store import FileSource, SqlTable, Types, udf
+from state_store import FileSource, KafkaSource, SqlTable, Types, udf
 from state_store.sources.query import QuerySource
 from state_store.sql.definition import row_type
 
@@ -41,7 +43,7 @@ def count_char(text, char):
     return None if text is None else text.count(char)
 
 
-def view_source(events: FileSource, view: str) -> QuerySource:
+def view_source(events, view: str) -> QuerySource:
     """``ddl_views.sql``'s view ``view`` of the events: its rows of its event type, as its columns."""
     event_type, schema = VIEWS[view]
     columns = row_type(schema)
@@ -58,6 +60,48 @@ def nexmark_tables(events_dir: str, side_input_dir: str | None = None, files_per
     if side_input_dir is not None:
         tables["side_input"] = FileSource(side_input_dir, "json", SIDE_INPUT)
     return tables
+
+
+def kafka_events(max_records_per_microbatch: int | None = None) -> KafkaSource:
+    """The generator's events as the records of a Kafka topic (``generate.py --kafka-topic``): the topic
+    ``$NEXMARK_TOPIC`` (default ``nexmark``) at ``$LAKESTATE_KAFKA_BOOTSTRAP`` (default ``127.0.0.1:9092``), from
+    its earliest offsets, ``$NEXMARK_MAX_RECORDS`` (or ``max_records_per_microbatch``) a microbatch at most."""
+    most = os.environ.get("NEXMARK_MAX_RECORDS")
+    return KafkaSource(os.environ.get("LAKESTATE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+                       topics=[os.environ.get("NEXMARK_TOPIC", "nexmark")], schema=EVENT,
+                       max_records_per_microbatch=int(most) if most else max_records_per_microbatch)
+
+
+def kafka_person() -> QuerySource:
+    """``person`` over the topic of ``kafka_events``: a registry table's ``source`` (``registry_text``)."""
+    return view_source(kafka_events(), "person")
+
+
+def kafka_auction() -> QuerySource:
+    """``auction`` over the topic of ``kafka_events``."""
+    return view_source(kafka_events(), "auction")
+
+
+def kafka_bid() -> QuerySource:
+    """``bid`` over the topic of ``kafka_events``."""
+    return view_source(kafka_events(), "bid")
+
+
+def registry_text(queries=(5, 8), **entry) -> str:
+    """The pipeline registry entries (``lakestate.toml``) of Nexmark's queries ``queries`` over the topic of
+    ``kafka_events``: ``nexmark-q<n>``, its SQL text, its sink ``sinks/nexmark_q<n>`` and its tables (the views
+    it reads, each a ``source`` here, with Nexmark's watermark); ``entry``: further fields of each (``parallelism
+    = 2``, ``schedule = "none"``)."""
+    lines = []
+    for n in queries:
+        text = select_text(n)
+        lines += [f"[jobs.nexmark-q{n}]", f"sql = '''\n{text}'''", f'sink = "sinks/nexmark_q{n}"',
+                  *(f"{k} = {json.dumps(v)}" for k, v in entry.items()), ""]
+        for view in VIEWS:
+            if re.search(rf"\bTABLE {view}\b|\b(FROM|JOIN) {view}\b", text):
+                lines += [f"[jobs.nexmark-q{n}.tables.{view}]", f'source = "bench.nexmark.tables:kafka_{view}"',
+                          f"watermark = {json.dumps(WATERMARK)}", ""]
+    return "\n".join(lines)
 
 
 def write_side_input(folder: Path, rows: int = SIDE_INPUT_ROWS) -> Path:

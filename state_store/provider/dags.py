@@ -9,7 +9,8 @@ Pipelines, one DAG per registry entry: ``wait_for_lease`` (a sensor in reschedul
 holder of the job takes no worker slot; once the job is free it holds it for ``run``, whose command takes it
 over, so no other DAG's driver of the job starts meanwhile), ``run`` (the job's run through the Spark provider,
 ``LakestateSubmitOperator``; its XCom and its Asset events' ``extra`` are the run's summary), then checkpoint
-housekeeping. Param ``max_microbatches`` caps one run (a catch-up run in steps). Runs of a job never overlap
+housekeeping. Param ``max_microbatches`` caps one run (a catch-up run in steps); ``end_of_input`` ends the
+inputs once drained (Flink's ``stop --drain``: every window and timer fires). Runs of a job never overlap
 (``max_active_runs=1``). The job's sink is the DAG's Asset, and so is each of its side outputs once the job is
 registered (its first run registers it), so downstream DAGs can be scheduled on them. A bad registry entry
 shows as the DAG file's import error naming its field; the other entries' DAGs still load. A registry that is
@@ -75,6 +76,9 @@ def _pipeline_doc(entry: PipelineEntry, cap: str) -> str:
 3. **housekeeping** lists the retained checkpoints and removes what finished or killed runs left.
 
 Param **Max microbatches**: 1 or more; empty for {cap}. A smaller number catches up in steps.
+Param **End of input (drain)**: the run ends the job's inputs once it has drained them, as Flink's
+`stop --drain`: the watermark goes to its end and every event-time window and timer fires; records that come
+after are late.
 
 The run's summary (microbatches, records in and out, checkpoints taken and retained, seconds, records/s) is the XCom of
 **run** and the extra of its sink Asset's event; each side output's Asset event carries its own row count.
@@ -91,6 +95,10 @@ def pipeline_dag(entry: PipelineEntry, registry) -> DAG:
                  "max_microbatches": Param(None, type=["null", "integer"], **bounded(1), title="Max microbatches",
                                            description=f"Microbatches this run takes at most (empty: {cap}); "
                                                        f"a catch-up in steps"),
+                 "end_of_input": Param(False, type="boolean", title="End of input (drain)",
+                                       description="The inputs end here: once drained, the watermark goes to its "
+                                                   "end, firing every window and timer (Flink's stop --drain); "
+                                                   "later records are late"),
              }, doc_md=_pipeline_doc(entry, cap)) as dag:
         wait = LakestateLeaseSensor(task_id="wait_for_lease", job_id=entry.job_id, timeout=LEASE_WAIT_S,
                                     doc_md="Waits, in reschedule mode, until no other run or operation holds the job.")

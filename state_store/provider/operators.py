@@ -225,8 +225,9 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
     """Submit one run of a job of the pipeline registry: ``lakestate run --job <id> --registry <file>``.
 
     The run takes the job's pending microbatches (up to ``max_microbatches``: the DAG run's
-    ``params.max_microbatches``, else the entry's) and waits up to ``wait_for_lease_s`` for another holder of the
-    job to finish (the pipeline DAG's ``wait_for_lease`` sensor does the long wait without a worker slot).
+    ``params.max_microbatches``, else the entry's; with ``params.end_of_input``, ``--end-of-input``) and waits
+    up to ``wait_for_lease_s`` for another holder of the job to finish (the pipeline DAG's ``wait_for_lease``
+    sensor does the long wait without a worker slot).
     Returns (XCom) the run's summary: microbatches, records in and out (and per side output), checkpoints
     taken, seconds and rate; the sink Asset's event carries the same in ``extra``, each side output's Asset
     event its own row count (``outlet_extras``).
@@ -239,6 +240,7 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
 
     MAX_MICROBATCHES = ("{% if params.get('max_microbatches') %}--max-microbatches="
                         "{{ params.max_microbatches | int }}{% endif %}")
+    END_OF_INPUT = "{% if params.get('end_of_input') %}--end-of-input{% endif %}"
 
     def __init__(self, *, job_id: str, registry: str, outlets=None, output_outlets: bool = True, **kwargs):
         outlets = [sink_asset(job_id)] if outlets is None else list(outlets)
@@ -246,7 +248,8 @@ class LakestateSubmitOperator(_LakestateSparkSubmit):
             uris = {getattr(a, "uri", None) for a in outlets}
             outlets += [a for a in output_assets(job_id) if a.uri not in uris]
         super().__init__(command="run", name=f"lakestate-{job_id}", outlets=outlets,
-                         args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES], **kwargs)
+                         args=["--job", job_id, "--registry", registry, self.MAX_MICROBATCHES,
+                                                 self.END_OF_INPUT], **kwargs)
         self.job_id = job_id
 
     @property

@@ -119,6 +119,12 @@ class Source(ABC):
         """Per split of ``event_time_splits``, the largest ``column`` value in ``[start, end)``."""
         raise NotImplementedError(f"{type(self).__name__} names event-time splits but not their event times")
 
+    def split_maxima(self, records, value, ranges: list[tuple[int, dict, dict]], column: str) -> dict[str, int | None]:
+        """Per split of ``records`` (a read of ``ranges``, or a projection of one keeping ``POSITION_COLUMNS``),
+        the largest ``value`` (a Spark column computing event time ``column``): a query's event time computed
+        over a source of several splits (``QuerySource``)."""
+        raise NotImplementedError(f"{type(self).__name__} names event-time splits but not their event times")
+
     # -- reading a run
     @abstractmethod
     def record_ddl(self, spark) -> str:

@@ -355,6 +355,10 @@ class KafkaSource(Source):
                     out[(t, int(p))] = (begin, stop)
         return out
 
+    def _run_index(self, ranges: list[tuple[int, dict, dict]]) -> dict[tuple[str, int], int]:
+        """Each partition with records in ``ranges``: its index in a read of them (``file_idx``)."""
+        return {tp: i for i, tp in enumerate(sorted({tp for _, s, e in ranges for tp in self._ranges(s, e)}))}
+
     def count_records(self, start: dict, end: dict) -> int | None:
         """The number of records in ``[start, end)``: the sum of its partitions' offset ranges."""
         return sum(e - b for b, e in self._ranges(start, end).values())
@@ -374,7 +378,7 @@ class KafkaSource(Source):
         for _, tp, (lo, hi) in pieces:
             have = bounds.setdefault(tp, [lo, hi])
             have[0], have[1] = min(have[0], lo), max(have[1], hi)
-        index = {tp: i for i, tp in enumerate(sorted(bounds))}
+        index = self._run_index(ranges)
         reader = spark.read.format("kafka").option("kafka.bootstrap.servers", self.bootstrap_servers)
         for name, value in {**_READ_DEFAULTS, **self.kafka_options}.items():
             reader = reader.option(f"kafka.{name}", value)
@@ -468,22 +472,28 @@ class KafkaSource(Source):
 
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
         """Per topic partition with records in ``[start, end)``, the largest ``column`` value of them: one
-        aggregate over a read of those ranges, at plan time. A record without an event time is refused, naming
-        its topic, partition and offset (``sources.null_event_times``)."""
+        aggregate over a read of those ranges, at plan time (``split_maxima``)."""
         from pyspark.sql import functions as F
 
-        df = self.read_run(spark, [(0, start, end)], check=False)
-        if df is None:
-            return {}
-        value = F.col(f"`{column}`")
-        rows = df.groupBy("kafka_topic", "kafka_partition").agg(
-            F.max(value).alias("m"), F.count(F.when(value.isNull(), 1)).alias("nulls"),
-            F.min(F.when(value.isNull(), F.col("kafka_offset"))).alias("first")).collect()
-        bad = sorted((r["kafka_topic"], r["kafka_partition"], r["first"]) for r in rows if r["nulls"])
+        ranges = [(0, start, end)]
+        df = self.read_run(spark, ranges, check=False)
+        return {} if df is None else self.split_maxima(df, F.col(f"`{column}`"), ranges, column)
+
+    def split_maxima(self, records, value, ranges: list[tuple[int, dict, dict]], column: str) -> dict[str, int | None]:
+        """Per topic partition (``topic:partition``) of ``records`` (a read of ``ranges``, or a projection of one
+        keeping ``file_idx`` and ``block``), the largest ``value`` (a Spark column: event time ``column``'s). A
+        record without one is refused, naming its topic, partition and offset (``sources.null_event_times``)."""
+        from pyspark.sql import functions as F
+
+        splits = {i: tp for tp, i in self._run_index(ranges).items()}
+        rows = records.select(value.alias("v"), "file_idx", "block").groupBy("file_idx").agg(
+            F.max("v").alias("m"), F.count(F.when(F.col("v").isNull(), 1)).alias("nulls"),
+            F.min(F.when(F.col("v").isNull(), F.col("block"))).alias("first")).collect()
+        bad = sorted((*splits[r["file_idx"]], r["first"]) for r in rows if r["nulls"])
         if bad:
             raise null_event_times(column, sum(r["nulls"] for r in rows),
                                    f"topic {bad[0][0]} partition {bad[0][1]} at offset {bad[0][2]}")
-        return {f"{r['kafka_topic']}:{r['kafka_partition']}": None if r["m"] is None else int(r["m"]) for r in rows}
+        return {"%s:%s" % splits[r["file_idx"]]: None if r["m"] is None else int(r["m"]) for r in rows}
 
     def split_entries(self, name: str, offset: dict) -> list[dict[str, Any]]:
         """The source's offsets as operator ListState entries: one per topic partition (its topic, partition and

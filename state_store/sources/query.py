@@ -102,14 +102,21 @@ class QuerySource(Source):
 
     @override
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
+        """The source's, for a column of its own; for one computed here (a TIMESTAMP's epoch milliseconds), the
+        largest of the expression per split over every record of the range, before the WHERE."""
         own = self._source_column(column)
-        if own is None:
-            from ..errors import ConfigError
+        if own is not None:
+            return self.source.split_max_event_times(spark, start, end, own)
+        from pyspark.sql import functions as F
 
-            raise ConfigError("SQL: a TIMESTAMP event time over a source of several splits (a Kafka topic's "
-                              "partitions) is not supported yet; give the table its event time as epoch "
-                              "milliseconds (a BIGINT column) and declare the watermark on it")
-        return self.source.split_max_event_times(spark, start, end, own)
+        ranges = [(0, start, end)]
+        records = self.source.read_run(spark, ranges)
+        return {} if records is None else self.split_maxima(records, F.expr(dict(self.columns)[column]), ranges,
+                                                            column)
+
+    @override
+    def split_maxima(self, records, value, ranges: list[tuple[int, dict, dict]], column: str) -> dict[str, int | None]:
+        return self.source.split_maxima(records, value, ranges, column)
 
     @override
     def record_ddl(self, spark) -> str:

@@ -83,7 +83,11 @@ def test_one_pipeline_dag_per_registry_entry_parsed_light_and_fast(tmp_path):
     assert found["dags"]["lakestate_counts"]["schedule"] == "None"
     # A catch-up run in steps: max_microbatches from the trigger form; the lease waited for without a slot.
     assert clicks["params"] == {"max_microbatches": {"type": ["null", "integer"], "if": {"type": "integer"},
-                                                     "then": {"minimum": 1}, "title": "Max microbatches"}}
+                                                     "then": {"minimum": 1}, "title": "Max microbatches"},
+                                "end_of_input": {"type": "boolean", "title": "End of input (drain)"}}
+    assert clicks["args"][5:7] == ["{% if params.get('max_microbatches') %}--max-microbatches={{ params."
+                                   "max_microbatches | int }}{% endif %}", "{% if params.get('end_of_input') %}"
+                                   "--end-of-input{% endif %}"]
     assert "at most 5 (the registry's)" in clicks["doc"] and "(/lakestate/)" in clicks["doc"]
     assert clicks["sensor_mode"] == "reschedule" and clicks["housekeeping_multiple_outputs"] is False
     assert found["heavy"] == [], "the DAG file must not import Spark, pandas or user job code when parsed"
@@ -404,21 +408,6 @@ def test_a_side_outputs_asset_event_carries_its_own_row_count_not_the_sinks(spar
     assert extras[late]["side_output"] == "late" and extras[late]["run_id"] == summary["run_id"]
 
 
-def _in_process_dags(monkeypatch, registry: Path, root: Path) -> dict:
-    """This project's DAGs parsed by Airflow's DagBag in this process (the registry and root set as a task sees
-    them), for tests/airflow_inprocess.execute; the Spark connection is the default one, ``local[*]``."""
-    from airflow.models.dagbag import DagBag
-
-    monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
-    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
-    monkeypatch.setenv("AIRFLOW_CONN_LAKESTATE_SPARK", json.dumps({"conn_type": "spark", "host": "local[*]"}))
-    bag = DagBag(dag_folder="/nonexistent", include_examples=False)
-    for name in ("lakestate_pipelines.py", "lakestate_operations.py"):
-        bag.process_file(str(ROOT / "dags" / name))
-    assert bag.import_errors == {}
-    return bag.dags
-
-
 def test_the_approve_task_asks_when_the_registry_is_missing_or_broken_or_the_jobs_entry_is_bad(tmp_path,
                                                                                                    monkeypatch):
     """The approval fails closed: where the registry cannot say whether the job's entry asks (a file gone since
@@ -513,7 +502,7 @@ def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispo
 
     from demo import generate
     from demo.sessions_per_country import write_clicks
-    from tests.support.airflow_inprocess import execute
+    from tests.support.airflow_inprocess import execute, in_process_dags
 
     registry = write_registry(tmp_path, """
     [jobs.clicks]
@@ -528,7 +517,7 @@ def test_the_dags_tasks_run_a_job_through_savepoint_rescale_compaction_and_dispo
     monkeypatch.setenv("LAKESTATE_ROOT", str(root))
     generate.main(["--files", "3", "--events", "500", "--keys", "100"])
     write_clicks(root / "input" / "country-clicks", files=3, events=300, users=50)
-    dags = _in_process_dags(monkeypatch, registry, root)
+    dags = in_process_dags(monkeypatch, registry, root)
 
     summary, said, events = execute(dags["lakestate_clicks"].get_task("run"), {}, "lakestate_clicks")
     said = "\n".join(said)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from airflow.exceptions import AirflowException
@@ -72,3 +74,20 @@ def execute(task, params: dict, dag_id: str, run_id: str = "manual__in_process")
     for key in events:
         extras.update({e.dest_asset_key.uri: e.extra for e in events[key].asset_alias_events})
     return returned, hook.output, extras
+
+
+def in_process_dags(monkeypatch, registry: Path, root: Path) -> dict:
+    """This project's DAGs parsed by Airflow's DagBag in this process (the registry and root set as a task sees
+    them), for ``execute``; the Spark connection is the default one, ``local[*]``."""
+    from airflow.models.dagbag import DagBag
+
+    from tests.support.airflow_files import ROOT
+
+    monkeypatch.setenv("LAKESTATE_REGISTRY", str(registry))
+    monkeypatch.setenv("LAKESTATE_ROOT", str(root))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKESTATE_SPARK", json.dumps({"conn_type": "spark", "host": "local[*]"}))
+    bag = DagBag(dag_folder="/nonexistent", include_examples=False)
+    for name in ("lakestate_pipelines.py", "lakestate_operations.py"):
+        bag.process_file(str(ROOT / "dags" / name))
+    assert bag.import_errors == {}
+    return bag.dags
