@@ -421,15 +421,29 @@ _SCALAR_CHECKS = {
 # as it is: pyarrow takes an aware one at its instant and a naive one as UTC, as ``_Timestamp.encode`` does).
 _TIMESTAMP_CHECK = "type({v}) is _datetime"
 _TIMESTAMP_ENCODE = "{v} = (({v} if {v}.tzinfo is not None else {v}.replace(tzinfo=_utc)) - _EPOCH) // _MICROSECOND"
+# A DECIMAL field: a Decimal already at the type's scale, of no more digits than its precision (anything else
+# goes the slow way, ``DecimalTypeInfo._exact``'s, which rounds nothing and names what does not fit); ``encode``
+# makes its plain text, ``to_arrow`` passes it as it is.
+_DECIMAL_CHECK = ("type({v}) is _Decimal and ({v}_t := {v}.as_tuple()).exponent == {exponent} "
+                  "and len({v}_t.digits) <= {precision}")
+
+
+def _field_check(t: "TypeInfo", v: str) -> str:
+    """The inline check of a compiled row's field ``t`` held in variable ``v``."""
+    if isinstance(t, _Timestamp):
+        return _TIMESTAMP_CHECK.format(v=v)
+    if isinstance(t, DecimalTypeInfo):
+        return _DECIMAL_CHECK.format(v=v, exponent=-t.scale, precision=t.precision)
+    return _SCALAR_CHECKS[t.name].format(v=v)
 
 
 def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False, convert: str = "encode"):
-    """A fast encoder (or Arrow converter: ``convert`` "to_arrow") for a row of scalar and timestamp fields: one
-    generated function that checks each field inline and builds the result (a dict, or with ``as_tuple`` the
-    values in field order), falling back to ``slow`` (which raises the precise error, or handles what the fast path
-    does not: non-dict rows, non-finite floats, int subclasses, datetime subclasses). None when the row has a field
-    of another type."""
-    if not all(isinstance(t, (_Scalar, _Timestamp)) for t in row.fields.values()):
+    """A fast encoder (or Arrow converter: ``convert`` "to_arrow") for a row of scalar, timestamp and decimal
+    fields: one generated function that checks each field inline and builds the result (a dict, or with
+    ``as_tuple`` the values in field order), falling back to ``slow`` (which raises the precise error, or handles
+    what the fast path does not: non-dict rows, non-finite floats, int subclasses, datetime subclasses, decimals
+    to rescale). None when the row has a field of another type."""
+    if not all(isinstance(t, (_Scalar, _Timestamp, DecimalTypeInfo)) for t in row.fields.values()):
         return None
     # A dict of as many fields as declared that has each declared one has no other (one with fewer, which
     # reads as None, goes the slow way).
@@ -444,17 +458,21 @@ def _compile_flat_row(row: "RowTypeInfo", slow, as_tuple: bool = False, convert:
     out = []
     for i, (name, t) in enumerate(row.fields.items()):
         v = f"v{i}"
-        timestamp = isinstance(t, _Timestamp)
         lines.append(f"    if {v} is not None:")
-        lines.append(f"        if not ({(_TIMESTAMP_CHECK if timestamp else _SCALAR_CHECKS[t.name]).format(v=v)}):")
+        lines.append(f"        if not ({_field_check(t, v)}):")
         lines.append("            return _slow(row)")
-        if timestamp and convert == "encode":
-            lines.append("        " + _TIMESTAMP_ENCODE.format(v=v))
-        elif not timestamp and t.floating:
+        if isinstance(t, _Timestamp):
+            if convert == "encode":
+                lines.append("        " + _TIMESTAMP_ENCODE.format(v=v))
+        elif isinstance(t, DecimalTypeInfo):
+            if convert == "encode":
+                lines.append(f'        {v} = format({v}, "f")')
+        elif t.floating:
             lines.append(f"        {v} = float({v})")
         out.append(v if as_tuple else f"{name!r}: {v}")
     lines.append("    return (" + ", ".join(out) + ",)" if as_tuple else "    return {" + ", ".join(out) + "}")
-    namespace = {"_slow": slow, "_datetime": datetime.datetime, "_utc": datetime.timezone.utc, "_EPOCH": _EPOCH,
+    namespace = {"_slow": slow, "_datetime": datetime.datetime, "_Decimal": decimal.Decimal,
+                 "_utc": datetime.timezone.utc, "_EPOCH": _EPOCH,
                  "_MICROSECOND": datetime.timedelta(microseconds=1)}
     exec("\n".join(lines), namespace)  # generated from declared field names (repr-quoted) only
     return namespace["fast"]

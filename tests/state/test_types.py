@@ -1,5 +1,6 @@
 """Typed serializers: round trips, validation, schemas and compatibility on restore."""
 import datetime
+import decimal
 import json
 import math
 
@@ -161,22 +162,27 @@ def test_map_with_non_scalar_keys_is_refused_when_declared():
 
 
 _NAIVE, _PARIS = datetime.datetime(2024, 1, 1, 12, 0, 0, 5), datetime.timezone(datetime.timedelta(hours=1))
+_FULL = {"s": "x", "n": 1, "i": 2, "d": 1, "b": True, "t": _NAIVE, "m": decimal.Decimal("-123.45")}
 
 
 @pytest.mark.parametrize("value", [
-    {"s": "x", "n": 1, "i": 2, "d": 1, "b": True, "t": _NAIVE}, {"s": None}, {}, {"d": float("nan")},
+    _FULL, {"s": None}, {}, {"d": float("nan")},
     {"d": float("inf")}, {"n": 1.5}, {"n": True}, {"i": 2**31}, {"n": 2**63}, {"s": b"x"}, {"b": 1}, {"extra": 1},
-    "not a row", None, {"s": "x", "n": 1, "i": 2, "d": 1, "b": True, "t": _NAIVE.replace(tzinfo=_PARIS)},
-    {"s": "x", "n": 1, "i": 2, "d": 1, "b": True, "t": datetime.date(2024, 1, 1)}, {"t": "2024-01-01"},
+    "not a row", None, {**_FULL, "t": _NAIVE.replace(tzinfo=_PARIS)}, {**_FULL, "t": datetime.date(2024, 1, 1)},
+    {"t": "2024-01-01"}, {**_FULL, "m": decimal.Decimal("1.5")}, {**_FULL, "m": decimal.Decimal("1234.56")},
+    {**_FULL, "m": decimal.Decimal("0.001")}, {**_FULL, "m": decimal.Decimal("NaN")}, {**_FULL, "m": 7},
+    {**_FULL, "m": None}, {**_FULL, "m": 1.5},
 ])
 def test_the_compiled_fast_path_of_a_row_of_scalars_agrees_with_field_by_field_conversion(value):
-    """The generated encoder and Arrow converter of a row of scalars and timestamps give what the field by field
-    conversion gives (an Arrow value read back by pyarrow: a naive datetime is taken as UTC either way), or the
-    same error."""
+    """The generated encoder and Arrow converter of a row of scalars, timestamps and decimals give what the field
+    by field conversion gives (an Arrow value read back by pyarrow: a naive datetime is taken as UTC either way),
+    or the same error."""
     import pyarrow as pa
 
-    row = Types.ROW_NAMED(["s", "n", "i", "d", "b", "t"], [Types.STRING(), Types.LONG(), Types.INT(),
-                                                          Types.DOUBLE(), Types.BOOLEAN(), Types.TIMESTAMP()])
+    row = Types.ROW_NAMED(["s", "n", "i", "d", "b", "t", "m"], [
+        Types.STRING(), Types.LONG(), Types.INT(), Types.DOUBLE(), Types.BOOLEAN(), Types.TIMESTAMP(),
+        Types.DECIMAL(5, 2)])
+    assert row.arrow_tuple_converter().__name__ == "fast"  # compiled, not the field by field fallback
     as_read = {"encode": repr, "to_arrow": lambda v: repr(pa.array([v], row.arrow_type()).to_pylist())}
     for convert in ("encode", "to_arrow"):
         try:
