@@ -79,6 +79,9 @@ class RunContext:
     side_edges: dict[str, Path] = field(default_factory=dict)
     # A ``WatermarkGenerator`` strategy's generator of each input, made when the run plans its first microbatch.
     generators: dict = field(default_factory=dict)
+    # The largest event time of ranges the run will plan, read for all of them at once before the first new plan
+    # (``planning.prefetch_event_times``), by (source, column, start, end); each taken by the plan of its range.
+    event_times: dict = field(default_factory=dict)
     # The first operator's: every input of the job that reads a source (``Job.planned_inputs``: later operators'
     # too, by their qualified names), which its plans fix; empty: its own inputs.
     planned: tuple = ()

@@ -1,6 +1,7 @@
 """Step 1 of a run: the checkpoint it continues from, and its microbatches, planned write-ahead."""
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 from ..catalog.job_store import CorruptCheckpoint, JobStore
@@ -10,6 +11,7 @@ from ..job import Input, InputRole
 from ..records.layout import KEYED
 from ..records.metadata import CheckpointMetadata, MicrobatchPlan
 from ..sources import warn_changed
+from ..sources.base import position
 from ..subtask.exchange import MAX_RUN_MICROBATCHES
 from ..watermarks import MAX_WATERMARK, MIN_WATERMARK, NO_EVENT_TIME, EventClock, GeneratorRun, generated_clock
 from .context import RunContext
@@ -173,11 +175,50 @@ def _event_times(ctx: RunContext, source, rng: dict, column: str):
     start, end = rng["start"], rng["end"]
     has_input = end != start
     splits = source.event_time_splits(end)
-    if splits is None:
+    read = _range_key(source, column, start, end)
+    if splits is None and read in ctx.event_times:
+        latest = ctx.event_times.pop(read)
+    elif splits is None:
         latest = source.max_event_time(ctx.spark, start, end, column) if has_input else None
     else:
         latest = source.split_max_event_times(ctx.spark, start, end, column) if has_input else {}
     return splits, latest, has_input
+
+
+def _range_key(source, column: str, start: dict, end: dict) -> str:
+    """A range of a source's event-time column, as ``ctx.event_times`` keeps it: by its positions (``position``:
+    a plan's next start has its end's pins left out)."""
+    return json.dumps([source.describe(), column, position(start), position(end)], sort_keys=True, default=str)
+
+
+def prefetch_event_times(ctx: RunContext, offsets: dict, count: int) -> None:
+    """Before a run's first new plan, the largest event time of each of the next ``count`` ranges of each input
+    with event time, read at once where the source can (``Source.batch_max_event_times``: one Spark job, all
+    the cores, where each plan would read its own range), into ``ctx.event_times`` for ``_event_times``. A plan
+    whose range is not one of these (an input paused, new input in between) reads its own. Not for inputs of
+    several splits, a ``WatermarkGenerator`` or watermark alignment, nor for a single range."""
+    if count < 2 or any(i.watermark_strategy is not None and i.watermark_strategy.alignment_group is not None
+                        for i in ctx.planned_inputs):
+        return
+    for input_ in ctx.planned_inputs:
+        strategy, source = input_.watermark_strategy, input_.source
+        if strategy is None or strategy.generator is not None:
+            continue
+        start = offsets.get(input_.name) or source.initial_offset()
+        ranges = []
+        while len(ranges) < count:
+            end = source.next_offset(ctx.spark, start)
+            if end is None or source.event_time_splits(end) is not None:
+                break
+            ranges.append((len(ranges), start, end))
+            start = position(end)
+        found = source.batch_max_event_times(ctx.spark, ranges, strategy.timestamp_column) if len(ranges) > 1 \
+            else None
+        if found is None:
+            continue
+        ctx.say(f"event times of the next {len(ranges)} microbatches of input {input_.name!r} read in one pass")
+        for i, begin, end in ranges:
+            ctx.event_times[_range_key(source, strategy.timestamp_column, begin, end)] = found.get(i)
 
 
 def _timed(ctx: RunContext) -> bool:
@@ -212,6 +253,8 @@ def plan_run(ctx: RunContext, checkpoint: CheckpointMetadata | None, max_microba
     limit = min(max_microbatches or MAX_RUN_MICROBATCHES, MAX_RUN_MICROBATCHES)
     while len(plans) < limit:
         plan = ctx.store.read_plan(batch_id)
+        if plan is None and not new and max_records is None:
+            prefetch_event_times(ctx, offsets, limit - len(plans))
         if plan is None:
             plan = _plan_one(ctx, batch_id, offsets, clock, None if plans else timers_due)
             if plan is None and end_of_input and clock.watermark != MAX_WATERMARK and _timed(ctx):

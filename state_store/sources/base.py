@@ -115,6 +115,11 @@ class Source(ABC):
         at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
         return checked_max_event_time(df, column, at, f"{self.describe().get('type', 'source')} record at")
 
+    def batch_max_event_times(self, spark, ranges: list[tuple[int, dict, dict]], column: str) -> dict | None:
+        """For a run planning several microbatches, each range's ``max_event_time`` (``ranges``:
+        ``[(batch_id, start, end)]``) in one read, by batch id; None: this source gives them range by range."""
+        return None
+
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
         """Per split of ``event_time_splits``, the largest ``column`` value in ``[start, end)``."""
         raise NotImplementedError(f"{type(self).__name__} names event-time splits but not their event times")
@@ -169,6 +174,19 @@ def checked_max_event_time(df, column: str, where, what: str) -> int | None:
     if row["nulls"]:
         raise null_event_times(column, row["nulls"], f"{what} {row['first']}")
     return None if row["m"] is None else int(row["m"])
+
+
+def batch_maxima(df, value) -> dict[int, int | None] | None:
+    """Per ``batch_id`` of ``df`` (a read of several ranges), the largest ``value`` (a Spark column: an event
+    time), in one aggregate; None when a row has none, which the range's own read then names
+    (``checked_max_event_time``)."""
+    from pyspark.sql import functions as F
+
+    rows = df.select(value.alias("v"), "batch_id").groupBy("batch_id").agg(
+        F.max("v").alias("m"), F.count(F.when(F.col("v").isNull(), 1)).alias("nulls")).collect()
+    if any(r["nulls"] for r in rows):
+        return None
+    return {r["batch_id"]: None if r["m"] is None else int(r["m"]) for r in rows}
 
 
 def null_event_times(column: str, count: int, first: str) -> InputError:

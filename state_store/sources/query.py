@@ -101,6 +101,20 @@ class QuerySource(Source):
         return checked_max_event_time(records, column, at, f"{self.source.describe().get('type', 'source')} record at")
 
     @override
+    def batch_max_event_times(self, spark, ranges: list[tuple[int, dict, dict]], column: str) -> dict | None:
+        """The source's, for a column of its own; for one computed here, the expression's largest value per
+        range over one read of them all (``max_event_time``'s, range by range)."""
+        own = self._source_column(column)
+        if own is not None:
+            return self.source.batch_max_event_times(spark, ranges, own)
+        from pyspark.sql import functions as F
+
+        from .base import batch_maxima
+
+        records = self.source.read_run(spark, ranges)
+        return {} if records is None else batch_maxima(records, F.expr(dict(self.columns)[column]))
+
+    @override
     def split_max_event_times(self, spark, start: dict, end: dict, column: str) -> dict[str, int | None]:
         """The source's, for a column of its own; for one computed here (a TIMESTAMP's epoch milliseconds), the
         largest of the expression per split over every record of the range, before the WHERE."""

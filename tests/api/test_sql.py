@@ -25,6 +25,7 @@ from state_store import (
     Types,
     WatermarkStrategy,
 )
+from state_store.catalog.job_store import JobStore
 from state_store.graph import as_job
 from state_store.sql.compile import explain, watermark_strategy
 from state_store.sql.dialect import parse
@@ -578,11 +579,21 @@ def test_an_event_time_of_type_timestamp_windows_and_deduplicates_as_epoch_milli
     queries = {"window": window, "last": "SELECT user, amount, ts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
                "user ORDER BY ts DESC) AS rn FROM clicks) WHERE rn = 1", "q2": "SELECT user, amount FROM clicks "
                "WHERE amount > 0"}
-    got = {}
+    got, said = {}, []
     for name, sql in queries.items():
         job = SqlJob(name, sql, tables={"clicks": clicks}, sink=f"sinks/{name}")
-        run_job(spark, job, lake)
+        run_job(spark, job, lake, progress=said.append)
         got[name] = spark.read.format("delta").load(str(lake.settings.in_warehouse(f"sinks/{name}", "sink")))
+    # The run's event times, read for its three microbatches in one pass, are those of plans made one a run.
+    assert sum(line.endswith("event times of the next 3 microbatches of input 'main' read in one pass")
+               for line in said) == 3
+    alone = Lake(tmp_path / "one-a-run")
+    for _ in CLICKS:
+        run_job(spark, SqlJob("window", window, tables={"clicks": clicks}, sink="sinks/window"), alone,
+                max_microbatches=1)
+    plans = [[JobStore(at.settings.job_dir("window")).read_plan(b).event_time for b in range(len(CLICKS))]
+             for at in (lake, alone)]
+    assert plans[0] == plans[1] and plans[0][-1]["max_event_time"] > plans[0][0]["max_event_time"]
     assert dict(got["window"].dtypes)["window_start"] == dict(got["last"].dtypes)["ts"] == "timestamp"
     rows = got["window"].selectExpr("country", "unix_millis(window_start)", "unix_millis(window_end)", "n",
                                     "spent").collect()
