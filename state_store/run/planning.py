@@ -202,7 +202,8 @@ def prefetch_event_times(ctx: RunContext, offsets: dict, count: int) -> None:
         return
     for input_ in ctx.planned_inputs:
         strategy, source = input_.watermark_strategy, input_.source
-        if strategy is None or strategy.generator is not None:
+        if strategy is None or strategy.generator is not None or not source.batches_event_times(
+                strategy.timestamp_column):
             continue
         start = offsets.get(input_.name) or source.initial_offset()
         ranges = []

@@ -115,6 +115,11 @@ class Source(ABC):
         at = F.concat_ws(":", *[F.col(c).cast("string") for c in POSITION_COLUMNS[1:]])
         return checked_max_event_time(df, column, at, f"{self.describe().get('type', 'source')} record at")
 
+    def batches_event_times(self, column: str) -> bool:
+        """Whether ``batch_max_event_times`` reads several ranges' event times of ``column`` at once (asked before
+        the ranges are listed, so that a source that does not is not listed twice)."""
+        return False
+
     def batch_max_event_times(self, spark, ranges: list[tuple[int, dict, dict]], column: str) -> dict | None:
         """For a run planning several microbatches, each range's ``max_event_time`` (``ranges``:
         ``[(batch_id, start, end)]``) in one read, by batch id; None: this source gives them range by range."""

@@ -101,6 +101,11 @@ class QuerySource(Source):
         return checked_max_event_time(records, column, at, f"{self.source.describe().get('type', 'source')} record at")
 
     @override
+    def batches_event_times(self, column: str) -> bool:
+        own = self._source_column(column)
+        return True if own is None else self.source.batches_event_times(own)
+
+    @override
     def batch_max_event_times(self, spark, ranges: list[tuple[int, dict, dict]], column: str) -> dict | None:
         """The source's, for a column of its own; for one computed here, the expression's largest value per
         range over one read of them all (``max_event_time``'s, range by range)."""

@@ -377,3 +377,24 @@ def test_a_generators_watermark_is_what_it_emits_per_record_and_per_microbatch_a
         WatermarkStrategy.for_generator(42)
     with pytest.raises(ConfigError, match="not a state_store.WatermarkGenerator"):
         GeneratorRun(WatermarkStrategy.for_generator(dict))
+
+
+def test_a_run_lists_its_next_ranges_for_their_event_times_only_where_the_source_reads_them_at_once(
+        tmp_path, monkeypatch):
+    from state_store.run.planning import prefetch_event_times
+    from state_store.sources.query import QuerySource
+
+    for i in range(3):
+        (tmp_path / f"part-{i}.json").write_text(json.dumps({"k": "a", "ts": i, "int_ts": i, "text_ts": ""}) + "\n")
+    files = FileSource(str(tmp_path), "json", EVENTS, max_files_per_batch=1)
+    computed = QuerySource(files, None, (("k", "`k`"), ("ts", "`ts` + 1")), EVENTS, ())
+    listed = []
+    monkeypatch.setattr(FileSource, "next_offset", lambda self, spark, start: listed.append(start))
+    ctx = SimpleNamespace(planned_inputs=[SimpleNamespace(name="main", source=files, watermark_strategy=bounded())],
+                          spark=None, event_times={}, say=print)
+    prefetch_event_times(ctx, {}, 3)  # its own column: each plan reads its range's (not listed here first)
+    assert not files.batches_event_times("ts") and listed == []
+    assert computed.batches_event_times("ts") and not computed.batches_event_times("k")
+    ctx.planned_inputs[0].source = computed
+    prefetch_event_times(ctx, {}, 3)  # a computed event time is listed (next_offset gives None here: no ranges)
+    assert len(listed) == 1 and ctx.event_times == {}
