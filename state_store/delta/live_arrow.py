@@ -1,5 +1,6 @@
 """A state table's live entries read and selected in this process, with Arrow: no Spark job, where the table's
-files are few and on a local disk (a savepoint of a small job). The same rules as ``state_tables.latest_live``
+files are on a local disk and few, or many in small partitions (a savepoint of a job of up to a few hundred MiB
+of state). The same rules as ``state_tables.latest_live``
 and ``visible``: rows up to the checkpoint's microbatch, of microbatches or of the writes the checkpoint pins,
 per entry the newest by ``(batch_id, generation)``, unless that row removed it.
 
@@ -28,9 +29,35 @@ PARTITION_MAX_BYTES = 4 * 2**20
 
 def read_live(path, version: int, spec: TableSpec, batch_id: int, generations: list[int] | None):
     """The live entries (a ``pyarrow.Table`` of ``spec``'s columns) of version ``version`` of the state table at
-    ``path`` as of microbatch ``batch_id``; None where Spark should read it instead (``read_rows``)."""
+    ``path`` as of microbatch ``batch_id``. A table over ``DRIVER_MAX_BYTES`` whose partitions are each at most
+    ``PARTITION_MAX_BYTES`` gives them partition by partition instead: an iterator of ``pyarrow.Table``s, each
+    partition read as it is taken, so this process holds one partition's rows, not the table's. None where Spark
+    should read it (``read_rows``, ``partitions``)."""
     rows = read_rows(path, version, spec)
-    return None if rows is None else latest_live(rows, spec, batch_id, generations)
+    if rows is not None:
+        return latest_live(rows, spec, batch_id, generations)
+    parts = partitions(path, version, spec)
+    if parts is None:
+        return None
+    return _ahead(lambda files: latest_live(read_files(path, files, spec), spec, batch_id, generations),
+                  parts.values())
+
+
+def _ahead(select, items):
+    """``select`` of each of ``items`` in order, the next one's computed in a thread while the caller takes this
+    one (Arrow's reads and kernels release the GIL: the caller's writes and the next selection share the cores),
+    so at most three are in memory at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="lakestate-live") as pool:
+        pending = None
+        for item in items:
+            future = pool.submit(select, item)
+            if pending is not None:
+                yield pending.result()
+            pending = future
+        if pending is not None:
+            yield pending.result()
 
 
 def read_rows(path, version: int, spec: TableSpec):

@@ -106,8 +106,9 @@ class StatePoint:
         return df.select(*spec.columns)
 
     def rows_in_process(self, table: str):
-        """``rows`` read and selected by this process with Arrow, no Spark job (``live_arrow.read_live``), for a
-        checkpoint whose table is small and local; None where ``rows`` must read it."""
+        """``rows`` read and selected by this process with Arrow, no Spark job (``live_arrow.read_live``: a
+        ``pyarrow.Table``, or for a larger table of small partitions an iterator of them), for a checkpoint whose
+        table is local; None where ``rows`` must read it."""
         from .live_arrow import read_live
 
         if self.is_savepoint or not backend_kind(self.meta.backend).readable_in_process:

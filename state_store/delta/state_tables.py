@@ -177,9 +177,9 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     subtasks write their changes (``run_files.write_batches``) and one commit adds the files
     (``commit_files``, through delta-rs), so a restore or a snapshot costs one Spark job over its rows, not
     Delta's writer and the log replays around it. Rows given as a ``pyarrow.Table`` (``live_arrow``: a small
-    savepoint's) are written by this process the same way, with no Spark job (``spark``: the session whose
-    type names the columns of a table the commit creates). Returns False when ``app_id`` already has
-    ``version``."""
+    savepoint's), or as an iterator of them (a larger one's, a partition at a time), are written by this process the
+    same way, with no Spark job (``spark``: the session whose type names the columns of a table the commit
+    creates). Returns False when ``app_id`` already has ``version``."""
     import pyarrow as pa
 
     committed = app_transaction_version(path, app_id)
@@ -188,7 +188,10 @@ def append_state_rows(df, path, app_id: str, version: int, spec: TableSpec, batc
     table = OutputTable.of_spec(spec, path, committed, batch_column, options_of(path))
     token = new_token()
     if isinstance(df, pa.Table):  # rows in this process
-        files = write_batches(table, token, 0, df.select(spec.columns).to_batches())
+        df = [df]
+    if not hasattr(df, "sparkSession"):  # pyarrow.Tables, one partition's after another (``live_arrow``)
+        batches = (b for part in df for b in part.select(spec.columns).to_batches())
+        files = write_batches(table, token, 0, batches)
         return commit_state_files(spark, path, spec, app_id, version, files, committed, batch_column)
 
     def write(batches):

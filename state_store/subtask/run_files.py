@@ -111,7 +111,8 @@ class TableFiles:
             small = [f.name for f in schema if f.name not in ("key", "value")]
             self._options.update(use_dictionary=small, write_statistics=small)
         self._pending: dict[tuple, list] = {}
-        self._tables: dict[tuple, list] = {}  # partition -> [(Arrow table of its file's columns, batch_id)]
+        # partition -> [(Arrow table of its file's columns, its rows' least and largest microbatch)]
+        self._tables: dict[tuple, list] = {}
         self._cut = len(table.partition_columns)
         # partition -> [writer, relative path, rows, min batch, max batch, stream]
         self._writers: dict[tuple, list] = {}
@@ -131,10 +132,11 @@ class TableFiles:
         self._pending.setdefault(row[:cut], []).append((row.batch_id, row[cut:]))
         self.pending_rows += 1
 
-    def add_columns(self, batch_id: int, columns: list) -> None:
+    def add_columns(self, batch_id: int, columns: list, last: int | None = None) -> None:
         """Rows of microbatch ``batch_id`` as columns (lists in the table's column order, partition columns
         first): each converted to Arrow once, the rows ordered by partition in Arrow and each partition's run
-        kept as a slice (no Python object per row, as ``add_row`` makes)."""
+        kept as a slice (no Python object per row, as ``add_row`` makes). ``last``: rows of microbatches
+        ``batch_id`` to ``last`` (a savepoint's, a restore's: ``write_batches``)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -156,7 +158,8 @@ class TableFiles:
         file_columns = self._typed(table.select(self.schema.names))
         for start, end in zip(starts, starts[1:] + [n]):
             partition = tuple(table.column(c)[start].as_py() for c in parts)
-            self._tables.setdefault(partition, []).append((file_columns.slice(start, end - start), batch_id))
+            self._tables.setdefault(partition, []).append((file_columns.slice(start, end - start), batch_id,
+                                                           batch_id if last is None else last))
         self.pending_bytes += file_columns.nbytes
 
     def _columns(self, pending: list) -> tuple[list, list]:
@@ -175,8 +178,8 @@ class TableFiles:
             table = pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)])
             self._write(partition, self._typed(table), min(batches), max(batches))
         for partition, tables in self._tables.items():
-            batches = [b for _, b in tables]
-            self._write(partition, pa.concat_tables([t for t, _ in tables]), min(batches), max(batches))
+            self._write(partition, pa.concat_tables([t for t, _, _ in tables]), min(b for _, b, _ in tables),
+                        max(b for _, _, b in tables))
         self._pending, self._tables, self.pending_rows, self.pending_bytes = {}, {}, 0, 0
 
     def _typed(self, table):
@@ -253,7 +256,7 @@ class SinkFiles(TableFiles):
             return  # nothing, or a replay: the table already has this microbatch's rows
         arrays = pa.array(rows, type=self.out_type).flatten() + [pa.array([batch_id] * len(rows), type=pa.int64())]
         table = pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=self.schema)])
-        self._tables.setdefault((), []).append((table, batch_id))
+        self._tables.setdefault((), []).append((table, batch_id, batch_id))
         self.pending_bytes += table.nbytes
 
     def add_table(self, batch_id: int, table) -> None:
@@ -265,7 +268,7 @@ class SinkFiles(TableFiles):
             return  # nothing, or a replay: the table already has this microbatch's rows
         table = table.append_column(SINK_MICROBATCH, pa.array([batch_id] * table.num_rows, type=pa.int64()))
         table = table.cast(self.schema)
-        self._tables.setdefault((), []).append((table, batch_id))
+        self._tables.setdefault((), []).append((table, batch_id, batch_id))
         self.pending_bytes += table.nbytes
 
     def _columns(self, pending: tuple[list, list]) -> tuple[list, list]:
@@ -314,6 +317,13 @@ def write_batches(table: OutputTable, token: str, subtask: int, batches) -> list
             continue
         batch = batch.cast(schema)  # Spark's Arrow types (large strings) as the files have them, once per batch
         marks = batch.column(table.batch_column)
+        bounds = pc.min_max(marks)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if table.committed is None or low > table.committed:  # nothing replayed: all at once (a savepoint's rows)
+            files.add_columns(low, batch.columns, last=high)
+            if files.pending_bytes >= FLUSH_BYTES:
+                files.flush()
+            continue
         for batch_id in pc.unique(marks).to_pylist():
             files.add_columns(batch_id, batch.filter(pc.equal(marks, batch_id)).columns)
             if files.pending_bytes >= FLUSH_BYTES:

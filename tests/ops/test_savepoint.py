@@ -61,18 +61,21 @@ def test_a_savepoint_is_a_complete_copy_another_engine_reads_the_same(spark, lak
         assert sorted(tuple(r[c] for c in columns) for r in other) == expected
         mine = spark.read.format("delta").load(savepoint.table_path(table)).select(*columns).collect()
         assert sorted(tuple(r) for r in mine) == expected
-    # The same savepoint through Spark (a table over DRIVER_MAX_BYTES; "first" was read and written by this
-    # process with Arrow): the same rows, of every state kind.
+    # The same savepoint of a table over DRIVER_MAX_BYTES ("first" was read whole by this process with Arrow):
+    # partition by partition in this process, and through Spark (a partition over PARTITION_MAX_BYTES too): the
+    # same rows, of every state kind.
     from state_store.delta import live_arrow
 
     monkeypatch.setattr(live_arrow, "DRIVER_MAX_BYTES", 0)
-    by_spark = take_savepoint(spark, lake.settings, spec.job_id, label="by-spark", **QUIET)
-    for table in ("keyed", "operator"):
-        rows = [DeltaTable(s.table_path(table)).to_pyarrow_table().sort_by([(c, "ascending") for c in (
-            "state_name", "key_group" if table == "keyed" else "subtask")]).to_pylist() for s in (savepoint, by_spark)]
-        assert sorted(map(str, rows[0])) == sorted(map(str, rows[1])) and rows[0]
-    assert (by_spark.entries, by_spark.size_bytes > 0) == (savepoint.entries, True)
-    dispose_savepoint(lake.settings, f"{spec.job_id}/by-spark")
+    for label, partition_max in (("by-parts", live_arrow.PARTITION_MAX_BYTES), ("by-spark", 0)):
+        monkeypatch.setattr(live_arrow, "PARTITION_MAX_BYTES", partition_max)
+        other = take_savepoint(spark, lake.settings, spec.job_id, label=label, **QUIET)
+        for table in ("keyed", "operator"):
+            rows = [DeltaTable(s.table_path(table)).to_pyarrow_table().sort_by([(c, "ascending") for c in (
+                "state_name", "key_group" if table == "keyed" else "subtask")]).to_pylist() for s in (savepoint, other)]
+            assert sorted(map(str, rows[0])) == sorted(map(str, rows[1])) and rows[0], label
+        assert (other.entries, other.size_bytes > 0) == (savepoint.entries, True)
+        dispose_savepoint(lake.settings, f"{spec.job_id}/{label}")
     assert [s.name for s in list_savepoints(lake.settings)] == ["first"]
     with pytest.raises(ConfigError, match=r"a savepoint named 'first' of job 'all-states' already exists"):
         take_savepoint(spark, lake.settings, spec.job_id, label="first", **QUIET)
