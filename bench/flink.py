@@ -37,7 +37,8 @@ CACHE = ROOT / ".cache" / "flink"
 
 
 def flink_classpath() -> str:
-    """Flink's jars (fetched once from PyPI's apache-flink-libraries wheel) and CountSum compiled against them."""
+    """Flink's jars (fetched once from PyPI's apache-flink-libraries wheel) and bench/flink's jobs (CountSum,
+    Operations) compiled against them."""
     lib, classes = CACHE / "lib", CACHE / "classes"
     if not (lib / f"flink-dist-{FLINK}.jar").is_file():
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -49,11 +50,11 @@ def flink_classpath() -> str:
             for name in z.namelist():
                 if name.startswith("pyflink/lib/") and name.endswith(".jar"):
                     (lib / name.rsplit("/", 1)[1]).write_bytes(z.read(name))
-    source = ROOT / "bench" / "flink" / "CountSum.java"
-    compiled = classes / "CountSum.class"
-    if not compiled.is_file() or compiled.stat().st_mtime < source.stat().st_mtime:
-        classes.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-d", str(classes), "-cp", f"{lib}/*", str(source)], check=True)
+    for source in sorted((ROOT / "bench" / "flink").glob("*.java")):  # CountSum, Operations
+        compiled = classes / f"{source.stem}.class"
+        if not compiled.is_file() or compiled.stat().st_mtime < source.stat().st_mtime:
+            classes.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["javac", "-d", str(classes), "-cp", f"{lib}/*", str(source)], check=True)
     return f"{lib}/*:{classes}"
 
 
