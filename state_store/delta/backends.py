@@ -276,10 +276,11 @@ class DeltaStateBackend(DeltaKind, StateBackend):
         pinned = self.generations
         return delta_record(self.path, None if pinned is None else [*pinned, generation])
 
-    def _append(self, rows: DataFrame, path: Path, generation: int) -> None:
+    def _append(self, rows, path: Path, generation: int) -> None:  # a DataFrame, or pyarrow.Tables (a restore's)
         # Generations are unique to an attempt: a table that already has this one (or a later one) was written by
         # another attempt, whose rows must never pass for this one's.
-        if not append_state_rows(rows, path, self.restore_app_id, generation, self.table, batch_column="generation"):
+        if not append_state_rows(rows, path, self.restore_app_id, generation, self.table, batch_column="generation",
+                                 spark=self.spark):
             raise RestoreError(f"{path} already holds a restore or rescale write at generation {generation} or "
                                f"later, which this attempt cannot be; nothing was written. Take a savepoint of job "
                                f"{self.job_id!r} and restore it: that writes its state into new tables")

@@ -107,11 +107,17 @@ class StatePoint:
 
     def rows_in_process(self, table: str):
         """``rows`` read and selected by this process with Arrow, no Spark job (``live_arrow.read_live``: a
-        ``pyarrow.Table``, or for a larger table of small partitions an iterator of them), for a checkpoint whose
-        table is local; None where ``rows`` must read it."""
+        ``pyarrow.Table``, or for a larger table of small partitions an iterator of them), for a checkpoint or
+        savepoint whose table is local; None where ``rows`` must read it."""
         from .live_arrow import read_live
 
-        if self.is_savepoint or not backend_kind(self.meta.backend).readable_in_process:
+        if self.is_savepoint:  # its tables hold the live entries alone, of one generation
+            recorded = self.meta.tables.get(table)
+            if recorded is None or recorded.version is None:
+                return None
+            return read_live(self.meta.table_path(table), recorded.version, TABLE_SPECS[table], self.meta.batch_id,
+                             None)
+        if not backend_kind(self.meta.backend).readable_in_process:
             return None
         recorded = self.meta.table(table)
         if not recorded.path or recorded.version is None:

@@ -378,10 +378,34 @@ def _write_state(spark: SparkSession, restore: _Restore, store: JobStore, lease,
             f"redistributed")
         return {KEYED: replace(src.table(KEYED)),  # keyed: the same rows, pinned again
                 OPERATOR: operator_record}
-    keyed_rows = _rename(restore.source.rows(spark, KEYED), plan.kept).withColumn(
-        "generation", F.lit(generation).cast("bigint"))
-    return {KEYED: keyed_backend.write_full(keyed_rows.select(*KEYED_TABLE.columns), checkpoint_id, generation),
+    keyed_rows = _keyed_rows_in_process(restore, keyed_backend, generation)
+    if keyed_rows is None:
+        keyed_rows = _rename(restore.source.rows(spark, KEYED), plan.kept).withColumn(
+            "generation", F.lit(generation).cast("bigint")).select(*KEYED_TABLE.columns)
+    return {KEYED: keyed_backend.write_full(keyed_rows, checkpoint_id, generation),
             OPERATOR: operator_backend.write_full(new_operator, checkpoint_id, generation)}
+
+
+def _keyed_rows_in_process(restore: _Restore, backend, generation: int):
+    """The source's keyed rows as ``_write_state`` writes them (kept states, renamed; of ``generation``), read by
+    this process with Arrow where the source's table is local and the backend's full write takes Arrow (an
+    incremental one: a new generation of its table); None where Spark reads them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = restore.source.rows_in_process(KEYED) if backend.incremental else None
+    if rows is None:
+        return None
+    kept = restore.plan.kept
+    names, renamed = pa.array(list(kept)), pa.array(list(kept.values()))
+
+    def restored(part):
+        part = part.filter(pc.is_in(part["state_name"], value_set=names))
+        part = part.set_column(part.schema.get_field_index("state_name"), "state_name",
+                               pc.take(renamed, pc.index_in(part["state_name"], value_set=names)))
+        return part.set_column(part.schema.get_field_index("generation"), "generation",
+                               pa.array([generation] * part.num_rows, pa.int64()))
+    return map(restored, [rows] if isinstance(rows, pa.Table) else rows)
 
 
 def _checkpoint(settings: Settings, restore: _Restore, checkpoint_id: int, state: dict[str, TableVersion],
