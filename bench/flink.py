@@ -54,7 +54,7 @@ def flink_classpath() -> str:
         compiled = classes / f"{source.stem}.class"
         if not compiled.is_file() or compiled.stat().st_mtime < source.stat().st_mtime:
             classes.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["javac", "-d", str(classes), "-cp", f"{lib}/*", str(source)], check=True)
+            subprocess.run(["javac", "-d", str(classes), "-cp", f"{lib}/*:{classes}", str(source)], check=True)
     return f"{lib}/*:{classes}"
 
 

@@ -1,5 +1,5 @@
-// Flink's own operations on bench/jobs.py's state (per key a running (count, sum of amount) in one ValueState),
-// for bench/operations_vs_flink.py: the state built from CSV files of keyed events (key,amount,ts), then a
+// Flink's own operations on bench/jobs.py's state (CountSum's function: per key a running (count, sum) in one
+// ValueState), for bench/operations_vs_flink.py: the state built from CSV files of keyed events (key,amount,ts), then a
 // stop-with-savepoint; or a restore of that savepoint at another parallelism.
 //
 //     java -cp '.cache/flink/lib/*:.cache/flink/classes' Operations build DIR BACKEND PARALLELISM EVENTS SAVEPOINTS
@@ -23,11 +23,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.flink.api.common.RuntimeExecutionMode;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.api.common.state.ValueState;
-import org.apache.flink.api.common.state.ValueStateDescriptor;
-import org.apache.flink.api.common.typeinfo.TypeHint;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
-import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.api.java.tuple.Tuple3;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
@@ -37,32 +33,28 @@ import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
-import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.util.Collector;
 
 public class Operations {
-    static final TypeInformation<Tuple3<String, Long, Long>> ROW =
-            TypeInformation.of(new TypeHint<Tuple3<String, Long, Long>>() {});
+    static final TypeInformation<Tuple3<String, Long, Long>> ROW = CountSum.ROW;
     // The job runs in this JVM's MiniCluster, so its subtasks and main share these.
     static final AtomicLong UPDATED = new AtomicLong();
     static final AtomicInteger OPENED = new AtomicInteger();
     static final AtomicLong LAST_OPEN = new AtomicLong();
     static final ConcurrentLinkedQueue<String> PROBED = new ConcurrentLinkedQueue<>();
 
-    public static class RunningCountSum
-            extends KeyedProcessFunction<String, Tuple3<String, Long, Long>, Tuple3<String, Long, Long>> {
-        private transient ValueState<Tuple2<Long, Long>> acc;
+    /** CountSum's function, its updates counted (and with probing, each new value kept) for main to see. */
+    public static class CountedCountSum extends CountSum.RunningCountSum {
         private final boolean probing;
 
-        RunningCountSum(boolean probing) {
+        CountedCountSum(boolean probing) {
             this.probing = probing;
         }
 
         @Override
         public void open(OpenContext context) {
-            acc = getRuntimeContext().getState(new ValueStateDescriptor<>(
-                    "acc", TypeInformation.of(new TypeHint<Tuple2<Long, Long>>() {})));
+            super.open(context);
             LAST_OPEN.accumulateAndGet(System.nanoTime(), Math::max);
             OPENED.incrementAndGet();
         }
@@ -70,14 +62,18 @@ public class Operations {
         @Override
         public void processElement(Tuple3<String, Long, Long> event, Context ctx,
                                    Collector<Tuple3<String, Long, Long>> out) throws Exception {
-            Tuple2<Long, Long> current = acc.value();
-            long count = (current == null ? 0 : current.f0) + 1;
-            long sum = (current == null ? 0 : current.f1) + event.f1;
-            acc.update(Tuple2.of(count, sum));
-            if (probing) {
-                PROBED.add("flink-probe key=" + event.f0 + " count=" + count + " sum=" + sum);
-            }
-            UPDATED.incrementAndGet();
+            super.processElement(event, ctx, new Collector<Tuple3<String, Long, Long>>() {
+                @Override
+                public void collect(Tuple3<String, Long, Long> row) {
+                    if (probing) {
+                        PROBED.add("flink-probe key=" + row.f0 + " count=" + row.f1 + " sum=" + row.f2);
+                    }
+                    UPDATED.incrementAndGet();
+                }
+
+                @Override
+                public void close() {}
+            });
         }
     }
 
@@ -107,7 +103,7 @@ public class Operations {
                     return Tuple3.of(f[0], Long.parseLong(f[1]), Long.parseLong(f[2]));
                 }).returns(ROW).uid("parse")
                 .keyBy(e -> e.f0)
-                .process(new RunningCountSum(savepoint != null)).returns(ROW).uid("count-sum")
+                .process(new CountedCountSum(savepoint != null)).returns(ROW).uid("count-sum")
                 .sinkTo(new DiscardingSink<>()).uid("discard");
         return env.executeAsync("count-sum");
     }
