@@ -64,10 +64,24 @@ class TypeInfo:
     def loads(self, text: str) -> Any:
         """The value stored as ``text``, checked against this type (TypeError, ValueError or AttributeError
         when it does not have it: state written outside the job must not reach user code untyped)."""
-        data = orjson.loads(text)
+        return self.from_json(orjson.loads(text))
+
+    def from_json(self, data: Any) -> Any:
+        """``loads`` of the text whose JSON parse is ``data``."""
         value = data if self.decodes_as_is else self.decode(data)
         self.encode(value)
         return value
+
+    def loads_many(self, texts: list[str]) -> list | None:
+        """``loads`` of each of ``texts`` with one JSON parse of them all; None when one of them does not load
+        (the caller loads each then, so the error names its entry)."""
+        try:
+            parsed = orjson.loads("[" + ",".join(texts) + "]")
+            if len(parsed) != len(texts):  # a text that is not one JSON value
+                return None
+            return list(map(self.from_json, parsed))
+        except (TypeError, ValueError, AttributeError, RecursionError):
+            return None
 
     @property
     def decodes_as_is(self) -> bool:
@@ -530,15 +544,14 @@ class RowTypeInfo(TypeInfo):
         return self.encode if self._fast_encode is None else self._fast_encode
 
     @override
-    def loads(self, text: str) -> Any:
-        data = orjson.loads(text)
+    def from_json(self, data: Any) -> Any:
         if self._plain is None:
             self._plain = all(t.decodes_as_is for t in self.fields.values())
         if self._plain and type(data) is dict and data.keys() <= self.fields.keys():
             # The encoding of a row whose fields decode as is lists every declared field (missing ones None):
             # what ``decode`` gives, checked in the same pass.
             return self.encode(data)
-        return super().loads(text)
+        return super().from_json(data)
 
     @override
     def decode(self, data: Any) -> Any:

@@ -64,12 +64,11 @@ class ValueState(_KeyedState):
 
     def value(self) -> Any:
         """The current value, or the descriptor's default value when empty."""
-        store = self._store
-        entry = (self._name, store.current_key, self._namespace)
-        v = store._decoded.get(entry, _ABSENT)
+        store, key = self._store, self._store.current_key
+        slot = store._values.get((self._name, self._namespace))
+        v = _ABSENT if slot is None else slot.decoded.get(key, _ABSENT)
         if v is _ABSENT:  # not read or written in this run yet (or no current key: ``get`` raises)
-            v = (store._decode(entry, self._descriptor) if entry[1] is not None
-                 else store.get(self._name, self._namespace, self._descriptor))
+            v = store.get(self._name, self._namespace, self._descriptor)
         if v is None:
             return _copy(self._descriptor.default_value)
         return self._copy_value(v)

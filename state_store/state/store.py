@@ -12,7 +12,7 @@ the latest of them. What an expiry means is State TTL's alone (``state.ttl``). T
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import eq, is_, itemgetter, sub
+from operator import eq, is_, sub
 from typing import Any
 
 import orjson
@@ -84,49 +84,150 @@ def value_writer(stored_type: TypeInfo):
     return write_decoded
 
 
+class _Entries:
+    """The single-value entries of one state in one namespace, by key (a ``str``, whose hash Python keeps): what
+    the store holds of them, and what a microbatch changed, so a read, a write and the flush's columns take no
+    tuple per entry (``KeyedStateStore._values``)."""
+
+    __slots__ = ("state_name", "namespace", "stored", "expiry", "decoded", "list_expiry", "dirty", "groups",
+                 "dirty_expiry", "pending", "undecoded")
+
+    def __init__(self, state_name: str, namespace: str) -> None:
+        self.state_name, self.namespace = state_name, namespace
+        self.stored: dict[str, str] = {}  # key -> JSON text, as of the last flush
+        self.expiry: dict[str, int] = {}  # key -> stored expiry
+        # Entries read or written in this run, decoded: kept across microbatches, as Flink's heap backend keeps
+        # its objects (what a reload of the flushed text gives back, so they read the same).
+        self.decoded: dict[str, Any] = {}
+        self.list_expiry: dict[str, list[int]] = {}  # element expiries of a list beside its decoded elements
+        self.dirty: dict[str, str | None] = {}  # key -> text written since the last flush (None: removed)
+        # The key group of each ``dirty`` entry, in its insertion order: appended when a write adds an entry, so no
+        # per-key dict keeps the key groups of the keys a microbatch touches.
+        self.groups: list[int] = []
+        self.dirty_expiry: dict[str, int | None] = {}  # expiry of a dirty entry
+        # Lists ``append`` changed since the last flush: their text is ``_PENDING`` in ``dirty`` until the flush
+        # writes it (key -> (its text before the first append, the appended elements encoded)).
+        self.pending: dict[str, tuple[str | None, list]] = {}
+        self.undecoded = False  # entries loaded that no read has decoded yet (``KeyedStateStore._decode_loaded``)
+
+    def text(self, key: str) -> str | None:
+        dirty = self.dirty
+        return dirty[key] if key in dirty else self.stored.get(key)
+
+    def current_expiry(self, key: str) -> int | None:
+        return self.dirty_expiry[key] if key in self.dirty_expiry else self.expiry.get(key)
+
+    def stage(self, key: str, text: str | None, key_group: int | None) -> None:
+        """``dirty[key] = text``, ``key_group`` noted beside a new entry (``groups``)."""
+        dirty = self.dirty
+        n = len(dirty)
+        dirty[key] = text
+        if len(dirty) != n:
+            self.groups.append(key_group)
+
+    def write_pending(self) -> None:
+        """The text of each list ``append`` changed: the text it had (stored, or put in this microbatch) with the
+        appended elements' text after its last element, once a microbatch."""
+        dumps, sort_keys, dirty = orjson.dumps, orjson.OPT_SORT_KEYS, self.dirty
+        for key, (before, encoded) in self.pending.items():
+            added = dumps(encoded, option=sort_keys).decode()
+            head = None if before is None else before.rstrip()[:-1].rstrip()  # without its closing bracket
+            dirty[key] = added if head is None else head + ("" if head.endswith("[") else ",") + added[1:]
+        self.pending.clear()
+
+    def flush(self, key_groups: dict[str, int], out: list[list]) -> None:
+        """The microbatch's changes appended to ``out`` (``ChangeColumns``' lists), column by column with
+        C-level maps; they become the stored state (``key_groups`` gets each created entry's key group)."""
+        if self.pending:
+            self.write_pending()
+        dirty, stored, groups = self.dirty, self.stored, self.groups
+        keys, texts = list(dirty), list(dirty.values())
+        olds = list(map(stored.get, keys))
+        timed = bool(self.dirty_expiry or self.expiry)
+        if timed:
+            expiries = list(map(self.dirty_expiry.get, keys))
+            unchanged = list(map(_same_entry, texts, olds, expiries, map(self.expiry.get, keys)))
+        else:
+            expiries, unchanged = [None] * len(keys), list(map(eq, texts, olds))
+        if any(unchanged):  # written back unchanged, or created and cleared in the same microbatch
+            changed = [not u for u in unchanged]
+            keys, texts, olds, expiries, groups = (list(compress(c, changed))
+                                                   for c in (keys, texts, olds, expiries, groups))
+            stored.update(zip(keys, texts))
+        else:
+            stored.update(dirty)
+        removed = list(map(is_, texts, repeat(None)))
+        deltas = list(map(sub, map(is_, olds, repeat(None)), removed))  # +1 created, -1 removed, 0 updated
+        if 1 in deltas:  # a created entry's key group, kept for the microbatches after (``keys_of``, maps)
+            created = [d == 1 for d in deltas]
+            key_groups.update(zip(compress(keys, created), compress(groups, created)))
+        if any(removed):
+            for key in compress(keys, removed):
+                del stored[key]
+        if timed:
+            expiry_of = self.expiry
+            for key, expiry in zip(keys, expiries):
+                if expiry is not None:
+                    expiry_of[key] = expiry
+                else:
+                    expiry_of.pop(key, None)
+        n = len(keys)
+        for column, values in zip(out, ([self.state_name] * n, groups, keys, [self.namespace] * n, [None] * n,
+                                        texts, deltas, expiries)):
+            column.extend(values)
+        dirty.clear()
+        self.groups = []
+        self.dirty_expiry.clear()
+
+
 class KeyedStateStore:
     """The keyed entries of one subtask: loaded once per run, changed key by key, flushed per microbatch."""
 
     def __init__(self) -> None:
-        self._stored: dict[tuple, str] = {}  # (state, key, ns) -> JSON text
+        self._values: dict[tuple[str, str], _Entries] = {}  # (state, namespace) -> its single-value entries
         self._stored_maps: dict[tuple, dict[str, str]] = {}  # (state, key, ns) -> {user key text: value text}
-        self._expiry: dict[tuple, int] = {}  # (state, key, ns) or (state, key, ns, user key) -> stored expiry
-        # Entries read or written in this run, decoded: kept across microbatches, as Flink's heap backend keeps
-        # its objects (what a reload of the flushed text gives back, so they read the same).
-        self._decoded: dict[tuple, Any] = {}
-        self._list_expiry: dict[tuple, list[int]] = {}  # element expiries of a list beside its _decoded elements
-        self._dirty: dict[tuple, str | None] = {}
-        # Lists ``append`` changed since the last flush: their text is ``_PENDING`` in ``_dirty`` until the flush
-        # writes it (entry -> (its text before the first append, the appended elements encoded)).
-        self._pending: dict[tuple, tuple[str | None, list]] = {}
-        # The key group of each ``_dirty`` entry, in its insertion order: appended when a write adds an entry
-        # (``_stage``), so no per-key dict keeps the key groups of the keys a microbatch touches.
-        self._dirty_groups: list[int] = []
+        self._map_expiry: dict[tuple, int] = {}  # (state, key, ns, user key) -> stored expiry
+        self._decoded_maps: dict[tuple, dict] = {}  # (state, key, ns) -> the decoded map (``get_map``)
         self._map_dirty: dict[tuple, dict[str, str | None]] = {}
-        self._dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty entry (of a dirty map entry)
+        self._map_dirty_expiry: dict[tuple, int | None] = {}  # expiry of a dirty map entry
         self._writers: dict[StateDescriptor, Any] = {}  # descriptor -> its ``value_writer``
         self.now = 0  # the microbatch's processing time, epoch ms: the clock the TTL wrappers read
         self._key_groups: dict[str, int] = {}  # key -> key group of the stored entries' keys (and map entries')
         self.current_key: str | None = None
         self.current_key_group: int | None = None
 
+    def entries(self, state_name: str, namespace: str) -> _Entries:
+        """The single-value entries of ``state_name`` in ``namespace`` (made when first asked for)."""
+        slot = self._values.get((state_name, namespace))
+        if slot is None:
+            slot = self._values[state_name, namespace] = _Entries(state_name, namespace)
+        return slot
+
     def load(self, state_name: str, key: str, namespace: str, user_key: str | None, key_group: int,
              value: str, expiry: int | None = None) -> None:
-        entry = (state_name, key, namespace)
         if user_key is None:
-            self._stored[entry] = value
+            slot = self.entries(state_name, namespace)
+            slot.stored[key] = value
+            slot.undecoded = True
+            if expiry is not None:
+                slot.expiry[key] = expiry
         else:
+            entry = (state_name, key, namespace)
             self._stored_maps.setdefault(entry, {})[user_key] = value
-        if expiry is not None:
-            self._expiry[entry if user_key is None else entry + (user_key,)] = expiry
+            if expiry is not None:
+                self._map_expiry[entry + (user_key,)] = expiry
         self._key_groups[key] = key_group
 
     def load_columns(self, state_names: list, keys: list, namespaces: list, user_keys: list, key_groups: list,
                      values: list, expiries: list) -> None:
-        """``load`` of each row of these columns; single-value entries without expiries (most) with two dict
-        updates."""
-        if user_keys.count(None) == len(user_keys) and expiries.count(None) == len(expiries):
-            self._stored.update(zip(zip(state_names, keys, namespaces), values))
+        """``load`` of each row of these columns; single-value entries of one state and namespace without
+        expiries (most) with two dict updates."""
+        n = len(keys)
+        if n and (user_keys.count(None) == n and expiries.count(None) == n
+                  and state_names.count(state_names[0]) == n and namespaces.count(namespaces[0]) == n):
+            slot = self.entries(state_names[0], namespaces[0])
+            slot.stored.update(zip(keys, values))
+            slot.undecoded = True
             self._key_groups.update(zip(keys, key_groups))
             return
         for row in zip(state_names, keys, namespaces, user_keys, key_groups, values, expiries):
@@ -136,15 +237,18 @@ class KeyedStateStore:
         """Processing time from now on (the microbatch's timestamp): what TTL compares expiries with."""
         self.now = now
 
-    def _current_expiry(self, slot: tuple) -> int | None:
-        return self._dirty_expiry[slot] if slot in self._dirty_expiry else self._expiry.get(slot)
+    def _slots_of(self, state_name: str) -> list[_Entries]:
+        return [slot for (name, _), slot in self._values.items() if name == state_name]
 
     def keys_of(self, state_name: str) -> list[tuple[str, int]]:
         """``(key, key group)`` of every key with a live entry of ``state_name`` (stored or written), in key group
         then key order."""
-        keys = {e[1] for e, text in self._stored.items() if e[0] == state_name and self._dirty.get(e, text)}
-        keys |= {e[1] for e, text in self._dirty.items() if e[0] == state_name and text is not None}
-        written = {e[1]: g for e, g in zip(self._dirty, self._dirty_groups)}  # keys written since the last flush
+        keys: set[str] = set()
+        written: dict[str, int] = {}  # keys written since the last flush -> key group
+        for slot in self._slots_of(state_name):
+            keys |= {k for k, text in slot.stored.items() if slot.dirty.get(k, text)}
+            keys |= {k for k, text in slot.dirty.items() if text is not None}
+            written.update(zip(slot.dirty, slot.groups))
         for entry in set(self._stored_maps) | set(self._map_dirty):
             if entry[0] == state_name and any(
                     self._map_text(entry, k) is not None
@@ -156,8 +260,10 @@ class KeyedStateStore:
     def stored_entries(self, state_name: str, namespace: str = VOID_NAMESPACE) -> list[tuple[str, str, int | None]]:
         """``(key, text, expiry)`` of each stored single-value entry of ``state_name`` in ``namespace``, as of the
         last flush (what a vectorised run takes over from the entries loaded row by row)."""
-        return [(e[1], text, self._expiry.get(e)) for e, text in self._stored.items()
-                if e[0] == state_name and e[2] == namespace]
+        slot = self._values.get((state_name, namespace))
+        if slot is None:
+            return []
+        return [(k, text, slot.expiry.get(k)) for k, text in slot.stored.items()]
 
     def stored_map_entries(self, state_name: str, namespace: str = VOID_NAMESPACE) -> list[tuple[str, str, str]]:
         """``(key, user key, text)`` of each stored map entry of ``state_name`` in ``namespace``, as of the last
@@ -168,18 +274,11 @@ class KeyedStateStore:
     def stored_namespaced(self, state_name: str) -> list[tuple[str, int, str, str]]:
         """``(key, key group, namespace, text)`` of each stored single-value entry of ``state_name`` in any
         namespace (what a window run on the vectorised path takes over from the entries loaded row by row)."""
-        return [(e[1], self._key_groups[e[1]], e[2], text) for e, text in self._stored.items() if e[0] == state_name]
+        return [(k, self._key_groups[k], slot.namespace, text) for slot in self._slots_of(state_name)
+                for k, text in slot.stored.items()]
 
     def set_current_key(self, key: str, key_group: int) -> None:
         self.current_key, self.current_key_group = key, key_group
-
-    def _stage(self, entry: tuple, text: str | None) -> None:
-        """``_dirty[entry] = text``, the current key group noted beside a new entry (``_dirty_groups``)."""
-        dirty = self._dirty
-        n = len(dirty)
-        dirty[entry] = text
-        if len(dirty) != n:
-            self._dirty_groups.append(self.current_key_group)
 
     def _entry(self, state_name: str, namespace: str) -> tuple:
         if self.current_key is None:
@@ -197,50 +296,64 @@ class KeyedStateStore:
         key = self.current_key
         if key is None:
             self._entry(state_name, namespace)  # raises
-        entry = (state_name, key, namespace)
-        value = self._decoded.get(entry, _ABSENT)
-        return self._decode(entry, descriptor) if value is _ABSENT else value
+        slot = self._values.get((state_name, namespace)) or self.entries(state_name, namespace)
+        value = slot.decoded.get(key, _ABSENT)
+        return self._decode(slot, key, descriptor) if value is _ABSENT else value
 
     def expiry(self, state_name: str, namespace: str) -> int | None:
         """The expiry of the current key's entry (written in this microbatch or stored), or None."""
-        return self._current_expiry(self._entry(state_name, namespace))
+        key = self._entry(state_name, namespace)[1]
+        return self.entries(state_name, namespace).current_expiry(key)
 
     def element_expiries(self, state_name: str, namespace: str, descriptor: StateDescriptor) -> list[int] | None:
         """The expiries of the current list's elements, in order, or None for a list stored without them."""
         self.get(state_name, namespace, descriptor)
-        return self._list_expiry.get(self._entry(state_name, namespace))
+        return self.entries(state_name, namespace).list_expiry.get(self.current_key)
 
-    def _text(self, entry: tuple) -> str | None:
-        return self._dirty[entry] if entry in self._dirty else self._stored.get(entry)
-
-    def _decode(self, entry: tuple, descriptor: StateDescriptor) -> Any:
-        """Decode an entry into the microbatch's cache."""
-        state_name, _, namespace = entry
-        text = self._dirty.get(entry, _ABSENT)
-        if text is _ABSENT:
-            text = self._stored.get(entry)
+    def _decode(self, slot: _Entries, key: str, descriptor: StateDescriptor) -> Any:
+        """Decode an entry into the run's cache (``decoded``): on the first read after a load, every entry loaded
+        (``_decode_loaded``)."""
+        if slot.undecoded and not slot.expiry:
+            self._decode_loaded(slot, descriptor)
+            value = slot.decoded.get(key, _ABSENT)
+            if value is not _ABSENT:
+                return value
+        text = slot.text(key)
         if text is None:
             value = None
-        elif descriptor.kind == "list" and self._current_expiry(entry) is not None:
-            value = self._load_stamped_list(entry, text, descriptor, state_name, namespace)
+        elif descriptor.kind == "list" and slot.current_expiry(key) is not None:
+            value = self._load_stamped_list(slot, key, text, descriptor)
         else:
             stored_type = descriptor.stored_type
             try:  # once per key read: the entry named in the error
                 value = stored_type.loads(text)
             except (TypeError, ValueError, AttributeError) as e:
-                raise stored_value_error(self._where(state_name, namespace), stored_type.name, e) from None
-        self._decoded[entry] = value
+                raise stored_value_error(self._where(slot.state_name, slot.namespace), stored_type.name,
+                                         e) from None
+        slot.decoded[key] = value
         return value
 
-    def _load_stamped_list(self, entry: tuple, text: str, descriptor, state_name: str, namespace: str) -> list:
+    @staticmethod
+    def _decode_loaded(slot: _Entries, descriptor: StateDescriptor) -> None:
+        """Decode the slot's loaded entries no read or write has reached yet with one JSON parse (the keys a run
+        loads are the keys it touches); where one does not load, each is decoded on its own read, which names it."""
+        slot.undecoded = False
+        decoded, dirty, stored = slot.decoded, slot.dirty, slot.stored
+        keys = [k for k in stored if k not in decoded and k not in dirty]
+        values = descriptor.stored_type.loads_many(list(map(stored.__getitem__, keys))) if keys else None
+        if values is not None:
+            decoded.update(zip(keys, values))
+
+    def _load_stamped_list(self, slot: _Entries, key: str, text: str, descriptor) -> list:
         """A list stored with element expiries: the elements, their expiries kept beside them."""
         try:
             expiries, encoded = decode_stamped_list(text)
             element_type = descriptor.type_info
             values = [element_type.decode(e) for e in encoded]
         except (TypeError, ValueError, AttributeError) as e:
-            raise stored_value_error(self._where(state_name, namespace), descriptor.stored_type.name, e) from None
-        self._list_expiry[entry] = expiries
+            raise stored_value_error(self._where(slot.state_name, slot.namespace), descriptor.stored_type.name,
+                                     e) from None
+        slot.list_expiry[key] = expiries
         return values
 
     def _normalized(self, descriptor: StateDescriptor, value: Any) -> tuple[Any, Any]:
@@ -257,34 +370,35 @@ class KeyedStateStore:
         key = self.current_key
         if key is None:
             self._entry(state_name, namespace)  # raises
-        entry = (state_name, key, namespace)
+        slot = self._values.get((state_name, namespace)) or self.entries(state_name, namespace)
         text = None
         if value is not None:  # once per write: ``_normalized`` and ``to_text`` in one function per descriptor
             write = self._writers.get(descriptor)
             if write is None:
                 write = self._writers[descriptor] = value_writer(descriptor.stored_type)
             value, text = write(value)
-        self._decoded[entry] = value
-        if self._pending:
-            self._pending.pop(entry, None)
-        dirty = self._dirty  # ``_stage``, inlined: once per write
+        slot.decoded[key] = value
+        if slot.pending:
+            slot.pending.pop(key, None)
+        dirty = slot.dirty  # ``stage``, inlined: once per write
         n = len(dirty)
-        dirty[entry] = text
+        dirty[key] = text
         if len(dirty) != n:
-            self._dirty_groups.append(self.current_key_group)
-        # Without expiries anywhere (no TTL), an entry's expiry is None without a dirty one.
-        if expiry is not None or self._dirty_expiry or self._expiry:
-            self._dirty_expiry[entry] = expiry if text is not None else None
-        if self._list_expiry:
-            self._list_expiry.pop(entry, None)
+            slot.groups.append(self.current_key_group)
+        # Without expiries in the slot (no TTL), an entry's expiry is None without a dirty one.
+        if expiry is not None or slot.dirty_expiry or slot.expiry:
+            slot.dirty_expiry[key] = expiry if text is not None else None
+        if slot.list_expiry:
+            slot.list_expiry.pop(key, None)
 
     def append(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list) -> None:
         """Append ``values`` to the current key's list (a ListState's ``add``): each element is encoded now (so
         checked where the user's call is), and at the flush the list's text is its text before plus the new
-        elements' (``_write_pending``): n adds to a list cost n, not n times its length. A store with expiries
-        anywhere goes through ``put`` (a list with element expiries is stored otherwise)."""
+        elements' (``_Entries.write_pending``): n adds to a list cost n, not n times its length. A state with
+        expiries goes through ``put`` (a list with element expiries is stored otherwise)."""
         current = self.get(state_name, namespace, descriptor)
-        if self._expiry or self._dirty_expiry or self._list_expiry:
+        slot = self._values[state_name, namespace]
+        if slot.expiry or slot.dirty_expiry or slot.list_expiry:
             self.put(state_name, namespace, descriptor, (current or []) + values)
             return
         element = descriptor.stored_type.element
@@ -292,25 +406,15 @@ class KeyedStateStore:
         if None in encoded:
             raise ValueError("you cannot add None to a ListState")
         decoded = encoded if element.encoding_is_value else [element.decode(e) for e in encoded]
-        entry = (state_name, self.current_key, namespace)
-        pending = self._pending.get(entry)
+        key = self.current_key
+        pending = slot.pending.get(key)
         if pending is not None:  # the microbatch's own copy of the list
             current.extend(decoded)
             pending[1].extend(encoded)
             return
-        self._pending[entry] = (self._text(entry), encoded)
-        self._decoded[entry] = (current or []) + decoded  # never ``encoded`` itself, which the flush writes
-        self._stage(entry, _PENDING)
-
-    def _write_pending(self) -> None:
-        """The text of each list ``append`` changed: the text it had (stored, or put in this microbatch) with the
-        appended elements' text after its last element, once a microbatch."""
-        dumps, sort_keys, dirty = orjson.dumps, orjson.OPT_SORT_KEYS, self._dirty
-        for entry, (before, encoded) in self._pending.items():
-            added = dumps(encoded, option=sort_keys).decode()
-            head = None if before is None else before.rstrip()[:-1].rstrip()  # without its closing bracket
-            dirty[entry] = added if head is None else head + ("" if head.endswith("[") else ",") + added[1:]
-        self._pending.clear()
+        slot.pending[key] = (slot.text(key), encoded)
+        slot.decoded[key] = (current or []) + decoded  # never ``encoded`` itself, which the flush writes
+        slot.stage(key, _PENDING, self.current_key_group)
 
     def put_list(self, state_name: str, namespace: str, descriptor: StateDescriptor, values: list,
                  expiries: list[int]) -> None:
@@ -319,29 +423,32 @@ class KeyedStateStore:
         if not values:
             self.put(state_name, namespace, descriptor, None)
             return
-        entry = self._entry(state_name, namespace)
+        key = self._entry(state_name, namespace)[1]
+        slot = self.entries(state_name, namespace)
         encoded, values = self._normalized(descriptor, values)
-        self._decoded[entry], self._list_expiry[entry] = values, list(expiries)
-        self._stage(entry, encode_stamped_list(expiries, encoded))
-        self._dirty_expiry[entry] = max(expiries)
+        slot.decoded[key], slot.list_expiry[key] = values, list(expiries)
+        slot.pending.pop(key, None)
+        slot.stage(key, encode_stamped_list(expiries, encoded), self.current_key_group)
+        slot.dirty_expiry[key] = max(expiries)
 
     def restamp(self, state_name: str, namespace: str, expiry: int) -> None:
         """Give the current entry a new expiry, its value unchanged."""
-        entry = self._entry(state_name, namespace)
-        self._stage(entry, self._text(entry))
-        self._dirty_expiry[entry] = expiry
+        key = self._entry(state_name, namespace)[1]
+        slot = self.entries(state_name, namespace)
+        slot.stage(key, slot.text(key), self.current_key_group)
+        slot.dirty_expiry[key] = expiry
 
     # -- map state: one entry per user key -----------------------------------------------------------
     def get_map(self, state_name: str, namespace: str, descriptor: MapStateDescriptor) -> dict:
         """The decoded map of the current key (not a copy, the one every write changes): each entry not removed
         yet, whatever its expiry."""
         entry = self._entry(state_name, namespace)
-        value = self._decoded.get(entry, _ABSENT)
+        value = self._decoded_maps.get(entry, _ABSENT)
         if value is _ABSENT:
             texts = dict(self._stored_maps.get(entry, ()))
             texts.update(self._map_dirty.get(entry, ()))
             texts = {k: v for k, v in texts.items() if v is not None}
-            value = self._decoded[entry] = self._decode_map(texts, descriptor, state_name, namespace)
+            value = self._decoded_maps[entry] = self._decode_map(texts, descriptor, state_name, namespace)
         return value
 
     def map_read(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_keys=None) -> dict:
@@ -353,7 +460,8 @@ class KeyedStateStore:
     def map_expiry(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any
                    ) -> int | None:
         """The expiry of the current map's entry ``user_key`` (written in this microbatch or stored), or None."""
-        return self._current_expiry(self._entry(state_name, namespace) + (self._key_text(descriptor, user_key),))
+        slot = self._entry(state_name, namespace) + (self._key_text(descriptor, user_key),)
+        return self._map_dirty_expiry[slot] if slot in self._map_dirty_expiry else self._map_expiry.get(slot)
 
     def map_restamp(self, state_name: str, namespace: str, descriptor: MapStateDescriptor, user_key: Any,
                     expiry: int) -> None:
@@ -368,7 +476,7 @@ class KeyedStateStore:
     def _stage_map_entry(self, entry: tuple, key_text: str, text: str | None, expiry: int | None) -> None:
         self._map_dirty.setdefault(entry, {})[key_text] = text
         self._key_groups[entry[1]] = self.current_key_group
-        self._dirty_expiry[entry + (key_text,)] = expiry
+        self._map_dirty_expiry[entry + (key_text,)] = expiry
 
     def _map_text(self, entry: tuple, key_text: str) -> str | None:
         dirty = self._map_dirty.get(entry, {})
@@ -413,9 +521,12 @@ class KeyedStateStore:
 
     def flush_columns(self) -> ChangeColumns:
         """What changed since the last flush, as columns (``ChangeColumns``); the changes become the stored
-        state. A microbatch's single-value entries are handled a column at a time (no Python object per
-        entry), then its map entries one by one."""
-        out = self._flush_values()
+        state. A microbatch's single-value entries are handled a state and namespace at a time, a column at a
+        time (no Python object per entry: ``_Entries.flush``), then its map entries one by one."""
+        out = ChangeColumns()
+        for slot in self._values.values():
+            if slot.dirty:
+                slot.flush(self._key_groups, out.lists)
         changes = []
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})
@@ -423,63 +534,25 @@ class KeyedStateStore:
             for user_key in sorted(self._map_dirty[entry]):
                 text, stored = self._map_dirty[entry][user_key], stored_map.get(user_key)
                 slot = entry + (user_key,)
-                expiry = self._dirty_expiry.get(slot)
-                if text == stored and expiry == self._expiry.get(slot):
+                expiry = self._map_dirty_expiry.get(slot)
+                if text == stored and expiry == self._map_expiry.get(slot):
                     continue
                 changes.append((state_name, self._key_groups[key], key, namespace, user_key, text,
                                 (text is not None) - (stored is not None), expiry))
                 self._keep(stored_map, user_key, text, slot, expiry)
             if not stored_map:
                 del self._stored_maps[entry]
-        self._dirty.clear()
-        self._dirty_groups = []
         self._map_dirty.clear()
-        self._dirty_expiry.clear()
+        self._map_dirty_expiry.clear()
         return out.extend(ChangeColumns.of(changes)) if changes else out
 
-    def _flush_values(self) -> ChangeColumns:
-        """The single-value entries' changes, column by column with C-level maps; they become stored."""
-        if self._pending:
-            self._write_pending()
-        dirty, stored_texts, groups = self._dirty, self._stored, self._dirty_groups
-        entries, texts = list(dirty), list(dirty.values())
-        olds = list(map(stored_texts.get, entries))
-        if self._dirty_expiry or self._expiry:
-            expiries = list(map(self._dirty_expiry.get, entries))
-            unchanged = list(map(_same_entry, texts, olds, expiries, map(self._expiry.get, entries)))
-        else:
-            expiries, unchanged = [None] * len(entries), list(map(eq, texts, olds))
-        if any(unchanged):  # written back unchanged, or created and cleared in the same microbatch
-            changed = [not u for u in unchanged]
-            entries, texts, olds, expiries, groups = (list(compress(c, changed))
-                                                      for c in (entries, texts, olds, expiries, groups))
-        removed = list(map(is_, texts, repeat(None)))
-        deltas = list(map(sub, map(is_, olds, repeat(None)), removed))  # +1 created, -1 removed, 0 updated
-        stored_texts.update(zip(entries, texts))
-        keys = list(map(itemgetter(1), entries))
-        if 1 in deltas:  # a created entry's key group, kept for the microbatches after (``keys_of``, maps)
-            created = [d == 1 for d in deltas]
-            self._key_groups.update(zip(compress(keys, created), compress(groups, created)))
-        expiry_of = self._expiry
-        if any(removed):
-            for entry in compress(entries, removed):
-                del stored_texts[entry]
-        if expiry_of or expiries.count(None) != len(expiries):
-            for entry, expiry in zip(entries, expiries):
-                if expiry is not None:
-                    expiry_of[entry] = expiry
-                else:
-                    expiry_of.pop(entry, None)
-        return ChangeColumns([list(map(itemgetter(0), entries)), groups, keys,
-                              list(map(itemgetter(2), entries)), [None] * len(entries), texts, deltas, expiries])
-
     def _keep(self, stored: dict, name, text: str | None, slot: tuple, expiry: int | None) -> None:
-        """Make a flushed change the stored state."""
+        """Make a flushed map change the stored state."""
         if text is None:
             stored.pop(name, None)
         else:
             stored[name] = text
         if expiry is None:
-            self._expiry.pop(slot, None)
+            self._map_expiry.pop(slot, None)
         else:
-            self._expiry[slot] = expiry
+            self._map_expiry[slot] = expiry

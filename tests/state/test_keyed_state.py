@@ -5,6 +5,7 @@ of a MapState entry's key (None for the other states), delta +1 created, -1 remo
 """
 import pytest
 
+from state_store.errors import StoredValueError
 from state_store.functions import RuntimeContext
 from state_store.state.descriptors import (
     AggregatingStateDescriptor,
@@ -414,3 +415,33 @@ def test_values_read_in_the_same_microbatch_equal_values_read_after_a_flush_and_
     r = reloaded_ctx.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b, Types.DOUBLE()))
     reloaded.set_current_key("a", 1)
     assert read() == in_microbatch  # in a later run
+
+
+def test_entries_loaded_as_columns_decode_together_as_each_alone_and_a_bad_one_is_named_when_read(store, ctx):
+    """The first read after a load decodes every entry loaded (one JSON parse, ``_decode_loaded``); the values
+    are those of a read of each alone, and a stored value that does not load fails the read of its own key only,
+    the error naming it."""
+    v = ctx.get_state(ValueStateDescriptor("v", POINT))
+    texts = {"a": '{"x": 1, "y": "one"}', "b": '{"x": 2}', "c": '{"x": 3.5}', "d": "null", "e": '{"x": 5}'}
+    store.load_columns(["op.v"] * 5, list(texts), [""] * 5, [None] * 5, [1, 2, 3, 4, 5], list(texts.values()),
+                       [None] * 5)
+    store.set_current_key("a", 1)
+    assert v.value() == {"x": 1, "y": "one"}
+    store.set_current_key("c", 3)
+    with pytest.raises(StoredValueError, match=r"state 'op.v' of key 'c' holds a stored value that is not its "
+                                               r"declared ROW"):
+        v.value()
+    one_by_one = KeyedStateStore()
+    alone = RuntimeContext("op", one_by_one, 0, 1, 128).get_state(ValueStateDescriptor("v", POINT))
+    for key in ("b", "d", "e"):
+        store.set_current_key(key, 1)
+        one_by_one.load("op.v", key, "", None, 1, texts[key])
+        one_by_one.set_current_key(key, 1)
+        assert repr(v.value()) == repr(alone.value())
+    good = {k: t for k, t in texts.items() if k != "c"}
+    store = KeyedStateStore()
+    v = RuntimeContext("op", store, 0, 1, 128).get_state(ValueStateDescriptor("v", POINT))
+    store.load_columns(["op.v"] * 4, list(good), [""] * 4, [None] * 4, [1] * 4, list(good.values()), [None] * 4)
+    store.set_current_key("e", 1)
+    assert v.value() == {"x": 5, "y": None}
+    assert set(store.entries("op.v", "").decoded) == set(good)  # all four decoded by the first read
