@@ -27,20 +27,24 @@ DRIVER_MAX_BYTES = 64 * 2**20
 PARTITION_MAX_BYTES = 4 * 2**20
 
 
-def read_live(path, version: int, spec: TableSpec, batch_id: int, generations: list[int] | None):
+def read_live(path, version: int, spec: TableSpec, batch_id: int, generations: list[int] | None,
+              selected: bool = False):
     """The live entries (a ``pyarrow.Table`` of ``spec``'s columns) of version ``version`` of the state table at
     ``path`` as of microbatch ``batch_id``. A table over ``DRIVER_MAX_BYTES`` whose partitions are each at most
     ``PARTITION_MAX_BYTES`` gives them partition by partition instead: an iterator of ``pyarrow.Table``s, each
     partition read as it is taken, so this process holds one partition's rows, not the table's. None where Spark
-    should read it (``read_rows``, ``partitions``)."""
+    should read it (``read_rows``, ``partitions``). ``selected``: the table holds the live entries alone, a row
+    each (a savepoint's), so its rows are taken as they are, without ``latest_live``'s sort and grouping."""
+    def select(rows):
+        return rows.select(spec.columns) if selected else latest_live(rows, spec, batch_id, generations)
+
     rows = read_rows(path, version, spec)
     if rows is not None:
-        return latest_live(rows, spec, batch_id, generations)
+        return select(rows)
     parts = partitions(path, version, spec)
     if parts is None:
         return None
-    return _ahead(lambda files: latest_live(read_files(path, files, spec), spec, batch_id, generations),
-                  parts.values())
+    return _ahead(lambda files: select(read_files(path, files, spec)), parts.values())
 
 
 def _ahead(select, items):

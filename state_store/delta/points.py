@@ -116,7 +116,7 @@ class StatePoint:
             if recorded is None or recorded.version is None:
                 return None
             return read_live(self.meta.table_path(table), recorded.version, TABLE_SPECS[table], self.meta.batch_id,
-                             None)
+                             None, selected=True)
         if not backend_kind(self.meta.backend).readable_in_process:
             return None
         recorded = self.meta.table(table)

@@ -404,7 +404,7 @@ def _keyed_rows_in_process(restore: _Restore, backend, generation: int):
         part = part.set_column(part.schema.get_field_index("state_name"), "state_name",
                                pc.take(renamed, pc.index_in(part["state_name"], value_set=names)))
         return part.set_column(part.schema.get_field_index("generation"), "generation",
-                               pa.array([generation] * part.num_rows, pa.int64()))
+                               pa.repeat(pa.scalar(generation, pa.int64()), part.num_rows))
     return map(restored, [rows] if isinstance(rows, pa.Table) else rows)
 
 

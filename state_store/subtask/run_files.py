@@ -320,12 +320,11 @@ def write_batches(table: OutputTable, token: str, subtask: int, batches) -> list
         bounds = pc.min_max(marks)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if table.committed is None or low > table.committed:  # nothing replayed: all at once (a savepoint's rows)
-            files.add_columns(low, batch.columns, last=high)
-            if files.pending_bytes >= FLUSH_BYTES:
-                files.flush()
-            continue
-        for batch_id in pc.unique(marks).to_pylist():
-            files.add_columns(batch_id, batch.filter(pc.equal(marks, batch_id)).columns)
+            parts = [(low, batch.columns, high)]
+        else:  # microbatch by microbatch, so the replayed ones are left out
+            parts = ((b, batch.filter(pc.equal(marks, b)).columns, None) for b in pc.unique(marks).to_pylist())
+        for batch_id, columns, last in parts:
+            files.add_columns(batch_id, columns, last=last)
             if files.pending_bytes >= FLUSH_BYTES:
                 files.flush()
     return files.close()
