@@ -522,11 +522,16 @@ class KeyedStateStore:
     def flush_columns(self) -> ChangeColumns:
         """What changed since the last flush, as columns (``ChangeColumns``); the changes become the stored
         state. A microbatch's single-value entries are handled a state and namespace at a time, a column at a
-        time (no Python object per entry: ``_Entries.flush``), then its map entries one by one."""
-        out = ChangeColumns()
-        for slot in self._values.values():
+        time (no Python object per entry: ``_Entries.flush``), then its map entries one by one. A state's
+        namespace with no entry left is dropped (a run of session windows opens and closes one per session)."""
+        out, emptied = ChangeColumns(), []
+        for place, slot in self._values.items():
             if slot.dirty:
                 slot.flush(self._key_groups, out.lists)
+            if not slot.stored:  # nothing left in it (a closed window's namespace): what it decoded is all None
+                emptied.append(place)
+        for place in emptied:
+            del self._values[place]
         changes = []
         for entry in sorted(self._map_dirty):
             stored_map = self._stored_maps.setdefault(entry, {})

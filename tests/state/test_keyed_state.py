@@ -295,6 +295,12 @@ def test_namespaces_keep_separate_values_for_the_same_key(store, ctx):
     count.set_current_namespace("")
     assert count.value() == 1
     assert [(row[3], row[5]) for row in store.flush()] == [("", "1"), ("window-10", "10")]
+    # A namespace cleared (a window fired and purged) leaves nothing held after the flush; it reads empty again.
+    count.set_current_namespace("window-10")
+    count.clear()
+    assert [(row[3], row[5], row[6]) for row in store.flush()] == [("window-10", None, REMOVED)]
+    assert sorted(store._values) == [("op.count", "")]
+    assert count.value() == 0 and not store.flush()
 
 
 def test_state_is_scoped_to_the_current_key(store, ctx):
