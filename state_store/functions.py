@@ -436,7 +436,13 @@ class RecordFunction(abc.ABC):
 
 
 class MapFunction(RecordFunction):
-    """One output row per record: ``map(record) -> dict``."""
+    """One output row per record: ``map(record) -> dict``.
+
+    A MapFunction may also define ``map_batch(records) -> table``, the same map over a subtask's records of one
+    microbatch at once: ``records`` a ``pyarrow.Table`` of the stream's columns, in the order ``map`` would see
+    them; the result a table (or pandas DataFrame) of the output rows in the same order, one per record, of the
+    step's ``output_type`` (columns cast to it, or refused naming the column). Lakestate then calls
+    ``map_batch``, not ``map``, on the vectorised path: no Python call per record."""
 
     @abc.abstractmethod
     def map(self, record: dict) -> dict:

@@ -115,6 +115,8 @@ class VectorizedKeyedFunction(KeyedProcessFunction):
     # The subtask executor that calls it (``subtask/runner.EXECUTORS``): "batches", a call per microbatch
     # (``vectorized_run``), or "windows" (``window_run``).
     executor = "batches"
+    # What errors call a batch call of this function (a ``MapFunction``'s ``map_batch``, run as ``process_batch``).
+    call_names: dict[str, str] = {}
 
     @override
     def process(self, key: Any, records: list, ctx) -> None:

@@ -34,13 +34,14 @@ from typing import Any
 from sqlglot import exp
 
 from ..errors import ConfigError
-from ..functions import KeyedProcessFunction, MapFunction
+from ..functions import MapFunction
 from ..joins.interval import ProcessJoinFunction
 from ..joins.window_join import JoinFunction
 from ..sources.base import Source
 from ..sources.query import QuerySource
 from ..tables.changelog import KIND
 from ..types import TypeInfo, Types
+from ..vectorized import VectorizedKeyedFunction
 from ..watermarks import WatermarkStrategy
 from ..windows.assigners import TimeWindow, WindowAssigner
 from ..windows.columns import DISTINCT, ColumnAggregate
@@ -93,6 +94,15 @@ class Rename(MapFunction):
             if out[name] is not None:
                 out[name] = int(out[name])
         return out
+
+    def map_batch(self, records):
+        """``map`` over a table of records: the columns renamed, an integral ``AVG`` truncated toward zero (the
+        step's output type, of the column's, then casts it as ``int`` would)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        return pa.table({out: pc.trunc(records.column(name)) if out in self.integral else records.column(name)
+                         for out, name in self.names.items()})
 
 
 
@@ -443,6 +453,15 @@ class Instants(MapFunction):
         return {**record, **{n: None if record[n] is None else _EPOCH + datetime.timedelta(milliseconds=record[n])
                              for n in self.names}}
 
+    def map_batch(self, records):
+        """``map`` over a table of records: those columns cast to instants (UTC), the others as they are."""
+        import pyarrow as pa
+
+        for n in self.names:
+            records = records.set_column(records.column_names.index(n), n,
+                                         records.column(n).cast(pa.timestamp("ms", tz="UTC")))
+        return records
+
 
 class JoinedRows(ProcessJoinFunction):
     """An interval join's pair as one row: the left's columns, then the right's after ``prefix``."""
@@ -466,15 +485,16 @@ class PairRows(JoinFunction):
         return {**left, **{self.prefix + c: v for c, v in right.items()}}
 
 
-class Rows(KeyedProcessFunction):
-    """A key's records as they came, with ``columns`` alone (a union's, without the column it was keyed by)."""
+class Rows(VectorizedKeyedFunction):
+    """A key's records as they came, with ``columns`` alone (a union's, without the column it was keyed by), a
+    subtask's records of a microbatch at once (key by key, each key's as they came)."""
 
     def __init__(self, columns: list[str]):
         self.columns = columns
 
-    def process(self, key, records, ctx):
-        """The records."""
-        return [{c: r[c] for c in self.columns} for r in records]
+    def process_batch(self, records, state, ctx):
+        """The records, those columns."""
+        return records.select(self.columns), None
 
 
 class Constant(MapFunction):
@@ -487,6 +507,12 @@ class Constant(MapFunction):
     def map(self, record: dict) -> dict:
         """The record and the constant."""
         return {**record, self.name: 0}
+
+    def map_batch(self, records):
+        """``map`` over a table of records: the constant as one more column."""
+        import pyarrow as pa
+
+        return records.append_column(self.name, pa.repeat(pa.scalar(0, pa.int32()), records.num_rows))
 
 
 class WindowColumns(WindowAssigner):

@@ -333,7 +333,7 @@ class VectorizedRun:
 
         runner = self.runner
         function = runner.function
-        self._calling = name  # what errors about its result name
+        self._calling = function.call_names.get(name, name)  # what errors about it and its result name
         ctx = self._ctx = BatchContext(runner.batch_id, runner.store.now, watermark, runner.subtask,
                                        runner.plan.key_type, self._key_offsets)
         ctx.timers = partial(self._timers, keys)
@@ -344,9 +344,9 @@ class VectorizedRun:
         except (StoredValueError, ConfigError):
             raise
         except Exception as e:  # reported with where it happened
-            raise runner._user_error(name, e, None) from e
+            raise runner._user_error(self._calling, e, None) from e
         if not isinstance(result, tuple) or len(result) != 2:
-            raise ConfigError(f"{name} returned {type(result).__name__}; return a pair (output rows, new "
+            raise ConfigError(f"{self._calling} returned {type(result).__name__}; return a pair (output rows, new "
                               f"state rows), e.g. (pyarrow.Table, pyarrow.Table) or (table, None)")
         return result
 

@@ -15,12 +15,13 @@ from state_store.sql.definition import row_type
 
 SCHEMAS = {view: schema for view, (_, schema) in VIEWS.items()}  # ddl_views.sql's three views, flat
 COMPILED = {  # the query: its first operator's kind
-    0: "RecordOperator", 1: "RecordOperator", 2: "RecordOperator", 3: "RegularJoin", 4: "RegularJoin",
+    0: "VectorizedRecordOperator", 1: "VectorizedRecordOperator", 2: "VectorizedRecordOperator", 3: "RegularJoin",
+    4: "RegularJoin",
     5: "VectorizedWindowAggregate", 7: "VectorizedWindowAggregate", 8: "Rows", 9: "RegularJoin",
-    10: "RecordOperator",
-    11: "WindowOperator", 12: "WindowOperator", 13: "BroadcastRecordOperator", 14: "RecordOperator",
+    10: "VectorizedRecordOperator",
+    11: "WindowOperator", 12: "WindowOperator", 13: "BroadcastRecordOperator", 14: "VectorizedRecordOperator",
     15: "GroupAggregate", 16: "GroupAggregate", 17: "GroupAggregate", 18: "Deduplicate", 19: "TopN",
-    20: "RegularJoin", 21: "RecordOperator", 22: "RecordOperator", 23: "RegularJoin",
+    20: "RegularJoin", 21: "VectorizedRecordOperator", 22: "VectorizedRecordOperator", 23: "RegularJoin",
 }
 REFUSED = {  # what is not supported yet, as the refusal names it
     6: "a Top-N's outer query computing columns",  # Flink 2.3 does not validate it either (issue 63)

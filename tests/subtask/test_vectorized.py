@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from bench.jobs import ACC, OUTPUT, RunningCountSum, RunningCountSumVectorized
-from state_store import ConfigError, JobSpec, ValueStateDescriptor, VectorizedKeyedFunction
+from state_store import ConfigError, JobSpec, MapFunction, ValueStateDescriptor, VectorizedKeyedFunction
 from state_store.errors import StoredValueError
 from state_store.subtask.exchange import EXCHANGE_COLUMNS, PHASE_KEYED, PHASE_RECORD, PHASE_SUBTASK, RECORD, SIDE_KEYED
 from state_store.subtask.json_columns import decode_column, encode_column
@@ -276,6 +276,41 @@ def test_a_wrong_result_is_an_error_naming_the_mismatch(change, message):
 def test_an_exception_in_process_batch_says_where():
     with pytest.raises(UserFunctionError, match=r"process_batch\(\) raised ZeroDivisionError: .*microbatch 0"):
         run(Returns(lambda out, new: 1 / 0), EVENTS, microbatches=3)
+
+
+class Doubled(MapFunction):
+    """A record's amount doubled, per record (``map``) and, in ``DoubledColumns``, over a table (``map_batch``)."""
+
+    def map(self, record):
+        return {"key": record["key"], "count": 1, "sum": 2 * record["amount"]}
+
+
+class DoubledColumns(Doubled):
+    def map_batch(self, records):
+        return pa.table({"key": records.column("key"), "count": pa.repeat(pa.scalar(1), records.num_rows),
+                         "sum": pc.multiply(records.column("amount"), 2)})
+
+
+class DoubledFails(DoubledColumns):
+    def map_batch(self, records):
+        return 1 / 0
+
+
+class DoubledShort(DoubledColumns):
+    def map_batch(self, records):
+        return super().map_batch(records).drop_columns(["sum"])
+
+
+def test_a_map_with_map_batch_runs_vectorised_with_the_maps_rows_and_its_errors_name_map_batch():
+    from state_store.dataflow import RecordOperator, VectorizedRecordOperator, record_operator
+
+    vectorized = record_operator(DoubledColumns())
+    assert isinstance(vectorized, VectorizedRecordOperator) and type(record_operator(Doubled())) is RecordOperator
+    same_on_both_paths(RecordOperator(DoubledColumns()), vectorized, EVENTS)
+    with pytest.raises(UserFunctionError, match=r"map_batch\(\) raised ZeroDivisionError: .*microbatch 0"):
+        run(record_operator(DoubledFails()), EVENTS)
+    with pytest.raises(ConfigError, match=r"map_batch's output has columns \['key', 'count'\]: \['sum'\] are"):
+        run(record_operator(DoubledShort()), EVENTS)
 
 
 RECENT, BUCKETS = "op.recent", "op.buckets"
