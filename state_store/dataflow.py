@@ -51,7 +51,7 @@ from .sources.query import QuerySource
 from .state.backend import DEFAULT_BACKEND
 from .tables.operators import UpdatingOperators
 from .types import RowTypeInfo, TypeInfo, Types
-from .vectorized import VectorizedKeyedFunction
+from .vectorized import VectorizedKeyedFunction, as_table
 from .watermarks import WatermarkStrategy
 from .windows.stream import WindowedStream
 
@@ -135,7 +135,11 @@ class VectorizedRecordOperator(RecordOperator, VectorizedKeyedFunction):
 
     @override
     def process_batch(self, records, state, ctx):
-        return self.function.map_batch(records), None
+        output = as_table(self.function.map_batch(records), "map_batch's output")
+        if output.num_rows != records.num_rows:
+            raise ConfigError(f"map_batch returned {output.num_rows} rows for {records.num_rows} records; a map gives "
+                              f"one row per record, in their order (a FlatMapFunction gives any number)")
+        return output, None
 
 
 def record_operator(function: RecordFunction) -> RecordOperator:

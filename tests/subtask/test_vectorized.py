@@ -301,6 +301,11 @@ class DoubledShort(DoubledColumns):
         return super().map_batch(records).drop_columns(["sum"])
 
 
+class DoubledFewer(DoubledColumns):
+    def map_batch(self, records):
+        return super().map_batch(records).slice(1)
+
+
 def test_a_map_with_map_batch_runs_vectorised_with_the_maps_rows_and_its_errors_name_map_batch():
     from state_store.dataflow import RecordOperator, VectorizedRecordOperator, record_operator
 
@@ -311,6 +316,8 @@ def test_a_map_with_map_batch_runs_vectorised_with_the_maps_rows_and_its_errors_
         run(record_operator(DoubledFails()), EVENTS)
     with pytest.raises(ConfigError, match=r"map_batch's output has columns \['key', 'count'\]: \['sum'\] are"):
         run(record_operator(DoubledShort()), EVENTS)
+    with pytest.raises(ConfigError, match=r"map_batch returned 3 rows for 4 records; a map gives one row per record"):
+        run(record_operator(DoubledFewer()), EVENTS)
 
 
 RECENT, BUCKETS = "op.recent", "op.buckets"
